@@ -1,0 +1,3 @@
+//! keel-sim: the deterministic cluster simulator and the checkers it runs.
+
+pub mod linearizability;
