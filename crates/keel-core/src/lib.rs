@@ -1,1 +1,72 @@
-//! keel-core
+//! keel-core: the Raft consensus protocol as a pure state machine.
+//!
+//! No I/O, no clock, no threads, no async, no randomness of its own: time arrives as
+//! [`RaftNode::tick`], messages as [`RaftNode::step`], storage and state-machine progress as
+//! completions ([`RaftNode::persisted`], [`RaftNode::applied`]), and everything the node wants done
+//! comes out of [`RaftNode::ready`]. See ARCHITECTURE.md for the map.
+
+pub mod config;
+mod durability;
+pub mod log;
+pub mod membership;
+pub mod message;
+mod node;
+mod progress;
+mod rng;
+pub mod storage;
+pub mod types;
+
+pub use config::Config;
+pub use durability::Write;
+pub use membership::{Membership, MembershipChange};
+pub use message::{AppendResult, Message, MessageBody};
+pub use node::{
+    CommitStatus, ProposeError, RaftNode, ReadError, ReadState, Ready, RecoveredState, Role, Status,
+};
+
+pub use types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Term};
+
+/// Errors from constructing a node.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(&'static str),
+    #[error("recovered state is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Deliberately broken protocol variants, compiled only with the `mutations` feature, so the
+/// simulator can show that it catches each one. Never enabled in the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// Commit an entry of a previous term by counting its replicas (Raft paper Figure 8).
+    CommitOldTerm,
+    /// Grant a vote before the vote is durable.
+    VoteBeforeDurable,
+    /// Acknowledge appended entries before they are durable.
+    AckBeforeDurable,
+    /// Serve ReadIndex before the leader committed an entry of its term.
+    ReadWithoutTermCommit,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 4] = [
+        Mutation::CommitOldTerm,
+        Mutation::VoteBeforeDurable,
+        Mutation::AckBeforeDurable,
+        Mutation::ReadWithoutTermCommit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::CommitOldTerm => "commit-old-term",
+            Mutation::VoteBeforeDurable => "vote-before-durable",
+            Mutation::AckBeforeDurable => "ack-before-durable",
+            Mutation::ReadWithoutTermCommit => "read-without-term-commit",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+}

@@ -1,0 +1,77 @@
+//! Tunables of one Raft node. Every bound the core enforces lives here, with its unit in its name.
+
+use crate::types::NodeId;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub id: NodeId,
+    /// Seed of the node's private PRNG (election timeout jitter). The same seed and the same
+    /// inputs give the same behaviour.
+    pub seed: u64,
+    /// A follower campaigns after hearing nothing for a random time in
+    /// `[election_timeout_ticks, 2 * election_timeout_ticks)`.
+    pub election_timeout_ticks: u32,
+    pub heartbeat_interval_ticks: u32,
+    /// Ask whether an election could be won before disturbing the cluster with a higher term.
+    pub pre_vote: bool,
+    /// A leader that has not heard from a quorum for an election timeout steps down, and voters
+    /// that heard from a leader within the minimum election timeout ignore ordinary vote requests.
+    pub check_quorum: bool,
+    /// Flow control: bounds on one Append message.
+    pub max_entries_per_message: usize,
+    pub max_bytes_per_message: usize,
+    /// Pipelining: Append messages in flight per follower.
+    pub max_inflight_messages: usize,
+    /// Bound on entries handed to the application in one `Ready`.
+    pub max_apply_entries: usize,
+    /// Bound on proposals accepted but not yet committed; beyond it `propose` refuses.
+    pub max_uncommitted_entries: usize,
+    /// Bound on ReadIndex requests waiting on the leader.
+    pub max_pending_reads: usize,
+    /// Test-only switch for a deliberately broken protocol variant.
+    #[cfg(feature = "mutations")]
+    pub mutation: Option<crate::Mutation>,
+}
+
+impl Config {
+    pub fn new(id: NodeId) -> Self {
+        Config {
+            id,
+            seed: id,
+            election_timeout_ticks: 10,
+            heartbeat_interval_ticks: 2,
+            pre_vote: true,
+            check_quorum: true,
+            max_entries_per_message: 512,
+            max_bytes_per_message: 1 << 20,
+            max_inflight_messages: 64,
+            max_apply_entries: 4096,
+            max_uncommitted_entries: 65_536,
+            max_pending_reads: 65_536,
+            #[cfg(feature = "mutations")]
+            mutation: None,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        let bad = |why: &'static str| Err(crate::Error::InvalidConfig(why));
+        if self.id == 0 {
+            return bad("node id 0 is reserved");
+        }
+        if self.heartbeat_interval_ticks == 0 {
+            return bad("heartbeat_interval_ticks must be positive");
+        }
+        if self.election_timeout_ticks <= self.heartbeat_interval_ticks {
+            return bad("election_timeout_ticks must exceed heartbeat_interval_ticks");
+        }
+        if self.max_entries_per_message == 0
+            || self.max_bytes_per_message == 0
+            || self.max_inflight_messages == 0
+            || self.max_apply_entries == 0
+            || self.max_uncommitted_entries == 0
+        {
+            return bad("message, in-flight, apply and uncommitted bounds must be positive");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,179 @@
+//! Tracks what the storage has made durable, so the node acknowledges, votes and counts itself
+//! only for state that will survive a crash (DESIGN.md section 3; Raft thesis 10.2.1).
+//!
+//! The node hands storage one [`Write`] per `Ready`. A write replaces the log from its first entry
+//! on (dropping any conflicting suffix) and may carry the hard state. Storage completes writes in
+//! the order it received them; completing write `w` implies every earlier write is durable.
+
+use std::collections::VecDeque;
+
+use crate::types::{Entry, HardState, Index};
+
+/// One unit of work for storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// Completion is reported with this id via `RaftNode::persisted`.
+    pub id: u64,
+    /// Entries to store. Storage first drops every entry at or after `entries[0].index`.
+    pub entries: Vec<Entry>,
+    /// The hard state to store after the entries, if it changed.
+    pub hard_state: Option<HardState>,
+    /// Whether completion must wait for an fsync. False only for a write that carries nothing but
+    /// a moved commit index, which may be lost in a crash (the log is replayed to the commit index
+    /// that did survive, and the leader tells us the rest).
+    pub sync: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct IssuedWrite {
+    id: u64,
+    /// First index this write (re)writes, if it carries entries.
+    first_index: Option<Index>,
+    /// The log's last index once this write is on disk.
+    last_index: Index,
+    /// The hard state on disk once this write is.
+    hard_state: HardState,
+}
+
+#[derive(Debug)]
+pub(crate) struct Durability {
+    next_write_id: u64,
+    completed_write_id: u64,
+    issued: VecDeque<IssuedWrite>,
+    /// Every entry at or below this index is durable and equal to the in-memory log.
+    durable_index: Index,
+    /// Lowest index of the in-memory log not yet handed to storage.
+    unissued_from: Index,
+    /// The log's last index as storage will see it once all issued writes complete.
+    issued_last_index: Index,
+    /// Hard state as last handed to storage, and as durable.
+    issued_hard_state: HardState,
+    durable_hard_state: HardState,
+}
+
+impl Durability {
+    pub fn new(recovered_last_index: Index, hard_state: HardState) -> Self {
+        Durability {
+            next_write_id: 1,
+            completed_write_id: 0,
+            issued: VecDeque::new(),
+            durable_index: recovered_last_index,
+            unissued_from: recovered_last_index + 1,
+            issued_last_index: recovered_last_index,
+            issued_hard_state: hard_state,
+            durable_hard_state: hard_state,
+        }
+    }
+
+    pub fn durable_index(&self) -> Index {
+        self.durable_index
+    }
+
+    pub fn durable_hard_state(&self) -> HardState {
+        self.durable_hard_state
+    }
+
+    pub fn completed_write_id(&self) -> u64 {
+        self.completed_write_id
+    }
+
+    /// The in-memory log dropped entries from `index` on.
+    pub fn truncated(&mut self, index: Index) {
+        self.unissued_from = self.unissued_from.min(index);
+        self.durable_index = self.durable_index.min(index - 1);
+    }
+
+    /// Whether a write must be issued for the current log and hard state. A commit-only change
+    /// counts only when `include_commit` (the node batches those until a heartbeat tick).
+    pub fn is_dirty(&self, last_index: Index, hard_state: HardState, include_commit: bool) -> bool {
+        self.unissued_from <= last_index
+            || hard_state.term != self.issued_hard_state.term
+            || hard_state.vote != self.issued_hard_state.vote
+            || (include_commit && hard_state.commit != self.issued_hard_state.commit)
+    }
+
+    /// The write id whose completion makes the present state durable: the one about to be issued
+    /// if anything is dirty, else the last one issued.
+    pub fn barrier(&self, dirty: bool) -> u64 {
+        if dirty {
+            self.next_write_id
+        } else {
+            self.next_write_id - 1
+        }
+    }
+
+    /// Builds the next write. `entries_from(lo)` returns the in-memory log from `lo` to the end.
+    pub fn issue(
+        &mut self,
+        last_index: Index,
+        hard_state: HardState,
+        entries_from: impl FnOnce(Index) -> Vec<Entry>,
+    ) -> Write {
+        let term_or_vote_changed = hard_state.term != self.issued_hard_state.term
+            || hard_state.vote != self.issued_hard_state.vote;
+        let entries = if self.unissued_from <= last_index {
+            entries_from(self.unissued_from)
+        } else {
+            Vec::new()
+        };
+        debug_assert!(entries
+            .first()
+            .is_none_or(|e| e.index == self.unissued_from));
+        let first_index = entries.first().map(|e| e.index);
+        let hard_state_changed = hard_state != self.issued_hard_state;
+        assert!(
+            hard_state.commit <= last_index,
+            "commit index persisted beyond the log"
+        );
+        let id = self.next_write_id;
+        self.next_write_id += 1;
+        self.issued.push_back(IssuedWrite {
+            id,
+            first_index,
+            last_index,
+            hard_state,
+        });
+        self.unissued_from = last_index + 1;
+        self.issued_last_index = last_index;
+        self.issued_hard_state = hard_state;
+        Write {
+            id,
+            sync: !entries.is_empty() || term_or_vote_changed,
+            entries,
+            hard_state: hard_state_changed.then_some(hard_state),
+        }
+    }
+
+    /// Storage completed every write up to `id`. Returns whether the durable index moved.
+    pub fn completed(&mut self, id: u64) -> bool {
+        assert!(
+            id < self.next_write_id,
+            "completion for a write never issued"
+        );
+        if id <= self.completed_write_id {
+            return false;
+        }
+        let mut last = None;
+        while self.issued.front().is_some_and(|w| w.id <= id) {
+            let w = self.issued.pop_front().expect("checked non-empty");
+            self.durable_hard_state = w.hard_state;
+            last = Some(w);
+        }
+        self.completed_write_id = id;
+        let Some(w) = last else { return false };
+        // Later writes (issued or not) that rewrite part of the log make that part not durable in
+        // its present form until they complete.
+        let mut durable = w.last_index;
+        for later in &self.issued {
+            if let Some(first) = later.first_index {
+                durable = durable.min(first - 1);
+            }
+        }
+        if self.unissued_from <= self.issued_last_index {
+            durable = durable.min(self.unissued_from - 1);
+        }
+        let moved = durable != self.durable_index;
+        self.durable_index = durable;
+        moved
+    }
+}

@@ -1,0 +1,273 @@
+//! The in-memory view of the replicated log: entries after the snapshot, the term history (first
+//! index of every term, kept across compaction so the term of any index ever held is known), and
+//! the configuration entries with the base configuration they override.
+//!
+//! The log here is the node's *intended* log: it changes as soon as the core decides (append,
+//! truncate). What is durable is tracked separately by the node (see `durability.rs`).
+
+use std::collections::VecDeque;
+
+use crate::membership::Membership;
+use crate::types::{Entry, EntryPayload, Index, LogId, Term};
+
+#[derive(Clone, Debug)]
+pub struct RaftLog {
+    /// The last position covered by the snapshot (or the sentinel 0/0). Entries at or below it are
+    /// gone from `entries`.
+    snapshot: LogId,
+    /// `entries[i].index == snapshot.index + 1 + i`.
+    entries: VecDeque<Entry>,
+    /// `(term, first index of that term)` ascending in both fields, covering compacted entries
+    /// too. Bounded by the number of terms in which this log gained entries.
+    term_history: Vec<LogId>,
+    /// The configuration at the snapshot position.
+    base_membership: Membership,
+    /// Configuration entries in `entries`, ascending by index.
+    memberships: Vec<(Index, Membership)>,
+}
+
+impl RaftLog {
+    /// A log that starts after `snapshot`, whose configuration there is `membership`, and whose
+    /// term history up to the snapshot is `term_history`.
+    pub fn new(snapshot: LogId, membership: Membership, term_history: Vec<LogId>) -> Self {
+        debug_assert!(term_history
+            .windows(2)
+            .all(|w| w[0].term < w[1].term && w[0].index < w[1].index));
+        RaftLog {
+            snapshot,
+            entries: VecDeque::new(),
+            term_history,
+            base_membership: membership,
+            memberships: Vec::new(),
+        }
+    }
+
+    pub fn snapshot(&self) -> LogId {
+        self.snapshot
+    }
+
+    /// The first index still held as an entry.
+    pub fn first_index(&self) -> Index {
+        self.snapshot.index + 1
+    }
+
+    pub fn last_index(&self) -> Index {
+        self.snapshot.index + self.entries.len() as Index
+    }
+
+    pub fn last_log_id(&self) -> LogId {
+        match self.entries.back() {
+            Some(e) => e.log_id(),
+            None => self.snapshot,
+        }
+    }
+
+    pub fn term_history(&self) -> &[LogId] {
+        &self.term_history
+    }
+
+    /// The term of the entry at `index` if this log holds it (or it is the snapshot position).
+    pub fn term_at(&self, index: Index) -> Option<Term> {
+        if index == self.snapshot.index {
+            return Some(self.snapshot.term);
+        }
+        self.entry(index).map(|e| e.term)
+    }
+
+    /// The term of `index` for any index up to the last one, compacted or not, from the term
+    /// history. `None` beyond the log.
+    pub fn term_of_any(&self, index: Index) -> Option<Term> {
+        if index > self.last_index() {
+            return None;
+        }
+        if index == 0 {
+            return Some(0);
+        }
+        if let Some(term) = self.term_at(index) {
+            return Some(term);
+        }
+        let pos = self.term_history.partition_point(|t| t.index <= index);
+        if pos == 0 {
+            // Below the first known term: only the sentinel, which index 0 already covered.
+            None
+        } else {
+            Some(self.term_history[pos - 1].term)
+        }
+    }
+
+    pub fn entry(&self, index: Index) -> Option<&Entry> {
+        if index <= self.snapshot.index {
+            return None;
+        }
+        self.entries.get((index - self.snapshot.index - 1) as usize)
+    }
+
+    pub fn matches(&self, id: LogId) -> bool {
+        self.term_at(id.index) == Some(id.term)
+    }
+
+    /// The first index at which `term` appears in this log, from the term history.
+    pub fn first_index_of_term(&self, term: Term) -> Option<Index> {
+        self.term_history
+            .iter()
+            .find(|t| t.term == term)
+            .map(|t| t.index)
+    }
+
+    /// The last index of the greatest term `<= term` held in this log: where a leader continues
+    /// after a follower reports a conflict in `term` (fast backtracking).
+    pub fn last_index_of_term_at_most(&self, term: Term) -> Option<Index> {
+        let pos = self.term_history.partition_point(|t| t.term <= term);
+        if pos == 0 {
+            return None;
+        }
+        let last = match self.term_history.get(pos) {
+            Some(next) => next.index - 1,
+            None => self.last_index(),
+        };
+        Some(last)
+    }
+
+    /// Entries in `[lo, hi]`, at most `max_entries` and, beyond the first, at most `max_bytes`.
+    pub fn slice(&self, lo: Index, hi: Index, max_entries: usize, max_bytes: usize) -> Vec<Entry> {
+        debug_assert!(lo > self.snapshot.index, "slice below the snapshot");
+        let hi = hi.min(self.last_index());
+        if lo > hi {
+            return Vec::new();
+        }
+        let count = ((hi - lo + 1) as usize).min(max_entries);
+        let start = (lo - self.snapshot.index - 1) as usize;
+        let mut out = Vec::with_capacity(count);
+        let mut bytes = 0;
+        for e in self.entries.range(start..start + count) {
+            bytes += e.size_bytes();
+            if !out.is_empty() && bytes > max_bytes {
+                break;
+            }
+            out.push(e.clone());
+        }
+        out
+    }
+
+    /// Appends entries that must directly follow the last one.
+    pub fn append(&mut self, entry: Entry) {
+        assert_eq!(
+            entry.index,
+            self.last_index() + 1,
+            "log append must be contiguous"
+        );
+        assert!(
+            entry.term >= self.last_log_id().term,
+            "log terms must not decrease"
+        );
+        if self.term_history.last().is_none_or(|t| t.term < entry.term) {
+            self.term_history.push(entry.log_id());
+        }
+        if let EntryPayload::Membership(m) = &entry.payload {
+            self.memberships.push((entry.index, m.clone()));
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// Removes every entry at or after `index`. The caller guarantees none of them is committed.
+    pub fn truncate_from(&mut self, index: Index) {
+        assert!(
+            index > self.snapshot.index,
+            "cannot truncate into the snapshot"
+        );
+        if index > self.last_index() {
+            return;
+        }
+        self.entries
+            .truncate((index - self.snapshot.index - 1) as usize);
+        while self.term_history.last().is_some_and(|t| t.index >= index) {
+            self.term_history.pop();
+        }
+        while self.memberships.last().is_some_and(|(i, _)| *i >= index) {
+            self.memberships.pop();
+        }
+    }
+
+    /// The effective configuration: the latest configuration entry, else the snapshot's.
+    pub fn membership(&self) -> &Membership {
+        match self.memberships.last() {
+            Some((_, m)) => m,
+            None => &self.base_membership,
+        }
+    }
+
+    /// The index of the entry that set the effective configuration (the snapshot index if none).
+    pub fn membership_index(&self) -> Index {
+        self.memberships
+            .last()
+            .map_or(self.snapshot.index, |(i, _)| *i)
+    }
+
+    /// The latest configuration at or below `index`.
+    pub fn membership_at(&self, index: Index) -> &Membership {
+        match self.memberships.iter().rev().find(|(i, _)| *i <= index) {
+            Some((_, m)) => m,
+            None => &self.base_membership,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(term: Term, index: Index) -> Entry {
+        Entry {
+            term,
+            index,
+            payload: EntryPayload::Noop,
+        }
+    }
+
+    fn log_with(terms: &[Term]) -> RaftLog {
+        let mut log = RaftLog::new(LogId::ZERO, Membership::new_voters([1]), Vec::new());
+        for (i, t) in terms.iter().enumerate() {
+            log.append(entry(*t, i as Index + 1));
+        }
+        log
+    }
+
+    #[test]
+    fn term_history_tracks_first_index_of_each_term() {
+        let log = log_with(&[1, 1, 2, 2, 2, 5]);
+        assert_eq!(
+            log.term_history(),
+            &[LogId::new(1, 1), LogId::new(2, 3), LogId::new(5, 6)]
+        );
+        assert_eq!(log.first_index_of_term(2), Some(3));
+        assert_eq!(log.last_index_of_term_at_most(2), Some(5));
+        assert_eq!(log.last_index_of_term_at_most(4), Some(5));
+        assert_eq!(log.last_index_of_term_at_most(0), None);
+        assert_eq!(log.term_of_any(4), Some(2));
+        assert_eq!(log.term_of_any(7), None);
+    }
+
+    #[test]
+    fn truncate_drops_terms_and_memberships_after_the_cut() {
+        let mut log = log_with(&[1, 1, 2, 3]);
+        log.append(Entry {
+            term: 3,
+            index: 5,
+            payload: EntryPayload::Membership(Membership::new_voters([1, 2])),
+        });
+        assert_eq!(log.membership(), &Membership::new_voters([1, 2]));
+        log.truncate_from(3);
+        assert_eq!(log.last_log_id(), LogId::new(1, 2));
+        assert_eq!(log.term_history(), &[LogId::new(1, 1)]);
+        assert_eq!(log.membership(), &Membership::new_voters([1]));
+    }
+
+    #[test]
+    fn slice_respects_entry_and_byte_bounds_but_always_returns_one() {
+        let log = log_with(&[1; 10]);
+        assert_eq!(log.slice(2, 9, 3, usize::MAX).len(), 3);
+        assert_eq!(log.slice(2, 9, 100, 1).len(), 1);
+        assert_eq!(log.slice(9, 20, 100, usize::MAX).len(), 2);
+        assert!(log.slice(11, 20, 100, usize::MAX).is_empty());
+    }
+}

@@ -1,0 +1,80 @@
+//! Messages between Raft nodes. The core neither encodes nor sends them; the runtime's transport
+//! and the simulator's network do.
+
+use crate::types::{Entry, Index, LogId, NodeId, Term};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub from: NodeId,
+    pub to: NodeId,
+    /// The sender's term. For a pre-vote request it is the term the sender would campaign in;
+    /// for a granted pre-vote response it echoes that term.
+    pub term: Term,
+    pub body: MessageBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MessageBody {
+    /// Asks whether an election in `term` could be won, without disturbing anyone (thesis 9.6).
+    PreVote {
+        last_log_id: LogId,
+    },
+    PreVoteResponse {
+        granted: bool,
+    },
+    /// `transfer` marks an election started by TimeoutNow, which voters honour even while they
+    /// believe a leader is alive.
+    RequestVote {
+        last_log_id: LogId,
+        transfer: bool,
+    },
+    VoteResponse {
+        granted: bool,
+    },
+    Append {
+        prev: LogId,
+        entries: Vec<Entry>,
+        commit: Index,
+    },
+    AppendResponse(AppendResult),
+    /// Keeps followers from campaigning, carries a commit index the follower is known to hold
+    /// (`min(match, commit)`), and confirms leadership for ReadIndex rounds (`read_round`).
+    Heartbeat {
+        commit: Index,
+        read_round: u64,
+    },
+    /// `last_index` lets the leader notice a follower that lost entries it had acknowledged.
+    HeartbeatResponse {
+        read_round: u64,
+        last_index: Index,
+    },
+    /// Tells the leadership-transfer target to campaign at once.
+    TimeoutNow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendResult {
+    /// The follower's log matches the leader's up to `match_index`, durably.
+    Success { match_index: Index },
+    /// The follower does not hold `rejected` (the request's `prev`). `hint` is where the leader
+    /// should look next: the follower's last index if its log is shorter, otherwise the term of
+    /// the follower's entry at `rejected.index` with the first index of that term.
+    Conflict {
+        rejected: Index,
+        hint_term: Option<Term>,
+        hint_index: Index,
+    },
+}
+
+impl Message {
+    /// True for the messages a node sends in response to another's request.
+    pub fn is_response(&self) -> bool {
+        matches!(
+            self.body,
+            MessageBody::PreVoteResponse { .. }
+                | MessageBody::VoteResponse { .. }
+                | MessageBody::AppendResponse(_)
+                | MessageBody::HeartbeatResponse { .. }
+        )
+    }
+}

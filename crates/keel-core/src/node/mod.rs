@@ -1,0 +1,628 @@
+//! `RaftNode`: one Raft participant as a pure state machine.
+//!
+//! Inputs are method calls (`tick`, `step`, `propose`, `read_index`, completions such as
+//! `persisted` and `applied`); outputs accumulate and are drained with [`RaftNode::ready`]. The
+//! node never blocks, sleeps, reads a clock or draws randomness it was not seeded with.
+//!
+//! The handlers live beside this file, one per concern: `election.rs`, `replication.rs`,
+//! `read_index.rs`, `membership_change.rs`.
+
+mod election;
+mod membership_change;
+mod read_index;
+mod replication;
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::config::Config;
+use crate::durability::{Durability, Write};
+use crate::log::RaftLog;
+use crate::membership::Membership;
+use crate::message::{Message, MessageBody};
+use crate::progress::Progress;
+use crate::rng::SplitMix64;
+use crate::types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Term};
+use crate::Error;
+
+pub use read_index::{ReadError, ReadState};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Follower,
+    PreCandidate,
+    Candidate,
+    Leader,
+}
+
+/// What a node recovered from storage (or, for a brand-new cluster, its bootstrap state).
+#[derive(Clone, Debug, Default)]
+pub struct RecoveredState {
+    pub hard_state: HardState,
+    /// The position the snapshot covers (0/0 without one).
+    pub snapshot: LogId,
+    /// The configuration at `snapshot`. For a new cluster: the initial members. For a node that
+    /// is to be added to an existing cluster: empty (it learns the configuration from the leader).
+    pub snapshot_membership: Membership,
+    /// First index of every term up to the snapshot.
+    pub snapshot_term_history: Vec<LogId>,
+    /// The durable entries after the snapshot.
+    pub entries: Vec<Entry>,
+    /// What the application's state machine already reflects (at least the snapshot index).
+    pub applied: Index,
+}
+
+/// The outputs accumulated since the last call to [`RaftNode::ready`].
+#[derive(Debug, Default)]
+pub struct Ready {
+    /// Send these. Every message here already satisfies the persistence contract.
+    pub messages: Vec<Message>,
+    /// Hand this to storage and report its completion with [`RaftNode::persisted`].
+    pub write: Option<Write>,
+    /// Apply these in order, then report with [`RaftNode::applied`]. All are committed and durable
+    /// locally.
+    pub committed: Vec<Entry>,
+    /// ReadIndex requests that may be served once the state machine has applied `index`.
+    pub read_states: Vec<ReadState>,
+    /// ReadIndex requests that cannot complete on this node (leadership lost); retry elsewhere.
+    pub failed_reads: Vec<u64>,
+}
+
+impl Ready {
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+            && self.write.is_none()
+            && self.committed.is_empty()
+            && self.read_states.is_empty()
+            && self.failed_reads.is_empty()
+    }
+}
+
+/// A snapshot of a node's volatile and persistent state, for status displays and checkers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub id: NodeId,
+    pub role: Role,
+    pub term: Term,
+    pub vote: Option<NodeId>,
+    pub leader: Option<NodeId>,
+    pub commit: Index,
+    pub applied: Index,
+    pub last_log_id: LogId,
+    pub durable_index: Index,
+    pub durable_hard_state: HardState,
+    pub snapshot: LogId,
+    pub membership: Membership,
+}
+
+/// Why a proposal was refused. Nothing was appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader (leader hint: {leader:?})")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("leadership transfer in progress")]
+    TransferInProgress,
+    #[error("too many uncommitted entries")]
+    Backpressure,
+    #[error("a membership change is already in progress")]
+    MembershipChangeInProgress,
+    #[error("the membership change would not change anything")]
+    NoChange,
+    #[error("the target is not a voter of the current configuration")]
+    InvalidTarget,
+}
+
+/// The commit status of an (index, term) pair as far as this node can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitStatus {
+    /// The entry is committed: it will be applied everywhere.
+    Committed,
+    /// The index is not committed yet; the entry may still commit.
+    Pending,
+    /// Another entry is committed at this index: this one never will be.
+    Overwritten,
+    /// This node has never heard of the index.
+    Unknown,
+}
+
+struct Transfer {
+    target: NodeId,
+    elapsed_ticks: u32,
+    timeout_now_sent: bool,
+}
+
+struct LeaderState {
+    /// Progress of every other member, sorted by id.
+    progress: Vec<(NodeId, Progress)>,
+    transfer: Option<Transfer>,
+    reads: read_index::ReadQueue,
+    /// New entries appended since the last `ready`: replicate them there, batched.
+    replicate_pending: bool,
+}
+
+impl LeaderState {
+    fn progress(&mut self, id: NodeId) -> Option<&mut Progress> {
+        self.progress
+            .iter_mut()
+            .find(|(p, _)| *p == id)
+            .map(|(_, pr)| pr)
+    }
+}
+
+pub struct RaftNode {
+    config: Config,
+    id: NodeId,
+    rng: SplitMix64,
+
+    term: Term,
+    vote: Option<NodeId>,
+    log: RaftLog,
+    commit: Index,
+
+    role: Role,
+    leader: Option<NodeId>,
+    /// Reported by the application.
+    applied: Index,
+    /// Handed to the application in a `Ready` (>= applied).
+    apply_requested: Index,
+    durability: Durability,
+
+    election_elapsed_ticks: u32,
+    heartbeat_elapsed_ticks: u32,
+    randomized_election_timeout_ticks: u32,
+    /// Commit index changes are written lazily, on the next heartbeat tick.
+    commit_flush_due: bool,
+    /// Votes received in the current (pre-)election.
+    votes: Vec<(NodeId, bool)>,
+    leader_state: Option<Box<LeaderState>>,
+
+    messages: Vec<Message>,
+    /// Messages that may leave only once write `.0` is durable.
+    held: VecDeque<(u64, Message)>,
+    read_states: Vec<ReadState>,
+    failed_reads: Vec<u64>,
+}
+
+impl RaftNode {
+    pub fn new(config: Config, recovered: RecoveredState) -> Result<Self, Error> {
+        config.validate()?;
+        let RecoveredState {
+            hard_state,
+            snapshot,
+            snapshot_membership,
+            snapshot_term_history,
+            entries,
+            applied,
+        } = recovered;
+        let mut log = RaftLog::new(snapshot, snapshot_membership, snapshot_term_history);
+        for entry in entries {
+            if entry.index != log.last_index() + 1 || entry.term < log.last_log_id().term {
+                return Err(Error::Corrupt(format!(
+                    "recovered log is not contiguous at index {} (after {})",
+                    entry.index,
+                    log.last_log_id()
+                )));
+            }
+            log.append(entry);
+        }
+        if applied < snapshot.index {
+            return Err(Error::Corrupt(format!(
+                "applied index {applied} is below the snapshot index {}",
+                snapshot.index
+            )));
+        }
+        if hard_state.term < log.last_log_id().term {
+            return Err(Error::Corrupt(format!(
+                "hard state term {} is below the last log term {}",
+                hard_state.term,
+                log.last_log_id().term
+            )));
+        }
+        // An applied entry is committed by definition; a persisted commit can never exceed the
+        // durable log (scenario S16, S17).
+        let commit = hard_state
+            .commit
+            .max(applied)
+            .max(snapshot.index)
+            .min(log.last_index().max(applied));
+        if applied > log.last_index() {
+            return Err(Error::Corrupt(format!(
+                "applied index {applied} is beyond the last log index {}",
+                log.last_index()
+            )));
+        }
+        let durable_hs = HardState {
+            commit,
+            ..hard_state
+        };
+        let mut rng = SplitMix64::new(config.seed);
+        let timeout = rng.range(
+            config.election_timeout_ticks,
+            2 * config.election_timeout_ticks,
+        );
+        let node = RaftNode {
+            id: config.id,
+            rng,
+            term: hard_state.term,
+            vote: hard_state.vote,
+            durability: Durability::new(log.last_index(), durable_hs),
+            log,
+            commit,
+            role: Role::Follower,
+            leader: None,
+            applied,
+            apply_requested: applied,
+            election_elapsed_ticks: 0,
+            heartbeat_elapsed_ticks: 0,
+            randomized_election_timeout_ticks: timeout,
+            commit_flush_due: false,
+            votes: Vec::new(),
+            leader_state: None,
+            messages: Vec::new(),
+            held: VecDeque::new(),
+            read_states: Vec::new(),
+            failed_reads: Vec::new(),
+            config,
+        };
+        node.check_invariants();
+        Ok(node)
+    }
+
+    // ----- inputs -----
+
+    /// Advances logical time by one tick.
+    pub fn tick(&mut self) {
+        self.heartbeat_elapsed_ticks += 1;
+        if self.heartbeat_elapsed_ticks >= self.config.heartbeat_interval_ticks {
+            self.heartbeat_elapsed_ticks = 0;
+            self.commit_flush_due = true;
+            if self.role == Role::Leader {
+                self.on_heartbeat_tick();
+            }
+        }
+        if self.role == Role::Leader {
+            self.tick_leader();
+        } else {
+            self.tick_election();
+        }
+        self.check_invariants();
+    }
+
+    /// Handles a message from a peer. Messages for another node or in unexpected states are
+    /// ignored, as the network may deliver anything.
+    pub fn step(&mut self, msg: Message) {
+        if msg.to != self.id || msg.from == self.id {
+            return;
+        }
+        if self.step_term(&msg) {
+            match msg.body {
+                MessageBody::PreVote { .. } | MessageBody::RequestVote { .. } => {
+                    self.on_vote_request(msg)
+                }
+                MessageBody::PreVoteResponse { granted }
+                | MessageBody::VoteResponse { granted } => {
+                    self.on_vote_response(msg.from, msg.term, &msg.body, granted)
+                }
+                MessageBody::Append { .. } | MessageBody::Heartbeat { .. } => {
+                    self.on_append_or_heartbeat(msg)
+                }
+                MessageBody::AppendResponse(result) => self.on_append_response(msg.from, result),
+                MessageBody::HeartbeatResponse {
+                    read_round,
+                    last_index,
+                } => self.on_heartbeat_response(msg.from, read_round, last_index),
+                MessageBody::TimeoutNow => self.on_timeout_now(),
+            }
+        }
+        self.check_invariants();
+    }
+
+    /// Appends `data` if this node is the leader. The returned position resolves through
+    /// [`RaftNode::commit_status`] or by watching applied entries.
+    pub fn propose(&mut self, data: Bytes) -> Result<LogId, ProposeError> {
+        self.check_can_propose()?;
+        let id = self.append_entry(EntryPayload::Normal(data));
+        Ok(id)
+    }
+
+    /// Storage completed every write up to `write_id`.
+    pub fn persisted(&mut self, write_id: u64) {
+        if self.durability.completed(write_id) && self.role == Role::Leader {
+            self.maybe_commit();
+        }
+        if self.role == Role::Candidate {
+            self.tally_votes();
+        }
+        self.check_invariants();
+    }
+
+    /// The application applied every entry up to `index`.
+    pub fn applied(&mut self, index: Index) {
+        assert!(
+            index <= self.apply_requested,
+            "applied an entry never handed out"
+        );
+        assert!(index >= self.applied, "applied index went backwards");
+        self.applied = index;
+    }
+
+    /// Starts an election at once (used to bootstrap a cluster quickly; normally timeouts do it).
+    pub fn campaign(&mut self) {
+        if self.role != Role::Leader && self.is_voter() {
+            self.start_election(false);
+        }
+    }
+
+    // ----- outputs -----
+
+    pub fn has_ready(&self) -> bool {
+        !self.messages.is_empty()
+            || self
+                .held
+                .front()
+                .is_some_and(|(w, _)| *w <= self.durability.completed_write_id())
+            || self.durability.is_dirty(
+                self.log.last_index(),
+                self.hard_state(),
+                self.commit_flush_due,
+            )
+            || self.apply_requested < self.committed_and_durable()
+            || !self.read_states.is_empty()
+            || !self.failed_reads.is_empty()
+            || self
+                .leader_state
+                .as_ref()
+                .is_some_and(|l| l.replicate_pending || l.reads.round_requested())
+    }
+
+    /// Drains everything produced since the last call.
+    pub fn ready(&mut self) -> Ready {
+        if self.role == Role::Leader {
+            self.flush_leader_sends();
+        }
+        let hard_state = self.hard_state();
+        let last_index = self.log.last_index();
+        let write = if self
+            .durability
+            .is_dirty(last_index, hard_state, self.commit_flush_due)
+        {
+            self.commit_flush_due = false;
+            let log = &self.log;
+            Some(self.durability.issue(last_index, hard_state, |from| {
+                log.slice(from, last_index, usize::MAX, usize::MAX)
+            }))
+        } else {
+            None
+        };
+        let completed = self.durability.completed_write_id();
+        while self.held.front().is_some_and(|(w, _)| *w <= completed) {
+            let (_, msg) = self.held.pop_front().expect("checked non-empty");
+            self.messages.push(msg);
+        }
+        let apply_to = self.committed_and_durable();
+        let committed = if self.apply_requested < apply_to {
+            let batch = self.log.slice(
+                self.apply_requested + 1,
+                apply_to,
+                self.config.max_apply_entries,
+                usize::MAX,
+            );
+            if let Some(last) = batch.last() {
+                self.apply_requested = last.index;
+            }
+            batch
+        } else {
+            Vec::new()
+        };
+        Ready {
+            messages: std::mem::take(&mut self.messages),
+            write,
+            committed,
+            read_states: std::mem::take(&mut self.read_states),
+            failed_reads: std::mem::take(&mut self.failed_reads),
+        }
+    }
+
+    // ----- queries -----
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn term(&self) -> Term {
+        self.term
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+
+    pub fn commit_index(&self) -> Index {
+        self.commit
+    }
+
+    pub fn log(&self) -> &RaftLog {
+        &self.log
+    }
+
+    pub fn membership(&self) -> &Membership {
+        self.log.membership()
+    }
+
+    pub fn status(&self) -> Status {
+        Status {
+            id: self.id,
+            role: self.role,
+            term: self.term,
+            vote: self.vote,
+            leader: self.leader,
+            commit: self.commit,
+            applied: self.applied,
+            last_log_id: self.log.last_log_id(),
+            durable_index: self.durability.durable_index(),
+            durable_hard_state: self.durability.durable_hard_state(),
+            snapshot: self.log.snapshot(),
+            membership: self.log.membership().clone(),
+        }
+    }
+
+    /// Whether the entry `id` is committed, still pending, or was overwritten, exactly, for any
+    /// index up to the last one this node holds, compacted or not (DESIGN.md section 1.2).
+    pub fn commit_status(&self, id: LogId) -> CommitStatus {
+        if id.index == 0 || id.index > self.log.last_index() {
+            return CommitStatus::Unknown;
+        }
+        let term_here = self.log.term_of_any(id.index);
+        if id.index <= self.commit {
+            if term_here == Some(id.term) {
+                CommitStatus::Committed
+            } else {
+                CommitStatus::Overwritten
+            }
+        } else {
+            CommitStatus::Pending
+        }
+    }
+
+    // ----- shared helpers for the handlers -----
+
+    fn hard_state(&self) -> HardState {
+        HardState {
+            term: self.term,
+            vote: self.vote,
+            commit: self.commit,
+        }
+    }
+
+    fn is_voter(&self) -> bool {
+        self.log.membership().is_voter(self.id)
+    }
+
+    fn committed_and_durable(&self) -> Index {
+        self.commit.min(self.durability.durable_index())
+    }
+
+    fn mutated(&self, _m: crate::Mutation) -> bool {
+        #[cfg(feature = "mutations")]
+        {
+            self.config.mutation == Some(_m)
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            false
+        }
+    }
+
+    fn message(&self, to: NodeId, body: MessageBody) -> Message {
+        Message {
+            from: self.id,
+            to,
+            term: self.term,
+            body,
+        }
+    }
+
+    /// Queues a message that needs nothing durable beyond what already is (leader traffic: its
+    /// term was durable before it could win).
+    fn send(&mut self, to: NodeId, body: MessageBody) {
+        let msg = self.message(to, body);
+        self.messages.push(msg);
+    }
+
+    /// Queues a message that may leave only once everything decided so far is durable: votes,
+    /// acknowledgements, and anything carrying a term this node just adopted.
+    fn send_after_persist(&mut self, msg: Message) {
+        let dirty = self
+            .durability
+            .is_dirty(self.log.last_index(), self.hard_state(), false);
+        let barrier = self.durability.barrier(dirty);
+        if barrier <= self.durability.completed_write_id() && self.held.is_empty() {
+            self.messages.push(msg);
+        } else {
+            self.held.push_back((barrier, msg));
+        }
+    }
+
+    fn reset_election_timer(&mut self) {
+        self.election_elapsed_ticks = 0;
+        let et = self.config.election_timeout_ticks;
+        self.randomized_election_timeout_ticks = self.rng.range(et, 2 * et);
+    }
+
+    fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        assert!(term >= self.term, "terms never go backwards");
+        if term > self.term {
+            self.term = term;
+            self.vote = None;
+        }
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.votes.clear();
+        if let Some(state) = self.leader_state.take() {
+            self.failed_reads.extend(state.reads.drain_all());
+        }
+        self.reset_election_timer();
+    }
+
+    /// Appends one entry as leader and returns its position.
+    fn append_entry(&mut self, payload: EntryPayload) -> LogId {
+        debug_assert_eq!(self.role, Role::Leader);
+        let is_membership = matches!(payload, EntryPayload::Membership(_));
+        let entry = Entry {
+            term: self.term,
+            index: self.log.last_index() + 1,
+            payload,
+        };
+        let id = entry.log_id();
+        self.log.append(entry);
+        if is_membership {
+            self.sync_progress_with_membership();
+        }
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        state.replicate_pending = true;
+        id
+    }
+
+    fn check_can_propose(&self) -> Result<(), ProposeError> {
+        if self.role != Role::Leader {
+            return Err(ProposeError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        let state = self.leader_state.as_ref().expect("leader has leader state");
+        if state.transfer.is_some() {
+            return Err(ProposeError::TransferInProgress);
+        }
+        let uncommitted = self.log.last_index() - self.commit;
+        if uncommitted >= self.config.max_uncommitted_entries as u64 {
+            return Err(ProposeError::Backpressure);
+        }
+        Ok(())
+    }
+
+    /// Assertions of the node's own invariants after every input. Cheap ones always run where a
+    /// violation would spread to disk or peers; the rest in debug builds.
+    fn check_invariants(&self) {
+        assert!(
+            self.commit <= self.log.last_index(),
+            "commit {} beyond last index {}",
+            self.commit,
+            self.log.last_index()
+        );
+        debug_assert!(self.applied <= self.apply_requested);
+        debug_assert!(self.apply_requested <= self.commit);
+        debug_assert!(self.durability.durable_index() <= self.log.last_index());
+        debug_assert!(self.log.snapshot().index <= self.applied);
+        debug_assert!(self.role != Role::Leader || self.leader == Some(self.id));
+        debug_assert!(self.role != Role::Leader || self.vote == Some(self.id));
+        debug_assert_eq!(self.role == Role::Leader, self.leader_state.is_some());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,392 @@
+//! Log replication: the leader's Append pipeline and commit rule, the follower's consistency
+//! check (Raft paper section 5.3, Figure 2) and heartbeats.
+
+use super::{RaftNode, Role};
+use crate::message::{AppendResult, Message, MessageBody};
+use crate::progress::ReplicationState;
+use crate::types::{Entry, Index, LogId, NodeId};
+
+impl RaftNode {
+    // ----- follower side -----
+
+    pub(super) fn on_append_or_heartbeat(&mut self, msg: Message) {
+        if self.role != Role::Follower {
+            // A candidate that hears from a leader of its own term steps back (section 5.2).
+            // A leader never receives this at its own term (election safety).
+            assert_ne!(
+                self.role,
+                Role::Leader,
+                "two leaders in term {}: {} and {}",
+                self.term,
+                self.id,
+                msg.from
+            );
+            self.become_follower(self.term, Some(msg.from));
+        }
+        self.leader = Some(msg.from);
+        self.election_elapsed_ticks = 0;
+        match msg.body {
+            MessageBody::Append {
+                prev,
+                entries,
+                commit,
+            } => self.on_append(msg.from, prev, entries, commit),
+            MessageBody::Heartbeat { commit, read_round } => {
+                // The leader sends min(match, commit): a prefix this node is known to hold. Clamp
+                // to the log anyway, in case this node lost entries it had acknowledged (S29).
+                self.advance_commit_to(commit.min(self.log.last_index()));
+                let reply = self.message(
+                    msg.from,
+                    MessageBody::HeartbeatResponse {
+                        read_round,
+                        last_index: self.log.last_index(),
+                    },
+                );
+                self.send_after_persist(reply);
+            }
+            _ => unreachable!("only Append and Heartbeat are routed here"),
+        }
+    }
+
+    fn on_append(
+        &mut self,
+        leader: NodeId,
+        prev: LogId,
+        entries: Vec<Entry>,
+        leader_commit: Index,
+    ) {
+        let result = self.try_append(prev, entries, leader_commit);
+        let reply = self.message(leader, MessageBody::AppendResponse(result));
+        let success = matches!(result, AppendResult::Success { .. });
+        if success && self.mutated(crate::Mutation::AckBeforeDurable) {
+            self.messages.push(reply);
+        } else {
+            self.send_after_persist(reply);
+        }
+    }
+
+    fn try_append(
+        &mut self,
+        prev: LogId,
+        entries: Vec<Entry>,
+        leader_commit: Index,
+    ) -> AppendResult {
+        // Entries at or below our commit index are already known to match the leader's (Leader
+        // Completeness), whatever the leader's view of our position.
+        if prev.index < self.commit {
+            let skip = (self.commit - prev.index) as usize;
+            if skip >= entries.len() {
+                return AppendResult::Success {
+                    match_index: self.commit,
+                };
+            }
+            let prev = entries[skip - 1].log_id();
+            let rest: Vec<Entry> = entries.into_iter().skip(skip).collect();
+            return self.try_append(prev, rest, leader_commit);
+        }
+        if !self.log.matches(prev) {
+            return self.conflict(prev.index);
+        }
+        let match_index = prev.index + entries.len() as Index;
+        let mut new_from = None;
+        for (i, e) in entries.iter().enumerate() {
+            debug_assert_eq!(e.index, prev.index + 1 + i as Index, "leader sent a gap");
+            match self.log.term_at(e.index) {
+                Some(t) if t == e.term => continue,
+                Some(_) => {
+                    assert!(
+                        e.index > self.commit,
+                        "leader {:?} would overwrite committed index {} (commit {})",
+                        self.leader,
+                        e.index,
+                        self.commit
+                    );
+                    self.log.truncate_from(e.index);
+                    self.durability.truncated(e.index);
+                    new_from = Some(i);
+                    break;
+                }
+                None => {
+                    new_from = Some(i);
+                    break;
+                }
+            }
+        }
+        if let Some(i) = new_from {
+            let mut membership_changed = false;
+            for e in entries.into_iter().skip(i) {
+                membership_changed |= matches!(e.payload, crate::EntryPayload::Membership(_));
+                self.log.append(e);
+            }
+            let _ = membership_changed;
+        }
+        // Only the prefix this request proved to match may be committed: stale entries beyond it
+        // might belong to a deposed leader (scenario S15).
+        self.advance_commit_to(leader_commit.min(match_index));
+        AppendResult::Success { match_index }
+    }
+
+    fn conflict(&self, rejected: Index) -> AppendResult {
+        let last = self.log.last_index();
+        if rejected > last {
+            return AppendResult::Conflict {
+                rejected,
+                hint_term: None,
+                hint_index: last + 1,
+            };
+        }
+        let term = self
+            .log
+            .term_at(rejected)
+            .expect("index above commit and within the log is held");
+        let first = self
+            .log
+            .first_index_of_term(term)
+            .unwrap_or(rejected)
+            .max(self.commit + 1);
+        AppendResult::Conflict {
+            rejected,
+            hint_term: Some(term),
+            hint_index: first,
+        }
+    }
+
+    fn advance_commit_to(&mut self, index: Index) {
+        if index > self.commit {
+            self.commit = index;
+        }
+    }
+
+    // ----- leader side -----
+
+    pub(super) fn on_append_response(&mut self, from: NodeId, result: AppendResult) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let last_index = self.log.last_index();
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let Some(pr) = state.progress(from) else {
+            return;
+        };
+        pr.recent_active = true;
+        match result {
+            AppendResult::Success { match_index } => {
+                if match_index > last_index {
+                    // Cannot happen with a correct follower: it acknowledged entries we never had.
+                    return;
+                }
+                if pr.on_success(match_index) {
+                    self.maybe_commit();
+                }
+                self.maybe_send_timeout_now(from);
+            }
+            AppendResult::Conflict {
+                rejected,
+                hint_term,
+                hint_index,
+            } => {
+                let stale = match pr.state {
+                    ReplicationState::Replicate => rejected <= pr.match_index,
+                    ReplicationState::Probe => rejected + 1 != pr.next_index,
+                };
+                if stale {
+                    return;
+                }
+                let mut next = match hint_term {
+                    None => hint_index,
+                    Some(t) => match self.log.first_index_of_term(t) {
+                        // We hold entries of that term: the follower matches us at most to
+                        // the end of it.
+                        Some(_) => self
+                            .log
+                            .last_index_of_term_at_most(t)
+                            .map_or(hint_index, |i| i + 1),
+                        None => hint_index,
+                    },
+                };
+                next = next.min(rejected).max(1);
+                pr.become_probe(next);
+            }
+        }
+        self.send_append(from);
+    }
+
+    pub(super) fn on_heartbeat_response(
+        &mut self,
+        from: NodeId,
+        read_round: u64,
+        last_index: Index,
+    ) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let leader_last = self.log.last_index();
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let Some(pr) = state.progress(from) else {
+            return;
+        };
+        pr.recent_active = true;
+        pr.read_round_acked = pr.read_round_acked.max(read_round);
+        if last_index < pr.match_index {
+            // The follower lost entries it had acknowledged (wiped disk, S29). Start over from
+            // what it has; commit never moves back, so this only costs retransmission.
+            pr.match_index = last_index;
+            pr.become_probe(last_index + 1);
+        }
+        let behind = pr.match_index < leader_last;
+        self.advance_reads();
+        if behind {
+            self.send_append(from);
+        }
+    }
+
+    /// On every heartbeat interval: heartbeats to all, retransmission to stalled followers.
+    pub(super) fn on_heartbeat_tick(&mut self) {
+        let stall_bound_ticks = (self.config.election_timeout_ticks / 2).max(1);
+        let interval = self.config.heartbeat_interval_ticks;
+        let commit = self.commit;
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let round = state.reads.current_round();
+        let mut beats = Vec::with_capacity(state.progress.len());
+        let mut resend = Vec::new();
+        for (id, pr) in state.progress.iter_mut() {
+            beats.push((
+                *id,
+                MessageBody::Heartbeat {
+                    commit: commit.min(pr.match_index),
+                    read_round: round,
+                },
+            ));
+            match pr.state {
+                ReplicationState::Probe => {
+                    // The probe may have been lost: allow another.
+                    pr.probe_sent = false;
+                    resend.push(*id);
+                }
+                ReplicationState::Replicate if !pr.inflight.is_empty() => {
+                    pr.stalled_ticks += interval;
+                    if pr.stalled_ticks >= stall_bound_ticks {
+                        let next = pr.match_index + 1;
+                        pr.become_probe(next);
+                        resend.push(*id);
+                    }
+                }
+                ReplicationState::Replicate => {}
+            }
+        }
+        for (id, body) in beats {
+            self.send(id, body);
+        }
+        for id in resend {
+            self.send_append(id);
+        }
+    }
+
+    /// Sends what accumulated since the last `Ready`: new entries to every follower (one batch
+    /// each, pipelined) and a ReadIndex round if one was requested.
+    pub(super) fn flush_leader_sends(&mut self) {
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        if std::mem::take(&mut state.replicate_pending) {
+            let ids: Vec<NodeId> = state.progress.iter().map(|(id, _)| *id).collect();
+            for id in ids {
+                self.send_append(id);
+            }
+        }
+        self.flush_read_round();
+    }
+
+    /// Sends Appends to `to` while the window allows and there is something to send. In Probe,
+    /// sends one (possibly empty) Append to find the match point.
+    pub(super) fn send_append(&mut self, to: NodeId) {
+        let last_index = self.log.last_index();
+        loop {
+            let max_inflight = self.config.max_inflight_messages;
+            let state = self.leader_state.as_mut().expect("leader has leader state");
+            let Some(pr) = state.progress(to) else {
+                return;
+            };
+            if !pr.can_send(max_inflight) {
+                return;
+            }
+            let probing = pr.state == ReplicationState::Probe;
+            if !probing && pr.next_index > last_index {
+                return;
+            }
+            let next = pr.next_index;
+            let prev_index = next - 1;
+            let Some(prev_term) = self.log.term_at(prev_index) else {
+                // The entries this follower needs were compacted: it needs a snapshot, which
+                // this node's storage does not provide yet.
+                return;
+            };
+            let entries = self.log.slice(
+                next,
+                last_index,
+                self.config.max_entries_per_message,
+                self.config.max_bytes_per_message,
+            );
+            let sent_to = prev_index + entries.len() as Index;
+            let has_entries = !entries.is_empty();
+            let state = self.leader_state.as_mut().expect("leader has leader state");
+            let pr = state.progress(to).expect("checked above");
+            pr.sent(sent_to, has_entries);
+            let body = MessageBody::Append {
+                prev: LogId::new(prev_term, prev_index),
+                entries,
+                commit: self.commit,
+            };
+            self.send(to, body);
+            if probing || !has_entries {
+                return;
+            }
+        }
+    }
+
+    /// Advances the commit index to what a quorum holds durably, but only through an entry of the
+    /// current term (Raft paper section 5.4.2, Figure 8).
+    pub(super) fn maybe_commit(&mut self) {
+        let durable = self.durability.durable_index();
+        let id = self.id;
+        let state = self.leader_state.as_ref().expect("leader has leader state");
+        let quorum_index = self.log.membership().quorum_index(|p| {
+            if p == id {
+                durable
+            } else {
+                state
+                    .progress
+                    .iter()
+                    .find(|(q, _)| *q == p)
+                    .map_or(0, |(_, pr)| pr.match_index)
+            }
+        });
+        if quorum_index <= self.commit || quorum_index == Index::MAX {
+            return;
+        }
+        let current_term = self.log.term_at(quorum_index) == Some(self.term);
+        if !current_term && !self.mutated(crate::Mutation::CommitOldTerm) {
+            return;
+        }
+        self.commit = quorum_index;
+        self.on_commit_advanced();
+    }
+
+    fn maybe_send_timeout_now(&mut self, from: NodeId) {
+        let last_index = self.log.last_index();
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let Some(t) = state.transfer.as_mut() else {
+            return;
+        };
+        if t.target != from || t.timeout_now_sent {
+            return;
+        }
+        let caught_up = state
+            .progress
+            .iter()
+            .any(|(p, pr)| *p == from && pr.match_index == last_index);
+        if caught_up {
+            let t = state.transfer.as_mut().expect("checked above");
+            t.timeout_now_sent = true;
+            self.send(from, MessageBody::TimeoutNow);
+        }
+    }
+}

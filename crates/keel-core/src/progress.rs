@@ -1,0 +1,99 @@
+//! The leader's view of one follower's replication (etcd-raft's `tracker` in spirit).
+
+use std::collections::VecDeque;
+
+use crate::types::Index;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicationState {
+    /// The follower's position is unknown: one Append at a time until one is accepted.
+    Probe,
+    /// The follower is known to match up to `match_index`: Appends are pipelined up to the
+    /// in-flight window.
+    Replicate,
+}
+
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Highest index known to be durably replicated on the follower.
+    pub match_index: Index,
+    /// Next index to send.
+    pub next_index: Index,
+    pub state: ReplicationState,
+    /// In Probe: an Append is outstanding, wait for its answer or the next heartbeat.
+    pub probe_sent: bool,
+    /// Last index of each Append in flight, ascending (Replicate only).
+    pub inflight: VecDeque<Index>,
+    /// Heard from since the last check-quorum round.
+    pub recent_active: bool,
+    /// Highest ReadIndex round the follower confirmed.
+    pub read_round_acked: u64,
+    /// Ticks since the follower last acknowledged progress while Appends were in flight; after
+    /// a bound the leader assumes them lost and probes again.
+    pub stalled_ticks: u32,
+}
+
+impl Progress {
+    pub fn new(next_index: Index) -> Self {
+        Progress {
+            match_index: 0,
+            next_index,
+            state: ReplicationState::Probe,
+            probe_sent: false,
+            inflight: VecDeque::new(),
+            recent_active: false,
+            read_round_acked: 0,
+            stalled_ticks: 0,
+        }
+    }
+
+    /// Whether another Append with entries may be sent now.
+    pub fn can_send(&self, max_inflight: usize) -> bool {
+        match self.state {
+            ReplicationState::Probe => !self.probe_sent,
+            ReplicationState::Replicate => self.inflight.len() < max_inflight,
+        }
+    }
+
+    /// Records an accepted Append up to `index`. Returns whether `match_index` moved.
+    pub fn on_success(&mut self, index: Index) -> bool {
+        self.stalled_ticks = 0;
+        self.probe_sent = false;
+        while self.inflight.front().is_some_and(|&i| i <= index) {
+            self.inflight.pop_front();
+        }
+        if self.state == ReplicationState::Probe {
+            self.state = ReplicationState::Replicate;
+            self.inflight.clear();
+        }
+        if index > self.match_index {
+            self.match_index = index;
+            self.next_index = self.next_index.max(index + 1);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Falls back to probing from `next_index`.
+    pub fn become_probe(&mut self, next_index: Index) {
+        self.state = ReplicationState::Probe;
+        self.probe_sent = false;
+        self.inflight.clear();
+        self.stalled_ticks = 0;
+        self.next_index = next_index.max(self.match_index + 1);
+    }
+
+    /// Notes an Append that ends at `last_index` was sent.
+    pub fn sent(&mut self, last_index: Index, has_entries: bool) {
+        match self.state {
+            ReplicationState::Probe => self.probe_sent = true,
+            ReplicationState::Replicate => {
+                if has_entries {
+                    self.inflight.push_back(last_index);
+                    self.next_index = last_index + 1;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The storage contract between a node and its durable state, and an in-memory implementation.
+//!
+//! Contract (DESIGN.md section 3): writes are applied in the order they are issued; a write first
+//! drops every entry at or after its first entry's index, then appends its entries, then stores its
+//! hard state; completion of a write means it and every earlier write survive a crash. A write
+//! marked `sync: false` carries only a moved commit index and may be lost in a crash, never
+//! reordered before an earlier write.
+
+use crate::durability::Write;
+use crate::membership::Membership;
+use crate::node::RecoveredState;
+use crate::types::{Entry, HardState, Index, LogId};
+
+/// Durable storage for one node's log and hard state.
+pub trait Storage {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Everything that survived, in the form the node starts from.
+    fn recover(&self) -> Result<RecoveredState, Self::Error>;
+
+    /// Makes `write` durable (a synchronous implementation returns once it is).
+    fn write(&mut self, write: &Write) -> Result<(), Self::Error>;
+}
+
+/// Keeps the "durable" state in memory. Used by tests, the simulator (which decides when writes
+/// reach it) and embedders that want a volatile log.
+#[derive(Clone, Debug, Default)]
+pub struct MemStorage {
+    hard_state: HardState,
+    snapshot: LogId,
+    snapshot_membership: Membership,
+    snapshot_term_history: Vec<LogId>,
+    entries: Vec<Entry>,
+}
+
+/// `MemStorage` cannot fail; this error type is never constructed.
+#[derive(Debug, thiserror::Error)]
+#[error("in-memory storage does not fail")]
+pub enum Never {}
+
+impl MemStorage {
+    /// Storage of a node in a brand-new cluster whose initial voters are `voters`.
+    pub fn new_cluster(voters: impl IntoIterator<Item = crate::NodeId>) -> Self {
+        MemStorage {
+            snapshot_membership: Membership::new_voters(voters),
+            ..Default::default()
+        }
+    }
+
+    /// Storage of a node joining an existing cluster: it learns the configuration from the leader.
+    pub fn new_joining() -> Self {
+        MemStorage::default()
+    }
+
+    pub fn hard_state(&self) -> HardState {
+        self.hard_state
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn last_index(&self) -> Index {
+        self.snapshot.index + self.entries.len() as Index
+    }
+
+    /// Applies only the first `keep_entries` entries of `write` and, if `keep_hard_state`, its hard
+    /// state: what a crash in the middle of a write leaves behind (a torn write).
+    pub fn write_torn(&mut self, write: &Write, keep_entries: usize, keep_hard_state: bool) {
+        if let Some(first) = write.entries.first() {
+            assert!(
+                first.index > self.snapshot.index,
+                "write below the snapshot"
+            );
+            self.entries
+                .truncate((first.index - self.snapshot.index - 1) as usize);
+        }
+        for e in write.entries.iter().take(keep_entries) {
+            assert_eq!(e.index, self.last_index() + 1, "write leaves a gap");
+            self.entries.push(e.clone());
+        }
+        if keep_hard_state && keep_entries >= write.entries.len() {
+            if let Some(hs) = write.hard_state {
+                self.hard_state = hs;
+            }
+        }
+    }
+}
+
+impl Storage for MemStorage {
+    type Error = Never;
+
+    fn recover(&self) -> Result<RecoveredState, Never> {
+        Ok(RecoveredState {
+            hard_state: self.hard_state,
+            snapshot: self.snapshot,
+            snapshot_membership: self.snapshot_membership.clone(),
+            snapshot_term_history: self.snapshot_term_history.clone(),
+            entries: self.entries.clone(),
+            applied: self.snapshot.index,
+        })
+    }
+
+    fn write(&mut self, write: &Write) -> Result<(), Never> {
+        self.write_torn(write, write.entries.len(), true);
+        Ok(())
+    }
+}

@@ -1,0 +1,81 @@
+//! The vocabulary every other module speaks: identifiers, log positions, entries, hard state.
+
+use bytes::Bytes;
+
+use crate::membership::Membership;
+
+/// A node's identity. Zero is reserved for "nobody" on the wire and in hard state.
+pub type NodeId = u64;
+/// A Raft term. Terms start at 1; term 0 belongs only to the empty log's sentinel position.
+pub type Term = u64;
+/// A log index. Index 0 is the sentinel before the first entry.
+pub type Index = u64;
+
+/// The position of one entry: its term and its index. Ordered by term first, then index, which is
+/// the "at least as up to date" order of the Raft paper (section 5.4.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LogId {
+    pub term: Term,
+    pub index: Index,
+}
+
+impl LogId {
+    pub const ZERO: LogId = LogId { term: 0, index: 0 };
+
+    pub const fn new(term: Term, index: Index) -> Self {
+        LogId { term, index }
+    }
+}
+
+impl std::fmt::Display for LogId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.term, self.index)
+    }
+}
+
+/// What an entry carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryPayload {
+    /// Appended by every new leader so it can commit entries of its term (Raft paper section 8).
+    Noop,
+    /// Application data, opaque to the core.
+    Normal(Bytes),
+    /// A configuration. It takes effect as soon as it is appended, not when it commits
+    /// (Raft thesis section 4.1).
+    Membership(Membership),
+}
+
+/// One log entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub term: Term,
+    pub index: Index,
+    pub payload: EntryPayload,
+}
+
+impl Entry {
+    pub fn log_id(&self) -> LogId {
+        LogId::new(self.term, self.index)
+    }
+
+    /// Bytes this entry counts for in flow control: the payload plus a fixed header estimate.
+    pub fn size_bytes(&self) -> usize {
+        const HEADER_SIZE_BYTES: usize = 24;
+        HEADER_SIZE_BYTES
+            + match &self.payload {
+                EntryPayload::Noop => 0,
+                EntryPayload::Normal(data) => data.len(),
+                EntryPayload::Membership(m) => m.size_bytes(),
+            }
+    }
+}
+
+/// The state that must survive a crash besides the log: the current term, the vote cast in it and
+/// the commit index (DESIGN.md section 3: the commit index is persisted with the log so a restarted
+/// node can replay what it had committed without waiting for a leader).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HardState {
+    pub term: Term,
+    pub vote: Option<NodeId>,
+    pub commit: Index,
+}
