@@ -43,10 +43,8 @@ pub enum MessageBody {
         commit: Index,
         read_round: u64,
     },
-    /// `last_index` lets the leader notice a follower that lost entries it had acknowledged.
     HeartbeatResponse {
         read_round: u64,
-        last_index: Index,
     },
     /// Tells the leadership-transfer target to campaign at once.
     TimeoutNow,

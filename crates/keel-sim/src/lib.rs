@@ -1,3 +1,29 @@
 //! keel-sim: the deterministic cluster simulator and the checkers it runs.
+//!
+//! One `u64` seed decides everything: cluster shape, fault probabilities, every delay and every
+//! choice. [`run`] drives a cluster of `keel-core` nodes through faults, checks the invariants of
+//! SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
+//! the client history for linearizability.
 
+mod client;
+pub mod history;
+pub mod invariants;
+pub mod kv;
 pub mod linearizability;
+mod linearize;
+pub mod params;
+mod run;
+mod world;
+
+pub use run::{run, run_catching};
+pub use world::{RunConfig, RunReport};
+
+/// The command that replays one seed, printed with every failure.
+pub fn replay_command(seed: u64, mutation: Option<keel_core::Mutation>, steps: u64) -> String {
+    let mut cmd =
+        format!("cargo run --release -p keel-sim -- --seed {seed} --steps {steps} --trace");
+    if let Some(m) = mutation {
+        cmd.push_str(&format!(" --mutation {}", m.name()));
+    }
+    cmd
+}

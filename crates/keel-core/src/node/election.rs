@@ -37,10 +37,7 @@ impl RaftNode {
             // check-quorum and pre-vote it might otherwise never learn of it.
             let reply = match msg.body {
                 MessageBody::Append { .. } | MessageBody::Heartbeat { .. } => {
-                    Some(MessageBody::HeartbeatResponse {
-                        read_round: 0,
-                        last_index: self.log.last_index(),
-                    })
+                    Some(MessageBody::HeartbeatResponse { read_round: 0 })
                 }
                 MessageBody::PreVote { .. } => {
                     Some(MessageBody::PreVoteResponse { granted: false })

@@ -212,12 +212,14 @@ impl RaftNode {
                 snapshot.index
             )));
         }
+        // A crash can tear a batch after its entries but before its hard state, leaving entries
+        // of a term the stored hard state has not reached. The node had adopted that term (it
+        // accepted the entries) but no vote in it was ever released (votes leave only once
+        // durable), so it resumes in that term without a vote.
+        let mut hard_state = hard_state;
         if hard_state.term < log.last_log_id().term {
-            return Err(Error::Corrupt(format!(
-                "hard state term {} is below the last log term {}",
-                hard_state.term,
-                log.last_log_id().term
-            )));
+            hard_state.term = log.last_log_id().term;
+            hard_state.vote = None;
         }
         // An applied entry is committed by definition; a persisted commit can never exceed the
         // durable log (scenario S16, S17).
@@ -308,10 +310,9 @@ impl RaftNode {
                     self.on_append_or_heartbeat(msg)
                 }
                 MessageBody::AppendResponse(result) => self.on_append_response(msg.from, result),
-                MessageBody::HeartbeatResponse {
-                    read_round,
-                    last_index,
-                } => self.on_heartbeat_response(msg.from, read_round, last_index),
+                MessageBody::HeartbeatResponse { read_round } => {
+                    self.on_heartbeat_response(msg.from, read_round)
+                }
                 MessageBody::TimeoutNow => self.on_timeout_now(),
             }
         }

@@ -35,13 +35,7 @@ impl RaftNode {
                 // The leader sends min(match, commit): a prefix this node is known to hold. Clamp
                 // to the log anyway, in case this node lost entries it had acknowledged (S29).
                 self.advance_commit_to(commit.min(self.log.last_index()));
-                let reply = self.message(
-                    msg.from,
-                    MessageBody::HeartbeatResponse {
-                        read_round,
-                        last_index: self.log.last_index(),
-                    },
-                );
+                let reply = self.message(msg.from, MessageBody::HeartbeatResponse { read_round });
                 self.send_after_persist(reply);
             }
             _ => unreachable!("only Append and Heartbeat are routed here"),
@@ -186,11 +180,23 @@ impl RaftNode {
                 hint_index,
             } => {
                 let stale = match pr.state {
+                    // A rejection of something at or below what the follower acknowledged
+                    // answers an older request that crossed the acknowledgement.
                     ReplicationState::Replicate => rejected <= pr.match_index,
                     ReplicationState::Probe => rejected + 1 != pr.next_index,
                 };
                 if stale {
                     return;
+                }
+                if rejected <= pr.match_index {
+                    // A probe sent after the follower acknowledged `match_index` says it no
+                    // longer holds it: it lost acknowledged entries (wiped or faulty disk, S29).
+                    // Forget what it claimed; commit never moves back, so this costs only
+                    // retransmission.
+                    pr.match_index = match hint_term {
+                        None => hint_index.saturating_sub(1).min(rejected - 1),
+                        Some(_) => rejected - 1,
+                    };
                 }
                 let mut next = match hint_term {
                     None => hint_index,
@@ -211,12 +217,7 @@ impl RaftNode {
         self.send_append(from);
     }
 
-    pub(super) fn on_heartbeat_response(
-        &mut self,
-        from: NodeId,
-        read_round: u64,
-        last_index: Index,
-    ) {
+    pub(super) fn on_heartbeat_response(&mut self, from: NodeId, read_round: u64) {
         if self.role != Role::Leader {
             return;
         }
@@ -227,12 +228,6 @@ impl RaftNode {
         };
         pr.recent_active = true;
         pr.read_round_acked = pr.read_round_acked.max(read_round);
-        if last_index < pr.match_index {
-            // The follower lost entries it had acknowledged (wiped disk, S29). Start over from
-            // what it has; commit never moves back, so this only costs retransmission.
-            pr.match_index = last_index;
-            pr.become_probe(last_index + 1);
-        }
         let behind = pr.match_index < leader_last;
         self.advance_reads();
         if behind {
@@ -301,7 +296,10 @@ impl RaftNode {
         let last_index = self.log.last_index();
         loop {
             let max_inflight = self.config.max_inflight_messages;
-            let state = self.leader_state.as_mut().expect("leader has leader state");
+            // A commit may have just removed this leader from the configuration.
+            let Some(state) = self.leader_state.as_mut() else {
+                return;
+            };
             let Some(pr) = state.progress(to) else {
                 return;
             };
@@ -372,7 +370,9 @@ impl RaftNode {
 
     fn maybe_send_timeout_now(&mut self, from: NodeId) {
         let last_index = self.log.last_index();
-        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let Some(state) = self.leader_state.as_mut() else {
+            return;
+        };
         let Some(t) = state.transfer.as_mut() else {
             return;
         };

@@ -1,0 +1,238 @@
+//! The persistence contract (DESIGN.md section 3, thesis 10.2.1): votes and acknowledgements
+//! leave only once durable; the leader replicates before its own write completes and counts
+//! itself only after; nothing is applied before it is durable locally.
+
+use super::*;
+
+/// Messages a follower emits right after granting a vote, before its write completes.
+fn vote_reply_before_persisted(config: Config) -> Vec<Message> {
+    let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
+    n.step(vote_request(2, 1, 2, LogId::new(1, 1)));
+    let rd = n.ready();
+    let w = rd.write.expect("the vote is written");
+    assert_eq!(w.hard_state, Some(hs(2, Some(2), 1)));
+    assert!(w.sync, "a vote needs an fsync");
+    rd.messages
+}
+
+/// Messages a follower emits right after accepting entries, before its write completes.
+fn ack_before_persisted(config: Config) -> Vec<Message> {
+    let mut f = node_with_config(config, &[1, 2, 3], &[1], hs(2, Some(1), 1));
+    f.step(append(
+        1,
+        2,
+        2,
+        LogId::new(1, 1),
+        entries_from(2, &[2, 2]),
+        1,
+    ));
+    let rd = f.ready();
+    let w = rd.write.expect("entries are written");
+    assert_eq!(w.entries, entries_from(2, &[2, 2]));
+    rd.messages
+}
+
+#[test]
+fn vote_held_until_durable() {
+    assert_eq!(vote_reply_before_persisted(test_config(1)), []);
+
+    let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    n.step(vote_request(2, 1, 2, LogId::new(1, 1)));
+    let w = n.ready().write.expect("write");
+    assert!(!n.has_ready(), "nothing to do until the disk answers");
+    n.tick();
+    assert!(n.ready().messages.is_empty());
+    n.persisted(w.id);
+    assert_eq!(
+        n.ready().messages,
+        [msg(1, 2, 2, MessageBody::VoteResponse { granted: true })]
+    );
+}
+
+#[test]
+fn vote_request_held_until_self_vote_durable_and_counted_only_then() {
+    let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    n.campaign();
+    n.ready();
+    n.step(msg(2, 1, 2, MessageBody::PreVoteResponse { granted: true }));
+    assert_eq!((n.role(), n.term()), (Role::Candidate, 2));
+    let rd = n.ready();
+    assert!(rd.messages.iter().all(|m| !is_vote_traffic(m)), "{rd:?}");
+    let w = rd.write.expect("self-vote written");
+    assert_eq!(w.hard_state, Some(hs(2, Some(1), 1)));
+
+    // A granted vote plus an un-durable self-vote is not a majority of three.
+    n.step(msg(2, 1, 2, MessageBody::VoteResponse { granted: true }));
+    assert_eq!(n.role(), Role::Candidate);
+    n.persisted(w.id);
+    assert_eq!(n.role(), Role::Leader);
+    let sent = n.ready().messages;
+    assert!(sent
+        .iter()
+        .any(|m| matches!(m.body, MessageBody::RequestVote { .. }) && m.to == 3));
+}
+
+#[test]
+fn ack_held_until_durable() {
+    assert_eq!(ack_before_persisted(test_config(2)), []);
+
+    let mut f = node_with(2, &[1, 2, 3], &[1], hs(2, Some(1), 1));
+    let request = append(1, 2, 2, LogId::new(1, 1), entries_from(2, &[2, 2]), 1);
+    f.step(request.clone());
+    let w = f.ready().write.expect("write");
+    // The same request again (retransmission): nothing new to write, but the entries it
+    // acknowledges are still not durable.
+    f.step(request);
+    let rd = f.ready();
+    assert!(rd.write.is_none() && rd.messages.is_empty(), "{rd:?}");
+    f.persisted(w.id);
+    assert_eq!(f.ready().messages, [ack(2, 1, 2, 3), ack(2, 1, 2, 3)]);
+}
+
+#[cfg(feature = "mutations")]
+#[test]
+fn mutations_vote_and_ack_before_durable_are_caught() {
+    let mutated = |id, mutation| Config {
+        mutation: Some(mutation),
+        ..test_config(id)
+    };
+    assert!(
+        !vote_reply_before_persisted(mutated(1, crate::Mutation::VoteBeforeDurable)).is_empty()
+    );
+    assert!(!ack_before_persisted(mutated(2, crate::Mutation::AckBeforeDurable)).is_empty());
+}
+
+#[test]
+fn leader_replicates_before_own_write_and_counts_itself_after() {
+    let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    make_leader(&mut n);
+    n.step(ack(2, 1, 2, 2));
+    n.step(ack(3, 1, 2, 2));
+    settle(&mut n);
+    assert_eq!(n.commit_index(), 2, "no-op committed");
+
+    let x = n.propose(data("x")).expect("leader");
+    let rd = n.ready();
+    let w = rd.write.expect("x is written");
+    assert_eq!(w.entries.iter().map(Entry::log_id).collect::<Vec<_>>(), [x]);
+    let appends: Vec<NodeId> = rd
+        .messages
+        .iter()
+        .filter(
+            |m| matches!(&m.body, MessageBody::Append { entries, .. } if entries[0].log_id() == x),
+        )
+        .map(|m| m.to)
+        .collect();
+    assert_eq!(appends, [2, 3], "replicated in the same Ready as the write");
+
+    n.step(ack(2, 1, 2, 3));
+    assert_eq!(
+        n.commit_index(),
+        2,
+        "one follower and an un-durable leader: no quorum"
+    );
+    n.persisted(w.id);
+    assert_eq!(n.commit_index(), 3, "the leader counts itself once durable");
+    assert_eq!(
+        n.ready()
+            .committed
+            .iter()
+            .map(Entry::log_id)
+            .collect::<Vec<_>>(),
+        [x]
+    );
+
+    // Two followers are a quorum without the leader, but the leader applies only what it holds.
+    let y = n.propose(data("y")).expect("leader");
+    let w = n.ready().write.expect("y is written");
+    n.step(ack(2, 1, 2, 4));
+    n.step(ack(3, 1, 2, 4));
+    assert_eq!(n.commit_index(), 4);
+    assert!(n.ready().committed.is_empty(), "not durable locally yet");
+    n.persisted(w.id);
+    assert_eq!(
+        n.ready()
+            .committed
+            .iter()
+            .map(Entry::log_id)
+            .collect::<Vec<_>>(),
+        [y]
+    );
+}
+
+#[test]
+fn single_voter_commits_only_after_local_write() {
+    let mut n = node_with(1, &[1], &[], hs(0, None, 0));
+    make_leader(&mut n);
+    let e = n.propose(data("e")).expect("leader");
+    let rd = n.ready();
+    assert!(rd.committed.is_empty());
+    assert_eq!(n.commit_index(), e.index - 1);
+    n.persisted(rd.write.expect("write").id);
+    assert_eq!(n.commit_index(), e.index);
+    assert_eq!(
+        n.ready()
+            .committed
+            .iter()
+            .map(Entry::log_id)
+            .collect::<Vec<_>>(),
+        [e]
+    );
+}
+
+#[test]
+fn truncation_makes_rewritten_suffix_not_durable() {
+    let mut f = node_with(2, &[1, 2, 3], &[1, 1, 1], hs(1, Some(1), 1));
+    f.step(append(1, 2, 1, LogId::new(1, 3), entries_from(4, &[1]), 1));
+    let w1 = f.ready().write.expect("1/4 written");
+    // Before that write completes, a term-2 leader overwrites from index 2.
+    f.step(append(3, 2, 2, LogId::new(1, 1), entries_from(2, &[2]), 1));
+    assert_eq!(f.log().last_log_id(), LogId::new(2, 2));
+    f.persisted(w1.id);
+    assert_eq!(
+        f.status().durable_index,
+        1,
+        "disk holds the old 1/2.., not the log"
+    );
+    let rd = f.ready();
+    let w2 = rd.write.expect("2/2 written");
+    assert_eq!(w2.entries, entries_from(2, &[2]));
+    assert!(!rd.messages.iter().any(|m| m.to == 3), "ack waits for 2/2");
+    f.persisted(w2.id);
+    assert_eq!(f.status().durable_index, 2);
+    assert_eq!(f.ready().messages, [ack(2, 3, 2, 2)]);
+}
+
+#[test]
+fn commit_index_written_lazily_without_fsync() {
+    let mut f = node_with(2, &[1, 2, 3], &[1], hs(2, Some(1), 1));
+    f.step(append(1, 2, 2, LogId::new(1, 1), entries_from(2, &[2]), 1));
+    settle(&mut f);
+    f.step(msg(
+        1,
+        2,
+        2,
+        MessageBody::Heartbeat {
+            commit: 2,
+            read_round: 0,
+        },
+    ));
+    let rd = f.ready();
+    assert!(
+        rd.write.is_none(),
+        "a moved commit alone waits for the next heartbeat tick"
+    );
+    assert_eq!(
+        rd.committed,
+        entries_from(2, &[2]),
+        "but is applied at once"
+    );
+    f.applied(2);
+    f.tick();
+    f.tick();
+    let w = f.ready().write.expect("commit flushed");
+    assert_eq!(
+        (w.entries.len(), w.hard_state, w.sync),
+        (0, Some(hs(2, Some(1), 2)), false)
+    );
+}

@@ -1,0 +1,63 @@
+//! The record of what simulated clients asked and were told, in simulated time, for the
+//! linearizability check.
+
+use crate::kv::{Key, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Read,
+    Write(Value),
+    Cas { expected: Option<Value>, new: Value },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpResult {
+    /// A read's value.
+    Read(Option<Value>),
+    Written,
+    CasSwapped,
+    CasFailed,
+    /// Timed out: a write may or may not have taken effect; a read tells nothing.
+    Unknown,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientOp {
+    pub client: u64,
+    pub key: Key,
+    pub kind: OpKind,
+    pub invoke_time: u64,
+    /// `None` while pending.
+    pub complete_time: Option<u64>,
+    pub result: Option<OpResult>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub ops: Vec<ClientOp>,
+}
+
+impl History {
+    pub fn invoke(&mut self, client: u64, key: Key, kind: OpKind, time: u64) -> usize {
+        self.ops.push(ClientOp {
+            client,
+            key,
+            kind,
+            invoke_time: time,
+            complete_time: None,
+            result: None,
+        });
+        self.ops.len() - 1
+    }
+
+    pub fn complete(&mut self, op: usize, result: OpResult, time: u64) {
+        let entry = &mut self.ops[op];
+        assert!(entry.result.is_none(), "operation completed twice");
+        entry.complete_time = Some(time);
+        entry.result = Some(result);
+    }
+
+    pub fn pending(&self) -> usize {
+        self.ops.iter().filter(|o| o.result.is_none()).count()
+    }
+}

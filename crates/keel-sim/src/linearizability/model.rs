@@ -1,0 +1,389 @@
+//! Sequential specifications the checker linearizes against.
+
+use std::fmt;
+use std::hash::Hash;
+
+/// A deterministic sequential specification of one object (one key).
+///
+/// The checker never looks inside states, inputs or outputs: it only asks the model whether an
+/// operation with a given observed output could have been applied to a state, and what the state
+/// is afterwards. Keeping the contract this small is what lets one search serve both the
+/// simulator's register and the string-append histories from Jepsen.
+///
+/// States are memoised together with the set of linearized operations, so they must be cheap to
+/// clone and hash; inputs of timed-out operations are compared for equality to collapse
+/// interchangeable pending operations.
+///
+/// Implementors are marker types; the supertraits only let `#[derive]` work on the generic
+/// history and verdict types.
+pub trait Model: Clone + fmt::Debug + PartialEq + Eq {
+    /// The object's state between operations.
+    type State: Clone + Eq + Hash + fmt::Debug;
+    /// What a client asked for.
+    type Input: Clone + Eq + Hash + fmt::Display + fmt::Debug;
+    /// What a client was told when its operation completed.
+    type Output: Clone + Eq + fmt::Display + fmt::Debug;
+
+    /// The state every key starts in.
+    fn init() -> Self::State;
+
+    /// The state after applying `input` to `state`, provided the operation could have returned
+    /// `output` from `state`; `None` when that output is impossible from that state.
+    fn step(state: &Self::State, input: &Self::Input, output: &Self::Output)
+        -> Option<Self::State>;
+
+    /// The state after applying `input` to `state` when nobody saw the result (the client timed
+    /// out). Return `None` when taking effect would leave the state unchanged: such an operation
+    /// is indistinguishable from one that never took effect, which the checker always allows, so
+    /// exploring it would only waste search time.
+    fn step_unobserved(state: &Self::State, input: &Self::Input) -> Option<Self::State>;
+
+    /// Whether the operation leaves the state unchanged in every state from which it could
+    /// have produced `output` (`None`: for every output, i.e. whatever happened).
+    ///
+    /// The checker uses this twice: timed-out read-only operations constrain nothing and are
+    /// dropped, and a returned read-only operation that fits the current state is linearized
+    /// at once without branching (any linearization can be rearranged to do so), which keeps
+    /// concurrent reads from multiplying the search space. Answering `false` is always safe.
+    fn is_read_only(input: &Self::Input, output: Option<&Self::Output>) -> bool;
+
+    /// A cheap necessary condition for an operation that returned `output` to be linearizable
+    /// at some point after the state has become `state`, if in between only
+    /// [monotone](Model::is_monotone) operations take effect (after the last
+    /// [overwrite](Model::overwrite), if any, which the checker passes as `state`).
+    ///
+    /// The checker prunes a search path as soon as some invoked but not yet linearized
+    /// operation fails this test, instead of discovering the dead end only when that
+    /// operation's return is reached. For the append model this cuts the orderings of
+    /// concurrent appends that no read agrees with. The default (`true`) disables the pruning
+    /// and is always correct; see also [`Model::constrains`].
+    fn may_still_return(state: &Self::State, input: &Self::Input, output: &Self::Output) -> bool {
+        let _ = (state, input, output);
+        true
+    }
+
+    /// Whether [`Model::may_still_return`] can ever be `false` for this operation and output;
+    /// only such operations are checked. The default (`false`) disables the pruning.
+    fn constrains(input: &Self::Input, output: &Self::Output) -> bool {
+        let _ = (input, output);
+        false
+    }
+
+    /// Whether applying `input` keeps [`Model::may_still_return`] true for every operation it
+    /// held for: the operation only moves the state "forward". The default (`false`) is always
+    /// correct.
+    fn is_monotone(input: &Self::Input) -> bool {
+        let _ = input;
+        false
+    }
+
+    /// The state a blind write sets regardless of the previous state, or `None` if `input` is
+    /// not one: `Some(v)` promises that applying `input` to any state yields `v`.
+    ///
+    /// The checker uses it to skip timed-out operations that a blind write would overwrite
+    /// anyway, and to keep [`Model::may_still_return`] pruning while a blind write could still
+    /// intervene. The default (`None`) is always correct.
+    fn overwrite(input: &Self::Input) -> Option<Self::State> {
+        let _ = input;
+        None
+    }
+}
+
+/// The value of a register: `None` when the key is absent.
+pub type Value = Option<u64>;
+
+/// A register per key holding an optional `u64`: the model of the simulator's key-value
+/// state machine and of the Jepsen etcd histories.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Register;
+
+/// An operation on a [`Register`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegisterOp {
+    /// Return the current value.
+    Read,
+    /// Replace the value (`None` deletes the key).
+    Write(Value),
+    /// Replace the value with `new` if and only if it currently equals `expected`.
+    Cas {
+        /// The value the register must hold for the swap to happen.
+        expected: Value,
+        /// The value stored when the swap happens.
+        new: Value,
+    },
+}
+
+/// The result a client observed for a [`RegisterOp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegisterOutput {
+    /// A read returned this value.
+    Read(Value),
+    /// A write was acknowledged.
+    Written,
+    /// A compare-and-set swapped.
+    CasOk,
+    /// A compare-and-set was rejected because the register did not hold `expected`; it is a
+    /// read constraining the state, not a no-op.
+    CasFailed,
+}
+
+impl Model for Register {
+    type State = Value;
+    type Input = RegisterOp;
+    type Output = RegisterOutput;
+
+    fn init() -> Value {
+        None
+    }
+
+    fn step(state: &Value, input: &RegisterOp, output: &RegisterOutput) -> Option<Value> {
+        match (input, output) {
+            (RegisterOp::Read, RegisterOutput::Read(seen)) => (seen == state).then_some(*state),
+            (RegisterOp::Write(v), RegisterOutput::Written) => Some(*v),
+            (RegisterOp::Cas { expected, new }, RegisterOutput::CasOk) => {
+                (expected == state).then_some(*new)
+            }
+            (RegisterOp::Cas { expected, .. }, RegisterOutput::CasFailed) => {
+                (expected != state).then_some(*state)
+            }
+            // An output of the wrong kind can never be explained.
+            _ => None,
+        }
+    }
+
+    fn step_unobserved(state: &Value, input: &RegisterOp) -> Option<Value> {
+        match input {
+            RegisterOp::Read => None,
+            RegisterOp::Write(v) => (v != state).then_some(*v),
+            // A compare-and-set that does not swap leaves no trace.
+            RegisterOp::Cas { expected, new } => {
+                (expected == state && new != state).then_some(*new)
+            }
+        }
+    }
+
+    fn overwrite(input: &RegisterOp) -> Option<Value> {
+        match input {
+            RegisterOp::Write(v) => Some(*v),
+            RegisterOp::Read | RegisterOp::Cas { .. } => None,
+        }
+    }
+
+    fn is_read_only(input: &RegisterOp, output: Option<&RegisterOutput>) -> bool {
+        match input {
+            RegisterOp::Read => true,
+            RegisterOp::Write(_) => false,
+            RegisterOp::Cas { expected, new } => {
+                expected == new || output == Some(&RegisterOutput::CasFailed)
+            }
+        }
+    }
+}
+
+/// Displays a register value the way Jepsen logs print it (`nil` when absent).
+struct ShowValue(Value);
+
+impl fmt::Display for ShowValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(v) => write!(f, "{v}"),
+            None => f.write_str("nil"),
+        }
+    }
+}
+
+impl fmt::Display for RegisterOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegisterOp::Read => f.write_str("read"),
+            RegisterOp::Write(v) => write!(f, "write {}", ShowValue(*v)),
+            RegisterOp::Cas { expected, new } => {
+                write!(f, "cas {} -> {}", ShowValue(*expected), ShowValue(*new))
+            }
+        }
+    }
+}
+
+impl fmt::Display for RegisterOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegisterOutput::Read(v) => write!(f, "{}", ShowValue(*v)),
+            RegisterOutput::Written => f.write_str("ok"),
+            RegisterOutput::CasOk => f.write_str("swapped"),
+            RegisterOutput::CasFailed => f.write_str("not swapped"),
+        }
+    }
+}
+
+/// A string per key (missing = empty) with get, put and append: the model of the Jepsen
+/// key-value histories.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Append;
+
+/// An operation on an [`Append`] key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AppendOp {
+    /// Return the current string.
+    Get,
+    /// Replace the string.
+    Put(String),
+    /// Concatenate to the string.
+    Append(String),
+}
+
+/// The result a client observed for an [`AppendOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AppendOutput {
+    /// A get returned this string.
+    Get(String),
+    /// A put or append was acknowledged.
+    Ok,
+}
+
+impl Model for Append {
+    type State = String;
+    type Input = AppendOp;
+    type Output = AppendOutput;
+
+    fn init() -> String {
+        String::new()
+    }
+
+    fn step(state: &String, input: &AppendOp, output: &AppendOutput) -> Option<String> {
+        match (input, output) {
+            (AppendOp::Get, AppendOutput::Get(seen)) => (seen == state).then(|| state.clone()),
+            (AppendOp::Put(_) | AppendOp::Append(_), AppendOutput::Ok) => {
+                Self::step_unobserved(state, input).or_else(|| Some(state.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    fn step_unobserved(state: &String, input: &AppendOp) -> Option<String> {
+        match input {
+            AppendOp::Get => None,
+            AppendOp::Put(s) => (s != state).then(|| s.clone()),
+            AppendOp::Append(s) if s.is_empty() => None,
+            AppendOp::Append(s) => Some(format!("{state}{s}")),
+        }
+    }
+
+    fn is_read_only(input: &AppendOp, _output: Option<&AppendOutput>) -> bool {
+        match input {
+            AppendOp::Get => true,
+            AppendOp::Put(_) => false,
+            AppendOp::Append(s) => s.is_empty(),
+        }
+    }
+
+    /// Appends only extend the string, so a get can only still return a string that extends
+    /// the current one.
+    fn may_still_return(state: &String, input: &AppendOp, output: &AppendOutput) -> bool {
+        match (input, output) {
+            (AppendOp::Get, AppendOutput::Get(seen)) => seen.starts_with(state.as_str()),
+            _ => true,
+        }
+    }
+
+    fn constrains(input: &AppendOp, output: &AppendOutput) -> bool {
+        matches!((input, output), (AppendOp::Get, AppendOutput::Get(_)))
+    }
+
+    fn is_monotone(input: &AppendOp) -> bool {
+        !matches!(input, AppendOp::Put(_))
+    }
+
+    fn overwrite(input: &AppendOp) -> Option<String> {
+        match input {
+            AppendOp::Put(s) => Some(s.clone()),
+            AppendOp::Get | AppendOp::Append(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for AppendOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppendOp::Get => f.write_str("get"),
+            AppendOp::Put(s) => write!(f, "put {s:?}"),
+            AppendOp::Append(s) => write!(f, "append {s:?}"),
+        }
+    }
+}
+
+impl fmt::Display for AppendOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppendOutput::Get(s) => write!(f, "{s:?}"),
+            AppendOutput::Ok => f.write_str("ok"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_steps() {
+        let w = RegisterOp::Write(Some(3));
+        assert_eq!(
+            Register::step(&None, &w, &RegisterOutput::Written),
+            Some(Some(3))
+        );
+        let r = RegisterOp::Read;
+        assert_eq!(
+            Register::step(&Some(3), &r, &RegisterOutput::Read(Some(3))),
+            Some(Some(3))
+        );
+        assert_eq!(
+            Register::step(&Some(3), &r, &RegisterOutput::Read(None)),
+            None
+        );
+        let cas = RegisterOp::Cas {
+            expected: Some(3),
+            new: Some(4),
+        };
+        assert_eq!(
+            Register::step(&Some(3), &cas, &RegisterOutput::CasOk),
+            Some(Some(4))
+        );
+        assert_eq!(Register::step(&Some(2), &cas, &RegisterOutput::CasOk), None);
+        assert_eq!(
+            Register::step(&Some(2), &cas, &RegisterOutput::CasFailed),
+            Some(Some(2))
+        );
+        assert_eq!(
+            Register::step(&Some(3), &cas, &RegisterOutput::CasFailed),
+            None
+        );
+        assert_eq!(Register::step(&Some(3), &r, &RegisterOutput::CasOk), None);
+        assert_eq!(Register::step_unobserved(&Some(2), &cas), None);
+        assert_eq!(Register::step_unobserved(&Some(3), &cas), Some(Some(4)));
+        assert_eq!(Register::step_unobserved(&Some(3), &r), None);
+    }
+
+    #[test]
+    fn append_steps() {
+        let a = AppendOp::Append("x".into());
+        assert_eq!(
+            Append::step(&"ab".into(), &a, &AppendOutput::Ok),
+            Some("abx".into())
+        );
+        let p = AppendOp::Put("ab".into());
+        assert_eq!(
+            Append::step(&"ab".into(), &p, &AppendOutput::Ok),
+            Some("ab".into())
+        );
+        let g = AppendOp::Get;
+        assert_eq!(
+            Append::step(&"ab".into(), &g, &AppendOutput::Get("ab".into())),
+            Some("ab".into())
+        );
+        assert_eq!(
+            Append::step(&"ab".into(), &g, &AppendOutput::Get("a".into())),
+            None
+        );
+        assert_eq!(Append::step(&"ab".into(), &g, &AppendOutput::Ok), None);
+    }
+}

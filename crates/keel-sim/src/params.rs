@@ -1,0 +1,96 @@
+//! Per-seed simulation parameters: cluster shape, fault probabilities and timings, all drawn from
+//! the seed so that every seed explores a different corner.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// Simulated time is counted in abstract units; a node ticks every `TICK_INTERVAL` units.
+pub const TICK_INTERVAL: u64 = 10;
+
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Voters at bootstrap (3 or 5).
+    pub initial_voters: usize,
+    /// Node slots; those beyond `initial_voters` start empty and may be added by membership
+    /// changes.
+    pub node_count: usize,
+    pub clients: usize,
+    pub keys: u64,
+    pub election_timeout_ticks: u32,
+    pub pre_vote: bool,
+    pub check_quorum: bool,
+    pub heartbeat_interval_ticks: u32,
+    pub max_entries_per_message: usize,
+    pub max_inflight_messages: usize,
+    /// Network: one-way delay in `[min, max]` units (different delays reorder messages).
+    pub net_delay_min: u64,
+    pub net_delay_max: u64,
+    pub loss_probability: f64,
+    pub duplicate_probability: f64,
+    /// Disk: write completion latency in units, and the slow-disk outlier.
+    pub disk_latency_max: u64,
+    pub slow_disk_probability: f64,
+    pub slow_disk_latency: u64,
+    /// Probability that a crash tears the oldest unfinished write instead of dropping it whole.
+    pub torn_write_probability: f64,
+    /// Mean units between nemesis actions, and the weights of each action.
+    pub nemesis_interval: u64,
+    pub crash_weight: u32,
+    pub partition_weight: u32,
+    pub membership_weight: u32,
+    pub transfer_weight: u32,
+    pub clock_jump_weight: u32,
+    /// Probability of crashing a node right after it sends a vote or an acknowledgement.
+    pub crash_after_promise_probability: f64,
+    /// Probability of crashing a node right after it becomes leader, before its first entries
+    /// spread: the way logs with divergent uncommitted suffixes of many terms arise (Figure 8).
+    pub crash_new_leader_probability: f64,
+    /// Probability of crashing or isolating a leader right after its commit index moved, before
+    /// followers hear of it.
+    pub crash_after_commit_probability: f64,
+    /// Client operation timeout, in units.
+    pub client_timeout: u64,
+}
+
+impl Params {
+    pub fn draw(rng: &mut ChaCha8Rng) -> Params {
+        let initial_voters = if rng.random_bool(0.75) { 3 } else { 5 };
+        let spare = if rng.random_bool(0.5) { 2 } else { 0 };
+        let election_timeout_ticks = rng.random_range(5..=15);
+        let net_delay_min = rng.random_range(1..=3);
+        Params {
+            initial_voters,
+            node_count: initial_voters + spare,
+            clients: rng.random_range(2..=6),
+            keys: rng.random_range(1..=4),
+            election_timeout_ticks,
+            pre_vote: rng.random_bool(0.6),
+            check_quorum: rng.random_bool(0.6),
+            heartbeat_interval_ticks: rng.random_range(1..=(election_timeout_ticks / 3).max(1)),
+            max_entries_per_message: [1, 1, 4, 64][rng.random_range(0..4)],
+            max_inflight_messages: [1, 1, 4, 32][rng.random_range(0..4)],
+            net_delay_min,
+            net_delay_max: net_delay_min + rng.random_range(0..=30),
+            loss_probability: [0.0, 0.01, 0.05, 0.15][rng.random_range(0..4)],
+            duplicate_probability: [0.0, 0.01, 0.05][rng.random_range(0..3)],
+            disk_latency_max: rng.random_range(1..=8),
+            slow_disk_probability: [0.0, 0.02, 0.1][rng.random_range(0..3)],
+            slow_disk_latency: rng.random_range(20..=200),
+            torn_write_probability: [0.0, 0.5][rng.random_range(0..2)],
+            nemesis_interval: rng.random_range(50..=400),
+            crash_weight: rng.random_range(0..=4),
+            partition_weight: rng.random_range(0..=4),
+            membership_weight: if spare > 0 {
+                rng.random_range(0..=3)
+            } else {
+                0
+            },
+            transfer_weight: rng.random_range(0..=2),
+            clock_jump_weight: rng.random_range(0..=2),
+            crash_after_promise_probability: [0.0, 0.01, 0.02, 0.05][rng.random_range(0..4)],
+            crash_new_leader_probability: [0.0, 0.0, 0.05, 0.3][rng.random_range(0..4)],
+            crash_after_commit_probability: [0.0, 0.0, 0.01, 0.05][rng.random_range(0..4)],
+            client_timeout: rng.random_range(100..=600),
+        }
+    }
+}

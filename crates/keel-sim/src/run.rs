@@ -1,0 +1,463 @@
+//! One seed from start to verdict: faults for a number of steps, then healing, then the liveness,
+//! convergence and linearizability checks.
+
+use keel_core::{MembershipChange, NodeId, Role};
+use rand::Rng;
+
+use crate::invariants::Violation;
+use crate::params::TICK_INTERVAL;
+use crate::world::{Event, RunConfig, RunReport, World};
+
+/// After healing, the cluster must elect a leader and converge within this many election
+/// timeouts, plus the time to ship the whole log one message at a time (see `heal_bound`).
+const HEAL_BOUND_ELECTION_TIMEOUTS: u64 = 30;
+
+/// Runs one seed; a panic anywhere (an assertion in the core, say) becomes a violation of the
+/// report instead of ending the process.
+pub fn run_catching(cfg: &RunConfig) -> RunReport {
+    match std::panic::catch_unwind(|| run(cfg)) {
+        Ok(report) => report,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".to_string());
+            RunReport {
+                seed: cfg.seed,
+                steps: 0,
+                violation: Some(Violation {
+                    invariant: "panic",
+                    detail: message,
+                }),
+                ops_completed: 0,
+                ops_unknown: 0,
+                max_commit: 0,
+                trace: Vec::new(),
+                trace_digest: 0,
+            }
+        }
+    }
+}
+
+pub fn run(cfg: &RunConfig) -> RunReport {
+    let mut w = World::new(cfg);
+    while w.steps < cfg.fault_steps && w.violation.is_none() {
+        if !w.step() {
+            break;
+        }
+    }
+    if w.violation.is_none() {
+        w.heal();
+        let deadline = w.now + w.heal_bound();
+        let mut converged = false;
+        while w.violation.is_none() && w.now <= deadline {
+            if !w.step() {
+                break;
+            }
+            if w.steps % 16 == 0 && w.converged() {
+                converged = true;
+                break;
+            }
+        }
+        if w.violation.is_none() && !converged && !w.converged() {
+            let detail = w.describe_cluster();
+            w.fail(Violation {
+                invariant: "liveness after healing",
+                detail: format!("no convergence within the bound: {detail}"),
+            });
+        }
+    }
+    if w.violation.is_none() {
+        if let Err(v) = crate::linearize::check_history(&w.history) {
+            w.fail(v);
+        }
+    }
+    let ops_unknown = w
+        .history
+        .ops
+        .iter()
+        .filter(|o| o.result == Some(crate::history::OpResult::Unknown))
+        .count();
+    RunReport {
+        seed: cfg.seed,
+        steps: w.steps,
+        violation: w.violation.clone(),
+        ops_completed: w.history.ops.len() - ops_unknown,
+        ops_unknown,
+        max_commit: w.checker.max_committed(),
+        trace_digest: w.trace_digest(),
+        trace: std::mem::take(&mut w.trace),
+    }
+}
+
+impl World {
+    /// Processes the next event. Returns false when nothing is left to do.
+    pub(crate) fn step(&mut self) -> bool {
+        let Some((time, event)) = self.pop() else {
+            return false;
+        };
+        debug_assert!(time >= self.now, "time goes forward");
+        self.now = time;
+        self.steps += 1;
+        match event {
+            Event::Tick(id) => {
+                let idx = (id - 1) as usize;
+                if let Some(raft) = self.nodes[idx].raft.as_mut() {
+                    raft.tick();
+                    self.digest_event([2, id, 0, 0]);
+                    self.drive(id);
+                }
+                self.schedule(TICK_INTERVAL, Event::Tick(id));
+            }
+            Event::Deliver(msg) => {
+                let to = msg.to;
+                let idx = (to - 1) as usize;
+                // A partition also drops what was in flight when it began.
+                let cut = self.blocked.contains(&(msg.from, to));
+                if !cut && self.nodes.get(idx).is_some_and(|n| n.raft.is_some()) {
+                    let (from, term) = (msg.from, msg.term);
+                    self.digest_event([1, from, to, term]);
+                    self.trace_line(|| format!("deliver n{from}->n{to} t{term} {}", short(&msg)));
+                    let raft = self.nodes[idx].raft.as_mut().expect("checked");
+                    raft.step(msg);
+                    self.drive(to);
+                }
+            }
+            Event::DiskDone {
+                node,
+                incarnation,
+                write_id,
+            } => {
+                let idx = (node - 1) as usize;
+                let n = &mut self.nodes[idx];
+                if n.incarnation == incarnation && n.raft.is_some() {
+                    self.digest_event([3, node, write_id, 0]);
+                    let n = &mut self.nodes[idx];
+                    let w = n.disk.pop_pending(write_id);
+                    n.disk.durable.write_torn(&w, w.entries.len(), true);
+                    n.raft.as_mut().expect("checked").persisted(write_id);
+                    self.drive(node);
+                }
+            }
+            Event::Crash(id) => self.crash(id),
+            Event::Restart(id) => {
+                let idx = (id - 1) as usize;
+                if self.nodes[idx].raft.is_none() {
+                    self.trace_line(|| format!("restart n{id}"));
+                    self.start_node(id);
+                }
+            }
+            Event::ClientWake { client, generation } => self.client_wake(client, generation),
+            Event::ClientDeadline {
+                client,
+                history_index,
+            } => self.client_deadline(client, history_index),
+            Event::Nemesis => {
+                if !self.healing {
+                    self.nemesis();
+                    let next = self.rng.random_range(1..=2 * self.params.nemesis_interval);
+                    self.schedule(next, Event::Nemesis);
+                }
+            }
+            Event::HealPartition { generation } => {
+                if generation == self.partition_generation && !self.blocked.is_empty() {
+                    self.blocked.clear();
+                    self.trace_line(|| "partition healed".to_string());
+                }
+            }
+        }
+        let wakes = std::mem::take(&mut self.clients.wake);
+        for (client, delay) in wakes {
+            let generation = self.clients.generation(client);
+            self.schedule(delay, Event::ClientWake { client, generation });
+        }
+        true
+    }
+
+    /// Ends every fault: partitions heal, crashed nodes restart, the network stops losing.
+    pub(crate) fn heal(&mut self) {
+        self.healing = true;
+        self.blocked.clear();
+        self.trace_line(|| "heal".to_string());
+        for id in 1..=self.params.node_count as NodeId {
+            if self.nodes[(id - 1) as usize].raft.is_none() {
+                self.schedule(1, Event::Restart(id));
+            }
+        }
+    }
+
+    /// The stated liveness bound after healing: elections settle within a number of election
+    /// timeouts, clients give up within their timeout, and a lagging member is sent at most the
+    /// whole log, one message per round trip in the worst case.
+    pub(crate) fn heal_bound(&self) -> u64 {
+        let p = &self.params;
+        let et = u64::from(p.election_timeout_ticks) * TICK_INTERVAL;
+        let round_trip = 2 * p.net_delay_max + p.disk_latency_max + 2;
+        let messages = self.checker.max_committed() / p.max_entries_per_message as u64 + 1;
+        HEAL_BOUND_ELECTION_TIMEOUTS * et + p.client_timeout + messages * round_trip
+    }
+
+    /// A leader exists, every member of its configuration applied everything it committed, all
+    /// state machines agree, and no client operation is outstanding.
+    pub(crate) fn converged(&self) -> bool {
+        let Some(leader) = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref())
+            .find(|r| r.role() == Role::Leader)
+        else {
+            return false;
+        };
+        let status = leader.status();
+        if status.commit != status.last_log_id.index || status.membership.is_joint() {
+            return false;
+        }
+        let leader_node = &self.nodes[(leader.id() - 1) as usize];
+        let digest = leader_node.sm.digest();
+        status.membership.members().into_iter().all(|m| {
+            let n = &self.nodes[(m - 1) as usize];
+            n.raft.is_some() && n.applied == status.commit && n.sm.digest() == digest
+        }) && leader_node.applied == status.commit
+            && self.clients.pending_ops() == 0
+    }
+
+    pub(crate) fn describe_cluster(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            match &n.raft {
+                None => out.push_str(&format!("[n{} down] ", n.id)),
+                Some(r) => {
+                    let s = r.status();
+                    out.push_str(&format!(
+                        "[n{} {:?} t{} lead {:?} commit {} applied {} last {} voters {:?} learners {:?}] ",
+                        s.id,
+                        s.role,
+                        s.term,
+                        s.leader,
+                        s.commit,
+                        n.applied,
+                        s.last_log_id,
+                        s.membership.voters,
+                        s.membership.learners
+                    ));
+                }
+            }
+        }
+        out.push_str(&format!(
+            "pending client ops {}",
+            self.clients.pending_ops()
+        ));
+        out
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref())
+            .find(|r| r.role() == Role::Leader)
+            .map(|r| r.id())
+    }
+
+    fn random_up_node(&mut self) -> Option<NodeId> {
+        let up: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|n| n.raft.is_some())
+            .map(|n| n.id)
+            .collect();
+        if up.is_empty() {
+            None
+        } else {
+            Some(up[self.rng.random_range(0..up.len())])
+        }
+    }
+
+    /// One adversarial action, chosen by the seed's weights.
+    fn nemesis(&mut self) {
+        let p = &self.params;
+        let weights = [
+            p.crash_weight,
+            p.partition_weight,
+            p.membership_weight,
+            p.transfer_weight,
+            p.clock_jump_weight,
+        ];
+        let total: u32 = weights.iter().sum();
+        if total == 0 {
+            return;
+        }
+        let mut roll = self.rng.random_range(0..total);
+        let mut action = 0;
+        for (i, w) in weights.iter().enumerate() {
+            if roll < *w {
+                action = i;
+                break;
+            }
+            roll -= w;
+        }
+        match action {
+            0 => {
+                if let Some(id) = self.random_up_node() {
+                    self.crash(id);
+                }
+            }
+            1 => self.partition(),
+            2 => self.change_membership(),
+            3 => self.transfer(),
+            _ => self.clock_jump(),
+        }
+    }
+
+    pub(crate) fn partition(&mut self) {
+        let shape = self.rng.random_range(0..4);
+        self.partition_shape(shape);
+    }
+
+    /// Shapes: 0 isolates a random node, 1 the leader, 2 splits the cluster in two random sides,
+    /// 3 cuts one node off in one direction only.
+    pub(crate) fn partition_shape(&mut self, shape: u32) {
+        let n = self.params.node_count as NodeId;
+        let ids: Vec<NodeId> = (1..=n).collect();
+        self.blocked.clear();
+        match shape {
+            0 | 1 => {
+                // Isolate one node (the leader, for shape 1), both ways.
+                let victim = match (shape, self.leader()) {
+                    (1, Some(l)) => l,
+                    _ => self.rng.random_range(1..=n),
+                };
+                for &o in &ids {
+                    if o != victim {
+                        self.blocked.insert((victim, o));
+                        self.blocked.insert((o, victim));
+                    }
+                }
+                self.trace_line(|| format!("partition isolate n{victim}"));
+            }
+            2 => {
+                // Split into two random sides.
+                let side: Vec<bool> = ids.iter().map(|_| self.rng.random_bool(0.5)).collect();
+                for (i, &a) in ids.iter().enumerate() {
+                    for (j, &b) in ids.iter().enumerate() {
+                        if side[i] != side[j] {
+                            self.blocked.insert((a, b));
+                        }
+                    }
+                }
+                self.trace_line(|| format!("partition split {side:?}"));
+            }
+            _ => {
+                // One-way: a node can send but not receive (or the reverse).
+                let victim = self.rng.random_range(1..=n);
+                let inbound = self.rng.random_bool(0.5);
+                for &o in &ids {
+                    if o != victim {
+                        if inbound {
+                            self.blocked.insert((o, victim));
+                        } else {
+                            self.blocked.insert((victim, o));
+                        }
+                    }
+                }
+                self.trace_line(|| format!("partition one-way n{victim} inbound={inbound}"));
+            }
+        }
+        self.partition_generation += 1;
+        let et = u64::from(self.params.election_timeout_ticks) * TICK_INTERVAL;
+        let duration = self.rng.random_range(et..=6 * et);
+        let generation = self.partition_generation;
+        self.schedule(duration, Event::HealPartition { generation });
+    }
+
+    fn change_membership(&mut self) {
+        let Some(leader) = self.leader() else { return };
+        let n = self.params.node_count as NodeId;
+        let membership = self.nodes[(leader - 1) as usize]
+            .raft
+            .as_ref()
+            .expect("leader is up")
+            .membership()
+            .clone();
+        let candidates: Vec<MembershipChange> = (1..=n)
+            .filter_map(|id| {
+                if membership.learners.contains(&id) {
+                    Some(MembershipChange::AddVoter(id))
+                } else if !membership.contains(id) {
+                    Some(MembershipChange::AddLearner(id))
+                } else if membership.voters.len() > 3 {
+                    Some(MembershipChange::Remove(id))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let change = candidates[self.rng.random_range(0..candidates.len())].clone();
+        let raft = self.nodes[(leader - 1) as usize]
+            .raft
+            .as_mut()
+            .expect("leader is up");
+        let result = raft.propose_membership(change.clone());
+        self.trace_line(|| format!("membership {change:?} via n{leader}: {result:?}"));
+        self.drive(leader);
+    }
+
+    fn transfer(&mut self) {
+        let Some(leader) = self.leader() else { return };
+        let raft = self.nodes[(leader - 1) as usize]
+            .raft
+            .as_mut()
+            .expect("leader is up");
+        let voters: Vec<NodeId> = raft
+            .membership()
+            .voters
+            .iter()
+            .copied()
+            .filter(|v| *v != leader)
+            .collect();
+        if voters.is_empty() {
+            return;
+        }
+        let to = voters[self.rng.random_range(0..voters.len())];
+        let raft = self.nodes[(leader - 1) as usize]
+            .raft
+            .as_mut()
+            .expect("leader is up");
+        let result = raft.transfer_leadership(to);
+        self.trace_line(|| format!("transfer n{leader}->n{to}: {result:?}"));
+        self.drive(leader);
+    }
+
+    fn clock_jump(&mut self) {
+        let Some(id) = self.random_up_node() else {
+            return;
+        };
+        let ticks = self
+            .rng
+            .random_range(1..=self.params.election_timeout_ticks);
+        self.trace_line(|| format!("clock jump n{id} +{ticks} ticks"));
+        for _ in 0..ticks {
+            if let Some(raft) = self.nodes[(id - 1) as usize].raft.as_mut() {
+                raft.tick();
+            }
+            self.drive(id);
+        }
+    }
+}
+
+fn short(msg: &keel_core::Message) -> String {
+    use keel_core::MessageBody as B;
+    match &msg.body {
+        B::Append {
+            prev,
+            entries,
+            commit,
+        } => {
+            format!("append prev {prev} n={} commit {commit}", entries.len())
+        }
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,595 @@
+//! The simulated world: nodes over simulated disks, a simulated network, a clock and clients, all
+//! driven by one event queue in simulated time. Everything random comes from one seeded RNG, so a
+//! seed replays exactly.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+
+use keel_core::storage::{MemStorage, Storage};
+use keel_core::{
+    Config, Entry, EntryPayload, Index, Message, MessageBody, NodeId, RaftNode, Ready, Role, Write,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::client::Clients;
+use crate::history::History;
+use crate::invariants::{Checker, Violation};
+use crate::kv::{Command, CommandResult, KvStateMachine};
+use crate::params::{Params, TICK_INTERVAL};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub seed: u64,
+    /// Events processed under faults before the cluster is healed.
+    pub fault_steps: u64,
+    pub trace: bool,
+    pub mutation: Option<keel_core::Mutation>,
+}
+
+pub(crate) enum Event {
+    Tick(NodeId),
+    Deliver(Message),
+    DiskDone {
+        node: NodeId,
+        incarnation: u64,
+        write_id: u64,
+    },
+    Crash(NodeId),
+    Restart(NodeId),
+    ClientWake {
+        client: usize,
+        generation: u64,
+    },
+    ClientDeadline {
+        client: usize,
+        history_index: usize,
+    },
+    Nemesis,
+    HealPartition {
+        generation: u64,
+    },
+}
+
+struct Scheduled {
+    time: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl SimDisk {
+    /// The oldest write in flight, which must be `id`: storage completes in order.
+    pub fn pop_pending(&mut self, id: u64) -> Write {
+        let w = self
+            .pending
+            .pop_front()
+            .expect("a completion has a pending write");
+        assert_eq!(w.id, id, "disk completions are in order");
+        w
+    }
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.time, self.seq) == (other.time, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.time, self.seq).cmp(&(other.time, other.seq))
+    }
+}
+
+/// The simulated disk of one node: what is durable, and writes still in flight (lost in a crash).
+pub(crate) struct SimDisk {
+    pub durable: MemStorage,
+    pending: VecDeque<Write>,
+    last_completion: u64,
+}
+
+pub(crate) struct SimNode {
+    pub id: NodeId,
+    pub raft: Option<RaftNode>,
+    pub disk: SimDisk,
+    pub sm: KvStateMachine,
+    pub applied: Index,
+    pub incarnation: u64,
+    /// ReadIndex results waiting for the state machine to catch up: (ctx, index).
+    pub pending_reads: Vec<(u64, Index)>,
+    /// Role and commit index after the last step, to notice elections and commits.
+    pub last_role: Role,
+    pub last_commit: Index,
+    /// Commit index persisted when the node last crashed.
+    pub persisted_commit_at_crash: Index,
+}
+
+/// The outcome of one seed.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub steps: u64,
+    pub violation: Option<Violation>,
+    pub ops_completed: usize,
+    pub ops_unknown: usize,
+    pub max_commit: Index,
+    pub trace: Vec<String>,
+    pub trace_digest: u64,
+}
+
+pub(crate) struct World {
+    pub rng: ChaCha8Rng,
+    pub params: Params,
+    pub now: u64,
+    pub steps: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    pub nodes: Vec<SimNode>,
+    /// Directed links that drop everything: (from, to).
+    pub blocked: BTreeSet<(NodeId, NodeId)>,
+    pub partition_generation: u64,
+    pub healing: bool,
+    pub clients: Clients,
+    pub history: History,
+    pub checker: Checker,
+    pub violation: Option<Violation>,
+    mutation: Option<keel_core::Mutation>,
+    trace_on: bool,
+    pub trace: Vec<String>,
+    trace_digest: u64,
+}
+
+impl World {
+    pub fn new(cfg: &RunConfig) -> World {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let params = Params::draw(&mut rng);
+        let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
+        let nodes = (1..=params.node_count as NodeId)
+            .map(|id| {
+                let durable = if voters.contains(&id) {
+                    MemStorage::new_cluster(voters.iter().copied())
+                } else {
+                    MemStorage::new_joining()
+                };
+                SimNode {
+                    id,
+                    raft: None,
+                    disk: SimDisk {
+                        durable,
+                        pending: VecDeque::new(),
+                        last_completion: 0,
+                    },
+                    sm: KvStateMachine::default(),
+                    applied: 0,
+                    incarnation: 0,
+                    pending_reads: Vec::new(),
+                    persisted_commit_at_crash: 0,
+                    last_role: Role::Follower,
+                    last_commit: 0,
+                }
+            })
+            .collect();
+        let clients = Clients::new(params.clients, params.node_count);
+        let mut world = World {
+            rng,
+            params,
+            now: 0,
+            steps: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            blocked: BTreeSet::new(),
+            partition_generation: 0,
+            healing: false,
+            clients,
+            history: History::default(),
+            checker: Checker::default(),
+            violation: None,
+            mutation: cfg.mutation,
+            trace_on: cfg.trace,
+            trace: Vec::new(),
+            trace_digest: 0xcbf2_9ce4_8422_2325,
+        };
+        let params = world.params.clone();
+        world.trace_line(|| format!("params {params:?}"));
+        for id in 1..=world.params.node_count as NodeId {
+            world.start_node(id);
+            let offset = world.rng.random_range(0..TICK_INTERVAL);
+            world.schedule(offset, Event::Tick(id));
+        }
+        for c in 0..world.params.clients {
+            let delay = world.rng.random_range(0..50);
+            world.schedule(
+                delay,
+                Event::ClientWake {
+                    client: c,
+                    generation: 0,
+                },
+            );
+        }
+        let first = world.params.nemesis_interval;
+        world.schedule(first, Event::Nemesis);
+        world
+    }
+
+    pub fn pop(&mut self) -> Option<(u64, Event)> {
+        self.queue.pop().map(|Reverse(s)| (s.time, s.event))
+    }
+
+    pub fn trace_digest(&self) -> u64 {
+        self.trace_digest
+    }
+
+    pub fn schedule(&mut self, delay: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            time: self.now + delay,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    /// Records a trace line, formatted only when tracing.
+    pub fn trace_line(&mut self, line: impl FnOnce() -> String) {
+        if self.trace_on {
+            let text = line();
+            self.trace.push(format!("t={} {}", self.now, text));
+        }
+    }
+
+    /// Folds the numbers that identify an event into the run's digest (cheap enough for every
+    /// step; two runs of one seed must produce the same digest).
+    pub fn digest_event(&mut self, words: [u64; 4]) {
+        for w in [self.now, words[0], words[1], words[2], words[3]] {
+            self.trace_digest ^= w;
+            self.trace_digest = self.trace_digest.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn node_config(&self, id: NodeId, incarnation: u64) -> Config {
+        let mut c = Config::new(id);
+        c.seed = self.rng_seed_for(id, incarnation);
+        c.election_timeout_ticks = self.params.election_timeout_ticks;
+        c.heartbeat_interval_ticks = self.params.heartbeat_interval_ticks;
+        c.pre_vote = self.params.pre_vote;
+        c.check_quorum = self.params.check_quorum;
+        c.max_entries_per_message = self.params.max_entries_per_message;
+        c.max_inflight_messages = self.params.max_inflight_messages;
+        c.max_apply_entries = 64;
+        c.mutation = self.mutation;
+        c
+    }
+
+    fn rng_seed_for(&self, id: NodeId, incarnation: u64) -> u64 {
+        // Derived, not drawn, so that adding a node does not shift every other random choice.
+        (self.params.node_count as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(id.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+            .wrapping_add(incarnation.wrapping_mul(0x94d0_49bb_1331_11eb))
+    }
+
+    /// Builds the node from its durable state (at start and after a crash).
+    pub fn start_node(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        let incarnation = self.nodes[idx].incarnation;
+        let config = self.node_config(id, incarnation);
+        let recovered = self.nodes[idx]
+            .disk
+            .durable
+            .recover()
+            .expect("memory storage");
+        let node = &mut self.nodes[idx];
+        match RaftNode::new(config, recovered) {
+            Ok(raft) => {
+                if raft.commit_index() < node.persisted_commit_at_crash {
+                    let detail = format!(
+                        "node {id} restarted with commit {} below its persisted commit {}",
+                        raft.commit_index(),
+                        node.persisted_commit_at_crash
+                    );
+                    self.fail(Violation {
+                        invariant: "recovery",
+                        detail,
+                    });
+                    return;
+                }
+                node.raft = Some(raft);
+                node.sm = KvStateMachine::default();
+                node.applied = 0;
+                node.pending_reads.clear();
+                self.checker.restarted(id);
+                self.drive(id);
+            }
+            Err(e) => self.fail(Violation {
+                invariant: "recovery",
+                detail: format!("node {id} failed to restart: {e}"),
+            }),
+        }
+    }
+
+    pub fn crash(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        if self.nodes[idx].raft.is_none() {
+            return;
+        }
+        let tear = self.rng.random_bool(self.params.torn_write_probability);
+        let node = &mut self.nodes[idx];
+        node.raft = None;
+        node.last_role = Role::Follower;
+        node.last_commit = 0;
+        node.incarnation += 1;
+        let mut torn = None;
+        if tear {
+            if let Some(w) = node.disk.pending.front() {
+                torn = Some(w.clone());
+            }
+        }
+        node.disk.pending.clear();
+        node.pending_reads.clear();
+        if let Some(w) = torn {
+            let keep = self.rng.random_range(0..=w.entries.len());
+            let keep_hs = self.rng.random_bool(0.5);
+            let node = &mut self.nodes[idx];
+            node.disk.durable.write_torn(&w, keep, keep_hs);
+        }
+        let node = &mut self.nodes[idx];
+        node.persisted_commit_at_crash = node.disk.durable.hard_state().commit;
+        self.trace_line(|| format!("crash n{id}"));
+        self.clients.node_lost(id);
+        // Quick restarts matter: a node back within an election timeout meets the messages and
+        // candidates of the moment it crashed.
+        let et = u64::from(self.params.election_timeout_ticks) * TICK_INTERVAL;
+        let delay = if self.healing {
+            1
+        } else if self.rng.random_bool(0.5) {
+            self.rng.random_range(1..=et)
+        } else {
+            self.rng.random_range(1..=4 * et)
+        };
+        self.schedule(delay, Event::Restart(id));
+    }
+
+    fn submit_write(&mut self, id: NodeId, write: Write) {
+        let mut latency = 1 + self.rng.random_range(0..=self.params.disk_latency_max);
+        if !self.healing && self.rng.random_bool(self.params.slow_disk_probability) {
+            latency += self.params.slow_disk_latency;
+        }
+        let idx = (id - 1) as usize;
+        let node = &mut self.nodes[idx];
+        let done = (self.now + latency).max(node.disk.last_completion);
+        node.disk.last_completion = done;
+        let write_id = write.id;
+        let incarnation = node.incarnation;
+        node.disk.pending.push_back(write);
+        let delay = done - self.now;
+        self.schedule(
+            delay,
+            Event::DiskDone {
+                node: id,
+                incarnation,
+                write_id,
+            },
+        );
+    }
+
+    pub fn send(&mut self, msg: Message) {
+        if let MessageBody::VoteResponse { granted: true } = msg.body {
+            if let Err(v) = self.checker.vote_granted(msg.from, msg.term, msg.to) {
+                self.fail(v);
+            }
+        }
+        // Adversarial crash points: right after a node promised something (a vote, an
+        // acknowledgement), crash it before its disk can catch up.
+        let promise = matches!(
+            msg.body,
+            MessageBody::VoteResponse { granted: true }
+                | MessageBody::AppendResponse(keel_core::AppendResult::Success { .. })
+        );
+        if promise
+            && !self.healing
+            && self
+                .rng
+                .random_bool(self.params.crash_after_promise_probability)
+        {
+            let delay = self.rng.random_range(0..=self.params.disk_latency_max);
+            self.schedule(delay, Event::Crash(msg.from));
+        }
+        if self.blocked.contains(&(msg.from, msg.to)) {
+            return;
+        }
+        let (loss, dup) = if self.healing {
+            (0.0, 0.0)
+        } else {
+            (
+                self.params.loss_probability,
+                self.params.duplicate_probability,
+            )
+        };
+        if self.rng.random_bool(loss) {
+            return;
+        }
+        let copies = if self.rng.random_bool(dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let delay = self
+                .rng
+                .random_range(self.params.net_delay_min..=self.params.net_delay_max);
+            self.schedule(delay, Event::Deliver(msg.clone()));
+        }
+    }
+
+    /// Drains a node's outputs until it has nothing more to say.
+    pub fn drive(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        loop {
+            if self.violation.is_some() {
+                return;
+            }
+            let Some(raft) = self.nodes[idx].raft.as_mut() else {
+                return;
+            };
+            if !raft.has_ready() {
+                break;
+            }
+            let rd = raft.ready();
+            self.handle_ready(id, rd);
+        }
+        let raft = self.nodes[idx].raft.as_ref().expect("checked above");
+        if let Err(v) = self.checker.check_node(raft) {
+            self.fail(v);
+            return;
+        }
+        let role = raft.role();
+        let commit = raft.commit_index();
+        let became_leader = role == Role::Leader && self.nodes[idx].last_role != Role::Leader;
+        let leader_committed = role == Role::Leader && commit > self.nodes[idx].last_commit;
+        self.nodes[idx].last_role = role;
+        self.nodes[idx].last_commit = commit;
+        if self.healing {
+            return;
+        }
+        // Adversarial crash points: a new leader before its first entries spread (how divergent
+        // suffixes of many terms arise, Raft Figure 8), and a leader that just committed, before
+        // its followers learn of it.
+        if became_leader
+            && self
+                .rng
+                .random_bool(self.params.crash_new_leader_probability)
+        {
+            if self.rng.random_bool(0.5) {
+                // Isolating drops what the new leader already sent; a crash would not.
+                self.trace_line(|| format!("isolate new leader n{id}"));
+                self.partition_shape(1);
+            } else {
+                let delay = self.rng.random_range(0..=3 * self.params.net_delay_max);
+                self.schedule(delay, Event::Crash(id));
+            }
+        } else if leader_committed
+            && self
+                .rng
+                .random_bool(self.params.crash_after_commit_probability)
+        {
+            if self.rng.random_bool(0.5) {
+                self.trace_line(|| format!("isolate n{id} after commit {commit}"));
+                self.partition_shape(1);
+            } else {
+                let delay = self.rng.random_range(0..=self.params.net_delay_min);
+                self.schedule(delay, Event::Crash(id));
+            }
+        }
+        let disk = &self.nodes[idx].disk.durable;
+        if disk.hard_state().commit > disk.last_index() {
+            let detail = format!(
+                "node {id} persisted commit {} beyond its durable log {}",
+                disk.hard_state().commit,
+                disk.last_index()
+            );
+            self.fail(Violation {
+                invariant: "persisted commit",
+                detail,
+            });
+        }
+    }
+
+    fn handle_ready(&mut self, id: NodeId, rd: Ready) {
+        let Ready {
+            messages,
+            write,
+            committed,
+            read_states,
+            failed_reads,
+        } = rd;
+        if let Some(w) = write {
+            self.submit_write(id, w);
+        }
+        for m in messages {
+            self.send(m);
+        }
+        let idx = (id - 1) as usize;
+        if let Some(last) = committed.last().map(|e| e.index) {
+            for e in &committed {
+                if let Err(v) = self.checker.applied(id, e) {
+                    return self.fail(v);
+                }
+                let result = self.apply_entry(idx, e);
+                self.clients.entry_applied(
+                    id,
+                    self.nodes[idx].incarnation,
+                    e,
+                    result,
+                    self.now,
+                    &mut self.history,
+                );
+            }
+            self.nodes[idx].applied = last;
+            self.nodes[idx]
+                .raft
+                .as_mut()
+                .expect("live node")
+                .applied(last);
+        }
+        for rs in read_states {
+            let max_commit_at_request = self.clients.read_floor(rs.ctx);
+            if rs.index < max_commit_at_request {
+                let detail = format!(
+                    "node {id} served read {} at index {} below commit {} reached before it started",
+                    rs.ctx, rs.index, max_commit_at_request
+                );
+                return self.fail(Violation {
+                    invariant: "read index",
+                    detail,
+                });
+            }
+            self.nodes[idx].pending_reads.push((rs.ctx, rs.index));
+        }
+        for ctx in failed_reads {
+            self.clients.read_failed(ctx);
+        }
+        self.serve_reads(idx);
+    }
+
+    fn apply_entry(&mut self, idx: usize, e: &Entry) -> Option<CommandResult> {
+        let node = &mut self.nodes[idx];
+        debug_assert_eq!(e.index, node.applied + 1);
+        node.applied = e.index;
+        match &e.payload {
+            EntryPayload::Normal(data) => {
+                let cmd = Command::decode(data).expect("simulator commands decode");
+                Some(node.sm.apply(&cmd))
+            }
+            _ => None,
+        }
+    }
+
+    fn serve_reads(&mut self, idx: usize) {
+        let applied = self.nodes[idx].applied;
+        let id = self.nodes[idx].id;
+        let mut ready = Vec::new();
+        self.nodes[idx].pending_reads.retain(|&(ctx, index)| {
+            if index <= applied {
+                ready.push(ctx);
+                false
+            } else {
+                true
+            }
+        });
+        for ctx in ready {
+            self.clients
+                .read_served(id, ctx, &self.nodes[idx].sm, self.now, &mut self.history);
+        }
+    }
+
+    /// Records the first violation; the run stops after the current step.
+    pub fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            let step = self.steps;
+            self.trace_line(|| format!("VIOLATION at step {step}: {v}"));
+            self.violation = Some(v);
+        }
+    }
+}

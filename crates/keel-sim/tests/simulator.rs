@@ -1,0 +1,129 @@
+//! The simulator as a whole: determinism, a clean sweep, and the mutations it must catch.
+
+use std::process::Command;
+
+use keel_sim::{run, RunConfig};
+
+fn config(seed: u64, trace: bool) -> RunConfig {
+    RunConfig {
+        seed,
+        fault_steps: 20_000,
+        trace,
+        mutation: None,
+    }
+}
+
+#[test]
+fn same_seed_gives_byte_identical_trace() {
+    for seed in [3, 11] {
+        let a = run(&config(seed, true));
+        let b = run(&config(seed, true));
+        assert!(a.trace.len() > 1000, "trace too short to mean anything");
+        assert_eq!(a.trace, b.trace, "seed {seed} diverged");
+        assert_eq!(a.trace_digest, b.trace_digest);
+        assert_eq!(a.steps, b.steps);
+    }
+}
+
+#[test]
+fn different_seeds_explore_different_runs() {
+    let a = run(&config(1, false));
+    let b = run(&config(2, false));
+    assert_ne!(a.trace_digest, b.trace_digest);
+}
+
+#[test]
+fn tracing_does_not_change_the_run() {
+    let traced = run(&config(5, true));
+    let quiet = run(&config(5, false));
+    assert_eq!(traced.trace_digest, quiet.trace_digest);
+    assert!(quiet.trace.is_empty());
+}
+
+#[test]
+fn sweep_of_seeds_has_no_violation_and_makes_progress() {
+    let mut committed = 0;
+    for seed in 1000..1030 {
+        let report = run(&config(seed, false));
+        if let Some(v) = &report.violation {
+            panic!(
+                "seed {seed}: {v}\nreplay: {}",
+                keel_sim::replay_command(seed, None, 20_000)
+            );
+        }
+        assert!(
+            report.ops_completed > 0,
+            "seed {seed} completed no client operation"
+        );
+        committed += report.max_commit;
+    }
+    assert!(
+        committed > 30 * 20,
+        "too little progress: {committed} entries over 30 seeds"
+    );
+}
+
+fn keel_sim(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel-sim"))
+        .args(args)
+        .output()
+        .expect("run keel-sim");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success(), stdout)
+}
+
+fn summary(stdout: &str) -> &str {
+    stdout.lines().last().unwrap_or_default()
+}
+
+#[test]
+fn binary_exits_zero_and_prints_summary_when_clean() {
+    let (ok, stdout) = keel_sim(&["--seeds", "10"]);
+    assert!(ok, "clean run failed:\n{stdout}");
+    let last = summary(&stdout);
+    assert!(last.starts_with("seeds=10 steps="), "{last}");
+    assert!(last.ends_with(" violations=0"), "{last}");
+}
+
+#[test]
+fn binary_rejects_unknown_mutation() {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel-sim"))
+        .args(["--mutation", "no-such-bug", "--seeds", "1"])
+        .output()
+        .expect("run keel-sim");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mutation"));
+}
+
+/// Each deliberately broken core must be caught within 500 seeds, with a replay command.
+fn assert_mutation_caught(name: &str) {
+    let (ok, stdout) = keel_sim(&["--mutation", name, "--seeds", "500", "--fail-fast"]);
+    assert!(!ok, "mutation {name} went unnoticed:\n{}", summary(&stdout));
+    let last = summary(&stdout);
+    assert!(!last.ends_with(" violations=0"), "{last}");
+    assert!(stdout.contains(" violated "), "{stdout}");
+    assert!(
+        stdout.contains(&format!("--mutation {name}")),
+        "failure must print its replay command"
+    );
+}
+
+#[test]
+fn catches_mutation_commit_old_term() {
+    assert_mutation_caught("commit-old-term");
+}
+
+#[test]
+fn catches_mutation_vote_before_durable() {
+    assert_mutation_caught("vote-before-durable");
+}
+
+#[test]
+fn catches_mutation_ack_before_durable() {
+    assert_mutation_caught("ack-before-durable");
+}
+
+#[test]
+fn catches_mutation_read_without_term_commit() {
+    assert_mutation_caught("read-without-term-commit");
+}
