@@ -21,7 +21,8 @@ pub use durability::Write;
 pub use membership::{Membership, MembershipChange};
 pub use message::{AppendResult, Message, MessageBody};
 pub use node::{
-    CommitStatus, ProposeError, RaftNode, ReadError, ReadState, Ready, RecoveredState, Role, Status,
+    CommitStatus, FollowerProgress, ProposeError, RaftNode, ReadError, ReadState, Ready,
+    RecoveredState, Role, Status,
 };
 
 pub use types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Term};

@@ -6,6 +6,7 @@
 //! truncate). What is durable is tracked separately by the node (see `durability.rs`).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::membership::Membership;
 use crate::types::{Entry, EntryPayload, Index, LogId, Term};
@@ -23,7 +24,7 @@ pub struct RaftLog {
     /// The configuration at the snapshot position.
     base_membership: Membership,
     /// Configuration entries in `entries`, ascending by index.
-    memberships: Vec<(Index, Membership)>,
+    memberships: Vec<(Index, Arc<Membership>)>,
 }
 
 impl RaftLog {
@@ -253,7 +254,7 @@ mod tests {
         log.append(Entry {
             term: 3,
             index: 5,
-            payload: EntryPayload::Membership(Membership::new_voters([1, 2])),
+            payload: EntryPayload::Membership(Membership::new_voters([1, 2]).into()),
         });
         assert_eq!(log.membership(), &Membership::new_voters([1, 2]));
         log.truncate_from(3);

@@ -43,8 +43,12 @@ pub enum MessageBody {
         commit: Index,
         read_round: u64,
     },
+    /// `lagging`: the heartbeat's commit index is beyond what this node has proven to match
+    /// the leader in this term (it restarted, or lost entries it had acknowledged, S29); the
+    /// leader should probe it.
     HeartbeatResponse {
         read_round: u64,
+        lagging: bool,
     },
     /// Tells the leadership-transfer target to campaign at once.
     TimeoutNow,

@@ -1,5 +1,7 @@
 //! The vocabulary every other module speaks: identifiers, log positions, entries, hard state.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::membership::Membership;
@@ -41,8 +43,9 @@ pub enum EntryPayload {
     /// Application data, opaque to the core.
     Normal(Bytes),
     /// A configuration. It takes effect as soon as it is appended, not when it commits
-    /// (Raft thesis section 4.1).
-    Membership(Membership),
+    /// (Raft thesis section 4.1). Shared: entries are cloned into every message and write, and
+    /// keeping the rare large variant behind a pointer keeps every entry small.
+    Membership(Arc<Membership>),
 }
 
 /// One log entry.

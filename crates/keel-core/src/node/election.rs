@@ -37,7 +37,10 @@ impl RaftNode {
             // check-quorum and pre-vote it might otherwise never learn of it.
             let reply = match msg.body {
                 MessageBody::Append { .. } | MessageBody::Heartbeat { .. } => {
-                    Some(MessageBody::HeartbeatResponse { read_round: 0 })
+                    Some(MessageBody::HeartbeatResponse {
+                        read_round: 0,
+                        lagging: false,
+                    })
                 }
                 MessageBody::PreVote { .. } => {
                     Some(MessageBody::PreVoteResponse { granted: false })
@@ -48,7 +51,9 @@ impl RaftNode {
                 _ => None,
             };
             if let Some(body) = reply {
-                self.send(msg.from, body);
+                // It carries our term, which must be durable before anyone learns of it.
+                let reply = self.message(msg.from, body);
+                self.send_after_persist(reply);
             }
             return false;
         }
@@ -138,7 +143,7 @@ impl RaftNode {
         let granted = can_vote && up_to_date && !lease_blocks;
         if pre_vote {
             let term = if granted { msg.term } else { self.term };
-            self.messages.push(Message {
+            self.send_after_persist(Message {
                 from: self.id,
                 to: msg.from,
                 term,

@@ -32,7 +32,7 @@ impl RaftNode {
                 learners: target.learners,
             }
         };
-        Ok(self.append_entry(EntryPayload::Membership(next)))
+        Ok(self.append_entry(EntryPayload::Membership(next.into())))
     }
 
     /// Hands leadership to `to`: once it holds our whole log, it is told to campaign at once.
@@ -73,11 +73,12 @@ impl RaftNode {
             let membership = self.log.membership().clone();
             if membership.is_joint() {
                 // Leave the joint configuration: C(old,new) is committed, so C(new) may follow.
-                self.append_entry(EntryPayload::Membership(Membership {
+                let leave = Membership {
                     voters: membership.voters,
                     outgoing: Default::default(),
                     learners: membership.learners,
-                }));
+                };
+                self.append_entry(EntryPayload::Membership(leave.into()));
             } else if !membership.is_voter(self.id) {
                 // A leader removed from the configuration steps down once the configuration
                 // without it is committed (thesis section 4.2.2).

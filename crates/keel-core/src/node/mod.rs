@@ -96,6 +96,19 @@ pub struct Status {
     pub membership: Membership,
 }
 
+/// The leader's view of one follower, for status displays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerProgress {
+    pub id: NodeId,
+    /// Highest index known to be durably replicated there.
+    pub match_index: Index,
+    pub next_index: Index,
+    /// Appends in flight (pipelining).
+    pub inflight_messages: usize,
+    /// Whether the leader knows where the follower's log matches (false while probing).
+    pub replicating: bool,
+}
+
 /// Why a proposal was refused. Nothing was appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
@@ -162,6 +175,9 @@ pub struct RaftNode {
 
     role: Role,
     leader: Option<NodeId>,
+    /// The end of the prefix this node has proven, by an accepted Append in the current term,
+    /// to match the current leader's log. Volatile: a restart or a new term forgets it.
+    leader_match: Index,
     /// Reported by the application.
     applied: Index,
     /// Handed to the application in a `Ready` (>= applied).
@@ -182,6 +198,14 @@ pub struct RaftNode {
     held: VecDeque<(u64, Message)>,
     read_states: Vec<ReadState>,
     failed_reads: Vec<u64>,
+}
+
+impl std::fmt::Debug for RaftNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftNode")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RaftNode {
@@ -253,6 +277,7 @@ impl RaftNode {
             commit,
             role: Role::Follower,
             leader: None,
+            leader_match: 0,
             applied,
             apply_requested: applied,
             election_elapsed_ticks: 0,
@@ -310,9 +335,10 @@ impl RaftNode {
                     self.on_append_or_heartbeat(msg)
                 }
                 MessageBody::AppendResponse(result) => self.on_append_response(msg.from, result),
-                MessageBody::HeartbeatResponse { read_round } => {
-                    self.on_heartbeat_response(msg.from, read_round)
-                }
+                MessageBody::HeartbeatResponse {
+                    read_round,
+                    lagging,
+                } => self.on_heartbeat_response(msg.from, read_round, lagging),
                 MessageBody::TimeoutNow => self.on_timeout_now(),
             }
         }
@@ -472,9 +498,33 @@ impl RaftNode {
         }
     }
 
+    /// On the leader, its view of every other member; empty elsewhere.
+    pub fn progress(&self) -> Vec<FollowerProgress> {
+        let Some(state) = self.leader_state.as_ref() else {
+            return Vec::new();
+        };
+        state
+            .progress
+            .iter()
+            .map(|(id, pr)| FollowerProgress {
+                id: *id,
+                match_index: pr.match_index,
+                next_index: pr.next_index,
+                inflight_messages: pr.inflight.len(),
+                replicating: pr.state == crate::progress::ReplicationState::Replicate,
+            })
+            .collect()
+    }
+
     /// Whether the entry `id` is committed, still pending, or was overwritten, exactly, for any
     /// index up to the last one this node holds, compacted or not (DESIGN.md section 1.2).
     pub fn commit_status(&self, id: LogId) -> CommitStatus {
+        // Terms never decrease along a log: after a committed entry of a higher term, no entry
+        // of `id.term` can ever commit, whatever this node's log holds beyond its commit index.
+        let committed_term = self.log.term_of_any(self.commit).unwrap_or(0);
+        if id.index > self.commit && id.term < committed_term {
+            return CommitStatus::Overwritten;
+        }
         if id.index == 0 || id.index > self.log.last_index() {
             return CommitStatus::Unknown;
         }
@@ -563,6 +613,7 @@ impl RaftNode {
         }
         self.role = Role::Follower;
         self.leader = leader;
+        self.leader_match = 0;
         self.votes.clear();
         if let Some(state) = self.leader_state.take() {
             self.failed_reads.extend(state.reads.drain_all());

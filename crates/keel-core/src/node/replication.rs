@@ -32,10 +32,18 @@ impl RaftNode {
                 commit,
             } => self.on_append(msg.from, prev, entries, commit),
             MessageBody::Heartbeat { commit, read_round } => {
-                // The leader sends min(match, commit): a prefix this node is known to hold. Clamp
-                // to the log anyway, in case this node lost entries it had acknowledged (S29).
-                self.advance_commit_to(commit.min(self.log.last_index()));
-                let reply = self.message(msg.from, MessageBody::HeartbeatResponse { read_round });
+                // The leader sends min(match, commit), a prefix it believes this node holds. Trust
+                // only the prefix an Append of this term proved: after a restart or a disk that
+                // lost acknowledged writes, the log beyond it may hold stale entries (S29).
+                let proven = self.leader_match.min(self.log.last_index());
+                self.advance_commit_to(commit.min(proven));
+                let reply = self.message(
+                    msg.from,
+                    MessageBody::HeartbeatResponse {
+                        read_round,
+                        lagging: commit > proven,
+                    },
+                );
                 self.send_after_persist(reply);
             }
             _ => unreachable!("only Append and Heartbeat are routed here"),
@@ -52,6 +60,9 @@ impl RaftNode {
         let result = self.try_append(prev, entries, leader_commit);
         let reply = self.message(leader, MessageBody::AppendResponse(result));
         let success = matches!(result, AppendResult::Success { .. });
+        if let AppendResult::Success { match_index } = result {
+            self.leader_match = self.leader_match.max(match_index);
+        }
         if success && self.mutated(crate::Mutation::AckBeforeDurable) {
             self.messages.push(reply);
         } else {
@@ -193,10 +204,9 @@ impl RaftNode {
                     // longer holds it: it lost acknowledged entries (wiped or faulty disk, S29).
                     // Forget what it claimed; commit never moves back, so this costs only
                     // retransmission.
-                    pr.match_index = match hint_term {
-                        None => hint_index.saturating_sub(1).min(rejected - 1),
-                        Some(_) => rejected - 1,
-                    };
+                    // Nothing it holds is proven any more: its log may end anywhere below
+                    // `rejected`, or hold stale entries there.
+                    pr.match_index = 0;
                 }
                 let mut next = match hint_term {
                     None => hint_index,
@@ -217,7 +227,7 @@ impl RaftNode {
         self.send_append(from);
     }
 
-    pub(super) fn on_heartbeat_response(&mut self, from: NodeId, read_round: u64) {
+    pub(super) fn on_heartbeat_response(&mut self, from: NodeId, read_round: u64, lagging: bool) {
         if self.role != Role::Leader {
             return;
         }
@@ -228,7 +238,12 @@ impl RaftNode {
         };
         pr.recent_active = true;
         pr.read_round_acked = pr.read_round_acked.max(read_round);
-        let behind = pr.match_index < leader_last;
+        if lagging {
+            // Probe where we believe it matches: its answer proves the match again, or (a
+            // conflict at match_index) resets the progress.
+            pr.become_probe(pr.match_index + 1);
+        }
+        let behind = lagging || pr.match_index < leader_last;
         self.advance_reads();
         if behind {
             self.send_append(from);

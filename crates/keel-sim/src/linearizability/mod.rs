@@ -13,15 +13,17 @@
 //! - [`parse_jepsen_etcd`] and [`parse_jepsen_kv`] read the reference histories that the
 //!   checker is validated against.
 
+mod blocks;
 mod history;
 mod model;
 mod parse;
 mod search;
+mod table;
 mod verdict;
 
 pub use history::{History, HistoryError, Key, Operation, Outcome};
 pub use model::{
-    Append, AppendOp, AppendOutput, Model, Register, RegisterOp, RegisterOutput, Value,
+    Append, AppendOp, AppendOutput, Effect, Model, Register, RegisterOp, RegisterOutput, Value,
 };
 pub use parse::{parse_jepsen_etcd, parse_jepsen_kv, ParseError, ParseErrorKind, ETCD_KEY};
 pub use verdict::{check, Counterexample, SearchBudget, Verdict};

@@ -5,14 +5,17 @@ use std::hash::Hash;
 
 /// A deterministic sequential specification of one object (one key).
 ///
-/// The checker never looks inside states, inputs or outputs: it only asks the model whether an
-/// operation with a given observed output could have been applied to a state, and what the state
-/// is afterwards. Keeping the contract this small is what lets one search serve both the
-/// simulator's register and the string-append histories from Jepsen.
+/// The search needs only [`Model::step`] and [`Model::step_unobserved`]: whether an operation
+/// with a given observed output could have been applied to a state, and what the state is
+/// afterwards. Keeping that core contract small is what lets one search serve both the
+/// simulator's register and the string-append histories from Jepsen. The other methods are
+/// optional hints that let the search prune; their defaults disable the pruning and are always
+/// correct, while a wrong hint can make the checker wrong, so each states exactly what it
+/// promises.
 ///
-/// States are memoised together with the set of linearized operations, so they must be cheap to
-/// clone and hash; inputs of timed-out operations are compared for equality to collapse
-/// interchangeable pending operations.
+/// States are memoised together with the set of linearized operations, so they must be cheap
+/// to clone and hash; inputs of timed-out operations are compared for equality to collapse
+/// interchangeable ones.
 ///
 /// Implementors are marker types; the supertraits only let `#[derive]` work on the generic
 /// history and verdict types.
@@ -47,16 +50,35 @@ pub trait Model: Clone + fmt::Debug + PartialEq + Eq {
     /// concurrent reads from multiplying the search space. Answering `false` is always safe.
     fn is_read_only(input: &Self::Input, output: Option<&Self::Output>) -> bool;
 
+    /// What the operation does to the state when it takes effect, if it is one of the simple
+    /// shapes of [`Effect`]. Must agree with [`Model::step`] for every output and with
+    /// [`Model::step_unobserved`]. Lets the search index timed-out operations by the states
+    /// they lead to instead of trying each of them everywhere. The default is
+    /// [`Effect::Other`].
+    fn effect(input: &Self::Input) -> Effect<Self::State> {
+        let _ = input;
+        Effect::Other
+    }
+
+    /// The only state from which `input` could have returned `output`, if there is exactly
+    /// one (a read returning `v`: `v`). Lets the search look for timed-out operations leading
+    /// to that state rather than trying all of them. The default (`None`) is always correct.
+    fn required_state(input: &Self::Input, output: &Self::Output) -> Option<Self::State> {
+        let _ = (input, output);
+        None
+    }
+
     /// A cheap necessary condition for an operation that returned `output` to be linearizable
     /// at some point after the state has become `state`, if in between only
-    /// [monotone](Model::is_monotone) operations take effect (after the last
-    /// [overwrite](Model::overwrite), if any, which the checker passes as `state`).
+    /// [monotone](Model::is_monotone) operations take effect (after the last operation with a
+    /// [`Effect::Set`] or [`Effect::Swap`] effect, if any, whose resulting state the checker
+    /// then passes as `state`).
     ///
-    /// The checker prunes a search path as soon as some invoked but not yet linearized
-    /// operation fails this test, instead of discovering the dead end only when that
-    /// operation's return is reached. For the append model this cuts the orderings of
-    /// concurrent appends that no read agrees with. The default (`true`) disables the pruning
-    /// and is always correct; see also [`Model::constrains`].
+    /// The checker prunes a search path as soon as some not yet linearized operation fails this
+    /// test, instead of discovering the dead end only when that operation's return is reached.
+    /// For the append model this cuts the orderings of concurrent appends that no read agrees
+    /// with. The default (`true`) disables the pruning and is always correct; see also
+    /// [`Model::constrains`].
     fn may_still_return(state: &Self::State, input: &Self::Input, output: &Self::Output) -> bool {
         let _ = (state, input, output);
         true
@@ -69,24 +91,32 @@ pub trait Model: Clone + fmt::Debug + PartialEq + Eq {
         false
     }
 
-    /// Whether applying `input` keeps [`Model::may_still_return`] true for every operation it
-    /// held for: the operation only moves the state "forward". The default (`false`) is always
-    /// correct.
+    /// Whether applying `input` keeps [`Model::may_still_return`] false for every operation it
+    /// was false for: the operation only moves the state "forward". The default (`false`) is
+    /// always correct.
     fn is_monotone(input: &Self::Input) -> bool {
         let _ = input;
         false
     }
+}
 
-    /// The state a blind write sets regardless of the previous state, or `None` if `input` is
-    /// not one: `Some(v)` promises that applying `input` to any state yields `v`.
-    ///
-    /// The checker uses it to skip timed-out operations that a blind write would overwrite
-    /// anyway, and to keep [`Model::may_still_return`] pruning while a blind write could still
-    /// intervene. The default (`None`) is always correct.
-    fn overwrite(input: &Self::Input) -> Option<Self::State> {
-        let _ = input;
-        None
-    }
+/// The shape of an operation's effect on the state, for [`Model::effect`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect<S> {
+    /// Never changes the state.
+    Keep,
+    /// Leaves this state whatever the state was before (a blind write).
+    Set(S),
+    /// Changes the state to `to` if it was `from`, and otherwise leaves it unchanged (a
+    /// compare-and-set).
+    Swap {
+        /// The state it applies to.
+        from: S,
+        /// The state it leaves.
+        to: S,
+    },
+    /// Anything else.
+    Other,
 }
 
 /// The value of a register: `None` when the key is absent.
@@ -162,10 +192,22 @@ impl Model for Register {
         }
     }
 
-    fn overwrite(input: &RegisterOp) -> Option<Value> {
-        match input {
-            RegisterOp::Write(v) => Some(*v),
-            RegisterOp::Read | RegisterOp::Cas { .. } => None,
+    fn effect(input: &RegisterOp) -> Effect<Value> {
+        match *input {
+            RegisterOp::Read => Effect::Keep,
+            RegisterOp::Write(v) => Effect::Set(v),
+            RegisterOp::Cas { expected, new } => Effect::Swap {
+                from: expected,
+                to: new,
+            },
+        }
+    }
+
+    fn required_state(input: &RegisterOp, output: &RegisterOutput) -> Option<Value> {
+        match (input, output) {
+            (RegisterOp::Read, RegisterOutput::Read(v)) => Some(*v),
+            (RegisterOp::Cas { expected, .. }, RegisterOutput::CasOk) => Some(*expected),
+            _ => None,
         }
     }
 
@@ -293,10 +335,19 @@ impl Model for Append {
         !matches!(input, AppendOp::Put(_))
     }
 
-    fn overwrite(input: &AppendOp) -> Option<String> {
+    fn effect(input: &AppendOp) -> Effect<String> {
         match input {
-            AppendOp::Put(s) => Some(s.clone()),
-            AppendOp::Get | AppendOp::Append(_) => None,
+            AppendOp::Get => Effect::Keep,
+            AppendOp::Put(s) => Effect::Set(s.clone()),
+            AppendOp::Append(s) if s.is_empty() => Effect::Keep,
+            AppendOp::Append(_) => Effect::Other,
+        }
+    }
+
+    fn required_state(input: &AppendOp, output: &AppendOutput) -> Option<String> {
+        match (input, output) {
+            (AppendOp::Get, AppendOutput::Get(seen)) => Some(seen.clone()),
+            _ => None,
         }
     }
 }

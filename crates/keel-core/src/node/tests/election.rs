@@ -14,7 +14,7 @@ fn fig2_rpc_terms_higher_term_makes_follower() {
         2,
         1,
         5,
-        MessageBody::HeartbeatResponse { read_round: 0 },
+        MessageBody::AppendResponse(AppendResult::Success { match_index: 1 }),
     ));
     assert_eq!((n.role(), n.term(), n.leader()), (Role::Follower, 5, None));
     assert_eq!(n.status().vote, None, "no vote yet in the new term");
@@ -44,15 +44,17 @@ fn fig2_rpc_stale_term_is_rejected_with_current_term() {
     let out = settle(&mut f);
     assert_eq!(f.log().last_index(), 2, "stale leader's entries refused");
     assert_eq!((f.term(), f.commit_index()), (3, 0));
-    assert_eq!(
-        out.messages,
-        [msg(
-            2,
-            1,
-            3,
-            MessageBody::HeartbeatResponse { read_round: 0 }
-        )],
-        "the stale leader learns the newer term"
+    let [reply] = &out.messages[..] else {
+        panic!("{:?}", out.messages)
+    };
+    assert!(
+        reply.to == 1
+            && reply.term == 3
+            && matches!(
+                reply.body,
+                MessageBody::HeartbeatResponse { read_round: 0, .. }
+            ),
+        "the stale leader learns the newer term: {reply:?}"
     );
 }
 

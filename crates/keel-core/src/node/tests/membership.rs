@@ -22,7 +22,7 @@ fn configs_in_log(c: &Cluster, id: NodeId) -> Vec<(Index, Membership)> {
     let log = c.node(id).log();
     (log.first_index()..=log.last_index())
         .filter_map(|i| match &log.entry(i)?.payload {
-            EntryPayload::Membership(m) => Some((i, m.clone())),
+            EntryPayload::Membership(m) => Some((i, (**m).clone())),
             _ => None,
         })
         .collect()
@@ -100,7 +100,7 @@ fn membership_joint_election_needs_both_majorities() {
     entries.push(Entry {
         term: 1,
         index: 2,
-        payload: EntryPayload::Membership(old_new.clone()),
+        payload: EntryPayload::Membership(old_new.clone().into()),
     });
     let write = Write {
         id: 0,
@@ -337,4 +337,34 @@ fn leadership_transfer_is_abandoned_after_an_election_timeout() {
     }
     assert_eq!(c.node(1).role(), Role::Leader);
     c.propose_and_commit(1, "x");
+}
+
+#[test]
+fn membership_new_leader_finishes_a_joint_change() {
+    let mut c = cluster_with_joining(&[4]);
+    // The joint entry reaches everyone but commits nowhere visible: n1 crashes at once.
+    let entered = c
+        .node_mut(1)
+        .propose_membership(MembershipChange::AddVoter(4))
+        .expect("leader");
+    c.process(1);
+    c.crash(1);
+    c.run_until_quiet();
+    assert_eq!(c.node(2).membership(), &joint(&[1, 2, 3, 4], &[1, 2, 3]));
+    assert!(c.node(2).commit_index() < entered.index);
+
+    // n2 needs both majorities to win, then leaves the joint configuration on its own.
+    c.elect(2);
+    c.run_until_quiet();
+    let new = Membership::new_voters([1, 2, 3, 4]);
+    assert_eq!(c.node(2).membership(), &new);
+    let configs = configs_in_log(&c, 2);
+    assert_eq!(
+        configs.last().map(|(i, _)| *i),
+        Some(c.node(2).commit_index())
+    );
+    c.restart(1);
+    c.tick_all(4);
+    c.assert_converged();
+    assert!((1..=4).all(|id| c.node(id).membership() == &new));
 }

@@ -209,3 +209,8 @@ fn cluster_with_joining(joining: &[NodeId]) -> Cluster {
     c.elect(1);
     c
 }
+
+#[test]
+fn harness_election_timeout_matches_config() {
+    assert_eq!(test_config(1).election_timeout_ticks, ET);
+}

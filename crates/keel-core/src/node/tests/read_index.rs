@@ -108,12 +108,8 @@ fn readindex_pending_reads_fail_when_leader_steps_down() {
     c.isolate(1);
     c.node_mut(1).read_index(5).expect("leader");
     c.run_until_quiet();
-    c.node_mut(1).step(msg(
-        2,
-        1,
-        5,
-        MessageBody::HeartbeatResponse { read_round: 0 },
-    ));
+    c.node_mut(1)
+        .step(msg(2, 1, 5, MessageBody::VoteResponse { granted: false }));
     c.process(1);
     assert_eq!(c.peer(1).failed_reads, [5]);
     assert!(c.peer(1).read_states.is_empty());

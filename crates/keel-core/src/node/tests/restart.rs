@@ -151,3 +151,30 @@ fn restart_after_torn_write_adopts_the_log_term_without_a_vote() {
         MessageBody::VoteResponse { granted: true }
     )));
 }
+
+/// DESIGN.md 1.2: "the commit status of any (index, term) is exact at any time" and "a client
+/// handle always resolves". Terms never decrease along a log, so once the commit index holds a
+/// term above `t`, no entry of term `t` after it can ever commit: it is overwritten, even where
+/// this node's log is shorter or holds another entry.
+#[test]
+fn commit_status_resolves_a_deposed_leaders_truncated_proposals() {
+    let mut c = Cluster::new(3);
+    c.elect(1);
+    c.isolate(1);
+    let x = c.propose(1, "x"); // 1/2
+    let y = c.propose(1, "y"); // 1/3
+    c.run_until_quiet();
+    c.elect(2); // term 2, no-op 2/2 committed with n3
+    c.heal();
+    c.tick_all(4);
+    assert_eq!(c.node(1).log().last_log_id(), LogId::new(2, 2));
+    assert_eq!(c.node(1).commit_status(x), CommitStatus::Overwritten);
+    // The cluster is idle: index 3 may never be written again, yet y must resolve.
+    assert_eq!(c.node(1).commit_status(y), CommitStatus::Overwritten);
+    // Same where index 3 holds an uncommitted entry of term 2.
+    c.isolate(2);
+    c.propose(2, "z");
+    c.run_until_quiet();
+    assert_eq!(c.node(2).log().last_log_id(), LogId::new(2, 3));
+    assert_eq!(c.node(2).commit_status(y), CommitStatus::Overwritten);
+}
