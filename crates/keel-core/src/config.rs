@@ -28,6 +28,12 @@ pub struct Config {
     pub max_uncommitted_entries: usize,
     /// Bound on ReadIndex requests waiting on the leader.
     pub max_pending_reads: usize,
+    /// Log entries kept below a snapshot's index when the log is compacted, so a follower that is
+    /// slightly behind catches up from the log instead of by snapshot.
+    pub snapshot_trailing_entries: u64,
+    /// A snapshot transfer that has not been answered within this many ticks is abandoned and
+    /// the follower probed again.
+    pub snapshot_timeout_ticks: u32,
     /// Test-only switch for a deliberately broken protocol variant.
     #[cfg(feature = "mutations")]
     pub mutation: Option<crate::Mutation>,
@@ -48,6 +54,8 @@ impl Config {
             max_apply_entries: 4096,
             max_uncommitted_entries: 65_536,
             max_pending_reads: 65_536,
+            snapshot_trailing_entries: 1024,
+            snapshot_timeout_ticks: 200,
             #[cfg(feature = "mutations")]
             mutation: None,
         }

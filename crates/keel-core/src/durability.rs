@@ -7,17 +7,23 @@
 
 use std::collections::VecDeque;
 
-use crate::types::{Entry, HardState, Index};
+use crate::types::{Entry, HardState, Index, SnapshotMeta};
 
-/// One unit of work for storage.
+/// One unit of work for storage, applied in field order: `install`, `entries`, `hard_state`,
+/// `purge_to`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
     /// Completion is reported with this id via `RaftNode::persisted`.
     pub id: u64,
+    /// A snapshot install: the log restarts, empty, after `install.last` (whose snapshot data
+    /// storage already holds durably). Everything the old log held is dropped.
+    pub install: Option<SnapshotMeta>,
     /// Entries to store. Storage first drops every entry at or after `entries[0].index`.
     pub entries: Vec<Entry>,
     /// The hard state to store after the entries, if it changed.
     pub hard_state: Option<HardState>,
+    /// Drop entries at or below this index: a durable snapshot covers them.
+    pub purge_to: Option<Index>,
     /// Whether completion must wait for an fsync. False only for a write that carries nothing but
     /// a moved commit index, which may be lost in a crash (the log is replayed to the commit index
     /// that did survive, and the leader tells us the rest).
@@ -46,6 +52,9 @@ pub(crate) struct Durability {
     unissued_from: Index,
     /// The log's last index as storage will see it once all issued writes complete.
     issued_last_index: Index,
+    /// A snapshot install and a purge decided but not yet handed to storage.
+    pending_install: Option<SnapshotMeta>,
+    pending_purge_to: Option<Index>,
     /// Hard state as last handed to storage, and as durable.
     issued_hard_state: HardState,
     durable_hard_state: HardState,
@@ -62,7 +71,23 @@ impl Durability {
             issued_last_index: recovered_last_index,
             issued_hard_state: hard_state,
             durable_hard_state: hard_state,
+            pending_install: None,
+            pending_purge_to: None,
         }
+    }
+
+    /// The in-memory log was replaced by an empty one after `meta.last` (snapshot install).
+    pub fn installed(&mut self, meta: SnapshotMeta) {
+        let after = meta.last.index + 1;
+        self.unissued_from = after;
+        self.durable_index = self.durable_index.min(meta.last.index);
+        self.pending_purge_to = None;
+        self.pending_install = Some(meta);
+    }
+
+    /// Entries up to `index` may be dropped from storage.
+    pub fn purge(&mut self, index: Index) {
+        self.pending_purge_to = Some(self.pending_purge_to.map_or(index, |p| p.max(index)));
     }
 
     pub fn durable_index(&self) -> Index {
@@ -87,6 +112,8 @@ impl Durability {
     /// counts only when `include_commit` (the node batches those until a heartbeat tick).
     pub fn is_dirty(&self, last_index: Index, hard_state: HardState, include_commit: bool) -> bool {
         self.unissued_from <= last_index
+            || self.pending_install.is_some()
+            || self.pending_purge_to.is_some()
             || hard_state.term != self.issued_hard_state.term
             || hard_state.vote != self.issued_hard_state.vote
             || (include_commit && hard_state.commit != self.issued_hard_state.commit)
@@ -119,7 +146,11 @@ impl Durability {
         debug_assert!(entries
             .first()
             .is_none_or(|e| e.index == self.unissued_from));
-        let first_index = entries.first().map(|e| e.index);
+        let install = self.pending_install.take();
+        let first_index = match &install {
+            Some(meta) => Some(meta.last.index + 1),
+            None => entries.first().map(|e| e.index),
+        };
         let hard_state_changed = hard_state != self.issued_hard_state;
         assert!(
             hard_state.commit <= last_index,
@@ -138,9 +169,11 @@ impl Durability {
         self.issued_hard_state = hard_state;
         Write {
             id,
-            sync: !entries.is_empty() || term_or_vote_changed,
+            sync: !entries.is_empty() || term_or_vote_changed || install.is_some(),
+            install,
             entries,
             hard_state: hard_state_changed.then_some(hard_state),
+            purge_to: self.pending_purge_to.take(),
         }
     }
 

@@ -25,7 +25,7 @@ pub use node::{
     RecoveredState, Role, Status,
 };
 
-pub use types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Term};
+pub use types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, SnapshotMeta, Term};
 
 /// Errors from constructing a node.
 #[derive(Debug, thiserror::Error)]
@@ -48,14 +48,21 @@ pub enum Mutation {
     AckBeforeDurable,
     /// Serve ReadIndex before the leader committed an entry of its term.
     ReadWithoutTermCommit,
+    /// Accept a snapshot by comparing its index with the applied index instead of the commit
+    /// index (the NuRaft bug of scenario S01).
+    InstallBelowCommit,
+    /// Keep log entries after a snapshot whose last (index, term) the log does not hold.
+    KeepConflictingSuffix,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
         Mutation::ReadWithoutTermCommit,
+        Mutation::InstallBelowCommit,
+        Mutation::KeepConflictingSuffix,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +71,8 @@ impl Mutation {
             Mutation::VoteBeforeDurable => "vote-before-durable",
             Mutation::AckBeforeDurable => "ack-before-durable",
             Mutation::ReadWithoutTermCommit => "read-without-term-commit",
+            Mutation::InstallBelowCommit => "install-below-commit",
+            Mutation::KeepConflictingSuffix => "keep-conflicting-suffix",
         }
     }
 

@@ -13,29 +13,29 @@ use crate::types::{Entry, EntryPayload, Index, LogId, Term};
 
 #[derive(Clone, Debug)]
 pub struct RaftLog {
-    /// The last position covered by the snapshot (or the sentinel 0/0). Entries at or below it are
-    /// gone from `entries`.
-    snapshot: LogId,
+    /// The last position purged from memory (or the sentinel 0/0): a snapshot covers it. Entries
+    /// at or below it are gone from `entries`.
+    purged: LogId,
     /// `entries[i].index == snapshot.index + 1 + i`.
     entries: VecDeque<Entry>,
     /// `(term, first index of that term)` ascending in both fields, covering compacted entries
     /// too. Bounded by the number of terms in which this log gained entries.
     term_history: Vec<LogId>,
-    /// The configuration at the snapshot position.
-    base_membership: Membership,
+    /// The configuration at the purged position.
+    base_membership: Arc<Membership>,
     /// Configuration entries in `entries`, ascending by index.
     memberships: Vec<(Index, Arc<Membership>)>,
 }
 
 impl RaftLog {
-    /// A log that starts after `snapshot`, whose configuration there is `membership`, and whose
-    /// term history up to the snapshot is `term_history`.
-    pub fn new(snapshot: LogId, membership: Membership, term_history: Vec<LogId>) -> Self {
+    /// A log that starts after `purged`, whose configuration there is `membership`, and whose
+    /// term history up to that position is `term_history`.
+    pub fn new(purged: LogId, membership: Arc<Membership>, term_history: Vec<LogId>) -> Self {
         debug_assert!(term_history
             .windows(2)
             .all(|w| w[0].term < w[1].term && w[0].index < w[1].index));
         RaftLog {
-            snapshot,
+            purged,
             entries: VecDeque::new(),
             term_history,
             base_membership: membership,
@@ -43,23 +43,24 @@ impl RaftLog {
         }
     }
 
-    pub fn snapshot(&self) -> LogId {
-        self.snapshot
+    /// The last position no longer held as an entry (covered by a snapshot).
+    pub fn purged(&self) -> LogId {
+        self.purged
     }
 
     /// The first index still held as an entry.
     pub fn first_index(&self) -> Index {
-        self.snapshot.index + 1
+        self.purged.index + 1
     }
 
     pub fn last_index(&self) -> Index {
-        self.snapshot.index + self.entries.len() as Index
+        self.purged.index + self.entries.len() as Index
     }
 
     pub fn last_log_id(&self) -> LogId {
         match self.entries.back() {
             Some(e) => e.log_id(),
-            None => self.snapshot,
+            None => self.purged,
         }
     }
 
@@ -69,8 +70,8 @@ impl RaftLog {
 
     /// The term of the entry at `index` if this log holds it (or it is the snapshot position).
     pub fn term_at(&self, index: Index) -> Option<Term> {
-        if index == self.snapshot.index {
-            return Some(self.snapshot.term);
+        if index == self.purged.index {
+            return Some(self.purged.term);
         }
         self.entry(index).map(|e| e.term)
     }
@@ -97,10 +98,10 @@ impl RaftLog {
     }
 
     pub fn entry(&self, index: Index) -> Option<&Entry> {
-        if index <= self.snapshot.index {
+        if index <= self.purged.index {
             return None;
         }
-        self.entries.get((index - self.snapshot.index - 1) as usize)
+        self.entries.get((index - self.purged.index - 1) as usize)
     }
 
     pub fn matches(&self, id: LogId) -> bool {
@@ -131,13 +132,13 @@ impl RaftLog {
 
     /// Entries in `[lo, hi]`, at most `max_entries` and, beyond the first, at most `max_bytes`.
     pub fn slice(&self, lo: Index, hi: Index, max_entries: usize, max_bytes: usize) -> Vec<Entry> {
-        debug_assert!(lo > self.snapshot.index, "slice below the snapshot");
+        debug_assert!(lo > self.purged.index, "slice below the purged prefix");
         let hi = hi.min(self.last_index());
         if lo > hi {
             return Vec::new();
         }
         let count = ((hi - lo + 1) as usize).min(max_entries);
-        let start = (lo - self.snapshot.index - 1) as usize;
+        let start = (lo - self.purged.index - 1) as usize;
         let mut out = Vec::with_capacity(count);
         let mut bytes = 0;
         for e in self.entries.range(start..start + count) {
@@ -173,19 +174,52 @@ impl RaftLog {
     /// Removes every entry at or after `index`. The caller guarantees none of them is committed.
     pub fn truncate_from(&mut self, index: Index) {
         assert!(
-            index > self.snapshot.index,
-            "cannot truncate into the snapshot"
+            index > self.purged.index,
+            "cannot truncate into the purged prefix"
         );
         if index > self.last_index() {
             return;
         }
         self.entries
-            .truncate((index - self.snapshot.index - 1) as usize);
+            .truncate((index - self.purged.index - 1) as usize);
         while self.term_history.last().is_some_and(|t| t.index >= index) {
             self.term_history.pop();
         }
         while self.memberships.last().is_some_and(|(i, _)| *i >= index) {
             self.memberships.pop();
+        }
+    }
+
+    /// Drops the entries up to `index` from memory (a durable snapshot covers them). The term
+    /// history is kept whole, so terms of purged indexes stay known.
+    pub fn compact_to(&mut self, index: Index) {
+        assert!(index <= self.last_index(), "cannot purge beyond the log");
+        if index <= self.purged.index {
+            return;
+        }
+        let term = self.term_at(index).expect("index within the log");
+        self.base_membership = self.membership_arc_at(index);
+        let count = (index - self.purged.index) as usize;
+        self.entries.drain(..count);
+        self.memberships.retain(|(i, _)| *i > index);
+        self.purged = LogId::new(term, index);
+    }
+
+    /// Replaces the whole log by an empty one that continues after `last`: a snapshot install
+    /// whose last entry this log did not hold. Configuration and term history come from the
+    /// snapshot (scenario S32: nothing the snapshot covers may linger).
+    pub fn reset_to(&mut self, last: LogId, membership: Arc<Membership>, term_history: Vec<LogId>) {
+        self.entries.clear();
+        self.memberships.clear();
+        self.purged = last;
+        self.base_membership = membership;
+        self.term_history = term_history;
+    }
+
+    fn membership_arc_at(&self, index: Index) -> Arc<Membership> {
+        match self.memberships.iter().rev().find(|(i, _)| *i <= index) {
+            Some((_, m)) => m.clone(),
+            None => self.base_membership.clone(),
         }
     }
 
@@ -197,11 +231,16 @@ impl RaftLog {
         }
     }
 
-    /// The index of the entry that set the effective configuration (the snapshot index if none).
+    /// The effective configuration, shared.
+    pub fn membership_arc(&self) -> Arc<Membership> {
+        self.membership_arc_at(self.last_index())
+    }
+
+    /// The index of the entry that set the effective configuration (the purged index if none).
     pub fn membership_index(&self) -> Index {
         self.memberships
             .last()
-            .map_or(self.snapshot.index, |(i, _)| *i)
+            .map_or(self.purged.index, |(i, _)| *i)
     }
 
     /// The latest configuration at or below `index`.
@@ -226,7 +265,7 @@ mod tests {
     }
 
     fn log_with(terms: &[Term]) -> RaftLog {
-        let mut log = RaftLog::new(LogId::ZERO, Membership::new_voters([1]), Vec::new());
+        let mut log = RaftLog::new(LogId::ZERO, Membership::new_voters([1]).into(), Vec::new());
         for (i, t) in terms.iter().enumerate() {
             log.append(entry(*t, i as Index + 1));
         }
@@ -261,6 +300,33 @@ mod tests {
         assert_eq!(log.last_log_id(), LogId::new(1, 2));
         assert_eq!(log.term_history(), &[LogId::new(1, 1)]);
         assert_eq!(log.membership(), &Membership::new_voters([1]));
+    }
+
+    #[test]
+    fn compaction_keeps_terms_and_the_configuration_at_the_cut() {
+        let mut log = log_with(&[1, 1, 2, 2]);
+        log.append(Entry {
+            term: 2,
+            index: 5,
+            payload: EntryPayload::Membership(Membership::new_voters([1, 2]).into()),
+        });
+        log.append(entry(3, 6));
+        log.compact_to(5);
+        assert_eq!(log.purged(), LogId::new(2, 5));
+        assert_eq!(log.first_index(), 6);
+        assert_eq!(log.term_at(5), Some(2));
+        assert_eq!(log.term_at(4), None);
+        assert_eq!(log.term_of_any(4), Some(2));
+        assert_eq!(log.term_of_any(1), Some(1));
+        assert_eq!(log.membership(), &Membership::new_voters([1, 2]));
+        log.reset_to(
+            LogId::new(4, 9),
+            Membership::new_voters([7]).into(),
+            vec![LogId::new(1, 1), LogId::new(4, 8)],
+        );
+        assert_eq!(log.last_log_id(), LogId::new(4, 9));
+        assert_eq!(log.term_of_any(7), Some(1));
+        assert_eq!(log.membership(), &Membership::new_voters([7]));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Messages between Raft nodes. The core neither encodes nor sends them; the runtime's transport
 //! and the simulator's network do.
 
-use crate::types::{Entry, Index, LogId, NodeId, Term};
+use crate::types::{Entry, Index, LogId, NodeId, SnapshotMeta, Term};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -52,6 +52,12 @@ pub enum MessageBody {
     },
     /// Tells the leadership-transfer target to campaign at once.
     TimeoutNow,
+    /// A snapshot is ready for the follower: its data was streamed beside this message by the
+    /// transport (chunked, checksummed, resumable) and is durable on the receiver before the
+    /// transport hands this to the core. The reply is an `AppendResponse`.
+    InstallSnapshot {
+        meta: SnapshotMeta,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,6 +11,8 @@ pub enum ReplicationState {
     /// The follower is known to match up to `match_index`: Appends are pipelined up to the
     /// in-flight window.
     Replicate,
+    /// The follower needs entries this leader purged: a snapshot is being streamed to it.
+    Snapshot,
 }
 
 #[derive(Clone, Debug)]
@@ -52,6 +54,7 @@ impl Progress {
         match self.state {
             ReplicationState::Probe => !self.probe_sent,
             ReplicationState::Replicate => self.inflight.len() < max_inflight,
+            ReplicationState::Snapshot => false,
         }
     }
 
@@ -62,7 +65,7 @@ impl Progress {
         while self.inflight.front().is_some_and(|&i| i <= index) {
             self.inflight.pop_front();
         }
-        if self.state == ReplicationState::Probe {
+        if self.state != ReplicationState::Replicate {
             self.state = ReplicationState::Replicate;
             self.inflight.clear();
         }
@@ -84,6 +87,14 @@ impl Progress {
         self.next_index = next_index.max(self.match_index + 1);
     }
 
+    /// A snapshot is on its way; no Appends until the follower answers or the transfer fails.
+    pub fn become_snapshot(&mut self) {
+        self.state = ReplicationState::Snapshot;
+        self.probe_sent = false;
+        self.inflight.clear();
+        self.stalled_ticks = 0;
+    }
+
     /// Notes an Append that ends at `last_index` was sent.
     pub fn sent(&mut self, last_index: Index, has_entries: bool) {
         match self.state {
@@ -94,6 +105,7 @@ impl Progress {
                     self.next_index = last_index + 1;
                 }
             }
+            ReplicationState::Snapshot => unreachable!("no Appends while a snapshot is in flight"),
         }
     }
 }

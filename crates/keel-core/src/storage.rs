@@ -9,7 +9,7 @@
 use crate::durability::Write;
 use crate::membership::Membership;
 use crate::node::RecoveredState;
-use crate::types::{Entry, HardState, Index, LogId};
+use crate::types::{Entry, HardState, Index, LogId, SnapshotMeta};
 
 /// Durable storage for one node's log and hard state.
 pub trait Storage {
@@ -23,13 +23,16 @@ pub trait Storage {
 }
 
 /// Keeps the "durable" state in memory. Used by tests, the simulator (which decides when writes
-/// reach it) and embedders that want a volatile log.
+/// reach it) and embedders that want a volatile log. Snapshot *data* is the application's; this
+/// keeps the snapshot's metadata.
 #[derive(Clone, Debug, Default)]
 pub struct MemStorage {
     hard_state: HardState,
     snapshot: LogId,
     snapshot_membership: Membership,
     snapshot_term_history: Vec<LogId>,
+    /// Entries after `log_start` (which may be below the snapshot: trailing entries).
+    log_start: Index,
     entries: Vec<Entry>,
 }
 
@@ -60,28 +63,50 @@ impl MemStorage {
         &self.entries
     }
 
-    pub fn last_index(&self) -> Index {
-        self.snapshot.index + self.entries.len() as Index
+    pub fn snapshot(&self) -> LogId {
+        self.snapshot
     }
 
-    /// Applies only the first `keep_entries` entries of `write` and, if `keep_hard_state`, its hard
-    /// state: what a crash in the middle of a write leaves behind (a torn write).
+    pub fn last_index(&self) -> Index {
+        (self.log_start + self.entries.len() as Index).max(self.snapshot.index)
+    }
+
+    /// Records that the application saved a snapshot (its data is the application's).
+    pub fn save_snapshot(&mut self, meta: &SnapshotMeta) {
+        if meta.last.index > self.snapshot.index {
+            self.snapshot = meta.last;
+            self.snapshot_membership = (*meta.membership).clone();
+            self.snapshot_term_history = meta.term_history.clone();
+        }
+    }
+
+    /// Applies `write` only partly, as a crash in its middle leaves it (a torn write): the
+    /// install (which comes first) always, then the first `keep_entries` entries and, if
+    /// `keep_hard_state` and every entry was kept, the hard state and the purge.
     pub fn write_torn(&mut self, write: &Write, keep_entries: usize, keep_hard_state: bool) {
+        if let Some(meta) = &write.install {
+            self.save_snapshot(meta);
+            self.entries.clear();
+            self.log_start = meta.last.index;
+        }
         if let Some(first) = write.entries.first() {
-            assert!(
-                first.index > self.snapshot.index,
-                "write below the snapshot"
-            );
-            self.entries
-                .truncate((first.index - self.snapshot.index - 1) as usize);
+            assert!(first.index > self.log_start, "write below the log start");
+            let keep = (first.index - self.log_start - 1) as usize;
+            assert!(keep <= self.entries.len(), "write leaves a gap");
+            self.entries.truncate(keep);
         }
         for e in write.entries.iter().take(keep_entries) {
-            assert_eq!(e.index, self.last_index() + 1, "write leaves a gap");
             self.entries.push(e.clone());
         }
         if keep_hard_state && keep_entries >= write.entries.len() {
             if let Some(hs) = write.hard_state {
                 self.hard_state = hs;
+            }
+            if let Some(p) = write.purge_to {
+                assert!(p <= self.snapshot.index, "purge beyond the snapshot");
+                let drop = (p.saturating_sub(self.log_start) as usize).min(self.entries.len());
+                self.entries.drain(..drop);
+                self.log_start = self.log_start.max(p);
             }
         }
     }

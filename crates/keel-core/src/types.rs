@@ -82,3 +82,23 @@ pub struct HardState {
     pub vote: Option<NodeId>,
     pub commit: Index,
 }
+
+/// What a snapshot covers: its last entry, the configuration at that entry and the term history up
+/// to it (so the term of every covered index stays known: exact commit status after compaction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    pub last: LogId,
+    pub membership: Arc<Membership>,
+    pub term_history: Vec<LogId>,
+}
+
+impl SnapshotMeta {
+    /// The empty snapshot of a log that starts at index 1 with configuration `membership`.
+    pub fn initial(membership: Arc<Membership>) -> Self {
+        SnapshotMeta {
+            last: LogId::ZERO,
+            membership,
+            term_history: Vec::new(),
+        }
+    }
+}

@@ -172,6 +172,28 @@ impl Clients {
         self.wake.push((c, 1));
     }
 
+    /// A node restored a snapshot at `index`: proposals waiting there for an entry at or below
+    /// it will never see it applied. Retrying with the same sequence number is safe and learns
+    /// the outcome: the deduplicating state machine remembers the result.
+    pub fn restored(&mut self, node: NodeId, incarnation: u64, index: Index) {
+        for c in 0..self.clients.len() {
+            if let Some(CurrentOp {
+                attempt:
+                    Attempt::Proposal {
+                        node: n,
+                        incarnation: inc,
+                        at,
+                    },
+                ..
+            }) = self.clients[c].op
+            {
+                if n == node && inc == incarnation && at.index <= index {
+                    self.retry_soon(c);
+                }
+            }
+        }
+    }
+
     pub fn read_floor(&self, ctx: u64) -> Index {
         self.reads.get(&ctx).map_or(0, |(_, floor)| *floor)
     }

@@ -5,6 +5,7 @@
 //! SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
 //! the client history for linearizability.
 
+mod apply;
 mod client;
 pub mod history;
 pub mod invariants;
@@ -13,6 +14,7 @@ pub mod linearizability;
 mod linearize;
 pub mod params;
 mod run;
+mod transfer;
 mod world;
 
 pub use run::{run, run_catching};

@@ -50,6 +50,16 @@ pub struct Params {
     pub crash_after_commit_probability: f64,
     /// Client operation timeout, in units.
     pub client_timeout: u64,
+    /// A node snapshots its state machine after this many entries applied since its last one.
+    pub snapshot_threshold: u64,
+    /// Entries kept in the log below a snapshot.
+    pub snapshot_trailing: u64,
+    /// Chunks a snapshot transfer is split into (each can be lost and is then resent).
+    pub snapshot_chunks: u32,
+    /// Apply pipeline: 0 applies at once; otherwise a batch of `apply_batch` items every
+    /// `apply_delay` units (a slow state machine, so apply lags commit).
+    pub apply_delay: u64,
+    pub apply_batch: usize,
 }
 
 impl Params {
@@ -91,6 +101,11 @@ impl Params {
             crash_new_leader_probability: [0.0, 0.0, 0.05, 0.3][rng.random_range(0..4)],
             crash_after_commit_probability: [0.0, 0.0, 0.01, 0.05][rng.random_range(0..4)],
             client_timeout: rng.random_range(100..=600),
+            snapshot_threshold: rng.random_range(1..=64),
+            snapshot_trailing: [0, 0, 4, 32][rng.random_range(0..4)],
+            snapshot_chunks: rng.random_range(1..=8),
+            apply_delay: [0, 0, 5, 40][rng.random_range(0..4)],
+            apply_batch: rng.random_range(1..=16),
         }
     }
 }

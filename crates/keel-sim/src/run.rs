@@ -160,6 +160,14 @@ impl World {
                     self.schedule(next, Event::Nemesis);
                 }
             }
+            Event::Apply { node, incarnation } => self.apply_batch(node, incarnation),
+            Event::SnapshotSaved {
+                node,
+                incarnation,
+                meta,
+                data,
+            } => self.snapshot_saved(node, incarnation, meta, *data),
+            Event::SnapshotChunk(t) => self.snapshot_chunk(t),
             Event::HealPartition { generation } => {
                 if generation == self.partition_generation && !self.blocked.is_empty() {
                     self.blocked.clear();

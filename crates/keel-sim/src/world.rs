@@ -3,11 +3,11 @@
 //! seed replays exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use keel_core::storage::{MemStorage, Storage};
 use keel_core::{
-    Config, Entry, EntryPayload, Index, Message, MessageBody, NodeId, RaftNode, Ready, Role, Write,
+    Config, Entry, Index, Message, MessageBody, NodeId, RaftNode, Ready, Role, SnapshotMeta, Write,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::client::Clients;
 use crate::history::History;
 use crate::invariants::{Checker, Violation};
-use crate::kv::{Command, CommandResult, KvStateMachine};
+use crate::kv::KvStateMachine;
 use crate::params::{Params, TICK_INTERVAL};
 
 /// What to run.
@@ -50,6 +50,20 @@ pub(crate) enum Event {
     HealPartition {
         generation: u64,
     },
+    /// Run the next batch of a slow apply pipeline.
+    Apply {
+        node: NodeId,
+        incarnation: u64,
+    },
+    /// A snapshot the node took reached its disk.
+    SnapshotSaved {
+        node: NodeId,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        data: Box<KvStateMachine>,
+    },
+    /// The next chunk of a snapshot transfer arrives (or is lost).
+    SnapshotChunk(Box<crate::transfer::Transfer>),
 }
 
 struct Scheduled {
@@ -94,6 +108,12 @@ pub(crate) struct SimDisk {
     last_completion: u64,
 }
 
+/// One item of the apply pipeline.
+pub(crate) enum ApplyItem {
+    Entry(Entry),
+    Restore(SnapshotMeta),
+}
+
 pub(crate) struct SimNode {
     pub id: NodeId,
     pub raft: Option<RaftNode>,
@@ -101,6 +121,14 @@ pub(crate) struct SimNode {
     pub sm: KvStateMachine,
     pub applied: Index,
     pub incarnation: u64,
+    /// The ordered apply pipeline: committed entries and snapshot restores, in log order.
+    pub apply_queue: VecDeque<ApplyItem>,
+    pub apply_scheduled: bool,
+    /// Durable snapshot data by index (the metadata lives in `disk`); survives crashes.
+    pub snapshot_data: BTreeMap<Index, KvStateMachine>,
+    /// Index of the last snapshot taken or installed (for the snapshot policy).
+    pub last_snapshot_index: Index,
+    pub snapshot_in_progress: bool,
     /// ReadIndex results waiting for the state machine to catch up: (ctx, index).
     pub pending_reads: Vec<(u64, Index)>,
     /// Role and commit index after the last step, to notice elections and commits.
@@ -169,6 +197,11 @@ impl World {
                     applied: 0,
                     incarnation: 0,
                     pending_reads: Vec::new(),
+                    apply_queue: VecDeque::new(),
+                    apply_scheduled: false,
+                    snapshot_data: BTreeMap::new(),
+                    last_snapshot_index: 0,
+                    snapshot_in_progress: false,
                     persisted_commit_at_crash: 0,
                     last_role: Role::Follower,
                     last_commit: 0,
@@ -262,6 +295,7 @@ impl World {
         c.max_entries_per_message = self.params.max_entries_per_message;
         c.max_inflight_messages = self.params.max_inflight_messages;
         c.max_apply_entries = 64;
+        c.snapshot_trailing_entries = self.params.snapshot_trailing;
         c.mutation = self.mutation;
         c
     }
@@ -299,11 +333,33 @@ impl World {
                     });
                     return;
                 }
+                // The state machine restarts from the durable snapshot; the node replays the log
+                // from there up to its persisted commit index.
+                let snapshot = raft.snapshot().last.index;
+                let sm = if snapshot == 0 {
+                    KvStateMachine::default()
+                } else {
+                    match node.snapshot_data.get(&snapshot) {
+                        Some(sm) => sm.clone(),
+                        None => {
+                            let detail = format!("node {id} has no data for snapshot {snapshot}");
+                            self.fail(Violation {
+                                invariant: "recovery",
+                                detail,
+                            });
+                            return;
+                        }
+                    }
+                };
                 node.raft = Some(raft);
-                node.sm = KvStateMachine::default();
-                node.applied = 0;
+                node.sm = sm;
+                node.applied = snapshot;
+                node.last_snapshot_index = snapshot;
+                node.snapshot_in_progress = false;
                 node.pending_reads.clear();
-                self.checker.restarted(id);
+                node.apply_queue.clear();
+                node.apply_scheduled = false;
+                self.checker.restarted(id, snapshot);
                 self.drive(id);
             }
             Err(e) => self.fail(Violation {
@@ -332,6 +388,9 @@ impl World {
         }
         node.disk.pending.clear();
         node.pending_reads.clear();
+        node.apply_queue.clear();
+        node.apply_scheduled = false;
+        node.snapshot_in_progress = false;
         if let Some(w) = torn {
             let keep = self.rng.random_range(0..=w.entries.len());
             let keep_hs = self.rng.random_bool(0.5);
@@ -355,7 +414,7 @@ impl World {
         self.schedule(delay, Event::Restart(id));
     }
 
-    fn submit_write(&mut self, id: NodeId, write: Write) {
+    pub(crate) fn submit_write(&mut self, id: NodeId, write: Write) {
         let mut latency = 1 + self.rng.random_range(0..=self.params.disk_latency_max);
         if !self.healing && self.rng.random_bool(self.params.slow_disk_probability) {
             latency += self.params.slow_disk_latency;
@@ -503,6 +562,8 @@ impl World {
             committed,
             read_states,
             failed_reads,
+            install_snapshot,
+            send_snapshots,
         } = rd;
         if let Some(w) = write {
             self.submit_write(id, w);
@@ -511,27 +572,13 @@ impl World {
             self.send(m);
         }
         let idx = (id - 1) as usize;
-        if let Some(last) = committed.last().map(|e| e.index) {
-            for e in &committed {
-                if let Err(v) = self.checker.applied(id, e) {
-                    return self.fail(v);
-                }
-                let result = self.apply_entry(idx, e);
-                self.clients.entry_applied(
-                    id,
-                    self.nodes[idx].incarnation,
-                    e,
-                    result,
-                    self.now,
-                    &mut self.history,
-                );
-            }
-            self.nodes[idx].applied = last;
-            self.nodes[idx]
-                .raft
-                .as_mut()
-                .expect("live node")
-                .applied(last);
+        let node = &mut self.nodes[idx];
+        node.apply_queue
+            .extend(committed.into_iter().map(ApplyItem::Entry));
+        node.apply_queue
+            .extend(install_snapshot.map(ApplyItem::Restore));
+        for (to, meta) in send_snapshots {
+            self.start_transfer(id, to, meta);
         }
         for rs in read_states {
             let max_commit_at_request = self.clients.read_floor(rs.ctx);
@@ -550,23 +597,10 @@ impl World {
         for ctx in failed_reads {
             self.clients.read_failed(ctx);
         }
-        self.serve_reads(idx);
+        self.pump_apply(id);
     }
 
-    fn apply_entry(&mut self, idx: usize, e: &Entry) -> Option<CommandResult> {
-        let node = &mut self.nodes[idx];
-        debug_assert_eq!(e.index, node.applied + 1);
-        node.applied = e.index;
-        match &e.payload {
-            EntryPayload::Normal(data) => {
-                let cmd = Command::decode(data).expect("simulator commands decode");
-                Some(node.sm.apply(&cmd))
-            }
-            _ => None,
-        }
-    }
-
-    fn serve_reads(&mut self, idx: usize) {
+    pub(crate) fn serve_reads(&mut self, idx: usize) {
         let applied = self.nodes[idx].applied;
         let id = self.nodes[idx].id;
         let mut ready = Vec::new();

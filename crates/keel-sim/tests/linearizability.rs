@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use keel_sim::linearizability::{
     check, parse_jepsen_etcd, parse_jepsen_kv, Append, AppendOp, AppendOutput, History, Model,
-    Operation, Register, RegisterOp, RegisterOutput, SearchBudget, Value, Verdict,
+    Operation, Outcome, ParseError, Register, RegisterOp, RegisterOutput, SearchBudget, Value,
+    Verdict,
 };
 use proptest::prelude::*;
 
@@ -30,8 +31,8 @@ fn shared_histories() -> PathBuf {
     dir.to_path_buf()
 }
 
-/// What one reference history came out as.
-struct Outcome {
+/// How one reference history came out.
+struct Checked {
     file: String,
     expected: String,
     got: String,
@@ -49,7 +50,7 @@ fn verdict_name<M: Model>(verdict: &Verdict<M>) -> String {
 
 fn run<M: Model>(
     text: &str,
-    parse: fn(&str) -> Result<History<M>, keel_sim::linearizability::ParseError>,
+    parse: fn(&str) -> Result<History<M>, ParseError>,
 ) -> (String, usize, Duration) {
     match parse(text) {
         Ok(history) => {
@@ -80,7 +81,7 @@ fn reference_histories_get_their_known_verdicts() {
         } else {
             (format!("no parser for {file}"), 0, Duration::ZERO)
         };
-        outcomes.push(Outcome {
+        outcomes.push(Checked {
             file: file.into(),
             expected: expected.trim().into(),
             got,
@@ -108,7 +109,7 @@ fn reference_histories_get_their_known_verdicts() {
         slowest.ops,
         slowest.took
     );
-    let wrong: Vec<&Outcome> = outcomes.iter().filter(|o| o.got != o.expected).collect();
+    let wrong: Vec<&Checked> = outcomes.iter().filter(|o| o.got != o.expected).collect();
     if !wrong.is_empty() {
         let mut summary = String::new();
         for o in &outcomes {
@@ -188,6 +189,14 @@ fn cas(
 
 fn timed_out_write(client: u64, invoke: u64, v: u64) -> Operation<Register> {
     Operation::unknown(client, K, RegisterOp::Write(Some(v)), invoke)
+}
+
+fn timed_out_cas(client: u64, invoke: u64, from: u64, to: u64) -> Operation<Register> {
+    let input = RegisterOp::Cas {
+        expected: Some(from),
+        new: Some(to),
+    };
+    Operation::unknown(client, K, input, invoke)
 }
 
 fn verdict(ops: Vec<Operation<Register>>) -> Verdict<Register> {
@@ -394,24 +403,8 @@ fn timed_out_operations_may_take_effect_late_or_never() {
     assert_linearizable(
         "chain of timed-out CAS",
         vec![
-            Operation::unknown(
-                1,
-                K,
-                RegisterOp::Cas {
-                    expected: Some(1),
-                    new: Some(2),
-                },
-                0,
-            ),
-            Operation::unknown(
-                4,
-                K,
-                RegisterOp::Cas {
-                    expected: Some(2),
-                    new: Some(3),
-                },
-                1,
-            ),
+            timed_out_cas(1, 0, 1, 2),
+            timed_out_cas(4, 1, 2, 3),
             write(3, 2, 3, 1),
             read(2, 4, 5, Some(3)),
         ],
@@ -419,17 +412,49 @@ fn timed_out_operations_may_take_effect_late_or_never() {
     assert_not_linearizable(
         "timed-out CAS only swaps from its expected value",
         vec![
-            Operation::unknown(
-                1,
-                K,
-                RegisterOp::Cas {
-                    expected: Some(1),
-                    new: Some(2),
-                },
-                0,
-            ),
+            timed_out_cas(1, 0, 1, 2),
             write(3, 2, 3, 5),
             read(2, 4, 5, Some(2)),
+        ],
+    );
+    assert_linearizable(
+        "failed CAS explained by a timed-out write moving the value away",
+        vec![
+            write(1, 0, 1, 1),
+            timed_out_write(2, 2, 2),
+            cas(3, 3, 4, Some(1), Some(3), false),
+            read(3, 5, 6, Some(2)),
+        ],
+    );
+    assert_not_linearizable(
+        "failed CAS that no timed-out write can explain",
+        vec![
+            write(1, 0, 1, 1),
+            timed_out_write(2, 5, 2),
+            cas(3, 3, 4, Some(1), Some(3), false),
+            read(3, 6, 7, Some(2)),
+        ],
+    );
+    assert_linearizable(
+        "timed-out CAS chains in either order of invocation",
+        vec![
+            timed_out_cas(1, 0, 7, 8),
+            timed_out_cas(2, 1, 6, 7),
+            timed_out_write(3, 2, 6),
+            read(4, 3, 4, Some(8)),
+            timed_out_cas(5, 5, 8, 6),
+            read(4, 6, 7, Some(6)),
+        ],
+    );
+    assert_not_linearizable(
+        "a timed-out CAS cannot be used twice",
+        vec![
+            timed_out_cas(1, 0, 7, 8),
+            timed_out_write(3, 2, 7),
+            read(4, 3, 4, Some(8)),
+            timed_out_write(5, 5, 7),
+            read(4, 6, 7, Some(7)),
+            read(4, 8, 9, Some(8)),
         ],
     );
     // History::invoke without a completion: still pending when checked, i.e. unknown.
@@ -638,7 +663,7 @@ proptest! {
             .map(|(i, op)| {
                 let mut op = op.clone();
                 if i == victim {
-                    op.outcome = keel_sim::linearizability::Outcome::Returned {
+                    op.outcome = Outcome::Returned {
                         time: op.return_time().expect("reads in `reads` returned"),
                         output: RegisterOutput::Read(Some(1_000)),
                     };
@@ -671,10 +696,8 @@ fn brute_force<M: Model>(ops: &[Operation<M>]) -> bool {
                 continue;
             }
             let next = match &ops[i].outcome {
-                keel_sim::linearizability::Outcome::Returned { output, .. } => {
-                    M::step(state, &ops[i].input, output)
-                }
-                keel_sim::linearizability::Outcome::Unknown => {
+                Outcome::Returned { output, .. } => M::step(state, &ops[i].input, output),
+                Outcome::Unknown => {
                     Some(M::step_unobserved(state, &ops[i].input).unwrap_or_else(|| state.clone()))
                 }
             };

@@ -127,3 +127,8 @@ fn catches_mutation_ack_before_durable() {
 fn catches_mutation_read_without_term_commit() {
     assert_mutation_caught("read-without-term-commit");
 }
+
+#[test]
+fn catches_mutation_install_below_commit() {
+    assert_mutation_caught("install-below-commit");
+}

@@ -11,8 +11,10 @@ mod election;
 mod membership_change;
 mod read_index;
 mod replication;
+mod snapshot;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -23,7 +25,7 @@ use crate::membership::Membership;
 use crate::message::{Message, MessageBody};
 use crate::progress::Progress;
 use crate::rng::SplitMix64;
-use crate::types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Term};
+use crate::types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, SnapshotMeta, Term};
 use crate::Error;
 
 pub use read_index::{ReadError, ReadState};
@@ -67,6 +69,12 @@ pub struct Ready {
     pub read_states: Vec<ReadState>,
     /// ReadIndex requests that cannot complete on this node (leadership lost); retry elsewhere.
     pub failed_reads: Vec<u64>,
+    /// After applying `committed`: replace the state machine by the snapshot at `last` (its data
+    /// is durable on this node), then report `applied(last.index)`.
+    pub install_snapshot: Option<SnapshotMeta>,
+    /// Stream this node's snapshot to these followers; report a failed transfer with
+    /// [`RaftNode::snapshot_send_failed`].
+    pub send_snapshots: Vec<(NodeId, SnapshotMeta)>,
 }
 
 impl Ready {
@@ -76,6 +84,8 @@ impl Ready {
             && self.committed.is_empty()
             && self.read_states.is_empty()
             && self.failed_reads.is_empty()
+            && self.install_snapshot.is_none()
+            && self.send_snapshots.is_empty()
     }
 }
 
@@ -198,6 +208,13 @@ pub struct RaftNode {
     held: VecDeque<(u64, Message)>,
     read_states: Vec<ReadState>,
     failed_reads: Vec<u64>,
+
+    /// The newest snapshot durable on this node (taken locally or installed).
+    snapshot: SnapshotMeta,
+    /// A snapshot installed in the log that the application must restore.
+    pending_install: Option<SnapshotMeta>,
+    /// Snapshots the transport must stream to followers.
+    snapshot_sends: Vec<(NodeId, SnapshotMeta)>,
 }
 
 impl std::fmt::Debug for RaftNode {
@@ -219,8 +236,29 @@ impl RaftNode {
             entries,
             applied,
         } = recovered;
-        let mut log = RaftLog::new(snapshot, snapshot_membership, snapshot_term_history);
+        let snapshot_meta = SnapshotMeta {
+            last: snapshot,
+            membership: Arc::new(snapshot_membership),
+            term_history: snapshot_term_history,
+        };
+        let mut log = RaftLog::new(
+            snapshot,
+            snapshot_meta.membership.clone(),
+            snapshot_meta.term_history.clone(),
+        );
+        // Storage may keep entries the snapshot covers (trailing entries for slow followers).
+        // If it holds the snapshot's last entry with another term, an install was interrupted
+        // before the old log was dropped: everything after it is from the old history.
+        let interrupted_install = entries
+            .iter()
+            .any(|e| e.index == snapshot.index && e.term != snapshot.term);
         for entry in entries {
+            if entry.index <= snapshot.index {
+                continue;
+            }
+            if interrupted_install {
+                break;
+            }
             if entry.index != log.last_index() + 1 || entry.term < log.last_log_id().term {
                 return Err(Error::Corrupt(format!(
                     "recovered log is not contiguous at index {} (after {})",
@@ -268,6 +306,9 @@ impl RaftNode {
             2 * config.election_timeout_ticks,
         );
         let node = RaftNode {
+            snapshot: snapshot_meta,
+            pending_install: None,
+            snapshot_sends: Vec::new(),
             id: config.id,
             rng,
             term: hard_state.term,
@@ -331,9 +372,9 @@ impl RaftNode {
                 | MessageBody::VoteResponse { granted } => {
                     self.on_vote_response(msg.from, msg.term, &msg.body, granted)
                 }
-                MessageBody::Append { .. } | MessageBody::Heartbeat { .. } => {
-                    self.on_append_or_heartbeat(msg)
-                }
+                MessageBody::Append { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::InstallSnapshot { .. } => self.on_append_or_heartbeat(msg),
                 MessageBody::AppendResponse(result) => self.on_append_response(msg.from, result),
                 MessageBody::HeartbeatResponse {
                     read_round,
@@ -397,6 +438,8 @@ impl RaftNode {
             || self.apply_requested < self.committed_and_durable()
             || !self.read_states.is_empty()
             || !self.failed_reads.is_empty()
+            || self.pending_install.is_some()
+            || !self.snapshot_sends.is_empty()
             || self
                 .leader_state
                 .as_ref()
@@ -448,6 +491,8 @@ impl RaftNode {
             committed,
             read_states: std::mem::take(&mut self.read_states),
             failed_reads: std::mem::take(&mut self.failed_reads),
+            install_snapshot: self.pending_install.take(),
+            send_snapshots: std::mem::take(&mut self.snapshot_sends),
         }
     }
 
@@ -493,7 +538,7 @@ impl RaftNode {
             last_log_id: self.log.last_log_id(),
             durable_index: self.durability.durable_index(),
             durable_hard_state: self.durability.durable_hard_state(),
-            snapshot: self.log.snapshot(),
+            snapshot: self.snapshot.last,
             membership: self.log.membership().clone(),
         }
     }
@@ -669,7 +714,8 @@ impl RaftNode {
         debug_assert!(self.applied <= self.apply_requested);
         debug_assert!(self.apply_requested <= self.commit);
         debug_assert!(self.durability.durable_index() <= self.log.last_index());
-        debug_assert!(self.log.snapshot().index <= self.applied);
+        debug_assert!(self.log.purged().index <= self.apply_requested);
+        debug_assert!(self.log.purged().index <= self.snapshot.last.index);
         debug_assert!(self.role != Role::Leader || self.leader == Some(self.id));
         debug_assert!(self.role != Role::Leader || self.vote == Some(self.id));
         debug_assert_eq!(self.role == Role::Leader, self.leader_state.is_some());

@@ -46,7 +46,8 @@ impl RaftNode {
                 );
                 self.send_after_persist(reply);
             }
-            _ => unreachable!("only Append and Heartbeat are routed here"),
+            MessageBody::InstallSnapshot { meta } => self.on_install_snapshot(msg.from, meta),
+            _ => unreachable!("only Append, Heartbeat and InstallSnapshot are routed here"),
         }
     }
 
@@ -195,6 +196,8 @@ impl RaftNode {
                     // answers an older request that crossed the acknowledgement.
                     ReplicationState::Replicate => rejected <= pr.match_index,
                     ReplicationState::Probe => rejected + 1 != pr.next_index,
+                    // An Append answered while the snapshot is on its way.
+                    ReplicationState::Snapshot => true,
                 };
                 if stale {
                     return;
@@ -253,6 +256,7 @@ impl RaftNode {
     /// On every heartbeat interval: heartbeats to all, retransmission to stalled followers.
     pub(super) fn on_heartbeat_tick(&mut self) {
         let stall_bound_ticks = (self.config.election_timeout_ticks / 2).max(1);
+        let snapshot_timeout_ticks = self.config.snapshot_timeout_ticks;
         let interval = self.config.heartbeat_interval_ticks;
         let commit = self.commit;
         let state = self.leader_state.as_mut().expect("leader has leader state");
@@ -282,6 +286,14 @@ impl RaftNode {
                     }
                 }
                 ReplicationState::Replicate => {}
+                ReplicationState::Snapshot => {
+                    pr.stalled_ticks += interval;
+                    if pr.stalled_ticks >= snapshot_timeout_ticks {
+                        let next = pr.match_index + 1;
+                        pr.become_probe(next);
+                        resend.push(*id);
+                    }
+                }
             }
         }
         for (id, body) in beats {
@@ -328,8 +340,9 @@ impl RaftNode {
             let next = pr.next_index;
             let prev_index = next - 1;
             let Some(prev_term) = self.log.term_at(prev_index) else {
-                // The entries this follower needs were compacted: it needs a snapshot, which
-                // this node's storage does not provide yet.
+                // The entries this follower needs were purged: send the snapshot instead
+                // (scenario S11: also when the probe range is empty).
+                self.start_snapshot_send(to);
                 return;
             };
             let entries = self.log.slice(

@@ -56,6 +56,8 @@ pub fn storage_with(voters: &[NodeId], terms: &[Term], hard_state: HardState) ->
     let mut storage = MemStorage::new_cluster(voters.iter().copied());
     let write = Write {
         id: 0,
+        install: None,
+        purge_to: None,
         entries: entries_from(1, terms),
         hard_state: Some(hard_state),
         sync: true,

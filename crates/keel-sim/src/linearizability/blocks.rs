@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::history::Operation;
+use super::history::{Operation, Outcome};
 use super::model::{Effect, Model};
 use super::table::{Entries, MixBuild, NIL};
 
@@ -151,11 +151,12 @@ struct Builder<S> {
 impl<S: Clone + Eq + std::hash::Hash> Builder<S> {
     /// Considers `block` extended by `op`, leading to `state`. `false` if out of budget.
     fn offer(&mut self, block: &Block<S>, op: usize, state: S, steps: &mut u64) -> bool {
-        *steps += 1;
+        let sets = self.kept.entry(state.clone()).or_default();
+        // Dominance checks cost time too, so they count against the budget.
+        *steps += 1 + sets.len() as u64;
         if *steps > self.max_steps {
             return false;
         }
-        let sets = self.kept.entry(state.clone()).or_default();
         if sets
             .iter()
             .any(|s| s.iter().all(|x| *x == op || block.ops.contains(x)))
@@ -187,29 +188,33 @@ pub(super) fn blocks<M: Model>(
         .return_time()
         .unwrap_or(u64::MAX);
 
-    // Which states do the candidates need?
+    // What do the candidates need? A target state; or, for a read-only operation without one,
+    // any state it fits (a block needs to go only as far as the first such state: the
+    // operation can go there and the rest of the block after it); or anything at all.
     let mut targets: HashSet<M::State, MixBuild> = HashSet::default();
-    let mut untargeted = false;
+    let mut first_fit: Vec<(&M::Input, &M::Output)> = Vec::new();
+    let mut anything = false;
     let mut e = entries.first();
     while e < entries.n {
         let op = ops[e];
         e = entries.next[e];
+        let Outcome::Returned { output, .. } = &op.outcome else {
+            continue;
+        };
         if let Effect::Set(_) = M::effect(&op.input) {
             // Anything before a blind write is erased: the write alone does as well.
             continue;
         }
-        let super::history::Outcome::Returned { output, .. } = &op.outcome else {
-            continue;
-        };
         match M::required_state(&op.input, output) {
             Some(state) if state == *window.state => {}
             Some(state) => {
                 targets.insert(state);
             }
-            None => untargeted = true,
+            None if M::is_read_only(&op.input, Some(output)) => first_fit.push((&op.input, output)),
+            None => anything = true,
         }
     }
-    if !untargeted && targets.is_empty() {
+    if !anything && first_fit.is_empty() && targets.is_empty() {
         return Some(Vec::new());
     }
 
@@ -225,8 +230,8 @@ pub(super) fn blocks<M: Model>(
     builder.kept.insert(root.state.clone(), vec![Vec::new()]);
     let mut out = Vec::new();
 
-    if unknowns.has_other {
-        // Nothing to index by: try every available class, breadth first.
+    if anything || unknowns.has_other {
+        // Nothing to aim at or nothing to index by: every available class, breadth first.
         let mut frontier = vec![root];
         while !frontier.is_empty() {
             for block in &frontier {
@@ -248,77 +253,81 @@ pub(super) fn blocks<M: Model>(
             frontier = std::mem::take(&mut builder.next);
             out.extend(frontier.iter().cloned());
         }
+        return Some(out);
+    }
+
+    // Every effect is Keep, Set or Swap: a useful block is at most one blind write followed by
+    // a chain of swaps. Towards the targets, only states from which a chain of available swaps
+    // reaches one are worth visiting.
+    let mut reach = targets.clone();
+    let mut todo: Vec<M::State> = targets.iter().cloned().collect();
+    while let Some(to) = todo.pop() {
+        for &class in unknowns.swap_by_to.get(&to).into_iter().flatten() {
+            if let Effect::Swap { from, .. } = &unknowns.effect[class] {
+                if window.next_of(class, 0, deadline).is_some() && reach.insert(from.clone()) {
+                    todo.push(from.clone());
+                }
+            }
+        }
+    }
+    let fits = |state: &M::State| {
+        first_fit
+            .iter()
+            .any(|(i, o)| M::step(state, i, o).is_some())
+    };
+    // Whether a block reaching `state` should be kept, and whether it may be extended.
+    let useful = |state: &M::State| targets.contains(state) || fits(state);
+    let unfit = !first_fit.is_empty() && !fits(window.state);
+    let extend = |from: &M::State, to: &M::State| reach.contains(to) || (unfit && !fits(from));
+
+    // Level one: blind writes.
+    let sets: Vec<usize> = if unfit {
+        unknowns.set_by_state.values().flatten().copied().collect()
     } else {
-        // Every effect is Keep, Set or Swap: a useful block is at most one blind write
-        // followed by a chain of swaps. With targets, only states from which a chain of
-        // available swaps reaches a target are worth visiting.
-        let reach: Option<HashSet<M::State, MixBuild>> = (!untargeted).then(|| {
-            let mut reach = targets.clone();
-            let mut todo: Vec<M::State> = targets.iter().cloned().collect();
-            while let Some(to) = todo.pop() {
-                for &class in unknowns.swap_by_to.get(&to).into_iter().flatten() {
-                    if let Effect::Swap { from, .. } = &unknowns.effect[class] {
-                        if window.next_of(class, 0, deadline).is_some()
-                            && reach.insert(from.clone())
-                        {
-                            todo.push(from.clone());
-                        }
-                    }
-                }
-            }
-            reach
-        });
-        let worth = |state: &M::State| reach.as_ref().is_none_or(|r| r.contains(state));
-        // Level one: blind writes.
-        let sets: Vec<usize> = match &reach {
-            Some(reach) => reach
-                .iter()
-                .flat_map(|s| unknowns.set_by_state.get(s).into_iter().flatten().copied())
-                .collect(),
-            None => unknowns.set_by_state.values().flatten().copied().collect(),
+        reach
+            .iter()
+            .flat_map(|s| unknowns.set_by_state.get(s).into_iter().flatten().copied())
+            .collect()
+    };
+    for class in sets {
+        let (Some(op), Effect::Set(state)) =
+            (window.next_of(class, 0, deadline), &unknowns.effect[class])
+        else {
+            continue;
         };
-        for class in sets {
-            let (Some(op), Effect::Set(state)) =
-                (window.next_of(class, 0, deadline), &unknowns.effect[class])
-            else {
-                continue;
-            };
-            if state != window.state && !builder.offer(&root, op, state.clone(), steps) {
-                return None;
-            }
+        if state != window.state && !builder.offer(&root, op, state.clone(), steps) {
+            return None;
         }
-        // Then chains of swaps, from the current state or a blind write.
-        let mut frontier = vec![root];
-        frontier.append(&mut builder.next);
-        out.extend(frontier.iter().skip(1).cloned());
-        while !frontier.is_empty() {
-            for block in &frontier {
-                for &class in unknowns
-                    .swap_by_from
-                    .get(&block.state)
-                    .into_iter()
-                    .flatten()
-                {
-                    let Effect::Swap { to, .. } = &unknowns.effect[class] else {
-                        continue;
-                    };
-                    if to == &block.state || !worth(to) {
-                        continue;
-                    }
-                    let Some(op) = window.next_in_block(class, block, deadline) else {
-                        continue;
-                    };
-                    if !builder.offer(block, op, to.clone(), steps) {
-                        return None;
-                    }
+    }
+    // Then chains of swaps, from the current state or a blind write.
+    let mut frontier = vec![root];
+    frontier.append(&mut builder.next);
+    out.extend(frontier.iter().skip(1).cloned());
+    while !frontier.is_empty() {
+        for block in &frontier {
+            for &class in unknowns
+                .swap_by_from
+                .get(&block.state)
+                .into_iter()
+                .flatten()
+            {
+                let Effect::Swap { to, .. } = &unknowns.effect[class] else {
+                    continue;
+                };
+                if to == &block.state || !extend(&block.state, to) {
+                    continue;
+                }
+                let Some(op) = window.next_in_block(class, block, deadline) else {
+                    continue;
+                };
+                if !builder.offer(block, op, to.clone(), steps) {
+                    return None;
                 }
             }
-            frontier = std::mem::take(&mut builder.next);
-            out.extend(frontier.iter().cloned());
         }
+        frontier = std::mem::take(&mut builder.next);
+        out.extend(frontier.iter().cloned());
     }
-    if !untargeted {
-        out.retain(|b| targets.contains(&b.state));
-    }
+    out.retain(|b| useful(&b.state));
     Some(out)
 }

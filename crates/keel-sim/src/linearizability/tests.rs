@@ -312,3 +312,40 @@ fn interchangeable_timeouts_are_tried_once() {
     ops.push(done(100, (300, 301), RegisterOp::Read, read(Some(1))));
     assert!(check(&history(ops), SearchBudget::steps(1_000_000)).is_not_linearizable());
 }
+
+#[test]
+fn history_event_api_tracks_pending_operations() {
+    let mut h = History::<Register>::new();
+    h.invoke(1, "k", w(1), 10).unwrap();
+    assert_eq!(
+        h.invoke(1, "k", w(2), 11),
+        Err(HistoryError::ClientBusy { client: 1 })
+    );
+    assert_eq!(
+        h.complete(1, RegisterOutput::Written, 5),
+        Err(HistoryError::ReturnBeforeInvoke {
+            client: 1,
+            invoke_time: 10,
+            return_time: 5
+        })
+    );
+    // The failed completion left the operation pending.
+    h.complete(1, RegisterOutput::Written, 12).unwrap();
+    assert_eq!(
+        h.complete(1, RegisterOutput::Written, 13),
+        Err(HistoryError::NothingPending { client: 1 })
+    );
+    h.invoke(2, "k", w(3), 14).unwrap();
+    h.discard(2).unwrap();
+    h.invoke(3, "k", w(4), 15).unwrap();
+    h.time_out(3).unwrap();
+    h.invoke(4, "k", RegisterOp::Read, 16).unwrap();
+    assert_eq!(
+        h.time_out(2),
+        Err(HistoryError::NothingPending { client: 2 })
+    );
+    assert_eq!(h.len(), 3);
+    let outcomes: Vec<_> = h.iter().map(|op| (op.client, op.return_time())).collect();
+    assert_eq!(outcomes, vec![(1, Some(12)), (3, None), (4, None)]);
+    assert!(check(&h, SearchBudget::default()).is_linearizable());
+}

@@ -14,9 +14,10 @@ use super::search::{search, DeadEnd, Search};
 /// [`Verdict::BudgetExceeded`] so a simulator run never silently hangs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchBudget {
-    /// Search steps allowed over all keys of one history. A step is one look at an operation:
-    /// trying it next, checking whether its result can still be explained, or backtracking.
-    /// A step costs on the order of 100 ns.
+    /// Search steps allowed over all keys of one history, including the rechecks that
+    /// explain a violation. A step is one elementary move: trying an operation next, adding a
+    /// timed-out operation to a block, checking whether a result can still be explained, or
+    /// backtracking. A step costs from a few to a few hundred nanoseconds.
     pub max_steps: u64,
 }
 
@@ -33,7 +34,8 @@ impl SearchBudget {
 }
 
 impl Default for SearchBudget {
-    /// 100 million steps: seconds of work, far more than realistic histories need.
+    /// 100 million steps: at most tens of seconds of work, far more than realistic histories
+    /// need (the 108 reference histories together take under a million).
     fn default() -> Self {
         SearchBudget::steps(100_000_000)
     }

@@ -104,6 +104,8 @@ fn membership_joint_election_needs_both_majorities() {
     });
     let write = Write {
         id: 0,
+        install: None,
+        purge_to: None,
         entries,
         hard_state: Some(hs(1, None, 0)),
         sync: true,

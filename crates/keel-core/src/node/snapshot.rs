@@ -1,0 +1,161 @@
+//! Snapshots: compaction after the application saved one, streaming one to a follower that needs
+//! purged entries, and the follower's install rules (Raft Figure 13 with the fixes of DESIGN.md
+//! section 4: never install at or below the *commit* index; keep a matching suffix).
+
+use super::{RaftNode, Role};
+use crate::message::{AppendResult, MessageBody};
+use crate::types::{Index, LogId, NodeId, SnapshotMeta};
+
+impl RaftNode {
+    /// What a snapshot of the state machine at `index` must record: the entry's term, the
+    /// configuration there and the term history up to it. `None` unless `index` is applied and
+    /// still in the log (or is the latest snapshot's own position).
+    pub fn snapshot_meta(&self, index: Index) -> Option<SnapshotMeta> {
+        if index > self.applied {
+            return None;
+        }
+        if index == self.snapshot.last.index {
+            return Some(self.snapshot.clone());
+        }
+        let term = self.log.term_at(index)?;
+        let mut term_history: Vec<LogId> = self
+            .log
+            .term_history()
+            .iter()
+            .copied()
+            .filter(|t| t.index <= index)
+            .collect();
+        term_history.dedup_by_key(|t| t.term);
+        Some(SnapshotMeta {
+            last: LogId::new(term, index),
+            membership: std::sync::Arc::new(self.log.membership_at(index).clone()),
+            term_history,
+        })
+    }
+
+    /// The newest snapshot durable on this node.
+    pub fn snapshot(&self) -> &SnapshotMeta {
+        &self.snapshot
+    }
+
+    /// The application made a snapshot at `meta.last` durable. The log is purged up to
+    /// `snapshot_trailing_entries` below it, never beyond what is durable.
+    pub fn snapshot_saved(&mut self, meta: SnapshotMeta) {
+        if meta.last.index <= self.snapshot.last.index {
+            return;
+        }
+        assert!(
+            meta.last.index <= self.applied,
+            "snapshot {} beyond the applied index {}",
+            meta.last,
+            self.applied
+        );
+        assert_eq!(
+            self.log.term_of_any(meta.last.index),
+            Some(meta.last.term),
+            "snapshot {} does not match the log",
+            meta.last
+        );
+        let purge_to = meta
+            .last
+            .index
+            .saturating_sub(self.config.snapshot_trailing_entries)
+            .min(self.durability.durable_index());
+        self.snapshot = meta;
+        if purge_to > self.log.purged().index {
+            self.log.compact_to(purge_to);
+            self.durability.purge(purge_to);
+        }
+        self.check_invariants();
+    }
+
+    /// The transport gave up streaming the snapshot to `to`: probe it again (which sends the
+    /// snapshot again if it still needs one).
+    pub fn snapshot_send_failed(&mut self, to: NodeId) {
+        let Some(state) = self.leader_state.as_mut() else {
+            return;
+        };
+        if let Some(pr) = state.progress(to) {
+            if pr.state == crate::progress::ReplicationState::Snapshot {
+                let next = pr.match_index + 1;
+                pr.become_probe(next);
+            }
+        }
+    }
+
+    pub(super) fn start_snapshot_send(&mut self, to: NodeId) {
+        let meta = self.snapshot.clone();
+        let state = self.leader_state.as_mut().expect("leader has leader state");
+        let Some(pr) = state.progress(to) else {
+            return;
+        };
+        debug_assert!(meta.last.index >= self.log.purged().index);
+        pr.become_snapshot();
+        self.snapshot_sends.push((to, meta));
+    }
+
+    /// A complete snapshot from the leader (its data already durable here).
+    pub(super) fn on_install_snapshot(&mut self, leader: NodeId, meta: SnapshotMeta) {
+        debug_assert_eq!(self.role, Role::Follower);
+        let result = self.install_snapshot(meta);
+        let reply = self.message(leader, MessageBody::AppendResponse(result));
+        self.send_after_persist(reply);
+    }
+
+    fn install_snapshot(&mut self, meta: SnapshotMeta) -> AppendResult {
+        let last = meta.last;
+        // Everything at or below the commit index is already here, committed and about to be
+        // applied from the log: installing would lose the effects of entries committed but not
+        // yet applied (scenario S01) or rewind what readers saw (S13).
+        let below_commit_bug = self.mutated(crate::Mutation::InstallBelowCommit);
+        let floor = if below_commit_bug {
+            self.applied
+        } else {
+            self.commit
+        };
+        if last.index <= floor {
+            return AppendResult::Success {
+                match_index: self.commit,
+            };
+        }
+        if self.log.matches(last) && !below_commit_bug {
+            // Our log already holds the snapshot's last entry: keep the suffix after it, which
+            // the leader may already count (scenario S03); only the commit index moves.
+            self.commit = self.commit.max(last.index);
+            self.leader_match = self.leader_match.max(last.index);
+            return AppendResult::Success {
+                match_index: last.index,
+            };
+        }
+        // Our log diverges from the snapshot: discard it whole, configuration included (S32).
+        let kept = if self.mutated(crate::Mutation::KeepConflictingSuffix) {
+            self.log.slice(
+                last.index + 1,
+                self.log.last_index(),
+                usize::MAX,
+                usize::MAX,
+            )
+        } else {
+            Vec::new()
+        };
+        self.log
+            .reset_to(last, meta.membership.clone(), meta.term_history.clone());
+        for e in kept {
+            if e.term >= last.term {
+                self.log.append(e);
+            }
+        }
+        self.durability.installed(meta.clone());
+        // Above the commit index (the mutation aside, which is how NuRaft lost entries).
+        self.commit = last.index;
+        self.leader_match = last.index;
+        // Entries at or below the snapshot that were not handed out yet never will be: the
+        // restore replaces them (those already handed out are applied before the restore).
+        self.apply_requested = last.index;
+        self.snapshot = meta.clone();
+        self.pending_install = Some(meta);
+        AppendResult::Success {
+            match_index: last.index,
+        }
+    }
+}
