@@ -127,6 +127,14 @@ fn main() -> ExitCode {
             );
         }
     }
+    if let Some(r) = reports.iter().max_by_key(|r| r.history_ops) {
+        println!(
+            "largest_history: seed {} with {} operations checked in {:.1} ms",
+            r.seed,
+            r.history_ops,
+            r.linearizability_check_us as f64 / 1000.0
+        );
+    }
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} jobs={jobs}",

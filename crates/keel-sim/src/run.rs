@@ -33,6 +33,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 ops_completed: 0,
                 ops_unknown: 0,
                 max_commit: 0,
+                history_ops: 0,
+                linearizability_check_us: 0,
                 trace: Vec::new(),
                 trace_digest: 0,
             }
@@ -68,11 +70,13 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             });
         }
     }
+    let check_started = std::time::Instant::now();
     if w.violation.is_none() {
         if let Err(v) = crate::linearize::check_history(&w.history) {
             w.fail(v);
         }
     }
+    let linearizability_check_us = check_started.elapsed().as_micros() as u64;
     let ops_unknown = w
         .history
         .ops
@@ -86,6 +90,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         ops_completed: w.history.ops.len() - ops_unknown,
         ops_unknown,
         max_commit: w.checker.max_committed(),
+        history_ops: w.history.ops.len(),
+        linearizability_check_us,
         trace_digest: w.trace_digest(),
         trace: std::mem::take(&mut w.trace),
     }

@@ -147,6 +147,10 @@ pub struct RunReport {
     pub ops_completed: usize,
     pub ops_unknown: usize,
     pub max_commit: Index,
+    /// Client operations in the history and the time the linearizability check took
+    /// (wall clock: reported, never part of the trace).
+    pub history_ops: usize,
+    pub linearizability_check_us: u64,
     pub trace: Vec<String>,
     pub trace_digest: u64,
 }

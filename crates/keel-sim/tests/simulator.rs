@@ -132,3 +132,8 @@ fn catches_mutation_read_without_term_commit() {
 fn catches_mutation_install_below_commit() {
     assert_mutation_caught("install-below-commit");
 }
+
+#[test]
+fn catches_mutation_keep_conflicting_suffix() {
+    assert_mutation_caught("keep-conflicting-suffix");
+}

@@ -141,9 +141,7 @@ impl RaftNode {
         self.log
             .reset_to(last, meta.membership.clone(), meta.term_history.clone());
         for e in kept {
-            if e.term >= last.term {
-                self.log.append(e);
-            }
+            self.log.append(e);
         }
         self.durability.installed(meta.clone());
         // Above the commit index (the mutation aside, which is how NuRaft lost entries).

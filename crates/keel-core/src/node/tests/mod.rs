@@ -22,6 +22,7 @@ mod membership;
 mod read_index;
 mod replication;
 mod restart;
+mod snapshot;
 
 use common::{entries_from, storage_with, test_config, Cluster};
 

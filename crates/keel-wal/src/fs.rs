@@ -1,0 +1,164 @@
+//! The file layer: every byte the WAL reads or writes goes through [`Fs`], so a simulated disk
+//! ([`crate::SimFs`]) can lose, tear and corrupt exactly what a real one can, and the simulator's
+//! crashes exercise the real WAL code.
+//!
+//! The trait is deliberately small: positional reads and writes, `set_len`, `sync_data`, and the
+//! four directory operations the WAL needs (list, rename, remove, sync). Directory entries
+//! (create, rename, remove) are durable only after [`Fs::sync_dir`] on their parent; file contents
+//! and length only after [`FileHandle::sync_data`].
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::Path;
+
+/// A file system the WAL can run on.
+pub trait Fs {
+    type File: FileHandle;
+
+    /// Creates a new, empty file; fails if `path` exists. The new name is durable only after
+    /// [`Fs::sync_dir`] on its parent.
+    fn create(&self, path: &Path) -> io::Result<Self::File>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Self::File>;
+    /// The names (not paths) of the regular files directly in `dir`, in any order.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Creates `dir` and its parents if missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Atomically renames `from` to `to` (same directory), replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes every earlier create, rename and remove in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// An open file.
+pub trait FileHandle {
+    fn len_bytes(&self) -> io::Result<u64>;
+    /// Reads into `buf` from `offset` until `buf` is full or the file ends; returns the bytes read.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Sets the file's length; new bytes read as zeros.
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
+    /// Makes the file's contents and length durable (fdatasync). An error here is fatal for the
+    /// caller: after a failed fsync the kernel may already have dropped the dirty pages, so
+    /// retrying can report success for data that is gone.
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
+/// The real file system (std::fs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StdFs;
+
+impl Fs for StdFs {
+    type File = StdFile;
+
+    fn create(&self, path: &Path) -> io::Result<StdFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(StdFile(file))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<StdFile> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(StdFile(file))
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                if let Some(name) = entry.file_name().to_str() {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        // On Linux a directory opened read-only can be fsynced; this is how its entries are made
+        // durable.
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// A file of [`StdFs`].
+#[derive(Debug)]
+pub struct StdFile(File);
+
+impl FileHandle for StdFile {
+    fn len_bytes(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match positional_read(&self.0, &mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match positional_write(&self.0, &buf[done..], offset + done as u64) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
+        self.0.set_len(len_bytes)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+#[cfg(unix)]
+fn positional_read(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(unix)]
+fn positional_write(file: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::write_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn positional_read(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn positional_write(file: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_write(file, buf, offset)
+}

@@ -1,0 +1,566 @@
+//! Recovery: rebuild the log, hard state and snapshot position from the directory, telling a torn
+//! final write (never acknowledged: discard) from damage to acknowledged data (refuse to start).
+//! The case-by-case walk-through is in lib.rs ("Recovery").
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use keel_core::{Entry, HardState, Index, LogId, RecoveredState};
+
+use crate::error::{io_err, Result, WalError};
+use crate::fs::{FileHandle, Fs};
+use crate::segment::{
+    self, check_frame, decode_items, frame_size_bytes, parse_segment_header, read_frame_header,
+    FrameCheck, Item, SegmentReader, FRAME_ALIGN_BYTES, FRAME_HEADER_SIZE_BYTES, FRAME_MAGIC,
+    SEGMENT_HEADER_SIZE_BYTES,
+};
+use crate::snapshot::{self, LatestSnapshot, SkippedSnapshot, SnapshotFile};
+
+/// The largest frame a reader accepts, whatever the writer's configuration: the bound checked
+/// before a frame is read into memory.
+pub const FRAME_SIZE_BYTES_LIMIT: usize = 64 << 20;
+/// Segments are read in pieces of this size.
+const READ_CHUNK_SIZE_BYTES: usize = 4 << 20;
+
+/// A final write that never completed and was discarded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornTail {
+    pub path: PathBuf,
+    /// Where the incomplete frame starts (the end of the valid log).
+    pub offset: u64,
+    /// One past the last non-zero byte after `offset`.
+    pub garbage_end: u64,
+}
+
+/// What recovery did, for the startup report.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryStats {
+    pub segments: usize,
+    pub frames: u64,
+    /// Entries in the recovered log (after the snapshot).
+    pub entries: u64,
+    pub bytes_read: u64,
+    pub duration: Duration,
+    pub torn_tail: Option<TornTail>,
+    /// Newer snapshots that failed verification and were passed over.
+    pub skipped_snapshots: Vec<SkippedSnapshot>,
+    /// Entries after the snapshot dropped because the log disagreed with the snapshot at its
+    /// position (a crash between installing a snapshot and resetting the log).
+    pub discarded_conflicting_entries: u64,
+}
+
+/// Everything a restart needs.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    pub state: RecoveredState,
+    /// The snapshot the state starts from (its data: [`crate::Wal::read_snapshot_data`]).
+    pub snapshot: Option<SnapshotFile>,
+    pub stats: RecoveryStats,
+}
+
+/// How a segment's bytes end after its last valid frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Only zeros follow.
+    Clean,
+    /// Something else follows: a torn write, or damage.
+    Dirty {
+        check: FrameCheck,
+        garbage_end: u64,
+        /// A valid frame somewhere after the bad bytes.
+        valid_after: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ScannedSegment {
+    pub seq: u64,
+    pub path: PathBuf,
+    /// Offset one past the last valid frame.
+    pub end: u64,
+    pub has_frames: bool,
+    /// The log's last index before this segment (from its checkpoint).
+    pub first_index: Index,
+    /// Highest last-index the log had while this segment was written (bounds purging).
+    pub max_index: Index,
+    pub tail: Tail,
+    /// The log's last index after this segment's valid frames (names the index at risk).
+    pub last_index_at_end: Index,
+}
+
+/// The log as replayed from the frames.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Replay {
+    started: bool,
+    pub start: Index,
+    pub entries: Vec<Entry>,
+    pub hard_state: HardState,
+    pub reset: Option<LogId>,
+}
+
+impl Replay {
+    /// The last index in the log; `start - 1` when it holds no entries (0 before any checkpoint).
+    pub fn last_index(&self) -> Index {
+        (self.start + self.entries.len() as Index).saturating_sub(1)
+    }
+
+    fn apply(&mut self, item: Item, first_in_segment: bool) -> std::result::Result<(), String> {
+        if first_in_segment != matches!(item, Item::Checkpoint { .. }) {
+            return Err("a segment must start with exactly one checkpoint".into());
+        }
+        match item {
+            Item::Checkpoint {
+                first_index,
+                hard_state,
+                ..
+            } => {
+                if first_index == 0 {
+                    return Err("checkpoint with first index 0".into());
+                }
+                if !self.started {
+                    self.started = true;
+                    self.start = first_index;
+                    self.hard_state = hard_state;
+                } else if first_index != self.last_index() + 1 || hard_state != self.hard_state {
+                    return Err(format!(
+                        "checkpoint (first index {first_index}, {hard_state:?}) disagrees with the \
+                         log before it (last index {}, {:?})",
+                        self.last_index(),
+                        self.hard_state
+                    ));
+                }
+            }
+            Item::Truncate { from_index } => {
+                if from_index == 0 || from_index > self.last_index() {
+                    return Err(format!(
+                        "truncate at {from_index} outside the log (last {})",
+                        self.last_index()
+                    ));
+                }
+                if from_index >= self.start {
+                    self.entries.truncate((from_index - self.start) as usize);
+                } else {
+                    self.entries.clear();
+                    self.start = from_index;
+                }
+            }
+            Item::Entries(entries) => {
+                let first = &entries[0];
+                if first.index != self.last_index() + 1 {
+                    return Err(format!(
+                        "entries start at {} but the log ends at {}",
+                        first.index,
+                        self.last_index()
+                    ));
+                }
+                let prev_term = self.entries.last().map_or(0, |e| e.term);
+                let mut term = prev_term;
+                for e in &entries {
+                    if e.term < term {
+                        return Err(format!("term decreases at index {}", e.index));
+                    }
+                    term = e.term;
+                }
+                self.entries.extend(entries);
+            }
+            Item::HardState(hs) => {
+                if hs.term < self.hard_state.term {
+                    return Err(format!(
+                        "term goes back from {} to {}",
+                        self.hard_state.term, hs.term
+                    ));
+                }
+                self.hard_state = hs;
+            }
+            Item::Commit(commit) => self.hard_state.commit = commit,
+            Item::Reset(snapshot) => {
+                self.entries.clear();
+                self.start = snapshot.index + 1;
+                self.reset = Some(snapshot);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The result of reading every segment, before the snapshot is taken into account.
+pub(crate) struct Scan {
+    pub replay: Replay,
+    pub segments: Vec<ScannedSegment>,
+    /// Position in `segments` of the last one holding valid frames.
+    pub last_data: Option<usize>,
+    pub temp_files: Vec<PathBuf>,
+    pub torn: Option<TornTail>,
+    pub last_frame_seq: u64,
+    pub frames: u64,
+    pub bytes_read: u64,
+}
+
+fn corrupt_at(seg: &ScannedSegment, offset: u64, reason: impl Into<String>) -> WalError {
+    WalError::CorruptRecord {
+        path: seg.path.clone(),
+        offset,
+        index: seg.last_index_at_end + 1,
+        reason: reason.into(),
+    }
+}
+
+/// Reads every segment in `dir` and replays its frames.
+pub(crate) fn scan<F: Fs>(fs: &F, dir: &Path) -> Result<Scan> {
+    let mut names = fs.list_dir(dir).map_err(io_err(dir))?;
+    names.sort();
+    let mut seqs = Vec::new();
+    let mut temp_files = Vec::new();
+    for name in &names {
+        if let Some(seq) = segment::parse_segment_file_name(name) {
+            seqs.push(seq);
+        } else if name.ends_with(".wal.tmp") || snapshot::is_snapshot_temp_name(name) {
+            temp_files.push(dir.join(name));
+        }
+    }
+    for pair in seqs.windows(2) {
+        if pair[1] != pair[0] + 1 {
+            return Err(WalError::CorruptLog(format!(
+                "segment {} is missing between {} and {}",
+                pair[0] + 1,
+                pair[0],
+                pair[1]
+            )));
+        }
+    }
+    let mut scan = Scan {
+        replay: Replay::default(),
+        segments: Vec::new(),
+        last_data: None,
+        temp_files,
+        torn: None,
+        last_frame_seq: 0,
+        frames: 0,
+        bytes_read: 0,
+    };
+    for seq in seqs {
+        let scanned = scan_segment(fs, dir, seq, &mut scan)?;
+        if scanned.has_frames {
+            scan.last_data = Some(scan.segments.len());
+        }
+        scan.segments.push(scanned);
+    }
+    if scan.last_data.is_none() && scan.segments.first().is_some_and(|s| s.seq != 1) {
+        return Err(WalError::CorruptLog(format!(
+            "no segment holds records, yet numbering starts at {}",
+            scan.segments[0].seq
+        )));
+    }
+    classify_tails(&mut scan)?;
+    Ok(scan)
+}
+
+fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<ScannedSegment> {
+    let path = dir.join(segment::segment_file_name(seq));
+    let file = fs.open(&path).map_err(io_err(&path))?;
+    let len = file.len_bytes().map_err(io_err(&path))?;
+    let corrupt_header = |reason: String| WalError::CorruptHeader {
+        path: path.clone(),
+        reason,
+    };
+    if len < SEGMENT_HEADER_SIZE_BYTES {
+        return Err(corrupt_header(format!("file is only {len} bytes")));
+    }
+    let mut reader = SegmentReader::new(&file, len, READ_CHUNK_SIZE_BYTES);
+    let header = reader
+        .window(0, SEGMENT_HEADER_SIZE_BYTES as usize)
+        .map_err(io_err(&path))?;
+    let size = parse_segment_header(&header, seq).map_err(corrupt_header)?;
+    if size != len {
+        return Err(corrupt_header(format!(
+            "file is {len} bytes, created with {size}"
+        )));
+    }
+    let mut seg = ScannedSegment {
+        seq,
+        path: path.clone(),
+        end: SEGMENT_HEADER_SIZE_BYTES,
+        has_frames: false,
+        first_index: 0,
+        max_index: 0,
+        tail: Tail::Clean,
+        last_index_at_end: scan.replay.last_index(),
+    };
+    let mut pos = SEGMENT_HEADER_SIZE_BYTES;
+    let check = loop {
+        if pos + frame_size_bytes(0) as u64 > len {
+            break None;
+        }
+        let head = reader
+            .window(pos, FRAME_HEADER_SIZE_BYTES)
+            .map_err(io_err(&path))?;
+        if head.iter().all(|b| *b == 0) {
+            break None;
+        }
+        let header = read_frame_header(&head);
+        let size = frame_size_bytes(header.body_len);
+        if !header.magic_ok || size > FRAME_SIZE_BYTES_LIMIT || pos + size as u64 > len {
+            break Some(FrameCheck::Torn);
+        }
+        let frame = reader.window(pos, size).map_err(io_err(&path))?;
+        match check_frame(&frame, &header, pos) {
+            FrameCheck::Valid => {}
+            other => break Some(other),
+        }
+        if header.seq <= scan.last_frame_seq {
+            return Err(corrupt_at(
+                &seg,
+                pos,
+                format!(
+                    "frame sequence {} does not follow {}",
+                    header.seq, scan.last_frame_seq
+                ),
+            ));
+        }
+        let items = decode_items(&frame, header.body_len).map_err(|r| corrupt_at(&seg, pos, r))?;
+        for (i, item) in items.into_iter().enumerate() {
+            let first_in_segment = !seg.has_frames && i == 0;
+            if let Item::Checkpoint {
+                first_index,
+                prev_segment_end,
+                ..
+            } = &item
+            {
+                seg.first_index = *first_index;
+                if let Some(prev) = scan.segments.last() {
+                    if prev.end != *prev_segment_end {
+                        return Err(corrupt_at(
+                            prev,
+                            prev.end,
+                            format!("the next segment says this one ends at {prev_segment_end}"),
+                        ));
+                    }
+                }
+            }
+            scan.replay
+                .apply(item, first_in_segment)
+                .map_err(|r| corrupt_at(&seg, pos, r))?;
+            seg.max_index = seg.max_index.max(scan.replay.last_index());
+        }
+        if scan.replay.hard_state.commit > scan.replay.last_index() {
+            return Err(corrupt_at(&seg, pos, "commit index beyond the log"));
+        }
+        seg.has_frames = true;
+        seg.last_index_at_end = scan.replay.last_index();
+        scan.last_frame_seq = header.seq;
+        scan.frames += 1;
+        pos += size as u64;
+        seg.end = pos;
+    };
+    let (garbage_end, valid_after) = scan_rest(&mut reader, pos).map_err(io_err(&path))?;
+    if check.is_some() || garbage_end > pos {
+        seg.tail = Tail::Dirty {
+            check: check.unwrap_or(FrameCheck::Torn),
+            garbage_end: garbage_end.max(pos + FRAME_ALIGN_BYTES as u64).min(len),
+            valid_after,
+        };
+    }
+    scan.bytes_read += reader.bytes_read;
+    Ok(seg)
+}
+
+/// Looks past a bad or blank spot at `from`: the end of any non-zero bytes, and the first valid
+/// frame (which would prove the bad spot was once followed by a completed, synced write).
+fn scan_rest<H: FileHandle>(
+    reader: &mut SegmentReader<'_, H>,
+    from: u64,
+) -> std::io::Result<(u64, Option<u64>)> {
+    let len = reader.len_bytes();
+    let mut garbage_end = from;
+    let mut chunk_start = from;
+    while chunk_start < len {
+        let n = ((len - chunk_start) as usize).min(READ_CHUNK_SIZE_BYTES);
+        let chunk = reader.window(chunk_start, n)?;
+        for (i, word) in chunk.chunks(FRAME_ALIGN_BYTES).enumerate() {
+            if word.iter().all(|b| *b == 0) {
+                continue;
+            }
+            let at = chunk_start + (i * FRAME_ALIGN_BYTES) as u64;
+            garbage_end = at + word.len() as u64;
+            if at > from
+                && word.len() >= 4
+                && crate::codec::get_u32(word, 0) == FRAME_MAGIC
+                && is_valid_frame_at(reader, at)?
+            {
+                return Ok((garbage_end, Some(at)));
+            }
+        }
+        chunk_start += n as u64;
+    }
+    Ok((garbage_end, None))
+}
+
+fn is_valid_frame_at<H: FileHandle>(
+    reader: &mut SegmentReader<'_, H>,
+    at: u64,
+) -> std::io::Result<bool> {
+    let len = reader.len_bytes();
+    if at + FRAME_HEADER_SIZE_BYTES as u64 > len {
+        return Ok(false);
+    }
+    let header = read_frame_header(&reader.window(at, FRAME_HEADER_SIZE_BYTES)?);
+    let size = frame_size_bytes(header.body_len);
+    if size > FRAME_SIZE_BYTES_LIMIT || at + size as u64 > len {
+        return Ok(false);
+    }
+    let frame = reader.window(at, size)?;
+    Ok(check_frame(&frame, &header, at) == FrameCheck::Valid)
+}
+
+/// Decides, for every segment with bytes after its valid frames, whether those bytes are a torn
+/// final write (discard) or damage (refuse). Only one write is ever in flight unsynced, so only
+/// the end of the newest data can be torn.
+fn classify_tails(scan: &mut Scan) -> Result<()> {
+    let last_data = scan.last_data;
+    for (i, seg) in scan.segments.iter().enumerate() {
+        let Tail::Dirty {
+            check,
+            garbage_end,
+            valid_after,
+        } = &seg.tail
+        else {
+            if last_data.is_some_and(|last| i < last) && !seg.has_frames {
+                return Err(WalError::CorruptLog(format!(
+                    "{} holds no records but later segments do",
+                    seg.path.display()
+                )));
+            }
+            continue;
+        };
+        if last_data.is_some_and(|last| i < last) {
+            return Err(corrupt_at(
+                seg,
+                seg.end,
+                "damaged record in a sealed segment",
+            ));
+        }
+        if let Some(at) = valid_after {
+            return Err(corrupt_at(
+                seg,
+                seg.end,
+                format!("damaged record followed by a valid one at offset {at}"),
+            ));
+        }
+        if *check == FrameCheck::CompleteButCorrupt {
+            return Err(corrupt_at(
+                seg,
+                seg.end,
+                "checksum mismatch in a completely written record",
+            ));
+        }
+        if scan.torn.is_none() {
+            scan.torn = Some(TornTail {
+                path: seg.path.clone(),
+                offset: seg.end,
+                garbage_end: *garbage_end,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The scan combined with the newest usable snapshot.
+pub(crate) struct Assembled {
+    pub recovered: Recovered,
+    /// The log disagrees with the snapshot (ends before it, or holds another entry at its
+    /// position): the writer must record a reset so its log and the recovered state agree.
+    pub needs_reset: Option<LogId>,
+}
+
+/// Moves the replayed entries out of `scan`.
+pub(crate) fn assemble(
+    scan: &mut Scan,
+    latest: LatestSnapshot,
+    started: Instant,
+) -> Result<Assembled> {
+    let skipped_paths: Vec<PathBuf> = latest.skipped.iter().map(|s| s.path.clone()).collect();
+    if latest.chosen.is_none() {
+        if let Some(newest) = latest.skipped.first() {
+            // Without it we would not even know the initial configuration.
+            return Err(WalError::CorruptSnapshot {
+                path: newest.path.clone(),
+                reason: format!("no snapshot verifies: {}", newest.reason),
+            });
+        }
+    }
+    let meta = latest
+        .chosen
+        .as_ref()
+        .map(|s| s.meta.clone())
+        .unwrap_or_else(|| keel_core::SnapshotMeta::initial(Default::default()));
+    let snap = meta.last;
+    let replay = &mut scan.replay;
+    let (log_start, log_last) = if scan.last_data.is_some() {
+        (replay.start, replay.last_index())
+    } else {
+        (snap.index + 1, snap.index)
+    };
+    if log_start > snap.index + 1 {
+        return Err(WalError::SnapshotBehindLog {
+            snapshot: snap,
+            log_first_index: log_start,
+            skipped: skipped_paths,
+        });
+    }
+    let mut entries_from = (snap.index + 1).max(log_start);
+    let mut needs_reset = None;
+    let mut discarded = 0;
+    if log_last < snap.index {
+        needs_reset = Some(snap);
+        entries_from = log_last + 1;
+    } else if snap.index >= log_start {
+        let at_snapshot = &replay.entries[(snap.index - log_start) as usize];
+        if at_snapshot.term != snap.term {
+            // The log diverged from the committed history the snapshot holds (Raft Figure 13:
+            // with no matching entry, the whole log goes).
+            discarded = log_last - snap.index;
+            needs_reset = Some(snap);
+            entries_from = log_last + 1;
+        }
+    }
+    let skip = (entries_from - log_start) as usize;
+    let mut entries: Vec<Entry> = std::mem::take(&mut replay.entries);
+    entries.drain(..skip.min(entries.len()));
+    let last = entries.last().map_or(snap.index, |e| e.index);
+    let mut hard_state = replay.hard_state;
+    hard_state.commit = hard_state.commit.clamp(snap.index, last);
+    let stats = RecoveryStats {
+        segments: scan.segments.len(),
+        frames: scan.frames,
+        entries: entries.len() as u64,
+        bytes_read: scan.bytes_read,
+        duration: started.elapsed(),
+        torn_tail: scan.torn.clone(),
+        skipped_snapshots: latest.skipped.clone(),
+        discarded_conflicting_entries: discarded,
+    };
+    let state = RecoveredState {
+        hard_state,
+        snapshot: snap,
+        snapshot_membership: (*meta.membership).clone(),
+        snapshot_term_history: meta.term_history,
+        entries,
+        applied: snap.index,
+    };
+    Ok(Assembled {
+        recovered: Recovered {
+            state,
+            snapshot: latest.chosen,
+            stats,
+        },
+        needs_reset,
+    })
+}
+
+/// Read-only recovery: what a node would start from, without repairing anything.
+pub fn recover<F: Fs>(fs: &F, dir: &Path) -> Result<Recovered> {
+    let started = Instant::now();
+    let mut scan = scan(fs, dir)?;
+    let latest = snapshot::find_latest_snapshot(fs, dir)?;
+    Ok(assemble(&mut scan, latest, started)?.recovered)
+}

@@ -1,0 +1,318 @@
+//! Snapshot files: the state machine's image at a log position, with the metadata the core needs
+//! to restart from it (position, membership, term history). Layout in lib.rs ("Snapshot file").
+//!
+//! Saving is crash-atomic: write a temporary file, fsync it, rename it into place, fsync the
+//! directory. A reader therefore sees either the old set of snapshots or the new one, never a
+//! half-written file under a final name — unless the disk corrupts it later, which the two
+//! checksums (header, data) catch.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use keel_core::{LogId, Membership, SnapshotMeta};
+
+use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, Reader};
+use crate::error::{io_err, sync_err, Result, WalError};
+use crate::fs::{FileHandle, Fs};
+
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"KEELSNAP";
+pub const SNAPSHOT_FORMAT_VERSION: u16 = 1;
+/// Fixed part of the header, before membership and term history.
+const FIXED_HEADER_SIZE_BYTES: usize = 48;
+/// Bound on the variable header (membership + term history) checked before allocating.
+pub const SNAPSHOT_HEADER_SIZE_BYTES_MAX: u32 = 64 << 20;
+/// Data is checksummed and copied in pieces of this size.
+const DATA_CHUNK_SIZE_BYTES: usize = 1 << 20;
+
+/// Wraps a decoded configuration the way the core's [`SnapshotMeta`] holds it (one place to
+/// change if that representation does).
+fn snapshot_membership(membership: Membership) -> Arc<Membership> {
+    Arc::new(membership)
+}
+
+/// The snapshot a brand-new cluster starts from: position 0/0, the initial voters, no data.
+pub fn bootstrap_meta(voters: impl IntoIterator<Item = keel_core::NodeId>) -> SnapshotMeta {
+    SnapshotMeta::initial(snapshot_membership(Membership::new_voters(voters)))
+}
+
+/// A snapshot file whose header and data checksums verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotFile {
+    pub meta: SnapshotMeta,
+    pub path: PathBuf,
+    pub data_len_bytes: u64,
+    header_len_bytes: u64,
+    data_crc: u32,
+}
+
+/// A snapshot file that failed verification and was passed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedSnapshot {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The newest valid snapshot and the newer ones that were not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatestSnapshot {
+    pub chosen: Option<SnapshotFile>,
+    pub skipped: Vec<SkippedSnapshot>,
+}
+
+pub fn snapshot_file_name(last: LogId) -> String {
+    format!("snapshot-{:020}-{:020}.snap", last.index, last.term)
+}
+
+fn parse_snapshot_file_name(name: &str) -> Option<LogId> {
+    let rest = name.strip_prefix("snapshot-")?.strip_suffix(".snap")?;
+    let (index, term) = rest.split_once('-')?;
+    Some(LogId::new(term.parse().ok()?, index.parse().ok()?))
+}
+
+pub fn is_snapshot_temp_name(name: &str) -> bool {
+    name.starts_with("snapshot-") && name.ends_with(".snap.tmp")
+}
+
+fn encode_header(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    buf.extend_from_slice(&SNAPSHOT_MAGIC);
+    buf.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
+    buf.extend_from_slice(&[0; 2]);
+    put_u32(&mut buf, 0); // header length, patched below
+    put_u64(&mut buf, meta.last.index);
+    put_u64(&mut buf, meta.last.term);
+    put_u64(&mut buf, data.len() as u64);
+    put_u32(&mut buf, crc32c::crc32c(data));
+    put_u32(&mut buf, 0);
+    debug_assert_eq!(buf.len(), FIXED_HEADER_SIZE_BYTES);
+    codec::put_membership(&mut buf, &meta.membership);
+    codec::put_log_ids(&mut buf, &meta.term_history);
+    let header_len = u32::try_from(buf.len() + 4).expect("snapshot header fits u32");
+    assert!(
+        header_len <= SNAPSHOT_HEADER_SIZE_BYTES_MAX,
+        "snapshot header too large"
+    );
+    buf[12..16].copy_from_slice(&header_len.to_le_bytes());
+    let crc = crc32c::crc32c(&buf);
+    put_u32(&mut buf, crc);
+    buf
+}
+
+/// Snapshots in `dir`, oldest first, by (index, term).
+pub fn list_snapshots<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<(LogId, PathBuf)>> {
+    let mut found: Vec<(LogId, PathBuf)> = fs
+        .list_dir(dir)
+        .map_err(io_err(dir))?
+        .iter()
+        .filter_map(|name| Some((parse_snapshot_file_name(name)?, dir.join(name))))
+        .collect();
+    found.sort_by_key(|(id, _)| (id.index, id.term));
+    Ok(found)
+}
+
+/// Writes a snapshot durably under its final name, then deletes all but the newest `keep`.
+pub fn save_snapshot<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    meta: &SnapshotMeta,
+    data: &[u8],
+    keep: usize,
+) -> Result<PathBuf> {
+    assert!(keep >= 1, "keep at least the snapshot just written");
+    let name = snapshot_file_name(meta.last);
+    let path = dir.join(&name);
+    let temp = dir.join(format!("{name}.tmp"));
+    if fs.open(&temp).is_ok() {
+        // Left over by a crash during an earlier save of the same snapshot.
+        fs.remove_file(&temp).map_err(io_err(&temp))?;
+    }
+    let header = encode_header(meta, data);
+    let mut file = fs.create(&temp).map_err(io_err(&temp))?;
+    file.write_at(&header, 0).map_err(io_err(&temp))?;
+    file.write_at(data, header.len() as u64)
+        .map_err(io_err(&temp))?;
+    file.sync_data().map_err(sync_err(&temp))?;
+    drop(file);
+    fs.rename(&temp, &path).map_err(io_err(&path))?;
+    fs.sync_dir(dir).map_err(sync_err(dir))?;
+
+    let all = list_snapshots(fs, dir)?;
+    let excess = all.len().saturating_sub(keep);
+    for (_, old) in all.iter().take(excess) {
+        if *old != path {
+            fs.remove_file(old).map_err(io_err(old))?;
+        }
+    }
+    if excess > 0 {
+        fs.sync_dir(dir).map_err(sync_err(dir))?;
+    }
+    Ok(path)
+}
+
+/// Reads and verifies one snapshot file: header checksum, length, and data checksum (streamed,
+/// so a large snapshot is never held in memory here).
+pub fn verify_snapshot<F: Fs>(fs: &F, path: &Path) -> std::result::Result<SnapshotFile, String> {
+    let file = fs.open(path).map_err(|e| format!("open: {e}"))?;
+    let file_len = file.len_bytes().map_err(|e| format!("length: {e}"))?;
+    let mut fixed = [0u8; FIXED_HEADER_SIZE_BYTES];
+    let n = file
+        .read_at(&mut fixed, 0)
+        .map_err(|e| format!("read: {e}"))?;
+    if n < FIXED_HEADER_SIZE_BYTES || fixed[..8] != SNAPSHOT_MAGIC {
+        return Err("missing or bad magic".into());
+    }
+    let version = codec::get_u16(&fixed, 8);
+    if version != SNAPSHOT_FORMAT_VERSION {
+        return Err(format!("format version {version} is not supported"));
+    }
+    let header_len = get_u32(&fixed, 12);
+    if header_len > SNAPSHOT_HEADER_SIZE_BYTES_MAX
+        || (header_len as usize) < FIXED_HEADER_SIZE_BYTES + 4
+        || u64::from(header_len) > file_len
+    {
+        return Err(format!("implausible header length {header_len}"));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_at(&mut header, 0)
+        .map_err(|e| format!("read: {e}"))?;
+    let crc_at = header.len() - 4;
+    if crc32c::crc32c(&header[..crc_at]) != get_u32(&header, crc_at) {
+        return Err("header checksum mismatch".into());
+    }
+    let last = LogId::new(get_u64(&header, 24), get_u64(&header, 16));
+    let data_len = get_u64(&header, 32);
+    let data_crc = get_u32(&header, 40);
+    let header = Bytes::from(header);
+    let mut r = Reader::range(&header, FIXED_HEADER_SIZE_BYTES, crc_at);
+    let membership = r.membership()?;
+    let term_history = r.log_ids()?;
+    if r.remaining() != 0 {
+        return Err("header has trailing bytes".into());
+    }
+    if u64::from(header_len) + data_len != file_len {
+        return Err(format!(
+            "file is {file_len} bytes, header says {header_len} + {data_len}"
+        ));
+    }
+    let mut crc = 0u32;
+    let mut buf = vec![0u8; DATA_CHUNK_SIZE_BYTES.min(data_len as usize)];
+    let mut offset = 0u64;
+    while offset < data_len {
+        let n = ((data_len - offset) as usize).min(buf.len());
+        file.read_at(&mut buf[..n], u64::from(header_len) + offset)
+            .map_err(|e| format!("read: {e}"))?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        offset += n as u64;
+    }
+    if crc != data_crc {
+        return Err("data checksum mismatch".into());
+    }
+    Ok(SnapshotFile {
+        meta: SnapshotMeta {
+            last,
+            membership: snapshot_membership(membership),
+            term_history,
+        },
+        path: path.to_owned(),
+        data_len_bytes: data_len,
+        header_len_bytes: u64::from(header_len),
+        data_crc,
+    })
+}
+
+/// The newest snapshot that verifies, and every newer one that did not. Whether passing over a
+/// corrupt newer snapshot is acceptable depends on the log (see `recover`), so this only reports.
+pub fn find_latest_snapshot<F: Fs>(fs: &F, dir: &Path) -> Result<LatestSnapshot> {
+    let mut latest = LatestSnapshot::default();
+    for (_, path) in list_snapshots(fs, dir)?.into_iter().rev() {
+        match verify_snapshot(fs, &path) {
+            Ok(file) => {
+                latest.chosen = Some(file);
+                break;
+            }
+            Err(reason) => latest.skipped.push(SkippedSnapshot { path, reason }),
+        }
+    }
+    Ok(latest)
+}
+
+/// Reads a verified snapshot's data into memory, checking its length bound first and its
+/// checksum again (the file may have changed since it was verified).
+pub fn read_snapshot_data<F: Fs>(
+    fs: &F,
+    file: &SnapshotFile,
+    size_bytes_max: u64,
+) -> Result<Vec<u8>> {
+    let corrupt = |reason: String| WalError::CorruptSnapshot {
+        path: file.path.clone(),
+        reason,
+    };
+    if file.data_len_bytes > size_bytes_max {
+        return Err(WalError::InvalidRequest(format!(
+            "snapshot data is {} bytes, over the configured maximum {size_bytes_max}",
+            file.data_len_bytes
+        )));
+    }
+    let handle = fs.open(&file.path).map_err(io_err(&file.path))?;
+    let mut data = vec![0u8; file.data_len_bytes as usize];
+    let n = handle
+        .read_at(&mut data, file.header_len_bytes)
+        .map_err(io_err(&file.path))?;
+    if n != data.len() {
+        return Err(corrupt("data shorter than its header says".into()));
+    }
+    if crc32c::crc32c(&data) != file.data_crc {
+        return Err(corrupt("data checksum mismatch".into()));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simfs::SimFs;
+
+    fn meta(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last: LogId::new(2, index),
+            membership: Arc::new(Membership::new_voters([1, 2, 3])),
+            term_history: vec![LogId::new(1, 1), LogId::new(2, 5)],
+        }
+    }
+
+    #[test]
+    fn save_verify_prune_and_skip_corrupt() {
+        let fs = SimFs::new();
+        let dir = PathBuf::from("/s");
+        fs.create_dir_all(&dir).unwrap();
+        for i in [10, 20, 30] {
+            save_snapshot(&fs, &dir, &meta(i), &[i as u8; 3000], 2).unwrap();
+        }
+        let all = list_snapshots(&fs, &dir).unwrap();
+        assert_eq!(
+            all.iter().map(|(id, _)| id.index).collect::<Vec<_>>(),
+            [20, 30]
+        );
+        let latest = find_latest_snapshot(&fs, &dir).unwrap();
+        let chosen = latest.chosen.unwrap();
+        assert_eq!(chosen.meta, meta(30));
+        assert_eq!(
+            read_snapshot_data(&fs, &chosen, 1 << 20).unwrap(),
+            [30u8; 3000]
+        );
+
+        fs.flip_bit(&all[1].1, 2000, 3).unwrap();
+        let latest = find_latest_snapshot(&fs, &dir).unwrap();
+        assert_eq!(latest.chosen.unwrap().meta, meta(20));
+        assert_eq!(latest.skipped.len(), 1);
+        assert!(latest.skipped[0].reason.contains("data checksum"));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        let id = LogId::new(7, 12345);
+        assert_eq!(parse_snapshot_file_name(&snapshot_file_name(id)), Some(id));
+        assert_eq!(parse_snapshot_file_name("snapshot-x.snap"), None);
+    }
+}

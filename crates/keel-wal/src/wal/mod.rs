@@ -1,0 +1,571 @@
+//! The write-ahead log: group commit of the core's [`Write`]s into frames, segment rotation,
+//! truncation, purge, snapshot saving, and opening (recovery plus repair).
+//!
+//! The invariant everything else rests on: **at most one frame is ever on disk unsynced, and it is
+//! the last one.** Every frame that carries entries, a term or a vote is fsynced before the next
+//! frame is written. A commit-only frame is written without an fsync into a *slot* at the end of the
+//! synced log, and the next frame is written over that same slot (carrying the commit along). So
+//! recovery can treat any damaged frame that is followed by a valid one as corruption of synced
+//! data, and only the very last frame as possibly torn.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use keel_core::storage::Storage;
+use keel_core::{Entry, HardState, Index, LogId, RecoveredState, SnapshotMeta, Write};
+
+use crate::codec;
+use crate::error::{io_err, sync_err, Result, WalError};
+use crate::fs::{FileHandle, Fs};
+use crate::recover;
+use crate::segment::{self, FrameBuilder, SEGMENT_HEADER_SIZE_BYTES};
+use crate::snapshot::{self, SnapshotFile};
+
+mod config;
+mod open;
+
+pub use config::WalConfig;
+use open::prepare_segment;
+
+#[derive(Clone, Debug)]
+struct SegmentMeta {
+    seq: u64,
+    path: PathBuf,
+    /// Highest last-index the log reached while this segment was active: it may be deleted once
+    /// a snapshot covers this.
+    max_index: Index,
+}
+
+/// What one frame records.
+#[derive(Default)]
+struct Plan<'e> {
+    reset: Option<LogId>,
+    truncate_from: Option<Index>,
+    entries: &'e [&'e Entry],
+    /// The hard state after this frame; encoded only if it differs from the synced one.
+    hard_state: Option<HardState>,
+    commit: Option<Index>,
+}
+
+/// The durable log of one node. See the crate documentation for the format and the failure model.
+pub struct Wal<F: Fs> {
+    fs: F,
+    dir: PathBuf,
+    config: WalConfig,
+    /// Live segments, oldest first; the last is the active one.
+    segments: VecDeque<SegmentMeta>,
+    active: F::File,
+    /// The next segment, created and preallocated ahead of need.
+    spare: Option<(u64, F::File)>,
+    /// End of the last synced frame in the active segment: where the next frame goes.
+    synced_end: u64,
+    /// Size of the unsynced commit-only frame at `synced_end` (0: none).
+    slot_size_bytes: u64,
+    /// End of the previous segment, recorded in the next checkpoint.
+    prev_segment_end: u64,
+    next_frame_seq: u64,
+    last_index: Index,
+    /// The position the log starts after (snapshot or reset), and the first index of every term
+    /// since: enough to know the term at any live index.
+    base: LogId,
+    terms: Vec<LogId>,
+    hard_state: HardState,
+    synced_hard_state: HardState,
+    /// Newest durable snapshot position: purging never goes beyond it.
+    snapshot: LogId,
+    poisoned: bool,
+    buf: Vec<u8>,
+}
+
+impl<F: Fs> Wal<F> {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
+    pub fn config(&self) -> &WalConfig {
+        &self.config
+    }
+
+    pub fn last_index(&self) -> Index {
+        self.last_index
+    }
+
+    /// The hard state as last written (including an unsynced commit).
+    pub fn hard_state(&self) -> HardState {
+        self.hard_state
+    }
+
+    /// Position of the newest durable snapshot (0/0 without one).
+    pub fn snapshot(&self) -> LogId {
+        self.snapshot
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The term of the entry at `index`, if the log (or its base position) holds it.
+    pub fn term_at(&self, index: Index) -> Option<u64> {
+        if index == self.base.index {
+            return Some(self.base.term);
+        }
+        if index < self.base.index || index > self.last_index {
+            return None;
+        }
+        let at = self.terms.partition_point(|t| t.index <= index);
+        Some(self.terms[at.checked_sub(1)?].term)
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.poisoned {
+            return Err(WalError::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Persists a group of writes (everything the runtime queued while the previous sync ran)
+    /// with one buffer, one write and one `fdatasync` — none if every write is `sync: false`.
+    /// Returns once all of them are durable. Any error but `InvalidRequest` is fatal: stop the
+    /// process.
+    ///
+    /// A write's `install` must name a snapshot already saved with [`Wal::save_snapshot`]; its
+    /// `purge_to` is carried out (whole segments) once the batch is durable.
+    pub fn write_batch(&mut self, writes: &[Write]) -> Result<()> {
+        self.check_usable()?;
+        // Coalesce the writes in order: later writes may rewrite entries of earlier ones.
+        let mut reset: Option<LogId> = None;
+        let mut pending: Vec<&Entry> = Vec::new();
+        let mut pending_first = self.last_index + 1;
+        let mut last = self.last_index;
+        let mut hs = self.hard_state;
+        let mut sync = false;
+        let mut purge_to: Option<Index> = None;
+        for w in writes {
+            sync |= w.sync;
+            if let Some(meta) = &w.install {
+                if meta.last.index > self.snapshot.index || !w.sync {
+                    return invalid(format!(
+                        "install of {} needs a synced write and a saved snapshot (newest: {})",
+                        meta.last, self.snapshot
+                    ));
+                }
+                reset = Some(meta.last);
+                pending.clear();
+                pending_first = meta.last.index + 1;
+                last = meta.last.index;
+            }
+            if let Some(first) = w.entries.first() {
+                let floor = reset.unwrap_or(self.base);
+                let f = first.index;
+                if !w.sync || f > last + 1 || f <= floor.index {
+                    return invalid(format!(
+                        "write at {f} (synced: {}) against a log ending at {last} after {}",
+                        w.sync, floor.index
+                    ));
+                }
+                if f < pending_first {
+                    pending.clear();
+                    pending_first = f;
+                } else {
+                    pending.truncate((f - pending_first) as usize);
+                }
+                let prev_term = match f - 1 {
+                    i if i >= pending_first => pending[(i - pending_first) as usize].term,
+                    i if i == floor.index => floor.term,
+                    i => self.term_at(i).unwrap_or(0),
+                };
+                let mut term = prev_term;
+                for (k, e) in w.entries.iter().enumerate() {
+                    if e.index != f + k as Index || e.term < term {
+                        return invalid(format!("entries not contiguous at index {}", e.index));
+                    }
+                    if codec::entry_size_bytes(e) > self.config.entry_bytes_per_frame() {
+                        return invalid(format!("entry {} exceeds frame_size_bytes_max", e.index));
+                    }
+                    term = e.term;
+                    pending.push(e);
+                }
+                last = f + w.entries.len() as Index - 1;
+            }
+            if let Some(new) = w.hard_state {
+                if new.term < hs.term || new.vote == Some(0) {
+                    return invalid(format!("hard state {new:?} after {hs:?}"));
+                }
+                if !w.sync && (new.term != hs.term || new.vote != hs.vote) {
+                    return invalid("a term or vote change must be synced");
+                }
+                hs = new;
+            }
+            if let Some(p) = w.purge_to {
+                if p > self.snapshot.index {
+                    return invalid(format!(
+                        "purge to {p} beyond the snapshot {}",
+                        self.snapshot
+                    ));
+                }
+                purge_to = purge_to.max(Some(p));
+            }
+        }
+        if hs.commit > last {
+            return invalid(format!("commit {} beyond the last index {last}", hs.commit));
+        }
+        let truncate_from =
+            (reset.is_none() && pending_first <= self.last_index).then_some(pending_first);
+        if !sync {
+            if hs != self.hard_state {
+                let plan = Plan {
+                    commit: Some(hs.commit),
+                    ..Plan::default()
+                };
+                self.append_frame(&plan, false)?;
+            }
+        } else if pending.is_empty() && hs == self.hard_state && reset.is_none() {
+            // Nothing new, but an earlier commit-only frame must be durable on return.
+            self.sync_slot()?;
+        } else {
+            self.append_entries(reset, truncate_from, &pending, hs)?;
+        }
+        if let Some(p) = purge_to {
+            self.purge_up_to(p)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the coalesced batch as one frame, or several (each synced) if it exceeds
+    /// `frame_size_bytes_max`: the reset and truncation go first, the hard state last.
+    fn append_entries(
+        &mut self,
+        reset: Option<LogId>,
+        truncate_from: Option<Index>,
+        pending: &[&Entry],
+        hs: HardState,
+    ) -> Result<()> {
+        let per_frame = self.config.entry_bytes_per_frame();
+        let mut rest = pending;
+        let mut first = true;
+        loop {
+            let mut take = 0;
+            let mut size = 0;
+            while take < rest.len() && size + codec::entry_size_bytes(rest[take]) <= per_frame {
+                size += codec::entry_size_bytes(rest[take]);
+                take += 1;
+            }
+            let (chunk, tail) = rest.split_at(take);
+            let is_last = tail.is_empty();
+            let plan = Plan {
+                reset: if first { reset } else { None },
+                truncate_from: if first { truncate_from } else { None },
+                entries: chunk,
+                // Whether it differs from what is on disk is decided when the frame is encoded,
+                // after any rotation (which syncs the commit slot).
+                hard_state: is_last.then_some(hs),
+                commit: None,
+            };
+            self.append_frame(&plan, true)?;
+            rest = tail;
+            first = false;
+            if is_last {
+                break;
+            }
+        }
+        self.maybe_prepare_spare()
+    }
+
+    fn sync_slot(&mut self) -> Result<()> {
+        if self.slot_size_bytes > 0 {
+            let path = self.active_path();
+            if let Err(e) = self.active.sync_data() {
+                self.poisoned = true;
+                return Err(sync_err(path)(e));
+            }
+            self.synced_end += self.slot_size_bytes;
+            self.slot_size_bytes = 0;
+            self.synced_hard_state = self.hard_state;
+        }
+        Ok(())
+    }
+
+    fn active_path(&self) -> PathBuf {
+        self.segments
+            .back()
+            .expect("an active segment")
+            .path
+            .clone()
+    }
+
+    /// Encodes `plan` as one frame, rotating first if it does not fit, writes it at the end of
+    /// the synced log (over the commit slot, if any) and syncs it if `sync`.
+    fn append_frame(&mut self, plan: &Plan<'_>, sync: bool) -> Result<()> {
+        self.check_usable()?;
+        let mut size = self.encode(plan) as u64;
+        if self.synced_end + size > self.config.segment_size_bytes {
+            self.rotate()?;
+            size = self.encode(plan) as u64;
+        }
+        assert!(
+            size >= self.slot_size_bytes,
+            "a frame must cover the slot it replaces"
+        );
+        assert!(self.synced_end + size <= self.config.segment_size_bytes);
+        let path = self.active_path();
+        if let Err(e) = self.active.write_at(&self.buf, self.synced_end) {
+            self.poisoned = true;
+            return Err(io_err(path)(e));
+        }
+        if sync {
+            if let Err(e) = self.active.sync_data() {
+                self.poisoned = true;
+                return Err(sync_err(path)(e));
+            }
+        }
+        self.next_frame_seq += 1;
+        // The frame replaced the commit slot, if there was one: what is on disk now is the synced
+        // state plus this frame.
+        self.hard_state = self.synced_hard_state;
+        self.apply_plan(plan);
+        if sync {
+            self.synced_end += size;
+            self.slot_size_bytes = 0;
+            self.synced_hard_state = self.hard_state;
+        } else {
+            self.slot_size_bytes = size;
+        }
+        Ok(())
+    }
+
+    fn encode(&mut self, plan: &Plan<'_>) -> usize {
+        self.buf.clear();
+        let seq = self.next_frame_seq;
+        let mut frame = FrameBuilder::begin(&mut self.buf, seq);
+        if self.synced_end == SEGMENT_HEADER_SIZE_BYTES {
+            // First frame of a segment, or one replacing a commit slot there. The checkpoint
+            // describes the log as the previous segment left it: the synced hard state, not a
+            // commit that only the slot being replaced carried.
+            frame.checkpoint(
+                self.last_index + 1,
+                &self.synced_hard_state,
+                self.prev_segment_end,
+            );
+        }
+        if let Some(snapshot) = plan.reset {
+            frame.reset(snapshot);
+        }
+        if let Some(from) = plan.truncate_from {
+            frame.truncate(from);
+        }
+        if !plan.entries.is_empty() {
+            frame.entries(plan.entries);
+        }
+        if let Some(hs) = plan.hard_state.filter(|hs| *hs != self.synced_hard_state) {
+            frame.hard_state(&hs);
+        }
+        if let Some(commit) = plan.commit {
+            frame.commit(commit);
+        }
+        frame.finish(seq)
+    }
+
+    /// Mirrors what recovery does with the frame's items.
+    fn apply_plan(&mut self, plan: &Plan<'_>) {
+        if let Some(snapshot) = plan.reset {
+            self.last_index = snapshot.index;
+            self.base = snapshot;
+            self.terms.clear();
+        }
+        if let Some(from) = plan.truncate_from {
+            assert!(from > self.base.index && from <= self.last_index);
+            self.last_index = from - 1;
+            let keep = self.terms.partition_point(|t| t.index < from);
+            self.terms.truncate(keep);
+        }
+        for e in plan.entries {
+            assert_eq!(e.index, self.last_index + 1, "frame entries follow the log");
+            self.note_term(e.term, e.index);
+            self.last_index = e.index;
+        }
+        if let Some(hs) = plan.hard_state {
+            self.hard_state = hs;
+        }
+        if let Some(commit) = plan.commit {
+            self.hard_state.commit = commit;
+        }
+        let last_index = self.last_index;
+        let active = self.segments.back_mut().expect("an active segment");
+        active.max_index = active.max_index.max(last_index);
+    }
+
+    fn note_term(&mut self, term: u64, index: Index) {
+        if self.terms.last().is_none_or(|t| t.term != term) {
+            self.terms.push(LogId::new(term, index));
+        }
+    }
+
+    /// Seals the active segment and continues in the next one.
+    fn rotate(&mut self) -> Result<()> {
+        // The sealed segment must be entirely synced before the next one receives data:
+        // recovery treats any damage in a sealed segment as corruption.
+        self.sync_slot()?;
+        let seq = self.segments.back().expect("an active segment").seq + 1;
+        let (seq, file) = match self.spare.take() {
+            Some(spare) => spare,
+            None => self.prepare(seq)?,
+        };
+        assert_eq!(
+            seq,
+            self.segments.back().expect("active").seq + 1,
+            "spare is the next segment"
+        );
+        self.prev_segment_end = self.synced_end;
+        self.segments.push_back(SegmentMeta {
+            seq,
+            path: self.dir.join(segment::segment_file_name(seq)),
+            max_index: self.last_index,
+        });
+        self.active = file;
+        self.synced_end = SEGMENT_HEADER_SIZE_BYTES;
+        Ok(())
+    }
+
+    fn prepare(&mut self, seq: u64) -> Result<(u64, F::File)> {
+        prepare_segment(&self.fs, &self.dir, &self.config, seq).inspect_err(|_| {
+            self.poisoned = true;
+        })
+    }
+
+    /// Creates and preallocates the next segment now, so rotation does not wait for it.
+    /// [`Wal::write_batch`] calls this once the active segment is half full; a runtime may call it
+    /// earlier, off the write path.
+    pub fn prepare_next_segment(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.spare.is_none() {
+            let seq = self.segments.back().expect("an active segment").seq + 1;
+            self.spare = Some(self.prepare(seq)?);
+        }
+        Ok(())
+    }
+
+    fn maybe_prepare_spare(&mut self) -> Result<()> {
+        if self.spare.is_none() && self.synced_end * 2 >= self.config.segment_size_bytes {
+            self.prepare_next_segment()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes whole segments (oldest first) whose entries all lie at or below `index`, which a
+    /// durable snapshot must cover. The active segment is never deleted. Each deletion is made
+    /// durable before the next, so a crash leaves a contiguous run of segments. Returns how many
+    /// were deleted.
+    pub fn purge_up_to(&mut self, index: Index) -> Result<usize> {
+        self.check_usable()?;
+        if index > self.snapshot.index {
+            return invalid(format!(
+                "purge up to {index} beyond the durable snapshot at {}",
+                self.snapshot.index
+            ));
+        }
+        let mut purged = 0;
+        while self.segments.len() > 1 && self.segments[0].max_index <= index {
+            let path = self.segments[0].path.clone();
+            let result = self
+                .fs
+                .remove_file(&path)
+                .map_err(io_err(&path))
+                .and_then(|()| self.fs.sync_dir(&self.dir).map_err(sync_err(&self.dir)));
+            if let Err(e) = result {
+                self.poisoned = true;
+                return Err(e);
+            }
+            self.segments.pop_front();
+            purged += 1;
+        }
+        Ok(purged)
+    }
+
+    /// Writes a snapshot file durably (temporary name, fsync, rename, directory fsync) and keeps
+    /// the newest [`WalConfig::snapshots_kept`]. The log is left alone: see
+    /// [`Wal::install_snapshot`] for a snapshot received from a leader.
+    pub fn save_snapshot(&mut self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        if meta.last.index < self.snapshot.index {
+            return invalid(format!(
+                "snapshot at {} is older than the one at {}",
+                meta.last, self.snapshot
+            ));
+        }
+        let kept = self.config.snapshots_kept;
+        if let Err(e) = snapshot::save_snapshot(&self.fs, &self.dir, meta, data, kept) {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.snapshot = meta.last;
+        Ok(())
+    }
+
+    /// Installs a snapshot from the leader (Raft Figure 13): saves it, then — unless the log
+    /// holds the snapshot's last entry with the same term, in which case the suffix is kept —
+    /// resets the log to continue after it. The snapshot is durable before the log changes, so
+    /// a crash between the two is recovered the same way (see lib.rs, S05).
+    pub fn install_snapshot(&mut self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
+        self.save_snapshot(meta, data)?;
+        if self.term_at(meta.last.index) != Some(meta.last.term) {
+            self.reset_log(meta.last)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the whole log; it continues at `snapshot.index + 1`. A durable snapshot must cover
+    /// `snapshot`.
+    pub fn reset_log(&mut self, snapshot: LogId) -> Result<()> {
+        self.check_usable()?;
+        if snapshot.index > self.snapshot.index {
+            return invalid(format!(
+                "reset to {snapshot} beyond the durable snapshot {}",
+                self.snapshot
+            ));
+        }
+        if self.hard_state.commit > snapshot.index {
+            return invalid(format!(
+                "reset to {snapshot} would drop committed entries up to {}",
+                self.hard_state.commit
+            ));
+        }
+        let plan = Plan {
+            reset: Some(snapshot),
+            ..Plan::default()
+        };
+        self.append_frame(&plan, true)
+    }
+
+    /// The newest valid snapshot and its data.
+    pub fn read_snapshot_data(&self) -> Result<Option<(SnapshotFile, Vec<u8>)>> {
+        let latest = snapshot::find_latest_snapshot(&self.fs, &self.dir)?;
+        let Some(file) = latest.chosen else {
+            return Ok(None);
+        };
+        let data =
+            snapshot::read_snapshot_data(&self.fs, &file, self.config.snapshot_size_bytes_max)?;
+        Ok(Some((file, data)))
+    }
+}
+
+fn invalid<T>(why: impl Into<String>) -> Result<T> {
+    Err(WalError::InvalidRequest(why.into()))
+}
+
+impl<F: Fs> Storage for Wal<F> {
+    type Error = WalError;
+
+    /// Re-reads the directory (read-only). A runtime should use the state [`Wal::open`] returned
+    /// instead of calling this, which replays the whole log again.
+    fn recover(&self) -> Result<RecoveredState> {
+        Ok(recover::recover(&self.fs, &self.dir)?.state)
+    }
+
+    fn write(&mut self, write: &Write) -> Result<()> {
+        self.write_batch(std::slice::from_ref(write))
+    }
+}

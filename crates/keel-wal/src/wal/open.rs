@@ -1,0 +1,168 @@
+//! Opening: recovery, then the repairs that make the directory match what was recovered —
+//! leftovers deleted, a torn tail zeroed, everything read made durable, the log reset to a
+//! snapshot it disagrees with.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use keel_core::{HardState, LogId};
+
+use super::{Plan, SegmentMeta, Wal, WalConfig};
+use crate::error::{io_err, sync_err, Result};
+use crate::fs::{FileHandle, Fs};
+use crate::recover::{self, Recovered};
+use crate::segment::{self, SEGMENT_HEADER_SIZE_BYTES};
+use crate::snapshot;
+
+/// Zeros are written in pieces of this size when a torn tail is cleared.
+const ZERO_CHUNK_SIZE_BYTES: usize = 1 << 20;
+
+impl<F: Fs> Wal<F> {
+    /// Opens (or creates) the WAL in `dir`: recovers, repairs a torn tail, and makes everything it
+    /// read durable before returning, since the node is about to act on it.
+    pub fn open(fs: F, dir: impl Into<PathBuf>, config: WalConfig) -> Result<(Self, Recovered)> {
+        config.validate()?;
+        let dir = dir.into();
+        fs.create_dir_all(&dir).map_err(io_err(&dir))?;
+        let started = Instant::now();
+        let mut scan = recover::scan(&fs, &dir)?;
+        // Taken before `assemble` moves the entries out of the scan.
+        let disk_last_index = scan.replay.last_index();
+        let latest = snapshot::find_latest_snapshot(&fs, &dir)?;
+        let assembled = recover::assemble(&mut scan, latest, started)?;
+        let recovered = assembled.recovered;
+
+        // Leftovers of interrupted preparations, and segments after the last one holding data
+        // (spares, or a first write into a new segment that never completed).
+        let keep = scan.last_data.map_or(0, |i| i + 1);
+        let mut stale: Vec<&PathBuf> = scan.temp_files.iter().collect();
+        stale.extend(scan.segments[keep..].iter().map(|s| &s.path));
+        for path in &stale {
+            fs.remove_file(path).map_err(io_err(*path))?;
+        }
+        if !stale.is_empty() {
+            fs.sync_dir(&dir).map_err(sync_err(&dir))?;
+        }
+
+        let state = &recovered.state;
+        let base = state.snapshot;
+        let mut wal = match scan.last_data {
+            None => {
+                let (seq, file) = prepare_segment(&fs, &dir, &config, 1)?;
+                let mut wal = Wal::new(fs, dir, config, file, SEGMENT_HEADER_SIZE_BYTES);
+                wal.segments.push_back(SegmentMeta {
+                    seq,
+                    path: wal.dir.join(segment::segment_file_name(seq)),
+                    max_index: base.index,
+                });
+                wal.last_index = base.index;
+                // The first frame carries the checkpoint that says where the log starts.
+                wal.append_frame(&Plan::default(), true)?;
+                wal
+            }
+            Some(last) => {
+                let seg = &scan.segments[last];
+                let mut file = fs.open(&seg.path).map_err(io_err(&seg.path))?;
+                if let Some(torn) = scan.torn.as_ref().filter(|t| t.path == seg.path) {
+                    zero_range(&mut file, &seg.path, torn.offset, torn.garbage_end)?;
+                }
+                file.sync_data().map_err(sync_err(&seg.path))?;
+                let mut wal = Wal::new(fs, dir, config, file, seg.end);
+                wal.segments = scan.segments[..keep]
+                    .iter()
+                    .map(|s| SegmentMeta {
+                        seq: s.seq,
+                        path: s.path.clone(),
+                        max_index: s.max_index,
+                    })
+                    .collect();
+                wal.last_index = disk_last_index;
+                wal.hard_state = scan.replay.hard_state;
+                wal.synced_hard_state = scan.replay.hard_state;
+                wal.next_frame_seq = scan.last_frame_seq + 1;
+                wal
+            }
+        };
+        wal.snapshot = base;
+        wal.base = base;
+        wal.terms.clear();
+        for e in &state.entries {
+            wal.note_term(e.term, e.index);
+        }
+        if let Some(snapshot) = assembled.needs_reset {
+            wal.append_frame(
+                &Plan {
+                    reset: Some(snapshot),
+                    ..Plan::default()
+                },
+                true,
+            )?;
+        }
+        debug_assert_eq!(
+            wal.last_index,
+            state.entries.last().map_or(base.index, |e| e.index)
+        );
+        Ok((wal, recovered))
+    }
+
+    fn new(fs: F, dir: PathBuf, config: WalConfig, active: F::File, synced_end: u64) -> Self {
+        Wal {
+            fs,
+            dir,
+            config,
+            segments: VecDeque::new(),
+            active,
+            spare: None,
+            synced_end,
+            slot_size_bytes: 0,
+            prev_segment_end: 0,
+            next_frame_seq: 1,
+            last_index: 0,
+            base: LogId::ZERO,
+            terms: Vec::new(),
+            hard_state: HardState::default(),
+            synced_hard_state: HardState::default(),
+            snapshot: LogId::ZERO,
+            poisoned: false,
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// Creates segment `seq` under a temporary name, preallocates it, writes and syncs its header,
+/// then renames it into place and syncs the directory: a segment file under its final name
+/// always has a durable, valid header.
+pub(super) fn prepare_segment<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    config: &WalConfig,
+    seq: u64,
+) -> Result<(u64, F::File)> {
+    let temp = dir.join(segment::segment_temp_name(seq));
+    let path = dir.join(segment::segment_file_name(seq));
+    if fs.open(&temp).is_ok() {
+        fs.remove_file(&temp).map_err(io_err(&temp))?;
+    }
+    let mut file = fs.create(&temp).map_err(io_err(&temp))?;
+    // A sparse preallocation: the size is fixed up front so later fdatasyncs need not update it.
+    file.set_len(config.segment_size_bytes)
+        .map_err(io_err(&temp))?;
+    let header = segment::encode_segment_header(seq, config.segment_size_bytes);
+    file.write_at(&header, 0).map_err(io_err(&temp))?;
+    file.sync_data().map_err(sync_err(&temp))?;
+    fs.rename(&temp, &path).map_err(io_err(&path))?;
+    fs.sync_dir(dir).map_err(sync_err(dir))?;
+    Ok((seq, file))
+}
+
+fn zero_range<H: FileHandle>(file: &mut H, path: &Path, from: u64, to: u64) -> Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK_SIZE_BYTES.min((to - from) as usize)];
+    let mut at = from;
+    while at < to {
+        let n = ((to - at) as usize).min(zeros.len());
+        file.write_at(&zeros[..n], at).map_err(io_err(path))?;
+        at += n as u64;
+    }
+    Ok(())
+}
