@@ -4,7 +4,6 @@
 use keel_core::{EntryPayload, NodeId, SnapshotMeta};
 use rand::Rng;
 
-use crate::invariants::Violation;
 use crate::kv::Command;
 use crate::world::{ApplyItem, Event, World};
 
@@ -89,10 +88,7 @@ impl World {
         let index = meta.last.index;
         let Some(data) = self.nodes[idx].snapshot_data.get(&index).cloned() else {
             let detail = format!("node {id} must restore snapshot {index} it never received");
-            return self.fail(Violation {
-                invariant: "snapshot install",
-                detail,
-            });
+            return self.violate("snapshot install", detail);
         };
         if let Err(v) = self.checker.restored(id, index) {
             return self.fail(v);
@@ -154,11 +150,14 @@ impl World {
         node.snapshot_in_progress = false;
         let index = meta.last.index;
         node.snapshot_data.insert(index, data);
-        node.disk.durable.save_snapshot(&meta);
+        if let Err(e) = node.disk.save_snapshot(&meta) {
+            let detail = format!("node {id}: {e}");
+            return self.violate("storage", detail);
+        }
         node.last_snapshot_index = node.last_snapshot_index.max(index);
         // Keep the data of the snapshot storage knows and anything newer (a transfer may have
         // brought one that is not installed yet); older data is never needed again.
-        let keep_from = node.disk.durable.snapshot().index;
+        let keep_from = node.disk.snapshot_index();
         node.snapshot_data.retain(|i, _| *i >= keep_from);
         node.raft.as_mut().expect("checked").snapshot_saved(meta);
         self.trace_line(|| format!("n{id} saved snapshot at {index}"));

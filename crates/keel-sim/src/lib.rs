@@ -7,6 +7,7 @@
 
 mod apply;
 mod client;
+mod disk;
 pub mod history;
 pub mod invariants;
 pub mod kv;

@@ -11,6 +11,9 @@ pub const TICK_INTERVAL: u64 = 10;
 pub struct Params {
     /// Voters at bootstrap (3 or 5).
     pub initial_voters: usize,
+    /// Storage: the real write-ahead log over the fault-injecting file layer, or the in-memory
+    /// storage (faster; both must behave the same).
+    pub use_wal: bool,
     /// Node slots; those beyond `initial_voters` start empty and may be added by membership
     /// changes.
     pub node_count: usize,
@@ -70,6 +73,7 @@ impl Params {
         let net_delay_min = rng.random_range(1..=3);
         Params {
             initial_voters,
+            use_wal: rng.random_bool(0.5),
             node_count: initial_voters + spare,
             clients: rng.random_range(2..=6),
             keys: rng.random_range(1..=4),

@@ -140,10 +140,13 @@ impl World {
                 if n.incarnation == incarnation && n.raft.is_some() {
                     self.digest_event([3, node, write_id, 0]);
                     let n = &mut self.nodes[idx];
-                    let w = n.disk.pop_pending(write_id);
-                    n.disk.durable.write_torn(&w, w.entries.len(), true);
-                    n.raft.as_mut().expect("checked").persisted(write_id);
-                    self.drive(node);
+                    if let Err(e) = n.disk.complete(write_id) {
+                        let detail = format!("node {node}: {e}");
+                        self.violate("storage", detail);
+                    } else {
+                        n.raft.as_mut().expect("checked").persisted(write_id);
+                        self.drive(node);
+                    }
                 }
             }
             Event::Crash(id) => self.crash(id),

@@ -5,7 +5,6 @@
 use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
 use rand::Rng;
 
-use crate::invariants::Violation;
 use crate::kv::KvStateMachine;
 use crate::world::{Event, World};
 
@@ -33,10 +32,7 @@ impl World {
                 "node {from} must send snapshot {} it does not hold",
                 meta.last
             );
-            return self.fail(Violation {
-                invariant: "snapshot transfer",
-                detail,
-            });
+            return self.violate("snapshot transfer", detail);
         };
         let term = self.nodes[fi].raft.as_ref().map_or(0, |r| r.term());
         self.trace_line(|| format!("snapshot {} n{from}->n{to} starts", meta.last));
@@ -97,6 +93,10 @@ impl World {
         // Complete: durable on the receiver, then the core decides whether to install it.
         let index = t.meta.last.index;
         self.nodes[ti].snapshot_data.entry(index).or_insert(t.data);
+        if let Err(e) = self.nodes[ti].disk.save_snapshot(&t.meta) {
+            let detail = format!("node {}: {e}", t.to);
+            return self.violate("storage", detail);
+        }
         let msg = Message {
             from: t.from,
             to: t.to,

@@ -5,7 +5,6 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
-use keel_core::storage::{MemStorage, Storage};
 use keel_core::{
     Config, Entry, Index, Message, MessageBody, NodeId, RaftNode, Ready, Role, SnapshotMeta, Write,
 };
@@ -13,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::client::Clients;
+use crate::disk::SimDisk;
 use crate::history::History;
 use crate::invariants::{Checker, Violation};
 use crate::kv::KvStateMachine;
@@ -72,18 +72,6 @@ struct Scheduled {
     event: Event,
 }
 
-impl SimDisk {
-    /// The oldest write in flight, which must be `id`: storage completes in order.
-    pub fn pop_pending(&mut self, id: u64) -> Write {
-        let w = self
-            .pending
-            .pop_front()
-            .expect("a completion has a pending write");
-        assert_eq!(w.id, id, "disk completions are in order");
-        w
-    }
-}
-
 impl PartialEq for Scheduled {
     fn eq(&self, other: &Self) -> bool {
         (self.time, self.seq) == (other.time, other.seq)
@@ -99,13 +87,6 @@ impl Ord for Scheduled {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.time, self.seq).cmp(&(other.time, other.seq))
     }
-}
-
-/// The simulated disk of one node: what is durable, and writes still in flight (lost in a crash).
-pub(crate) struct SimDisk {
-    pub durable: MemStorage,
-    pending: VecDeque<Write>,
-    last_completion: u64,
 }
 
 /// One item of the apply pipeline.
@@ -134,8 +115,6 @@ pub(crate) struct SimNode {
     /// Role and commit index after the last step, to notice elections and commits.
     pub last_role: Role,
     pub last_commit: Index,
-    /// Commit index persisted when the node last crashed.
-    pub persisted_commit_at_crash: Index,
 }
 
 /// The outcome of one seed.
@@ -184,19 +163,11 @@ impl World {
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
-                let durable = if voters.contains(&id) {
-                    MemStorage::new_cluster(voters.iter().copied())
-                } else {
-                    MemStorage::new_joining()
-                };
+                let initial: &[NodeId] = if voters.contains(&id) { &voters } else { &[] };
                 SimNode {
                     id,
                     raft: None,
-                    disk: SimDisk {
-                        durable,
-                        pending: VecDeque::new(),
-                        last_completion: 0,
-                    },
+                    disk: SimDisk::new(params.use_wal, initial),
                     sm: KvStateMachine::default(),
                     applied: 0,
                     incarnation: 0,
@@ -206,7 +177,6 @@ impl World {
                     snapshot_data: BTreeMap::new(),
                     last_snapshot_index: 0,
                     snapshot_in_progress: false,
-                    persisted_commit_at_crash: 0,
                     last_role: Role::Follower,
                     last_commit: 0,
                 }
@@ -275,8 +245,12 @@ impl World {
     /// Records a trace line, formatted only when tracing.
     pub fn trace_line(&mut self, line: impl FnOnce() -> String) {
         if self.trace_on {
-            let text = line();
-            self.trace.push(format!("t={} {}", self.now, text));
+            let text = format!("t={} {}", self.now, line());
+            if std::env::var_os("KEEL_SIM_TRACE_LIVE").is_some() {
+                // Survives a panic, which discards the collected trace.
+                eprintln!("{text}");
+            }
+            self.trace.push(text);
         }
     }
 
@@ -317,24 +291,31 @@ impl World {
         let idx = (id - 1) as usize;
         let incarnation = self.nodes[idx].incarnation;
         let config = self.node_config(id, incarnation);
-        let recovered = self.nodes[idx]
-            .disk
-            .durable
-            .recover()
-            .expect("memory storage");
+        let recovered = match self.nodes[idx].disk.recover() {
+            Ok(r) => r,
+            Err(e) => {
+                let detail = format!("node {id} cannot open its storage: {e}");
+                return self.violate("recovery", detail);
+            }
+        };
+        // What the node had durably committed: it must come back with at least that.
+        let persisted_commit = recovered.hard_state.commit.min(
+            recovered
+                .entries
+                .last()
+                .map_or(0, |e| e.index)
+                .max(recovered.snapshot.index),
+        );
         let node = &mut self.nodes[idx];
         match RaftNode::new(config, recovered) {
             Ok(raft) => {
-                if raft.commit_index() < node.persisted_commit_at_crash {
+                if raft.commit_index() < persisted_commit {
                     let detail = format!(
                         "node {id} restarted with commit {} below its persisted commit {}",
                         raft.commit_index(),
-                        node.persisted_commit_at_crash
+                        persisted_commit
                     );
-                    self.fail(Violation {
-                        invariant: "recovery",
-                        detail,
-                    });
+                    self.violate("recovery", detail);
                     return;
                 }
                 // The state machine restarts from the durable snapshot; the node replays the log
@@ -347,10 +328,7 @@ impl World {
                         Some(sm) => sm.clone(),
                         None => {
                             let detail = format!("node {id} has no data for snapshot {snapshot}");
-                            self.fail(Violation {
-                                invariant: "recovery",
-                                detail,
-                            });
+                            self.violate("recovery", detail);
                             return;
                         }
                     }
@@ -366,10 +344,7 @@ impl World {
                 self.checker.restarted(id, snapshot);
                 self.drive(id);
             }
-            Err(e) => self.fail(Violation {
-                invariant: "recovery",
-                detail: format!("node {id} failed to restart: {e}"),
-            }),
+            Err(e) => self.violate("recovery", format!("node {id} failed to restart: {e}")),
         }
     }
 
@@ -384,25 +359,11 @@ impl World {
         node.last_role = Role::Follower;
         node.last_commit = 0;
         node.incarnation += 1;
-        let mut torn = None;
-        if tear {
-            if let Some(w) = node.disk.pending.front() {
-                torn = Some(w.clone());
-            }
-        }
-        node.disk.pending.clear();
         node.pending_reads.clear();
         node.apply_queue.clear();
         node.apply_scheduled = false;
         node.snapshot_in_progress = false;
-        if let Some(w) = torn {
-            let keep = self.rng.random_range(0..=w.entries.len());
-            let keep_hs = self.rng.random_bool(0.5);
-            let node = &mut self.nodes[idx];
-            node.disk.durable.write_torn(&w, keep, keep_hs);
-        }
-        let node = &mut self.nodes[idx];
-        node.persisted_commit_at_crash = node.disk.durable.hard_state().commit;
+        node.disk.crash(tear, &mut self.rng);
         self.trace_line(|| format!("crash n{id}"));
         self.clients.node_lost(id);
         // Quick restarts matter: a node back within an election timeout meets the messages and
@@ -429,7 +390,7 @@ impl World {
         node.disk.last_completion = done;
         let write_id = write.id;
         let incarnation = node.incarnation;
-        node.disk.pending.push_back(write);
+        node.disk.push_pending(write);
         let delay = done - self.now;
         self.schedule(
             delay,
@@ -507,6 +468,16 @@ impl World {
             self.fail(v);
             return;
         }
+        if let Some((hs, last)) = self.nodes[idx].disk.durable_state() {
+            if hs.commit > last {
+                let detail = format!(
+                    "node {id} persisted commit {} beyond its durable log {last}",
+                    hs.commit
+                );
+                return self.violate("persisted commit", detail);
+            }
+        }
+        let raft = self.nodes[idx].raft.as_ref().expect("checked above");
         let role = raft.role();
         let commit = raft.commit_index();
         let became_leader = role == Role::Leader && self.nodes[idx].last_role != Role::Leader;
@@ -545,18 +516,6 @@ impl World {
                 self.schedule(delay, Event::Crash(id));
             }
         }
-        let disk = &self.nodes[idx].disk.durable;
-        if disk.hard_state().commit > disk.last_index() {
-            let detail = format!(
-                "node {id} persisted commit {} beyond its durable log {}",
-                disk.hard_state().commit,
-                disk.last_index()
-            );
-            self.fail(Violation {
-                invariant: "persisted commit",
-                detail,
-            });
-        }
     }
 
     fn handle_ready(&mut self, id: NodeId, rd: Ready) {
@@ -591,10 +550,7 @@ impl World {
                     "node {id} served read {} at index {} below commit {} reached before it started",
                     rs.ctx, rs.index, max_commit_at_request
                 );
-                return self.fail(Violation {
-                    invariant: "read index",
-                    detail,
-                });
+                return self.violate("read index", detail);
             }
             self.nodes[idx].pending_reads.push((rs.ctx, rs.index));
         }
@@ -620,6 +576,11 @@ impl World {
             self.clients
                 .read_served(id, ctx, &self.nodes[idx].sm, self.now, &mut self.history);
         }
+    }
+
+    /// Records a broken invariant (see [`World::fail`]).
+    pub fn violate(&mut self, invariant: &'static str, detail: String) {
+        self.fail(Violation { invariant, detail });
     }
 
     /// Records the first violation; the run stops after the current step.

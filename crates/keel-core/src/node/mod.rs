@@ -247,11 +247,18 @@ impl RaftNode {
             snapshot_meta.term_history.clone(),
         );
         // Storage may keep entries the snapshot covers (trailing entries for slow followers).
-        // If it holds the snapshot's last entry with another term, an install was interrupted
-        // before the old log was dropped: everything after it is from the old history.
-        let interrupted_install = entries
+        // Unless the log holds the snapshot's last entry or starts right after it, the log does
+        // not continue the snapshot: an install was interrupted before the old log was dropped,
+        // or the log ended before a snapshot that was received whole. Either way the log
+        // restarts after the snapshot, and storage is told so by the first write.
+        let holds_snapshot_entry = entries
             .iter()
-            .any(|e| e.index == snapshot.index && e.term != snapshot.term);
+            .any(|e| e.index == snapshot.index && e.term == snapshot.term);
+        let starts_after_snapshot = entries
+            .first()
+            .is_some_and(|e| e.index == snapshot.index + 1);
+        let interrupted_install =
+            snapshot.index > 0 && !holds_snapshot_entry && !starts_after_snapshot;
         for entry in entries {
             if entry.index <= snapshot.index {
                 continue;
@@ -305,6 +312,10 @@ impl RaftNode {
             config.election_timeout_ticks,
             2 * config.election_timeout_ticks,
         );
+        let mut durability = Durability::new(log.last_index(), durable_hs);
+        if interrupted_install {
+            durability.installed(snapshot_meta.clone());
+        }
         let node = RaftNode {
             snapshot: snapshot_meta,
             pending_install: None,
@@ -313,7 +324,7 @@ impl RaftNode {
             rng,
             term: hard_state.term,
             vote: hard_state.vote,
-            durability: Durability::new(log.last_index(), durable_hs),
+            durability,
             log,
             commit,
             role: Role::Follower,

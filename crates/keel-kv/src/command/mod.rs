@@ -1,0 +1,354 @@
+//! Typed commands: a request's arguments become a [`Command`] after arity and argument checks,
+//! with errors worded as Redis words them where clients depend on the text.
+//!
+//! Every command has a [`CommandClass`] that tells the server where it runs:
+//!
+//! | class | commands | where |
+//! |---|---|---|
+//! | [`CommandClass::Write`] | SET, DEL, INCR, INCRBY, DECR, DECRBY, MSET, APPEND, CAS | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE | linearizable read: served after a ReadIndex round, from the state machine |
+//! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
+//! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
+
+mod parse;
+
+use bytes::Bytes;
+
+use crate::resp::ProtocolVersion;
+
+/// Where a command runs; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandClass {
+    Write,
+    Read,
+    Local,
+    Admin,
+}
+
+/// A parsed, validated request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    Write(WriteCommand),
+    Read(ReadCommand),
+    Local(LocalCommand),
+    Admin(AdminCommand),
+}
+
+impl Command {
+    /// Parses a request (the command name first). Names are case-insensitive.
+    pub fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
+        parse::parse(args)
+    }
+
+    pub fn class(&self) -> CommandClass {
+        match self {
+            Command::Write(_) => CommandClass::Write,
+            Command::Read(_) => CommandClass::Read,
+            Command::Local(_) => CommandClass::Local,
+            Command::Admin(_) => CommandClass::Admin,
+        }
+    }
+}
+
+/// The commands that change state. These, with a request id, are what the Raft log carries
+/// (encoding in [`crate::state_machine::LogCommand`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteCommand {
+    Set {
+        key: Bytes,
+        value: Bytes,
+        condition: SetCondition,
+    },
+    Del {
+        keys: Vec<Bytes>,
+    },
+    /// INCR (delta 1), DECR (-1), INCRBY n, DECRBY n (-n).
+    IncrBy {
+        key: Bytes,
+        delta: i64,
+    },
+    MSet {
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    Append {
+        key: Bytes,
+        value: Bytes,
+    },
+    /// `CAS key expected new`: set `key` to `new` if its current value is exactly `expected`.
+    Cas {
+        key: Bytes,
+        expected: Bytes,
+        new: Bytes,
+    },
+}
+
+/// SET's NX / XX.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SetCondition {
+    #[default]
+    Always,
+    /// NX: only if the key does not exist.
+    IfAbsent,
+    /// XX: only if the key exists.
+    IfPresent,
+}
+
+/// The commands that only read the key-value state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadCommand {
+    Get { key: Bytes },
+    MGet { keys: Vec<Bytes> },
+    Exists { keys: Vec<Bytes> },
+    StrLen { key: Bytes },
+    DbSize,
+}
+
+/// Commands the node holding the connection answers itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalCommand {
+    Ping(Option<Bytes>),
+    Echo(Bytes),
+    Hello(HelloArgs),
+    Command(CommandQuery),
+    Client(ClientCommand),
+    /// `CONFIG GET pattern [pattern ...]`.
+    ConfigGet(Vec<Bytes>),
+    /// `SELECT 0` (any other index is rejected while parsing).
+    Select,
+    Quit,
+    /// `INFO [section ...]`, sections as given.
+    Info(Vec<Bytes>),
+    RaftStatus,
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HelloArgs {
+    /// None: keep the connection's protocol and just report.
+    pub protover: Option<ProtocolVersion>,
+    pub auth: Option<(Bytes, Bytes)>,
+    pub setname: Option<Bytes>,
+}
+
+/// `COMMAND [COUNT | DOCS [name ...] | INFO [name ...] | LIST]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandQuery {
+    All,
+    Count,
+    Docs(Vec<Bytes>),
+    Info(Vec<Bytes>),
+    List,
+}
+
+/// The CLIENT subcommands we answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCommand {
+    /// An empty name clears it.
+    SetName(Bytes),
+    GetName,
+    SetInfo {
+        attribute: ClientAttribute,
+        value: Bytes,
+    },
+    Id,
+    Info,
+}
+
+/// `CLIENT SETINFO LIB-NAME | LIB-VER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAttribute {
+    LibName,
+    LibVersion,
+}
+
+/// Cluster administration, executed by the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminCommand {
+    /// `RAFT.MEMBER ADD id peer-addr [LEARNER]`.
+    MemberAdd {
+        id: u64,
+        peer_addr: String,
+        learner: bool,
+    },
+    /// `RAFT.MEMBER REMOVE id`.
+    MemberRemove { id: u64 },
+    /// `RAFT.TRANSFER id`.
+    Transfer { id: u64 },
+    /// `RAFT.SNAPSHOT`: take a snapshot now.
+    Snapshot,
+}
+
+/// A request that is not a valid command. [`CommandError::to_reply`] gives the `-ERR` reply;
+/// the connection stays open.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("ERR empty command")]
+    Empty,
+    /// Redis's wording, including the argument preview (`'a' 'b' `), which some tests match.
+    #[error("ERR unknown command '{name}', with args beginning with: {args_preview}")]
+    Unknown { name: String, args_preview: String },
+    /// `name` is lowercase, `client|setname` for subcommands, as Redis reports it.
+    #[error("ERR wrong number of arguments for '{0}' command")]
+    WrongArity(String),
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    #[error("ERR syntax error")]
+    Syntax,
+    #[error("ERR unsupported option '{option}' for '{command}': {reason}")]
+    UnsupportedOption {
+        command: &'static str,
+        option: String,
+        reason: &'static str,
+    },
+    #[error("ERR unknown subcommand '{subcommand}'. Try {command} HELP.")]
+    UnknownSubcommand {
+        command: &'static str,
+        subcommand: String,
+    },
+    #[error("ERR {0}")]
+    Unsupported(&'static str),
+    #[error("ERR DB index is out of range")]
+    DbIndexOutOfRange,
+    #[error("ERR Protocol version is not an integer or out of range")]
+    ProtocolVersionNotInteger,
+    #[error("NOPROTO unsupported protocol version")]
+    NoProto,
+    #[error("ERR Syntax error in HELLO option '{0}'")]
+    HelloSyntax(String),
+    #[error("ERR Client names cannot contain spaces, newlines or special characters.")]
+    InvalidClientName,
+    #[error("ERR Unrecognized option '{0}'")]
+    UnrecognizedOption(String),
+    #[error("ERR invalid node id '{0}': expected a positive integer")]
+    InvalidNodeId(String),
+    #[error("ERR invalid peer address '{0}': expected host:port")]
+    InvalidPeerAddr(String),
+}
+
+impl CommandError {
+    pub fn to_reply(&self) -> crate::resp::Reply {
+        crate::resp::Reply::error(self.to_string())
+    }
+}
+
+/// What `COMMAND` reports about a command, and the arity the parser enforces.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandSpec {
+    /// Lowercase, as Redis reports names.
+    pub name: &'static str,
+    /// Redis's convention, counting the name: `n` means exactly n arguments, `-n` at least n.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    /// Positions of the keys (1-based; 0 when there are none; last -1 means "to the end").
+    pub first_key: i32,
+    pub last_key: i32,
+    pub key_step: i32,
+    pub class: CommandClass,
+}
+
+impl CommandSpec {
+    /// Finds a command by name, case-insensitively.
+    pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+        COMMAND_TABLE
+            .iter()
+            .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+    }
+
+    pub(crate) fn arity_ok(&self, argc: usize) -> bool {
+        let needed = self.arity.unsigned_abs() as usize;
+        if self.arity >= 0 {
+            argc == needed
+        } else {
+            argc >= needed
+        }
+    }
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    class: CommandClass,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        key_step: keys.2,
+        class,
+    }
+}
+
+const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
+const WRITE_FLAGS: &[&str] = &["write", "denyoom"];
+const WRITE_FAST_FLAGS: &[&str] = &["write", "denyoom", "fast"];
+const READ_FLAGS: &[&str] = &["readonly", "fast"];
+const CONN_FLAGS: &[&str] = &["loading", "stale", "fast"];
+
+/// Every command keel knows, in the order `COMMAND` lists them.
+pub const COMMAND_TABLE: &[CommandSpec] = {
+    use CommandClass::{Admin, Local, Read, Write};
+    &[
+        spec("get", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("set", -3, WRITE_FLAGS, ONE_KEY, Write),
+        spec("del", -2, &["write"], ALL_KEYS, Write),
+        spec("exists", -2, READ_FLAGS, ALL_KEYS, Read),
+        spec("incr", 2, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("incrby", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("decr", 2, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("decrby", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("mget", -2, READ_FLAGS, ALL_KEYS, Read),
+        spec("mset", -3, WRITE_FLAGS, (1, -1, 2), Write),
+        spec("append", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("strlen", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("dbsize", 1, READ_FLAGS, NO_KEYS, Read),
+        spec("cas", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("ping", -1, &["fast", "stale"], NO_KEYS, Local),
+        spec("echo", 2, &["fast"], NO_KEYS, Local),
+        spec(
+            "hello",
+            -1,
+            &["noscript", "loading", "stale", "fast", "no_auth"],
+            NO_KEYS,
+            Local,
+        ),
+        spec("command", -1, &["loading", "stale"], NO_KEYS, Local),
+        spec(
+            "client",
+            -2,
+            &["noscript", "loading", "stale"],
+            NO_KEYS,
+            Local,
+        ),
+        spec(
+            "config",
+            -2,
+            &["admin", "noscript", "loading", "stale"],
+            NO_KEYS,
+            Local,
+        ),
+        spec("select", 2, CONN_FLAGS, NO_KEYS, Local),
+        spec(
+            "quit",
+            -1,
+            &["noscript", "loading", "stale", "fast", "no_auth"],
+            NO_KEYS,
+            Local,
+        ),
+        spec("info", -1, &["loading", "stale"], NO_KEYS, Local),
+        spec("raft.status", 1, &["loading", "stale"], NO_KEYS, Local),
+        spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
+        spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),
+        spec("raft.snapshot", 1, &["admin"], NO_KEYS, Admin),
+    ]
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,360 @@
+//! Turning arguments into a [`Command`].
+
+use bytes::Bytes;
+
+use super::{
+    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
+    HelloArgs, LocalCommand, ReadCommand, SetCondition, WriteCommand,
+};
+use crate::number::{parse_i64, parse_u64};
+use crate::resp::ProtocolVersion;
+
+/// How much of the arguments Redis quotes back in "unknown command" errors.
+const UNKNOWN_PREVIEW_BYTES_MAX: usize = 128;
+
+pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
+    let Some(name) = args.first() else {
+        return Err(CommandError::Empty);
+    };
+    let Some(spec) = CommandSpec::lookup(name) else {
+        return Err(unknown_command(args));
+    };
+    if !spec.arity_ok(args.len()) {
+        return Err(CommandError::WrongArity(spec.name.to_string()));
+    }
+    let rest = &args[1..];
+    let key = || rest[0].clone();
+    Ok(match spec.name {
+        "get" => Command::Read(ReadCommand::Get { key: key() }),
+        "mget" => Command::Read(ReadCommand::MGet {
+            keys: rest.to_vec(),
+        }),
+        "exists" => Command::Read(ReadCommand::Exists {
+            keys: rest.to_vec(),
+        }),
+        "strlen" => Command::Read(ReadCommand::StrLen { key: key() }),
+        "dbsize" => Command::Read(ReadCommand::DbSize),
+        "set" => Command::Write(parse_set(rest)?),
+        "del" => Command::Write(WriteCommand::Del {
+            keys: rest.to_vec(),
+        }),
+        "incr" => incr_by(key(), 1),
+        "decr" => incr_by(key(), -1),
+        "incrby" => incr_by(key(), integer(&rest[1])?),
+        "decrby" => {
+            let amount = integer(&rest[1])?;
+            // -i64::MIN does not exist; Redis reports it as an overflow too.
+            incr_by(key(), amount.checked_neg().ok_or(CommandError::Overflow)?)
+        }
+        "mset" => {
+            if rest.len() % 2 != 0 {
+                return Err(CommandError::WrongArity(spec.name.to_string()));
+            }
+            let pairs = rest
+                .chunks_exact(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect();
+            Command::Write(WriteCommand::MSet { pairs })
+        }
+        "append" => Command::Write(WriteCommand::Append {
+            key: key(),
+            value: rest[1].clone(),
+        }),
+        "cas" => Command::Write(WriteCommand::Cas {
+            key: key(),
+            expected: rest[1].clone(),
+            new: rest[2].clone(),
+        }),
+        "ping" => match rest {
+            [] => local(LocalCommand::Ping(None)),
+            [message] => local(LocalCommand::Ping(Some(message.clone()))),
+            _ => return Err(CommandError::WrongArity(spec.name.to_string())),
+        },
+        "echo" => local(LocalCommand::Echo(rest[0].clone())),
+        "hello" => local(LocalCommand::Hello(parse_hello(rest)?)),
+        "command" => local(LocalCommand::Command(parse_command_query(rest)?)),
+        "client" => local(LocalCommand::Client(parse_client(rest)?)),
+        "config" => parse_config(rest)?,
+        "select" => {
+            if integer(&rest[0])? != 0 {
+                return Err(CommandError::DbIndexOutOfRange);
+            }
+            local(LocalCommand::Select)
+        }
+        "quit" => local(LocalCommand::Quit),
+        "info" => local(LocalCommand::Info(rest.to_vec())),
+        "raft.status" => local(LocalCommand::RaftStatus),
+        "raft.member" => Command::Admin(parse_member(rest)?),
+        "raft.transfer" => Command::Admin(AdminCommand::Transfer {
+            id: node_id(&rest[0])?,
+        }),
+        "raft.snapshot" => Command::Admin(AdminCommand::Snapshot),
+        other => unreachable!("command {other} is in the table but has no parser"),
+    })
+}
+
+fn local(command: LocalCommand) -> Command {
+    Command::Local(command)
+}
+
+fn incr_by(key: Bytes, delta: i64) -> Command {
+    Command::Write(WriteCommand::IncrBy { key, delta })
+}
+
+fn integer(arg: &[u8]) -> Result<i64, CommandError> {
+    parse_i64(arg).ok_or(CommandError::NotInteger)
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+fn lossy(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).into_owned()
+}
+
+fn unknown_command(args: &[Bytes]) -> CommandError {
+    let mut name = lossy(&args[0]);
+    truncate(&mut name, UNKNOWN_PREVIEW_BYTES_MAX);
+    let mut args_preview = String::new();
+    for arg in &args[1..] {
+        if args_preview.len() >= UNKNOWN_PREVIEW_BYTES_MAX {
+            break;
+        }
+        let mut shown = lossy(arg);
+        truncate(&mut shown, UNKNOWN_PREVIEW_BYTES_MAX - args_preview.len());
+        args_preview.push('\'');
+        args_preview.push_str(&shown);
+        args_preview.push_str("' ");
+    }
+    CommandError::Unknown { name, args_preview }
+}
+
+fn truncate(text: &mut String, bytes_max: usize) {
+    if text.len() > bytes_max {
+        let mut end = bytes_max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL]`.
+fn parse_set(rest: &[Bytes]) -> Result<WriteCommand, CommandError> {
+    let mut condition = SetCondition::Always;
+    let mut options = rest[2..].iter();
+    while let Some(option) = options.next() {
+        if is(option, "NX") || is(option, "XX") {
+            let wanted = if is(option, "NX") {
+                SetCondition::IfAbsent
+            } else {
+                SetCondition::IfPresent
+            };
+            if condition != SetCondition::Always && condition != wanted {
+                return Err(CommandError::Syntax);
+            }
+            condition = wanted;
+        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|o| is(option, o)) {
+            // Redis checks the argument first; a missing one is a syntax error there too.
+            if options.next().is_none() {
+                return Err(CommandError::Syntax);
+            }
+            return Err(unsupported_set_option(option, "keys never expire in keel"));
+        } else if is(option, "GET") {
+            return Err(unsupported_set_option(
+                option,
+                "use GET, then CAS to replace a value conditionally",
+            ));
+        } else if is(option, "KEEPTTL") {
+            // Keeping the TTL of a key that cannot have one: accepted, changes nothing.
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(WriteCommand::Set {
+        key: rest[0].clone(),
+        value: rest[1].clone(),
+        condition,
+    })
+}
+
+fn unsupported_set_option(option: &[u8], reason: &'static str) -> CommandError {
+    CommandError::UnsupportedOption {
+        command: "set",
+        option: lossy(option).to_uppercase(),
+        reason,
+    }
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+fn parse_hello(rest: &[Bytes]) -> Result<HelloArgs, CommandError> {
+    let mut hello = HelloArgs::default();
+    let Some((version, mut options)) = rest.split_first() else {
+        return Ok(hello);
+    };
+    hello.protover = Some(match parse_i64(version) {
+        Some(2) => ProtocolVersion::Resp2,
+        Some(3) => ProtocolVersion::Resp3,
+        Some(_) => return Err(CommandError::NoProto),
+        None => return Err(CommandError::ProtocolVersionNotInteger),
+    });
+    while let Some((option, after)) = options.split_first() {
+        if is(option, "AUTH") && after.len() >= 2 {
+            hello.auth = Some((after[0].clone(), after[1].clone()));
+            options = &after[2..];
+        } else if is(option, "SETNAME") && !after.is_empty() {
+            hello.setname = Some(valid_client_name(&after[0])?);
+            options = &after[1..];
+        } else {
+            return Err(CommandError::HelloSyntax(lossy(option)));
+        }
+    }
+    Ok(hello)
+}
+
+/// Redis allows names of printable characters without spaces (`!` through `~`).
+fn valid_client_name(name: &Bytes) -> Result<Bytes, CommandError> {
+    if name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+        Ok(name.clone())
+    } else {
+        Err(CommandError::InvalidClientName)
+    }
+}
+
+fn parse_command_query(rest: &[Bytes]) -> Result<CommandQuery, CommandError> {
+    let Some((sub, names)) = rest.split_first() else {
+        return Ok(CommandQuery::All);
+    };
+    let arity = |ok: bool, name: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(CommandError::WrongArity(format!("command|{name}")))
+        }
+    };
+    if is(sub, "COUNT") {
+        arity(names.is_empty(), "count")?;
+        Ok(CommandQuery::Count)
+    } else if is(sub, "LIST") {
+        // Redis's FILTERBY is not supported; plain LIST is.
+        arity(names.is_empty(), "list")?;
+        Ok(CommandQuery::List)
+    } else if is(sub, "DOCS") {
+        Ok(CommandQuery::Docs(names.to_vec()))
+    } else if is(sub, "INFO") {
+        Ok(CommandQuery::Info(names.to_vec()))
+    } else {
+        Err(CommandError::UnknownSubcommand {
+            command: "COMMAND",
+            subcommand: lossy(sub),
+        })
+    }
+}
+
+fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
+    let (sub, args) = rest.split_first().expect("arity checked: at least one");
+    let exact = |n: usize, name: &str| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(CommandError::WrongArity(format!("client|{name}")))
+        }
+    };
+    if is(sub, "SETNAME") {
+        exact(1, "setname")?;
+        Ok(ClientCommand::SetName(valid_client_name(&args[0])?))
+    } else if is(sub, "GETNAME") {
+        exact(0, "getname")?;
+        Ok(ClientCommand::GetName)
+    } else if is(sub, "SETINFO") {
+        exact(2, "setinfo")?;
+        let attribute = if is(&args[0], "LIB-NAME") {
+            ClientAttribute::LibName
+        } else if is(&args[0], "LIB-VER") {
+            ClientAttribute::LibVersion
+        } else {
+            return Err(CommandError::UnrecognizedOption(lossy(&args[0])));
+        };
+        // The same character rules as names (Redis checks both the same way).
+        let value = valid_client_name(&args[1])?;
+        Ok(ClientCommand::SetInfo { attribute, value })
+    } else if is(sub, "ID") {
+        exact(0, "id")?;
+        Ok(ClientCommand::Id)
+    } else if is(sub, "INFO") {
+        exact(0, "info")?;
+        Ok(ClientCommand::Info)
+    } else {
+        Err(CommandError::UnknownSubcommand {
+            command: "CLIENT",
+            subcommand: lossy(sub),
+        })
+    }
+}
+
+fn parse_config(rest: &[Bytes]) -> Result<Command, CommandError> {
+    let (sub, patterns) = rest.split_first().expect("arity checked: at least one");
+    if is(sub, "GET") {
+        if patterns.is_empty() {
+            return Err(CommandError::WrongArity("config|get".to_string()));
+        }
+        Ok(local(LocalCommand::ConfigGet(patterns.to_vec())))
+    } else if ["SET", "RESETSTAT", "REWRITE"].iter().any(|s| is(sub, s)) {
+        Err(CommandError::Unsupported(
+            "CONFIG SET, RESETSTAT and REWRITE are not supported: keel is configured by its command line and config file",
+        ))
+    } else {
+        Err(CommandError::UnknownSubcommand {
+            command: "CONFIG",
+            subcommand: lossy(sub),
+        })
+    }
+}
+
+fn node_id(arg: &[u8]) -> Result<u64, CommandError> {
+    parse_u64(arg)
+        .filter(|&id| id > 0)
+        .ok_or_else(|| CommandError::InvalidNodeId(lossy(arg)))
+}
+
+/// `host:port` with a non-empty host and a numeric port; names are resolved by the runtime.
+fn peer_addr(arg: &[u8]) -> Result<String, CommandError> {
+    let text = std::str::from_utf8(arg).map_err(|_| CommandError::InvalidPeerAddr(lossy(arg)))?;
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(text.to_string())
+        }
+        _ => Err(CommandError::InvalidPeerAddr(text.to_string())),
+    }
+}
+
+/// `RAFT.MEMBER ADD id peer-addr [LEARNER]` | `RAFT.MEMBER REMOVE id`.
+fn parse_member(rest: &[Bytes]) -> Result<AdminCommand, CommandError> {
+    let (sub, args) = rest.split_first().expect("arity checked: at least two");
+    if is(sub, "ADD") {
+        let learner = match args {
+            [_, _] => false,
+            [_, _, flag] if is(flag, "LEARNER") => true,
+            [_, _, _] => return Err(CommandError::Syntax),
+            _ => return Err(CommandError::WrongArity("raft.member|add".to_string())),
+        };
+        Ok(AdminCommand::MemberAdd {
+            id: node_id(&args[0])?,
+            peer_addr: peer_addr(&args[1])?,
+            learner,
+        })
+    } else if is(sub, "REMOVE") {
+        if args.len() != 1 {
+            return Err(CommandError::WrongArity("raft.member|remove".to_string()));
+        }
+        Ok(AdminCommand::MemberRemove {
+            id: node_id(&args[0])?,
+        })
+    } else {
+        Err(CommandError::UnknownSubcommand {
+            command: "RAFT.MEMBER",
+            subcommand: lossy(sub),
+        })
+    }
+}

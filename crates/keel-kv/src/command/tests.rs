@@ -1,0 +1,318 @@
+use bytes::Bytes;
+
+use super::*;
+
+fn parse(line: &str) -> Result<Command, CommandError> {
+    let args: Vec<Bytes> = line
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect();
+    Command::parse(&args)
+}
+
+fn error(line: &str) -> String {
+    parse(line).expect_err(line).to_string()
+}
+
+fn b(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
+#[test]
+fn arity_errors_use_redis_wording() {
+    assert_eq!(
+        error("GET"),
+        "ERR wrong number of arguments for 'get' command"
+    );
+    assert_eq!(
+        error("get a b"),
+        "ERR wrong number of arguments for 'get' command"
+    );
+    assert_eq!(
+        error("SET k"),
+        "ERR wrong number of arguments for 'set' command"
+    );
+    assert_eq!(
+        error("MSET a 1 b"),
+        "ERR wrong number of arguments for 'mset' command"
+    );
+    assert_eq!(
+        error("PING a b"),
+        "ERR wrong number of arguments for 'ping' command"
+    );
+    assert_eq!(
+        error("CAS k v"),
+        "ERR wrong number of arguments for 'cas' command"
+    );
+    assert_eq!(
+        error("DBSIZE x"),
+        "ERR wrong number of arguments for 'dbsize' command"
+    );
+    assert_eq!(
+        error("CLIENT SETNAME"),
+        "ERR wrong number of arguments for 'client|setname' command"
+    );
+    assert_eq!(
+        error("CONFIG GET"),
+        "ERR wrong number of arguments for 'config|get' command"
+    );
+}
+
+#[test]
+fn unknown_commands_quote_their_arguments() {
+    assert_eq!(
+        error("FOO a bb"),
+        "ERR unknown command 'FOO', with args beginning with: 'a' 'bb' "
+    );
+    assert_eq!(
+        error("foo"),
+        "ERR unknown command 'foo', with args beginning with: "
+    );
+    // The preview is bounded.
+    let long = format!("FOO {}", "x".repeat(1000));
+    assert!(error(&long).len() < 300);
+    assert_eq!(Command::parse(&[]), Err(CommandError::Empty));
+}
+
+#[test]
+fn names_are_case_insensitive_and_classified() {
+    let cases = [
+        ("get k", CommandClass::Read),
+        ("MGET a b", CommandClass::Read),
+        ("exists a a", CommandClass::Read),
+        ("StrLen k", CommandClass::Read),
+        ("dbsize", CommandClass::Read),
+        ("set k v", CommandClass::Write),
+        ("del a b", CommandClass::Write),
+        ("incr k", CommandClass::Write),
+        ("append k v", CommandClass::Write),
+        ("mset a 1 b 2", CommandClass::Write),
+        ("cas k a b", CommandClass::Write),
+        ("ping", CommandClass::Local),
+        ("info raft", CommandClass::Local),
+        ("raft.status", CommandClass::Local),
+        ("select 0", CommandClass::Local),
+        ("raft.snapshot", CommandClass::Admin),
+        ("raft.transfer 2", CommandClass::Admin),
+    ];
+    for (line, class) in cases {
+        assert_eq!(parse(line).unwrap().class(), class, "{line}");
+    }
+    for spec in COMMAND_TABLE {
+        assert_eq!(spec.name, spec.name.to_lowercase());
+    }
+}
+
+#[test]
+fn set_options() {
+    let set = |cond| {
+        Ok(Command::Write(WriteCommand::Set {
+            key: b("k"),
+            value: b("v"),
+            condition: cond,
+        }))
+    };
+    assert_eq!(parse("SET k v"), set(SetCondition::Always));
+    assert_eq!(parse("SET k v nx"), set(SetCondition::IfAbsent));
+    assert_eq!(parse("SET k v XX"), set(SetCondition::IfPresent));
+    assert_eq!(parse("SET k v NX NX"), set(SetCondition::IfAbsent));
+    assert_eq!(parse("SET k v KEEPTTL"), set(SetCondition::Always));
+    assert_eq!(error("SET k v NX XX"), "ERR syntax error");
+    assert_eq!(error("SET k v BOGUS"), "ERR syntax error");
+    assert_eq!(error("SET k v EX"), "ERR syntax error");
+    assert_eq!(
+        error("SET k v ex 10"),
+        "ERR unsupported option 'EX' for 'set': keys never expire in keel"
+    );
+    assert!(error("SET k v PX 10").starts_with("ERR unsupported option 'PX'"));
+    assert!(error("SET k v GET").starts_with("ERR unsupported option 'GET'"));
+}
+
+#[test]
+fn integer_arguments() {
+    assert_eq!(
+        parse("INCRBY k -5"),
+        Ok(Command::Write(WriteCommand::IncrBy {
+            key: b("k"),
+            delta: -5
+        }))
+    );
+    assert_eq!(
+        parse("DECR k"),
+        Ok(Command::Write(WriteCommand::IncrBy {
+            key: b("k"),
+            delta: -1
+        }))
+    );
+    assert_eq!(
+        parse("DECRBY k 3"),
+        Ok(Command::Write(WriteCommand::IncrBy {
+            key: b("k"),
+            delta: -3
+        }))
+    );
+    assert_eq!(
+        error("INCRBY k x"),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error("INCRBY k 1.5"),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error("INCRBY k 9223372036854775808"),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error("DECRBY k -9223372036854775808"),
+        "ERR increment or decrement would overflow"
+    );
+    assert_eq!(parse("SELECT 0"), Ok(Command::Local(LocalCommand::Select)));
+    assert_eq!(error("SELECT 1"), "ERR DB index is out of range");
+    assert_eq!(
+        error("SELECT x"),
+        "ERR value is not an integer or out of range"
+    );
+}
+
+#[test]
+fn multi_key_commands() {
+    assert_eq!(
+        parse("MSET a 1 b 2"),
+        Ok(Command::Write(WriteCommand::MSet {
+            pairs: vec![(b("a"), b("1")), (b("b"), b("2"))]
+        }))
+    );
+    assert_eq!(
+        parse("DEL a b a"),
+        Ok(Command::Write(WriteCommand::Del {
+            keys: vec![b("a"), b("b"), b("a")]
+        }))
+    );
+    assert_eq!(
+        parse("CAS k old new"),
+        Ok(Command::Write(WriteCommand::Cas {
+            key: b("k"),
+            expected: b("old"),
+            new: b("new")
+        }))
+    );
+}
+
+#[test]
+fn hello_arguments() {
+    let hello = |line| match parse(line) {
+        Ok(Command::Local(LocalCommand::Hello(h))) => h,
+        other => panic!("{line}: {other:?}"),
+    };
+    assert_eq!(hello("HELLO"), HelloArgs::default());
+    assert_eq!(hello("HELLO 3").protover, Some(ProtocolVersion::Resp3));
+    assert_eq!(hello("hello 2").protover, Some(ProtocolVersion::Resp2));
+    let full = hello("HELLO 3 AUTH default secret SETNAME app");
+    assert_eq!(full.auth, Some((b("default"), b("secret"))));
+    assert_eq!(full.setname, Some(b("app")));
+    assert_eq!(error("HELLO 4"), "NOPROTO unsupported protocol version");
+    assert_eq!(
+        error("HELLO x"),
+        "ERR Protocol version is not an integer or out of range"
+    );
+    assert_eq!(
+        error("HELLO 3 AUTH onlyuser"),
+        "ERR Syntax error in HELLO option 'AUTH'"
+    );
+    assert_eq!(
+        error("HELLO 3 BOGUS"),
+        "ERR Syntax error in HELLO option 'BOGUS'"
+    );
+}
+
+#[test]
+fn connection_subcommands() {
+    assert_eq!(
+        parse("COMMAND"),
+        Ok(Command::Local(LocalCommand::Command(CommandQuery::All)))
+    );
+    assert_eq!(
+        parse("command docs get"),
+        Ok(Command::Local(LocalCommand::Command(CommandQuery::Docs(
+            vec![b("get")]
+        ))))
+    );
+    assert_eq!(
+        error("COMMAND BOGUS"),
+        "ERR unknown subcommand 'BOGUS'. Try COMMAND HELP."
+    );
+    assert_eq!(
+        parse("CLIENT SETINFO lib-name redis-py"),
+        Ok(Command::Local(LocalCommand::Client(
+            ClientCommand::SetInfo {
+                attribute: ClientAttribute::LibName,
+                value: b("redis-py"),
+            }
+        )))
+    );
+    assert_eq!(
+        error("CLIENT SETINFO color red"),
+        "ERR Unrecognized option 'color'"
+    );
+    assert_eq!(
+        error("CLIENT KILL x"),
+        "ERR unknown subcommand 'KILL'. Try CLIENT HELP."
+    );
+    let bad_name = Command::parse(&[b("CLIENT"), b("SETNAME"), b("a b")]);
+    assert_eq!(bad_name, Err(CommandError::InvalidClientName));
+    assert_eq!(
+        parse("CONFIG GET save appendonly"),
+        Ok(Command::Local(LocalCommand::ConfigGet(vec![
+            b("save"),
+            b("appendonly")
+        ])))
+    );
+    assert!(error("CONFIG SET save x").starts_with("ERR CONFIG SET"));
+}
+
+#[test]
+fn raft_admin_commands() {
+    assert_eq!(
+        parse("RAFT.MEMBER ADD 4 127.0.0.1:7004 LEARNER"),
+        Ok(Command::Admin(AdminCommand::MemberAdd {
+            id: 4,
+            peer_addr: "127.0.0.1:7004".into(),
+            learner: true
+        }))
+    );
+    assert_eq!(
+        parse("raft.member add 4 node4:7004"),
+        Ok(Command::Admin(AdminCommand::MemberAdd {
+            id: 4,
+            peer_addr: "node4:7004".into(),
+            learner: false
+        }))
+    );
+    assert_eq!(
+        parse("RAFT.MEMBER REMOVE 2"),
+        Ok(Command::Admin(AdminCommand::MemberRemove { id: 2 }))
+    );
+    assert_eq!(
+        parse("RAFT.TRANSFER 3"),
+        Ok(Command::Admin(AdminCommand::Transfer { id: 3 }))
+    );
+    assert_eq!(
+        error("RAFT.TRANSFER 0"),
+        "ERR invalid node id '0': expected a positive integer"
+    );
+    assert_eq!(
+        error("RAFT.MEMBER ADD 4 nowhere"),
+        "ERR invalid peer address 'nowhere': expected host:port"
+    );
+    assert_eq!(error("RAFT.MEMBER ADD 4 h:1 VOTER"), "ERR syntax error");
+    assert_eq!(
+        error("RAFT.MEMBER ADD 4"),
+        "ERR wrong number of arguments for 'raft.member|add' command"
+    );
+    assert_eq!(
+        error("RAFT.MEMBER JOIN 4"),
+        "ERR unknown subcommand 'JOIN'. Try RAFT.MEMBER HELP."
+    );
+}

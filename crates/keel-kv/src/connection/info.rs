@@ -1,0 +1,132 @@
+//! INFO and RAFT.STATUS: Redis INFO text (`# Section` headers, `key:value` lines, CRLF endings).
+
+use std::fmt::Write;
+
+use bytes::Bytes;
+
+use super::REDIS_COMPAT_VERSION;
+
+/// One member of the cluster configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub peer_addr: String,
+    /// False for learners.
+    pub voter: bool,
+}
+
+/// What a node reports about itself. Filled by the runtime; all fields are this node's local
+/// view, answered without a quorum round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub node_id: u64,
+    /// `leader`, `follower`, `candidate`, `precandidate` or `learner`.
+    pub role: String,
+    pub term: u64,
+    /// None while no leader is known (reported as 0: node ids start at 1).
+    pub leader_id: Option<u64>,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub snapshot_index: u64,
+    pub first_log_index: u64,
+    pub last_log_index: u64,
+    pub members: Vec<MemberInfo>,
+    /// The state machine's digest at `applied_index`.
+    pub state_digest: u64,
+    /// Keys in the state machine at `applied_index`.
+    pub keys: u64,
+    pub connected_clients: u64,
+}
+
+const SECTIONS: [&str; 4] = ["server", "clients", "raft", "keyspace"];
+
+/// Renders the requested sections (all for none, `default`, `all` or `everything`). Unknown
+/// section names are ignored, as Redis does.
+pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
+    let wants_all = requested.is_empty()
+        || requested.iter().any(|s| {
+            ["default", "all", "everything"]
+                .iter()
+                .any(|w| s.eq_ignore_ascii_case(w.as_bytes()))
+        });
+    let mut out = String::new();
+    for section in SECTIONS {
+        let wanted = wants_all
+            || requested
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(section.as_bytes()));
+        if !wanted {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\r\n");
+        }
+        match section {
+            "server" => render_server(&mut out),
+            "clients" => {
+                out.push_str("# Clients\r\n");
+                line(&mut out, "connected_clients", status.connected_clients);
+            }
+            "raft" => out.push_str(&render_raft(status)),
+            _ => {
+                out.push_str("# Keyspace\r\n");
+                if status.keys > 0 {
+                    // The line Redis tools parse to count keys.
+                    line(
+                        &mut out,
+                        "db0",
+                        format_args!("keys={},expires=0,avg_ttl=0", status.keys),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn render_server(out: &mut String) {
+    out.push_str("# Server\r\n");
+    line(out, "redis_version", REDIS_COMPAT_VERSION);
+    line(out, "keel_version", env!("CARGO_PKG_VERSION"));
+    line(out, "redis_mode", "standalone");
+    line(out, "process_id", std::process::id());
+}
+
+/// The `# Raft` section, also the whole reply of RAFT.STATUS.
+pub(crate) fn render_raft(status: &NodeStatus) -> String {
+    let mut out = String::from("# Raft\r\n");
+    line(&mut out, "node_id", status.node_id);
+    line(&mut out, "role", &status.role);
+    line(&mut out, "term", status.term);
+    line(&mut out, "leader_id", status.leader_id.unwrap_or(0));
+    line(&mut out, "commit_index", status.commit_index);
+    line(&mut out, "applied_index", status.applied_index);
+    line(&mut out, "snapshot_index", status.snapshot_index);
+    line(&mut out, "first_log_index", status.first_log_index);
+    line(&mut out, "last_log_index", status.last_log_index);
+    line(&mut out, "members", member_list(status, true));
+    line(&mut out, "learners", member_list(status, false));
+    line(
+        &mut out,
+        "state_digest",
+        format_args!("{:016x}", status.state_digest),
+    );
+    out
+}
+
+/// `1=host:port,2=host:port`.
+fn member_list(status: &NodeStatus, voters: bool) -> String {
+    let mut list = String::new();
+    for member in status.members.iter().filter(|m| m.voter == voters) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        let _ = write!(list, "{}={}", member.id, member.peer_addr);
+    }
+    list
+}
+
+fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{key}:{value}\r\n");
+}

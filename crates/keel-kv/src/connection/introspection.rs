@@ -1,0 +1,233 @@
+//! COMMAND and CONFIG GET: what clients ask about the server when they connect.
+//!
+//! `redis-cli` asks `COMMAND DOCS` for its help and hints; `redis-benchmark` asks
+//! `CONFIG GET save` and `CONFIG GET appendonly`; cluster-aware libraries ask `COMMAND` for key
+//! positions. The answers come from the same table the parser enforces arity with.
+
+use bytes::Bytes;
+
+use crate::command::{CommandClass, CommandQuery, CommandSpec, COMMAND_TABLE};
+use crate::resp::{Limits, Reply};
+
+pub(crate) fn command_reply(query: &CommandQuery) -> Reply {
+    match query {
+        CommandQuery::All => Reply::Array(COMMAND_TABLE.iter().map(command_info).collect()),
+        CommandQuery::Count => Reply::Integer(COMMAND_TABLE.len() as i64),
+        CommandQuery::List => Reply::Array(
+            COMMAND_TABLE
+                .iter()
+                .map(|spec| Reply::text(spec.name))
+                .collect(),
+        ),
+        CommandQuery::Info(names) if names.is_empty() => command_reply(&CommandQuery::All),
+        CommandQuery::Info(names) => Reply::Array(
+            names
+                .iter()
+                .map(|name| CommandSpec::lookup(name).map_or(Reply::Null, command_info))
+                .collect(),
+        ),
+        CommandQuery::Docs(names) => {
+            let specs: Vec<&CommandSpec> = if names.is_empty() {
+                COMMAND_TABLE.iter().collect()
+            } else {
+                // Redis leaves unknown names out of the map.
+                names
+                    .iter()
+                    .filter_map(|n| CommandSpec::lookup(n))
+                    .collect()
+            };
+            Reply::Map(
+                specs
+                    .into_iter()
+                    .map(|spec| (Reply::text(spec.name), command_docs(spec)))
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// The ten-element entry of Redis 7's COMMAND INFO: name, arity, flags, first key, last key, key
+/// step, ACL categories, tips, key specs, subcommands.
+fn command_info(spec: &CommandSpec) -> Reply {
+    Reply::Array(vec![
+        Reply::text(spec.name),
+        Reply::Integer(spec.arity.into()),
+        Reply::Array(spec.flags.iter().map(|f| Reply::simple(*f)).collect()),
+        Reply::Integer(spec.first_key.into()),
+        Reply::Integer(spec.last_key.into()),
+        Reply::Integer(spec.key_step.into()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+/// One line per command for `COMMAND DOCS` (what `redis-cli`'s HELP shows).
+fn summary(name: &str) -> &'static str {
+    match name {
+        "get" => "Returns the value of a key (linearizable read).",
+        "set" => "Sets a key to a value; NX only if absent, XX only if present.",
+        "del" => "Deletes keys; returns how many existed.",
+        "exists" => "Counts how many of the given keys exist.",
+        "incr" | "incrby" | "decr" | "decrby" => {
+            "Adds to the integer value of a key; returns the new value."
+        }
+        "mget" => "Returns the values of several keys.",
+        "mset" => "Sets several keys atomically.",
+        "append" => "Appends to a value; returns the new length.",
+        "strlen" => "Returns the length of a value.",
+        "dbsize" => "Returns the number of keys.",
+        "cas" => "CAS key expected new: sets key to new if its value is expected; 1 if swapped.",
+        "ping" => "Returns PONG, or the message given.",
+        "echo" => "Returns the message given.",
+        "hello" => "Switches the protocol (HELLO 3 for RESP3) and describes the server.",
+        "command" => "Describes the commands keel knows.",
+        "client" => "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO).",
+        "config" => "CONFIG GET: reports configuration in Redis terms.",
+        "select" => "Selects database 0 (the only one).",
+        "quit" => "Closes the connection.",
+        "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
+        "raft.status" => "Reports the node's Raft state (the INFO raft section).",
+        "raft.member" => "RAFT.MEMBER ADD id addr [LEARNER] | RAFT.MEMBER REMOVE id.",
+        "raft.transfer" => "Transfers leadership to the given node.",
+        "raft.snapshot" => "Takes a snapshot now.",
+        _ => "",
+    }
+}
+
+fn command_docs(spec: &CommandSpec) -> Reply {
+    let group = match spec.class {
+        CommandClass::Write | CommandClass::Read => "string",
+        CommandClass::Local => "connection",
+        CommandClass::Admin => "server",
+    };
+    Reply::Map(vec![
+        (Reply::text("summary"), Reply::text(summary(spec.name))),
+        (Reply::text("since"), Reply::text("0.1.0")),
+        (Reply::text("group"), Reply::text(group)),
+    ])
+}
+
+/// The parameters CONFIG GET knows, with values that describe keel truthfully in Redis terms.
+fn config_table(limits: &Limits) -> Vec<(&'static str, String)> {
+    vec![
+        // Every acknowledged write is in the fsynced Raft log: the equivalent of an AOF with
+        // `appendfsync always`. Snapshots are taken by log size, not on a `save` schedule.
+        ("appendonly", "yes".to_string()),
+        ("appendfsync", "always".to_string()),
+        ("save", String::new()),
+        ("databases", "1".to_string()),
+        ("maxmemory", "0".to_string()),
+        ("maxmemory-policy", "noeviction".to_string()),
+        ("timeout", "0".to_string()),
+        ("cluster-enabled", "no".to_string()),
+        ("proto-max-bulk-len", limits.bulk_bytes_max.to_string()),
+        (
+            "client-query-buffer-limit",
+            limits.request_bytes_max.to_string(),
+        ),
+    ]
+}
+
+/// `CONFIG GET pattern...`: every parameter matching any pattern (glob, case-insensitive), each
+/// once, as a map (RESP3) or a flat name/value array (RESP2).
+pub(crate) fn config_get(patterns: &[Bytes], limits: &Limits) -> Reply {
+    let pairs = config_table(limits)
+        .into_iter()
+        .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
+        .map(|(name, value)| (Reply::text(name), Reply::text(value)))
+        .collect();
+    Reply::Map(pairs)
+}
+
+/// Redis-style glob, case-insensitive: `*`, `?`, `[abc]`, `[a-z]`, `[^...]`, `\x`.
+/// Iterative with one backtrack point for the last `*`, so it is linear-ish, never exponential.
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    star = Some((p, t));
+                    p += 1;
+                    continue;
+                }
+                b'?' => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
+                        if matched {
+                            p = next;
+                            t += 1;
+                            continue;
+                        }
+                    }
+                }
+                b'\\' if p + 1 < pattern.len() => {
+                    if pattern[p + 1].eq_ignore_ascii_case(&text[t]) {
+                        p += 2;
+                        t += 1;
+                        continue;
+                    }
+                }
+                c => {
+                    if c.eq_ignore_ascii_case(&text[t]) {
+                        p += 1;
+                        t += 1;
+                        continue;
+                    }
+                }
+            }
+        }
+        // Mismatch: let the last `*` swallow one more byte, or fail.
+        match star {
+            Some((star_p, star_t)) => {
+                star = Some((star_p, star_t + 1));
+                p = star_p + 1;
+                t = star_t + 1;
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the class starting at `pattern[open] == '['`. Returns whether it matched
+/// and where the pattern continues, or None for an unterminated class (treated as a mismatch).
+fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<(bool, usize)> {
+    let c = c.to_ascii_lowercase();
+    let mut i = open + 1;
+    let negate = pattern.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    while i < pattern.len() && pattern[i] != b']' {
+        if pattern[i] == b'\\' && i + 1 < pattern.len() {
+            matched |= pattern[i + 1].to_ascii_lowercase() == c;
+            i += 2;
+        } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
+            let (mut lo, mut hi) = (
+                pattern[i].to_ascii_lowercase(),
+                pattern[i + 2].to_ascii_lowercase(),
+            );
+            if lo > hi {
+                std::mem::swap(&mut lo, &mut hi);
+            }
+            matched |= (lo..=hi).contains(&c);
+            i += 3;
+        } else {
+            matched |= pattern[i].to_ascii_lowercase() == c;
+            i += 1;
+        }
+    }
+    if i >= pattern.len() {
+        return None;
+    }
+    Some((matched != negate, i + 1))
+}

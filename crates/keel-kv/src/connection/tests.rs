@@ -1,0 +1,308 @@
+use bytes::{Bytes, BytesMut};
+
+use super::introspection::glob_match;
+use super::*;
+use crate::resp::{parse_reply, ProtocolVersion};
+
+struct FakeNode(NodeStatus);
+
+impl NodeInfo for FakeNode {
+    fn status(&self) -> NodeStatus {
+        self.0.clone()
+    }
+}
+
+fn node() -> FakeNode {
+    FakeNode(NodeStatus {
+        node_id: 2,
+        role: "follower".into(),
+        term: 7,
+        leader_id: Some(1),
+        commit_index: 100,
+        applied_index: 99,
+        snapshot_index: 64,
+        first_log_index: 65,
+        last_log_index: 101,
+        members: vec![
+            MemberInfo {
+                id: 1,
+                peer_addr: "127.0.0.1:7001".into(),
+                voter: true,
+            },
+            MemberInfo {
+                id: 2,
+                peer_addr: "127.0.0.1:7002".into(),
+                voter: true,
+            },
+            MemberInfo {
+                id: 4,
+                peer_addr: "127.0.0.1:7004".into(),
+                voter: false,
+            },
+        ],
+        state_digest: 0xdead_beef,
+        keys: 3,
+        connected_clients: 1,
+    })
+}
+
+fn conn() -> ClientConnection {
+    ClientConnection::new(9, "127.0.0.1:5555", Limits::default())
+}
+
+fn run(conn: &mut ClientConnection, line: &str) -> Dispatch {
+    let args: Vec<Bytes> = line
+        .split(' ')
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect();
+    conn.dispatch(&args, &node())
+}
+
+fn reply(conn: &mut ClientConnection, line: &str) -> Reply {
+    match run(conn, line) {
+        Dispatch::Reply(reply) => reply,
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
+fn wire(conn: &ClientConnection, reply: &Reply) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    conn.encode(reply, &mut out);
+    out.to_vec()
+}
+
+fn map_get<'a>(reply: &'a Reply, key: &str) -> Option<&'a Reply> {
+    let Reply::Map(pairs) = reply else {
+        panic!("not a map: {reply:?}")
+    };
+    pairs.iter().find_map(|(k, v)| match k {
+        Reply::Simple(s) if s == key => Some(v),
+        Reply::Bulk(b) if b == key.as_bytes() => Some(v),
+        _ => None,
+    })
+}
+
+#[test]
+fn hello_3_switches_to_resp3_and_hello_2_back() {
+    let mut c = conn();
+    assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+    let hello = reply(&mut c, "HELLO 3");
+    assert_eq!(c.protocol(), ProtocolVersion::Resp3);
+    assert_eq!(map_get(&hello, "proto"), Some(&Reply::Integer(3)));
+    assert_eq!(map_get(&hello, "id"), Some(&Reply::Integer(9)));
+    assert_eq!(map_get(&hello, "server"), Some(&Reply::text("keel")));
+    assert_eq!(map_get(&hello, "mode"), Some(&Reply::text("standalone")));
+    assert_eq!(map_get(&hello, "role"), Some(&Reply::text("master")));
+    assert_eq!(map_get(&hello, "modules"), Some(&Reply::Array(vec![])));
+    // In RESP3 it is a real map, and nulls are `_`.
+    let encoded = wire(&c, &hello);
+    assert!(encoded.starts_with(b"%7\r\n$6\r\nserver\r\n$4\r\nkeel\r\n"));
+    assert_eq!(wire(&c, &Reply::Null), b"_\r\n");
+
+    let hello = reply(&mut c, "HELLO 2");
+    assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+    assert_eq!(map_get(&hello, "proto"), Some(&Reply::Integer(2)));
+    // In RESP2 the same fields come as a flat array of 14.
+    let encoded = wire(&c, &hello);
+    assert!(encoded.starts_with(b"*14\r\n$6\r\nserver\r\n"));
+    assert_eq!(wire(&c, &Reply::Null), b"$-1\r\n");
+    // A bare HELLO reports without switching.
+    let hello = reply(&mut c, "HELLO");
+    assert_eq!(map_get(&hello, "proto"), Some(&Reply::Integer(2)));
+}
+
+#[test]
+fn hello_auth_and_setname() {
+    let mut c = conn();
+    let denied = reply(&mut c, "HELLO 3 AUTH admin pw");
+    assert!(matches!(&denied, Reply::Error(e) if e.starts_with("WRONGPASS")));
+    // Nothing changed on failure.
+    assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+    reply(&mut c, "HELLO 3 AUTH default anything SETNAME worker-1");
+    assert_eq!(c.protocol(), ProtocolVersion::Resp3);
+    assert_eq!(c.name().map(|n| n.as_ref()), Some(&b"worker-1"[..]));
+    assert_eq!(
+        reply(&mut c, "HELLO 4"),
+        Reply::error("NOPROTO unsupported protocol version")
+    );
+}
+
+#[test]
+fn client_subcommands() {
+    let mut c = conn();
+    assert_eq!(reply(&mut c, "CLIENT GETNAME"), Reply::Null);
+    assert_eq!(reply(&mut c, "CLIENT SETNAME app"), Reply::OK);
+    assert_eq!(reply(&mut c, "CLIENT GETNAME"), Reply::text("app"));
+    assert_eq!(reply(&mut c, "CLIENT ID"), Reply::Integer(9));
+    assert_eq!(reply(&mut c, "CLIENT SETINFO LIB-NAME redis-py"), Reply::OK);
+    assert_eq!(reply(&mut c, "CLIENT SETINFO LIB-VER 5.0.1"), Reply::OK);
+    let Reply::Bulk(info) = reply(&mut c, "CLIENT INFO") else {
+        panic!()
+    };
+    assert_eq!(
+        info,
+        "id=9 addr=127.0.0.1:5555 name=app db=0 user=default lib-name=redis-py lib-ver=5.0.1 resp=2\n"
+    );
+}
+
+#[test]
+fn data_commands_are_handed_back() {
+    let mut c = conn();
+    assert!(matches!(run(&mut c, "SET k v"), Dispatch::Write(_)));
+    assert!(matches!(run(&mut c, "GET k"), Dispatch::Read(_)));
+    assert!(matches!(run(&mut c, "RAFT.SNAPSHOT"), Dispatch::Admin(_)));
+    assert_eq!(run(&mut c, "QUIT"), Dispatch::ReplyAndClose(Reply::OK));
+    assert_eq!(reply(&mut c, "PING"), Reply::PONG);
+    assert_eq!(reply(&mut c, "PING hi"), Reply::text("hi"));
+    assert_eq!(reply(&mut c, "ECHO hi"), Reply::text("hi"));
+    assert_eq!(reply(&mut c, "SELECT 0"), Reply::OK);
+    assert_eq!(
+        reply(&mut c, "GET"),
+        Reply::error("ERR wrong number of arguments for 'get' command")
+    );
+}
+
+#[test]
+fn command_introspection_shapes() {
+    let mut c = conn();
+    let count = reply(&mut c, "COMMAND COUNT");
+    assert_eq!(
+        count,
+        Reply::Integer(crate::command::COMMAND_TABLE.len() as i64)
+    );
+    let Reply::Array(all) = reply(&mut c, "COMMAND") else {
+        panic!()
+    };
+    assert_eq!(Reply::Integer(all.len() as i64), count);
+    let Reply::Array(info) = reply(&mut c, "COMMAND INFO get nosuch") else {
+        panic!()
+    };
+    let Reply::Array(get) = &info[0] else {
+        panic!()
+    };
+    assert_eq!(get.len(), 10);
+    assert_eq!(get[0], Reply::text("get"));
+    assert_eq!(get[1], Reply::Integer(2));
+    assert_eq!(
+        &get[3..6],
+        [Reply::Integer(1), Reply::Integer(1), Reply::Integer(1)]
+    );
+    assert_eq!(info[1], Reply::Null);
+    let docs = reply(&mut c, "COMMAND DOCS");
+    let get_docs = map_get(&docs, "get").expect("docs for get");
+    assert!(map_get(get_docs, "summary").is_some());
+    for spec in crate::command::COMMAND_TABLE {
+        let docs = map_get(&docs, spec.name).expect("docs for every command");
+        assert_ne!(
+            map_get(docs, "summary"),
+            Some(&Reply::text("")),
+            "{}",
+            spec.name
+        );
+    }
+    // Every reply encodes and parses back in both protocol versions.
+    for line in ["COMMAND", "COMMAND DOCS", "COMMAND LIST", "INFO"] {
+        let r = reply(&mut c, line);
+        for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
+            let mut out = BytesMut::new();
+            crate::resp::encode(&r, version, &mut out);
+            let parsed = parse_reply(&out, &Limits::default()).unwrap();
+            assert_eq!(parsed.map(|(_, n)| n), Some(out.len()), "{line}");
+        }
+    }
+}
+
+#[test]
+fn config_get_answers_what_redis_benchmark_asks() {
+    let mut c = conn();
+    let save = reply(&mut c, "CONFIG GET save");
+    assert_eq!(
+        save,
+        Reply::Map(vec![(Reply::text("save"), Reply::text(""))])
+    );
+    assert_eq!(wire(&c, &save), b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+    let aof = reply(&mut c, "CONFIG GET appendonly");
+    assert_eq!(map_get(&aof, "appendonly"), Some(&Reply::text("yes")));
+    let Reply::Map(many) = reply(&mut c, "CONFIG GET append* SAVE") else {
+        panic!()
+    };
+    let names: Vec<_> = many.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            Reply::text("appendonly"),
+            Reply::text("appendfsync"),
+            Reply::text("save")
+        ]
+    );
+    assert_eq!(reply(&mut c, "CONFIG GET nosuch"), Reply::Map(vec![]));
+    let bulk = reply(&mut c, "CONFIG GET proto-max-bulk-len");
+    assert_eq!(
+        map_get(&bulk, "proto-max-bulk-len"),
+        Some(&Reply::text("67108864"))
+    );
+}
+
+#[test]
+fn info_reports_the_raft_fields() {
+    let mut c = conn();
+    let Reply::Bulk(info) = reply(&mut c, "INFO") else {
+        panic!()
+    };
+    let text = String::from_utf8(info.to_vec()).unwrap();
+    for line in [
+        "# Raft",
+        "node_id:2",
+        "role:follower",
+        "term:7",
+        "leader_id:1",
+        "commit_index:100",
+        "applied_index:99",
+        "snapshot_index:64",
+        "first_log_index:65",
+        "last_log_index:101",
+        "members:1=127.0.0.1:7001,2=127.0.0.1:7002",
+        "learners:4=127.0.0.1:7004",
+        "state_digest:00000000deadbeef",
+        "db0:keys=3,expires=0,avg_ttl=0",
+        "redis_version:7.0.0",
+    ] {
+        assert!(
+            text.split("\r\n").any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    let Reply::Bulk(raft) = reply(&mut c, "INFO raft") else {
+        panic!()
+    };
+    assert!(raft.starts_with(b"# Raft\r\n"));
+    assert!(!raft.windows(8).any(|w| w == b"# Server"));
+    assert_eq!(reply(&mut c, "RAFT.STATUS"), Reply::Bulk(raft));
+    assert_eq!(reply(&mut c, "INFO nosuchsection"), Reply::text(""));
+}
+
+#[test]
+fn glob_patterns() {
+    for (pattern, text, want) in [
+        ("*", "save", true),
+        ("save", "SAVE", true),
+        ("sa?e", "save", true),
+        ("append*", "appendonly", true),
+        ("*only", "appendonly", true),
+        ("a*e*y", "appendonly", true),
+        ("[ab]ppend*", "appendonly", true),
+        ("[^a]ppend*", "appendonly", false),
+        ("[a-c]ave", "bave", true),
+        ("\\*", "*", true),
+        ("save", "saves", false),
+        ("*x", "save", false),
+        ("", "", true),
+        ("[abc", "a", false),
+    ] {
+        assert_eq!(
+            glob_match(pattern.as_bytes(), text.as_bytes()),
+            want,
+            "{pattern} vs {text}"
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! keel-kv: the replicated key-value server's pieces that need no consensus, plus `keel bench`.
+//!
+//! - [`resp`]: the Redis protocol, sans-IO: a bounded incremental request decoder and a RESP2/RESP3
+//!   reply encoder (and a reply parser for clients).
+//! - [`command`]: requests as typed commands, validated, classified as write / read / local /
+//!   admin.
+//! - [`connection`]: one client connection's protocol state (HELLO, CLIENT, CONFIG GET, COMMAND,
+//!   INFO), handing writes, reads and admin commands back to the caller.
+//! - [`state_machine`]: the replicated state machine (ordered map, incremental digest, request-id
+//!   deduplication, snapshots) and the log encoding of writes.
+//! - `bench` (feature `cli`): the closed-loop RESP load generator behind `keel bench`.
+//!
+//! Without the `cli` feature nothing here uses tokio, so the deterministic simulator can run the
+//! state machine and the protocol layer unchanged. The runtime (consensus, sockets) plugs in
+//! around [`connection::ClientConnection`] and [`state_machine::KvStateMachine`].
+
+pub mod command;
+pub mod connection;
+mod number;
+pub mod resp;
+pub mod state_machine;
+
+#[cfg(feature = "cli")]
+pub mod bench;
+
+pub use command::{Command, CommandClass, ReadCommand, WriteCommand};
+pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus};
+pub use resp::{Limits, ProtocolVersion, Reply};
+pub use state_machine::{KvStateMachine, LogCommand, WriteReply};

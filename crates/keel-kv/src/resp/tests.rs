@@ -1,0 +1,345 @@
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+
+use super::*;
+
+fn limits() -> Limits {
+    Limits::default()
+}
+
+fn args(frame: &Frame) -> Vec<&[u8]> {
+    frame.args.iter().map(|a| a.as_ref()).collect()
+}
+
+fn request<A: AsRef<[u8]>>(parts: &[A]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    encode_request(parts, &mut out);
+    out.to_vec()
+}
+
+fn encoded(reply: &Reply, version: ProtocolVersion) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    encode(reply, version, &mut out);
+    out.to_vec()
+}
+
+#[test]
+fn multibulk_request_round_trips() {
+    let parts: [&[u8]; 3] = [b"SET", b"key", b"va\r\nlue\0"];
+    let wire = request(&parts);
+    assert_eq!(
+        wire,
+        b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$8\r\nva\r\nlue\0\r\n"
+    );
+    let (frame, used) = parse(&wire, &limits()).unwrap().unwrap();
+    assert_eq!(used, wire.len());
+    assert_eq!(frame.kind, FrameKind::Multibulk);
+    assert_eq!(args(&frame), parts);
+}
+
+#[test]
+fn empty_arrays_and_blank_lines_are_empty_frames() {
+    for wire in [&b"*0\r\n"[..], b"*-1\r\n", b"\r\n", b"   \n"] {
+        let (frame, used) = parse(wire, &limits()).unwrap().unwrap();
+        assert!(frame.is_empty(), "{wire:?}");
+        assert_eq!(used, wire.len());
+    }
+    // An empty bulk string is a real argument.
+    let (frame, _) = parse(b"*2\r\n$4\r\nECHO\r\n$0\r\n\r\n", &limits())
+        .unwrap()
+        .unwrap();
+    assert_eq!(args(&frame), [&b"ECHO"[..], b""]);
+}
+
+#[test]
+fn inline_commands_split_like_redis() {
+    let cases: [(&[u8], Vec<&[u8]>); 6] = [
+        (b"PING\r\n", vec![b"PING"]),
+        (b"set  a   b\n", vec![b"set", b"a", b"b"]),
+        (
+            b"SET \"a key\" 'it\\'s'\r\n",
+            vec![b"SET", b"a key", b"it's"],
+        ),
+        (b"ECHO \"\\x41\\n\\t\\\"\"\r\n", vec![b"ECHO", b"A\n\t\""]),
+        (b"ECHO \"\"\r\n", vec![b"ECHO", b""]),
+        (b"ECHO a\"b c\"\r\n", vec![b"ECHO", b"ab c"]),
+    ];
+    for (wire, want) in cases {
+        let (frame, used) = parse(wire, &limits()).unwrap().unwrap();
+        assert_eq!(frame.kind, FrameKind::Inline);
+        assert_eq!(args(&frame), want, "{:?}", String::from_utf8_lossy(wire));
+        assert_eq!(used, wire.len());
+    }
+    for bad in [
+        &b"SET \"abc\r\n"[..],
+        b"SET 'abc\r\n",
+        b"SET \"a\"b\r\n",
+        b"ECHO a\"b c\"d\r\n",
+    ] {
+        assert_eq!(
+            parse(bad, &limits()),
+            Err(ProtocolError::UnbalancedQuotes),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn partial_frames_wait_for_more_bytes() {
+    let wire = request(&[&b"SET"[..], b"k", b"value"]);
+    for cut in 0..wire.len() {
+        assert_eq!(parse(&wire[..cut], &limits()), Ok(None), "cut at {cut}");
+    }
+    assert!(parse(&wire, &limits()).unwrap().is_some());
+    assert_eq!(parse(b"PING", &limits()), Ok(None));
+}
+
+#[test]
+fn pipelined_frames_in_one_buffer() {
+    let mut wire = request(&[&b"SET"[..], b"a", b"1"]);
+    wire.extend_from_slice(b"PING\r\n");
+    wire.extend_from_slice(&request(&[&b"GET"[..], b"a"]));
+    let mut decoder = Decoder::new(limits());
+    let mut rest = &wire[..];
+    let mut names = Vec::new();
+    while let Some((frame, used)) = decoder.decode(rest).unwrap() {
+        names.push(frame.args[0].clone());
+        rest = &rest[used..];
+    }
+    assert!(rest.is_empty());
+    assert_eq!(names, [&b"SET"[..], b"PING", b"GET"]);
+}
+
+#[test]
+fn limits_are_enforced_before_the_data_arrives() {
+    let small = Limits {
+        bulk_bytes_max: 10,
+        args_max: 3,
+        inline_bytes_max: 16,
+        request_bytes_max: 50,
+    };
+    // Only the headers are sent: the claims alone are rejected.
+    assert_eq!(
+        parse(b"*4\r\n", &small),
+        Err(ProtocolError::TooManyArguments { count: 4, max: 3 })
+    );
+    assert_eq!(
+        parse(b"*1\r\n$11\r\n", &small),
+        Err(ProtocolError::BulkTooLong { len: 11, max: 10 })
+    );
+    assert_eq!(
+        parse(
+            b"*3\r\n$10\r\n0123456789\r\n$10\r\n0123456789\r\n$10\r\n",
+            &small
+        ),
+        Err(ProtocolError::RequestTooLarge { len: 55, max: 50 })
+    );
+    // Claims that would need gigabytes cost nothing with the default limits either.
+    assert!(matches!(
+        parse(b"*1\r\n$9223372036854775807\r\n", &limits()),
+        Err(ProtocolError::BulkTooLong { .. })
+    ));
+    assert!(matches!(
+        parse(b"*2147483648\r\n", &limits()),
+        Err(ProtocolError::TooManyArguments { .. })
+    ));
+    // An inline line longer than the limit, with or without its newline.
+    assert_eq!(
+        parse(&[b'a'; 17], &small),
+        Err(ProtocolError::InlineTooLong { max: 16 })
+    );
+    let mut long_line = vec![b'a'; 20];
+    long_line.extend_from_slice(b"\r\n");
+    assert_eq!(
+        parse(&long_line, &small),
+        Err(ProtocolError::InlineTooLong { max: 16 })
+    );
+    assert_eq!(
+        parse(b"a b c d\r\n", &small),
+        Err(ProtocolError::TooManyArguments { count: 4, max: 3 })
+    );
+    // A length line that never ends.
+    assert_eq!(
+        parse(&[b"*1"[..].to_vec(), vec![b'1'; 40]].concat(), &limits()),
+        Err(ProtocolError::LengthLineTooLong)
+    );
+}
+
+#[test]
+fn garbage_is_a_protocol_error() {
+    let cases: [(&[u8], ProtocolError); 6] = [
+        (b"*x\r\n", ProtocolError::InvalidMultibulkLength),
+        (b"*1\r\n:5\r\n", ProtocolError::ExpectedBulk(b':')),
+        (b"*1\r\n$-1\r\n", ProtocolError::InvalidBulkLength),
+        (b"*1\r\n$abc\r\n", ProtocolError::InvalidBulkLength),
+        (b"*1\r\n$3\r\nabcXY", ProtocolError::MissingCrlf),
+        (b"*01\r\n", ProtocolError::InvalidMultibulkLength),
+    ];
+    for (wire, want) in cases {
+        assert_eq!(parse(wire, &limits()), Err(want), "{wire:?}");
+    }
+    let reply = ProtocolError::ExpectedBulk(b':').to_reply();
+    assert_eq!(
+        reply,
+        Reply::error("ERR Protocol error: expected '$', got ':'")
+    );
+}
+
+#[test]
+fn replies_encode_in_resp2_and_resp3() {
+    use ProtocolVersion::{Resp2, Resp3};
+    let map = Reply::Map(vec![(Reply::text("proto"), Reply::Integer(3))]);
+    let cases: [(Reply, &[u8], &[u8]); 8] = [
+        (Reply::OK, b"+OK\r\n", b"+OK\r\n"),
+        (
+            Reply::error("ERR bad\r\nthing"),
+            b"-ERR bad  thing\r\n",
+            b"-ERR bad  thing\r\n",
+        ),
+        (Reply::Integer(-42), b":-42\r\n", b":-42\r\n"),
+        (
+            Reply::Integer(i64::MIN),
+            b":-9223372036854775808\r\n",
+            b":-9223372036854775808\r\n",
+        ),
+        (Reply::bulk(&b"hi"[..]), b"$2\r\nhi\r\n", b"$2\r\nhi\r\n"),
+        (Reply::Null, b"$-1\r\n", b"_\r\n"),
+        (
+            Reply::Array(vec![Reply::Integer(1), Reply::Null]),
+            b"*2\r\n:1\r\n$-1\r\n",
+            b"*2\r\n:1\r\n_\r\n",
+        ),
+        (
+            map,
+            b"*2\r\n$5\r\nproto\r\n:3\r\n",
+            b"%1\r\n$5\r\nproto\r\n:3\r\n",
+        ),
+    ];
+    for (reply, resp2, resp3) in cases {
+        assert_eq!(encoded(&reply, Resp2), resp2, "{reply:?}");
+        assert_eq!(encoded(&reply, Resp3), resp3, "{reply:?}");
+    }
+}
+
+#[test]
+fn replies_parse_back() {
+    let reply = Reply::Array(vec![
+        Reply::OK,
+        Reply::error("ERR x"),
+        Reply::Integer(7),
+        Reply::bulk(&b"a\r\nb"[..]),
+        Reply::Null,
+        Reply::Map(vec![(Reply::text("k"), Reply::Array(vec![]))]),
+    ]);
+    let wire = encoded(&reply, ProtocolVersion::Resp3);
+    assert_eq!(parse_reply(&wire, &limits()), Ok(Some((reply, wire.len()))));
+    for cut in 0..wire.len() {
+        assert_eq!(parse_reply(&wire[..cut], &limits()), Ok(None));
+        assert_eq!(skip_reply(&wire[..cut], &limits()), Ok(None));
+    }
+    assert_eq!(
+        skip_reply(b"-ERR no\r\n:1\r\n", &limits()),
+        Ok(Some((ReplyKind::Error, 9)))
+    );
+    // RESP3 extras map onto the nearest variant.
+    let extras = b"*4\r\n#t\r\n,1.5\r\n=7\r\ntxt:abc\r\n|1\r\n+a\r\n+b\r\n:2\r\n";
+    let (parsed, _) = parse_reply(extras, &limits()).unwrap().unwrap();
+    assert_eq!(
+        parsed,
+        Reply::Array(vec![
+            Reply::Integer(1),
+            Reply::bulk(&b"1.5"[..]),
+            Reply::bulk(&b"abc"[..]),
+            Reply::Integer(2),
+        ])
+    );
+    let deep = "*1\r\n".repeat(40);
+    assert!(matches!(
+        parse_reply(deep.as_bytes(), &limits()),
+        Err(ProtocolError::NestingTooDeep { .. })
+    ));
+    assert_eq!(
+        parse_reply(b"?\r\n", &limits()),
+        Err(ProtocolError::UnknownReplyType(b'?'))
+    );
+}
+
+/// Feeds `wire` to one decoder in the given chunk sizes, appending to a buffer as a server would,
+/// and returns the frames.
+fn decode_in_chunks(wire: &[u8], cuts: &[usize]) -> Vec<Frame> {
+    let mut decoder = Decoder::new(limits());
+    let mut buffer = Vec::new();
+    let mut frames = Vec::new();
+    let mut fed = 0;
+    let mut boundaries: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+    boundaries.push(wire.len());
+    boundaries.sort_unstable();
+    for end in boundaries {
+        if end > fed {
+            buffer.extend_from_slice(&wire[fed..end]);
+            fed = end;
+        }
+        while let Some((frame, used)) = decoder.decode(&buffer).expect("valid input") {
+            frames.push(frame);
+            buffer.drain(..used);
+        }
+    }
+    assert!(buffer.is_empty());
+    frames
+}
+
+fn arb_frame() -> impl Strategy<Value = (bool, Vec<Vec<u8>>)> {
+    prop_oneof![
+        // Multibulk: any bytes.
+        prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..6)
+            .prop_map(|a| (false, a)),
+        // Inline: words without separators or quotes.
+        prop::collection::vec("[a-zA-Z0-9:_.-]{1,12}", 1..6)
+            .prop_map(|words| (true, words.into_iter().map(String::into_bytes).collect())),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn random_frames_split_anywhere_parse_identically(
+        frames in prop::collection::vec(arb_frame(), 1..8),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let mut wire = Vec::new();
+        for (inline, parts) in &frames {
+            if *inline {
+                let line: Vec<String> =
+                    parts.iter().map(|p| String::from_utf8(p.clone()).unwrap()).collect();
+                wire.extend_from_slice(line.join(" ").as_bytes());
+                wire.extend_from_slice(b"\r\n");
+            } else {
+                wire.extend_from_slice(&request(parts));
+            }
+        }
+        let whole = decode_in_chunks(&wire, &[]);
+        let split = decode_in_chunks(&wire, &cuts);
+        prop_assert_eq!(&whole, &split);
+        let want: Vec<Vec<Bytes>> = frames
+            .iter()
+            .map(|(_, parts)| parts.iter().map(|p| Bytes::from(p.clone())).collect())
+            .collect();
+        let got: Vec<Vec<Bytes>> = whole.into_iter().map(|f| f.args).collect();
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        let small = Limits { bulk_bytes_max: 50, args_max: 8, inline_bytes_max: 60, request_bytes_max: 150 };
+        let _ = parse(&data, &small);
+        let _ = parse_reply(&data, &small);
+    }
+
+    #[test]
+    fn replies_round_trip(values in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), 0..10)) {
+        let reply = Reply::Array(values.into_iter().map(Reply::bulk).collect());
+        for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
+            let wire = encoded(&reply, version);
+            prop_assert_eq!(parse_reply(&wire, &limits()), Ok(Some((reply.clone(), wire.len()))));
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The replicated key-value state machine: an ordered map of bytes to bytes, fed committed log
+//! entries in order.
+//!
+//! - [`KvStateMachine::apply`] runs one logged write ([`LogCommand`]) at its log index and returns
+//!   the client's reply as a [`WriteReply`]. Redis-level errors (INCR of a non-integer, overflow,
+//!   a too-large string) are *results*: deterministic, identical on every replica, and the entry
+//!   still counts as applied. Only an entry this build cannot decode is an [`ApplyError`], which
+//!   the runtime must treat as fatal rather than skip (skipping would diverge silently).
+//! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE from the current state.
+//! - [`KvStateMachine::state_digest`] is maintained incrementally (see `digest.rs` for why XOR of
+//!   pair hashes, and what it cannot detect).
+//! - Request ids are deduplicated over a bounded window (see `dedup.rs` for the bounds).
+//! - [`KvStateMachine::snapshot`] / [`KvStateMachine::restore`] use the versioned, checksummed
+//!   format documented in `snapshot.rs`.
+//!
+//! No I/O, no clock, no tokio: the simulator runs this exact code.
+
+mod dedup;
+mod digest;
+mod log_command;
+mod snapshot;
+mod wire;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+pub use dedup::DedupLimits;
+pub use log_command::{DecodeError, LogCommand};
+pub use snapshot::SnapshotError;
+
+use crate::command::{ReadCommand, SetCondition, WriteCommand};
+use crate::number::parse_i64;
+use crate::resp::Reply;
+use dedup::{DedupTable, Seen};
+use digest::pair_hash;
+
+/// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
+/// not a setting: the outcome of a write must be the same on every replica.
+pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// The outcome of a write, as compact as the deduplication table needs to remember it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteReply {
+    /// `+OK` (SET, MSET).
+    Ok,
+    /// Null: SET NX/XX whose condition did not hold.
+    Nil,
+    /// DEL's count, INCR's new value, APPEND's new length, CAS's 1 (swapped) or 0 (not).
+    Integer(i64),
+    Error(WriteError),
+}
+
+/// Write errors that are results: the entry applied and changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    #[error("ERR string exceeds maximum allowed size (64 MiB)")]
+    StringTooLarge,
+    /// The request id is below its client's deduplication window: it may have been applied
+    /// already, so it is not applied again. The outcome is unknown, hence TRYAGAIN.
+    #[error("TRYAGAIN request id is older than the deduplication window: the outcome of the original request is unknown")]
+    RequestTooOld,
+}
+
+impl WriteReply {
+    pub fn to_reply(&self) -> Reply {
+        match self {
+            WriteReply::Ok => Reply::OK,
+            WriteReply::Nil => Reply::Null,
+            WriteReply::Integer(n) => Reply::Integer(*n),
+            WriteReply::Error(e) => Reply::error(e.to_string()),
+        }
+    }
+
+    /// Appends the reply's compact encoding (the one snapshots use): for relaying a leader's
+    /// result to the follower that forwarded the request.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        snapshot::encode_reply(out, self);
+    }
+
+    /// Decodes what [`Self::encode`] wrote; `data` must hold exactly one reply.
+    pub fn decode(data: &[u8]) -> Option<WriteReply> {
+        let mut r = wire::Reader::new(Bytes::copy_from_slice(data));
+        let reply = snapshot::read_reply(&mut r).ok()?;
+        (r.remaining() == 0).then_some(reply)
+    }
+}
+
+/// A log entry the state machine could not apply. Fatal for the node: it must stop applying rather
+/// than skip the entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("log entry {index} is not a key-value command: {source}")]
+    Undecodable { index: u64, source: DecodeError },
+    #[error("log index {index} is not after the applied index {applied_index}")]
+    IndexNotIncreasing { index: u64, applied_index: u64 },
+}
+
+/// A stored value with its pair hash, so that replacing a large value does not rehash the old one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stored {
+    value: Bytes,
+    pair_hash: u64,
+}
+
+/// The key-value state machine. See the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvStateMachine {
+    data: BTreeMap<Bytes, Stored>,
+    digest: u64,
+    applied_index: u64,
+    dedup: DedupTable,
+}
+
+impl Default for KvStateMachine {
+    fn default() -> Self {
+        KvStateMachine::new()
+    }
+}
+
+impl KvStateMachine {
+    pub fn new() -> Self {
+        KvStateMachine::with_dedup_limits(DedupLimits::default())
+    }
+
+    /// A state machine with a different deduplication window; every replica must use the same.
+    pub fn with_dedup_limits(limits: DedupLimits) -> Self {
+        KvStateMachine {
+            data: BTreeMap::new(),
+            digest: 0,
+            applied_index: 0,
+            dedup: DedupTable::new(limits),
+        }
+    }
+
+    /// The log index of the last entry applied (or noted with [`Self::advance_applied`]).
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// XOR of the pair hashes of every stored (key, value); 0 for the empty map.
+    pub fn state_digest(&self) -> u64 {
+        self.digest
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
+        self.data.get(key).map(|s| &s.value)
+    }
+
+    /// Number of client sessions in the deduplication table.
+    pub fn dedup_sessions(&self) -> usize {
+        self.dedup.len()
+    }
+
+    /// Records that the entry at `index` carried no key-value command (a no-op or membership
+    /// entry), so `applied_index` matches the node's.
+    pub fn advance_applied(&mut self, index: u64) -> Result<(), ApplyError> {
+        self.check_index(index)?;
+        self.applied_index = index;
+        Ok(())
+    }
+
+    fn check_index(&self, index: u64) -> Result<(), ApplyError> {
+        if index <= self.applied_index {
+            return Err(ApplyError::IndexNotIncreasing {
+                index,
+                applied_index: self.applied_index,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies the encoded [`LogCommand`] at log `index` (indexes must increase).
+    pub fn apply(&mut self, index: u64, entry: &Bytes) -> Result<WriteReply, ApplyError> {
+        self.check_index(index)?;
+        let command = LogCommand::decode(entry)
+            .map_err(|source| ApplyError::Undecodable { index, source })?;
+        self.apply_command(index, &command)
+    }
+
+    /// Applies an already decoded command at log `index`.
+    pub fn apply_command(
+        &mut self,
+        index: u64,
+        command: &LogCommand,
+    ) -> Result<WriteReply, ApplyError> {
+        self.check_index(index)?;
+        self.applied_index = index;
+        let reply = match self.dedup.check(command.client_id, command.request_seq) {
+            Seen::Duplicate(reply) => {
+                self.dedup.touch(index, command.client_id);
+                reply
+            }
+            Seen::TooOld => WriteReply::Error(WriteError::RequestTooOld),
+            Seen::New => {
+                let reply = self.execute(&command.command);
+                self.dedup
+                    .record(index, command.client_id, command.request_seq, reply);
+                reply
+            }
+        };
+        Ok(reply)
+    }
+
+    fn execute(&mut self, command: &WriteCommand) -> WriteReply {
+        match command {
+            WriteCommand::Set {
+                key,
+                value,
+                condition,
+            } => {
+                if too_large(key) || too_large(value) {
+                    return WriteReply::Error(WriteError::StringTooLarge);
+                }
+                let exists = self.data.contains_key(key);
+                let allowed = match condition {
+                    SetCondition::Always => true,
+                    SetCondition::IfAbsent => !exists,
+                    SetCondition::IfPresent => exists,
+                };
+                if !allowed {
+                    return WriteReply::Nil;
+                }
+                self.put(key.clone(), value.clone());
+                WriteReply::Ok
+            }
+            WriteCommand::Del { keys } => {
+                let removed = keys.iter().filter(|key| self.remove(key)).count();
+                WriteReply::Integer(removed as i64)
+            }
+            WriteCommand::IncrBy { key, delta } => {
+                if too_large(key) {
+                    return WriteReply::Error(WriteError::StringTooLarge);
+                }
+                let current = match self.get(key) {
+                    None => 0,
+                    Some(value) => match parse_i64(value) {
+                        Some(n) => n,
+                        None => return WriteReply::Error(WriteError::NotInteger),
+                    },
+                };
+                let Some(new) = current.checked_add(*delta) else {
+                    return WriteReply::Error(WriteError::Overflow);
+                };
+                self.put(key.clone(), Bytes::from(new.to_string()));
+                WriteReply::Integer(new)
+            }
+            WriteCommand::MSet { pairs } => {
+                // All or nothing: check every pair before changing anything.
+                if pairs.iter().any(|(k, v)| too_large(k) || too_large(v)) {
+                    return WriteReply::Error(WriteError::StringTooLarge);
+                }
+                for (key, value) in pairs {
+                    self.put(key.clone(), value.clone());
+                }
+                WriteReply::Ok
+            }
+            WriteCommand::Append { key, value } => {
+                let old = self.get(key).cloned().unwrap_or_default();
+                let new_len = old.len() + value.len();
+                if too_large(key) || new_len > STRING_BYTES_MAX {
+                    return WriteReply::Error(WriteError::StringTooLarge);
+                }
+                // Bytes are immutable: an append copies the value (O(length), unlike Redis's
+                // amortised O(1)); the 64 MiB bound keeps that finite.
+                let mut joined = Vec::with_capacity(new_len);
+                joined.extend_from_slice(&old);
+                joined.extend_from_slice(value);
+                self.put(key.clone(), Bytes::from(joined));
+                WriteReply::Integer(new_len as i64)
+            }
+            WriteCommand::Cas { key, expected, new } => {
+                if too_large(key) || too_large(new) {
+                    return WriteReply::Error(WriteError::StringTooLarge);
+                }
+                if self.get(key) != Some(expected) {
+                    return WriteReply::Integer(0);
+                }
+                self.put(key.clone(), new.clone());
+                WriteReply::Integer(1)
+            }
+        }
+    }
+
+    fn put(&mut self, key: Bytes, value: Bytes) {
+        let hash = pair_hash(&key, &value);
+        self.digest ^= hash;
+        let stored = Stored {
+            value,
+            pair_hash: hash,
+        };
+        if let Some(old) = self.data.insert(key, stored) {
+            self.digest ^= old.pair_hash;
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) -> bool {
+        match self.data.remove(key) {
+            Some(old) => {
+                self.digest ^= old.pair_hash;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Answers a read from the current state. Linearizability is the caller's job (serve it only
+    /// once this state machine has applied the read index).
+    pub fn read(&self, command: &ReadCommand) -> Reply {
+        let value = |key: &Bytes| match self.get(key) {
+            Some(v) => Reply::Bulk(v.clone()),
+            None => Reply::Null,
+        };
+        match command {
+            ReadCommand::Get { key } => value(key),
+            ReadCommand::MGet { keys } => Reply::Array(keys.iter().map(value).collect()),
+            ReadCommand::Exists { keys } => {
+                // Redis counts a key named twice twice.
+                Reply::Integer(keys.iter().filter(|k| self.data.contains_key(*k)).count() as i64)
+            }
+            ReadCommand::StrLen { key } => {
+                Reply::Integer(self.get(key).map_or(0, |v| v.len()) as i64)
+            }
+            ReadCommand::DbSize => Reply::Integer(self.data.len() as i64),
+        }
+    }
+
+    /// Encodes the whole state at `applied_index` (format in `snapshot.rs`).
+    pub fn snapshot(&self) -> Vec<u8> {
+        snapshot::encode(self.applied_index, self.digest, &self.data, &self.dedup)
+    }
+
+    /// A copy of the state for encoding elsewhere (another thread) while this one keeps applying.
+    /// Cheap: the map holds reference-counted `Bytes`, so copying it copies no key or value bytes.
+    pub fn snapshot_view(&self) -> SnapshotView {
+        SnapshotView(self.clone())
+    }
+
+    /// Replaces the whole state with a snapshot's. On error the state is unchanged.
+    pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        *self = KvStateMachine::from_snapshot(snapshot)?;
+        Ok(())
+    }
+
+    pub fn from_snapshot(snapshot: &[u8]) -> Result<Self, SnapshotError> {
+        let restored = snapshot::decode(snapshot)?;
+        Ok(KvStateMachine {
+            data: restored.data,
+            digest: restored.digest,
+            applied_index: restored.applied_index,
+            dedup: restored.dedup,
+        })
+    }
+}
+
+/// A frozen copy of the state at one applied index; see [`KvStateMachine::snapshot_view`].
+#[derive(Clone, Debug)]
+pub struct SnapshotView(KvStateMachine);
+
+impl SnapshotView {
+    pub fn applied_index(&self) -> u64 {
+        self.0.applied_index
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        self.0.snapshot()
+    }
+}
+
+fn too_large(data: &Bytes) -> bool {
+    data.len() > STRING_BYTES_MAX
+}
+
+#[cfg(test)]
+mod tests;

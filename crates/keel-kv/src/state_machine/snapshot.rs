@@ -1,0 +1,294 @@
+//! The state machine's snapshot format.
+//!
+//! Format, version 1. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic b"KEELKVS\0"
+//! 8       4     format version u32 = 1
+//! 12      8     applied_index u64
+//! 20      8     state_digest u64          (recomputed and compared on restore)
+//! 28      4     dedup clients_max u32
+//! 32      4     dedup replies_per_client_max u32
+//! 36      8     key_count u64
+//! 44      ...   key_count x (bytes key, bytes value), keys strictly ascending bytewise
+//! ...     8     session_count u64         (<= clients_max)
+//! ...     ...   session_count x session, client ids strictly ascending:
+//!                 8  client_id u64
+//!                 8  last_used_index u64  (unique across sessions)
+//!                 8  max_seq u64
+//!                 4  reply_count u32      (<= replies_per_client_max)
+//!                 reply_count x (seq u64, reply), seqs strictly ascending within the window
+//! end-4   4     crc32c of every byte before it
+//! ```
+//!
+//! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
+//! code byte (1 not an integer, 2 overflow, 3 string too large; 4 request too old exists only in
+//! relayed replies, never in a snapshot).
+//!
+//! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
+//! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
+//! every count and length against the bytes remaining, the orderings above, the value size bound,
+//! and finally the recomputed digest. Any failure is a [`SnapshotError`] and leaves the state
+//! machine unchanged.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{BufMut, Bytes};
+
+use super::dedup::{DedupLimits, DedupTable, Session};
+use super::digest::pair_hash;
+use super::wire::{put_bytes, Reader};
+use super::{Stored, WriteError, WriteReply, STRING_BYTES_MAX};
+
+const MAGIC: &[u8; 8] = b"KEELKVS\0";
+const FORMAT_VERSION: u32 = 1;
+const HEADER_BYTES: usize = 44;
+const CHECKSUM_BYTES: usize = 4;
+
+/// Why a snapshot cannot be restored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot is {0} bytes, shorter than its header and checksum")]
+    TooShort(usize),
+    #[error("snapshot checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    ChecksumMismatch { stored: u32, computed: u32 },
+    #[error("not a keel key-value snapshot (bad magic)")]
+    BadMagic,
+    #[error("unsupported snapshot format version {0} (this build reads version 1)")]
+    UnsupportedVersion(u32),
+    #[error("snapshot truncated inside {0}")]
+    Truncated(&'static str),
+    #[error("snapshot is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("snapshot digest mismatch: stored {stored:#018x}, recomputed {computed:#018x}")]
+    DigestMismatch { stored: u64, computed: u64 },
+}
+
+/// The decoded content of a snapshot, ready to become a state machine.
+pub(crate) struct Restored {
+    pub(crate) applied_index: u64,
+    pub(crate) digest: u64,
+    pub(crate) data: BTreeMap<Bytes, Stored>,
+    pub(crate) dedup: DedupTable,
+}
+
+pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
+    match reply {
+        WriteReply::Ok => out.put_u8(0),
+        WriteReply::Nil => out.put_u8(1),
+        WriteReply::Integer(n) => {
+            out.put_u8(2);
+            out.put_i64_le(*n);
+        }
+        WriteReply::Error(error) => {
+            out.put_u8(3);
+            out.put_u8(match error {
+                WriteError::NotInteger => 1,
+                WriteError::Overflow => 2,
+                WriteError::StringTooLarge => 3,
+                WriteError::RequestTooOld => 4,
+            });
+        }
+    }
+}
+
+/// Why a reply could not be read.
+pub(crate) enum ReplyDecodeError {
+    Truncated,
+    Unknown,
+}
+
+/// Reads one reply in the encoding of [`encode_reply`].
+pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError> {
+    let truncated = ReplyDecodeError::Truncated;
+    Ok(match r.u8().ok_or(ReplyDecodeError::Truncated)? {
+        0 => WriteReply::Ok,
+        1 => WriteReply::Nil,
+        2 => WriteReply::Integer(r.i64().ok_or(truncated)?),
+        3 => WriteReply::Error(match r.u8().ok_or(truncated)? {
+            1 => WriteError::NotInteger,
+            2 => WriteError::Overflow,
+            3 => WriteError::StringTooLarge,
+            4 => WriteError::RequestTooOld,
+            _ => return Err(ReplyDecodeError::Unknown),
+        }),
+        _ => return Err(ReplyDecodeError::Unknown),
+    })
+}
+
+fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
+    match read_reply(r) {
+        // Never remembered: a refused request changes nothing, its reply included.
+        Ok(WriteReply::Error(WriteError::RequestTooOld)) | Err(ReplyDecodeError::Unknown) => Err(
+            SnapshotError::Malformed("unknown reply in the deduplication table"),
+        ),
+        Err(ReplyDecodeError::Truncated) => Err(SnapshotError::Truncated("a remembered reply")),
+        Ok(reply) => Ok(reply),
+    }
+}
+
+/// Encodes a state. Takes the pieces rather than the state machine so it can run on a cheap copy
+/// ([`super::SnapshotView`]) while the state machine keeps applying.
+pub(crate) fn encode(
+    applied_index: u64,
+    digest: u64,
+    data: &BTreeMap<Bytes, Stored>,
+    dedup: &DedupTable,
+) -> Vec<u8> {
+    let data_bytes: usize = data.iter().map(|(k, v)| k.len() + v.value.len() + 8).sum();
+    let mut out = Vec::with_capacity(HEADER_BYTES + data_bytes + 8 + CHECKSUM_BYTES);
+    out.put_slice(MAGIC);
+    out.put_u32_le(FORMAT_VERSION);
+    out.put_u64_le(applied_index);
+    out.put_u64_le(digest);
+    let limits = dedup.limits();
+    out.put_u32_le(limits.clients_max);
+    out.put_u32_le(limits.replies_per_client_max);
+    out.put_u64_le(data.len() as u64);
+    debug_assert_eq!(out.len(), HEADER_BYTES);
+    for (key, stored) in data {
+        put_bytes(&mut out, key);
+        put_bytes(&mut out, &stored.value);
+    }
+    out.put_u64_le(dedup.len() as u64);
+    for (&client_id, session) in dedup.sessions() {
+        out.put_u64_le(client_id);
+        out.put_u64_le(session.last_used_index);
+        out.put_u64_le(session.max_seq);
+        out.put_u32_le(session.replies.len() as u32);
+        for (seq, reply) in &session.replies {
+            out.put_u64_le(*seq);
+            encode_reply(&mut out, reply);
+        }
+    }
+    let crc = crc32c::crc32c(&out);
+    out.put_u32_le(crc);
+    out
+}
+
+pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
+    if snapshot.len() < HEADER_BYTES + 8 + CHECKSUM_BYTES {
+        return Err(SnapshotError::TooShort(snapshot.len()));
+    }
+    let (body, stored_crc) = snapshot.split_at(snapshot.len() - CHECKSUM_BYTES);
+    let stored = u32::from_le_bytes(stored_crc.try_into().expect("4 bytes"));
+    let computed = crc32c::crc32c(body);
+    if stored != computed {
+        return Err(SnapshotError::ChecksumMismatch { stored, computed });
+    }
+    if &body[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    // One copy of the body; keys and values are slices of it.
+    let mut r = Reader::new(Bytes::copy_from_slice(&body[8..]));
+    let header = SnapshotError::Truncated("the header");
+    let version = r.u32().ok_or(header.clone())?;
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion(version));
+    }
+    let applied_index = r.u64().ok_or(header.clone())?;
+    let stored_digest = r.u64().ok_or(header.clone())?;
+    let limits = DedupLimits {
+        clients_max: r.u32().ok_or(header.clone())?,
+        replies_per_client_max: r.u32().ok_or(header.clone())?,
+    };
+    let key_count = r.u64().ok_or(header)?;
+
+    let mut data = BTreeMap::new();
+    let mut digest = 0u64;
+    let mut previous: Option<Bytes> = None;
+    for _ in 0..key_count {
+        // Each pair takes at least 8 bytes, so a huge count runs out of input before it runs
+        // out of memory: nothing is preallocated from it.
+        let pair = SnapshotError::Truncated("a key-value pair");
+        let key = r.bytes().ok_or(pair.clone())?;
+        let value = r.bytes().ok_or(pair)?;
+        if previous.as_ref().is_some_and(|p| *p >= key) {
+            return Err(SnapshotError::Malformed("keys not strictly ascending"));
+        }
+        if key.len() > STRING_BYTES_MAX || value.len() > STRING_BYTES_MAX {
+            return Err(SnapshotError::Malformed("key or value over the size limit"));
+        }
+        let hash = pair_hash(&key, &value);
+        digest ^= hash;
+        previous = Some(key.clone());
+        data.insert(
+            key,
+            Stored {
+                value,
+                pair_hash: hash,
+            },
+        );
+    }
+
+    let session_count = r
+        .u64()
+        .ok_or(SnapshotError::Truncated("the session count"))?;
+    if session_count > u64::from(limits.clients_max) {
+        return Err(SnapshotError::Malformed("more sessions than clients_max"));
+    }
+    let mut sessions = BTreeMap::new();
+    let mut previous_client: Option<u64> = None;
+    for _ in 0..session_count {
+        let (client_id, session) = decode_session(&mut r, &limits)?;
+        if previous_client.is_some_and(|p| p >= client_id) {
+            return Err(SnapshotError::Malformed(
+                "client ids not strictly ascending",
+            ));
+        }
+        if session.last_used_index > applied_index {
+            return Err(SnapshotError::Malformed(
+                "session used after the applied index",
+            ));
+        }
+        previous_client = Some(client_id);
+        sessions.insert(client_id, session);
+    }
+    if r.remaining() > 0 {
+        return Err(SnapshotError::Malformed("bytes after the last session"));
+    }
+    let dedup = DedupTable::from_sessions(limits, sessions).map_err(SnapshotError::Malformed)?;
+    if digest != stored_digest {
+        return Err(SnapshotError::DigestMismatch {
+            stored: stored_digest,
+            computed: digest,
+        });
+    }
+    Ok(Restored {
+        applied_index,
+        digest,
+        data,
+        dedup,
+    })
+}
+
+fn decode_session(r: &mut Reader, limits: &DedupLimits) -> Result<(u64, Session), SnapshotError> {
+    let truncated = SnapshotError::Truncated("a session");
+    let client_id = r.u64().ok_or(truncated.clone())?;
+    let last_used_index = r.u64().ok_or(truncated.clone())?;
+    let max_seq = r.u64().ok_or(truncated.clone())?;
+    let reply_count = r.u32().ok_or(truncated)?;
+    if reply_count > limits.replies_per_client_max {
+        return Err(SnapshotError::Malformed("more replies than the window"));
+    }
+    // A reply takes at least 9 bytes: check before the count sizes an allocation.
+    if reply_count as usize * 9 > r.remaining() {
+        return Err(SnapshotError::Truncated("a session's replies"));
+    }
+    let mut replies = VecDeque::with_capacity(reply_count as usize);
+    for _ in 0..reply_count {
+        let seq = r
+            .u64()
+            .ok_or(SnapshotError::Truncated("a remembered reply"))?;
+        replies.push_back((seq, decode_reply(r)?));
+    }
+    Ok((
+        client_id,
+        Session {
+            last_used_index,
+            max_seq,
+            replies,
+        },
+    ))
+}

@@ -1,0 +1,346 @@
+//! End to end over real sockets: the protocol layer and state machine behind the test-only server,
+//! `keel bench` against it and against a real redis-server, and the `keel` binary's placeholders.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use keel_kv::bench::{self, BenchConfig, BenchError, Stop};
+use keel_kv::resp::{parse_reply, Limits};
+use keel_kv::Reply;
+use support::{json_field, RedisServer, ServerOptions, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends raw bytes and collects `count` replies (or fewer if the server closes).
+async fn exchange(stream: &mut TcpStream, send: &[u8], count: usize) -> Vec<Reply> {
+    stream.write_all(send).await.unwrap();
+    let mut input = BytesMut::new();
+    let mut replies = Vec::new();
+    while replies.len() < count {
+        while let Some((reply, used)) = parse_reply(&input, &Limits::default()).unwrap() {
+            let _ = input.split_to(used);
+            replies.push(reply);
+        }
+        if replies.len() == count {
+            break;
+        }
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_buf(&mut input))
+            .await
+            .expect("reply in time")
+            .unwrap();
+        if read == 0 {
+            break;
+        }
+    }
+    replies
+}
+
+async fn connect(server: &TestServer) -> TcpStream {
+    TcpStream::connect(server.addr).await.unwrap()
+}
+
+fn config(server: &TestServer) -> BenchConfig {
+    BenchConfig {
+        targets: vec![server.addr.to_string()],
+        connections: 4,
+        pipeline: 4,
+        keys: 100,
+        read_ratio: 0.5,
+        stop: Stop::Requests(2_000),
+        reply_timeout: Duration::from_secs(5),
+        ..BenchConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn pipelined_commands_over_a_socket() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    let mut c = connect(&server).await;
+    let send = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n10\r\nINCRBY k 5\r\nGET k\r\nGET nope\r\nCAS k 15 x\r\nCAS k 15 y\r\nSET k v NX\r\nFOO bar\r\nDBSIZE\r\n";
+    let replies = exchange(&mut c, send, 9).await;
+    assert_eq!(
+        replies,
+        [
+            Reply::OK,
+            Reply::Integer(15),
+            Reply::text("15"),
+            Reply::Null,
+            Reply::Integer(1),
+            Reply::Integer(0),
+            Reply::Null,
+            Reply::error("ERR unknown command 'FOO', with args beginning with: 'bar' "),
+            Reply::Integer(1),
+        ]
+    );
+    // HELLO 3 switches this connection to RESP3: nulls become `_`.
+    let replies = exchange(&mut c, b"HELLO 3\r\nGET nope\r\n", 2).await;
+    assert!(matches!(replies[0], Reply::Map(_)));
+    let mut raw = vec![0u8; 3];
+    c.write_all(b"GET nope\r\n").await.unwrap();
+    c.read_exact(&mut raw).await.unwrap();
+    assert_eq!(raw, b"_\r\n");
+    assert_eq!(exchange(&mut c, b"QUIT\r\n", 2).await, [Reply::OK]);
+}
+
+#[tokio::test]
+async fn bad_input_closes_only_that_connection() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    let mut good = connect(&server).await;
+    assert_eq!(exchange(&mut good, b"SET a 1\r\n", 1).await, [Reply::OK]);
+    let cases: [(&[u8], &str); 3] = [
+        (
+            b"*1\r\n$99999999999\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            b"*999999999\r\n",
+            "ERR Protocol error: invalid multibulk length",
+        ),
+        (b"*1\r\n:1\r\n", "ERR Protocol error: expected '$', got ':'"),
+    ];
+    for (garbage, prefix) in cases {
+        let mut bad = connect(&server).await;
+        let replies = exchange(&mut bad, garbage, 2).await;
+        assert_eq!(replies.len(), 1, "one error, then the connection closes");
+        let Reply::Error(message) = &replies[0] else {
+            panic!("{replies:?}")
+        };
+        assert!(message.starts_with(prefix), "{message}");
+    }
+    // The well-behaved connection and the data are untouched.
+    assert_eq!(
+        exchange(&mut good, b"GET a\r\n", 1).await,
+        [Reply::text("1")]
+    );
+}
+
+#[tokio::test]
+async fn bench_counts_add_up_against_the_test_server() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    let report = bench::run(&config(&server)).await.unwrap();
+    assert!(report.connection_failures.is_empty(), "{report:?}");
+    assert_eq!(report.all.replies, 2_000);
+    assert_eq!(report.get.replies + report.set.replies, 2_000);
+    assert!(
+        report.get.replies > 500 && report.set.replies > 500,
+        "{report:?}"
+    );
+    assert_eq!(report.all.errors, 0);
+    assert_eq!(report.lost_requests, 0);
+    let sm = server.state.sm.lock().unwrap();
+    // Every SET was one applied write; GETs apply nothing.
+    assert_eq!(sm.applied_index(), report.set.replies);
+    assert!(sm.len() <= 100);
+    let json = report.to_json();
+    assert_eq!(json_field(&json, "requests"), "2000");
+    assert_eq!(json_field(&json, "errors"), "0");
+    assert!(report.to_table().contains("SET"));
+}
+
+#[tokio::test]
+async fn bench_warmup_and_duration() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    let config = BenchConfig {
+        stop: Stop::After(Duration::from_millis(300)),
+        warmup: Duration::from_millis(100),
+        read_ratio: 0.0,
+        ..config(&server)
+    };
+    let report = bench::run(&config).await.unwrap();
+    assert!(report.all.replies > 0);
+    assert!(
+        report.elapsed >= Duration::from_millis(300),
+        "{:?}",
+        report.elapsed
+    );
+    assert!(report.elapsed < Duration::from_secs(5));
+    // Warmup requests were sent but not counted.
+    let applied = server.state.sm.lock().unwrap().applied_index();
+    assert!(
+        applied > report.set.replies,
+        "{applied} vs {}",
+        report.set.replies
+    );
+}
+
+#[tokio::test]
+async fn bench_counts_error_replies_without_stopping() {
+    let options = ServerOptions {
+        reject_writes: true,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options).await;
+    let report = bench::run(&config(&server)).await.unwrap();
+    assert_eq!(report.all.replies, 2_000);
+    assert_eq!(report.set.errors, report.set.replies);
+    assert_eq!(report.get.errors, 0);
+    assert!(report
+        .first_error
+        .as_deref()
+        .unwrap()
+        .starts_with("READONLY"));
+    assert!(report.connection_failures.is_empty());
+}
+
+#[tokio::test]
+async fn bench_reports_connection_failures() {
+    let options = ServerOptions {
+        close_after_requests: Some(50),
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options).await;
+    let report = bench::run(&config(&server)).await.unwrap();
+    assert_eq!(report.connection_failures.len(), 4, "{report:?}");
+    assert!(report.connection_failures[0].contains("connection closed by the server"));
+    assert!(report.all.replies < 2_000);
+
+    // Nothing listening: a clear error before the run starts.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let config = BenchConfig {
+        targets: vec![addr.clone()],
+        ..config(&server)
+    };
+    match bench::run(&config).await {
+        Err(BenchError::Connect { addr: a, .. }) => assert_eq!(a, addr),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bench_rejects_unbounded_or_invalid_settings() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    for bad in [
+        BenchConfig {
+            connections: 0,
+            ..config(&server)
+        },
+        BenchConfig {
+            read_ratio: 1.5,
+            ..config(&server)
+        },
+        BenchConfig {
+            stop: Stop::Requests(0),
+            ..config(&server)
+        },
+        BenchConfig {
+            targets: vec![],
+            ..config(&server)
+        },
+    ] {
+        assert!(matches!(
+            bench::run(&bad).await,
+            Err(BenchError::Invalid(_))
+        ));
+    }
+}
+
+fn keel() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+}
+
+#[test]
+fn keel_bench_against_redis_server() {
+    let redis = RedisServer::start();
+    let output = keel()
+        .args(["bench", "--addr", &format!("127.0.0.1:{}", redis.port)])
+        .args(["--connections", "4", "--pipeline", "2", "--duration", "1s"])
+        .args(["--read-ratio", "0.3", "--json", "--quiet", "--threads", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = stdout.trim();
+    assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
+    let requests: u64 = json_field(json, "requests").parse().unwrap();
+    let gets: u64 = json_field(json, "get_requests").parse().unwrap();
+    let sets: u64 = json_field(json, "set_requests").parse().unwrap();
+    assert!(requests > 100, "{json}");
+    assert_eq!(gets + sets, requests);
+    assert_eq!(json_field(json, "errors"), "0");
+    assert_eq!(json_field(json, "connection_failures"), "0");
+    let p50: u64 = json_field(json, "p50_us").parse().unwrap();
+    let p99: u64 = json_field(json, "p99_us").parse().unwrap();
+    assert!(p50 > 0 && p50 <= p99, "{json}");
+    let elapsed: f64 = json_field(json, "elapsed_s").parse().unwrap();
+    assert!((1.0..5.0).contains(&elapsed), "{json}");
+}
+
+#[test]
+fn keel_bench_reports_an_unreachable_server() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let output = keel()
+        .args(["bench", "--addr", &addr, "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot connect to {addr}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn runtime_commands_are_placeholders_that_say_so() {
+    let cases: [&[&str]; 6] = [
+        &["up"],
+        &[
+            "serve",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--client-addr",
+            "127.0.0.1:6379",
+        ],
+        &[
+            "serve",
+            "--initial-cluster",
+            "1=a:1,2=b:2",
+            "--heartbeat-ms",
+            "50",
+        ],
+        &["status"],
+        &["member", "add", "4", "127.0.0.1:7004", "--learner"],
+        &["transfer", "2"],
+    ];
+    for args in cases {
+        let output = keel().args(args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "keel {}: not available yet: the runtime is not built",
+                args[0]
+            )),
+            "{stderr}"
+        );
+    }
+}
+
+/// For checking by hand with redis-cli and redis-benchmark (not run by default):
+/// `KEEL_TEST_PORT=7777 cargo test -p keel-kv --test end_to_end -- --ignored --nocapture serve_for_manual_checks`
+/// serves for `KEEL_TEST_SERVE_SECS` seconds (default 60).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn serve_for_manual_checks() {
+    let port: u16 = std::env::var("KEEL_TEST_PORT").map_or(7777, |p| p.parse().unwrap());
+    let secs: u64 = std::env::var("KEEL_TEST_SERVE_SECS").map_or(60, |s| s.parse().unwrap());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let _server = TestServer::serve(listener, ServerOptions::default());
+    println!("serving on 127.0.0.1:{port} for {secs} s");
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+}
