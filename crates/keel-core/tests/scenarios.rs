@@ -621,3 +621,58 @@ fn s30_check_quorum_deposes_minority_leader_and_fails_its_reads() {
     c.assert_converged();
     c.assert_committed_preserved();
 }
+
+/// S09 in the shape of the original report: a snapshot threshold of 32, bootstrap entries, then
+/// writes whose commit and compaction land in the same step, and a caller that polls the commit
+/// status of each of its writes only much later. Every write must resolve as committed, on every
+/// node, although the entries are long gone from every log.
+#[test]
+fn s09_slow_poller_sees_every_compacted_write_committed() {
+    const THRESHOLD: u64 = 32;
+    let mut c = Cluster::with_config(3, |cfg| cfg.snapshot_trailing_entries = 0);
+    let leader = 1;
+    c.elect(leader);
+    for i in 0..10 {
+        c.propose_and_commit(leader, &format!("bootstrap-{i}"));
+    }
+    let mut written = Vec::new();
+    let mut last_snapshot = [0; 4];
+    for i in 0..100 {
+        written.push(c.propose(leader, &format!("w{i}")));
+        c.run_until_quiet();
+        // Each node snapshots as soon as it applied THRESHOLD entries since its last one, in
+        // the same step that committed them.
+        for id in 1..=3 {
+            let applied = c.node(id).status().applied;
+            if applied >= last_snapshot[id as usize] + THRESHOLD {
+                let meta = c
+                    .node(id)
+                    .snapshot_meta(applied)
+                    .expect("applied is in the log");
+                c.peer(id).storage.save_snapshot(&meta);
+                c.node_mut(id).snapshot_saved(meta);
+                last_snapshot[id as usize] = applied;
+            }
+        }
+    }
+    // The caller polls slowly: by then heartbeats have told the followers the last commit.
+    c.tick_all(4);
+    c.run_until_quiet();
+    for id in 1..=3 {
+        let purged = c.node(id).log().purged().index;
+        assert!(purged >= 96, "node {id} compacted only to {purged}");
+        for w in &written {
+            assert_eq!(
+                c.node(id).commit_status(*w),
+                CommitStatus::Committed,
+                "node {id}: write {w} must resolve as committed"
+            );
+        }
+        // A term that never existed at a compacted index is not committed there.
+        let w = written[0];
+        assert_eq!(
+            c.node(id).commit_status(LogId::new(w.term + 1, w.index)),
+            CommitStatus::Overwritten
+        );
+    }
+}

@@ -192,6 +192,9 @@ pub struct RaftNode {
     applied: Index,
     /// Handed to the application in a `Ready` (>= applied).
     apply_requested: Index,
+    /// The commit index recovered at start: until the application has applied it, the node
+    /// replays and neither campaigns nor should serve clients (DESIGN.md section 1.3).
+    replay_to: Index,
     durability: Durability,
 
     election_elapsed_ticks: u32,
@@ -332,6 +335,7 @@ impl RaftNode {
             leader_match: 0,
             applied,
             apply_requested: applied,
+            replay_to: commit,
             election_elapsed_ticks: 0,
             heartbeat_elapsed_ticks: 0,
             randomized_election_timeout_ticks: timeout,
@@ -428,7 +432,7 @@ impl RaftNode {
 
     /// Starts an election at once (used to bootstrap a cluster quickly; normally timeouts do it).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader && self.is_voter() {
+        if self.role != Role::Leader && self.is_voter() && !self.is_replaying() {
             self.start_election(false);
         }
     }
@@ -511,6 +515,12 @@ impl RaftNode {
 
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// Whether the node is still applying what it had committed before it restarted. Until that
+    /// is done it does not campaign, and a runtime should not serve clients from it.
+    pub fn is_replaying(&self) -> bool {
+        self.applied < self.replay_to
     }
 
     pub fn role(&self) -> Role {

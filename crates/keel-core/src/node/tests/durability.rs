@@ -52,6 +52,7 @@ fn vote_held_until_durable() {
 #[test]
 fn vote_request_held_until_self_vote_durable_and_counted_only_then() {
     let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    settle(&mut n); // replay the committed entry first
     n.campaign();
     n.ready();
     n.step(msg(2, 1, 2, MessageBody::PreVoteResponse { granted: true }));

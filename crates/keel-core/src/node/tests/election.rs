@@ -149,6 +149,7 @@ fn fig2_candidate_steps_down_on_append_from_leader() {
 
     // A pre-candidate, too, at its unchanged term.
     let mut p = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    settle(&mut p); // replay the committed entry first
     p.campaign();
     assert_eq!(p.role(), Role::PreCandidate);
     p.step(append(3, 1, 1, LogId::new(1, 1), vec![], 1));
@@ -166,6 +167,7 @@ fn sec5_2_election_timeout_randomized_and_campaign() {
             ..test_config(1)
         };
         let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
+        settle(&mut n); // replay the committed entry first
         (1..=100)
             .find(|_| {
                 n.tick();
@@ -204,6 +206,7 @@ fn sec5_2_election_timeout_randomized_and_campaign() {
 
     // campaign() starts at once, with a pre-vote for the next term to every other voter.
     let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
+    settle(&mut n); // replay the committed entry first
     n.campaign();
     let pre_vote = |to| {
         msg(
@@ -265,6 +268,7 @@ fn prevote_does_not_bump_terms() {
 fn prevote_lost_to_a_longer_log_keeps_the_term() {
     let mut n = node_with(1, &[1, 2, 3], &[1], hs(1, None, 1));
     let mut v = node_with(2, &[1, 2, 3], &[1, 1], hs(1, None, 2));
+    settle(&mut n); // replay the committed entry first
     n.campaign();
     let to_v = settle(&mut n).messages.into_iter().find(|m| m.to == 2);
     v.step(to_v.expect("pre-vote"));

@@ -147,6 +147,8 @@ fn data(s: &str) -> Bytes {
 
 /// Makes `n` a candidate of the next term: it wins its pre-vote and persists its vote.
 fn make_candidate(n: &mut RaftNode) {
+    // A restarted node replays what it had committed before it may campaign.
+    settle(n);
     n.campaign();
     settle(n);
     let (id, term) = (n.id(), n.term());
@@ -166,6 +168,8 @@ fn make_candidate(n: &mut RaftNode) {
 /// Makes `n` the leader of the next term with every other voter's vote; drains its first
 /// `Ready` (no-op appended and durable, probes out).
 fn make_leader(n: &mut RaftNode) -> Out {
+    // A restarted node replays what it had committed before it may campaign.
+    settle(n);
     n.campaign();
     settle(n);
     if n.role() == Role::PreCandidate {

@@ -178,3 +178,23 @@ fn commit_status_resolves_a_deposed_leaders_truncated_proposals() {
     assert_eq!(c.node(2).log().last_log_id(), LogId::new(2, 3));
     assert_eq!(c.node(2).commit_status(y), CommitStatus::Overwritten);
 }
+
+#[test]
+fn restart_does_not_campaign_before_replaying_its_commit() {
+    // Single voter, five committed entries on disk: nothing is applied yet after the restart.
+    let mut n = node_with(1, &[1], &[1; 5], hs(1, None, 5));
+    assert!(n.is_replaying());
+    for _ in 0..5 * ET {
+        n.tick();
+    }
+    let rd = n.ready();
+    assert_eq!(n.role(), Role::Follower, "no election while replaying");
+    assert_eq!(rd.committed.len(), 5, "the replay is handed out");
+    n.applied(5);
+    assert!(!n.is_replaying());
+    for _ in 0..5 * ET {
+        n.tick();
+    }
+    let _ = settle(&mut n);
+    assert_eq!(n.role(), Role::Leader);
+}
