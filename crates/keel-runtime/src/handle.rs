@@ -1,0 +1,181 @@
+//! The client handle: what an application holds to use its node.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_core::{FollowerProgress, Index, MembershipChange, NodeId, Status};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::timeout;
+
+use crate::apply::{ProposalReply, ReadFn};
+
+/// Why a request did not produce a result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Definitely not applied: this node is not the leader (or the entry was overwritten).
+    /// Retry at `leader` if known.
+    #[error("not the leader (leader hint: {leader:?} at {leader_addr:?})")]
+    NotLeader {
+        leader: Option<NodeId>,
+        leader_addr: Option<SocketAddr>,
+    },
+    /// The outcome is unknown (timeout, or committed under a snapshot): it may or may not have
+    /// been applied. Retry only with a request id the state machine deduplicates.
+    #[error("outcome unknown (timed out or leadership changed)")]
+    Unknown,
+    /// A bound was reached (pending proposals or reads, uncommitted entries, a transfer in
+    /// progress): not applied, retry later.
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    /// Refused by the core (for instance a membership change while another is in progress).
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The node is shutting down or gone.
+    #[error("the node is shut down")]
+    Shutdown,
+}
+
+/// A node's status as the runtime sees it.
+#[derive(Clone, Debug)]
+pub struct NodeStatus {
+    pub raft: Status,
+    /// On the leader: every follower's replication progress.
+    pub progress: Vec<FollowerProgress>,
+    /// Whether startup replay finished and the node serves clients.
+    pub serving: bool,
+    pub replay: ReplayStats,
+    pub dropped_messages: u64,
+}
+
+/// What startup replayed through the apply pipeline before serving.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// The persisted commit index the node replayed to.
+    pub target_index: Index,
+    pub entries: u64,
+    pub duration: Duration,
+}
+
+pub(crate) enum Request<S> {
+    Propose {
+        data: Bytes,
+        reply: ProposalReply,
+    },
+    Read(ReadFn<S>),
+    Status(oneshot::Sender<NodeStatus>),
+    Membership {
+        change: MembershipChange,
+        addr: Option<SocketAddr>,
+        reply: ProposalReply,
+    },
+    Transfer {
+        to: NodeId,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    },
+    SnapshotNow(oneshot::Sender<Result<Index, ClientError>>),
+}
+
+/// A cheap, cloneable handle to a running node.
+pub struct Handle<S> {
+    pub(crate) requests: mpsc::Sender<Request<S>>,
+    pub(crate) request_timeout: Duration,
+}
+
+impl<S> Clone for Handle<S> {
+    fn clone(&self) -> Self {
+        Handle {
+            requests: self.requests.clone(),
+            request_timeout: self.request_timeout,
+        }
+    }
+}
+
+impl<S: Send + 'static> Handle<S> {
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, ClientError>>) -> Request<S>,
+    ) -> Result<T, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        let request = make(tx);
+        // The whole round trip, queueing included, is bounded: past it the outcome is unknown.
+        timeout(self.request_timeout, async {
+            self.requests
+                .send(request)
+                .await
+                .map_err(|_| ClientError::Shutdown)?;
+            rx.await.map_err(|_| ClientError::Shutdown)?
+        })
+        .await
+        .map_err(|_| ClientError::Unknown)?
+    }
+
+    /// Proposes `data` and resolves with the state machine's result once it is applied here.
+    pub async fn propose(&self, data: Bytes) -> Result<Bytes, ClientError> {
+        self.call(|reply| Request::Propose { data, reply }).await
+    }
+
+    /// Runs `f` against the state machine, linearizably (ReadIndex on the leader).
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&S) -> R + Send + 'static,
+    ) -> Result<R, ClientError> {
+        self.call(|reply| {
+            Request::Read(Box::new(move |state: Result<&S, ClientError>| {
+                let _ = reply.send(state.map(f));
+            }))
+        })
+        .await
+    }
+
+    pub async fn status(&self) -> Result<NodeStatus, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Status(tx))
+            .await
+            .map_err(|_| ClientError::Shutdown)?;
+        timeout(self.request_timeout, rx)
+            .await
+            .map_err(|_| ClientError::Unknown)?
+            .map_err(|_| ClientError::Shutdown)
+    }
+
+    async fn change(
+        &self,
+        change: MembershipChange,
+        addr: Option<SocketAddr>,
+    ) -> Result<(), ClientError> {
+        self.call(|reply| Request::Membership {
+            change,
+            addr,
+            reply,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Adds `id` (reachable at `addr`) as a learner; resolves once the change is applied here.
+    pub async fn add_learner(&self, id: NodeId, addr: SocketAddr) -> Result<(), ClientError> {
+        self.change(MembershipChange::AddLearner(id), Some(addr))
+            .await
+    }
+
+    /// Makes a learner a voter (joint consensus; resolves when the joint entry is applied).
+    pub async fn promote(&self, id: NodeId) -> Result<(), ClientError> {
+        self.change(MembershipChange::AddVoter(id), None).await
+    }
+
+    pub async fn remove(&self, id: NodeId) -> Result<(), ClientError> {
+        self.change(MembershipChange::Remove(id), None).await
+    }
+
+    /// Starts a leadership transfer to `to`; resolves once it started (not when it completed).
+    pub async fn transfer_leadership(&self, to: NodeId) -> Result<(), ClientError> {
+        self.call(|reply| Request::Transfer { to, reply }).await
+    }
+
+    /// Takes a snapshot now and resolves with its index once it is durable.
+    pub async fn snapshot_now(&self) -> Result<Index, ClientError> {
+        self.call(Request::SnapshotNow).await
+    }
+}

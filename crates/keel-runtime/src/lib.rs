@@ -1,0 +1,24 @@
+//! keel-runtime: the tokio driver around the sans-IO `keel_core::RaftNode` (DESIGN.md section 2).
+//!
+//! - [`Node::start`]: recover from the WAL (or bootstrap), replay to the persisted commit index,
+//!   then serve. A [`Handle`] proposes, reads linearizably, reports status, changes membership,
+//!   transfers leadership and takes snapshots.
+//! - The application supplies a [`StateMachine`] (apply, snapshot, restore); bytes everywhere
+//!   else.
+//! - [`wire`]: the peer wire format (frames, handshake, message encoding), documented byte by
+//!   byte. [`transport`]: TCP peer connections with bounded queues, batching, reconnect and
+//!   backoff.
+//!
+//! Threads: the node task (tokio), the storage thread (group commit on the WAL), the apply
+//! thread (the state machine). See `node/mod.rs` for the picture.
+
+mod apply;
+mod handle;
+mod node;
+mod storage;
+pub mod transport;
+pub mod wire;
+
+pub use apply::StateMachine;
+pub use handle::{ClientError, Handle, NodeStatus, ReplayStats};
+pub use node::{Node, NodeConfig, StartError};

@@ -1,0 +1,400 @@
+//! The node task's loop: inputs into the core, `ready()` out to storage, transport and apply.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use keel_core::{
+    CommitStatus, Entry, Index, LogId, Message, MessageBody, NodeId, ProposeError, RaftNode,
+    ReadError, Ready, SnapshotMeta, Term,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{interval, MissedTickBehavior};
+
+use super::{NodeConfig, SnapshotData};
+use crate::apply::{ApplyItem, ProposalReply, ReadFn, StateMachine};
+use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
+use crate::storage::{fatal, StorageCommand};
+use crate::transport::{Inbound, Transport};
+
+/// Completions from the storage thread, the apply thread and snapshot transfers.
+#[derive(Debug)]
+pub enum Event {
+    Persisted(u64),
+    Applied(Index),
+    SnapshotTaken {
+        index: Index,
+        data: Bytes,
+    },
+    SnapshotSaved {
+        meta: SnapshotMeta,
+        data: Bytes,
+        /// The leader (and its term) for a received snapshot; `None` for one taken here.
+        from: Option<(NodeId, Term)>,
+    },
+    SnapshotSendFailed(NodeId),
+}
+
+pub(super) struct Driver<S> {
+    pub raft: RaftNode,
+    pub transport: Transport,
+    pub storage: mpsc::Sender<StorageCommand>,
+    /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
+    /// which the core keeps in memory anyway until they are applied and snapshotted.
+    pub apply: mpsc::UnboundedSender<ApplyItem<S>>,
+    pub events_tx: mpsc::UnboundedSender<Event>,
+    /// Highest index handed to the apply thread.
+    pub apply_sent: Index,
+    /// Proposals by index, with the term they were appended in.
+    pub pending_proposals: BTreeMap<Index, (Term, ProposalReply)>,
+    /// Reads waiting for their ReadIndex round, by context.
+    pub pending_reads: BTreeMap<u64, ReadFn<S>>,
+    /// Reads whose round completed, waiting for their index to be handed to the apply thread.
+    pub waiting_reads: Vec<(Index, ReadFn<S>)>,
+    pub next_read_ctx: u64,
+    pub snapshot_data: SnapshotData,
+    pub snapshot_waiters: Vec<oneshot::Sender<Result<Index, ClientError>>>,
+    pub replay: ReplayStats,
+    pub serving: bool,
+    pub started: Instant,
+    pub config: NodeConfig,
+}
+
+impl<S: StateMachine> Driver<S> {
+    pub async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut inbound: mpsc::Receiver<Inbound>,
+        mut requests: mpsc::Receiver<Request<S>>,
+    ) {
+        let mut ticker = interval(std::time::Duration::from_millis(self.config.tick_ms));
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            while self.raft.has_ready() {
+                let ready = self.raft.ready();
+                self.handle_ready(ready).await;
+            }
+            self.check_replay_done();
+            tokio::select! {
+                // Completions first: they unblock everything else.
+                biased;
+                Some(event) = events.recv() => self.on_event(event).await,
+                _ = ticker.tick(), if self.serving => self.raft.tick(),
+                Some(msg) = inbound.recv(), if self.serving => self.on_inbound(msg).await,
+                request = requests.recv(), if self.serving => match request {
+                    Some(request) => self.on_request(request).await,
+                    None => return, // every handle is gone
+                },
+            }
+        }
+    }
+
+    fn check_replay_done(&mut self) {
+        if self.serving || self.raft.status().applied < self.replay.target_index {
+            return;
+        }
+        self.serving = true;
+        self.replay.duration = self.started.elapsed();
+        tracing::info!(
+            id = self.config.id,
+            "replayed {} entries to the persisted commit index {} in {:?}; serving",
+            self.replay.entries,
+            self.replay.target_index,
+            self.replay.duration
+        );
+    }
+
+    async fn handle_ready(&mut self, ready: Ready) {
+        let Ready {
+            messages,
+            write,
+            committed,
+            read_states,
+            failed_reads,
+            install_snapshot,
+            send_snapshots,
+        } = ready;
+        // Messages first: the leader's Appends leave before its own write is durable, so the
+        // fsync here overlaps with replication (the core only counts itself once persisted).
+        for msg in messages {
+            self.transport.send(msg);
+        }
+        if let Some(write) = write {
+            if self
+                .storage
+                .send(StorageCommand::Write(write))
+                .await
+                .is_err()
+            {
+                fatal("storage thread", &"stopped");
+            }
+        }
+        if !committed.is_empty() {
+            self.hand_out(committed);
+        }
+        if let Some(meta) = install_snapshot {
+            self.restore(meta);
+        }
+        for rs in read_states {
+            if let Some(read) = self.pending_reads.remove(&rs.ctx) {
+                self.waiting_reads.push((rs.index, read));
+            }
+        }
+        for ctx in failed_reads {
+            if let Some(read) = self.pending_reads.remove(&ctx) {
+                read(Err(self.not_leader()));
+            }
+        }
+        self.release_reads();
+        for (to, meta) in send_snapshots {
+            self.send_snapshot(to, meta);
+        }
+    }
+
+    /// Sends committed entries to the apply thread, each with its proposer's reply channel if
+    /// that proposal is the entry that committed.
+    fn hand_out(&mut self, committed: Vec<Entry>) {
+        let mut batch = Vec::with_capacity(committed.len());
+        for entry in committed {
+            let reply = match self.pending_proposals.remove(&entry.index) {
+                Some((term, reply)) if term == entry.term => Some(reply),
+                Some((_, reply)) => {
+                    // Another entry committed at this index: ours never will.
+                    let _ = reply.send(Err(self.not_leader()));
+                    None
+                }
+                None => None,
+            };
+            if !self.serving {
+                self.replay.entries += 1;
+            }
+            self.apply_sent = entry.index;
+            batch.push((entry, reply));
+        }
+        let _ = self.apply.send(ApplyItem::Entries(batch));
+    }
+
+    fn restore(&mut self, meta: SnapshotMeta) {
+        let data = match &self.snapshot_data {
+            Some((id, data)) if *id == meta.last => data.clone(),
+            _ => panic!("install of {} without its data", meta.last),
+        };
+        // Proposals the snapshot covers committed or not, but their results are not known here.
+        let covered: Vec<Index> = self
+            .pending_proposals
+            .range(..=meta.last.index)
+            .map(|(i, _)| *i)
+            .collect();
+        for index in covered {
+            let (term, reply) = self.pending_proposals.remove(&index).expect("listed");
+            let outcome = match self.raft.commit_status(LogId::new(term, index)) {
+                CommitStatus::Overwritten => self.not_leader(),
+                _ => ClientError::Unknown,
+            };
+            let _ = reply.send(Err(outcome));
+        }
+        self.apply_sent = meta.last.index;
+        let _ = self.apply.send(ApplyItem::Restore { meta, data });
+    }
+
+    /// Queues reads whose index has been handed to the apply thread behind those entries.
+    fn release_reads(&mut self) {
+        let sent = self.apply_sent;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_reads)
+            .into_iter()
+            .partition(|(index, _)| *index <= sent);
+        self.waiting_reads = waiting;
+        for (_, read) in ready {
+            let _ = self.apply.send(ApplyItem::Read(read));
+        }
+    }
+
+    fn send_snapshot(&mut self, to: NodeId, meta: SnapshotMeta) {
+        let data = match &self.snapshot_data {
+            Some((id, data)) if *id == meta.last => data.clone(),
+            _ => {
+                tracing::warn!("no data for snapshot {} to send to {to}", meta.last);
+                self.raft.snapshot_send_failed(to);
+                return;
+            }
+        };
+        let transfer = self
+            .transport
+            .send_snapshot(to, self.raft.term(), meta, data);
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = transfer.await {
+                tracing::info!("snapshot transfer to {to} failed: {e}");
+                let _ = events.send(Event::SnapshotSendFailed(to));
+            }
+        });
+    }
+
+    async fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Persisted(id) => self.raft.persisted(id),
+            Event::Applied(index) => self.raft.applied(index),
+            Event::SnapshotTaken { index, data } => {
+                if index <= self.raft.snapshot().last.index {
+                    self.resolve_snapshot_waiters(Ok(self.raft.snapshot().last.index));
+                    return;
+                }
+                let Some(meta) = self.raft.snapshot_meta(index) else {
+                    return; // overtaken by an install
+                };
+                let cmd = StorageCommand::SaveSnapshot {
+                    meta,
+                    data,
+                    from: None,
+                };
+                if self.storage.send(cmd).await.is_err() {
+                    fatal("storage thread", &"stopped");
+                }
+            }
+            Event::SnapshotSaved { meta, data, from } => {
+                let last = meta.last;
+                if last.index > self.snapshot_data.as_ref().map_or(0, |(id, _)| id.index) {
+                    self.snapshot_data = Some((last, data));
+                }
+                match from {
+                    None => {
+                        self.raft.snapshot_saved(meta);
+                        self.resolve_snapshot_waiters(Ok(last.index));
+                    }
+                    Some((leader, term)) => self.raft.step(Message {
+                        from: leader,
+                        to: self.config.id,
+                        term,
+                        body: MessageBody::InstallSnapshot { meta },
+                    }),
+                }
+            }
+            Event::SnapshotSendFailed(to) => self.raft.snapshot_send_failed(to),
+        }
+    }
+
+    fn resolve_snapshot_waiters(&mut self, result: Result<Index, ClientError>) {
+        for w in self.snapshot_waiters.drain(..) {
+            let _ = w.send(result.clone());
+        }
+    }
+
+    async fn on_inbound(&mut self, inbound: Inbound) {
+        match inbound {
+            Inbound::Message(msg) => self.raft.step(msg),
+            Inbound::Snapshot {
+                from,
+                term,
+                meta,
+                data,
+            } => {
+                // Only worth saving if the core could install it (above its commit index);
+                // the core makes the final decision once it is durable.
+                if meta.last.index <= self.raft.commit_index() || term < self.raft.term() {
+                    return;
+                }
+                let cmd = StorageCommand::SaveSnapshot {
+                    meta,
+                    data,
+                    from: Some((from, term)),
+                };
+                if self.storage.send(cmd).await.is_err() {
+                    fatal("storage thread", &"stopped");
+                }
+            }
+        }
+    }
+
+    fn not_leader(&self) -> ClientError {
+        let leader = self.raft.leader().filter(|l| *l != self.config.id);
+        ClientError::NotLeader {
+            leader,
+            leader_addr: leader.and_then(|l| self.transport.peer_addr(l)),
+        }
+    }
+
+    fn propose_error(&self, e: ProposeError) -> ClientError {
+        match e {
+            ProposeError::NotLeader { .. } => self.not_leader(),
+            ProposeError::Backpressure => ClientError::Busy("too many uncommitted entries"),
+            ProposeError::TransferInProgress => ClientError::Busy("leadership transfer"),
+            other => ClientError::Rejected(other.to_string()),
+        }
+    }
+
+    fn track(&mut self, id: Result<LogId, ProposeError>, reply: ProposalReply) {
+        match id {
+            Ok(id) => {
+                if let Some((_, old)) = self.pending_proposals.insert(id.index, (id.term, reply)) {
+                    // An older proposal at this index was cut from our log; it may still
+                    // commit elsewhere (a later leader may hold it).
+                    let _ = old.send(Err(ClientError::Unknown));
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(self.propose_error(e)));
+            }
+        }
+    }
+
+    async fn on_request(&mut self, request: Request<S>) {
+        match request {
+            Request::Propose { data, reply } => {
+                if self.pending_proposals.len() >= self.config.pending_proposals_max {
+                    let _ = reply.send(Err(ClientError::Busy("too many pending proposals")));
+                    return;
+                }
+                let id = self.raft.propose(data);
+                self.track(id, reply);
+            }
+            Request::Membership {
+                change,
+                addr,
+                reply,
+            } => {
+                if let (Some(addr), keel_core::MembershipChange::AddLearner(id)) = (addr, &change) {
+                    self.transport.set_peer(*id, addr);
+                }
+                let id = self.raft.propose_membership(change);
+                self.track(id, reply);
+            }
+            Request::Read(read) => {
+                if self.pending_reads.len() + self.waiting_reads.len()
+                    >= self.config.pending_reads_max
+                {
+                    read(Err(ClientError::Busy("too many pending reads")));
+                    return;
+                }
+                let ctx = self.next_read_ctx;
+                self.next_read_ctx += 1;
+                match self.raft.read_index(ctx) {
+                    Ok(()) => {
+                        self.pending_reads.insert(ctx, read);
+                    }
+                    Err(ReadError::NotLeader { .. }) => read(Err(self.not_leader())),
+                    Err(ReadError::Backpressure) => read(Err(ClientError::Busy("reads"))),
+                }
+            }
+            Request::Status(reply) => {
+                let _ = reply.send(NodeStatus {
+                    raft: self.raft.status(),
+                    progress: self.raft.progress(),
+                    serving: self.serving,
+                    replay: self.replay,
+                    dropped_messages: self.transport.dropped_messages(),
+                });
+            }
+            Request::Transfer { to, reply } => {
+                let result = self
+                    .raft
+                    .transfer_leadership(to)
+                    .map_err(|e| self.propose_error(e));
+                let _ = reply.send(result);
+            }
+            Request::SnapshotNow(reply) => {
+                self.snapshot_waiters.push(reply);
+                let _ = self.apply.send(ApplyItem::Snapshot);
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The node task: one tokio task owning the `RaftNode`, plus the storage and apply threads.
+//!
+//! ```text
+//!  clients ──Request──▶ ┌───────────┐ ──messages──▶ transport
+//!  transport ─Inbound─▶ │ node task │ ──Write────▶ storage thread (group commit) ─┐
+//!  interval ──tick────▶ │ RaftNode  │ ──ApplyItem─▶ apply thread (state machine) ─┤
+//!                       └───────────┘ ◀──────────── Event (persisted, applied, ...)┘
+//! ```
+//!
+//! Startup recovers before it serves: `Wal::open` → restore the state machine from the newest
+//! snapshot → `RaftNode::new` → replay every committed entry up to the persisted commit index
+//! through the apply pipeline. Until that replay is done the node neither ticks (so it cannot
+//! campaign), nor reads peer messages, nor accepts client requests (they wait in the bounded
+//! queue).
+
+mod driver;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle as ThreadHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use keel_core::{LogId, NodeId, RaftNode};
+use keel_wal::{bootstrap_meta, StdFs, Wal, WalConfig};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::apply::{self, StateMachine};
+use crate::handle::{Handle, ReplayStats};
+use crate::storage;
+use crate::transport::{Transport, TransportConfig};
+
+pub use driver::Event;
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub data_dir: PathBuf,
+    /// Where the peer listener binds (port 0: any).
+    pub peer_listen_addr: SocketAddr,
+    /// Peer addresses (this node's own entry, if present, is ignored).
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// The voters of a new cluster, used only when the data directory is empty. Empty: this node
+    /// joins an existing cluster (it is added as a learner by the leader).
+    pub initial_members: Vec<NodeId>,
+    pub raft: keel_core::Config,
+    pub transport: TransportConfig,
+    pub wal: WalConfig,
+    pub tick_ms: u64,
+    /// Take a snapshot after this many entries applied since the last one.
+    pub snapshot_threshold_entries: u64,
+    /// Bounds: queued client requests, proposals awaiting their result, reads in flight.
+    pub client_queue_requests_max: usize,
+    pub pending_proposals_max: usize,
+    pub pending_reads_max: usize,
+    /// Past this a request resolves with `ClientError::Unknown`.
+    pub request_timeout_ms: u64,
+}
+
+impl NodeConfig {
+    pub fn new(id: NodeId, cluster_id: u64, data_dir: impl Into<PathBuf>) -> Self {
+        NodeConfig {
+            id,
+            data_dir: data_dir.into(),
+            peer_listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            peers: BTreeMap::new(),
+            initial_members: Vec::new(),
+            raft: keel_core::Config::new(id),
+            transport: TransportConfig::new(cluster_id, id),
+            wal: WalConfig::default(),
+            tick_ms: 10,
+            snapshot_threshold_entries: 10_000,
+            client_queue_requests_max: 4096,
+            pending_proposals_max: 65_536,
+            pending_reads_max: 65_536,
+            request_timeout_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("storage: {0}")]
+    Wal(#[from] keel_wal::WalError),
+    #[error("recovered state: {0}")]
+    Core(#[from] keel_core::Error),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running node. Dropping it stops the node task abruptly (like a crash, minus the process).
+pub struct Node<S> {
+    handle: Handle<S>,
+    task: Option<JoinHandle<()>>,
+    threads: Arc<Mutex<Vec<ThreadHandle<()>>>>,
+    peer_addr: SocketAddr,
+}
+
+impl<S: StateMachine> Node<S> {
+    /// Recovers from `config.data_dir` (or bootstraps it) and starts the node. Returns once the
+    /// peer listener is bound; replay continues in the background and clients wait for it.
+    pub async fn start(config: NodeConfig, mut sm: S) -> Result<Node<S>, StartError> {
+        let started = Instant::now();
+        // Blocking file I/O at startup only; the node is not serving anything yet.
+        let (mut wal, mut recovered) =
+            Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;
+        let fresh = recovered.snapshot.is_none()
+            && recovered.state.entries.is_empty()
+            && recovered.state.hard_state == Default::default();
+        if fresh && !config.initial_members.is_empty() {
+            let meta = bootstrap_meta(config.initial_members.iter().copied());
+            wal.save_snapshot(&meta, &[])?;
+            drop(wal);
+            (wal, recovered) = Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;
+        }
+        let mut snapshot_data = None;
+        if let Some((file, data)) = wal.read_snapshot_data()? {
+            if file.meta.last.index > 0 {
+                sm.restore(&data);
+            }
+            snapshot_data = Some((file.meta.last, Bytes::from(data)));
+        }
+        let mut state = recovered.state;
+        state.applied = state.applied.max(state.snapshot.index);
+        let applied = state.applied;
+        let raft = RaftNode::new(config.raft.clone(), state)?;
+        let replay_target = raft.commit_index();
+        tracing::info!(
+            id = config.id,
+            "recovered in {:?}: snapshot {}, commit {replay_target}, last {}",
+            started.elapsed(),
+            raft.snapshot().last,
+            raft.log().last_index()
+        );
+
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        // The storage queue is bounded: the node awaits room, which throttles it to the disk.
+        let (storage_tx, storage_rx) = mpsc::channel(1024);
+        let (apply_tx, apply_rx) = mpsc::unbounded_channel();
+        let threads = vec![
+            storage::spawn(wal, storage_rx, events_tx.clone())?,
+            apply::spawn(
+                sm,
+                applied,
+                config.snapshot_threshold_entries.max(1),
+                apply_rx,
+                events_tx.clone(),
+            )?,
+        ];
+        let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
+        let transport = Transport::bind(
+            config.transport.clone(),
+            config.peer_listen_addr,
+            inbound_tx,
+        )
+        .await?;
+        for (&id, &addr) in &config.peers {
+            if id != config.id {
+                transport.set_peer(id, addr);
+            }
+        }
+        let peer_addr = transport.local_addr();
+        let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
+        let handle = Handle {
+            requests: requests_tx,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+        };
+        let driver = driver::Driver {
+            raft,
+            transport,
+            storage: storage_tx,
+            apply: apply_tx,
+            events_tx,
+            apply_sent: applied,
+            pending_proposals: BTreeMap::new(),
+            pending_reads: BTreeMap::new(),
+            waiting_reads: Vec::new(),
+            next_read_ctx: 1,
+            snapshot_data,
+            snapshot_waiters: Vec::new(),
+            replay: ReplayStats {
+                target_index: replay_target,
+                ..ReplayStats::default()
+            },
+            serving: false,
+            started,
+            config,
+        };
+        let task = tokio::spawn(driver.run(events_rx, inbound_rx, requests_rx));
+        Ok(Node {
+            handle,
+            task: Some(task),
+            threads: Arc::new(Mutex::new(threads)),
+            peer_addr,
+        })
+    }
+
+    pub fn handle(&self) -> Handle<S> {
+        self.handle.clone()
+    }
+
+    /// The bound address of the peer listener.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+
+    /// Stops the node task at once (no goodbye to peers, nothing flushed beyond what the storage
+    /// thread already does) and waits for the storage and apply threads to finish what they
+    /// hold, so the data directory can be opened again.
+    pub async fn stop(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().expect("threads lock"));
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+impl<S> Drop for Node<S> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// What the driver remembers about the newest snapshot's data (to stream it to followers).
+type SnapshotData = Option<(LogId, Bytes)>;

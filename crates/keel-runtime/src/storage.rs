@@ -1,0 +1,104 @@
+//! The storage thread: owns the WAL and does group commit.
+//!
+//! Writes arrive in `ready()` order. While one `write_batch` (and its fdatasync) runs, the node
+//! keeps queueing; the next batch takes everything queued, so one fsync covers many writes under
+//! load and the leader's own write overlaps with replication (it sent its Appends before handing
+//! the write here). Completion is reported as the last write id of the batch: `persisted(id)`
+//! means "this and every earlier write".
+//!
+//! A snapshot save is ordered with the writes around it (a later write may purge up to it or
+//! install it, which the WAL refuses unless it is already saved).
+//!
+//! A fatal WAL error (failed fsync, I/O error) stops the process: never retry an fsync.
+
+use bytes::Bytes;
+use keel_core::{NodeId, SnapshotMeta, Term, Write};
+use keel_wal::{StdFs, Wal};
+use tokio::sync::mpsc;
+
+use crate::node::Event;
+
+/// Bound on the writes one group commit takes, so one batch's buffer stays bounded even when the
+/// node produces writes as fast as they are drained.
+const GROUP_COMMIT_WRITES_MAX: usize = 1024;
+
+pub(crate) enum StorageCommand {
+    Write(Write),
+    /// Make a snapshot durable. `from` names the leader for a received one (`None`: taken
+    /// locally).
+    SaveSnapshot {
+        meta: SnapshotMeta,
+        data: Bytes,
+        from: Option<(NodeId, Term)>,
+    },
+}
+
+/// Logs and exits: the only safe reaction to a failed fsync or write (DESIGN.md section 3).
+pub(crate) fn fatal(what: &str, error: &dyn std::fmt::Display) -> ! {
+    tracing::error!("fatal storage error, stopping the process: {what}: {error}");
+    eprintln!("keel: fatal storage error, stopping the process: {what}: {error}");
+    std::process::exit(70)
+}
+
+pub(crate) fn spawn(
+    mut wal: Wal<StdFs>,
+    mut commands: mpsc::Receiver<StorageCommand>,
+    events: mpsc::UnboundedSender<Event>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("keel-storage".into())
+        .spawn(move || {
+            let mut writes = Vec::new();
+            // Ends when the node task drops its sender.
+            while let Some(first) = commands.blocking_recv() {
+                let mut next = Some(first);
+                while let Some(cmd) = next.take() {
+                    match cmd {
+                        StorageCommand::Write(w) => {
+                            writes.push(w);
+                            // Group commit: everything queued meanwhile, up to a snapshot save.
+                            if writes.len() < GROUP_COMMIT_WRITES_MAX {
+                                next = commands.try_recv().ok();
+                            }
+                            if !matches!(next, Some(StorageCommand::Write(_))) {
+                                flush(&mut wal, &mut writes, &events);
+                            }
+                        }
+                        StorageCommand::SaveSnapshot { meta, data, from } => {
+                            save(&mut wal, meta, data, from, &events);
+                        }
+                    }
+                }
+            }
+        })
+}
+
+fn flush(wal: &mut Wal<StdFs>, writes: &mut Vec<Write>, events: &mpsc::UnboundedSender<Event>) {
+    let Some(last_id) = writes.last().map(|w| w.id) else {
+        return;
+    };
+    if let Err(e) = wal.write_batch(writes) {
+        // Even InvalidRequest means the core and the WAL disagree: continuing could lose data.
+        fatal("write_batch", &e);
+    }
+    writes.clear();
+    let _ = events.send(Event::Persisted(last_id));
+}
+
+fn save(
+    wal: &mut Wal<StdFs>,
+    meta: SnapshotMeta,
+    data: Bytes,
+    from: Option<(NodeId, Term)>,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    match wal.save_snapshot(&meta, &data) {
+        Ok(()) => {
+            let _ = events.send(Event::SnapshotSaved { meta, data, from });
+        }
+        Err(e) if e.is_fatal() => fatal("save_snapshot", &e),
+        // An older snapshot than one already saved (a received one overtook a local one, or
+        // the reverse): nothing to do.
+        Err(e) => tracing::info!("snapshot at {} not saved: {e}", meta.last),
+    }
+}

@@ -1,0 +1,415 @@
+//! The TCP peer transport (DESIGN.md section 5).
+//!
+//! - **Outbound**: one task and one connection per peer. Messages go into a bounded queue; when it
+//!   is full the message is dropped and counted, never queued without limit: Raft retransmits
+//!   (heartbeats, probes, Append retries), so a lost message costs a round trip, while an
+//!   unbounded queue to a dead peer would cost the process its memory. The task writes every
+//!   message queued so far in one `write_all` (batching), and reconnects with exponential backoff
+//!   bounded by `reconnect_backoff_max_ms`. A write that stalls past `write_timeout_ms` (a peer
+//!   that vanished without a reset) drops the connection.
+//! - **Inbound**: a listener whose connections start with a handshake (wrong cluster id, version
+//!   or required flags: the reason is logged, the connection closed). Message connections forward
+//!   each decoded message into a bounded channel to the node task; a full channel pushes back on
+//!   that connection's TCP stream. Garbage, a bad checksum or an oversize length closes that one
+//!   connection.
+//! - **Snapshots** travel on a connection of their own (handshake channel `Snapshot`), as one
+//!   frame bounded by `snapshot_size_bytes_max`, so a large transfer never delays heartbeats.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_core::{Message, NodeId, SnapshotMeta, Term};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{sleep, timeout};
+
+use crate::wire::{
+    self, Body, Channel, FrameHeader, Handshake, WireError, FRAME_HEADER_SIZE_BYTES,
+    FRAME_SIZE_BYTES_MAX_DEFAULT,
+};
+
+/// Handshake frames are tiny; a larger one is refused before the cluster id is even read.
+const HANDSHAKE_FRAME_BYTES_MAX: u32 = 8192;
+
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    pub cluster_id: u64,
+    pub node_id: NodeId,
+    /// Bound on one frame on message connections, checked before allocating.
+    pub frame_size_bytes_max: u32,
+    /// Bound on the one frame of a snapshot connection.
+    pub snapshot_size_bytes_max: u32,
+    /// Messages queued per peer before new ones are dropped.
+    pub send_queue_messages_max: usize,
+    /// Messages written per `write_all`.
+    pub batch_messages_max: usize,
+    pub reconnect_backoff_min_ms: u64,
+    pub reconnect_backoff_max_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub write_timeout_ms: u64,
+    pub handshake_timeout_ms: u64,
+}
+
+impl TransportConfig {
+    pub fn new(cluster_id: u64, node_id: NodeId) -> Self {
+        TransportConfig {
+            cluster_id,
+            node_id,
+            frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
+            snapshot_size_bytes_max: 1 << 30,
+            send_queue_messages_max: 4096,
+            batch_messages_max: 256,
+            reconnect_backoff_min_ms: 10,
+            reconnect_backoff_max_ms: 1000,
+            connect_timeout_ms: 1000,
+            write_timeout_ms: 5000,
+            handshake_timeout_ms: 5000,
+        }
+    }
+}
+
+/// What the transport hands the node task.
+#[derive(Debug)]
+pub enum Inbound {
+    Message(Message),
+    /// A whole snapshot from `from`, not yet durable here.
+    Snapshot {
+        from: NodeId,
+        term: Term,
+        meta: SnapshotMeta,
+        data: Bytes,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("I/O: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol: {0}")]
+    Wire(#[from] WireError),
+    #[error("timed out: {0}")]
+    Timeout(&'static str),
+    #[error("no address known for node {0}")]
+    UnknownPeer(NodeId),
+    #[error("the peer sent a {0} where it was not expected")]
+    Unexpected(&'static str),
+}
+
+struct Peer {
+    addr: SocketAddr,
+    queue: mpsc::Sender<Message>,
+    task: JoinHandle<()>,
+}
+
+struct Shared {
+    config: TransportConfig,
+    dropped_messages: AtomicU64,
+    refused_connections: AtomicU64,
+}
+
+/// The transport of one node. Dropping it closes the listener, its connections and every
+/// outbound task.
+pub struct Transport {
+    shared: Arc<Shared>,
+    peers: Mutex<HashMap<NodeId, Peer>>,
+    local_addr: SocketAddr,
+    listener: JoinHandle<()>,
+}
+
+impl Transport {
+    /// Binds the peer listener and starts accepting. Inbound messages go to `inbound`.
+    pub async fn bind(
+        config: TransportConfig,
+        listen: SocketAddr,
+        inbound: mpsc::Sender<Inbound>,
+    ) -> io::Result<Transport> {
+        let listener = TcpListener::bind(listen).await?;
+        let local_addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            config,
+            dropped_messages: AtomicU64::new(0),
+            refused_connections: AtomicU64::new(0),
+        });
+        let task = tokio::spawn(accept_loop(shared.clone(), listener, inbound));
+        Ok(Transport {
+            shared,
+            peers: Mutex::new(HashMap::new()),
+            local_addr,
+            listener: task,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Adds or re-addresses a peer.
+    pub fn set_peer(&self, id: NodeId, addr: SocketAddr) {
+        let mut peers = self.peers.lock().expect("peers lock");
+        if peers.get(&id).is_some_and(|p| p.addr == addr) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(self.shared.config.send_queue_messages_max);
+        let task = tokio::spawn(run_peer(self.shared.clone(), addr, rx));
+        if let Some(old) = peers.insert(
+            id,
+            Peer {
+                addr,
+                queue: tx,
+                task,
+            },
+        ) {
+            old.task.abort();
+        }
+    }
+
+    pub fn remove_peer(&self, id: NodeId) {
+        if let Some(old) = self.peers.lock().expect("peers lock").remove(&id) {
+            old.task.abort();
+        }
+    }
+
+    pub fn peer_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        self.peers
+            .lock()
+            .expect("peers lock")
+            .get(&id)
+            .map(|p| p.addr)
+    }
+
+    /// Queues `msg` for its destination without waiting; drops it (counted) if the queue is full
+    /// or the peer unknown.
+    pub fn send(&self, msg: Message) {
+        let peers = self.peers.lock().expect("peers lock");
+        let sent = peers
+            .get(&msg.to)
+            .is_some_and(|p| p.queue.try_send(msg).is_ok());
+        if !sent {
+            self.shared.dropped_messages.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Messages dropped because a queue was full or the peer unknown.
+    pub fn dropped_messages(&self) -> u64 {
+        self.shared.dropped_messages.load(Ordering::Relaxed)
+    }
+
+    /// Inbound connections refused (handshake or frame errors).
+    pub fn refused_connections(&self) -> u64 {
+        self.shared.refused_connections.load(Ordering::Relaxed)
+    }
+
+    /// A future that streams a snapshot to `to` on a connection of its own. It resolves once the
+    /// bytes are written; the receiver acknowledges through Raft (an AppendResponse).
+    pub fn send_snapshot(
+        &self,
+        to: NodeId,
+        term: Term,
+        meta: SnapshotMeta,
+        data: Bytes,
+    ) -> impl std::future::Future<Output = Result<(), TransportError>> + Send + 'static {
+        let addr = self.peer_addr(to);
+        let shared = self.shared.clone();
+        async move {
+            let addr = addr.ok_or(TransportError::UnknownPeer(to))?;
+            let c = &shared.config;
+            let mut stream = connect(c, addr, Channel::Snapshot).await?;
+            let mut buf = Vec::with_capacity(data.len() + 256);
+            wire::encode_snapshot(term, &meta, &data, &mut buf);
+            // Generous: a large snapshot over a slow link legitimately takes a while.
+            let limit = Duration::from_millis(c.write_timeout_ms.saturating_mul(10));
+            timeout(limit, stream.write_all(&buf))
+                .await
+                .map_err(|_| TransportError::Timeout("snapshot write"))??;
+            stream.shutdown().await?;
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.listener.abort();
+        for (_, p) in self.peers.lock().expect("peers lock").drain() {
+            p.task.abort();
+        }
+    }
+}
+
+async fn connect(
+    c: &TransportConfig,
+    addr: SocketAddr,
+    channel: Channel,
+) -> Result<TcpStream, TransportError> {
+    let mut stream = timeout(
+        Duration::from_millis(c.connect_timeout_ms),
+        TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| TransportError::Timeout("connect"))??;
+    stream.set_nodelay(true)?;
+    let mut buf = Vec::new();
+    wire::encode_handshake(&Handshake::new(c.cluster_id, c.node_id, channel), &mut buf);
+    stream.write_all(&buf).await?;
+    Ok(stream)
+}
+
+/// One peer's outbound side: connect, pump the queue, reconnect with bounded backoff.
+async fn run_peer(shared: Arc<Shared>, addr: SocketAddr, mut queue: mpsc::Receiver<Message>) {
+    let c = &shared.config;
+    let mut backoff_ms = c.reconnect_backoff_min_ms;
+    loop {
+        match connect(c, addr, Channel::Messages).await {
+            Ok(stream) => {
+                backoff_ms = c.reconnect_backoff_min_ms;
+                match pump(c, stream, &mut queue).await {
+                    Ok(()) => return, // the transport is gone
+                    Err(e) => tracing::debug!(%addr, "peer connection lost: {e}"),
+                }
+            }
+            Err(e) => tracing::trace!(%addr, "connect failed: {e}"),
+        }
+        sleep(Duration::from_millis(backoff_ms)).await;
+        backoff_ms = (backoff_ms * 2).min(c.reconnect_backoff_max_ms);
+        if queue.is_closed() {
+            return;
+        }
+    }
+}
+
+/// Writes queued messages until the queue closes (Ok) or the connection fails.
+async fn pump(
+    c: &TransportConfig,
+    mut stream: TcpStream,
+    queue: &mut mpsc::Receiver<Message>,
+) -> Result<(), TransportError> {
+    let mut buf = Vec::new();
+    let write_limit = Duration::from_millis(c.write_timeout_ms);
+    loop {
+        let Some(first) = queue.recv().await else {
+            return Ok(());
+        };
+        buf.clear();
+        wire::encode_message(&first, &mut buf);
+        let mut batched = 1;
+        while batched < c.batch_messages_max {
+            let Ok(msg) = queue.try_recv() else { break };
+            wire::encode_message(&msg, &mut buf);
+            batched += 1;
+        }
+        timeout(write_limit, stream.write_all(&buf))
+            .await
+            .map_err(|_| TransportError::Timeout("write"))??;
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, inbound: mpsc::Sender<Inbound>) {
+    // Connections live in this set so that aborting the listener ends them all.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let shared = shared.clone();
+                    let inbound = inbound.clone();
+                    connections.spawn(async move {
+                        let mut reader = BufReader::new(stream);
+                        if let Err(e) = serve_connection(&shared, &mut reader, inbound).await {
+                            // Counted before the stream is dropped, so whoever sees the close
+                            // also sees the count.
+                            shared.refused_connections.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%peer, "closing peer connection: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(
+    shared: &Shared,
+    reader: &mut BufReader<TcpStream>,
+    inbound: mpsc::Sender<Inbound>,
+) -> Result<(), TransportError> {
+    let c = &shared.config;
+    reader.get_ref().set_nodelay(true)?;
+    let first = timeout(
+        Duration::from_millis(c.handshake_timeout_ms),
+        read_frame(reader, HANDSHAKE_FRAME_BYTES_MAX),
+    )
+    .await
+    .map_err(|_| TransportError::Timeout("handshake"))??;
+    let hello = match first {
+        None => return Ok(()),
+        Some(Body::Handshake(h)) => h,
+        Some(_) => return Err(TransportError::Unexpected("frame before the handshake")),
+    };
+    hello.validate(c.cluster_id)?;
+    match hello.channel {
+        Channel::Messages => loop {
+            match read_frame(reader, c.frame_size_bytes_max).await? {
+                None => return Ok(()),
+                Some(Body::Message(msg)) => {
+                    if msg.from != hello.node_id {
+                        return Err(TransportError::Unexpected("message from another node id"));
+                    }
+                    if inbound.send(Inbound::Message(msg)).await.is_err() {
+                        return Ok(()); // the node is gone
+                    }
+                }
+                Some(_) => return Err(TransportError::Unexpected("non-message frame")),
+            }
+        },
+        Channel::Snapshot => match read_frame(reader, c.snapshot_size_bytes_max).await? {
+            Some(Body::Snapshot { term, meta, data }) => {
+                let _ = inbound
+                    .send(Inbound::Snapshot {
+                        from: hello.node_id,
+                        term,
+                        meta,
+                        data,
+                    })
+                    .await;
+                Ok(())
+            }
+            None => Ok(()),
+            Some(_) => Err(TransportError::Unexpected("non-snapshot frame")),
+        },
+    }
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts. The length is
+/// checked against `max_bytes` before the body buffer is allocated.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max_bytes: u32,
+) -> Result<Option<Body>, TransportError> {
+    let mut header = [0u8; FRAME_HEADER_SIZE_BYTES];
+    let n = reader.read(&mut header[..1]).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    reader.read_exact(&mut header[1..]).await?;
+    let header = FrameHeader::parse(header, max_bytes)?;
+    let mut body = vec![0u8; header.len_bytes as usize];
+    reader.read_exact(&mut body).await?;
+    header.verify(&body)?;
+    Ok(Some(wire::decode_body(Bytes::from(body))?))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+use std::time::Duration;
+
+use keel_core::MessageBody;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+const CLUSTER: u64 = 0xC0FFEE;
+/// Generous: these bound a hang, they are not latency assertions.
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn start(id: NodeId) -> (Transport, mpsc::Receiver<Inbound>) {
+    let (tx, rx) = mpsc::channel(64);
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let t = Transport::bind(TransportConfig::new(CLUSTER, id), addr, tx)
+        .await
+        .unwrap();
+    (t, rx)
+}
+
+fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
+    Message {
+        from,
+        to,
+        term: 1,
+        body: MessageBody::Heartbeat {
+            commit: 0,
+            read_round: round,
+        },
+    }
+}
+
+async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
+    match timeout(WAIT, rx.recv())
+        .await
+        .expect("in time")
+        .expect("open")
+    {
+        Inbound::Message(m) => m,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Waits until the peer closes the connection (read returns 0 or an error).
+async fn closed_by_peer(stream: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    loop {
+        match timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("closed in time")
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_transports_exchange_messages_in_order() {
+    let (a, mut a_rx) = start(1).await;
+    let (b, mut b_rx) = start(2).await;
+    a.set_peer(2, b.local_addr());
+    b.set_peer(1, a.local_addr());
+    for round in 0..100 {
+        a.send(heartbeat(1, 2, round));
+    }
+    for round in 0..100 {
+        assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, round));
+    }
+    b.send(heartbeat(2, 1, 7));
+    assert_eq!(next_message(&mut a_rx).await, heartbeat(2, 1, 7));
+    assert_eq!(a.dropped_messages(), 0);
+}
+
+#[tokio::test]
+async fn snapshots_travel_on_their_own_connection() {
+    let (a, _a_rx) = start(1).await;
+    let (b, mut b_rx) = start(2).await;
+    a.set_peer(2, b.local_addr());
+    let meta = keel_wal::bootstrap_meta([1, 2]);
+    let data = Bytes::from(vec![7u8; 100_000]);
+    a.send_snapshot(2, 5, meta.clone(), data.clone())
+        .await
+        .unwrap();
+    match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
+        Inbound::Snapshot {
+            from,
+            term,
+            meta: m,
+            data: d,
+        } => {
+            assert_eq!((from, term, m, d), (1, 5, meta, data));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_instead_of_growing() {
+    let (a, _rx) = start(1).await;
+    // A peer address nobody listens on: the queue fills, then messages are dropped.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    a.set_peer(2, dead_addr);
+    let n = TransportConfig::new(CLUSTER, 1).send_queue_messages_max as u64 + 100;
+    for round in 0..n {
+        a.send(heartbeat(1, 2, round));
+    }
+    assert!(a.dropped_messages() >= 100);
+    a.send(heartbeat(1, 9, 0)); // unknown peer
+    assert!(a.dropped_messages() >= 101);
+}
+
+#[tokio::test]
+async fn wrong_cluster_id_is_refused() {
+    let (b, mut b_rx) = start(2).await;
+    let mut s = TcpStream::connect(b.local_addr()).await.unwrap();
+    let mut buf = Vec::new();
+    wire::encode_handshake(&Handshake::new(CLUSTER + 1, 1, Channel::Messages), &mut buf);
+    wire::encode_message(&heartbeat(1, 2, 0), &mut buf);
+    s.write_all(&buf).await.unwrap();
+    closed_by_peer(&mut s).await;
+    assert!(b_rx.try_recv().is_err(), "nothing delivered");
+    assert_eq!(b.refused_connections(), 1);
+}
+
+#[tokio::test]
+async fn garbage_closes_only_that_connection() {
+    let (a, _a_rx) = start(1).await;
+    let (b, mut b_rx) = start(2).await;
+    // Garbage instead of a handshake, then a valid handshake followed by garbage, then a huge
+    // length: each connection is closed, the listener keeps serving.
+    for junk in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        {
+            let mut v = Vec::new();
+            wire::encode_handshake(&Handshake::new(CLUSTER, 1, Channel::Messages), &mut v);
+            v.extend_from_slice(&[0xAB; 64]);
+            v
+        },
+        {
+            let mut v = Vec::new();
+            wire::encode_handshake(&Handshake::new(CLUSTER, 1, Channel::Messages), &mut v);
+            v.extend_from_slice(&u32::MAX.to_le_bytes());
+            v.extend_from_slice(&[0; 4]);
+            v
+        },
+    ] {
+        let mut s = TcpStream::connect(b.local_addr()).await.unwrap();
+        s.write_all(&junk).await.unwrap();
+        closed_by_peer(&mut s).await;
+    }
+    assert_eq!(b.refused_connections(), 3);
+    a.set_peer(2, b.local_addr());
+    a.send(heartbeat(1, 2, 42));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 42));
+}
+
+#[tokio::test]
+async fn reconnects_after_the_peer_restarts() {
+    let (a, _a_rx) = start(1).await;
+    let (b, b_rx) = start(2).await;
+    let addr = b.local_addr();
+    a.set_peer(2, addr);
+    drop(b);
+    drop(b_rx);
+    // Restart on the same port (the OS may need a moment to release it).
+    let (tx, mut b_rx) = mpsc::channel(64);
+    let b2 = loop {
+        match Transport::bind(TransportConfig::new(CLUSTER, 2), addr, tx.clone()).await {
+            Ok(t) => break t,
+            Err(_) => sleep(Duration::from_millis(20)).await,
+        }
+    };
+    // Keep sending until one arrives: messages sent into the dead connection are lost.
+    let got = timeout(WAIT, async {
+        let mut round = 0;
+        loop {
+            a.send(heartbeat(1, 2, round));
+            round += 1;
+            tokio::select! {
+                m = b_rx.recv() => break m,
+                _ = sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await
+    .expect("reconnected in time");
+    assert!(matches!(got, Some(Inbound::Message(_))));
+    drop(b2);
+}

@@ -1,0 +1,314 @@
+use std::sync::Arc;
+
+use bytes::Bytes;
+use keel_core::{
+    AppendResult, Entry, EntryPayload, LogId, Membership, Message, MessageBody, SnapshotMeta,
+};
+use proptest::collection::{btree_set, vec};
+use proptest::prelude::*;
+
+use super::*;
+
+fn log_id() -> impl Strategy<Value = LogId> {
+    (any::<u64>(), any::<u64>()).prop_map(|(t, i)| LogId::new(t, i))
+}
+
+fn membership() -> impl Strategy<Value = Membership> {
+    (
+        btree_set(1u64..20, 0..5),
+        btree_set(1u64..20, 0..5),
+        btree_set(1u64..20, 0..3),
+    )
+        .prop_map(|(voters, outgoing, learners)| Membership {
+            voters,
+            outgoing,
+            learners,
+        })
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    let payload = prop_oneof![
+        Just(EntryPayload::Noop),
+        vec(any::<u8>(), 0..64).prop_map(|d| EntryPayload::Normal(Bytes::from(d))),
+        membership().prop_map(|m| EntryPayload::Membership(Arc::new(m))),
+    ];
+    (any::<u64>(), any::<u64>(), payload).prop_map(|(term, index, payload)| Entry {
+        term,
+        index,
+        payload,
+    })
+}
+
+fn meta() -> impl Strategy<Value = SnapshotMeta> {
+    (log_id(), membership(), vec(log_id(), 0..5)).prop_map(|(last, m, term_history)| SnapshotMeta {
+        last,
+        membership: Arc::new(m),
+        term_history,
+    })
+}
+
+fn body() -> impl Strategy<Value = MessageBody> {
+    prop_oneof![
+        log_id().prop_map(|last_log_id| MessageBody::PreVote { last_log_id }),
+        any::<bool>().prop_map(|granted| MessageBody::PreVoteResponse { granted }),
+        (log_id(), any::<bool>()).prop_map(|(last_log_id, transfer)| MessageBody::RequestVote {
+            last_log_id,
+            transfer
+        }),
+        any::<bool>().prop_map(|granted| MessageBody::VoteResponse { granted }),
+        (log_id(), vec(entry(), 0..6), any::<u64>()).prop_map(|(prev, entries, commit)| {
+            MessageBody::Append {
+                prev,
+                entries,
+                commit,
+            }
+        }),
+        any::<u64>().prop_map(
+            |match_index| MessageBody::AppendResponse(AppendResult::Success { match_index })
+        ),
+        (
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
+            any::<u64>()
+        )
+            .prop_map(
+                |(rejected, hint_term, hint_index)| MessageBody::AppendResponse(
+                    AppendResult::Conflict {
+                        rejected,
+                        hint_term,
+                        hint_index
+                    }
+                )
+            ),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(commit, read_round)| MessageBody::Heartbeat { commit, read_round }),
+        (any::<u64>(), any::<bool>()).prop_map(|(read_round, lagging)| {
+            MessageBody::HeartbeatResponse {
+                read_round,
+                lagging,
+            }
+        }),
+        Just(MessageBody::TimeoutNow),
+        meta().prop_map(|meta| MessageBody::InstallSnapshot { meta }),
+    ]
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    (1u64..u64::MAX, 1u64..u64::MAX, any::<u64>(), body()).prop_map(|(from, to, term, body)| {
+        Message {
+            from,
+            to,
+            term,
+            body,
+        }
+    })
+}
+
+fn decode_one(buf: Vec<u8>) -> Result<Option<(Body, usize)>, WireError> {
+    decode_frame(&Bytes::from(buf), FRAME_SIZE_BYTES_MAX_DEFAULT)
+}
+
+proptest! {
+    #[test]
+    fn every_message_round_trips(msg in message()) {
+        let mut buf = Vec::new();
+        encode_message(&msg, &mut buf);
+        let len = buf.len();
+        let (body, used) = decode_one(buf).unwrap().unwrap();
+        prop_assert_eq!(used, len);
+        prop_assert_eq!(body, Body::Message(msg));
+    }
+
+    #[test]
+    fn snapshots_round_trip(term in any::<u64>(), meta in meta(), data in vec(any::<u8>(), 0..256)) {
+        let mut buf = Vec::new();
+        encode_snapshot(term, &meta, &data, &mut buf);
+        let (body, _) = decode_one(buf).unwrap().unwrap();
+        prop_assert_eq!(body, Body::Snapshot { term, meta, data: Bytes::from(data) });
+    }
+
+    /// Any flipped bit in a frame is refused (the CRC covers the body; a flipped length either
+    /// exceeds the bound, leaves the frame incomplete, or moves the checksummed range).
+    #[test]
+    fn every_bit_flip_is_rejected(msg in message(), bit in any::<prop::sample::Index>()) {
+        let mut buf = Vec::new();
+        encode_message(&msg, &mut buf);
+        let at = bit.index(buf.len() * 8);
+        buf[at / 8] ^= 1 << (at % 8);
+        let decoded = decode_one(buf);
+        prop_assert!(!matches!(decoded, Ok(Some((Body::Message(ref m), _))) if *m == msg));
+        prop_assert!(!matches!(decoded, Ok(Some(_))), "corrupt frame accepted: {:?}", decoded);
+    }
+
+    /// Every prefix of a frame is "incomplete", never an error nor a message.
+    #[test]
+    fn truncated_frames_wait_for_more(msg in message(), cut in any::<prop::sample::Index>()) {
+        let mut buf = Vec::new();
+        encode_message(&msg, &mut buf);
+        let cut = cut.index(buf.len());
+        buf.truncate(cut);
+        prop_assert_eq!(decode_one(buf), Ok(None));
+    }
+
+    /// Arbitrary bytes never panic the decoder.
+    #[test]
+    fn garbage_never_panics(data in vec(any::<u8>(), 0..200)) {
+        let _ = decode_one(data.clone());
+        let _ = decode_body(Bytes::from(data));
+    }
+}
+
+/// A body whose CRC is right but whose content is truncated inside reports what was cut.
+#[test]
+fn truncated_body_with_valid_crc_is_typed() {
+    let msg = Message {
+        from: 1,
+        to: 2,
+        term: 3,
+        body: MessageBody::Heartbeat {
+            commit: 4,
+            read_round: 5,
+        },
+    };
+    let mut body = vec![BODY_MESSAGE];
+    encode_message_fields(&msg, &mut body);
+    body.truncate(body.len() - 3);
+    assert!(matches!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::Truncated {
+            what: "read round",
+            needed: 3
+        })
+    ));
+}
+
+#[test]
+fn unknown_tags_and_trailing_bytes_are_refused() {
+    assert_eq!(
+        decode_body(Bytes::from_static(&[9])),
+        Err(WireError::UnknownTag {
+            what: "body",
+            tag: 9
+        })
+    );
+    let mut body = vec![BODY_MESSAGE];
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(&2u64.to_le_bytes());
+    body.extend_from_slice(&3u64.to_le_bytes());
+    body.push(77);
+    assert_eq!(
+        decode_body(Bytes::from(body.clone())),
+        Err(WireError::UnknownTag {
+            what: "message",
+            tag: 77
+        })
+    );
+    body.pop();
+    body.push(9); // TimeoutNow
+    body.push(0);
+    assert_eq!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::TrailingBytes(1))
+    );
+}
+
+#[test]
+fn oversize_is_rejected_from_the_header_alone() {
+    // Only the 8-byte header exists: the bound is checked before the body could be read or
+    // allocated.
+    let mut header = Vec::new();
+    header.extend_from_slice(&(u32::MAX).to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    assert_eq!(
+        decode_frame(&Bytes::from(header.clone()), 1024),
+        Err(WireError::Oversize {
+            len_bytes: u32::MAX as u64,
+            max_bytes: 1024
+        })
+    );
+    let h: [u8; 8] = header.try_into().unwrap();
+    assert!(FrameHeader::parse(h, 1024).is_err());
+}
+
+#[test]
+fn hostile_counts_do_not_allocate() {
+    // An Append claiming 2^32 - 1 entries in a tiny body.
+    let mut body = vec![BODY_MESSAGE];
+    for v in [1u64, 2, 3] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    body.push(5);
+    body.extend_from_slice(&[0u8; 24]);
+    body.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::Truncated {
+            what: "entries",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn handshake_round_trips_and_is_validated() {
+    let mut h = Handshake::new(0xC1, 7, Channel::Snapshot);
+    h.extension = Bytes::from_static(b"future auth");
+    let mut buf = Vec::new();
+    encode_handshake(&h, &mut buf);
+    let (body, _) = decode_one(buf).unwrap().unwrap();
+    assert_eq!(body, Body::Handshake(h.clone()));
+    assert_eq!(h.validate(0xC1), Ok(()));
+    assert_eq!(
+        h.validate(0xC2),
+        Err(WireError::WrongClusterId {
+            expected: 0xC2,
+            got: 0xC1
+        })
+    );
+    // An optional flag is ignored; a required one this build lacks is refused.
+    h.flags = 1 << 20;
+    assert_eq!(h.validate(0xC1), Ok(()));
+    h.flags = 1;
+    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(1)));
+}
+
+#[test]
+fn wrong_version_and_magic_are_refused_with_a_reason() {
+    let h = Handshake::new(1, 2, Channel::Messages);
+    let mut body = Vec::new();
+    h.encode_body(&mut body);
+    let mut v2 = body.clone();
+    v2[5..7].copy_from_slice(&2u16.to_le_bytes());
+    let err = decode_body(Bytes::from(v2)).unwrap_err();
+    assert_eq!(
+        err,
+        WireError::UnsupportedVersion {
+            got: 2,
+            supported: PROTOCOL_VERSION
+        }
+    );
+    assert!(err.to_string().contains("unsupported protocol version 2"));
+    let mut bad = body.clone();
+    bad[1] = b'X';
+    assert!(matches!(
+        decode_body(Bytes::from(bad)),
+        Err(WireError::BadMagic(_))
+    ));
+}
+
+#[test]
+fn invalid_bool_is_refused() {
+    let msg = Message {
+        from: 1,
+        to: 2,
+        term: 3,
+        body: MessageBody::VoteResponse { granted: true },
+    };
+    let mut body = vec![BODY_MESSAGE];
+    encode_message_fields(&msg, &mut body);
+    *body.last_mut().unwrap() = 2;
+    assert!(matches!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::Invalid(_))
+    ));
+}

@@ -1,0 +1,357 @@
+//! A three-node cluster in one process over loopback TCP, with a tiny counter state machine.
+//! Timeouts here bound hangs; nothing asserts a latency.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_core::{Index, NodeId, Role};
+use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
+
+const CLUSTER_ID: u64 = 0x6b65656c;
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Adds the u64 in each entry; returns the new total.
+#[derive(Default)]
+struct Counter {
+    total: u64,
+}
+
+impl StateMachine for Counter {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+        let add = u64::from_le_bytes(data[..8].try_into().unwrap());
+        self.total += add;
+        Bytes::copy_from_slice(&self.total.to_le_bytes())
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.total.to_le_bytes().to_vec()
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        self.total = u64::from_le_bytes(data.try_into().unwrap());
+    }
+}
+
+fn add(n: u64) -> Bytes {
+    Bytes::copy_from_slice(&n.to_le_bytes())
+}
+
+fn as_u64(b: &Bytes) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+struct Cluster {
+    dir: PathBuf,
+    addrs: BTreeMap<NodeId, SocketAddr>,
+    nodes: BTreeMap<NodeId, Node<Counter>>,
+    snapshot_threshold_entries: u64,
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+impl Cluster {
+    async fn start(name: &str, snapshot_threshold_entries: u64) -> Cluster {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "keel-runtime-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addrs: BTreeMap<_, _> = (1..=3).map(|id| (id, free_addr())).collect();
+        let mut c = Cluster {
+            dir,
+            addrs,
+            nodes: BTreeMap::new(),
+            snapshot_threshold_entries,
+        };
+        for id in 1..=3 {
+            c.start_node(id).await;
+        }
+        c
+    }
+
+    fn config(&self, id: NodeId) -> NodeConfig {
+        let mut config = NodeConfig::new(id, CLUSTER_ID, self.dir.join(format!("n{id}")));
+        config.peer_listen_addr = self.addrs[&id];
+        config.peers = self.addrs.clone();
+        config.initial_members = vec![1, 2, 3];
+        config.tick_ms = 10;
+        // Elections after 300-600 ms of silence: generous, so a loaded test machine does not
+        // change leaders under the tests' feet.
+        config.raft.election_timeout_ticks = 30;
+        config.raft.heartbeat_interval_ticks = 3;
+        config.raft.snapshot_trailing_entries = 2;
+        config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        config.request_timeout_ms = 5_000;
+        config.wal.segment_size_bytes = 1 << 20;
+        config.wal.frame_size_bytes_max = 64 << 10;
+        config
+    }
+
+    async fn start_node(&mut self, id: NodeId) {
+        // The port may take a moment to be released after a stop.
+        let node = tokio::time::timeout(WAIT, async {
+            loop {
+                match Node::start(self.config(id), Counter::default()).await {
+                    Ok(node) => break node,
+                    Err(e) => {
+                        eprintln!("start {id}: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+        .await
+        .expect("node started");
+        self.nodes.insert(id, node);
+    }
+
+    async fn stop(&mut self, id: NodeId) {
+        self.nodes.remove(&id).expect("running").stop().await;
+    }
+
+    fn handle(&self, id: NodeId) -> Handle<Counter> {
+        self.nodes[&id].handle()
+    }
+
+    /// Waits until a running node says it leads (and serves).
+    async fn leader(&self) -> NodeId {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                for (&id, node) in &self.nodes {
+                    if let Ok(s) = node.handle().status().await {
+                        if s.serving && s.raft.role == Role::Leader {
+                            return id;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("a leader was elected")
+    }
+
+    /// Proposes at whichever node leads, retrying definite failures (a leader change).
+    async fn propose(&self, n: u64) -> u64 {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let leader = self.leader().await;
+                match self.handle(leader).propose(add(n)).await {
+                    Ok(total) => return as_u64(&total),
+                    Err(ClientError::NotLeader { .. }) | Err(ClientError::Busy(_)) => {}
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        })
+        .await
+        .expect("proposal committed")
+    }
+
+    async fn wait_applied(&self, id: NodeId, index: Index) {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let s = self.handle(id).status().await.unwrap();
+                if s.raft.applied >= index {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("caught up");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn elects_commits_fails_over_and_replays_after_restart() {
+    let mut c = Cluster::start("failover", 1_000).await;
+    let leader = c.leader().await;
+    let h = c.handle(leader);
+    for i in 1..=10 {
+        assert_eq!(as_u64(&h.propose(add(1)).await.unwrap()), i);
+    }
+    assert_eq!(h.read(|c: &Counter| c.total).await.unwrap(), 10);
+
+    // A follower refuses with a hint naming the leader and its address.
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    match c.handle(follower).propose(add(1)).await {
+        Err(ClientError::NotLeader {
+            leader: Some(hint),
+            leader_addr,
+        }) => {
+            assert_eq!(hint, leader);
+            assert_eq!(leader_addr, Some(c.addrs[&leader]));
+        }
+        other => panic!("expected NotLeader with a hint, got {other:?}"),
+    }
+    assert!(matches!(
+        c.handle(follower).read(|c: &Counter| c.total).await,
+        Err(ClientError::NotLeader { .. })
+    ));
+
+    // Kill the leader: the other two elect a new one and keep committing. First let a
+    // heartbeat persist the leader's commit index (commit-only changes are written lazily), so
+    // the replay below has a known floor.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.stop(leader).await;
+    let new_leader = c.leader().await;
+    assert_ne!(new_leader, leader);
+    assert_eq!(c.propose(5).await, 15);
+    let commit = c.handle(new_leader).status().await.unwrap().raft.commit;
+
+    // Restart the old leader from its WAL: it replays what it had committed before serving,
+    // then catches up.
+    c.start_node(leader).await;
+    c.wait_applied(leader, commit).await;
+    let s = c.handle(leader).status().await.unwrap();
+    assert!(s.serving);
+    assert!(s.replay.target_index >= 11, "{:?}", s.replay); // noop + 10 entries
+    assert_eq!(s.replay.entries, s.replay.target_index);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lone_restarted_node_replays_to_its_persisted_commit() {
+    let mut c = Cluster::start("lone", 1_000).await;
+    for _ in 0..20 {
+        c.propose(2).await;
+    }
+    let leader = c.leader().await;
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    for id in 1..=3 {
+        c.wait_applied(id, commit).await;
+    }
+    // Give the followers a heartbeat to persist the commit index (it is written lazily).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut persisted = BTreeMap::new();
+    for id in 1..=3 {
+        persisted.insert(
+            id,
+            c.handle(id)
+                .status()
+                .await
+                .unwrap()
+                .raft
+                .durable_hard_state
+                .commit,
+        );
+        c.stop(id).await;
+    }
+    // Alone, without a quorum, it still replays everything it had persisted as committed.
+    let id = 2;
+    c.start_node(id).await;
+    c.wait_applied(id, persisted[&id]).await;
+    let s = c.handle(id).status().await.unwrap();
+    assert!(s.serving);
+    assert!(s.replay.target_index >= persisted[&id]);
+    assert_eq!(s.raft.applied, s.replay.target_index);
+    assert_ne!(s.raft.role, Role::Leader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshots_compact_and_a_lagging_follower_installs_one() {
+    let mut c = Cluster::start("snapshot", 5).await;
+    let leader = c.leader().await;
+    let lagging = (1..=3).find(|id| *id != leader).unwrap();
+    c.stop(lagging).await;
+    let mut total = 0;
+    for _ in 0..40 {
+        total = c.propose(1).await;
+    }
+    assert_eq!(total, 40);
+    let leader = c.leader().await;
+    let index = c.handle(leader).snapshot_now().await.unwrap();
+    let s = c.handle(leader).status().await.unwrap();
+    assert!(s.raft.snapshot.index >= index && index >= 40);
+    // The restarted follower's log ends long before the leader's first entry: it needs the
+    // snapshot, streamed on its own connection, then the rest of the log.
+    c.start_node(lagging).await;
+    c.wait_applied(lagging, s.raft.commit).await;
+    let f = c.handle(lagging).status().await.unwrap();
+    assert!(f.raft.snapshot.index >= index, "{:?}", f.raft);
+    // Its state machine was restored, not replayed: a linearizable read after a leadership
+    // transfer to it sees the whole total.
+    c.handle(leader).transfer_leadership(lagging).await.unwrap();
+    let value = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(v) = c.handle(lagging).read(|c: &Counter| c.total).await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the new leader serves reads");
+    assert_eq!(value, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_learner_joins_is_promoted_and_a_voter_is_removed() {
+    let mut c = Cluster::start("membership", 1_000).await;
+    for _ in 0..5 {
+        c.propose(1).await;
+    }
+    // Node 4 starts empty (no initial members): it learns the configuration from the leader.
+    c.addrs.insert(4, free_addr());
+    let mut config = c.config(4);
+    config.initial_members.clear();
+    config.peers = c.addrs.clone();
+    c.nodes
+        .insert(4, Node::start(config, Counter::default()).await.unwrap());
+    let leader = c.leader().await;
+    let h = c.handle(leader);
+    h.add_learner(4, c.addrs[&4]).await.unwrap();
+    let commit = h.status().await.unwrap().raft.commit;
+    c.wait_applied(4, commit).await;
+    h.promote(4).await.unwrap();
+    let removed = (1..=3).find(|id| *id != leader).unwrap();
+    // The joint configuration must be left before the next change; retry while it is.
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match c.handle(c.leader().await).remove(removed).await {
+                Ok(()) => return,
+                Err(ClientError::Rejected(_)) | Err(ClientError::NotLeader { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+    })
+    .await
+    .expect("removed");
+    let members = tokio::time::timeout(WAIT, async {
+        loop {
+            let m = c
+                .handle(c.leader().await)
+                .status()
+                .await
+                .unwrap()
+                .raft
+                .membership;
+            if !m.is_joint() && !m.voters.contains(&removed) {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("configuration settled");
+    assert!(members.voters.contains(&4));
+    assert_eq!(members.voters.len(), 3);
+    assert_eq!(c.propose(1).await, 6);
+}
