@@ -17,7 +17,7 @@
 //! ([`WalError::is_fatal`]): the process must stop and never retry an fsync. Recovery refuses to
 //! start on damaged acknowledged data ([`WalError::is_corruption`]) instead of truncating it.
 //!
-//! # On-disk format, version 1
+//! # On-disk format, version 2
 //!
 //! All integers are little-endian. Checksums are CRC32C (Castagnoli). One directory holds:
 //!
@@ -33,7 +33,7 @@
 //! | offset | size | field                                                          |
 //! |-------:|-----:|----------------------------------------------------------------|
 //! |      0 |    8 | magic `KEELWAL\0`                                              |
-//! |      8 |    2 | format version (1)                                             |
+//! |      8 |    2 | format version (2; version 1 segments are read too)            |
 //! |     10 |    2 | header size in bytes (64)                                      |
 //! |     12 |    4 | reserved, zero                                                 |
 //! |     16 |    8 | segment sequence number (must equal the file name's)           |
@@ -61,9 +61,10 @@
 //! |       16 + P |         4 | CRC32C of bytes `0 .. 16 + P` (padding included)              |
 //! |       20 + P |         4 | end mark: low 32 bits of the sequence number XOR `KEND`       |
 //!
-//! The end mark is the last thing a write puts down: a frame torn part-way lacks it (the bytes
-//! there are zero, or belong to an older frame with another sequence number). After the last
-//! frame a segment holds zeros (it was preallocated sparse).
+//! The end mark is the last thing a write puts down: a frame torn part-way lacks it, or holds
+//! only its first bytes (the rest are zero; the checksum before it may then verify). Frames are
+//! only ever appended, never written over older bytes, and after the last frame a segment holds
+//! zeros (it was preallocated sparse; open zeroes a torn tail).
 //!
 //! ## Items
 //!
@@ -77,9 +78,12 @@
 //! |    4 | hard state | term u64, vote u64 (0 = none), commit u64                               |
 //! |    5 | commit     | commit u64 (a commit-only change)                                       |
 //! |    6 | reset      | snapshot index u64, snapshot term u64: drop the whole log; it continues at index + 1 |
+//! |    7 | supersede  | offset u64: the frames from this offset up to this one were unsynced commit-only frames; this frame sets the commit itself (version 2) |
 //!
 //! Within a frame items appear in this order: checkpoint (first frame of a segment only, and
-//! then first), reset, truncate, entries, hard state, commit. Entries must continue the log
+//! then first) or supersede, reset, truncate, entries, hard state, commit. A frame with a
+//! supersede item holds a hard state or a commit item: the commit after it does not depend on
+//! the frames it supersedes. Entries must continue the log
 //! exactly (`first index = last index + 1`); a rewrite is an explicit truncate before them.
 //!
 //! An entry is `term u64`, `payload kind u8` (0 noop, 1 normal, 2 membership), `payload length
@@ -119,14 +123,20 @@
 //!
 //! The rules that make recovery's decisions sound:
 //!
-//! 1. **At most one unsynced frame, always the last.** A frame with entries, a term or a vote is
-//!    fsynced before anything else is written. A commit-only write goes into a *slot* at the end
-//!    of the synced log without an fsync; the next frame is written over the same slot and
-//!    carries the commit along. The commit index therefore rides in the same fsync as the
-//!    entries it covers, and is never written above the last entry on disk.
+//! 1. **Append only; unsynced frames only at the end, superseded.** A frame with entries, a term
+//!    or a vote is fsynced before anything else is written. A commit-only write is appended
+//!    without an fsync. The next frame is appended after it — never over it: an unsynced frame
+//!    written over other bytes could survive a crash as a mix of old and new sectors that looks
+//!    completely written — and, while unsynced commit-only frames precede it, starts with a
+//!    supersede item naming where they begin and states the commit itself (its hard state, or a
+//!    commit item). So the unsynced part of a segment is a run of commit-only frames plus at most
+//!    one more frame, and whatever a crash leaves of the run, the frame after it makes it moot.
+//!    The commit index rides in the same fsync as the entries it covers, and is never written
+//!    above the last entry on disk. The first frame of a segment is always synced.
 //! 2. **Segments are prepared ahead**: create `*.wal.tmp`, set its length, write the header,
-//!    fsync, rename, fsync the directory. Rotation syncs the old segment (its slot) before the
-//!    new one receives its first frame, whose checkpoint records where the old one ended.
+//!    fsync, rename, fsync the directory. Rotation syncs the old segment (its commit-only
+//!    frames) before the new one receives its first frame, whose checkpoint records where the
+//!    old one ended.
 //! 3. **Purge** deletes whole segments, oldest first, fsyncing the directory after each, only
 //!    below a durable snapshot: the live segments stay a contiguous run.
 //! 4. **Snapshots** become durable (temp file, fsync, rename, directory fsync) before a reset or
@@ -145,13 +155,19 @@
 //!    commit beyond the log) is [`WalError::CorruptRecord`]: a writer bug or a forged frame.
 //! 4. *The first spot that does not verify* (or the first zero header). The rest of the segment
 //!    is searched for non-zero bytes and for a valid frame. Then:
+//!    - the next valid frame starts with a supersede item reaching back to or before the spot
+//!      (but not past the last frame holding more than a commit): the spot lies in unsynced
+//!      commit-only frames that frame made moot (rule 1). It is skipped and reading resumes at
+//!      that frame (in any segment; the bytes stay, and every later recovery skips them too);
 //!    - in a segment followed by one holding data (sealed, fully synced), anything but zeros:
 //!      [`WalError::CorruptRecord`] naming file, offset and the first index at risk;
-//!    - a valid frame after the bad spot: the bad frame was synced before that one was written
-//!      (rule 1), so this is damage to acknowledged data — `CorruptRecord` (S36, S38 case 2);
-//!    - a completely written last frame — end mark present or checksum consistent, no blank
-//!      sector — whose checksum fails: a flipped bit, not a tear — `CorruptRecord` (S38 case 3:
-//!      a damaged term or vote is never silently rolled back);
+//!    - any other valid frame after the bad spot: the bad frame was synced before that one was
+//!      written (rule 1), so this is damage to acknowledged data — `CorruptRecord` (S36, S38
+//!      case 2);
+//!    - a completely written last frame — end mark present, no blank sector — whose checksum
+//!      fails, or whose checksum verifies but whose end mark is wrong (not merely cut short): a
+//!      flipped bit, not a tear — `CorruptRecord` (S38 case 3: a damaged term or vote is never
+//!      silently rolled back);
 //!    - otherwise the final write never completed, so it was never acknowledged: a **torn
 //!      tail**, discarded, reported in [`RecoveryStats::torn_tail`], zeroed on open (S38 case 1).
 //!
@@ -170,9 +186,11 @@
 //!
 //! **What cannot be told apart**, and which way it falls: damage to the 16-byte header of the
 //! very last frame (its magic, sequence number, or a length that moves the trailer), or a
-//! flipped bit in a last frame that also lost a whole sector, may look torn and is discarded; a last frame that was completely written but whose fsync never
-//! returned, and then had a bit flipped, is refused although it was never acknowledged. Each
-//! needs a crash and a corruption at the same spot.
+//! flipped bit in a last frame that also lost a whole sector, may look torn and is discarded; a last
+//! frame that was completely written but whose fsync never returned, and then had a bit flipped,
+//! is refused although it was never acknowledged. Each needs a crash and a corruption at the same
+//! spot. A flipped bit in commit-only frames that a later frame supersedes is skipped even after
+//! that frame's fsync made them durable: nothing is lost, the later frame restates the commit.
 
 mod codec;
 pub mod conformance;

@@ -178,6 +178,8 @@ impl Replay {
                 self.start = snapshot.index + 1;
                 self.reset = Some(snapshot);
             }
+            // Checked by the scan, which decides where frames are read.
+            Item::Supersede { .. } => {}
         }
         Ok(())
     }
@@ -287,6 +289,9 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
         last_index_at_end: scan.replay.last_index(),
     };
     let mut pos = SEGMENT_HEADER_SIZE_BYTES;
+    // End of the last frame that held more than a commit index: a supersede item may not reach
+    // back past it.
+    let mut floor = SEGMENT_HEADER_SIZE_BYTES;
     let check = loop {
         if pos + frame_size_bytes(0) as u64 > len {
             break None;
@@ -294,19 +299,35 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
         let head = reader
             .window(pos, FRAME_HEADER_SIZE_BYTES)
             .map_err(io_err(&path))?;
-        if head.iter().all(|b| *b == 0) {
-            break None;
-        }
         let header = read_frame_header(&head);
         let size = frame_size_bytes(header.body_len);
-        if !header.magic_ok || size > FRAME_SIZE_BYTES_LIMIT || pos + size as u64 > len {
-            break Some(FrameCheck::Torn);
+        let blank = head.iter().all(|b| *b == 0);
+        let bad = if blank {
+            None
+        } else if !header.magic_ok || size > FRAME_SIZE_BYTES_LIMIT || pos + size as u64 > len {
+            Some(FrameCheck::Torn)
+        } else {
+            match check_frame(
+                &reader.window(pos, size).map_err(io_err(&path))?,
+                &header,
+                pos,
+            ) {
+                FrameCheck::Valid => None,
+                other => Some(other),
+            }
+        };
+        if bad.is_some() || blank {
+            // Unsynced commit-only frames that a later frame (which reached the disk) supersedes
+            // may be skipped; anything else ends the valid frames here.
+            match superseding_frame(&mut reader, pos, floor).map_err(io_err(&path))? {
+                Some(next) => {
+                    pos = next;
+                    continue;
+                }
+                None => break bad,
+            }
         }
         let frame = reader.window(pos, size).map_err(io_err(&path))?;
-        match check_frame(&frame, &header, pos) {
-            FrameCheck::Valid => {}
-            other => break Some(other),
-        }
         if header.seq <= scan.last_frame_seq {
             return Err(corrupt_at(
                 &seg,
@@ -318,6 +339,12 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
             ));
         }
         let items = decode_items(&frame, header.body_len).map_err(|r| corrupt_at(&seg, pos, r))?;
+        if !items
+            .iter()
+            .all(|item| matches!(item, Item::Commit(_) | Item::Supersede { .. }))
+        {
+            floor = pos + size as u64;
+        }
         for (i, item) in items.into_iter().enumerate() {
             let first_in_segment = !seg.has_frames && i == 0;
             if let Item::Checkpoint {
@@ -362,6 +389,27 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
     }
     scan.bytes_read += reader.bytes_read;
     Ok(seg)
+}
+
+/// At a bad or blank spot at `at`: the offset of the next valid frame if it declares that
+/// everything from a point at or before `at` (and not before `floor`) up to it was unsynced
+/// commit-only frames, which it supersedes (write protocol, rule 1).
+fn superseding_frame<H: FileHandle>(
+    reader: &mut SegmentReader<'_, H>,
+    at: u64,
+    floor: u64,
+) -> std::io::Result<Option<u64>> {
+    let (_, Some(next)) = scan_rest(reader, at)? else {
+        return Ok(None);
+    };
+    let header = read_frame_header(&reader.window(next, FRAME_HEADER_SIZE_BYTES)?);
+    let frame = reader.window(next, frame_size_bytes(header.body_len))?;
+    // Only the first item is needed; a frame that does not decode is judged by the caller.
+    let superseded = match decode_items(&frame, header.body_len).ok().as_deref() {
+        Some([Item::Supersede { from }, ..]) => (floor..=at).contains(from),
+        _ => false,
+    };
+    Ok(superseded.then_some(next))
 }
 
 /// Looks past a bad or blank spot at `from`: the end of any non-zero bytes, and the first valid

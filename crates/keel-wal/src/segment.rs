@@ -11,8 +11,10 @@ use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, put_u8, DecodeError
 use crate::fs::FileHandle;
 
 /// Version of the segment and frame format. Bumped on any layout change; a reader refuses
-/// versions it does not know.
-pub const FORMAT_VERSION: u16 = 1;
+/// versions it does not know. Version 2 added the supersede item (kind 7).
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest version this build reads: version 1 segments are version 2 without supersede items.
+pub const FORMAT_VERSION_READ_MIN: u16 = 1;
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELWAL\0";
 pub const SEGMENT_HEADER_SIZE_BYTES: u64 = 64;
 /// "KFRM" read as a little-endian u32: the first four bytes of every frame.
@@ -33,6 +35,7 @@ pub const ITEM_ENTRIES: u8 = 3;
 pub const ITEM_HARD_STATE: u8 = 4;
 pub const ITEM_COMMIT: u8 = 5;
 pub const ITEM_RESET: u8 = 6;
+pub const ITEM_SUPERSEDE: u8 = 7;
 
 const CHECKPOINT_SIZE_BYTES: usize = 8 + codec::HARD_STATE_SIZE_BYTES + 8;
 /// Entries item payload before the entries: first index (8) and count (4).
@@ -82,9 +85,10 @@ pub fn parse_segment_header(bytes: &[u8], expected_seq: u64) -> Result<u64, Deco
         return Err("header checksum mismatch".into());
     }
     let version = codec::get_u16(bytes, 8);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_READ_MIN..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "format version {version}, this build reads {FORMAT_VERSION}"
+            "format version {version}, this build reads {FORMAT_VERSION_READ_MIN} to \
+             {FORMAT_VERSION}"
         ));
     }
     let seq = get_u64(bytes, 16);
@@ -168,6 +172,13 @@ impl<'a> FrameBuilder<'a> {
         put_u64(self.buf, commit);
     }
 
+    /// Declares that every frame from offset `from` up to this one was an unsynced commit-only
+    /// frame whose effect this frame restates (see [`Item::Supersede`]).
+    pub fn supersede(&mut self, from: u64) {
+        self.item(ITEM_SUPERSEDE, 8);
+        put_u64(self.buf, from);
+    }
+
     pub fn reset(&mut self, snapshot: LogId) {
         self.item(ITEM_RESET, 16);
         put_u64(self.buf, snapshot.index);
@@ -215,6 +226,12 @@ pub enum Item {
     Commit(Index),
     /// Drop the whole log; it continues after the snapshot position.
     Reset(LogId),
+    /// The frames from file offset `from` up to this frame were unsynced commit-only frames, and
+    /// this frame sets the commit index itself: if their bytes are damaged (a crash tore them
+    /// while this frame reached the disk), recovery may skip them. Always the first item.
+    Supersede {
+        from: u64,
+    },
 }
 
 /// The fields of a frame header, read without trusting them.
@@ -254,6 +271,11 @@ pub fn check_frame(frame: &[u8], header: &FrameHeader, file_offset: u64) -> Fram
     if crc_ok && mark_ok {
         return FrameCheck::Valid;
     }
+    // Torn inside the end mark: the checksum was written whole, the mark only in part (the rest
+    // is still zero). The write never completed.
+    if crc_ok && is_partial_mark(mark, end_mark(header.seq)) {
+        return FrameCheck::Torn;
+    }
     // No end mark: the write stopped before its last bytes (even if, torn right before the
     // mark, the checksum happens to verify). Both wrong: an older frame's bytes show through.
     if mark == 0 || (!crc_ok && !mark_ok) {
@@ -274,6 +296,13 @@ pub fn check_frame(frame: &[u8], header: &FrameHeader, file_offset: u64) -> Fram
         sector += SECTOR_SIZE_BYTES;
     }
     FrameCheck::CompleteButCorrupt
+}
+
+/// Whether `found` is the first 0 to 3 bytes of `expected` (little-endian, as written) followed
+/// by zeros: an end mark whose write was cut short.
+fn is_partial_mark(found: u32, expected: u32) -> bool {
+    let (found, expected) = (found.to_le_bytes(), expected.to_le_bytes());
+    (0..4).any(|k| found[..k] == expected[..k] && found[k..].iter().all(|b| *b == 0))
 }
 
 /// Decodes the items of a valid frame. `frame` holds the whole frame.
@@ -320,6 +349,9 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
                 let index = p.u64("reset index")?;
                 Item::Reset(LogId::new(p.u64("reset term")?, index))
             }
+            ITEM_SUPERSEDE => Item::Supersede {
+                from: p.u64("supersede offset")?,
+            },
             _ => return Err(format!("unknown item kind {kind}")),
         };
         if p.remaining() != 0 {

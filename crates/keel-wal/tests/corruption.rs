@@ -332,3 +332,78 @@ fn a_corrupt_only_snapshot_is_refused() {
         .unwrap_err();
     assert!(matches!(err, WalError::CorruptSnapshot { .. }), "{err}");
 }
+
+/// Entries 1..=3 synced, commit-only frames (3 then 4 if `two`), then entries 4..=5 synced with
+/// `hard_state(1, Some(1), 5)`. Returns the offsets of the frames of segment 1.
+fn commits_then_append(two: bool, sync_commits: bool) -> (SimFs, Vec<(u64, usize)>) {
+    use keel_wal::conformance::commit_write;
+    let fs = SimFs::new();
+    let mut wal = new_cluster(fs.clone(), sim_dir(), small_config());
+    wal.write_batch(&[write(1, entries(1, 1, 3), Some(hard_state(1, Some(1), 0)))])
+        .unwrap();
+    wal.write_batch(&[commit_write(2, hard_state(1, Some(1), 2))])
+        .unwrap();
+    if two {
+        wal.write_batch(&[commit_write(3, hard_state(1, Some(1), 3))])
+            .unwrap();
+    }
+    if sync_commits {
+        // Nothing new: only makes the commit-only frames durable.
+        wal.write_batch(&[write(4, Vec::new(), None)]).unwrap();
+    }
+    wal.write_batch(&[write(5, entries(1, 4, 5), None)])
+        .unwrap();
+    drop(wal);
+    let all = frames(&fs.read_file(&segment(1)).unwrap());
+    (fs, all)
+}
+
+/// Commit-only frames are appended, never overwritten, and the next frame supersedes them: when
+/// they are damaged (a crash wrote that frame back but not them) recovery skips them, since the
+/// superseding frame restates the commit. Nothing acknowledged is lost.
+#[test]
+fn damaged_commit_only_frames_superseded_by_a_later_frame_are_skipped() {
+    for (two, damaged) in [(false, 0), (true, 0), (true, 1)] {
+        let (fs, all) = commits_then_append(two, false);
+        let commit_frames = if two { 2 } else { 1 };
+        assert_eq!(all.len(), 2 + commit_frames + 1, "{all:?}");
+        let (at, _) = all[2 + damaged];
+        fs.flip_bit(&segment(1), at + FRAME_HEADER_SIZE_BYTES as u64 + 9, 0)
+            .unwrap();
+        let (_, rec) = open_sim(&fs);
+        assert_eq!(rec.state.entries, entries(1, 1, 5));
+        // The appended batch carried the latest commit along.
+        let commit = if two { 3 } else { 2 };
+        assert_eq!(rec.state.hard_state, hard_state(1, Some(1), commit));
+        assert!(rec.stats.torn_tail.is_none());
+        // Opening again skips them again.
+        let (_, rec) = open_sim(&fs);
+        assert_eq!(rec.state.entries, entries(1, 1, 5));
+    }
+}
+
+/// Only unsynced commit-only frames are superseded: once a sync made them durable, the next
+/// frame does not supersede them and damage to them is corruption like anywhere else.
+#[test]
+fn damaged_synced_commit_only_frame_is_corruption() {
+    let (fs, all) = commits_then_append(false, true);
+    assert_eq!(all.len(), 4, "{all:?}");
+    let (at, _) = all[2];
+    fs.flip_bit(&segment(1), at + FRAME_HEADER_SIZE_BYTES as u64 + 9, 0)
+        .unwrap();
+    expect_corrupt_record(open_sim_result(&fs), &segment(1), at, 4);
+}
+
+/// A superseding frame never excuses damage to the frame before the commit-only ones (here the
+/// entries 1..=3): its supersede item does not reach back that far.
+#[test]
+fn a_supersede_item_does_not_excuse_damage_to_entries() {
+    let (fs, all) = commits_then_append(true, false);
+    let (at, size) = all[1];
+    fs.flip_bit(&segment(1), at + size as u64 / 2, 3).unwrap();
+    expect_corrupt_record(open_sim_result(&fs), &segment(1), at, 1);
+}
+
+fn open_sim_result(fs: &SimFs) -> Result<(), WalError> {
+    Wal::open(fs.clone(), sim_dir(), small_config()).map(|_| ())
+}

@@ -1,12 +1,15 @@
 //! The write-ahead log: group commit of the core's [`Write`]s into frames, segment rotation,
 //! truncation, purge, snapshot saving, and opening (recovery plus repair).
 //!
-//! The invariant everything else rests on: **at most one frame is ever on disk unsynced, and it is
-//! the last one.** Every frame that carries entries, a term or a vote is fsynced before the next
-//! frame is written. A commit-only frame is written without an fsync into a *slot* at the end of the
-//! synced log, and the next frame is written over that same slot (carrying the commit along). So
-//! recovery can treat any damaged frame that is followed by a valid one as corruption of synced
-//! data, and only the very last frame as possibly torn.
+//! The invariant everything else rests on: **the log is append-only, and the only unsynced frames
+//! are a run of commit-only frames at its end, plus at most one frame after them.** Every frame
+//! that carries entries, a term or a vote is fsynced before the next frame is written. A
+//! commit-only frame is appended without an fsync; the next frame is appended after it (never over
+//! it: a crash could then mix the sectors of both writes into something that looks complete), and
+//! while unsynced commit-only frames precede it, it starts with a *supersede* item naming where
+//! they begin and sets the commit index itself. So recovery can treat a damaged spot followed by a
+//! valid frame as corruption of synced data unless that frame supersedes the spot, and only the
+//! end of the log as possibly torn.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -57,10 +60,11 @@ pub struct Wal<F: Fs> {
     active: F::File,
     /// The next segment, created and preallocated ahead of need.
     spare: Option<(u64, F::File)>,
-    /// End of the last synced frame in the active segment: where the next frame goes.
+    /// End of the last synced frame in the active segment.
     synced_end: u64,
-    /// Size of the unsynced commit-only frame at `synced_end` (0: none).
-    slot_size_bytes: u64,
+    /// End of the last frame in the active segment: where the next frame goes. Between
+    /// `synced_end` and `end` lie unsynced commit-only frames only.
+    end: u64,
     /// End of the previous segment, recorded in the next checkpoint.
     prev_segment_end: u64,
     next_frame_seq: u64,
@@ -225,7 +229,7 @@ impl<F: Fs> Wal<F> {
             }
         } else if pending.is_empty() && hs == self.hard_state && reset.is_none() {
             // Nothing new, but an earlier commit-only frame must be durable on return.
-            self.sync_slot()?;
+            self.sync_pending()?;
         } else {
             self.append_entries(reset, truncate_from, &pending, hs)?;
         }
@@ -261,7 +265,7 @@ impl<F: Fs> Wal<F> {
                 truncate_from: if first { truncate_from } else { None },
                 entries: chunk,
                 // Whether it differs from what is on disk is decided when the frame is encoded,
-                // after any rotation (which syncs the commit slot).
+                // after any rotation (which syncs pending commit-only frames).
                 hard_state: is_last.then_some(hs),
                 commit: None,
             };
@@ -275,15 +279,15 @@ impl<F: Fs> Wal<F> {
         self.maybe_prepare_spare()
     }
 
-    fn sync_slot(&mut self) -> Result<()> {
-        if self.slot_size_bytes > 0 {
+    /// Makes the unsynced commit-only frames durable, if there are any.
+    fn sync_pending(&mut self) -> Result<()> {
+        if self.end > self.synced_end {
             let path = self.active_path();
             if let Err(e) = self.active.sync_data() {
                 self.poisoned = true;
                 return Err(sync_err(path)(e));
             }
-            self.synced_end += self.slot_size_bytes;
-            self.slot_size_bytes = 0;
+            self.synced_end = self.end;
             self.synced_hard_state = self.hard_state;
         }
         Ok(())
@@ -297,22 +301,20 @@ impl<F: Fs> Wal<F> {
             .clone()
     }
 
-    /// Encodes `plan` as one frame, rotating first if it does not fit, writes it at the end of
-    /// the synced log (over the commit slot, if any) and syncs it if `sync`.
+    /// Encodes `plan` as one frame, rotating first if it does not fit, appends it after the last
+    /// frame and syncs it if `sync` (or if it is the first frame of a segment: a supersede item
+    /// never reaches back to a checkpoint).
     fn append_frame(&mut self, plan: &Plan<'_>, sync: bool) -> Result<()> {
         self.check_usable()?;
         let mut size = self.encode(plan) as u64;
-        if self.synced_end + size > self.config.segment_size_bytes {
+        if self.end + size > self.config.segment_size_bytes {
             self.rotate()?;
             size = self.encode(plan) as u64;
         }
-        assert!(
-            size >= self.slot_size_bytes,
-            "a frame must cover the slot it replaces"
-        );
-        assert!(self.synced_end + size <= self.config.segment_size_bytes);
+        let sync = sync || self.end == SEGMENT_HEADER_SIZE_BYTES;
+        assert!(self.end + size <= self.config.segment_size_bytes);
         let path = self.active_path();
-        if let Err(e) = self.active.write_at(&self.buf, self.synced_end) {
+        if let Err(e) = self.active.write_at(&self.buf, self.end) {
             self.poisoned = true;
             return Err(io_err(path)(e));
         }
@@ -323,16 +325,14 @@ impl<F: Fs> Wal<F> {
             }
         }
         self.next_frame_seq += 1;
-        // The frame replaced the commit slot, if there was one: what is on disk now is the synced
-        // state plus this frame.
+        // The frame superseded the unsynced commit-only frames, if there were any (it sets the
+        // commit itself): the state is the synced one plus this frame.
         self.hard_state = self.synced_hard_state;
         self.apply_plan(plan);
+        self.end += size;
         if sync {
-            self.synced_end += size;
-            self.slot_size_bytes = 0;
+            self.synced_end = self.end;
             self.synced_hard_state = self.hard_state;
-        } else {
-            self.slot_size_bytes = size;
         }
         Ok(())
     }
@@ -341,15 +341,18 @@ impl<F: Fs> Wal<F> {
         self.buf.clear();
         let seq = self.next_frame_seq;
         let mut frame = FrameBuilder::begin(&mut self.buf, seq);
-        if self.synced_end == SEGMENT_HEADER_SIZE_BYTES {
-            // First frame of a segment, or one replacing a commit slot there. The checkpoint
-            // describes the log as the previous segment left it: the synced hard state, not a
-            // commit that only the slot being replaced carried.
+        // Unsynced commit-only frames precede this one: it supersedes them (and states the commit).
+        let supersedes = self.end > self.synced_end;
+        if self.end == SEGMENT_HEADER_SIZE_BYTES {
+            // First frame of a segment (always synced, and nothing unsynced precedes it). The
+            // checkpoint describes the log as the previous segment left it.
             frame.checkpoint(
                 self.last_index + 1,
                 &self.synced_hard_state,
                 self.prev_segment_end,
             );
+        } else if supersedes {
+            frame.supersede(self.synced_end);
         }
         if let Some(snapshot) = plan.reset {
             frame.reset(snapshot);
@@ -360,10 +363,16 @@ impl<F: Fs> Wal<F> {
         if !plan.entries.is_empty() {
             frame.entries(plan.entries);
         }
-        if let Some(hs) = plan.hard_state.filter(|hs| *hs != self.synced_hard_state) {
+        let hard_state = plan.hard_state.filter(|hs| *hs != self.synced_hard_state);
+        if let Some(hs) = hard_state {
             frame.hard_state(&hs);
         }
-        if let Some(commit) = plan.commit {
+        // The commit after this frame is the synced one unless the frame changes it: said
+        // explicitly when unsynced commit-only frames precede it, which recovery may skip.
+        let commit = plan
+            .commit
+            .or((supersedes && hard_state.is_none()).then_some(self.synced_hard_state.commit));
+        if let Some(commit) = commit {
             frame.commit(commit);
         }
         frame.finish(seq)
@@ -408,7 +417,7 @@ impl<F: Fs> Wal<F> {
     fn rotate(&mut self) -> Result<()> {
         // The sealed segment must be entirely synced before the next one receives data:
         // recovery treats any damage in a sealed segment as corruption.
-        self.sync_slot()?;
+        self.sync_pending()?;
         let seq = self.segments.back().expect("an active segment").seq + 1;
         let (seq, file) = match self.spare.take() {
             Some(spare) => spare,
@@ -427,6 +436,7 @@ impl<F: Fs> Wal<F> {
         });
         self.active = file;
         self.synced_end = SEGMENT_HEADER_SIZE_BYTES;
+        self.end = SEGMENT_HEADER_SIZE_BYTES;
         Ok(())
     }
 
@@ -449,7 +459,7 @@ impl<F: Fs> Wal<F> {
     }
 
     fn maybe_prepare_spare(&mut self) -> Result<()> {
-        if self.spare.is_none() && self.synced_end * 2 >= self.config.segment_size_bytes {
+        if self.spare.is_none() && self.end * 2 >= self.config.segment_size_bytes {
             self.prepare_next_segment()?;
         }
         Ok(())

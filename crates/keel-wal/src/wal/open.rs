@@ -115,7 +115,7 @@ impl<F: Fs> Wal<F> {
             active,
             spare: None,
             synced_end,
-            slot_size_bytes: 0,
+            end: synced_end,
             prev_segment_end: 0,
             next_frame_seq: 1,
             last_index: 0,
