@@ -326,6 +326,11 @@ mod tests {
         })
         .unwrap();
         let mut n = RaftNode::new(Config::new(1), disk.recover().unwrap()).unwrap();
+        // Replay what it had committed first: a restarted node campaigns only after that.
+        let replay = n.ready();
+        if let Some(e) = replay.committed.last() {
+            n.applied(e.index);
+        }
         n.campaign();
         let rd = n.ready();
         n.persisted(rd.write.expect("vote is written").id);
