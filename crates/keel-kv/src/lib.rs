@@ -9,6 +9,8 @@
 //! - [`state_machine`]: the replicated state machine (ordered map, incremental digest, request-id
 //!   deduplication, snapshots) and the log encoding of writes.
 //! - `bench` (feature `cli`): the closed-loop RESP load generator behind `keel bench`.
+//! - `server` (feature `cli`): the RESP server over `keel-runtime` behind `keel serve` and
+//!   `keel up`.
 //!
 //! Without the `cli` feature nothing here uses tokio, so the deterministic simulator can run the
 //! state machine and the protocol layer unchanged. The runtime (consensus, sockets) plugs in
@@ -22,6 +24,8 @@ pub mod state_machine;
 
 #[cfg(feature = "cli")]
 pub mod bench;
+#[cfg(feature = "cli")]
+pub mod server;
 
 pub use command::{Command, CommandClass, ReadCommand, WriteCommand};
 pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus};

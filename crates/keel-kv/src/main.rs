@@ -1,18 +1,19 @@
 //! The `keel` binary.
 //!
-//! `keel bench` works today. `up`, `serve`, `status`, `member` and `transfer` take their final
-//! flags (DESIGN.md section 5) but are placeholders until the runtime exists: they say so and exit
-//! with status 2.
+//! `keel serve` runs one node, `keel up` a local three-node cluster in one process; `keel status`,
+//! `keel member` and `keel transfer` talk RESP to running nodes; `keel bench` is a load generator
+//! that works against any RESP server.
 
+mod admin;
+
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use keel_kv::bench::{self, BenchConfig, Stop};
-
-/// Exit status of the commands that need the runtime.
-const EXIT_NOT_AVAILABLE: u8 = 2;
+use keel_kv::server::launch::{self, NodeOptions, DEFAULT_CLUSTER_ID};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -75,7 +76,12 @@ struct ServeArgs {
     /// empty.
     #[arg(long)]
     initial_cluster: Option<String>,
-    /// A TOML file with the same keys as these flags.
+    /// `1=host:port,2=host:port,...`: the other nodes' client addresses, so that this node can
+    /// forward requests to the leader. Without it a follower answers
+    /// `-TRYAGAIN leader is node N at <peer addr>`.
+    #[arg(long)]
+    client_peers: Option<String>,
+    /// A TOML file with the same keys as these flags (not supported yet).
     #[arg(long)]
     config: Option<PathBuf>,
     #[command(flatten)]
@@ -94,13 +100,17 @@ struct Tunables {
     /// Entries kept in the log behind a snapshot, for slow followers.
     #[arg(long)]
     snapshot_trailing: Option<u64>,
+    /// Peers with another cluster id are refused.
+    #[arg(long, default_value_t = DEFAULT_CLUSTER_ID)]
+    cluster_id: u64,
 }
 
 #[derive(Args, Debug)]
 struct AdminTarget {
-    /// A node's client address.
-    #[arg(long, default_value = "127.0.0.1:6379")]
-    addr: String,
+    /// Nodes' client addresses (repeat the flag or give a comma list); admin commands go to the
+    /// first that answers, `status` asks every one.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
+    addr: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -199,17 +209,180 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Bench(args) => run_bench(args),
-        Cmd::Up(_) => not_available("up"),
-        Cmd::Serve(_) => not_available("serve"),
-        Cmd::Status(_) => not_available("status"),
-        Cmd::Member { .. } => not_available("member"),
-        Cmd::Transfer { .. } => not_available("transfer"),
+        Cmd::Up(args) => run_up(args),
+        Cmd::Serve(args) => run_serve(args),
+        Cmd::Status(target) => admin::status(&target.addr),
+        Cmd::Member { action } => match action {
+            MemberAction::Add {
+                id,
+                peer_addr,
+                learner,
+                target,
+            } => {
+                let mut args = vec!["RAFT.MEMBER".to_string(), "ADD".into(), id.to_string()];
+                args.push(peer_addr);
+                if learner {
+                    args.push("LEARNER".into());
+                }
+                admin::command(&target.addr, &args)
+            }
+            MemberAction::Remove { id, target } => admin::command(
+                &target.addr,
+                &["RAFT.MEMBER".into(), "REMOVE".into(), id.to_string()],
+            ),
+        },
+        Cmd::Transfer { id, target } => {
+            admin::command(&target.addr, &["RAFT.TRANSFER".into(), id.to_string()])
+        }
     }
 }
 
-fn not_available(command: &str) -> ExitCode {
-    eprintln!("keel {command}: not available yet: the runtime is not built");
-    ExitCode::from(EXIT_NOT_AVAILABLE)
+fn tokio_runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            eprintln!("keel {command}: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
+fn node_options(args: ServeArgs) -> Result<NodeOptions, String> {
+    if args.config.is_some() {
+        return Err("--config is not supported yet: give the settings as flags".into());
+    }
+    let id = args.id.ok_or("--id is required")?;
+    if id == 0 {
+        return Err("--id must be a positive integer".into());
+    }
+    let initial_cluster = match &args.initial_cluster {
+        Some(text) => launch::parse_id_map(text).map_err(|e| format!("--initial-cluster: {e}"))?,
+        None => BTreeMap::new(),
+    };
+    let client_peers = match &args.client_peers {
+        Some(text) => launch::parse_id_map(text).map_err(|e| format!("--client-peers: {e}"))?,
+        None => BTreeMap::new(),
+    };
+    let peer_addr = match args.peer_addr {
+        Some(addr) => addr,
+        None => initial_cluster
+            .get(&id)
+            .cloned()
+            .ok_or("--peer-addr is required (or this node's entry in --initial-cluster)")?,
+    };
+    Ok(NodeOptions {
+        id,
+        cluster_id: args.tunables.cluster_id,
+        data_dir: args
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(format!("./keel-data/node-{id}"))),
+        client_addr: args.client_addr.unwrap_or_else(|| "127.0.0.1:6379".into()),
+        peer_addr,
+        initial_cluster,
+        client_peers,
+        election_timeout_ms: args.tunables.election_timeout_ms,
+        heartbeat_ms: args.tunables.heartbeat_ms,
+        snapshot_threshold: args.tunables.snapshot_threshold,
+        snapshot_trailing: args.tunables.snapshot_trailing,
+    })
+}
+
+fn run_serve(args: ServeArgs) -> ExitCode {
+    let options = match node_options(args) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("keel serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(runtime) = tokio_runtime("serve") else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let node = match launch::start(&options).await {
+            Ok(node) => node,
+            Err(e) => {
+                eprintln!("keel serve: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        eprintln!(
+            "keel serve: node {} serving clients on {}, peers on {} (data in {})",
+            node.id,
+            node.client_addr,
+            node.peer_addr,
+            options.data_dir.display()
+        );
+        launch::shutdown_signal().await;
+        eprintln!("keel serve: shutting down");
+        node.stop().await;
+        ExitCode::SUCCESS
+    })
+}
+
+/// Client and peer ports of `keel up`'s nodes 1, 2, 3.
+const UP_CLIENT_PORT_BASE: u16 = 6378;
+const UP_PEER_PORT_BASE: u16 = 7378;
+
+fn run_up(args: UpArgs) -> ExitCode {
+    let ids = [1u64, 2, 3];
+    let client = |id: u64| format!("127.0.0.1:{}", UP_CLIENT_PORT_BASE + id as u16);
+    let peer = |id: u64| format!("127.0.0.1:{}", UP_PEER_PORT_BASE + id as u16);
+    let initial_cluster: BTreeMap<u64, String> = ids.iter().map(|&id| (id, peer(id))).collect();
+    let client_peers: BTreeMap<u64, String> = ids.iter().map(|&id| (id, client(id))).collect();
+    let Some(runtime) = tokio_runtime("up") else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let mut nodes = Vec::new();
+        for id in ids {
+            let options = NodeOptions {
+                id,
+                cluster_id: args.tunables.cluster_id,
+                data_dir: args.data_dir.join(format!("node-{id}")),
+                client_addr: client(id),
+                peer_addr: peer(id),
+                initial_cluster: initial_cluster.clone(),
+                client_peers: client_peers.clone(),
+                election_timeout_ms: args.tunables.election_timeout_ms,
+                heartbeat_ms: args.tunables.heartbeat_ms,
+                snapshot_threshold: args.tunables.snapshot_threshold,
+                snapshot_trailing: args.tunables.snapshot_trailing,
+            };
+            match launch::start(&options).await {
+                Ok(node) => nodes.push(node),
+                Err(e) => {
+                    eprintln!("keel up: {e}");
+                    for node in nodes {
+                        node.stop().await;
+                    }
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        println!(
+            "keel up: a three-node cluster is running (data in {}).",
+            args.data_dir.display()
+        );
+        for node in &nodes {
+            println!(
+                "  node {}: clients {}, peers {}",
+                node.id, node.client_addr, node.peer_addr
+            );
+        }
+        println!("Connect with:  redis-cli -p 6379");
+        println!("Cluster state: keel status --addr 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381");
+        println!("Press Ctrl-C to stop.");
+        launch::shutdown_signal().await;
+        println!("keel up: shutting down");
+        for node in nodes {
+            node.stop().await;
+        }
+        ExitCode::SUCCESS
+    })
 }
 
 fn run_bench(args: BenchArgs) -> ExitCode {

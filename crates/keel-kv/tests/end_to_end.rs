@@ -1,5 +1,5 @@
 //! End to end over real sockets: the protocol layer and state machine behind the test-only server,
-//! `keel bench` against it and against a real redis-server, and the `keel` binary's placeholders.
+//! `keel bench` against it and against a real redis-server, and the `keel` binary's flag checks.
 
 mod support;
 
@@ -292,40 +292,20 @@ fn keel_bench_reports_an_unreachable_server() {
 }
 
 #[test]
-fn runtime_commands_are_placeholders_that_say_so() {
-    let cases: [&[&str]; 6] = [
-        &["up"],
-        &[
-            "serve",
-            "--id",
-            "1",
-            "--data-dir",
-            "d",
-            "--client-addr",
-            "127.0.0.1:6379",
-        ],
-        &[
-            "serve",
+fn serve_rejects_incomplete_or_unsupported_settings() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["serve", "--data-dir", "d"], "--id is required"),
+        (
+            &["serve", "--id", "1", "--initial-cluster", "1=a"],
             "--initial-cluster",
-            "1=a:1,2=b:2",
-            "--heartbeat-ms",
-            "50",
-        ],
-        &["status"],
-        &["member", "add", "4", "127.0.0.1:7004", "--learner"],
-        &["transfer", "2"],
+        ),
+        (&["serve", "--id", "1", "--config", "keel.toml"], "--config"),
     ];
-    for args in cases {
+    for (args, expected) in cases {
         let output = keel().args(args).output().unwrap();
-        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(!output.status.success(), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            stderr.contains(&format!(
-                "keel {}: not available yet: the runtime is not built",
-                args[0]
-            )),
-            "{stderr}"
-        );
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
 

@@ -1,0 +1,130 @@
+//! [`KvAdapter`]: the key-value state machine as the runtime's `StateMachine`.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::state_machine::KvStateMachine;
+
+/// What INFO needs from the state machine without a quorum round or a trip through the apply
+/// thread: updated after every apply and restore, read by any connection.
+#[derive(Debug, Default)]
+pub struct SmStats {
+    inner: Mutex<SmStatsValue>,
+}
+
+/// One consistent reading of [`SmStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmStatsValue {
+    /// The last log index that carried a key-value command (no-ops and configuration entries do
+    /// not reach the state machine, so the node's applied index may be higher).
+    pub applied_index: u64,
+    pub state_digest: u64,
+    pub keys: u64,
+}
+
+impl SmStats {
+    pub fn get(&self) -> SmStatsValue {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, sm: &KvStateMachine) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = SmStatsValue {
+            applied_index: sm.applied_index(),
+            state_digest: sm.state_digest(),
+            keys: sm.len() as u64,
+        };
+    }
+}
+
+/// [`KvStateMachine`] behind `keel_runtime::StateMachine`: entries are encoded
+/// [`crate::LogCommand`]s, results encoded [`crate::WriteReply`]s.
+#[derive(Debug)]
+pub struct KvAdapter {
+    sm: KvStateMachine,
+    stats: Arc<SmStats>,
+}
+
+impl KvAdapter {
+    pub fn new(sm: KvStateMachine) -> Self {
+        let stats = Arc::new(SmStats::default());
+        stats.publish(&sm);
+        KvAdapter { sm, stats }
+    }
+
+    pub fn stats(&self) -> Arc<SmStats> {
+        Arc::clone(&self.stats)
+    }
+
+    pub fn state(&self) -> &KvStateMachine {
+        &self.sm
+    }
+}
+
+/// A replica that cannot apply a committed entry or restore a snapshot must not go on: skipping
+/// would diverge silently from the others. Stop the process (the WAL still holds everything).
+fn fatal(what: std::fmt::Arguments<'_>) -> ! {
+    eprintln!("keel: fatal: {what}; stopping this node");
+    std::process::abort();
+}
+
+impl keel_runtime::StateMachine for KvAdapter {
+    fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
+        match self.sm.apply(index, data) {
+            Ok(reply) => {
+                self.stats.publish(&self.sm);
+                let mut out = Vec::with_capacity(16);
+                reply.encode(&mut out);
+                Bytes::from(out)
+            }
+            Err(e) => fatal(format_args!("{e}")),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.sm.snapshot()
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        match self.sm.restore(data) {
+            Ok(()) => self.stats.publish(&self.sm),
+            Err(e) => fatal(format_args!("cannot restore the snapshot: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{SetCondition, WriteCommand};
+    use crate::{LogCommand, WriteReply};
+    use keel_runtime::StateMachine;
+
+    #[test]
+    fn apply_returns_the_encoded_reply_and_snapshots_round_trip() {
+        let mut a = KvAdapter::new(KvStateMachine::new());
+        let set = WriteCommand::Set {
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+            condition: SetCondition::Always,
+        };
+        let entry = LogCommand::new(7, 1, set).encode();
+        let result = a.apply(3, &entry);
+        assert_eq!(WriteReply::decode(&result), Some(WriteReply::Ok));
+        let stats = a.stats().get();
+        assert_eq!(stats.applied_index, 3);
+        assert_eq!(stats.keys, 1);
+        assert_ne!(stats.state_digest, 0);
+        // The same request id again is deduplicated: same reply, nothing changes.
+        assert_eq!(
+            WriteReply::decode(&a.apply(4, &entry)),
+            Some(WriteReply::Ok)
+        );
+        assert_eq!(a.stats().get().state_digest, stats.state_digest);
+
+        let mut b = KvAdapter::new(KvStateMachine::new());
+        b.restore(&a.snapshot());
+        assert_eq!(b.state(), a.state());
+        assert_eq!(b.stats().get().state_digest, stats.state_digest);
+    }
+}

@@ -1,0 +1,372 @@
+//! The RESP server: one node of the runtime behind a TCP listener for Redis clients.
+//!
+//! ```text
+//! socket -> Decoder -> ClientConnection::dispatch
+//!     Reply          sent as is (INFO / RAFT.STATUS get a fresh NodeStatus first)
+//!     Write          propose LogCommand { client_id, seq, cmd }; the result is a WriteReply
+//!     Read           Handle::read (ReadIndex, linearizable)
+//!     Admin          Handle::add_learner / promote / remove / transfer_leadership / snapshot_now
+//!   NotLeader -> forward the request to the leader's client address (when `client_peers` knows
+//!                it) over a per-connection RESP connection and relay the reply; otherwise
+//!                `-TRYAGAIN leader is node N at <peer addr>` or `-TRYAGAIN no leader`.
+//! ```
+//!
+//! Frames of one connection are served one after the other, so replies leave in request order
+//! (pipelined requests are decoded from one read and their replies written together).
+//!
+//! Request ids: every connection draws a random 64-bit client id and numbers its writes 1, 2, ...
+//! The server never proposes a write twice on its own: a timeout answers `-TRYAGAIN outcome
+//! unknown`. A forwarded write is proposed by the leader under the forwarding connection's id, and
+//! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
+
+mod adapter;
+mod forward;
+pub mod launch;
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes, BytesMut};
+use keel_runtime::{ClientError, Handle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub use adapter::{KvAdapter, SmStats, SmStatsValue};
+
+use crate::command::AdminCommand;
+use crate::connection::{ClientConnection, Dispatch, MemberInfo, NodeInfo, NodeStatus};
+use crate::resp::{Decoder, Limits, Reply};
+use crate::state_machine::{LogCommand, WriteReply};
+
+/// The name a forwarding connection gives itself: a node never forwards a request that arrived on
+/// such a connection again (no forwarding loops while leadership moves).
+pub(crate) const FORWARD_CLIENT_NAME: &str = "keel-forward";
+
+/// Output is flushed once this much is buffered, even in the middle of a pipeline.
+const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+
+/// Everything the connections of one node share.
+pub struct ServerContext {
+    pub node_id: u64,
+    pub handle: Handle<KvAdapter>,
+    pub stats: Arc<SmStats>,
+    pub limits: Limits,
+    /// Peer addresses as this node knows them (initial cluster, members added through it).
+    pub peer_addrs: Mutex<BTreeMap<u64, String>>,
+    /// Client addresses of the other nodes, for forwarding to the leader.
+    pub client_addrs: BTreeMap<u64, String>,
+    next_connection_id: AtomicU64,
+    connections: AtomicU64,
+}
+
+impl ServerContext {
+    pub fn new(
+        node_id: u64,
+        handle: Handle<KvAdapter>,
+        stats: Arc<SmStats>,
+        peer_addrs: BTreeMap<u64, String>,
+        client_addrs: BTreeMap<u64, String>,
+    ) -> Self {
+        ServerContext {
+            node_id,
+            handle,
+            stats,
+            limits: Limits::default(),
+            peer_addrs: Mutex::new(peer_addrs),
+            client_addrs,
+            next_connection_id: AtomicU64::new(1),
+            connections: AtomicU64::new(0),
+        }
+    }
+
+    /// This node's status for INFO: the runtime's view, then the state machine's (in that order,
+    /// so `state_digest` is the digest at the reported `applied_index`: every key-value entry at
+    /// or below the runtime's applied index is already in the stats read after it).
+    pub async fn node_status(&self) -> NodeStatus {
+        let runtime = self.handle.status().await;
+        let stats = self.stats.get();
+        let peer_addrs = self
+            .peer_addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut status = NodeStatus {
+            node_id: self.node_id,
+            role: "unknown".into(),
+            applied_index: stats.applied_index,
+            state_digest: stats.state_digest,
+            keys: stats.keys,
+            connected_clients: self.connections.load(Ordering::Relaxed),
+            ..NodeStatus::default()
+        };
+        let Ok(runtime) = runtime else {
+            return status;
+        };
+        let raft = &runtime.raft;
+        let membership = &raft.membership;
+        status.role = if membership.is_learner(self.node_id) {
+            "learner".into()
+        } else {
+            format!("{:?}", raft.role).to_ascii_lowercase()
+        };
+        status.term = raft.term;
+        status.leader_id = raft.leader;
+        status.commit_index = raft.commit;
+        status.applied_index = raft.applied.max(stats.applied_index);
+        status.snapshot_index = raft.snapshot.index;
+        // The runtime does not report the log's first index; with no entries kept behind the
+        // snapshot it is the one after it (the log may hold up to snapshot_trailing more).
+        status.first_log_index = raft.snapshot.index + 1;
+        status.last_log_index = raft.last_log_id.index;
+        status.members = membership
+            .members()
+            .into_iter()
+            .map(|id| MemberInfo {
+                id,
+                peer_addr: peer_addrs.get(&id).cloned().unwrap_or_default(),
+                voter: !membership.is_learner(id),
+            })
+            .collect();
+        status
+    }
+}
+
+/// A `NodeInfo` answering with a status fetched beforehand (INFO is synchronous in the protocol
+/// layer, the runtime's status is not).
+struct Fetched(NodeStatus);
+
+impl NodeInfo for Fetched {
+    fn status(&self) -> NodeStatus {
+        self.0.clone()
+    }
+}
+
+fn wants_status(args: &[Bytes]) -> bool {
+    let name = &args[0];
+    name.eq_ignore_ascii_case(b"info") || name.eq_ignore_ascii_case(b"raft.status")
+}
+
+/// A random 64-bit id per client connection (the request-id namespace in the log).
+fn random_client_id() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(now.as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// Accepts client connections until the task is aborted.
+pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let ctx = Arc::clone(&ctx);
+                tokio::spawn(async move {
+                    ctx.connections.fetch_add(1, Ordering::Relaxed);
+                    let _ = serve_connection(stream, peer, &ctx).await;
+                    ctx.connections.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                eprintln!("keel: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One client connection's request state beyond the protocol layer's.
+struct Session {
+    client_id: u64,
+    seq: u64,
+    forward: forward::Forwarder,
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ctx: &ServerContext,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let id = ctx.next_connection_id.fetch_add(1, Ordering::Relaxed);
+    let mut connection = ClientConnection::new(id, peer.to_string(), ctx.limits);
+    let mut decoder = Decoder::new(ctx.limits);
+    let mut session = Session {
+        client_id: random_client_id(),
+        seq: 0,
+        forward: forward::Forwarder::default(),
+    };
+    let mut input = BytesMut::with_capacity(16 * 1024);
+    let mut output = BytesMut::new();
+    loop {
+        // The input holds at most one partial request (bounded by the decoder's
+        // request_bytes_max) plus one read: every complete frame is served before reading on.
+        if stream.read_buf(&mut input).await? == 0 {
+            return Ok(());
+        }
+        loop {
+            let (frame, used) = match decoder.decode(&input) {
+                Ok(Some(decoded)) => decoded,
+                Ok(None) => break,
+                Err(error) => {
+                    connection.encode(&error.to_reply(), &mut output);
+                    stream.write_all(&output).await?;
+                    return Ok(());
+                }
+            };
+            input.advance(used);
+            if frame.is_empty() {
+                continue;
+            }
+            let status = if wants_status(&frame.args) {
+                ctx.node_status().await
+            } else {
+                NodeStatus::default()
+            };
+            let reply = match connection.dispatch(&frame.args, &Fetched(status)) {
+                Dispatch::Reply(reply) => reply,
+                Dispatch::ReplyAndClose(reply) => {
+                    connection.encode(&reply, &mut output);
+                    stream.write_all(&output).await?;
+                    return Ok(());
+                }
+                other => {
+                    let forwarded = connection
+                        .name()
+                        .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes());
+                    execute(ctx, &mut session, other, &frame.args, !forwarded).await
+                }
+            };
+            connection.encode(&reply, &mut output);
+            if output.len() >= OUTPUT_FLUSH_BYTES {
+                stream.write_all(&output).await?;
+                output.clear();
+            }
+        }
+        if !output.is_empty() {
+            stream.write_all(&output).await?;
+            output.clear();
+        }
+    }
+}
+
+/// Whether a request changes state (so a failed forward leaves its outcome unknown).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Write,
+    Read,
+}
+
+async fn execute(
+    ctx: &ServerContext,
+    session: &mut Session,
+    dispatch: Dispatch,
+    args: &[Bytes],
+    may_forward: bool,
+) -> Reply {
+    let (result, kind) = match dispatch {
+        Dispatch::Write(command) => {
+            session.seq += 1;
+            let entry = LogCommand::new(session.client_id, session.seq, command).encode();
+            let result = ctx.handle.propose(entry).await.map(|bytes| {
+                WriteReply::decode(&bytes).map_or_else(
+                    || Reply::error("ERR internal error: undecodable write result"),
+                    |r| r.to_reply(),
+                )
+            });
+            (result, Kind::Write)
+        }
+        Dispatch::Read(command) => (
+            ctx.handle
+                .read(move |sm: &KvAdapter| sm.state().read(&command))
+                .await,
+            Kind::Read,
+        ),
+        Dispatch::Admin(command) => (admin(ctx, command).await, Kind::Write),
+        Dispatch::Reply(reply) | Dispatch::ReplyAndClose(reply) => (Ok(reply), Kind::Read),
+    };
+    match result {
+        Ok(reply) => reply,
+        Err(ClientError::NotLeader {
+            leader: Some(leader),
+            leader_addr,
+        }) if leader != ctx.node_id => {
+            let addr = ctx.client_addrs.get(&leader);
+            match addr {
+                Some(addr) if may_forward => {
+                    session
+                        .forward
+                        .forward(leader, addr, args, kind == Kind::Write, &ctx.limits)
+                        .await
+                }
+                _ => {
+                    let at = addr
+                        .cloned()
+                        .or_else(|| leader_addr.map(|a| a.to_string()))
+                        .unwrap_or_else(|| "an unknown address".into());
+                    Reply::error(format!("TRYAGAIN leader is node {leader} at {at}"))
+                }
+            }
+        }
+        Err(e) => error_reply(&e),
+    }
+}
+
+fn error_reply(error: &ClientError) -> Reply {
+    match error {
+        ClientError::NotLeader { .. } => Reply::error("TRYAGAIN no leader"),
+        ClientError::Unknown => Reply::error("TRYAGAIN outcome unknown"),
+        ClientError::Busy(what) => Reply::error(format!("TRYAGAIN busy: {what}")),
+        ClientError::Rejected(why) => Reply::error(format!("ERR rejected: {why}")),
+        ClientError::Shutdown => Reply::error("TRYAGAIN the node is shutting down"),
+    }
+}
+
+async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, ClientError> {
+    match command {
+        AdminCommand::MemberAdd {
+            id,
+            peer_addr,
+            learner,
+        } => {
+            let Some(addr) = tokio::net::lookup_host(peer_addr.as_str())
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+            else {
+                return Ok(Reply::error(format!(
+                    "ERR cannot resolve peer address '{peer_addr}'"
+                )));
+            };
+            ctx.handle.add_learner(id, addr).await?;
+            ctx.peer_addrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, peer_addr);
+            if !learner {
+                ctx.handle.promote(id).await?;
+            }
+            Ok(Reply::OK)
+        }
+        AdminCommand::MemberRemove { id } => {
+            ctx.handle.remove(id).await?;
+            Ok(Reply::OK)
+        }
+        AdminCommand::Transfer { id } => {
+            ctx.handle.transfer_leadership(id).await?;
+            Ok(Reply::OK)
+        }
+        AdminCommand::Snapshot => {
+            let index = ctx.handle.snapshot_now().await?;
+            Ok(Reply::Integer(index as i64))
+        }
+    }
+}
