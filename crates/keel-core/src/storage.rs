@@ -50,6 +50,29 @@ impl MemStorage {
         }
     }
 
+    /// Storage of a member of a cluster of `voters` that already holds `entries` (from index 1)
+    /// and `hard_state`: how tests and tools construct a precise history.
+    pub fn with_log(
+        voters: impl IntoIterator<Item = crate::NodeId>,
+        entries: Vec<Entry>,
+        hard_state: HardState,
+    ) -> Self {
+        let mut storage = MemStorage::new_cluster(voters);
+        storage.write_torn(
+            &Write {
+                id: 0,
+                install: None,
+                entries,
+                hard_state: Some(hard_state),
+                purge_to: None,
+                sync: true,
+            },
+            usize::MAX,
+            true,
+        );
+        storage
+    }
+
     /// Storage of a node joining an existing cluster: it learns the configuration from the leader.
     pub fn new_joining() -> Self {
         MemStorage::default()

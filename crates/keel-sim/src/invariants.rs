@@ -277,7 +277,7 @@ mod tests {
 
     use bytes::Bytes;
     use keel_core::storage::{MemStorage, Storage};
-    use keel_core::{Config, HardState, Write};
+    use keel_core::{Config, HardState};
 
     use super::*;
 
@@ -289,42 +289,24 @@ mod tests {
         }
     }
 
+    fn hard_state(term: Term, commit: Index) -> HardState {
+        HardState {
+            term,
+            vote: None,
+            commit,
+        }
+    }
+
     /// A node of a three-voter cluster whose durable log is `entries` with `commit`.
     fn node(id: NodeId, entries: Vec<Entry>, term: Term, commit: Index) -> RaftNode {
-        let mut disk = MemStorage::new_cluster([1, 2, 3]);
-        let write = Write {
-            id: 0,
-            install: None,
-            purge_to: None,
-            entries,
-            hard_state: Some(HardState {
-                term,
-                vote: None,
-                commit,
-            }),
-            sync: true,
-        };
-        disk.write(&write).unwrap();
+        let disk = MemStorage::with_log([1, 2, 3], entries, hard_state(term, commit));
         RaftNode::new(Config::new(id), disk.recover().unwrap()).unwrap()
     }
 
     /// A single-voter node that has won an election in its first term.
     fn leader(entries: Vec<Entry>, commit: Index) -> RaftNode {
-        let mut disk = MemStorage::new_cluster([1]);
         let term = entries.last().map_or(0, |e| e.term);
-        disk.write(&Write {
-            id: 0,
-            install: None,
-            purge_to: None,
-            entries,
-            hard_state: Some(HardState {
-                term,
-                vote: None,
-                commit,
-            }),
-            sync: true,
-        })
-        .unwrap();
+        let disk = MemStorage::with_log([1], entries, hard_state(term, commit));
         let mut n = RaftNode::new(Config::new(1), disk.recover().unwrap()).unwrap();
         // Replay what it had committed first: a restarted node campaigns only after that.
         let replay = n.ready();

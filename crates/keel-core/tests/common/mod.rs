@@ -53,17 +53,7 @@ pub fn entries_from(first: Index, terms: &[Term]) -> Vec<Entry> {
 /// Storage of a voter in a cluster of `voters` that already holds a log with these terms (from
 /// index 1) and this hard state: how scenario tests construct a precise history.
 pub fn storage_with(voters: &[NodeId], terms: &[Term], hard_state: HardState) -> MemStorage {
-    let mut storage = MemStorage::new_cluster(voters.iter().copied());
-    let write = Write {
-        id: 0,
-        install: None,
-        purge_to: None,
-        entries: entries_from(1, terms),
-        hard_state: Some(hard_state),
-        sync: true,
-    };
-    storage.write(&write).expect("MemStorage does not fail");
-    storage
+    MemStorage::with_log(voters.iter().copied(), entries_from(1, terms), hard_state)
 }
 
 pub struct Peer {
