@@ -97,12 +97,15 @@ impl RaftNode {
     /// A complete snapshot from the leader (its data already durable here).
     pub(super) fn on_install_snapshot(&mut self, leader: NodeId, meta: SnapshotMeta) {
         debug_assert_eq!(self.role, Role::Follower);
-        let result = self.install_snapshot(meta);
+        let Some(result) = self.install_snapshot(meta) else {
+            return;
+        };
         let reply = self.message(leader, MessageBody::AppendResponse(result));
         self.send_after_persist(reply);
     }
 
-    fn install_snapshot(&mut self, meta: SnapshotMeta) -> AppendResult {
+    /// Applies the install rules; `None` drops the snapshot without an answer.
+    fn install_snapshot(&mut self, meta: SnapshotMeta) -> Option<AppendResult> {
         let last = meta.last;
         // Everything at or below the commit index is already here, committed and about to be
         // applied from the log: installing would lose the effects of entries committed but not
@@ -114,18 +117,33 @@ impl RaftNode {
             self.commit
         };
         if last.index <= floor {
-            return AppendResult::Success {
+            return Some(AppendResult::Success {
                 match_index: self.commit,
-            };
+            });
         }
+        // A leader of this term cannot hold an entry of a later term, and a term history must
+        // rise in both term and index up to the snapshot's last entry: such a snapshot comes from
+        // another cluster incarnation or is corrupt. Drop it without an answer (scenario S10).
+        let history_ok = meta
+            .term_history
+            .windows(2)
+            .all(|w| w[0].term < w[1].term && w[0].index < w[1].index)
+            && meta
+                .term_history
+                .last()
+                .is_none_or(|t| t.term <= meta.last.term && t.index <= meta.last.index);
+        if meta.last.term > self.term || !history_ok {
+            return None;
+        }
+
         if self.log.matches(last) && !below_commit_bug {
             // Our log already holds the snapshot's last entry: keep the suffix after it, which
             // the leader may already count (scenario S03); only the commit index moves.
             self.commit = self.commit.max(last.index);
             self.leader_match = self.leader_match.max(last.index);
-            return AppendResult::Success {
+            return Some(AppendResult::Success {
                 match_index: last.index,
-            };
+            });
         }
         // Our log diverges from the snapshot: discard it whole, configuration included (S32).
         let kept = if self.mutated(crate::Mutation::KeepConflictingSuffix) {
@@ -152,8 +170,8 @@ impl RaftNode {
         self.apply_requested = last.index;
         self.snapshot = meta.clone();
         self.pending_install = Some(meta);
-        AppendResult::Success {
+        Some(AppendResult::Success {
             match_index: last.index,
-        }
+        })
     }
 }
