@@ -119,12 +119,9 @@ impl RaftNode {
             }
         }
         if let Some(i) = new_from {
-            let mut membership_changed = false;
             for e in entries.into_iter().skip(i) {
-                membership_changed |= matches!(e.payload, crate::EntryPayload::Membership(_));
                 self.log.append(e);
             }
-            let _ = membership_changed;
         }
         // Only the prefix this request proved to match may be committed: stale entries beyond it
         // might belong to a deposed leader (scenario S15).
