@@ -231,11 +231,6 @@ impl RaftLog {
         }
     }
 
-    /// The effective configuration, shared.
-    pub fn membership_arc(&self) -> Arc<Membership> {
-        self.membership_arc_at(self.last_index())
-    }
-
     /// The index of the entry that set the effective configuration (the purged index if none).
     pub fn membership_index(&self) -> Index {
         self.memberships

@@ -73,16 +73,3 @@ pub enum AppendResult {
         hint_index: Index,
     },
 }
-
-impl Message {
-    /// True for the messages a node sends in response to another's request.
-    pub fn is_response(&self) -> bool {
-        matches!(
-            self.body,
-            MessageBody::PreVoteResponse { .. }
-                | MessageBody::VoteResponse { .. }
-                | MessageBody::AppendResponse(_)
-                | MessageBody::HeartbeatResponse { .. }
-        )
-    }
-}

@@ -56,8 +56,4 @@ impl History {
         entry.complete_time = Some(time);
         entry.result = Some(result);
     }
-
-    pub fn pending(&self) -> usize {
-        self.ops.iter().filter(|o| o.result.is_none()).count()
-    }
 }
