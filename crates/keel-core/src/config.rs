@@ -24,6 +24,10 @@ pub struct Config {
     pub max_inflight_messages: usize,
     /// Bound on entries handed to the application in one `Ready`.
     pub max_apply_entries: usize,
+    /// Bound on entries handed to the application and not yet reported applied: the length of
+    /// the apply pipeline. Startup replay of millions of committed entries streams through it
+    /// instead of being handed out at once.
+    pub max_unapplied_entries: u64,
     /// Bound on proposals accepted but not yet committed; beyond it `propose` refuses.
     pub max_uncommitted_entries: usize,
     /// Bound on ReadIndex requests waiting on the leader.
@@ -52,6 +56,7 @@ impl Config {
             max_bytes_per_message: 1 << 20,
             max_inflight_messages: 64,
             max_apply_entries: 4096,
+            max_unapplied_entries: 16_384,
             max_uncommitted_entries: 65_536,
             max_pending_reads: 65_536,
             snapshot_trailing_entries: 1024,
@@ -76,6 +81,7 @@ impl Config {
             || self.max_bytes_per_message == 0
             || self.max_inflight_messages == 0
             || self.max_apply_entries == 0
+            || self.max_unapplied_entries == 0
             || self.max_uncommitted_entries == 0
         {
             return bad("message, in-flight, apply and uncommitted bounds must be positive");

@@ -47,6 +47,19 @@ fn storage_after_snapshot(
     storage
 }
 
+/// A member of a three-voter cluster restarted with `last` entries of term 1, `commit` of them
+/// committed.
+fn restarted_with_log(config: Config, last: Index, commit: Index) -> RaftNode {
+    let entries: Vec<Entry> = (1..=last).map(|i| normal(1, i)).collect();
+    let hard_state = HardState {
+        term: 1,
+        vote: None,
+        commit,
+    };
+    let storage = MemStorage::with_log([1, 2, 3], entries, hard_state);
+    RaftNode::new(config, storage.recover().unwrap()).unwrap()
+}
+
 /// S18: the persisted commit covers a configuration change made after the snapshot; after a
 /// restart the node's configuration includes it, and the replay hands the change out in order.
 #[test]
@@ -84,19 +97,9 @@ fn s18_restart_restores_membership_changes_after_the_snapshot() {
 #[test]
 fn s19_replay_larger_than_any_batch_completes() {
     const COMMITTED: Index = 10_000;
-    let entries: Vec<Entry> = (1..=COMMITTED + 50).map(|i| normal(1, i)).collect();
-    let storage = MemStorage::with_log(
-        [1, 2, 3],
-        entries,
-        HardState {
-            term: 1,
-            vote: None,
-            commit: COMMITTED,
-        },
-    );
     let mut config = Config::new(1);
     config.max_apply_entries = 64;
-    let mut node = RaftNode::new(config, storage.recover().unwrap()).unwrap();
+    let mut node = restarted_with_log(config, COMMITTED + 50, COMMITTED);
     let mut next = 1;
     let mut batches = 0;
     while node.is_replaying() {
@@ -112,4 +115,39 @@ fn s19_replay_larger_than_any_batch_completes() {
     }
     assert_eq!(next - 1, COMMITTED, "nothing beyond the persisted commit");
     assert!(node.ready().committed.is_empty());
+}
+
+/// S19, memory: however long the replay, the node hands out at most `max_unapplied_entries`
+/// ahead of what the application reported applied, so the apply pipeline stays bounded while a
+/// slow state machine works through millions of entries.
+#[test]
+fn s19_replay_never_runs_ahead_of_the_application_by_more_than_the_bound() {
+    const COMMITTED: Index = 20_000;
+    let mut config = Config::new(1);
+    config.max_apply_entries = 100;
+    config.max_unapplied_entries = 1_000;
+    let mut node = restarted_with_log(config, COMMITTED, COMMITTED);
+    let mut handed_out = 0;
+    let mut applied = 0;
+    while node.is_replaying() {
+        // Drain everything the node offers without applying anything...
+        while node.has_ready() {
+            let rd = node.ready();
+            if let Some(last) = rd.committed.last() {
+                handed_out = last.index;
+            }
+            assert!(
+                handed_out - applied <= 1_000,
+                "handed out {handed_out} with only {applied} applied"
+            );
+        }
+        assert!(
+            handed_out == COMMITTED || handed_out - applied == 1_000,
+            "the window is used in full"
+        );
+        // ...then apply half of it, as a slow state machine would.
+        applied += 500;
+        node.applied(applied);
+    }
+    assert_eq!(applied, COMMITTED);
 }

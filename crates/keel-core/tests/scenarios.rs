@@ -676,3 +676,97 @@ fn s09_slow_poller_sees_every_compacted_write_committed() {
         );
     }
 }
+
+/// The vote n2 sent n3 in answer to `request`, after n2 stepped it.
+fn vote_answer(c: &mut Cluster, request: Message) -> bool {
+    let before = c.sent.len();
+    c.node_mut(2).step(request);
+    c.process(2);
+    c.complete_writes(2);
+    c.process(2);
+    let answers: Vec<bool> = c.sent[before..]
+        .iter()
+        .filter(|m| m.from == 2 && m.to == 3)
+        .filter_map(|m| match m.body {
+            MessageBody::VoteResponse { granted } => Some(granted),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers.len(), 1, "n2 answers the request once");
+    answers[0]
+}
+
+/// S37 — n2 voted for n1 in n1's term, n1 leads and commits on n1 and n2; n2's disk is wiped and
+/// it restarts with the same id and initial cluster; n3's RequestVote of that same term, delayed
+/// in the network, arrives. n2 has lost its promise, so it must not grant it: two leaders of one
+/// term would follow.
+#[test]
+fn s37_wiped_member_does_not_grant_a_delayed_vote() {
+    let mut c = three_nodes_with_entries(5);
+    let term = c.node(1).term();
+    let n3_last = c.node(3).log().last_log_id();
+    c.crash(2);
+    c.peer(2).storage = storage::MemStorage::new_cluster([1, 2, 3]);
+    c.restart(2);
+    let delayed = Message {
+        from: 3,
+        to: 2,
+        term,
+        body: MessageBody::RequestVote {
+            last_log_id: n3_last,
+            transfer: false,
+        },
+    };
+    assert!(
+        !vote_answer(&mut c, delayed),
+        "the wiped node granted a vote"
+    );
+    // Once a leader has given it a log again it is a full member.
+    c.heal();
+    c.propose_and_commit(1, "after");
+    c.tick_all(4);
+    c.assert_converged();
+    assert_eq!(c.node(2).log().last_log_id(), c.node(1).log().last_log_id());
+}
+
+/// S37, data-loss variant: n1 commits 20 on n1 and n2 only (n3's log ends at 19); n2 is wiped;
+/// n1 crashes. n3 campaigns: the wiped n2 must not elect it, or the committed entry 20 is lost.
+/// When n1 returns, a leader holding 20 is elected and nothing committed is lost.
+#[test]
+fn s37_wiped_member_cannot_elect_a_leader_missing_a_committed_entry() {
+    let mut c = three_nodes_with_entries(19);
+    c.block(1, 3);
+    let last = c.propose_and_commit(1, "only on n1 and n2");
+    assert_eq!(c.node(3).log().last_index(), last.index - 1);
+    c.crash(2);
+    c.peer(2).storage = storage::MemStorage::new_cluster([1, 2, 3]);
+    c.restart(2);
+    c.crash(1);
+    c.heal();
+    for _ in 0..5 {
+        c.node_mut(3).campaign();
+        c.run_until_quiet();
+        c.tick_all(test_config(3).election_timeout_ticks * 2);
+        assert_ne!(
+            c.node(3).role(),
+            Role::Leader,
+            "n3 won without the committed entry {last:?}"
+        );
+    }
+    c.restart(1);
+    c.tick_all(test_config(1).election_timeout_ticks * 10);
+    let leader = c.leader().expect("a leader once n1 is back");
+    assert!(c.node(leader).log().last_index() >= last.index);
+    c.propose_and_commit(leader, "later");
+    c.tick_all(4);
+    c.assert_converged();
+    c.assert_committed_preserved();
+}
+
+/// S37's exception: in a cluster's first election every log is empty, and fresh members vote.
+#[test]
+fn s37_fresh_members_still_elect_the_first_leader() {
+    let mut c = Cluster::new(3);
+    c.elect(2);
+    assert_eq!(c.leader(), Some(2));
+}

@@ -62,6 +62,7 @@ pub(crate) enum Request<S> {
         data: Bytes,
         reply: ProposalReply,
     },
+    ProposeBatch(Vec<(Bytes, ProposalReply)>),
     Read(ReadFn<S>),
     Status(oneshot::Sender<NodeStatus>),
     Membership {
@@ -74,6 +75,44 @@ pub(crate) enum Request<S> {
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
     SnapshotNow(oneshot::Sender<Result<Index, ClientError>>),
+}
+
+/// Bound on the proposals of one [`Handle::propose_batch`] call.
+pub const PROPOSE_BATCH_MAX: usize = 1024;
+
+/// A request queued at the node whose result has not been awaited yet.
+///
+/// The deadline was fixed when the request was queued: waiting late does not extend it.
+#[must_use = "a pending request resolves only when awaited"]
+pub struct Pending<T> {
+    state: PendingState<T>,
+}
+
+enum PendingState<T> {
+    Queued {
+        rx: oneshot::Receiver<Result<T, ClientError>>,
+        deadline: tokio::time::Instant,
+    },
+    Failed(ClientError),
+}
+
+impl<T> Pending<T> {
+    fn failed(error: ClientError) -> Self {
+        Pending {
+            state: PendingState::Failed(error),
+        }
+    }
+
+    /// The result, or `Unknown` once the deadline passed.
+    pub async fn wait(self) -> Result<T, ClientError> {
+        match self.state {
+            PendingState::Failed(error) => Err(error),
+            PendingState::Queued { rx, deadline } => tokio::time::timeout_at(deadline, rx)
+                .await
+                .map_err(|_| ClientError::Unknown)?
+                .map_err(|_| ClientError::Shutdown)?,
+        }
+    }
 }
 
 /// A cheap, cloneable handle to a running node.
@@ -113,6 +152,61 @@ impl<S: Send + 'static> Handle<S> {
     /// Proposes `data` and resolves with the state machine's result once it is applied here.
     pub async fn propose(&self, data: Bytes) -> Result<Bytes, ClientError> {
         self.call(|reply| Request::Propose { data, reply }).await
+    }
+
+    /// Proposes every entry of `batch` in this order in one step of the node, and returns one
+    /// pending result per entry (same order). Use it for pipelined writes of one client: the
+    /// entries cannot be reordered among themselves, and an entry after a refused one is never
+    /// applied before it (a refusal — not leader, a bound — holds for the rest of the batch).
+    ///
+    /// # Panics
+    /// If `batch` holds more than [`PROPOSE_BATCH_MAX`] entries.
+    pub async fn propose_batch(&self, batch: Vec<Bytes>) -> Vec<Pending<Bytes>> {
+        assert!(
+            batch.len() <= PROPOSE_BATCH_MAX,
+            "proposal batch over its bound"
+        );
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let mut pending = Vec::with_capacity(batch.len());
+        let mut request = Vec::with_capacity(batch.len());
+        for data in batch {
+            let (tx, rx) = oneshot::channel();
+            request.push((data, tx));
+            pending.push(Pending {
+                state: PendingState::Queued { rx, deadline },
+            });
+        }
+        let sent =
+            tokio::time::timeout_at(deadline, self.requests.send(Request::ProposeBatch(request)));
+        let error = match sent.await {
+            Ok(Ok(())) => return pending,
+            Ok(Err(_)) => ClientError::Shutdown,
+            Err(_) => ClientError::Unknown,
+        };
+        pending
+            .iter()
+            .map(|_| Pending::failed(error.clone()))
+            .collect()
+    }
+
+    /// Queues a linearizable read (see [`Handle::read`]) and returns it pending, so one client
+    /// can have many reads in flight; reads queued one after the other are served in that order.
+    pub async fn start_read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&S) -> R + Send + 'static,
+    ) -> Pending<R> {
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let (tx, rx) = oneshot::channel();
+        let request = Request::Read(Box::new(move |state: Result<&S, ClientError>| {
+            let _ = tx.send(state.map(f));
+        }));
+        match tokio::time::timeout_at(deadline, self.requests.send(request)).await {
+            Ok(Ok(())) => Pending {
+                state: PendingState::Queued { rx, deadline },
+            },
+            Ok(Err(_)) => Pending::failed(ClientError::Shutdown),
+            Err(_) => Pending::failed(ClientError::Unknown),
+        }
     }
 
     /// Runs `f` against the state machine, linearizably (ReadIndex on the leader).

@@ -20,5 +20,5 @@ pub mod transport;
 pub mod wire;
 
 pub use apply::StateMachine;
-pub use handle::{ClientError, Handle, NodeStatus, ReplayStats};
+pub use handle::{ClientError, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX};
 pub use node::{Node, NodeConfig, StartError};

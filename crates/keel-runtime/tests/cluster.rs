@@ -355,3 +355,34 @@ async fn a_learner_joins_is_promoted_and_a_voter_is_removed() {
     assert_eq!(members.voters.len(), 3);
     assert_eq!(c.propose(1).await, 6);
 }
+
+/// `propose_batch`: the entries reach the log in batch order, consecutively (each result is the
+/// running total after its own entry); a follower refuses the whole batch and names the leader;
+/// reads started after the batch resolved see all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_batch_applies_in_order_or_is_refused_whole() {
+    let c = Cluster::start("batch", 1_000_000).await;
+    let leader = c.leader().await;
+    let pending = c
+        .handle(leader)
+        .propose_batch((1..=100).map(add).collect())
+        .await;
+    let mut totals = Vec::new();
+    for p in pending {
+        totals.push(as_u64(&p.wait().await.expect("committed")));
+    }
+    let base = totals[0] - 1;
+    for (k, total) in (1..=100u64).zip(&totals) {
+        assert_eq!(*total, base + k * (k + 1) / 2, "entry {k} out of order");
+    }
+    let read = c.handle(leader).start_read(|sm: &Counter| sm.total).await;
+    assert_eq!(read.wait().await.unwrap(), base + 5050);
+
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    for p in c.handle(follower).propose_batch(vec![add(1), add(2)]).await {
+        match p.wait().await {
+            Err(ClientError::NotLeader { leader: hint, .. }) => assert_eq!(hint, Some(leader)),
+            other => panic!("a follower answered {other:?}"),
+        }
+    }
+}

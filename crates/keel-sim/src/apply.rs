@@ -58,14 +58,22 @@ impl World {
                     let node = &mut self.nodes[idx];
                     node.applied = e.index;
                     let result = match &e.payload {
+                        EntryPayload::Normal(_) if node.skip_next_command => {
+                            node.skip_next_command = false;
+                            None
+                        }
                         EntryPayload::Normal(data) => {
                             let cmd = Command::decode(data).expect("simulator commands decode");
                             Some(node.sm.apply(&cmd))
                         }
                         _ => None,
                     };
+                    let digest = node.sm.digest();
                     let incarnation = node.incarnation;
                     node.raft.as_mut().expect("live node").applied(e.index);
+                    if let Err(v) = self.checker.state_digest(id, e.index, digest) {
+                        return self.fail(v);
+                    }
                     self.clients.entry_applied(
                         id,
                         incarnation,
@@ -94,6 +102,9 @@ impl World {
             return self.fail(v);
         }
         self.trace_line(|| format!("n{id} restores snapshot {}", meta.last));
+        if let Err(v) = self.checker.state_digest(id, index, data.digest()) {
+            return self.fail(v);
+        }
         let node = &mut self.nodes[idx];
         node.sm = data;
         node.applied = index;

@@ -73,6 +73,8 @@ pub struct Checker {
     /// Granted votes seen on the wire: (voter, term) -> candidate.
     votes: HashMap<(NodeId, Term), NodeId>,
     watch: HashMap<NodeId, NodeWatch>,
+    /// State-machine digest by applied index, as first observed on any node (S24).
+    digests: HashMap<Index, (NodeId, u64)>,
 }
 
 impl Checker {
@@ -104,6 +106,31 @@ impl Checker {
         }
         w.applied = index;
         Ok(())
+    }
+
+    /// The state machine of `id` is at `index` with `digest` (after an apply, a restore or a
+    /// restart). Replicas must agree at every index (S24: an applied index that ran ahead of the
+    /// state it describes — an entry skipped on replay — shows up as a different digest).
+    pub fn state_digest(&mut self, id: NodeId, index: Index, digest: u64) -> Result<(), Violation> {
+        match self.digests.entry(index) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert((id, digest));
+                Ok(())
+            }
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                let (first, expected) = *seen.get();
+                if expected == digest {
+                    return Ok(());
+                }
+                violation(
+                    "state digest",
+                    format!(
+                        "node {id} has state digest {digest:016x} at applied index {index}, \
+                         node {first} had {expected:016x}"
+                    ),
+                )
+            }
+        }
     }
 
     /// A granted vote left `voter` for `candidate` in `term`.
@@ -295,6 +322,17 @@ mod tests {
             vote: None,
             commit,
         }
+    }
+
+    #[test]
+    fn state_digest_catches_replicas_that_differ_at_one_index() {
+        let mut c = Checker::default();
+        assert!(c.state_digest(1, 5, 0xaa).is_ok());
+        assert!(c.state_digest(2, 5, 0xaa).is_ok());
+        assert!(c.state_digest(2, 6, 0xbb).is_ok());
+        let v = c.state_digest(3, 5, 0xab).unwrap_err();
+        assert_eq!(v.invariant, "state digest");
+        assert!(v.detail.contains("node 3"), "{v}");
     }
 
     /// A node of a three-voter cluster whose durable log is `entries` with `commit`.

@@ -87,6 +87,7 @@ fn main() -> ExitCode {
                             fault_steps: args.steps,
                             trace: args.trace,
                             mutation,
+                            break_replay: false,
                         });
                         if report.violation.is_some() && args.fail_fast {
                             stop.store(true, Ordering::Relaxed);

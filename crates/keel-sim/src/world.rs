@@ -26,6 +26,9 @@ pub struct RunConfig {
     pub fault_steps: u64,
     pub trace: bool,
     pub mutation: Option<keel_core::Mutation>,
+    /// Test-only: a restarted node skips the first command it replays, as a state machine whose
+    /// applied index was saved ahead of its effects would (S24). The simulator must catch it.
+    pub break_replay: bool,
 }
 
 pub(crate) enum Event {
@@ -115,6 +118,8 @@ pub(crate) struct SimNode {
     /// Role and commit index after the last step, to notice elections and commits.
     pub last_role: Role,
     pub last_commit: Index,
+    /// Set by `RunConfig::break_replay` at a restart: the next command is not applied.
+    pub skip_next_command: bool,
 }
 
 /// The outcome of one seed.
@@ -151,6 +156,7 @@ pub(crate) struct World {
     pub checker: Checker,
     pub violation: Option<Violation>,
     mutation: Option<keel_core::Mutation>,
+    break_replay: bool,
     trace_on: bool,
     pub trace: Vec<String>,
     trace_digest: u64,
@@ -179,6 +185,7 @@ impl World {
                     snapshot_in_progress: false,
                     last_role: Role::Follower,
                     last_commit: 0,
+                    skip_next_command: false,
                 }
             })
             .collect();
@@ -199,6 +206,7 @@ impl World {
             checker: Checker::default(),
             violation: None,
             mutation: cfg.mutation,
+            break_replay: cfg.break_replay,
             trace_on: cfg.trace,
             trace: Vec::new(),
             trace_digest: 0xcbf2_9ce4_8422_2325,
@@ -341,7 +349,12 @@ impl World {
                 node.pending_reads.clear();
                 node.apply_queue.clear();
                 node.apply_scheduled = false;
+                node.skip_next_command = self.break_replay && node.incarnation > 0;
+                let digest = node.sm.digest();
                 self.checker.restarted(id, snapshot);
+                if let Err(v) = self.checker.state_digest(id, snapshot, digest) {
+                    return self.fail(v);
+                }
                 self.drive(id);
             }
             Err(e) => self.violate("recovery", format!("node {id} failed to restart: {e}")),

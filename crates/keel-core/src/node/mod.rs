@@ -450,7 +450,7 @@ impl RaftNode {
                 self.hard_state(),
                 self.commit_flush_due,
             )
-            || self.apply_requested < self.committed_and_durable()
+            || self.apply_requested < self.apply_limit()
             || !self.read_states.is_empty()
             || !self.failed_reads.is_empty()
             || self.pending_install.is_some()
@@ -485,7 +485,7 @@ impl RaftNode {
             let (_, msg) = self.held.pop_front().expect("checked non-empty");
             self.messages.push(msg);
         }
-        let apply_to = self.committed_and_durable();
+        let apply_to = self.apply_limit();
         let committed = if self.apply_requested < apply_to {
             let batch = self.log.slice(
                 self.apply_requested + 1,
@@ -622,6 +622,15 @@ impl RaftNode {
 
     fn committed_and_durable(&self) -> Index {
         self.commit.min(self.durability.durable_index())
+    }
+
+    /// How far entries may be handed to the application now: committed, locally durable, and
+    /// within `max_unapplied_entries` of what it reported applied.
+    fn apply_limit(&self) -> Index {
+        self.committed_and_durable().min(
+            self.applied
+                .saturating_add(self.config.max_unapplied_entries),
+        )
     }
 
     fn mutated(&self, _m: crate::Mutation) -> bool {

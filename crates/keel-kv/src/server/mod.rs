@@ -11,8 +11,8 @@
 //!                `-TRYAGAIN leader is node N at <peer addr>` or `-TRYAGAIN no leader`.
 //! ```
 //!
-//! Frames of one connection are served one after the other, so replies leave in request order
-//! (pipelined requests are decoded from one read and their replies written together).
+//! Replies of one connection leave in request order; pipelined requests overlap (runs of writes
+//! are proposed as one batch, runs of reads share ReadIndex rounds): see `connection.rs`.
 //!
 //! Request ids: every connection draws a random 64-bit client id and numbers its writes 1, 2, ...
 //! The server never proposes a write twice on its own: a timeout answers `-TRYAGAIN outcome
@@ -20,33 +20,28 @@
 //! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
 
 mod adapter;
+mod connection;
 mod forward;
 pub mod launch;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use keel_runtime::{ClientError, Handle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 pub use adapter::{KvAdapter, SmStats, SmStatsValue};
 
 use crate::command::AdminCommand;
-use crate::connection::{ClientConnection, Dispatch, MemberInfo, NodeInfo, NodeStatus};
-use crate::resp::{Decoder, Limits, Reply};
-use crate::state_machine::{LogCommand, WriteReply};
+use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
+use crate::resp::{Limits, Reply};
 
 /// The name a forwarding connection gives itself: a node never forwards a request that arrived on
 /// such a connection again (no forwarding loops while leadership moves).
 pub(crate) const FORWARD_CLIENT_NAME: &str = "keel-forward";
-
-/// Output is flushed once this much is buffered, even in the middle of a pipeline.
-const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 
 /// Everything the connections of one node share.
 pub struct ServerContext {
@@ -170,7 +165,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
                 let ctx = Arc::clone(&ctx);
                 tokio::spawn(async move {
                     ctx.connections.fetch_add(1, Ordering::Relaxed);
-                    let _ = serve_connection(stream, peer, &ctx).await;
+                    let _ = connection::serve_connection(stream, peer, &ctx).await;
                     ctx.connections.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -180,143 +175,6 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-    }
-}
-
-/// One client connection's request state beyond the protocol layer's.
-struct Session {
-    client_id: u64,
-    seq: u64,
-    forward: forward::Forwarder,
-}
-
-async fn serve_connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    ctx: &ServerContext,
-) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let id = ctx.next_connection_id.fetch_add(1, Ordering::Relaxed);
-    let mut connection = ClientConnection::new(id, peer.to_string(), ctx.limits);
-    let mut decoder = Decoder::new(ctx.limits);
-    let mut session = Session {
-        client_id: random_client_id(),
-        seq: 0,
-        forward: forward::Forwarder::default(),
-    };
-    let mut input = BytesMut::with_capacity(16 * 1024);
-    let mut output = BytesMut::new();
-    loop {
-        // The input holds at most one partial request (bounded by the decoder's
-        // request_bytes_max) plus one read: every complete frame is served before reading on.
-        if stream.read_buf(&mut input).await? == 0 {
-            return Ok(());
-        }
-        loop {
-            let (frame, used) = match decoder.decode(&input) {
-                Ok(Some(decoded)) => decoded,
-                Ok(None) => break,
-                Err(error) => {
-                    connection.encode(&error.to_reply(), &mut output);
-                    stream.write_all(&output).await?;
-                    return Ok(());
-                }
-            };
-            input.advance(used);
-            if frame.is_empty() {
-                continue;
-            }
-            let status = if wants_status(&frame.args) {
-                ctx.node_status().await
-            } else {
-                NodeStatus::default()
-            };
-            let reply = match connection.dispatch(&frame.args, &Fetched(status)) {
-                Dispatch::Reply(reply) => reply,
-                Dispatch::ReplyAndClose(reply) => {
-                    connection.encode(&reply, &mut output);
-                    stream.write_all(&output).await?;
-                    return Ok(());
-                }
-                other => {
-                    let forwarded = connection
-                        .name()
-                        .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes());
-                    execute(ctx, &mut session, other, &frame.args, !forwarded).await
-                }
-            };
-            connection.encode(&reply, &mut output);
-            if output.len() >= OUTPUT_FLUSH_BYTES {
-                stream.write_all(&output).await?;
-                output.clear();
-            }
-        }
-        if !output.is_empty() {
-            stream.write_all(&output).await?;
-            output.clear();
-        }
-    }
-}
-
-/// Whether a request changes state (so a failed forward leaves its outcome unknown).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Write,
-    Read,
-}
-
-async fn execute(
-    ctx: &ServerContext,
-    session: &mut Session,
-    dispatch: Dispatch,
-    args: &[Bytes],
-    may_forward: bool,
-) -> Reply {
-    let (result, kind) = match dispatch {
-        Dispatch::Write(command) => {
-            session.seq += 1;
-            let entry = LogCommand::new(session.client_id, session.seq, command).encode();
-            let result = ctx.handle.propose(entry).await.map(|bytes| {
-                WriteReply::decode(&bytes).map_or_else(
-                    || Reply::error("ERR internal error: undecodable write result"),
-                    |r| r.to_reply(),
-                )
-            });
-            (result, Kind::Write)
-        }
-        Dispatch::Read(command) => (
-            ctx.handle
-                .read(move |sm: &KvAdapter| sm.state().read(&command))
-                .await,
-            Kind::Read,
-        ),
-        Dispatch::Admin(command) => (admin(ctx, command).await, Kind::Write),
-        Dispatch::Reply(reply) | Dispatch::ReplyAndClose(reply) => (Ok(reply), Kind::Read),
-    };
-    match result {
-        Ok(reply) => reply,
-        Err(ClientError::NotLeader {
-            leader: Some(leader),
-            leader_addr,
-        }) if leader != ctx.node_id => {
-            let addr = ctx.client_addrs.get(&leader);
-            match addr {
-                Some(addr) if may_forward => {
-                    session
-                        .forward
-                        .forward(leader, addr, args, kind == Kind::Write, &ctx.limits)
-                        .await
-                }
-                _ => {
-                    let at = addr
-                        .cloned()
-                        .or_else(|| leader_addr.map(|a| a.to_string()))
-                        .unwrap_or_else(|| "an unknown address".into());
-                    Reply::error(format!("TRYAGAIN leader is node {leader} at {at}"))
-                }
-            }
-        }
-        Err(e) => error_reply(&e),
     }
 }
 

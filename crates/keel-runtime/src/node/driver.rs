@@ -35,6 +35,12 @@ pub enum Event {
     SnapshotSendFailed(NodeId),
 }
 
+/// Bound on the messages (or client requests) taken in one go before the core's `ready()` is
+/// drained. Taking everything already queued turns many proposals into one Append and one write
+/// (and many Appends into one acknowledgement), which is where throughput under load comes from;
+/// the bound keeps one source from starving the others and the ticker.
+const INPUTS_PER_READY_MAX: usize = 256;
+
 pub(super) struct Driver<S> {
     pub raft: RaftNode,
     pub transport: Transport,
@@ -78,11 +84,29 @@ impl<S: StateMachine> Driver<S> {
             tokio::select! {
                 // Completions first: they unblock everything else.
                 biased;
-                Some(event) = events.recv() => self.on_event(event).await,
+                Some(event) = events.recv() => {
+                    self.on_event(event).await;
+                    for _ in 1..INPUTS_PER_READY_MAX {
+                        let Ok(event) = events.try_recv() else { break };
+                        self.on_event(event).await;
+                    }
+                }
                 _ = ticker.tick(), if self.serving => self.raft.tick(),
-                Some(msg) = inbound.recv(), if self.serving => self.on_inbound(msg).await,
+                Some(msg) = inbound.recv(), if self.serving => {
+                    self.on_inbound(msg).await;
+                    for _ in 1..INPUTS_PER_READY_MAX {
+                        let Ok(msg) = inbound.try_recv() else { break };
+                        self.on_inbound(msg).await;
+                    }
+                }
                 request = requests.recv(), if self.serving => match request {
-                    Some(request) => self.on_request(request).await,
+                    Some(request) => {
+                        self.on_request(request).await;
+                        for _ in 1..INPUTS_PER_READY_MAX {
+                            let Ok(request) = requests.try_recv() else { break };
+                            self.on_request(request).await;
+                        }
+                    }
                     None => return, // every handle is gone
                 },
             }
@@ -337,16 +361,44 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
+    /// Proposes one client entry; a refusal is sent to `reply` and returned.
+    fn propose(&mut self, data: Bytes, reply: ProposalReply) -> Result<(), ClientError> {
+        let result = if self.pending_proposals.len() >= self.config.pending_proposals_max {
+            Err(ClientError::Busy("too many pending proposals"))
+        } else {
+            self.raft.propose(data).map_err(|e| self.propose_error(e))
+        };
+        match result {
+            Ok(id) => {
+                self.track(Ok(id), reply);
+                Ok(())
+            }
+            Err(error) => {
+                let _ = reply.send(Err(error.clone()));
+                Err(error)
+            }
+        }
+    }
+
     async fn on_request(&mut self, request: Request<S>) {
         match request {
             Request::Propose { data, reply } => {
-                if self.pending_proposals.len() >= self.config.pending_proposals_max {
-                    let _ = reply.send(Err(ClientError::Busy("too many pending proposals")));
-                    return;
-                }
-                let id = self.raft.propose(data);
-                self.track(id, reply);
+                let _ = self.propose(data, reply);
             }
+            Request::ProposeBatch(batch) => {
+                // After a refusal the rest of the batch is refused too, so no entry of a client's
+                // pipeline is applied ahead of an earlier one that was not.
+                let mut refused = None;
+                for (data, reply) in batch {
+                    match &refused {
+                        Some(error) => {
+                            let _ = reply.send(Err(Clone::clone(error)));
+                        }
+                        None => refused = self.propose(data, reply).err(),
+                    }
+                }
+            }
+
             Request::Membership {
                 change,
                 addr,
