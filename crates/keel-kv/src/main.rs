@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use keel_kv::bench::{self, BenchConfig, Stop};
-use keel_kv::server::launch::{self, NodeOptions, DEFAULT_CLUSTER_ID};
+use keel_kv::server::launch::{self, LogFormat, NodeOptions, ServeSettings, DEFAULT_CLUSTER_ID};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -57,6 +57,24 @@ struct UpArgs {
     data_dir: PathBuf,
     #[command(flatten)]
     tunables: Tunables,
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+/// Logs and metrics, for `keel serve` and `keel up`.
+#[derive(Args, Debug)]
+struct OpsArgs {
+    /// Log lines on stderr: `human` (default) or `json` (one object per line).
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info`, `debug`, `keel_runtime=debug,info` (default: RUST_LOG, else
+    /// info).
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Serve Prometheus metrics at http://host:port/metrics (off when not given). With `keel
+    /// up`, one endpoint for the three nodes (each metric has a `node` label).
+    #[arg(long)]
+    metrics_addr: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -81,17 +99,22 @@ struct ServeArgs {
     /// `-TRYAGAIN leader is node N at <peer addr>`.
     #[arg(long)]
     client_peers: Option<String>,
-    /// A TOML file with the same keys as these flags (not supported yet).
+    /// A TOML file with the same keys as these flags (`data-dir = "..."`); flags given here
+    /// override it.
     #[arg(long)]
     config: Option<PathBuf>,
     #[command(flatten)]
     tunables: Tunables,
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 #[derive(Args, Debug)]
 struct Tunables {
+    /// Election timeout, randomised per node between this and twice this.
     #[arg(long)]
     election_timeout_ms: Option<u64>,
+    /// Leader heartbeat interval.
     #[arg(long)]
     heartbeat_ms: Option<u64>,
     /// Take a snapshot after this many entries.
@@ -100,9 +123,9 @@ struct Tunables {
     /// Entries kept in the log behind a snapshot, for slow followers.
     #[arg(long)]
     snapshot_trailing: Option<u64>,
-    /// Peers with another cluster id are refused.
-    #[arg(long, default_value_t = DEFAULT_CLUSTER_ID)]
-    cluster_id: u64,
+    /// Peers with another cluster id are refused [default: 1801807212].
+    #[arg(long)]
+    cluster_id: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -250,77 +273,86 @@ fn tokio_runtime(command: &str) -> Option<tokio::runtime::Runtime> {
     }
 }
 
-fn node_options(args: ServeArgs) -> Result<NodeOptions, String> {
-    if args.config.is_some() {
-        return Err("--config is not supported yet: give the settings as flags".into());
-    }
-    let id = args.id.ok_or("--id is required")?;
-    if id == 0 {
-        return Err("--id must be a positive integer".into());
-    }
-    let initial_cluster = match &args.initial_cluster {
-        Some(text) => launch::parse_id_map(text).map_err(|e| format!("--initial-cluster: {e}"))?,
-        None => BTreeMap::new(),
-    };
-    let client_peers = match &args.client_peers {
-        Some(text) => launch::parse_id_map(text).map_err(|e| format!("--client-peers: {e}"))?,
-        None => BTreeMap::new(),
-    };
-    let peer_addr = match args.peer_addr {
-        Some(addr) => addr,
-        None => initial_cluster
-            .get(&id)
-            .cloned()
-            .ok_or("--peer-addr is required (or this node's entry in --initial-cluster)")?,
-    };
-    Ok(NodeOptions {
-        id,
-        cluster_id: args.tunables.cluster_id,
-        data_dir: args
-            .data_dir
-            .unwrap_or_else(|| PathBuf::from(format!("./keel-data/node-{id}"))),
-        client_addr: args.client_addr.unwrap_or_else(|| "127.0.0.1:6379".into()),
-        peer_addr,
-        initial_cluster,
-        client_peers,
+/// The flags over the config file (if any).
+fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
+    let flags = ServeSettings {
+        id: args.id,
+        data_dir: args.data_dir,
+        client_addr: args.client_addr,
+        peer_addr: args.peer_addr,
+        initial_cluster: args.initial_cluster,
+        client_peers: args.client_peers,
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
         snapshot_trailing: args.tunables.snapshot_trailing,
-    })
+        cluster_id: args.tunables.cluster_id,
+        metrics_addr: args.ops.metrics_addr,
+        log_format: args.ops.log_format,
+        log_level: args.ops.log_level,
+    };
+    let file = match &args.config {
+        Some(path) => ServeSettings::load(path)?,
+        None => ServeSettings::default(),
+    };
+    Ok(flags.over(file))
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
-    let options = match node_options(args) {
-        Ok(options) => options,
+    let (settings, options) = match serve_settings(args).and_then(|settings| {
+        let options = settings.node_options()?;
+        Ok((settings, options))
+    }) {
+        Ok(both) => both,
         Err(e) => {
             eprintln!("keel serve: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let format = settings.log_format.unwrap_or_default();
+    if let Err(e) = launch::init_logging(format, settings.log_level.as_deref()) {
+        eprintln!("keel serve: {e}");
+        return ExitCode::FAILURE;
+    }
     let Some(runtime) = tokio_runtime("serve") else {
         return ExitCode::FAILURE;
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
+        if let Some(addr) = &settings.metrics_addr {
+            match launch::serve_metrics(addr).await {
+                Ok(addr) => tracing::info!("metrics at http://{addr}/metrics"),
+                Err(e) => {
+                    tracing::error!("keel serve: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         let node = match launch::start(&options).await {
             Ok(node) => node,
             Err(e) => {
-                eprintln!("keel serve: {e}");
+                tracing::error!("keel serve: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        eprintln!(
-            "keel serve: node {} serving clients on {}, peers on {} (data in {})",
+        tracing::info!(
+            node = node.id,
+            "node {} serving clients on {}, peers on {} (data in {})",
             node.id,
             node.client_addr,
             node.peer_addr,
             options.data_dir.display()
         );
         launch::shutdown_signal().await;
-        eprintln!("keel serve: shutting down");
-        node.stop().await;
-        ExitCode::SUCCESS
-    })
+        tracing::info!(node = node.id, "signal received: shutting down");
+        if launch::shutdown_nodes(vec![node], true).await {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    });
+    // Whatever is still running (a stuck thread after a timed-out shutdown) is not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
 }
 
 /// Client and peer ports of `keel up`'s nodes 1, 2, 3.
@@ -333,15 +365,29 @@ fn run_up(args: UpArgs) -> ExitCode {
     let peer = |id: u64| format!("127.0.0.1:{}", UP_PEER_PORT_BASE + id as u16);
     let initial_cluster: BTreeMap<u64, String> = ids.iter().map(|&id| (id, peer(id))).collect();
     let client_peers: BTreeMap<u64, String> = ids.iter().map(|&id| (id, client(id))).collect();
+    let format = args.ops.log_format.unwrap_or_default();
+    if let Err(e) = launch::init_logging(format, args.ops.log_level.as_deref()) {
+        eprintln!("keel up: {e}");
+        return ExitCode::FAILURE;
+    }
     let Some(runtime) = tokio_runtime("up") else {
         return ExitCode::FAILURE;
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
+        if let Some(addr) = &args.ops.metrics_addr {
+            match launch::serve_metrics(addr).await {
+                Ok(addr) => tracing::info!("metrics of the three nodes at http://{addr}/metrics"),
+                Err(e) => {
+                    tracing::error!("keel up: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         let mut nodes = Vec::new();
         for id in ids {
             let options = NodeOptions {
                 id,
-                cluster_id: args.tunables.cluster_id,
+                cluster_id: args.tunables.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID),
                 data_dir: args.data_dir.join(format!("node-{id}")),
                 client_addr: client(id),
                 peer_addr: peer(id),
@@ -355,7 +401,7 @@ fn run_up(args: UpArgs) -> ExitCode {
             match launch::start(&options).await {
                 Ok(node) => nodes.push(node),
                 Err(e) => {
-                    eprintln!("keel up: {e}");
+                    tracing::error!("keel up: {e}");
                     for node in nodes {
                         node.stop().await;
                     }
@@ -377,12 +423,16 @@ fn run_up(args: UpArgs) -> ExitCode {
         println!("Cluster state: keel status --addr 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381");
         println!("Press Ctrl-C to stop.");
         launch::shutdown_signal().await;
-        println!("keel up: shutting down");
-        for node in nodes {
-            node.stop().await;
+        tracing::info!("signal received: shutting down the three nodes");
+        // The whole cluster stops: no point handing leadership around.
+        if launch::shutdown_nodes(nodes, false).await {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
         }
-        ExitCode::SUCCESS
-    })
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
 }
 
 fn run_bench(args: BenchArgs) -> ExitCode {

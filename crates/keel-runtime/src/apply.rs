@@ -5,8 +5,11 @@
 //! snapshot requests. Applying on a thread of its own keeps a slow state machine from delaying
 //! ticks and heartbeats on the node task.
 
+use std::path::PathBuf;
+
 use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index, SnapshotMeta};
+use keel_wal::{Fs, StdFs};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::handle::ClientError;
@@ -17,10 +20,38 @@ use crate::node::Event;
 pub trait StateMachine: Send + 'static {
     /// Applies the entry at `index` and returns the result for the client that proposed it.
     fn apply(&mut self, index: Index, data: &Bytes) -> Bytes;
-    /// The whole state, serialized.
-    fn snapshot(&self) -> Vec<u8>;
-    /// Replaces the whole state by a snapshot taken with [`StateMachine::snapshot`].
+    /// A view of the state at the applied index, to be serialized on another thread while this
+    /// one goes on applying (DESIGN.md section 4). The apply thread waits for this call only:
+    /// keep it to a copy of the in-memory state or a copy-on-write view (cloning maps of
+    /// reference-counted values is a copy of pointers, not of the data). A small state may simply
+    /// return its serialized bytes (`Box::new(bytes_vec)`).
+    fn snapshot_view(&self) -> Box<dyn SnapshotWriter>;
+    /// Replaces the whole state by the bytes a [`SnapshotWriter`] of this state machine wrote.
     fn restore(&mut self, data: &[u8]);
+}
+
+/// A state captured by [`StateMachine::snapshot_view`], serialized on a snapshot thread straight
+/// into the snapshot file (buffered, checksummed, fsynced by the runtime).
+pub trait SnapshotWriter: Send + 'static {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+impl SnapshotWriter for Vec<u8> {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self)
+    }
+}
+
+impl SnapshotWriter for Bytes {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self)
+    }
+}
+
+impl std::fmt::Debug for dyn SnapshotWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotWriter")
+    }
 }
 
 pub(crate) type ProposalReply = oneshot::Sender<Result<Bytes, ClientError>>;
@@ -29,9 +60,12 @@ pub(crate) type ReadFn<S> = Box<dyn FnOnce(Result<&S, ClientError>) + Send>;
 
 pub(crate) enum ApplyItem<S> {
     Entries(Vec<(Entry, Option<ProposalReply>)>),
+    /// Restore from the snapshot file at `path`, opened by the node when it queued this (so a
+    /// newer snapshot pruning it meanwhile cannot take it away).
     Restore {
         meta: SnapshotMeta,
-        data: Bytes,
+        path: PathBuf,
+        file: <StdFs as Fs>::File,
     },
     Read(ReadFn<S>),
     /// Take a snapshot now (at whatever is applied).
@@ -52,10 +86,11 @@ pub(crate) fn spawn<S: StateMachine>(
             let mut snapshot_index = applied;
             let take = |sm: &S, applied: Index, snapshot_index: &mut Index| {
                 *snapshot_index = applied;
-                let data = Bytes::from(sm.snapshot());
+                // Only a view here; the node serializes it on another thread.
+                let view = sm.snapshot_view();
                 let _ = events.send(Event::SnapshotTaken {
                     index: applied,
-                    data,
+                    view,
                 });
             };
             while let Some(item) = items.blocking_recv() {
@@ -77,10 +112,28 @@ pub(crate) fn spawn<S: StateMachine>(
                             take(&sm, applied, &mut snapshot_index);
                         }
                     }
-                    ApplyItem::Restore { meta, data } => {
+                    ApplyItem::Restore { meta, path, file } => {
                         // Entries at or below the snapshot never come after it (the core drops
                         // them); the state is replaced wholesale.
                         assert!(meta.last.index > applied, "restore moves forward");
+                        let data = match keel_wal::snapshot::read_snapshot_handle(
+                            &file,
+                            &path,
+                            u64::MAX,
+                        ) {
+                            Ok((read, data)) if read.meta.last == meta.last => data,
+                            Ok((read, _)) => crate::storage::fatal(
+                                "restore",
+                                &format!(
+                                    "{} holds {}, not {}",
+                                    path.display(),
+                                    read.meta.last,
+                                    meta.last
+                                ),
+                            ),
+                            Err(e) => crate::storage::fatal("restore", &e),
+                        };
+                        drop(file);
                         sm.restore(&data);
                         applied = meta.last.index;
                         snapshot_index = applied;

@@ -62,6 +62,9 @@ pub(crate) enum Request<S> {
         data: Bytes,
         reply: ProposalReply,
     },
+    /// Proposed in order in one step of the node: either all reach the log in this order, or
+    /// the ones refused are refused for a reason that held for the whole batch from its first
+    /// refusal on (not leader, a bound reached).
     ProposeBatch(Vec<(Bytes, ProposalReply)>),
     Read(ReadFn<S>),
     Status(oneshot::Sender<NodeStatus>),
@@ -75,6 +78,8 @@ pub(crate) enum Request<S> {
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
     SnapshotNow(oneshot::Sender<Result<Index, ClientError>>),
+    /// Stop the node task once the current step's write is handed to storage (`Node::shutdown`).
+    Shutdown,
 }
 
 /// Bound on the proposals of one [`Handle::propose_batch`] call.
@@ -271,5 +276,10 @@ impl<S: Send + 'static> Handle<S> {
     /// Takes a snapshot now and resolves with its index once it is durable.
     pub async fn snapshot_now(&self) -> Result<Index, ClientError> {
         self.call(Request::SnapshotNow).await
+    }
+
+    /// Asks the node task to stop (see `Node::shutdown`); later requests fail with `Shutdown`.
+    pub async fn shutdown(&self) {
+        let _ = self.requests.send(Request::Shutdown).await;
     }
 }

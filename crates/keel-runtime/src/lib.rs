@@ -3,7 +3,7 @@
 //! - [`Node::start`]: recover from the WAL (or bootstrap), replay to the persisted commit index,
 //!   then serve. A [`Handle`] proposes, reads linearizably, reports status, changes membership,
 //!   transfers leadership and takes snapshots.
-//! - The application supplies a [`StateMachine`] (apply, snapshot, restore); bytes everywhere
+//! - The application supplies a [`StateMachine`] (apply, snapshot view, restore); bytes everywhere
 //!   else.
 //! - [`wire`]: the peer wire format (frames, handshake, message encoding), documented byte by
 //!   byte. [`transport`]: TCP peer connections with bounded queues, batching, reconnect and
@@ -14,11 +14,12 @@
 
 mod apply;
 mod handle;
+pub mod metrics;
 mod node;
 mod storage;
 pub mod transport;
 pub mod wire;
 
-pub use apply::StateMachine;
+pub use apply::{SnapshotWriter, StateMachine};
 pub use handle::{ClientError, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX};
 pub use node::{Node, NodeConfig, StartError};

@@ -6,13 +6,17 @@
 //! the write here). Completion is reported as the last write id of the batch: `persisted(id)`
 //! means "this and every earlier write".
 //!
-//! A snapshot save is ordered with the writes around it (a later write may purge up to it or
-//! install it, which the WAL refuses unless it is already saved).
+//! A snapshot adoption is ordered with the writes around it (a later write may purge up to it or
+//! install it, which the WAL refuses unless it is already saved). The snapshot's bytes were
+//! written and fsynced elsewhere (a snapshot thread, or the transport receiving one), so this
+//! thread only verifies the header, renames and fsyncs the directory: a large snapshot never
+//! holds up group commit.
 //!
 //! A fatal WAL error (failed fsync, I/O error) stops the process: never retry an fsync.
 
-use bytes::Bytes;
-use keel_core::{NodeId, SnapshotMeta, Term, Write};
+use std::path::PathBuf;
+
+use keel_core::{NodeId, Term, Write};
 use keel_wal::{StdFs, Wal};
 use tokio::sync::mpsc;
 
@@ -24,11 +28,10 @@ const GROUP_COMMIT_WRITES_MAX: usize = 1024;
 
 pub(crate) enum StorageCommand {
     Write(Write),
-    /// Make a snapshot durable. `from` names the leader for a received one (`None`: taken
-    /// locally).
-    SaveSnapshot {
-        meta: SnapshotMeta,
-        data: Bytes,
+    /// Make the complete, fsynced snapshot file at `temp` the newest snapshot. `from` names the
+    /// leader for a received one (`None`: taken locally).
+    AdoptSnapshot {
+        temp: PathBuf,
         from: Option<(NodeId, Term)>,
     },
 }
@@ -44,6 +47,7 @@ pub(crate) fn spawn(
     mut wal: Wal<StdFs>,
     mut commands: mpsc::Receiver<StorageCommand>,
     events: mpsc::UnboundedSender<Event>,
+    metrics: crate::metrics::StorageMetrics,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("keel-storage".into())
@@ -61,11 +65,13 @@ pub(crate) fn spawn(
                                 next = commands.try_recv().ok();
                             }
                             if !matches!(next, Some(StorageCommand::Write(_))) {
+                                let timer = metrics.group_commit(&writes);
                                 flush(&mut wal, &mut writes, &events);
+                                timer.done();
                             }
                         }
-                        StorageCommand::SaveSnapshot { meta, data, from } => {
-                            save(&mut wal, meta, data, from, &events);
+                        StorageCommand::AdoptSnapshot { temp, from } => {
+                            adopt(&mut wal, temp, from, &events);
                         }
                     }
                 }
@@ -85,20 +91,23 @@ fn flush(wal: &mut Wal<StdFs>, writes: &mut Vec<Write>, events: &mpsc::Unbounded
     let _ = events.send(Event::Persisted(last_id));
 }
 
-fn save(
+fn adopt(
     wal: &mut Wal<StdFs>,
-    meta: SnapshotMeta,
-    data: Bytes,
+    temp: PathBuf,
     from: Option<(NodeId, Term)>,
     events: &mpsc::UnboundedSender<Event>,
 ) {
-    match wal.save_snapshot(&meta, &data) {
-        Ok(()) => {
-            let _ = events.send(Event::SnapshotSaved { meta, data, from });
+    match wal.adopt_snapshot(&temp) {
+        Ok(meta) => {
+            let path = wal.dir().join(keel_wal::snapshot_file_name(meta.last));
+            let _ = events.send(Event::SnapshotSaved { meta, path, from });
         }
-        Err(e) if e.is_fatal() => fatal("save_snapshot", &e),
+        Err(e) if e.is_fatal() => fatal("adopt_snapshot", &e),
         // An older snapshot than one already saved (a received one overtook a local one, or
-        // the reverse): nothing to do.
-        Err(e) => tracing::info!("snapshot at {} not saved: {e}", meta.last),
+        // the reverse), or a file that does not verify: nothing to do but drop it.
+        Err(e) => {
+            tracing::info!("snapshot {} not adopted: {e}", temp.display());
+            let _ = std::fs::remove_file(&temp);
+        }
     }
 }

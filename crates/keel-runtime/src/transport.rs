@@ -12,18 +12,25 @@
 //!   each decoded message into a bounded channel to the node task; a full channel pushes back on
 //!   that connection's TCP stream. Garbage, a bad checksum or an oversize length closes that one
 //!   connection.
-//! - **Snapshots** travel on a connection of their own (handshake channel `Snapshot`), as one
-//!   frame bounded by `snapshot_size_bytes_max`, so a large transfer never delays heartbeats.
+//! - **Snapshots** travel on a connection of their own (handshake channel `Snapshot`), chunked,
+//!   checksummed and resumable (`transport/snapshot.rs`; the receiver's durable partial file in
+//!   `transport/partial.rs`), so a large transfer never delays heartbeats or Appends.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{Message, NodeId, SnapshotMeta, Term};
+
+mod partial;
+mod snapshot;
+
+pub use snapshot::{discard_stale_partial, SnapshotCounters, SnapshotTransferStats};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -44,8 +51,26 @@ pub struct TransportConfig {
     pub node_id: NodeId,
     /// Bound on one frame on message connections, checked before allocating.
     pub frame_size_bytes_max: u32,
-    /// Bound on the one frame of a snapshot connection.
-    pub snapshot_size_bytes_max: u32,
+    /// Where a receiving node keeps its one partial snapshot (its data directory; the node sets
+    /// it). `None`: snapshot connections are refused.
+    pub snapshot_dir: Option<PathBuf>,
+    /// Bound on a whole snapshot this node accepts.
+    pub snapshot_size_bytes_max: u64,
+    /// Chunk size the sender uses.
+    pub snapshot_chunk_size_bytes: u32,
+    /// Bound on a chunk this node accepts, checked before allocating (at most
+    /// `wire::SNAPSHOT_CHUNK_BYTES_LIMIT`).
+    pub snapshot_chunk_size_bytes_max: u32,
+    /// Unacknowledged chunks in flight per transfer: the sender's memory is about this many
+    /// chunks.
+    pub snapshot_window_chunks: usize,
+    /// The receiver fsyncs its partial file and records the durable offset every this many
+    /// bytes (and before answering an offer), bounding what a receiver crash costs.
+    pub snapshot_sync_interval_bytes: u64,
+    /// Bound on every wait of a transfer (a read, a write, an acknowledgement).
+    pub snapshot_timeout_ms: u64,
+    /// Sender pacing (0: unlimited), so a transfer need not saturate the link.
+    pub snapshot_send_rate_bytes_per_sec: u64,
     /// Messages queued per peer before new ones are dropped.
     pub send_queue_messages_max: usize,
     /// Messages written per `write_all`.
@@ -63,7 +88,14 @@ impl TransportConfig {
             cluster_id,
             node_id,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
-            snapshot_size_bytes_max: 1 << 30,
+            snapshot_dir: None,
+            snapshot_size_bytes_max: 16 << 30,
+            snapshot_chunk_size_bytes: 1 << 20,
+            snapshot_chunk_size_bytes_max: 16 << 20,
+            snapshot_window_chunks: 4,
+            snapshot_sync_interval_bytes: 16 << 20,
+            snapshot_timeout_ms: 10_000,
+            snapshot_send_rate_bytes_per_sec: 0,
             send_queue_messages_max: 4096,
             batch_messages_max: 256,
             reconnect_backoff_min_ms: 10,
@@ -79,12 +111,14 @@ impl TransportConfig {
 #[derive(Debug)]
 pub enum Inbound {
     Message(Message),
-    /// A whole snapshot from `from`, not yet durable here.
+    /// A whole snapshot from `from` (leader of `term`), verified and fsynced at `path` (a
+    /// temporary name the WAL deletes on open); the node adopts it as its newest snapshot, then
+    /// steps `InstallSnapshot`.
     Snapshot {
         from: NodeId,
         term: Term,
         meta: SnapshotMeta,
-        data: Bytes,
+        path: PathBuf,
     },
 }
 
@@ -100,6 +134,8 @@ pub enum TransportError {
     UnknownPeer(NodeId),
     #[error("the peer sent a {0} where it was not expected")]
     Unexpected(&'static str),
+    #[error("refused: {0}")]
+    Refused(&'static str),
 }
 
 struct Peer {
@@ -109,9 +145,13 @@ struct Peer {
 }
 
 struct Shared {
-    config: TransportConfig,
+    config: Arc<TransportConfig>,
     dropped_messages: AtomicU64,
     refused_connections: AtomicU64,
+    snapshots: Arc<SnapshotCounters>,
+    receiver: snapshot::SharedReceiver,
+    /// The node's commit index: offers of snapshots at or below it are not needed.
+    snapshot_floor: AtomicU64,
 }
 
 /// The transport of one node. Dropping it closes the listener, its connections and every
@@ -133,9 +173,12 @@ impl Transport {
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            config,
+            config: Arc::new(config),
             dropped_messages: AtomicU64::new(0),
             refused_connections: AtomicU64::new(0),
+            snapshots: Arc::default(),
+            receiver: Arc::default(),
+            snapshot_floor: AtomicU64::new(0),
         });
         let task = tokio::spawn(accept_loop(shared.clone(), listener, inbound));
         Ok(Transport {
@@ -206,30 +249,34 @@ impl Transport {
         self.shared.refused_connections.load(Ordering::Relaxed)
     }
 
-    /// A future that streams a snapshot to `to` on a connection of its own. It resolves once the
-    /// bytes are written; the receiver acknowledges through Raft (an AppendResponse).
+    /// Tells the receiving side the node's commit index: a snapshot offered at or below it is
+    /// answered "not needed" (the core would ignore it) instead of being transferred.
+    pub fn set_snapshot_floor(&self, commit: u64) {
+        self.shared.snapshot_floor.store(commit, Ordering::Relaxed);
+    }
+
+    /// Snapshot transfer counters (shared: they keep counting after this call).
+    pub fn snapshot_counters(&self) -> Arc<SnapshotCounters> {
+        self.shared.snapshots.clone()
+    }
+
+    /// A future that streams the snapshot file at `path` (for `meta`, as leader of `term`) to
+    /// `to` on a connection of its own, chunked and resuming after dropped connections. It
+    /// resolves once the receiver holds the whole snapshot durably and handed it to its node;
+    /// the receiver's core acknowledges through Raft (an AppendResponse).
     pub fn send_snapshot(
         &self,
         to: NodeId,
         term: Term,
         meta: SnapshotMeta,
-        data: Bytes,
+        path: PathBuf,
     ) -> impl std::future::Future<Output = Result<(), TransportError>> + Send + 'static {
         let addr = self.peer_addr(to);
-        let shared = self.shared.clone();
+        let config = self.shared.config.clone();
+        let counters = self.shared.snapshots.clone();
         async move {
             let addr = addr.ok_or(TransportError::UnknownPeer(to))?;
-            let c = &shared.config;
-            let mut stream = connect(c, addr, Channel::Snapshot).await?;
-            let mut buf = Vec::with_capacity(data.len() + 256);
-            wire::encode_snapshot(term, &meta, &data, &mut buf);
-            // Generous: a large snapshot over a slow link legitimately takes a while.
-            let limit = Duration::from_millis(c.write_timeout_ms.saturating_mul(10));
-            timeout(limit, stream.write_all(&buf))
-                .await
-                .map_err(|_| TransportError::Timeout("snapshot write"))??;
-            stream.shutdown().await?;
-            Ok(())
+            snapshot::send(config, counters, addr, term, meta, path).await
         }
     }
 }
@@ -374,21 +421,23 @@ async fn serve_connection(
                 Some(_) => return Err(TransportError::Unexpected("non-message frame")),
             }
         },
-        Channel::Snapshot => match read_frame(reader, c.snapshot_size_bytes_max).await? {
-            Some(Body::Snapshot { term, meta, data }) => {
-                let _ = inbound
-                    .send(Inbound::Snapshot {
-                        from: hello.node_id,
-                        term,
-                        meta,
-                        data,
-                    })
-                    .await;
-                Ok(())
+        Channel::Snapshot => {
+            if hello.flags & wire::FLAG_CHUNKED_SNAPSHOT == 0 {
+                return Err(TransportError::Refused(
+                    "snapshot connection without chunked transfer (one-frame transfer retired)",
+                ));
             }
-            None => Ok(()),
-            Some(_) => Err(TransportError::Unexpected("non-snapshot frame")),
-        },
+            snapshot::receive(
+                c,
+                &shared.receiver,
+                &shared.snapshots,
+                &shared.snapshot_floor,
+                hello.node_id,
+                reader,
+                &inbound,
+            )
+            .await
+        }
     }
 }
 
@@ -411,5 +460,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok(Some(wire::decode_body(Bytes::from(body))?))
 }
 
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

@@ -27,8 +27,8 @@ impl StateMachine for Counter {
         Bytes::copy_from_slice(&self.total.to_le_bytes())
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        self.total.to_le_bytes().to_vec()
+    fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
+        Box::new(self.total.to_le_bytes().to_vec())
     }
 
     fn restore(&mut self, data: &[u8]) {

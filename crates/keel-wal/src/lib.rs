@@ -6,6 +6,9 @@
 //! Wal::open(fs, dir, config) -> (Wal, Recovered { state: RecoveredState, snapshot, stats })
 //! wal.write_batch(&[Write])          group commit: one buffer, one write, one fdatasync
 //! wal.save_snapshot(&meta, data)     temp file, fsync, rename, directory fsync; keep the newest N
+//! create_snapshot_file(fs, dir, meta) stream a large snapshot into a temp file (io::Write), fsync
+//! wal.adopt_snapshot(temp)           a complete temp file (streamed, or received whole from a
+//!                                    leader): header check, rename, directory fsync; keep N
 //! wal.install_snapshot / reset_log   a snapshot from the leader replaces the log
 //! wal.purge_up_to(index)             delete whole segments a durable snapshot covers
 //! recover(&fs, dir)                  read-only recovery (what `Storage::recover` does)
@@ -26,7 +29,10 @@
 //! | `{seq:020}.wal`                            | log segment number `seq` (1, 2, 3, ...)             |
 //! | `{seq:020}.wal.tmp`                        | a segment being prepared (deleted on open)          |
 //! | `snapshot-{index:020}-{term:020}.snap`     | a snapshot                                          |
-//! | `snapshot-...snap.tmp`                     | a snapshot being written (deleted on open)          |
+//! | `snapshot-...snap.tmp`                     | a snapshot being written, or received and not yet adopted (deleted on open) |
+//!
+//! Other files are ignored (keel-runtime keeps a partial incoming snapshot transfer there:
+//! `incoming.snap.part` and `incoming.snap.state`).
 //!
 //! ## Segment header (64 bytes at offset 0)
 //!
@@ -208,5 +214,8 @@ pub use fs::{FileHandle, Fs, StdFs};
 pub use keel_core::SnapshotMeta;
 pub use recover::{recover, Recovered, RecoveryStats, TornTail};
 pub use simfs::{Crash, SimFs};
-pub use snapshot::{bootstrap_meta, LatestSnapshot, SkippedSnapshot, SnapshotFile};
+pub use snapshot::{
+    bootstrap_meta, create_snapshot_file, snapshot_file_name, LatestSnapshot, SkippedSnapshot,
+    SnapshotFile, SnapshotFileWriter,
+};
 pub use wal::{Wal, WalConfig};

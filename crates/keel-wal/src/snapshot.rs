@@ -75,6 +75,12 @@ pub fn is_snapshot_temp_name(name: &str) -> bool {
 }
 
 fn encode_header(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    encode_header_for(meta, data.len() as u64, crc32c::crc32c(data))
+}
+
+/// The header of a snapshot whose data is `data_len` bytes with CRC32C `data_crc`. Its length
+/// depends on `meta` only, so a streamed file can write it first and patch it at the end.
+fn encode_header_for(meta: &SnapshotMeta, data_len: u64, data_crc: u32) -> Vec<u8> {
     let mut buf = Vec::new();
     buf.extend_from_slice(&SNAPSHOT_MAGIC);
     buf.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
@@ -82,8 +88,8 @@ fn encode_header(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
     put_u32(&mut buf, 0); // header length, patched below
     put_u64(&mut buf, meta.last.index);
     put_u64(&mut buf, meta.last.term);
-    put_u64(&mut buf, data.len() as u64);
-    put_u32(&mut buf, crc32c::crc32c(data));
+    put_u64(&mut buf, data_len);
+    put_u32(&mut buf, data_crc);
     put_u32(&mut buf, 0);
     debug_assert_eq!(buf.len(), FIXED_HEADER_SIZE_BYTES);
     codec::put_membership(&mut buf, &meta.membership);
@@ -154,6 +160,17 @@ pub fn save_snapshot<F: Fs>(
 /// so a large snapshot is never held in memory here).
 pub fn verify_snapshot<F: Fs>(fs: &F, path: &Path) -> std::result::Result<SnapshotFile, String> {
     let file = fs.open(path).map_err(|e| format!("open: {e}"))?;
+    let verified = verify_snapshot_header(&file, path)?;
+    verify_snapshot_data(&file, &verified)?;
+    Ok(verified)
+}
+
+/// Verifies a snapshot file's header (magic, version, lengths, header checksum) and that the file
+/// is as long as the header says, without reading the data.
+pub fn verify_snapshot_header<H: FileHandle>(
+    file: &H,
+    path: &Path,
+) -> std::result::Result<SnapshotFile, String> {
     let file_len = file.len_bytes().map_err(|e| format!("length: {e}"))?;
     let mut fixed = [0u8; FIXED_HEADER_SIZE_BYTES];
     let n = file
@@ -195,19 +212,6 @@ pub fn verify_snapshot<F: Fs>(fs: &F, path: &Path) -> std::result::Result<Snapsh
             "file is {file_len} bytes, header says {header_len} + {data_len}"
         ));
     }
-    let mut crc = 0u32;
-    let mut buf = vec![0u8; DATA_CHUNK_SIZE_BYTES.min(data_len as usize)];
-    let mut offset = 0u64;
-    while offset < data_len {
-        let n = ((data_len - offset) as usize).min(buf.len());
-        file.read_at(&mut buf[..n], u64::from(header_len) + offset)
-            .map_err(|e| format!("read: {e}"))?;
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
-        offset += n as u64;
-    }
-    if crc != data_crc {
-        return Err("data checksum mismatch".into());
-    }
     Ok(SnapshotFile {
         meta: SnapshotMeta {
             last,
@@ -219,6 +223,28 @@ pub fn verify_snapshot<F: Fs>(fs: &F, path: &Path) -> std::result::Result<Snapsh
         header_len_bytes: u64::from(header_len),
         data_crc,
     })
+}
+
+/// Checks the data checksum of a file whose header verified, reading it in pieces.
+fn verify_snapshot_data<H: FileHandle>(
+    file: &H,
+    verified: &SnapshotFile,
+) -> std::result::Result<(), String> {
+    let data_len = verified.data_len_bytes;
+    let mut crc = 0u32;
+    let mut buf = vec![0u8; DATA_CHUNK_SIZE_BYTES.min(data_len as usize)];
+    let mut offset = 0u64;
+    while offset < data_len {
+        let n = ((data_len - offset) as usize).min(buf.len());
+        file.read_at(&mut buf[..n], verified.header_len_bytes + offset)
+            .map_err(|e| format!("read: {e}"))?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        offset += n as u64;
+    }
+    if crc != verified.data_crc {
+        return Err("data checksum mismatch".into());
+    }
+    Ok(())
 }
 
 /// The newest snapshot that verifies, and every newer one that did not. Whether passing over a
@@ -244,6 +270,17 @@ pub fn read_snapshot_data<F: Fs>(
     file: &SnapshotFile,
     size_bytes_max: u64,
 ) -> Result<Vec<u8>> {
+    let handle = fs.open(&file.path).map_err(io_err(&file.path))?;
+    read_snapshot_data_from(&handle, file, size_bytes_max)
+}
+
+/// [`read_snapshot_data`] from a handle already open (a file opened before a newer snapshot
+/// could prune it stays readable).
+pub fn read_snapshot_data_from<H: FileHandle>(
+    handle: &H,
+    file: &SnapshotFile,
+    size_bytes_max: u64,
+) -> Result<Vec<u8>> {
     let corrupt = |reason: String| WalError::CorruptSnapshot {
         path: file.path.clone(),
         reason,
@@ -254,7 +291,6 @@ pub fn read_snapshot_data<F: Fs>(
             file.data_len_bytes
         )));
     }
-    let handle = fs.open(&file.path).map_err(io_err(&file.path))?;
     let mut data = vec![0u8; file.data_len_bytes as usize];
     let n = handle
         .read_at(&mut data, file.header_len_bytes)
@@ -266,6 +302,141 @@ pub fn read_snapshot_data<F: Fs>(
         return Err(corrupt("data checksum mismatch".into()));
     }
     Ok(data)
+}
+
+/// Verifies an open snapshot file (header, then data checksum) and reads its data.
+pub fn read_snapshot_handle<H: FileHandle>(
+    handle: &H,
+    path: &Path,
+    size_bytes_max: u64,
+) -> Result<(SnapshotFile, Vec<u8>)> {
+    let file =
+        verify_snapshot_header(handle, path).map_err(|reason| WalError::CorruptSnapshot {
+            path: path.to_owned(),
+            reason,
+        })?;
+    let data = read_snapshot_data_from(handle, &file, size_bytes_max)?;
+    Ok((file, data))
+}
+
+/// Size of the write buffer of a [`SnapshotFileWriter`].
+const WRITER_BUFFER_SIZE_BYTES: usize = 1 << 20;
+
+/// Streams a snapshot into a temporary file (`snapshot-...snap.tmp`, deleted on open if a crash
+/// leaves it) without holding its data in memory: the header is written first with placeholder
+/// length and checksum and patched by [`SnapshotFileWriter::finish`], which also fsyncs. The
+/// result becomes the snapshot with [`crate::Wal::adopt_snapshot`].
+pub struct SnapshotFileWriter<H: FileHandle> {
+    file: H,
+    temp: PathBuf,
+    meta: SnapshotMeta,
+    header_len_bytes: u64,
+    data_len_bytes: u64,
+    crc: u32,
+    buf: Vec<u8>,
+}
+
+/// Starts a streamed snapshot file for `meta` in `dir`.
+pub fn create_snapshot_file<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    meta: &SnapshotMeta,
+) -> Result<SnapshotFileWriter<F::File>> {
+    let temp = dir.join(format!("{}.tmp", snapshot_file_name(meta.last)));
+    if fs.open(&temp).is_ok() {
+        fs.remove_file(&temp).map_err(io_err(&temp))?;
+    }
+    let header = encode_header_for(meta, 0, 0);
+    let mut file = fs.create(&temp).map_err(io_err(&temp))?;
+    file.write_at(&header, 0).map_err(io_err(&temp))?;
+    Ok(SnapshotFileWriter {
+        file,
+        temp,
+        meta: meta.clone(),
+        header_len_bytes: header.len() as u64,
+        data_len_bytes: 0,
+        crc: 0,
+        buf: Vec::with_capacity(WRITER_BUFFER_SIZE_BYTES),
+    })
+}
+
+impl<H: FileHandle> SnapshotFileWriter<H> {
+    fn flush_buf(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .write_at(&self.buf, self.header_len_bytes + self.data_len_bytes)?;
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.data_len_bytes += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes the remaining data and the final header, fsyncs, and returns the temporary path.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.flush_buf().map_err(io_err(&self.temp))?;
+        let header = encode_header_for(&self.meta, self.data_len_bytes, self.crc);
+        debug_assert_eq!(header.len() as u64, self.header_len_bytes);
+        self.file.write_at(&header, 0).map_err(io_err(&self.temp))?;
+        self.file.sync_data().map_err(sync_err(&self.temp))?;
+        Ok(self.temp)
+    }
+}
+
+impl<H: FileHandle> std::io::Write for SnapshotFileWriter<H> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > WRITER_BUFFER_SIZE_BYTES {
+            self.flush_buf()?;
+        }
+        if data.len() >= WRITER_BUFFER_SIZE_BYTES {
+            self.file
+                .write_at(data, self.header_len_bytes + self.data_len_bytes)?;
+            self.crc = crc32c::crc32c_append(self.crc, data);
+            self.data_len_bytes += data.len() as u64;
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_buf()
+    }
+}
+
+/// Makes a complete, synced snapshot file at `temp` (streamed by [`SnapshotFileWriter`] or
+/// received from a leader) the snapshot of its position: verifies its header, renames it to its
+/// final name, fsyncs the directory and keeps the newest `keep`.
+pub fn adopt_snapshot_file<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    temp: &Path,
+    keep: usize,
+) -> Result<SnapshotFile> {
+    assert!(keep >= 1, "keep at least the snapshot adopted");
+    let handle = fs.open(temp).map_err(io_err(temp))?;
+    let mut file =
+        verify_snapshot_header(&handle, temp).map_err(|reason| WalError::CorruptSnapshot {
+            path: temp.to_owned(),
+            reason,
+        })?;
+    drop(handle);
+    let path = dir.join(snapshot_file_name(file.meta.last));
+    fs.rename(temp, &path).map_err(io_err(&path))?;
+    fs.sync_dir(dir).map_err(sync_err(dir))?;
+    file.path = path.clone();
+    let all = list_snapshots(fs, dir)?;
+    let excess = all.len().saturating_sub(keep);
+    for (_, old) in all.iter().take(excess) {
+        if *old != path {
+            fs.remove_file(old).map_err(io_err(old))?;
+        }
+    }
+    if excess > 0 {
+        fs.sync_dir(dir).map_err(sync_err(dir))?;
+    }
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -307,6 +478,32 @@ mod tests {
         assert_eq!(latest.chosen.unwrap().meta, meta(20));
         assert_eq!(latest.skipped.len(), 1);
         assert!(latest.skipped[0].reason.contains("data checksum"));
+    }
+
+    #[test]
+    fn a_streamed_file_equals_a_saved_one_and_is_adopted() {
+        use std::io::Write as _;
+        let fs = SimFs::new();
+        let dir = PathBuf::from("/s");
+        fs.create_dir_all(&dir).unwrap();
+        save_snapshot(&fs, &dir, &meta(10), &[1u8; 100], 2).unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut w = create_snapshot_file(&fs, &dir, &meta(20)).unwrap();
+        w.write_all(&data[..10]).unwrap();
+        w.write_all(&data[10..2_500_000]).unwrap();
+        w.write_all(&data[2_500_000..]).unwrap();
+        let temp = w.finish().unwrap();
+        assert!(is_snapshot_temp_name(
+            temp.file_name().unwrap().to_str().unwrap()
+        ));
+        let adopted = adopt_snapshot_file(&fs, &dir, &temp, 2).unwrap();
+        assert_eq!(adopted.meta, meta(20));
+        let latest = find_latest_snapshot(&fs, &dir).unwrap().chosen.unwrap();
+        assert_eq!(latest, adopted);
+        assert_eq!(read_snapshot_data(&fs, &latest, 1 << 30).unwrap(), data);
+        let handle = fs.open(&latest.path).unwrap();
+        let (file, read) = read_snapshot_handle(&handle, &latest.path, 1 << 30).unwrap();
+        assert_eq!((file, read), (latest, data));
     }
 
     #[test]

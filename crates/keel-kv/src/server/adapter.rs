@@ -68,6 +68,15 @@ fn fatal(what: std::fmt::Arguments<'_>) -> ! {
     std::process::abort();
 }
 
+/// A [`crate::state_machine::SnapshotView`] as the runtime's snapshot writer.
+struct KvSnapshotWriter(crate::state_machine::SnapshotView);
+
+impl keel_runtime::SnapshotWriter for KvSnapshotWriter {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.0.write_to(out)
+    }
+}
+
 impl keel_runtime::StateMachine for KvAdapter {
     fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
         match self.sm.apply(index, data) {
@@ -81,8 +90,10 @@ impl keel_runtime::StateMachine for KvAdapter {
         }
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        self.sm.snapshot()
+    /// A copy of the map (reference-counted keys and values: pointers are copied, not bytes),
+    /// serialized by the runtime on a snapshot thread while this one keeps applying.
+    fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
+        Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
     }
 
     fn restore(&mut self, data: &[u8]) {
@@ -122,8 +133,11 @@ mod tests {
         );
         assert_eq!(a.stats().get().state_digest, stats.state_digest);
 
+        let mut bytes = Vec::new();
+        a.snapshot_view().write_to(&mut bytes).unwrap();
+        assert_eq!(bytes, a.state().snapshot());
         let mut b = KvAdapter::new(KvStateMachine::new());
-        b.restore(&a.snapshot());
+        b.restore(&bytes);
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
     }

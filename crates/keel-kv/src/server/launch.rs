@@ -1,16 +1,26 @@
-//! Starting a node with its client listener: what `keel serve` and `keel up` share.
+//! Starting a node with its client listener, and operating it: what `keel serve` and `keel up`
+//! share. Logs (tracing-subscriber to stderr), the Prometheus endpoint, signals and graceful
+//! shutdown live here; the config file in `config.rs`.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use keel_runtime::{Node, NodeConfig};
+use keel_runtime::{Handle, Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+pub use super::config::{LogFormat, ServeSettings};
 use super::{serve, KvAdapter, ServerContext};
 use crate::state_machine::KvStateMachine;
+
+/// How long a leader that is shutting down tries to hand leadership to a follower.
+pub const HANDOFF_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on a whole shutdown; past it the process exits anyway (with a warning).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cluster id `keel up` and `keel serve` use unless told otherwise ("keel" in ASCII).
 pub const DEFAULT_CLUSTER_ID: u64 = 0x6b65_656c;
@@ -50,6 +60,148 @@ impl RunningNode {
         let _ = self.accept.await;
         self.node.stop().await;
     }
+
+    /// Stops cleanly: no new client connections, then (with `hand_off`, if this node leads)
+    /// leadership handed to the most caught-up voter within [`HANDOFF_TIMEOUT`], then the node
+    /// (see `Node::shutdown`: its last write is made durable, peers are disconnected).
+    pub async fn shutdown(self, hand_off: bool) {
+        self.accept.abort();
+        let _ = self.accept.await;
+        if hand_off {
+            hand_off_leadership(&self.node.handle(), self.id, HANDOFF_TIMEOUT).await;
+        }
+        self.node.shutdown().await;
+        tracing::info!(node = self.id, "node stopped");
+    }
+}
+
+/// Best effort: if `id` leads, transfer leadership to the voter with the highest match index and
+/// wait (at most `limit`) until another node leads, so clients see a new leader at once rather
+/// than after an election timeout.
+async fn hand_off_leadership(handle: &Handle<KvAdapter>, id: u64, limit: Duration) {
+    let started = Instant::now();
+    let attempt = async {
+        let status = handle.status().await.ok()?;
+        if status.raft.leader != Some(id) {
+            return None;
+        }
+        let membership = &status.raft.membership;
+        let to = status
+            .progress
+            .iter()
+            .filter(|p| p.id != id && membership.is_voter(p.id))
+            .max_by_key(|p| p.match_index)?
+            .id;
+        tracing::info!(
+            node = id,
+            to,
+            "leader shutting down: handing leadership over"
+        );
+        handle.transfer_leadership(to).await.ok()?;
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let status = handle.status().await.ok()?;
+            if status.raft.leader != Some(id) {
+                return Some(status.raft.leader);
+            }
+        }
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(Some(leader)) => tracing::info!(
+            node = id,
+            new_leader = ?leader,
+            "leadership handed over in {:?}",
+            started.elapsed()
+        ),
+        Ok(None) => {}
+        Err(_) => tracing::warn!(
+            node = id,
+            "leadership not handed over within {limit:?}: stopping anyway"
+        ),
+    }
+}
+
+/// Shuts `nodes` down together (see [`RunningNode::shutdown`]), bounded by
+/// [`SHUTDOWN_TIMEOUT`]; a second Ctrl-C or SIGTERM gives up at once. Returns whether every node
+/// stopped cleanly in time.
+pub async fn shutdown_nodes(nodes: Vec<RunningNode>, hand_off: bool) -> bool {
+    let started = Instant::now();
+    let tasks: Vec<_> = nodes
+        .into_iter()
+        .map(|node| tokio::spawn(node.shutdown(hand_off)))
+        .collect();
+    let all = async {
+        for task in tasks {
+            let _ = task.await;
+        }
+    };
+    tokio::select! {
+        done = tokio::time::timeout(SHUTDOWN_TIMEOUT, all) => match done {
+            Ok(()) => {
+                tracing::info!("shut down cleanly in {:?}", started.elapsed());
+                true
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "shutdown did not finish within {SHUTDOWN_TIMEOUT:?}: exiting anyway \
+                     (acknowledged writes are durable already)"
+                );
+                false
+            }
+        },
+        _ = shutdown_signal() => {
+            tracing::warn!("second signal during shutdown: exiting at once");
+            false
+        }
+    }
+}
+
+/// Sends logs to stderr: readable lines or JSON objects; the level from `level` (an EnvFilter
+/// directive such as `info` or `keel_runtime=debug`), else `RUST_LOG`, else `info`.
+pub fn init_logging(format: LogFormat, level: Option<&str>) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).map_err(|e| format!("invalid log level '{level}': {e}"))?
+        }
+        None => match std::env::var(EnvFilter::DEFAULT_ENV) {
+            Ok(env) if !env.trim().is_empty() => EnvFilter::try_new(&env)
+                .map_err(|e| format!("invalid {}='{env}': {e}", EnvFilter::DEFAULT_ENV))?,
+            _ => EnvFilter::new("info"),
+        },
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Human => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    result.map_err(|e| format!("cannot set up logging: {e}"))
+}
+
+/// Installs the Prometheus recorder (every histogram with buckets) and serves `GET /metrics` on
+/// `addr`. Must run inside the tokio runtime; metrics of nodes started before are not recorded.
+pub async fn serve_metrics(addr: &str) -> Result<SocketAddr, String> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let addr = resolve(addr).await?;
+    let mut builder = PrometheusBuilder::new().with_http_listener(addr);
+    for (name, buckets) in keel_runtime::metrics::HISTOGRAMS {
+        builder = builder
+            .set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)
+            .map_err(|e| format!("metrics buckets for {name}: {e}"))?;
+    }
+    builder
+        .install()
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    keel_runtime::metrics::describe();
+    Ok(addr)
 }
 
 /// `1=host:port,2=host:port`.

@@ -20,6 +20,7 @@
 //! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
 
 mod adapter;
+pub mod config;
 mod connection;
 mod forward;
 pub mod launch;
@@ -204,7 +205,13 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
                     "ERR cannot resolve peer address '{peer_addr}'"
                 )));
             };
-            ctx.handle.add_learner(id, addr).await?;
+            // ADD without LEARNER on a node that already is one promotes it in place; otherwise
+            // the node joins as a learner first (it catches up without counting), then is
+            // promoted.
+            let already_learner = ctx.handle.status().await?.raft.membership.is_learner(id);
+            if !already_learner {
+                ctx.handle.add_learner(id, addr).await?;
+            }
             ctx.peer_addrs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

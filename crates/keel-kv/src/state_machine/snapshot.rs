@@ -138,33 +138,79 @@ pub(crate) fn encode(
 ) -> Vec<u8> {
     let data_bytes: usize = data.iter().map(|(k, v)| k.len() + v.value.len() + 8).sum();
     let mut out = Vec::with_capacity(HEADER_BYTES + data_bytes + 8 + CHECKSUM_BYTES);
-    out.put_slice(MAGIC);
-    out.put_u32_le(FORMAT_VERSION);
-    out.put_u64_le(applied_index);
-    out.put_u64_le(digest);
+    encode_to(&mut out, applied_index, digest, data, dedup).expect("writing to a Vec");
+    out
+}
+
+/// Bytes buffered by [`encode_to`] between writes to its output.
+const ENCODE_BUFFER_BYTES: usize = 256 << 10;
+
+/// Streams the encoding of [`encode`] into `out` through a bounded buffer, computing the trailing
+/// checksum on the way: a large state is never serialized whole in memory.
+pub(crate) fn encode_to(
+    out: &mut dyn std::io::Write,
+    applied_index: u64,
+    digest: u64,
+    data: &BTreeMap<Bytes, Stored>,
+    dedup: &DedupTable,
+) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
+    let mut crc = 0u32;
+    let mut flush = |buf: &mut Vec<u8>, out: &mut dyn std::io::Write| -> std::io::Result<()> {
+        crc = crc32c::crc32c_append(crc, buf);
+        out.write_all(buf)?;
+        buf.clear();
+        Ok(())
+    };
+    buf.put_slice(MAGIC);
+    buf.put_u32_le(FORMAT_VERSION);
+    buf.put_u64_le(applied_index);
+    buf.put_u64_le(digest);
     let limits = dedup.limits();
-    out.put_u32_le(limits.clients_max);
-    out.put_u32_le(limits.replies_per_client_max);
-    out.put_u64_le(data.len() as u64);
-    debug_assert_eq!(out.len(), HEADER_BYTES);
+    buf.put_u32_le(limits.clients_max);
+    buf.put_u32_le(limits.replies_per_client_max);
+    buf.put_u64_le(data.len() as u64);
+    debug_assert_eq!(buf.len(), HEADER_BYTES);
     for (key, stored) in data {
-        put_bytes(&mut out, key);
-        put_bytes(&mut out, &stored.value);
+        if buf.len() + key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
+            flush(&mut buf, out)?;
+        }
+        if key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
+            // A pair larger than the buffer goes straight through.
+            let mut pair = Vec::with_capacity(key.len() + stored.value.len() + 8);
+            put_bytes(&mut pair, key);
+            put_bytes(&mut pair, &stored.value);
+            flush(&mut pair, out)?;
+            continue;
+        }
+        put_bytes(&mut buf, key);
+        put_bytes(&mut buf, &stored.value);
     }
-    out.put_u64_le(dedup.len() as u64);
+    buf.put_u64_le(dedup.len() as u64);
     for (&client_id, session) in dedup.sessions() {
-        out.put_u64_le(client_id);
-        out.put_u64_le(session.last_used_index);
-        out.put_u64_le(session.max_seq);
-        out.put_u32_le(session.replies.len() as u32);
+        if buf.len() > ENCODE_BUFFER_BYTES {
+            flush(&mut buf, out)?;
+        }
+        buf.put_u64_le(client_id);
+        buf.put_u64_le(session.last_used_index);
+        buf.put_u64_le(session.max_seq);
+        buf.put_u32_le(session.replies.len() as u32);
         for (seq, reply) in &session.replies {
-            out.put_u64_le(*seq);
-            encode_reply(&mut out, reply);
+            buf.put_u64_le(*seq);
+            encode_reply(&mut buf, reply);
         }
     }
-    let crc = crc32c::crc32c(&out);
-    out.put_u32_le(crc);
-    out
+    flush(&mut buf, out)?;
+    out.write_all(&crc.to_le_bytes())
+}
+
+impl super::SnapshotView {
+    /// Streams the snapshot of this view into `out` (same bytes as [`Self::encode`]), on
+    /// whatever thread holds the view.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let sm = &self.0;
+        encode_to(out, sm.applied_index, sm.digest, &sm.data, &sm.dedup)
+    }
 }
 
 pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {

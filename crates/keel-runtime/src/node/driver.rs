@@ -1,6 +1,7 @@
 //! The node task's loop: inputs into the core, `ready()` out to storage, transport and apply.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{interval, MissedTickBehavior};
 
 use super::{NodeConfig, SnapshotData};
-use crate::apply::{ApplyItem, ProposalReply, ReadFn, StateMachine};
+use crate::apply::{ApplyItem, ProposalReply, ReadFn, SnapshotWriter, StateMachine};
 use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
 use crate::storage::{fatal, StorageCommand};
 use crate::transport::{Inbound, Transport};
@@ -22,13 +23,17 @@ use crate::transport::{Inbound, Transport};
 pub enum Event {
     Persisted(u64),
     Applied(Index),
+    /// The apply thread captured a view of the state at `index`.
     SnapshotTaken {
         index: Index,
-        data: Bytes,
+        view: Box<dyn SnapshotWriter>,
     },
+    /// A snapshot thread finished writing a view to a file (and queued its adoption).
+    SnapshotWritten,
     SnapshotSaved {
         meta: SnapshotMeta,
-        data: Bytes,
+        /// The snapshot file, under its final name.
+        path: PathBuf,
         /// The leader (and its term) for a received snapshot; `None` for one taken here.
         from: Option<(NodeId, Term)>,
     },
@@ -59,9 +64,17 @@ pub(super) struct Driver<S> {
     pub waiting_reads: Vec<(Index, ReadFn<S>)>,
     pub next_read_ctx: u64,
     pub snapshot_data: SnapshotData,
+    /// Snapshot transfers in flight, per follower, with the snapshot each streams.
+    pub snapshot_sends: HashMap<NodeId, (LogId, tokio::task::JoinHandle<()>)>,
+    /// A snapshot thread is writing a view; the newest view taken meanwhile waits here.
+    pub snapshot_writing: bool,
+    pub snapshot_next_view: Option<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
     pub snapshot_waiters: Vec<oneshot::Sender<Result<Index, ClientError>>>,
     pub replay: ReplayStats,
     pub serving: bool,
+    /// Set by `Request::Shutdown`: the loop ends once the current step is handed out.
+    pub stopping: bool,
+    pub metrics: crate::metrics::NodeMetrics,
     pub started: Instant,
     pub config: NodeConfig,
 }
@@ -81,6 +94,15 @@ impl<S: StateMachine> Driver<S> {
                 self.handle_ready(ready).await;
             }
             self.check_replay_done();
+            self.metrics.observe(&self.raft);
+            if self.stopping {
+                // Appended, so they may still commit (after a restart, or on another leader).
+                for (_, (_, reply)) in std::mem::take(&mut self.pending_proposals) {
+                    let _ = reply.send(Err(ClientError::Unknown));
+                }
+                tracing::info!(node = self.config.id, "node task stopped");
+                return;
+            }
             tokio::select! {
                 // Completions first: they unblock everything else.
                 biased;
@@ -120,7 +142,7 @@ impl<S: StateMachine> Driver<S> {
         self.serving = true;
         self.replay.duration = self.started.elapsed();
         tracing::info!(
-            id = self.config.id,
+            node = self.config.id,
             "replayed {} entries to the persisted commit index {} in {:?}; serving",
             self.replay.entries,
             self.replay.target_index,
@@ -173,6 +195,13 @@ impl<S: StateMachine> Driver<S> {
         for (to, meta) in send_snapshots {
             self.send_snapshot(to, meta);
         }
+        self.transport.set_snapshot_floor(self.raft.commit_index());
+        if !self.snapshot_sends.is_empty() && self.raft.role() != keel_core::Role::Leader {
+            // A transfer of a deposed leader would be refused by the follower's core anyway.
+            for (_, (_, task)) in self.snapshot_sends.drain() {
+                task.abort();
+            }
+        }
     }
 
     /// Sends committed entries to the apply thread, each with its proposer's reply channel if
@@ -199,10 +228,18 @@ impl<S: StateMachine> Driver<S> {
     }
 
     fn restore(&mut self, meta: SnapshotMeta) {
-        let data = match &self.snapshot_data {
-            Some((id, data)) if *id == meta.last => data.clone(),
-            _ => panic!("install of {} without its data", meta.last),
+        let path = match &self.snapshot_data {
+            Some((id, path)) if *id == meta.last => path.clone(),
+            _ => panic!("install of {} without its file", meta.last),
         };
+        // Opened here, in order with the adoption, so that pruning by a newer snapshot cannot
+        // take it from the apply thread.
+        let file = match keel_wal::Fs::open(&keel_wal::StdFs, &path) {
+            Ok(file) => file,
+            Err(e) => fatal("open the snapshot to restore", &e),
+        };
+        let size_bytes = keel_wal::FileHandle::len_bytes(&file).unwrap_or(0);
+        self.metrics.installed(meta.last, size_bytes);
         // Proposals the snapshot covers committed or not, but their results are not known here.
         let covered: Vec<Index> = self
             .pending_proposals
@@ -218,7 +255,7 @@ impl<S: StateMachine> Driver<S> {
             let _ = reply.send(Err(outcome));
         }
         self.apply_sent = meta.last.index;
-        let _ = self.apply.send(ApplyItem::Restore { meta, data });
+        let _ = self.apply.send(ApplyItem::Restore { meta, path, file });
     }
 
     /// Queues reads whose index has been handed to the apply thread behind those entries.
@@ -234,31 +271,81 @@ impl<S: StateMachine> Driver<S> {
     }
 
     fn send_snapshot(&mut self, to: NodeId, meta: SnapshotMeta) {
-        let data = match &self.snapshot_data {
-            Some((id, data)) if *id == meta.last => data.clone(),
+        let path = match &self.snapshot_data {
+            Some((id, path)) if *id == meta.last => path.clone(),
             _ => {
-                tracing::warn!("no data for snapshot {} to send to {to}", meta.last);
+                tracing::warn!("no file for snapshot {} to send to {to}", meta.last);
                 self.raft.snapshot_send_failed(to);
                 return;
             }
         };
+        // The core asks again after its own timeout; a transfer of the same snapshot still
+        // running (resuming after dropped connections) is left alone.
+        if let Some((last, task)) = self.snapshot_sends.get(&to) {
+            if *last == meta.last && !task.is_finished() {
+                return;
+            }
+            task.abort();
+        }
+        let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let sent = self.metrics.snapshot_send(to, size_bytes);
+        let last = meta.last;
         let transfer = self
             .transport
-            .send_snapshot(to, self.raft.term(), meta, data);
+            .send_snapshot(to, self.raft.term(), meta, path);
         let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             if let Err(e) = transfer.await {
                 tracing::info!("snapshot transfer to {to} failed: {e}");
                 let _ = events.send(Event::SnapshotSendFailed(to));
+            } else {
+                sent.done();
             }
+        });
+        self.snapshot_sends.insert(to, (last, task));
+    }
+
+    /// Serializes a state view into a snapshot file on a blocking thread (apply goes on), then
+    /// queues its adoption with the storage thread.
+    fn write_snapshot(&mut self, meta: SnapshotMeta, view: Box<dyn SnapshotWriter>) {
+        if self.snapshot_writing {
+            self.snapshot_next_view = Some((meta, view));
+            return;
+        }
+        self.snapshot_writing = true;
+        let dir = self.config.data_dir.clone();
+        let storage = self.storage.clone();
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            let written = tokio::task::spawn_blocking(move || -> Result<PathBuf, String> {
+                let mut file = keel_wal::create_snapshot_file(&keel_wal::StdFs, &dir, &meta)
+                    .map_err(|e| e.to_string())?;
+                view.write_to(&mut file).map_err(|e| e.to_string())?;
+                file.finish().map_err(|e| e.to_string())
+            })
+            .await;
+            match written {
+                Ok(Ok(temp)) => {
+                    let cmd = StorageCommand::AdoptSnapshot { temp, from: None };
+                    if storage.send(cmd).await.is_err() {
+                        return; // the node is stopping
+                    }
+                }
+                Ok(Err(e)) => fatal("write a snapshot", &e),
+                Err(e) => fatal("write a snapshot", &e),
+            }
+            let _ = events.send(Event::SnapshotWritten);
         });
     }
 
     async fn on_event(&mut self, event: Event) {
         match event {
             Event::Persisted(id) => self.raft.persisted(id),
-            Event::Applied(index) => self.raft.applied(index),
-            Event::SnapshotTaken { index, data } => {
+            Event::Applied(index) => {
+                self.metrics.applied(index);
+                self.raft.applied(index)
+            }
+            Event::SnapshotTaken { index, view } => {
                 if index <= self.raft.snapshot().last.index {
                     self.resolve_snapshot_waiters(Ok(self.raft.snapshot().last.index));
                     return;
@@ -266,19 +353,20 @@ impl<S: StateMachine> Driver<S> {
                 let Some(meta) = self.raft.snapshot_meta(index) else {
                     return; // overtaken by an install
                 };
-                let cmd = StorageCommand::SaveSnapshot {
-                    meta,
-                    data,
-                    from: None,
-                };
-                if self.storage.send(cmd).await.is_err() {
-                    fatal("storage thread", &"stopped");
+                self.write_snapshot(meta, view);
+            }
+            Event::SnapshotWritten => {
+                self.snapshot_writing = false;
+                if let Some((meta, view)) = self.snapshot_next_view.take() {
+                    self.write_snapshot(meta, view);
                 }
             }
-            Event::SnapshotSaved { meta, data, from } => {
+            Event::SnapshotSaved { meta, path, from } => {
                 let last = meta.last;
+                let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+                self.metrics.snapshot_saved(last, size_bytes, from);
                 if last.index > self.snapshot_data.as_ref().map_or(0, |(id, _)| id.index) {
-                    self.snapshot_data = Some((last, data));
+                    self.snapshot_data = Some((last, path));
                 }
                 match from {
                     None => {
@@ -310,16 +398,16 @@ impl<S: StateMachine> Driver<S> {
                 from,
                 term,
                 meta,
-                data,
+                path,
             } => {
-                // Only worth saving if the core could install it (above its commit index);
+                // Only worth adopting if the core could install it (above its commit index);
                 // the core makes the final decision once it is durable.
                 if meta.last.index <= self.raft.commit_index() || term < self.raft.term() {
+                    let _ = std::fs::remove_file(&path);
                     return;
                 }
-                let cmd = StorageCommand::SaveSnapshot {
-                    meta,
-                    data,
+                let cmd = StorageCommand::AdoptSnapshot {
+                    temp: path,
                     from: Some((from, term)),
                 };
                 if self.storage.send(cmd).await.is_err() {
@@ -349,6 +437,7 @@ impl<S: StateMachine> Driver<S> {
     fn track(&mut self, id: Result<LogId, ProposeError>, reply: ProposalReply) {
         match id {
             Ok(id) => {
+                self.metrics.proposed(id.index);
                 if let Some((_, old)) = self.pending_proposals.insert(id.index, (id.term, reply)) {
                     // An older proposal at this index was cut from our log; it may still
                     // commit elsewhere (a later leader may hold it).
@@ -398,7 +487,6 @@ impl<S: StateMachine> Driver<S> {
                     }
                 }
             }
-
             Request::Membership {
                 change,
                 addr,
@@ -447,6 +535,7 @@ impl<S: StateMachine> Driver<S> {
                 self.snapshot_waiters.push(reply);
                 let _ = self.apply.send(ApplyItem::Snapshot);
             }
+            Request::Shutdown => self.stopping = true,
         }
     }
 }

@@ -15,14 +15,13 @@
 
 mod driver;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use keel_core::{LogId, NodeId, RaftNode};
 use keel_wal::{bootstrap_meta, StdFs, Wal, WalConfig};
 use tokio::sync::mpsc;
@@ -98,6 +97,7 @@ pub struct Node<S> {
     task: Option<JoinHandle<()>>,
     threads: Arc<Mutex<Vec<ThreadHandle<()>>>>,
     peer_addr: SocketAddr,
+    snapshot_counters: Arc<crate::transport::SnapshotCounters>,
 }
 
 impl<S: StateMachine> Node<S> {
@@ -122,15 +122,22 @@ impl<S: StateMachine> Node<S> {
             if file.meta.last.index > 0 {
                 sm.restore(&data);
             }
-            snapshot_data = Some((file.meta.last, Bytes::from(data)));
+            snapshot_data = Some((file.meta.last, file.path));
         }
         let mut state = recovered.state;
         state.applied = state.applied.max(state.snapshot.index);
         let applied = state.applied;
         let raft = RaftNode::new(config.raft.clone(), state)?;
         let replay_target = raft.commit_index();
+        // A partial snapshot transfer at or below what is committed here is of no use: the core
+        // would ignore it. One above is resumed if its leader offers it again.
+        crate::transport::discard_stale_partial(&config.data_dir, replay_target)?;
+        let mut config = config;
+        if config.transport.snapshot_dir.is_none() {
+            config.transport.snapshot_dir = Some(config.data_dir.clone());
+        }
         tracing::info!(
-            id = config.id,
+            node = config.id,
             "recovered in {:?}: snapshot {}, commit {replay_target}, last {}",
             started.elapsed(),
             raft.snapshot().last,
@@ -142,7 +149,12 @@ impl<S: StateMachine> Node<S> {
         let (storage_tx, storage_rx) = mpsc::channel(1024);
         let (apply_tx, apply_rx) = mpsc::unbounded_channel();
         let threads = vec![
-            storage::spawn(wal, storage_rx, events_tx.clone())?,
+            storage::spawn(
+                wal,
+                storage_rx,
+                events_tx.clone(),
+                crate::metrics::StorageMetrics::new(config.id),
+            )?,
             apply::spawn(
                 sm,
                 applied,
@@ -164,6 +176,7 @@ impl<S: StateMachine> Node<S> {
             }
         }
         let peer_addr = transport.local_addr();
+        let snapshot_counters = transport.snapshot_counters();
         let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
         let handle = Handle {
             requests: requests_tx,
@@ -181,12 +194,17 @@ impl<S: StateMachine> Node<S> {
             waiting_reads: Vec::new(),
             next_read_ctx: 1,
             snapshot_data,
+            snapshot_sends: HashMap::new(),
+            snapshot_writing: false,
+            snapshot_next_view: None,
             snapshot_waiters: Vec::new(),
             replay: ReplayStats {
                 target_index: replay_target,
                 ..ReplayStats::default()
             },
             serving: false,
+            stopping: false,
+            metrics: crate::metrics::NodeMetrics::new(config.id),
             started,
             config,
         };
@@ -196,6 +214,7 @@ impl<S: StateMachine> Node<S> {
             task: Some(task),
             threads: Arc::new(Mutex::new(threads)),
             peer_addr,
+            snapshot_counters,
         })
     }
 
@@ -203,9 +222,27 @@ impl<S: StateMachine> Node<S> {
         self.handle.clone()
     }
 
+    /// Counters of snapshot transfers sent and received by this node.
+    pub fn snapshot_transfer_stats(&self) -> crate::transport::SnapshotTransferStats {
+        self.snapshot_counters.get()
+    }
+
     /// The bound address of the peer listener.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// Stops the node cleanly: the node task hands its last write to the storage thread and
+    /// ends (pending client requests fail with `Shutdown`, peer connections close), then the
+    /// storage thread completes every write it holds, fsync included, and the apply thread what
+    /// it was handed. A node still replaying first finishes replay. Not bounded here: put a
+    /// timeout around it.
+    pub async fn shutdown(mut self) {
+        self.handle.shutdown().await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.stop().await;
     }
 
     /// Stops the node task at once (no goodbye to peers, nothing flushed beyond what the storage
@@ -234,5 +271,5 @@ impl<S> Drop for Node<S> {
     }
 }
 
-/// What the driver remembers about the newest snapshot's data (to stream it to followers).
-type SnapshotData = Option<(LogId, Bytes)>;
+/// The newest snapshot's file (to stream it to followers and restore from it).
+type SnapshotData = Option<(LogId, PathBuf)>;

@@ -73,13 +73,28 @@ async fn two_transports_exchange_messages_in_order() {
 }
 
 #[tokio::test]
-async fn snapshots_travel_on_their_own_connection() {
+async fn snapshots_travel_on_their_own_connection_in_chunks() {
+    let dir = std::env::temp_dir().join(format!("keel-transport-snap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
     let (a, _a_rx) = start(1).await;
-    let (b, mut b_rx) = start(2).await;
+    let (tx, mut b_rx) = mpsc::channel(64);
+    let mut config = TransportConfig::new(CLUSTER, 2);
+    config.snapshot_dir = Some(dst.clone());
+    let b = Transport::bind(config, "127.0.0.1:0".parse().unwrap(), tx)
+        .await
+        .unwrap();
     a.set_peer(2, b.local_addr());
-    let meta = keel_wal::bootstrap_meta([1, 2]);
-    let data = Bytes::from(vec![7u8; 100_000]);
-    a.send_snapshot(2, 5, meta.clone(), data.clone())
+    let mut meta = keel_wal::bootstrap_meta([1, 2]);
+    meta.last = keel_core::LogId::new(1, 5);
+    meta.term_history = vec![keel_core::LogId::new(1, 1)];
+    let data = vec![7u8; 3_000_000];
+    let mut w = keel_wal::create_snapshot_file(&keel_wal::StdFs, &src, &meta).unwrap();
+    std::io::Write::write_all(&mut w, &data).unwrap();
+    let path = w.finish().unwrap();
+    a.send_snapshot(2, 5, meta.clone(), path.clone())
         .await
         .unwrap();
     match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
@@ -87,12 +102,20 @@ async fn snapshots_travel_on_their_own_connection() {
             from,
             term,
             meta: m,
-            data: d,
+            path: received,
         } => {
-            assert_eq!((from, term, m, d), (1, 5, meta, data));
+            assert_eq!((from, term, m), (1, 5, meta));
+            assert_eq!(
+                std::fs::read(&received).unwrap(),
+                std::fs::read(&path).unwrap()
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
+    let sent = a.snapshot_counters().get();
+    assert_eq!(sent.bytes_sent, std::fs::metadata(&path).unwrap().len());
+    assert_eq!(b.snapshot_counters().get().receives_completed, 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

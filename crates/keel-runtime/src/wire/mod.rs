@@ -1,4 +1,4 @@
-//! The peer wire format, version 1: frames, the handshake, and a hand-written encoding of every
+//! The peer wire format, protocol version 1 (snapshot channel version 2): frames, the handshake, and a hand-written encoding of every
 //! [`keel_core::Message`] (DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
 //!
@@ -20,7 +20,8 @@
 //! |-----:|---------------------------------------|------------------------------------------|
 //! |    1 | handshake                             | first frame of every connection          |
 //! |    2 | one Raft message                      | message connections                      |
-//! |    3 | a whole snapshot (meta, then data)    | snapshot connections (one frame each)    |
+//! |    3 | (retired: the one-frame snapshot of version 1) | refused                        |
+//! |  4–7 | snapshot offer, position, chunk header, ack | snapshot connections (see below) |
 //!
 //! # Handshake (body kind 1)
 //!
@@ -30,7 +31,7 @@
 //! |      1 |    4 | magic `KEEL`                                                       |
 //! |      5 |    2 | protocol version (u16, currently 1)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
-//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Version 1 defines none. |
+//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). |
 //! |     12 |    8 | cluster id (u64)                                                   |
 //! |     20 |    8 | sender node id (u64, never 0)                                      |
 //! |     28 |    2 | extension length `E` (u16, at most [`HANDSHAKE_EXTENSION_BYTES_MAX`]) |
@@ -71,24 +72,119 @@
 //! element) before a vector is allocated. A body must be consumed exactly: trailing bytes are an
 //! error.
 //!
-//! # Snapshot (body kind 3)
+//! # Snapshot channel (handshake channel 1, snapshot channel version 2)
 //!
-//! `kind u8 = 3`, the sender's term u64 (what its InstallSnapshot message would carry), snapshot
-//! meta (as above), data length u64, data. For now a snapshot travels as
-//! one frame on a connection of its own (channel 1), bounded by the snapshot size limit, so it
-//! never delays heartbeats on the message connection. Chunked, resumable transfer is future work.
+//! A snapshot travels on a connection of its own, so a large transfer never delays heartbeats or
+//! Appends on the message connection. The handshake of such a connection sets the required flag
+//! bit 0 ([`FLAG_CHUNKED_SNAPSHOT`]): a peer that predates chunked transfer refuses it with
+//! "unknown required feature flags" instead of misreading it, and this build refuses a snapshot
+//! connection without it (the one-frame transfer of version 1, body kind 3, is gone). After the
+//! handshake, frames (the frame format above, CRC32C over each body) alternate as follows, all
+//! integers little-endian:
+//!
+//! ```text
+//! sender                                         receiver
+//!   Offer(id, total length)            ───▶
+//!                                      ◀───   Position(status, offset it durably holds)
+//!   ChunkHeader(offset, len, crc) + len raw bytes ───▶   (up to a window of chunks in flight)
+//!                                      ◀───   Ack(Accepted | Resend, received, durable)
+//!   ... final ChunkHeader carries the whole length and CRC32C
+//!                                      ◀───   Ack(Complete | Failed)
+//! ```
+//!
+//! A snapshot id is the sending leader's term and the snapshot's last (index, term). The bytes
+//! transferred are the sender's snapshot *file* (format `KEELSNAP`, see keel-wal's lib.rs:
+//! header with meta and CRCs, then the state machine's data), so the receiver's completed
+//! partial file becomes its snapshot file by a rename, and its own checksums are verified again
+//! before the receiver's core ever hears of it.
+//!
+//! ## Offer (body kind 4, sender → receiver), 35 bytes
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 4                                                       |
+//! |      1 |    2 | snapshot channel version (u16, currently 2; checked first)         |
+//! |      3 |    8 | leader term (u64)                                                  |
+//! |     11 |    8 | snapshot index (u64)                                               |
+//! |     19 |    8 | snapshot term (u64)                                                |
+//! |     27 |    8 | total length of the snapshot file in bytes (u64)                   |
+//!
+//! ## Position (body kind 5, receiver → sender), 26 bytes
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 5                                                       |
+//! |      1 |    8 | snapshot index (u64)                                               |
+//! |      9 |    8 | snapshot term (u64)                                                |
+//! |     17 |    1 | status: 0 continue from offset; 1 refused, a transfer from a later leader term is in progress; 2 refused, larger than the receiver accepts; 3 not needed, the receiver's commit index is at or past the snapshot (or it just received it) |
+//! |     18 |    8 | offset (u64): bytes of this snapshot the receiver holds durably; 0 for another snapshot (its partial file was discarded) |
+//!
+//! ## Chunk header (body kind 6, sender → receiver), 42 bytes (54 for the final chunk), then the data
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 6                                                       |
+//! |      1 |    8 | leader term (u64)                                                  |
+//! |      9 |    8 | snapshot index (u64)                                               |
+//! |     17 |    8 | snapshot term (u64)                                                |
+//! |     25 |    8 | offset of the chunk in the snapshot file (u64)                     |
+//! |     33 |    4 | chunk length `N` (u32), checked against the receiver's maximum chunk size before anything is allocated |
+//! |     37 |    4 | CRC32C of the `N` data bytes                                       |
+//! |     41 |    1 | flags: bit 0 = final chunk; other bits must be 0                   |
+//! |     42 |    8 | (final only) total length of the snapshot file (u64)               |
+//! |     50 |    4 | (final only) CRC32C of the whole snapshot file                     |
+//!
+//! The frame is followed by exactly `N` raw data bytes (outside any frame: the chunk's own CRC
+//! covers them). Because the length comes from a checksummed header, a corrupt data chunk does
+//! not desynchronise the stream: the receiver refuses it and the connection carries on.
+//!
+//! ## Ack (body kind 7, receiver → sender), 34 bytes
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 7                                                       |
+//! |      1 |    8 | snapshot index (u64)                                               |
+//! |      9 |    8 | snapshot term (u64)                                                |
+//! |     17 |    1 | status: 0 accepted; 1 resend from `received` (bad chunk checksum or wrong offset; chunks already in flight after it are skipped without an answer); 2 complete (verified, durable, handed to the node); 3 failed (whole checksum or file verification failed, partial discarded) |
+//! |     18 |    8 | received (u64): bytes written contiguously from the start          |
+//! |     26 |    8 | durable (u64): bytes fsynced (what survives a receiver crash)      |
+//!
+//! ## Rules
+//!
+//! - The receiver keeps at most one partial snapshot (data file plus a small state file naming
+//!   the snapshot id, the durable offset and the CRC32C of the durable prefix). An offer for the
+//!   same (index, term) resumes from the durable offset, whichever leader sends it; an offer for
+//!   another snapshot discards the partial file, unless the partial came from a leader of a later
+//!   term (refused as stale).
+//! - Chunks are sent in order; at most a window of unacknowledged chunks is in flight, so the
+//!   sender holds a few chunks in memory, never the snapshot. A chunk longer than the receiver's
+//!   maximum, a control frame over 256 bytes, or a bad frame checksum closes the connection (the
+//!   sender reconnects and resumes from the durable offset).
+//! - Only when the final chunk's whole length and CRC32C match, the file is fsynced and verifies
+//!   as a snapshot file with the offered (index, term), does the receiver hand it to its node,
+//!   which makes it its newest snapshot (rename, directory fsync) and only then steps
+//!   `InstallSnapshot` into its core. A half-received snapshot never touches the log or the state
+//!   machine.
+//! - Both sides bound every wait (a read or an acknowledgement that takes longer than the
+//!   configured timeout closes the connection).
 
 mod codec;
 mod message;
+mod snapshot;
 
 #[cfg(test)]
 mod tests;
 
 use bytes::Bytes;
-use keel_core::{Message, NodeId, SnapshotMeta, Term};
+use keel_core::{Message, NodeId};
 
 pub use codec::Reader;
 pub use message::{decode_message_fields, encode_message_fields, encode_meta};
+pub use snapshot::{
+    encode_ack, encode_chunk_header, encode_offer, encode_position, AckStatus, ChunkHeader,
+    PositionStatus, SnapshotAck, SnapshotId, SnapshotOffer, SnapshotPosition,
+    SNAPSHOT_CHANNEL_VERSION, SNAPSHOT_CHUNK_BYTES_LIMIT, SNAPSHOT_CONTROL_FRAME_BYTES_MAX,
+};
 
 /// Protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -98,13 +194,14 @@ pub const FRAME_SIZE_BYTES_MAX_DEFAULT: u32 = 16 << 20;
 pub const FRAME_HEADER_SIZE_BYTES: usize = 8;
 /// Bound on the handshake's opaque extension.
 pub const HANDSHAKE_EXTENSION_BYTES_MAX: usize = 4096;
-/// Required-feature bits this build understands (none in version 1).
-pub const KNOWN_REQUIRED_FLAGS: u32 = 0;
+/// Required feature: this snapshot connection speaks the chunked snapshot channel.
+pub const FLAG_CHUNKED_SNAPSHOT: u32 = 1;
+/// Required-feature bits this build understands.
+pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
 
 pub const BODY_HANDSHAKE: u8 = 1;
 pub const BODY_MESSAGE: u8 = 2;
-pub const BODY_SNAPSHOT: u8 = 3;
 
 /// What a connection carries after its handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +253,10 @@ impl Handshake {
         Handshake {
             version: PROTOCOL_VERSION,
             channel,
-            flags: 0,
+            flags: match channel {
+                Channel::Messages => 0,
+                Channel::Snapshot => FLAG_CHUNKED_SNAPSHOT,
+            },
             cluster_id,
             node_id,
             extension: Bytes::new(),
@@ -244,11 +344,10 @@ impl Handshake {
 pub enum Body {
     Handshake(Handshake),
     Message(Message),
-    Snapshot {
-        term: Term,
-        meta: SnapshotMeta,
-        data: Bytes,
-    },
+    SnapshotOffer(SnapshotOffer),
+    SnapshotPosition(SnapshotPosition),
+    SnapshotChunk(ChunkHeader),
+    SnapshotAck(SnapshotAck),
 }
 
 /// The 8-byte frame header, checked before the body is read.
@@ -307,30 +406,20 @@ pub fn encode_message(msg: &Message, out: &mut Vec<u8>) {
     });
 }
 
-pub fn encode_snapshot(term: Term, meta: &SnapshotMeta, data: &[u8], out: &mut Vec<u8>) {
-    put_frame(out, |b| {
-        b.push(BODY_SNAPSHOT);
-        b.extend_from_slice(&term.to_le_bytes());
-        encode_meta(meta, b);
-        b.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        b.extend_from_slice(data);
-    });
-}
-
 /// Decodes a verified frame body. Payloads share `body`'s buffer (no copies).
 pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
     let mut r = Reader::new(body);
     let decoded = match r.u8("body kind")? {
         BODY_HANDSHAKE => Body::Handshake(Handshake::decode_fields(&mut r)?),
         BODY_MESSAGE => Body::Message(decode_message_fields(&mut r)?),
-        BODY_SNAPSHOT => {
-            let term = r.u64("snapshot term")?;
-            let meta = message::decode_meta(&mut r)?;
-            let len = r.u64("snapshot data length")?;
-            let len = usize::try_from(len).map_err(|_| WireError::Invalid("snapshot length"))?;
-            let data = r.bytes(len, "snapshot data")?;
-            Body::Snapshot { term, meta, data }
+        snapshot::BODY_SNAPSHOT_OFFER => Body::SnapshotOffer(snapshot::decode_offer(&mut r)?),
+        snapshot::BODY_SNAPSHOT_POSITION => {
+            Body::SnapshotPosition(snapshot::decode_position(&mut r)?)
         }
+        snapshot::BODY_SNAPSHOT_CHUNK => {
+            Body::SnapshotChunk(snapshot::decode_chunk_header(&mut r)?)
+        }
+        snapshot::BODY_SNAPSHOT_ACK => Body::SnapshotAck(snapshot::decode_ack(&mut r)?),
         tag => return Err(WireError::UnknownTag { what: "body", tag }),
     };
     r.finish()?;

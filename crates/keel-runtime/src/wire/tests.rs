@@ -120,11 +120,42 @@ proptest! {
     }
 
     #[test]
-    fn snapshots_round_trip(term in any::<u64>(), meta in meta(), data in vec(any::<u8>(), 0..256)) {
+    fn snapshot_channel_frames_round_trip(
+        leader_term in any::<u64>(), index in any::<u64>(), term in any::<u64>(),
+        offset in any::<u64>(), len_bytes in any::<u32>(), crc in any::<u32>(),
+        last in proptest::option::of((any::<u64>(), any::<u32>())), status in 0u8..4,
+    ) {
+        let id = SnapshotId { leader_term, index, term };
+        let offer = SnapshotOffer { version: SNAPSHOT_CHANNEL_VERSION, id, total_len_bytes: offset };
+        let position = SnapshotPosition {
+            index, term, status: PositionStatus::RefusedStale, offset,
+        };
+        let chunk = ChunkHeader { id, offset, len_bytes, crc, last };
+        let ack = SnapshotAck {
+            index,
+            term,
+            status: [AckStatus::Accepted, AckStatus::Resend, AckStatus::Complete, AckStatus::Failed]
+                [status as usize],
+            received: offset,
+            durable: offset / 2,
+        };
         let mut buf = Vec::new();
-        encode_snapshot(term, &meta, &data, &mut buf);
-        let (body, _) = decode_one(buf).unwrap().unwrap();
-        prop_assert_eq!(body, Body::Snapshot { term, meta, data: Bytes::from(data) });
+        encode_offer(&offer, &mut buf);
+        encode_position(&position, &mut buf);
+        encode_chunk_header(&chunk, &mut buf);
+        encode_ack(&ack, &mut buf);
+        let mut buf = Bytes::from(buf);
+        let mut bodies = Vec::new();
+        while let Some((body, used)) = decode_frame(&buf, SNAPSHOT_CONTROL_FRAME_BYTES_MAX).unwrap() {
+            bodies.push(body);
+            buf = buf.slice(used..);
+        }
+        prop_assert_eq!(bodies, vec![
+            Body::SnapshotOffer(offer),
+            Body::SnapshotPosition(position),
+            Body::SnapshotChunk(chunk),
+            Body::SnapshotAck(ack),
+        ]);
     }
 
     /// Any flipped bit in a frame is refused (the CRC covers the body; a flipped length either
@@ -268,8 +299,56 @@ fn handshake_round_trips_and_is_validated() {
     // An optional flag is ignored; a required one this build lacks is refused.
     h.flags = 1 << 20;
     assert_eq!(h.validate(0xC1), Ok(()));
-    h.flags = 1;
-    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(1)));
+    h.flags = FLAG_CHUNKED_SNAPSHOT;
+    assert_eq!(h.validate(0xC1), Ok(()));
+    h.flags = 1 << 1;
+    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(2)));
+}
+
+#[test]
+fn a_later_snapshot_channel_version_is_refused_before_the_rest_is_read() {
+    let offer = SnapshotOffer {
+        version: SNAPSHOT_CHANNEL_VERSION,
+        id: SnapshotId {
+            leader_term: 1,
+            index: 2,
+            term: 1,
+        },
+        total_len_bytes: 10,
+    };
+    let mut buf = Vec::new();
+    encode_offer(&offer, &mut buf);
+    let mut body = buf[FRAME_HEADER_SIZE_BYTES..].to_vec();
+    assert_eq!(body.len(), 35);
+    body[1..3].copy_from_slice(&3u16.to_le_bytes());
+    assert_eq!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::UnsupportedVersion {
+            got: 3,
+            supported: SNAPSHOT_CHANNEL_VERSION
+        })
+    );
+    // Body sizes as documented: chunk header 42 bytes, 54 for the final chunk.
+    for (last, size) in [(None, 42), (Some((10, 7)), 54)] {
+        let mut buf = Vec::new();
+        let header = ChunkHeader {
+            id: offer.id,
+            offset: 0,
+            len_bytes: 10,
+            crc: 0,
+            last,
+        };
+        encode_chunk_header(&header, &mut buf);
+        assert_eq!(buf.len() - FRAME_HEADER_SIZE_BYTES, size);
+    }
+    // The retired one-frame snapshot body is refused.
+    assert!(matches!(
+        decode_body(Bytes::from_static(&[3, 0, 0])),
+        Err(WireError::UnknownTag {
+            what: "body",
+            tag: 3
+        })
+    ));
 }
 
 #[test]

@@ -515,6 +515,43 @@ impl<F: Fs> Wal<F> {
         Ok(())
     }
 
+    /// Makes a complete, synced snapshot file at `temp` (streamed with
+    /// [`snapshot::create_snapshot_file`], or received from a leader) the newest snapshot:
+    /// verifies its header, renames it into place, fsyncs the directory, keeps the newest
+    /// [`WalConfig::snapshots_kept`]. The log is left alone (an install is a later write).
+    pub fn adopt_snapshot(&mut self, temp: &Path) -> Result<SnapshotMeta> {
+        self.check_usable()?;
+        // Nothing changed yet: a missing or unreadable file is refused, not fatal.
+        let header = match self.fs.open(temp) {
+            Ok(h) => h,
+            Err(e) => return invalid(format!("cannot open {}: {e}", temp.display())),
+        };
+        let file = snapshot::verify_snapshot_header(&header, temp).map_err(|reason| {
+            WalError::CorruptSnapshot {
+                path: temp.to_owned(),
+                reason,
+            }
+        })?;
+        drop(header);
+        if file.meta.last.index < self.snapshot.index {
+            return invalid(format!(
+                "snapshot at {} is older than the one at {}",
+                file.meta.last, self.snapshot
+            ));
+        }
+        let kept = self.config.snapshots_kept;
+        match snapshot::adopt_snapshot_file(&self.fs, &self.dir, temp, kept) {
+            Ok(adopted) => {
+                self.snapshot = adopted.meta.last;
+                Ok(adopted.meta)
+            }
+            Err(e) => {
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
     /// Installs a snapshot from the leader (Raft Figure 13): saves it, then — unless the log
     /// holds the snapshot's last entry with the same term, in which case the suffix is kept —
     /// resets the log to continue after it. The snapshot is durable before the log changes, so

@@ -1,0 +1,254 @@
+//! `keel serve` settings: the flags, and `--config FILE` (TOML with the same keys).
+//!
+//! ```toml
+//! id = 1
+//! data-dir = "/var/lib/keel/node-1"
+//! client-addr = "0.0.0.0:6379"
+//! peer-addr = "10.0.0.1:7379"
+//! initial-cluster = "1=10.0.0.1:7379,2=10.0.0.2:7379,3=10.0.0.3:7379"
+//! client-peers = "1=10.0.0.1:6379,2=10.0.0.2:6379,3=10.0.0.3:6379"
+//! metrics-addr = "0.0.0.0:9100"
+//! log-format = "json"
+//! ```
+//!
+//! Keys are the flag names without `--` (so errors name a setting by its flag). A flag given on
+//! the command line overrides the file; an unknown key (a `snake_case` spelling too) is an error
+//! that names it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::server::launch::{self, NodeOptions, DEFAULT_CLUSTER_ID};
+
+/// How logs are written to stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per line (`timestamp`, `level`, `message`, fields, `target`).
+    Json,
+}
+
+/// Every setting of `keel serve`, each optional: from the flags or from the file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeSettings {
+    pub id: Option<u64>,
+    pub data_dir: Option<PathBuf>,
+    pub client_addr: Option<String>,
+    pub peer_addr: Option<String>,
+    /// `1=host:port,2=host:port,...`
+    pub initial_cluster: Option<String>,
+    /// `1=host:port,2=host:port,...`
+    pub client_peers: Option<String>,
+    pub election_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    pub snapshot_threshold: Option<u64>,
+    pub snapshot_trailing: Option<u64>,
+    pub cluster_id: Option<u64>,
+    pub metrics_addr: Option<String>,
+    pub log_format: Option<LogFormat>,
+    pub log_level: Option<String>,
+}
+
+impl ServeSettings {
+    /// Parses a config file's text.
+    pub fn from_toml(text: &str) -> Result<ServeSettings, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<ServeSettings, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--config {}: cannot read it: {e}", path.display()))?;
+        Self::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))
+    }
+
+    /// These settings (the flags), each falling back to `file`'s.
+    pub fn over(self, file: ServeSettings) -> ServeSettings {
+        ServeSettings {
+            id: self.id.or(file.id),
+            data_dir: self.data_dir.or(file.data_dir),
+            client_addr: self.client_addr.or(file.client_addr),
+            peer_addr: self.peer_addr.or(file.peer_addr),
+            initial_cluster: self.initial_cluster.or(file.initial_cluster),
+            client_peers: self.client_peers.or(file.client_peers),
+            election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
+            heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
+            snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
+            snapshot_trailing: self.snapshot_trailing.or(file.snapshot_trailing),
+            cluster_id: self.cluster_id.or(file.cluster_id),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            log_format: self.log_format.or(file.log_format),
+            log_level: self.log_level.or(file.log_level),
+        }
+    }
+
+    /// The node's options, with defaults for what is not set; a missing required setting is
+    /// named.
+    pub fn node_options(&self) -> Result<NodeOptions, String> {
+        let id = self
+            .id
+            .ok_or("--id is required (`id = N` in a config file)")?;
+        if id == 0 {
+            return Err("--id must be a positive integer".into());
+        }
+        let initial_cluster = match &self.initial_cluster {
+            Some(text) => {
+                launch::parse_id_map(text).map_err(|e| format!("--initial-cluster: {e}"))?
+            }
+            None => BTreeMap::new(),
+        };
+        let client_peers = match &self.client_peers {
+            Some(text) => launch::parse_id_map(text).map_err(|e| format!("--client-peers: {e}"))?,
+            None => BTreeMap::new(),
+        };
+        let peer_addr = match &self.peer_addr {
+            Some(addr) => addr.clone(),
+            None => initial_cluster
+                .get(&id)
+                .cloned()
+                .ok_or("--peer-addr is required (or this node's entry in --initial-cluster)")?,
+        };
+        Ok(NodeOptions {
+            id,
+            cluster_id: self.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID),
+            data_dir: self
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("./keel-data/node-{id}"))),
+            client_addr: self
+                .client_addr
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:6379".into()),
+            peer_addr,
+            initial_cluster,
+            client_peers,
+            election_timeout_ms: self.election_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            snapshot_threshold: self.snapshot_threshold,
+            snapshot_trailing: self.snapshot_trailing,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+        id = 2
+        data-dir = "/tmp/keel/node-2"
+        client-addr = "127.0.0.1:6380"
+        peer-addr = "127.0.0.1:7380"
+        initial-cluster = "1=127.0.0.1:7379,2=127.0.0.1:7380"
+        client-peers = "1=127.0.0.1:6379,2=127.0.0.1:6380"
+        election-timeout-ms = 300
+        heartbeat-ms = 50
+        snapshot-threshold = 1000
+        snapshot-trailing = 100
+        cluster-id = 7
+        metrics-addr = "127.0.0.1:9100"
+        log-format = "json"
+        log-level = "debug"
+    "#;
+
+    #[test]
+    fn every_key_parses() {
+        let s = ServeSettings::from_toml(FULL).unwrap();
+        assert_eq!(s.id, Some(2));
+        assert_eq!(s.data_dir, Some(PathBuf::from("/tmp/keel/node-2")));
+        assert_eq!(s.election_timeout_ms, Some(300));
+        assert_eq!(s.cluster_id, Some(7));
+        assert_eq!(s.metrics_addr.as_deref(), Some("127.0.0.1:9100"));
+        assert_eq!(s.log_format, Some(LogFormat::Json));
+        assert_eq!(s.log_level.as_deref(), Some("debug"));
+        let options = s.node_options().unwrap();
+        assert_eq!(options.id, 2);
+        assert_eq!(options.cluster_id, 7);
+        assert_eq!(options.peer_addr, "127.0.0.1:7380");
+        assert_eq!(options.initial_cluster.len(), 2);
+        assert_eq!(options.client_peers[&1], "127.0.0.1:6379");
+        assert_eq!(options.snapshot_trailing, Some(100));
+    }
+
+    #[test]
+    fn keys_are_spelled_like_the_flags() {
+        let e = ServeSettings::from_toml("id = 1\ndata_dir = \"d\"").unwrap_err();
+        assert!(e.contains("data_dir"), "{e}");
+        assert!(e.contains("data-dir"), "the valid spelling is listed: {e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = ServeSettings::from_toml("id = 1\nelection-timeout = 300").unwrap_err();
+        assert!(e.contains("election-timeout"), "{e}");
+        assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_values_are_errors() {
+        let e = ServeSettings::from_toml("id = \"one\"").unwrap_err();
+        assert!(e.contains("id"), "{e}");
+        let e = ServeSettings::from_toml("log-format = \"xml\"").unwrap_err();
+        assert!(e.contains("xml"), "{e}");
+        assert!(ServeSettings::from_toml("id = -1").is_err());
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = ServeSettings::from_toml(FULL).unwrap();
+        let flags = ServeSettings {
+            client_addr: Some("127.0.0.1:7000".into()),
+            heartbeat_ms: Some(20),
+            ..ServeSettings::default()
+        };
+        let merged = flags.over(file);
+        assert_eq!(merged.client_addr.as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(merged.heartbeat_ms, Some(20));
+        // Everything not given as a flag comes from the file.
+        assert_eq!(merged.id, Some(2));
+        assert_eq!(merged.election_timeout_ms, Some(300));
+        assert_eq!(merged.log_format, Some(LogFormat::Json));
+        // Without a file, the flags alone.
+        let alone = ServeSettings {
+            id: Some(3),
+            peer_addr: Some("127.0.0.1:7001".into()),
+            ..ServeSettings::default()
+        };
+        assert_eq!(alone.clone().over(ServeSettings::default()), alone);
+    }
+
+    #[test]
+    fn missing_required_settings_are_named() {
+        let e = ServeSettings::default().node_options().unwrap_err();
+        assert!(e.contains("--id is required"), "{e}");
+        let e = ServeSettings::from_toml("id = 4")
+            .unwrap()
+            .node_options()
+            .unwrap_err();
+        assert!(e.contains("--peer-addr is required"), "{e}");
+        // The peer address may come from this node's entry in the initial cluster.
+        let s = ServeSettings::from_toml("id = 1\ninitial-cluster = \"1=127.0.0.1:7001\"").unwrap();
+        let options = s.node_options().unwrap();
+        assert_eq!(options.peer_addr, "127.0.0.1:7001");
+        assert_eq!(options.cluster_id, DEFAULT_CLUSTER_ID);
+        assert_eq!(options.client_addr, "127.0.0.1:6379");
+        let e = ServeSettings::from_toml("id = 0\npeer-addr = \"a:1\"")
+            .unwrap()
+            .node_options()
+            .unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+    }
+
+    #[test]
+    fn bad_id_maps_name_their_key() {
+        let s =
+            ServeSettings::from_toml("id = 1\npeer-addr = \"a:1\"\nclient-peers = \"x\"").unwrap();
+        assert!(s.node_options().unwrap_err().contains("client-peers"));
+    }
+}

@@ -1,0 +1,399 @@
+//! Test-only helpers for process-level tests: `keel serve` children on free loopback ports in a
+//! temporary directory (both cleaned up on drop, even when the test fails), a Redis client per
+//! node (the `redis` crate, sync API), `INFO raft` parsing, and retry loops with generous
+//! deadlines (nothing here asserts a latency).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// How long any wait may take before the test fails. Generous: debug builds on a shared 2-core
+/// machine.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+/// Socket read/write timeout of test clients.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Retries `f` every 50 ms until it returns `Some` or `deadline` passes (then panics naming
+/// `what`).
+pub fn eventually_within<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = f() {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// Like [`eventually_within`], but gives up with `None` instead of failing the test.
+pub fn poll_within<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = f() {
+            return Some(value);
+        }
+        if start.elapsed() >= deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    eventually_within(what, DEADLINE, f)
+}
+
+/// A directory under the system temp dir, unique to this process and call, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("keel-{prefix}-{}-{nanos}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One `keel serve` process (or none while stopped). Its stderr goes to `<data dir>.log`, whose
+/// tail is printed if the test fails.
+pub struct Node {
+    pub id: u64,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Node {
+    pub fn client_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn peer_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.peer_port)
+    }
+
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "node {} already running", self.id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start keel serve");
+        self.child = Some(child);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Panics if the process exited on its own.
+    pub fn assert_alive(&mut self) {
+        let id = self.id;
+        let child = self.child.as_mut().expect("node was started");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "node {id} exited ({status}); log tail:\n{}",
+                log_tail(&self.log)
+            );
+        }
+    }
+
+    /// kill -9, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("node running").id();
+        let status = Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid} failed");
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.client_port)).unwrap()
+    }
+
+    /// A connection with read and write timeouts.
+    pub fn connect(&self) -> redis::RedisResult<redis::Connection> {
+        let con = self.client().get_connection_with_timeout(IO_TIMEOUT)?;
+        con.set_read_timeout(Some(IO_TIMEOUT))?;
+        con.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(con)
+    }
+
+    /// `INFO raft` as a map, or None if the node does not answer.
+    pub fn info(&self) -> Option<HashMap<String, String>> {
+        let mut con = self.connect().ok()?;
+        let text: String = redis::cmd("INFO").arg("raft").query(&mut con).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+                .collect(),
+        )
+    }
+
+    pub fn info_u64(&self, key: &str) -> Option<u64> {
+        self.info()?.get(key)?.parse().ok()
+    }
+
+    /// (applied_index, state_digest), read from one INFO reply.
+    pub fn applied_and_digest(&self) -> Option<(u64, String)> {
+        let info = self.info()?;
+        Some((
+            info.get("applied_index")?.parse().ok()?,
+            info.get("state_digest")?.clone(),
+        ))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.child.is_some() && std::thread::panicking() {
+            eprintln!("--- node {} log tail ---\n{}", self.id, log_tail(&self.log));
+        }
+        self.kill();
+    }
+}
+
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Nodes of one cluster: `voters` form the first configuration; `spares` get their ports and
+/// arguments but are not started (they join later with `RAFT.MEMBER ADD`). Every node is told
+/// every node's client address (`--client-peers`) so that a follower forwards to whichever leads.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    // Dropped after the nodes (fields drop in declaration order): the processes are gone before
+    // their directory is removed.
+    pub dir: TempDir,
+}
+
+impl Cluster {
+    pub fn new(name: &str, voters: &[u64], spares: &[u64], extra_args: &[&str]) -> Cluster {
+        let dir = TempDir::new(name);
+        let ids: Vec<u64> = voters.iter().chain(spares).copied().collect();
+        let ports: BTreeMap<u64, (u16, u16)> = ids
+            .iter()
+            .map(|&id| (id, (free_port(), free_port())))
+            .collect();
+        let list = |ids: &[u64], pick: fn(&(u16, u16)) -> u16| {
+            ids.iter()
+                .map(|id| format!("{id}=127.0.0.1:{}", pick(&ports[id])))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        // A joining node is given the existing members' peer addresses as its
+        // --initial-cluster: that is the only way it learns where they are. Since its data dir is
+        // empty it also bootstraps their first configuration, in which it is not a member, so
+        // it never campaigns; the leader then adds it.
+        let initial_cluster = list(voters, |p| p.1);
+        let client_peers = list(&ids, |p| p.0);
+        let nodes = ids
+            .iter()
+            .map(|&id| {
+                let (client_port, peer_port) = ports[&id];
+                let data_dir = dir.path().join(format!("node-{id}"));
+                let mut args: Vec<String> = vec![
+                    "serve".into(),
+                    "--id".into(),
+                    id.to_string(),
+                    "--data-dir".into(),
+                    data_dir.display().to_string(),
+                    "--client-addr".into(),
+                    format!("127.0.0.1:{client_port}"),
+                    "--peer-addr".into(),
+                    format!("127.0.0.1:{peer_port}"),
+                    "--initial-cluster".into(),
+                    initial_cluster.clone(),
+                    "--client-peers".into(),
+                    client_peers.clone(),
+                ];
+                args.extend(extra_args.iter().map(|s| s.to_string()));
+                Node {
+                    id,
+                    client_port,
+                    peer_port,
+                    log: dir.path().join(format!("node-{id}.log")),
+                    data_dir,
+                    args,
+                    child: None,
+                }
+            })
+            .collect();
+        let mut cluster = Cluster { nodes, dir };
+        for node in cluster.nodes.iter_mut().filter(|n| voters.contains(&n.id)) {
+            node.spawn();
+        }
+        cluster
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).expect("known node")
+    }
+
+    pub fn node_mut(&mut self, id: u64) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .expect("known node")
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
+    /// The id of a running node that reports itself leader, once every running node in `among`
+    /// (all running nodes if empty) names it as leader.
+    pub fn leader_among(&self, among: &[u64]) -> u64 {
+        eventually("an agreed leader", || {
+            let views: Vec<(u64, HashMap<String, String>)> = self
+                .running()
+                .filter(|n| among.is_empty() || among.contains(&n.id))
+                .map(|n| Some((n.id, n.info()?)))
+                .collect::<Option<_>>()?;
+            let leader = views
+                .iter()
+                .find(|(_, info)| info.get("role").map(String::as_str) == Some("leader"))?
+                .0;
+            views
+                .iter()
+                .all(|(_, info)| info.get("leader_id") == Some(&leader.to_string()))
+                .then_some(leader)
+        })
+    }
+
+    pub fn leader(&self) -> u64 {
+        self.leader_among(&[])
+    }
+
+    /// Every node in `ids` at the same applied index (at least `min_applied`) with the same
+    /// digest.
+    pub fn converged(&self, ids: &[u64], min_applied: u64) -> (u64, String) {
+        eventually_within("convergence", Duration::from_secs(60), || {
+            let views: Vec<(u64, String)> = ids
+                .iter()
+                .map(|&id| self.node(id).applied_and_digest())
+                .collect::<Option<_>>()?;
+            let first = views[0].clone();
+            (first.0 >= min_applied && views.iter().all(|v| *v == first)).then_some(first)
+        })
+    }
+}
+
+/// Whether a Redis error says "try again" (no leader yet, or the outcome is unknown), or the
+/// connection failed: both mean retry.
+pub fn retryable(e: &redis::RedisError) -> bool {
+    e.code() == Some("TRYAGAIN")
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+}
+
+/// Runs `cmd` against `node` until it succeeds; a retryable error (see [`retryable`]) retries on
+/// a new connection, any other error fails the test.
+pub fn query<T: redis::FromRedisValue>(node: &Node, cmd: &redis::Cmd) -> T {
+    let mut last = String::new();
+    eventually_within(&format!("{cmd:?} on node {}", node.id), DEADLINE, || {
+        let result = node.connect().and_then(|mut con| cmd.query::<T>(&mut con));
+        match result {
+            Ok(value) => Some(value),
+            Err(e) if retryable(&e) => {
+                last = e.to_string();
+                None
+            }
+            Err(e) => panic!("{cmd:?} on node {}: {e} (last retry: {last})", node.id),
+        }
+    })
+}
+
+pub fn set(node: &Node, key: &str, value: &str) {
+    let reply: String = query(node, redis::cmd("SET").arg(key).arg(value));
+    assert_eq!(reply, "OK", "SET {key} on node {}", node.id);
+}
+
+pub fn get(node: &Node, key: &str) -> Option<String> {
+    query(node, redis::cmd("GET").arg(key))
+}
+
+/// Runs an admin command until it answers OK. Besides the usual retries, "a membership change is
+/// in progress" is retried: the previous change may still be leaving its joint configuration.
+pub fn admin(node: &Node, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let mut last = String::new();
+    eventually_within(
+        &format!("{args:?} on node {}", node.id),
+        DEADLINE,
+        || match node
+            .connect()
+            .and_then(|mut con| cmd.query::<String>(&mut con))
+        {
+            Ok(reply) if reply == "OK" => Some(()),
+            Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
+            Err(e) if retryable(&e) || e.to_string().contains("in progress") => {
+                last = e.to_string();
+                None
+            }
+            Err(e) => panic!("{args:?} on node {}: {e} (last retry: {last})", node.id),
+        },
+    )
+}

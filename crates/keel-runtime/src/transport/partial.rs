@@ -1,0 +1,230 @@
+//! The receiver's one partial snapshot: the durable "installing" state (scenario S35).
+//!
+//! Two files in the node's data directory, both ignored by the WAL:
+//!
+//! - `incoming.snap.part`: the first `received` bytes of the sender's snapshot file.
+//! - `incoming.snap.state`: 60 bytes, rewritten in place after each sync of the data file:
+//!
+//! | offset | size | field                                                  |
+//! |-------:|-----:|--------------------------------------------------------|
+//! |      0 |    8 | magic `KEELPART`                                       |
+//! |      8 |    4 | format version u32 = 1                                 |
+//! |     12 |    8 | leader term u64                                        |
+//! |     20 |    8 | snapshot index u64                                     |
+//! |     28 |    8 | snapshot term u64                                      |
+//! |     36 |    8 | total length u64                                       |
+//! |     44 |    8 | durable offset u64 (data fsynced before this was written) |
+//! |     52 |    4 | CRC32C of the data's first `durable` bytes             |
+//! |     56 |    4 | CRC32C of bytes 0..56                                  |
+//!
+//! Crash model: the data file is fsynced before the state naming its new durable offset is
+//! written, so a state that verifies never names bytes that were not durable. A torn or missing
+//! state discards the partial transfer (it costs a retransmission, never correctness: the whole
+//! checksum and the snapshot file's own checksums are verified before anything is installed).
+//! Nothing here touches the log or the state machine; a node restarted mid-transfer comes back
+//! with its old log and state and resumes (or discards) the transfer.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use keel_wal::{FileHandle, Fs, StdFs};
+
+use crate::wire::SnapshotId;
+
+pub const PART_FILE_NAME: &str = "incoming.snap.part";
+pub const STATE_FILE_NAME: &str = "incoming.snap.state";
+const STATE_MAGIC: [u8; 8] = *b"KEELPART";
+const STATE_VERSION: u32 = 1;
+const STATE_SIZE_BYTES: usize = 60;
+
+type File = <StdFs as Fs>::File;
+
+/// A partial transfer on disk, open for appending.
+pub struct Partial {
+    dir: PathBuf,
+    pub id: SnapshotId,
+    pub total_len_bytes: u64,
+    part: File,
+    state: File,
+    /// Bytes written contiguously from the start, and the CRC32C of them.
+    pub received: u64,
+    pub crc: u32,
+    /// Bytes fsynced and recorded in the state file.
+    pub durable: u64,
+}
+
+fn encode_state(id: SnapshotId, total: u64, durable: u64, crc: u32) -> [u8; STATE_SIZE_BYTES] {
+    let mut b = [0u8; STATE_SIZE_BYTES];
+    b[0..8].copy_from_slice(&STATE_MAGIC);
+    b[8..12].copy_from_slice(&STATE_VERSION.to_le_bytes());
+    b[12..20].copy_from_slice(&id.leader_term.to_le_bytes());
+    b[20..28].copy_from_slice(&id.index.to_le_bytes());
+    b[28..36].copy_from_slice(&id.term.to_le_bytes());
+    b[36..44].copy_from_slice(&total.to_le_bytes());
+    b[44..52].copy_from_slice(&durable.to_le_bytes());
+    b[52..56].copy_from_slice(&crc.to_le_bytes());
+    let sum = crc32c::crc32c(&b[..56]);
+    b[56..60].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+fn decode_state(b: &[u8; STATE_SIZE_BYTES]) -> Option<(SnapshotId, u64, u64, u32)> {
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    if b[0..8] != STATE_MAGIC || u32_at(8) != STATE_VERSION {
+        return None;
+    }
+    if crc32c::crc32c(&b[..56]) != u32_at(56) {
+        return None;
+    }
+    let id = SnapshotId {
+        leader_term: u64_at(12),
+        index: u64_at(20),
+        term: u64_at(28),
+    };
+    Some((id, u64_at(36), u64_at(44), u32_at(52)))
+}
+
+fn remove_if_present(path: &Path) -> io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes whatever partial transfer `dir` holds.
+pub fn discard(dir: &Path) -> io::Result<()> {
+    // The state first: a data file without a state is discarded on the next load.
+    let a = remove_if_present(&dir.join(STATE_FILE_NAME))?;
+    let b = remove_if_present(&dir.join(PART_FILE_NAME))?;
+    if a || b {
+        StdFs.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The snapshot a partial transfer in `dir` is for, if one verifies (without opening it for
+/// writing).
+pub fn peek(dir: &Path) -> Option<(SnapshotId, u64)> {
+    let bytes = std::fs::read(dir.join(STATE_FILE_NAME)).ok()?;
+    let bytes: [u8; STATE_SIZE_BYTES] = bytes.try_into().ok()?;
+    decode_state(&bytes).map(|(id, _, durable, _)| (id, durable))
+}
+
+impl Partial {
+    /// Loads the partial transfer `dir` holds, truncated to its durable offset; deletes
+    /// leftovers that do not verify.
+    pub fn load(dir: &Path) -> io::Result<Option<Partial>> {
+        let state_path = dir.join(STATE_FILE_NAME);
+        let part_path = dir.join(PART_FILE_NAME);
+        let state = match StdFs.open(&state_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                discard(dir)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut bytes = [0u8; STATE_SIZE_BYTES];
+        let n = state.read_at(&mut bytes, 0)?;
+        let decoded = (n == STATE_SIZE_BYTES)
+            .then(|| decode_state(&bytes))
+            .flatten();
+        let Some((id, total, durable, crc)) = decoded else {
+            tracing::info!("discarding a partial snapshot whose state does not verify");
+            drop(state);
+            discard(dir)?;
+            return Ok(None);
+        };
+        let mut part = match StdFs.open(&part_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                drop(state);
+                discard(dir)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if part.len_bytes()? < durable || durable >= total {
+            drop((state, part));
+            discard(dir)?;
+            return Ok(None);
+        }
+        // Bytes past the durable offset may be torn: drop them.
+        part.set_len(durable)?;
+        Ok(Some(Partial {
+            dir: dir.to_owned(),
+            id,
+            total_len_bytes: total,
+            part,
+            state,
+            received: durable,
+            crc,
+            durable,
+        }))
+    }
+
+    /// Starts a new partial transfer, discarding any other.
+    pub fn create(dir: &Path, id: SnapshotId, total_len_bytes: u64) -> io::Result<Partial> {
+        discard(dir)?;
+        let part = StdFs.create(&dir.join(PART_FILE_NAME))?;
+        let mut state = StdFs.create(&dir.join(STATE_FILE_NAME))?;
+        state.write_at(&encode_state(id, total_len_bytes, 0, 0), 0)?;
+        state.sync_data()?;
+        StdFs.sync_dir(dir)?;
+        Ok(Partial {
+            dir: dir.to_owned(),
+            id,
+            total_len_bytes,
+            part,
+            state,
+            received: 0,
+            crc: 0,
+            durable: 0,
+        })
+    }
+
+    /// Appends a verified chunk at `received`.
+    pub fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        assert!(self.received + data.len() as u64 <= self.total_len_bytes);
+        self.part.write_at(data, self.received)?;
+        self.crc = crc32c::crc32c_append(self.crc, data);
+        self.received += data.len() as u64;
+        Ok(())
+    }
+
+    /// Makes everything received durable and records it. Never records the whole length: a
+    /// transfer completes only through [`Partial::complete`], which needs the final chunk's
+    /// whole checksum.
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.received == self.durable || self.received >= self.total_len_bytes {
+            return Ok(());
+        }
+        self.part.sync_data()?;
+        let state = encode_state(self.id, self.total_len_bytes, self.received, self.crc);
+        self.state.write_at(&state, 0)?;
+        self.state.sync_data()?;
+        self.durable = self.received;
+        Ok(())
+    }
+
+    /// The transfer is whole and its checksum matched: fsync the data and move it out of the
+    /// partial slot to `snapshot-{index}-{term}.received.snap.tmp` (a name the WAL deletes on open
+    /// if a crash leaves it unadopted), so a new transfer cannot discard it before the node adopts
+    /// it. Returns that path.
+    pub fn complete(mut self) -> io::Result<PathBuf> {
+        assert_eq!(self.received, self.total_len_bytes);
+        self.part.sync_data()?;
+        let to = self.dir.join(format!(
+            "snapshot-{:020}-{:020}.received.snap.tmp",
+            self.id.index, self.id.term
+        ));
+        let _ = remove_if_present(&to)?;
+        drop(self.state);
+        remove_if_present(&self.dir.join(STATE_FILE_NAME))?;
+        StdFs.rename(&self.dir.join(PART_FILE_NAME), &to)?;
+        StdFs.sync_dir(&self.dir)?;
+        Ok(to)
+    }
+}
