@@ -27,7 +27,7 @@ pub mod bench;
 #[cfg(feature = "cli")]
 pub mod server;
 
-pub use command::{Command, CommandClass, ReadCommand, WriteCommand};
-pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus};
+pub use command::{Command, CommandClass, QueuedCommand, ReadCommand, WriteCommand};
+pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus, Transaction};
 pub use resp::{Limits, ProtocolVersion, Reply};
-pub use state_machine::{KvStateMachine, LogCommand, WriteReply};
+pub use state_machine::{ApplyReply, KvStateMachine, LogCommand, LoggedCommand, WriteReply};

@@ -117,7 +117,7 @@ struct Tunables {
     /// Leader heartbeat interval.
     #[arg(long)]
     heartbeat_ms: Option<u64>,
-    /// Take a snapshot after this many entries.
+    /// Take a snapshot after this many entries applied since the last one [default: 100000].
     #[arg(long)]
     snapshot_threshold: Option<u64>,
     /// Entries kept in the log behind a snapshot, for slow followers.

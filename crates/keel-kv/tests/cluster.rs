@@ -234,18 +234,11 @@ fn learner_is_promoted_in_place() {
     membership_run(true, true);
 }
 
-/// The same without the restart: every member must learn a new member's peer address from the
-/// cluster itself.
-///
-/// Today only the node that executed `RAFT.MEMBER ADD` (the leader of the moment) learns node 4's
-/// peer address (`Handle::add_learner` sets it on that node's transport; membership entries
-/// carry no addresses). After leadership moves to node 4 and the old leader dies, the
-/// configuration {4, kept} is a majority of {old leader, kept, 4}, yet nothing commits: `kept`
-/// receives node 4's Appends but its responses have nowhere to go. Observed: `SET` on node 4
-/// times out (30 s of `TRYAGAIN`). Expected: writes commit with node 4 and `kept`.
+/// The same without the restart: every member learns a new member's peer address from the
+/// cluster itself (only the node that executed `RAFT.MEMBER ADD` was told it; the others learn it
+/// from the new member's handshake when it first connects, e.g. as leader). Once leadership moved
+/// to node 4 and the old leader died, {4, kept} is a majority and must keep committing.
 #[test]
-#[ignore = "bug: peer addresses are not replicated; a follower that did not execute RAFT.MEMBER \
-            ADD cannot reach the new member once it leads (see the report of issue 5)"]
 fn added_member_is_reachable_from_every_member_after_it_takes_leadership() {
     membership_run(false, false);
 }
@@ -638,8 +631,7 @@ for protocol in (None, 3):
     assert r.incr(p + "n") == 1
     assert r.incr(p + "n", 5) == 6
     assert r.get(p + "missing") is None
-    # Plain pipelining; redis-py's default pipeline() wraps the batch in MULTI/EXEC, which keel
-    # does not implement (see the ignored test below).
+    # Plain pipelining (the default, transactional pipeline() has its own test below).
     with r.pipeline(transaction=False) as pipe:
         pipe.set(p + "x", "10").incr(p + "x").get(p + "x").mget(p + "a", p + "x", p + "missing")
         assert pipe.execute() == [True, 11, b"11", [b"1", b"11", None]], "pipeline"
@@ -736,27 +728,69 @@ fn real_redis_tools_work_against_the_cluster() {
     cluster.converged(&[1, 2, 3], applied);
 }
 
-/// redis-py's `pipeline()` with its default `transaction=True` sends MULTI ... EXEC.
-///
-/// Today MULTI and EXEC are unknown commands (`-ERR unknown command 'MULTI'`), so the commands in
-/// between run one by one, not atomically, and `execute()` raises. Not in DESIGN.md's command
-/// list, but redis-py's default pipeline needs it.
+/// redis-py's `pipeline()` with its default `transaction=True` sends MULTI ... EXEC: on the
+/// leader, and on a follower (which forwards the whole transaction to the leader); reads, a
+/// failing command, an aborted transaction, RESP3.
 #[test]
-#[ignore = "missing feature: MULTI/EXEC are unknown commands, so redis-py's default \
-            pipeline() fails (see the report of issue 5)"]
 fn redis_py_default_transactional_pipeline() {
-    let cluster = Cluster::new("multi", &[1], &[], &[]);
+    let cluster = Cluster::new("multi", &[1, 2, 3], &[], &[]);
     let leader = cluster.leader();
-    let port = cluster.node(leader).client_port.to_string();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
     let script = r#"
 import sys
+import time
 import redis
-r = redis.Redis(port=int(sys.argv[1]))
+port, p = int(sys.argv[1]), sys.argv[2]
+r = redis.Redis(port=port)
+# The first request may race an election that just settled elsewhere: retry TRYAGAIN.
+for attempt in range(50):
+    try:
+        r.set(p + "ready", "1")
+        break
+    except redis.ResponseError as e:
+        assert "TRYAGAIN" in str(e), e
+        time.sleep(0.2)
 with r.pipeline() as pipe:
-    pipe.set("t", "1").incr("t")
+    pipe.set(p + "t", "1").incr(p + "t")
     assert pipe.execute() == [True, 2]
+# Reads inside, and one failing command: its error in its place, the others applied.
+with r.pipeline() as pipe:
+    pipe.set(p + "s", "text").incr(p + "s").get(p + "t")
+    pipe.mget(p + "t", p + "s", p + "none").exists(p + "t", p + "none").incr(p + "t")
+    res = pipe.execute(raise_on_error=False)
+    assert res[0] is True, res
+    assert isinstance(res[1], redis.ResponseError), res
+    assert res[2:] == [b"2", [b"2", b"text", None], 1, 3], res
+# An error while queueing aborts the whole transaction: nothing applied.
+with r.pipeline() as pipe:
+    pipe.set(p + "a", "1")
+    pipe.execute_command("NOSUCHCOMMAND", "x")
+    pipe.incr(p + "t")
+    try:
+        pipe.execute()
+        raise AssertionError("an aborted transaction did not raise")
+    except redis.ResponseError as e:
+        assert "unknown command" in str(e), e
+assert r.exists(p + "a") == 0
+assert r.get(p + "t") == b"3"
+r3 = redis.Redis(port=port, protocol=3)
+with r3.pipeline() as pipe:
+    pipe.incr(p + "t").get(p + "none").get(p + "s")
+    assert pipe.execute() == [4, None, b"text"]
 print("redis-py ok")
 "#;
-    let (stdout, _) = run("python3", &["-c", script, &port]);
-    assert!(stdout.contains("redis-py ok"), "{stdout}");
+    for (id, prefix) in [(leader, "leader:"), (follower, "follower:")] {
+        let port = cluster.node(id).client_port.to_string();
+        let (stdout, _) = run("python3", &["-c", script, &port, prefix]);
+        assert!(stdout.contains("redis-py ok"), "node {id}: {stdout}");
+    }
+    for prefix in ["leader:", "follower:"] {
+        assert_eq!(
+            get(cluster.node(leader), &format!("{prefix}t")).as_deref(),
+            Some("4")
+        );
+        assert_eq!(get(cluster.node(follower), &format!("{prefix}a")), None);
+    }
+    let applied = cluster.node(leader).info_u64("applied_index").unwrap();
+    cluster.converged(&[1, 2, 3], applied);
 }

@@ -324,3 +324,76 @@ async fn serve_for_manual_checks() {
     println!("serving on 127.0.0.1:{port} for {secs} s");
     tokio::time::sleep(Duration::from_secs(secs)).await;
 }
+
+/// MULTI ... EXEC over a socket, pipelined in one write, answered exactly as redis-server answers
+/// the same bytes; on keel the whole transaction is one applied entry.
+#[tokio::test]
+async fn transactions_answer_like_redis_server() {
+    let script: &[u8] = b"MULTI\r\nSET t 1\r\nINCR t\r\nGET t\r\nSET s text\r\nINCR s\r\n\
+        MGET t s nope\r\nEXISTS t s nope\r\nSTRLEN s\r\nDBSIZE\r\nSET t x NX\r\nPING\r\n\
+        ECHO hi\r\nAPPEND s !\r\nDEL s nope\r\nEXEC\r\n\
+        MULTI\r\nSET u 1\r\nFOO bar\r\nGET\r\nSET v 1\r\nEXEC\r\nEXISTS u v\r\n\
+        EXEC\r\nDISCARD\r\nMULTI\r\nMULTI\r\nINCR t\r\nDISCARD\r\nGET t\r\n\
+        MULTI\r\nEXEC\r\nMULTI\r\nINCR t\r\nEXEC\r\n";
+    let count = 35;
+    let redis = RedisServer::start();
+    let mut r = TcpStream::connect(("127.0.0.1", redis.port)).await.unwrap();
+    let expected = exchange(&mut r, script, count).await;
+    assert_eq!(expected.len(), count);
+
+    let server = TestServer::start(ServerOptions::default()).await;
+    let mut c = connect(&server).await;
+    let applied_before = server.state.sm.lock().unwrap().applied_index();
+    let replies = exchange(&mut c, script, count).await;
+    for (i, (got, want)) in replies.iter().zip(&expected).enumerate() {
+        assert_eq!(got, want, "reply {i}");
+    }
+    assert_eq!(replies.len(), count);
+    assert_eq!(
+        replies[15],
+        Reply::Array(vec![
+            Reply::OK,
+            Reply::Integer(2),
+            Reply::text("2"),
+            Reply::OK,
+            Reply::error("ERR value is not an integer or out of range"),
+            Reply::Array(vec![Reply::text("2"), Reply::text("text"), Reply::Null]),
+            Reply::Integer(2),
+            Reply::Integer(4),
+            Reply::Integer(2),
+            Reply::Null,
+            Reply::simple("PONG"),
+            Reply::text("hi"),
+            Reply::Integer(5),
+            Reply::Integer(1),
+        ])
+    );
+    assert_eq!(
+        replies[21],
+        Reply::error("EXECABORT Transaction discarded because of previous errors.")
+    );
+    assert_eq!(
+        replies[22],
+        Reply::Integer(0),
+        "an aborted transaction wrote nothing"
+    );
+    // Two non-empty EXECs, two entries.
+    let applied_after = server.state.sm.lock().unwrap().applied_index();
+    assert_eq!(applied_after, applied_before + 2);
+
+    // In RESP3 the nulls inside EXEC's array are RESP3 nulls.
+    c.write_all(b"HELLO 3\r\nMULTI\r\nGET nope\r\nEXEC\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    while !raw.ends_with(b"*1\r\n_\r\n") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("reply in time")
+            .unwrap();
+        assert!(n > 0, "closed");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    assert!(raw.ends_with(b"+OK\r\n+QUEUED\r\n*1\r\n_\r\n"));
+}

@@ -4,63 +4,18 @@
 //! Every wait is a retry loop with a generous deadline; nothing asserts a latency.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use keel_kv::resp::{encode_request, parse_reply, Limits};
 use keel_kv::Reply;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+mod process;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One request, one reply, over a fresh connection.
-fn request(port: u16, args: &[&str]) -> Result<Reply, String> {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .map_err(|e| e.to_string())?;
-    let mut out = BytesMut::new();
-    encode_request(args, &mut out);
-    stream.write_all(&out).map_err(|e| e.to_string())?;
-    let mut input = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some((reply, _)) =
-            parse_reply(&input, &Limits::default()).map_err(|e| e.to_string())?
-        {
-            return Ok(reply);
-        }
-        let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("closed".into());
-        }
-        input.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Retries `f` until it returns `Some` or the deadline passes.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = f() {
-            return value;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        sleep(Duration::from_millis(50));
-    }
-}
+use process::{eventually, free_port, raw_request as request};
 
 struct Cluster {
     nodes: Vec<NodeProcess>,

@@ -51,6 +51,9 @@ pub struct TransportConfig {
     pub node_id: NodeId,
     /// Bound on one frame on message connections, checked before allocating.
     pub frame_size_bytes_max: u32,
+    /// The peer address this node announces in its handshakes. `None`: the listener's address,
+    /// unless it is a wildcard (0.0.0.0 / ::), in which case nothing is announced.
+    pub advertise_addr: Option<SocketAddr>,
     /// Where a receiving node keeps its one partial snapshot (its data directory; the node sets
     /// it). `None`: snapshot connections are refused.
     pub snapshot_dir: Option<PathBuf>,
@@ -88,6 +91,7 @@ impl TransportConfig {
             cluster_id,
             node_id,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
+            advertise_addr: None,
             snapshot_dir: None,
             snapshot_size_bytes_max: 16 << 30,
             snapshot_chunk_size_bytes: 1 << 20,
@@ -119,6 +123,11 @@ pub enum Inbound {
         term: Term,
         meta: SnapshotMeta,
         path: PathBuf,
+    },
+    /// `from` connected and says it is reached at `addr` (its handshake's advertised address).
+    PeerAddress {
+        from: NodeId,
+        addr: SocketAddr,
     },
 }
 
@@ -172,6 +181,10 @@ impl Transport {
     ) -> io::Result<Transport> {
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
+        let mut config = config;
+        if config.advertise_addr.is_none() && !local_addr.ip().is_unspecified() {
+            config.advertise_addr = Some(local_addr);
+        }
         let shared = Arc::new(Shared {
             config: Arc::new(config),
             dropped_messages: AtomicU64::new(0),
@@ -303,7 +316,11 @@ async fn connect(
     .map_err(|_| TransportError::Timeout("connect"))??;
     stream.set_nodelay(true)?;
     let mut buf = Vec::new();
-    wire::encode_handshake(&Handshake::new(c.cluster_id, c.node_id, channel), &mut buf);
+    let mut hello = Handshake::new(c.cluster_id, c.node_id, channel);
+    if let (Channel::Messages, Some(addr)) = (channel, c.advertise_addr) {
+        hello = hello.with_advertised_addr(addr);
+    }
+    wire::encode_handshake(&hello, &mut buf);
     stream.write_all(&buf).await?;
     Ok(stream)
 }
@@ -407,20 +424,31 @@ async fn serve_connection(
     };
     hello.validate(c.cluster_id)?;
     match hello.channel {
-        Channel::Messages => loop {
-            match read_frame(reader, c.frame_size_bytes_max).await? {
-                None => return Ok(()),
-                Some(Body::Message(msg)) => {
-                    if msg.from != hello.node_id {
-                        return Err(TransportError::Unexpected("message from another node id"));
-                    }
-                    if inbound.send(Inbound::Message(msg)).await.is_err() {
-                        return Ok(()); // the node is gone
-                    }
+        Channel::Messages => {
+            if let Some(addr) = hello.advertised_addr()? {
+                let learned = Inbound::PeerAddress {
+                    from: hello.node_id,
+                    addr,
+                };
+                if inbound.send(learned).await.is_err() {
+                    return Ok(());
                 }
-                Some(_) => return Err(TransportError::Unexpected("non-message frame")),
             }
-        },
+            loop {
+                match read_frame(reader, c.frame_size_bytes_max).await? {
+                    None => return Ok(()),
+                    Some(Body::Message(msg)) => {
+                        if msg.from != hello.node_id {
+                            return Err(TransportError::Unexpected("message from another node id"));
+                        }
+                        if inbound.send(Inbound::Message(msg)).await.is_err() {
+                            return Ok(()); // the node is gone
+                        }
+                    }
+                    Some(_) => return Err(TransportError::Unexpected("non-message frame")),
+                }
+            }
+        }
         Channel::Snapshot => {
             if hello.flags & wire::FLAG_CHUNKED_SNAPSHOT == 0 {
                 return Err(TransportError::Refused(

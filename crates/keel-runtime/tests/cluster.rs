@@ -2,14 +2,17 @@
 //! Timeouts here bound hangs; nothing asserts a latency.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{Index, NodeId, Role};
 use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
+
+mod common;
+
+use common::free_addr;
 
 const CLUSTER_ID: u64 = 0x6b65656c;
 const WAIT: Duration = Duration::from_secs(20);
@@ -51,20 +54,9 @@ struct Cluster {
     snapshot_threshold_entries: u64,
 }
 
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 impl Cluster {
     async fn start(name: &str, snapshot_threshold_entries: u64) -> Cluster {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-runtime-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = common::scratch_dir(name);
         let addrs: BTreeMap<_, _> = (1..=3).map(|id| (id, free_addr())).collect();
         let mut c = Cluster {
             dir,
@@ -122,52 +114,17 @@ impl Cluster {
         self.nodes[&id].handle()
     }
 
-    /// Waits until a running node says it leads (and serves).
     async fn leader(&self) -> NodeId {
-        tokio::time::timeout(WAIT, async {
-            loop {
-                for (&id, node) in &self.nodes {
-                    if let Ok(s) = node.handle().status().await {
-                        if s.serving && s.raft.role == Role::Leader {
-                            return id;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("a leader was elected")
+        common::leader(&self.nodes, WAIT).await
     }
 
     /// Proposes at whichever node leads, retrying definite failures (a leader change).
     async fn propose(&self, n: u64) -> u64 {
-        tokio::time::timeout(WAIT, async {
-            loop {
-                let leader = self.leader().await;
-                match self.handle(leader).propose(add(n)).await {
-                    Ok(total) => return as_u64(&total),
-                    Err(ClientError::NotLeader { .. }) | Err(ClientError::Busy(_)) => {}
-                    Err(e) => panic!("unexpected {e}"),
-                }
-            }
-        })
-        .await
-        .expect("proposal committed")
+        as_u64(&common::propose_at_leader(&self.nodes, add(n), WAIT).await)
     }
 
     async fn wait_applied(&self, id: NodeId, index: Index) {
-        tokio::time::timeout(WAIT, async {
-            loop {
-                let s = self.handle(id).status().await.unwrap();
-                if s.raft.applied >= index {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("caught up");
+        common::wait_applied(&self.handle(id), index, WAIT).await
     }
 }
 

@@ -9,15 +9,19 @@
 //! Timeouts bound hangs; nothing asserts a latency.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{Index, NodeId, Role};
-use keel_runtime::{ClientError, Handle, Node, NodeConfig, SnapshotWriter, StateMachine};
+use keel_runtime::{Handle, Node, NodeConfig, SnapshotWriter, StateMachine};
+
+mod common;
+
+use common::free_addr;
 
 const CLUSTER_ID: u64 = 0x533335;
 const WAIT: Duration = Duration::from_secs(40);
@@ -112,20 +116,9 @@ struct Cluster {
     probes: BTreeMap<NodeId, Arc<Probe>>,
 }
 
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 impl Cluster {
     async fn start(name: &str) -> Cluster {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-s35-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = common::scratch_dir(&format!("s35-{name}"));
         let mut c = Cluster {
             dir,
             addrs: (1..=3).map(|id| (id, free_addr())).collect(),
@@ -199,38 +192,14 @@ impl Cluster {
     }
 
     async fn leader(&self) -> NodeId {
-        tokio::time::timeout(WAIT, async {
-            loop {
-                for (&id, node) in &self.nodes {
-                    if let Ok(s) = node.handle().status().await {
-                        if s.serving && s.raft.role == Role::Leader {
-                            return id;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("a leader was elected")
+        common::leader(&self.nodes, WAIT).await
     }
 
     /// Proposes `n` entries of `size` bytes at whichever node leads.
     async fn load(&self, n: usize, size: usize) {
         for i in 0..n {
             let data = Bytes::from(vec![(i % 251) as u8; size]);
-            tokio::time::timeout(WAIT, async {
-                loop {
-                    let leader = self.leader().await;
-                    match self.handle(leader).propose(data.clone()).await {
-                        Ok(_) => return,
-                        Err(ClientError::NotLeader { .. }) | Err(ClientError::Busy(_)) => {}
-                        Err(e) => panic!("unexpected {e}"),
-                    }
-                }
-            })
-            .await
-            .expect("proposal committed");
+            common::propose_at_leader(&self.nodes, data, WAIT).await;
         }
     }
 
@@ -240,18 +209,7 @@ impl Cluster {
     }
 
     async fn wait_applied(&self, id: NodeId, index: Index) {
-        tokio::time::timeout(WAIT, async {
-            loop {
-                if let Ok(s) = self.handle(id).status().await {
-                    if s.raft.applied >= index {
-                        return;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("node {id} applied {index} in time"));
+        common::wait_applied(&self.handle(id), index, WAIT).await
     }
 
     /// Waits until every running node applied the leader's commit index and holds the same

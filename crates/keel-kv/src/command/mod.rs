@@ -9,6 +9,7 @@
 //! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
+//! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
 
 mod parse;
 
@@ -23,6 +24,7 @@ pub enum CommandClass {
     Read,
     Local,
     Admin,
+    Transaction,
 }
 
 /// A parsed, validated request.
@@ -32,6 +34,7 @@ pub enum Command {
     Read(ReadCommand),
     Local(LocalCommand),
     Admin(AdminCommand),
+    Transaction(TransactionCommand),
 }
 
 impl Command {
@@ -46,6 +49,7 @@ impl Command {
             Command::Read(_) => CommandClass::Read,
             Command::Local(_) => CommandClass::Local,
             Command::Admin(_) => CommandClass::Admin,
+            Command::Transaction(_) => CommandClass::Transaction,
         }
     }
 }
@@ -101,6 +105,31 @@ pub enum ReadCommand {
     Exists { keys: Vec<Bytes> },
     StrLen { key: Bytes },
     DbSize,
+}
+
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH: handled by the connection's transaction state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransactionCommand {
+    Multi,
+    Exec,
+    Discard,
+    /// `WATCH key [key ...]`: not supported (answered with an error).
+    Watch(Vec<Bytes>),
+    /// `UNWATCH`: nothing can be watched, so it has nothing to undo (`+OK`).
+    Unwatch,
+}
+
+/// A command queued between MULTI and EXEC: what a transaction log entry carries, executed in
+/// order by the state machine as one entry (reads included, so they see the transaction's
+/// earlier writes and nothing else in between).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueuedCommand {
+    Write(WriteCommand),
+    Read(ReadCommand),
+    /// `PING` (`+PONG`); `PING message` is queued as [`QueuedCommand::Echo`].
+    Ping,
+    /// `ECHO message` / `PING message`: the message as a bulk string.
+    Echo(Bytes),
 }
 
 /// Commands the node holding the connection answers itself.
@@ -221,6 +250,23 @@ pub enum CommandError {
     InvalidClientName,
     #[error("ERR Unrecognized option '{0}'")]
     UnrecognizedOption(String),
+    #[error("ERR MULTI calls can not be nested")]
+    NestedMulti,
+    #[error("ERR EXEC without MULTI")]
+    ExecWithoutMulti,
+    #[error("ERR DISCARD without MULTI")]
+    DiscardWithoutMulti,
+    #[error("EXECABORT Transaction discarded because of previous errors.")]
+    ExecAbort,
+    /// Redis's wording for commands flagged `no-multi`.
+    #[error("ERR Command not allowed inside a transaction")]
+    NotAllowedInMulti,
+    #[error("ERR WATCH is not supported: keel has no optimistic locking; use CAS key expected new for a conditional update")]
+    WatchUnsupported,
+    #[error("ERR transaction too large: more than {max} queued commands (multi-commands-max); the transaction is discarded at EXEC")]
+    TooManyQueued { max: usize },
+    #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]
+    QueuedTooLarge { max: usize },
     #[error("ERR invalid node id '{0}': expected a positive integer")]
     InvalidNodeId(String),
     #[error("ERR invalid peer address '{0}': expected host:port")]
@@ -291,10 +337,11 @@ const WRITE_FLAGS: &[&str] = &["write", "denyoom"];
 const WRITE_FAST_FLAGS: &[&str] = &["write", "denyoom", "fast"];
 const READ_FLAGS: &[&str] = &["readonly", "fast"];
 const CONN_FLAGS: &[&str] = &["loading", "stale", "fast"];
+const TX_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 
 /// Every command keel knows, in the order `COMMAND` lists them.
 pub const COMMAND_TABLE: &[CommandSpec] = {
-    use CommandClass::{Admin, Local, Read, Write};
+    use CommandClass::{Admin, Local, Read, Transaction, Write};
     &[
         spec("get", 2, READ_FLAGS, ONE_KEY, Read),
         spec("set", -3, WRITE_FLAGS, ONE_KEY, Write),
@@ -347,6 +394,17 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),
         spec("raft.snapshot", 1, &["admin"], NO_KEYS, Admin),
+        spec("multi", 1, TX_FLAGS, NO_KEYS, Transaction),
+        spec(
+            "exec",
+            1,
+            &["noscript", "loading", "stale", "skip_slowlog"],
+            NO_KEYS,
+            Transaction,
+        ),
+        spec("discard", 1, TX_FLAGS, NO_KEYS, Transaction),
+        spec("watch", -2, TX_FLAGS, ALL_KEYS, Transaction),
+        spec("unwatch", 1, TX_FLAGS, NO_KEYS, Transaction),
     ]
 };
 

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
-    HelloArgs, LocalCommand, ReadCommand, SetCondition, WriteCommand,
+    HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -89,6 +89,11 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             id: node_id(&rest[0])?,
         }),
         "raft.snapshot" => Command::Admin(AdminCommand::Snapshot),
+        "multi" => Command::Transaction(TransactionCommand::Multi),
+        "exec" => Command::Transaction(TransactionCommand::Exec),
+        "discard" => Command::Transaction(TransactionCommand::Discard),
+        "watch" => Command::Transaction(TransactionCommand::Watch(rest.to_vec())),
+        "unwatch" => Command::Transaction(TransactionCommand::Unwatch),
         other => unreachable!("command {other} is in the table but has no parser"),
     })
 }

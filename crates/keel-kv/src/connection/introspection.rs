@@ -92,6 +92,11 @@ fn summary(name: &str) -> &'static str {
         "raft.member" => "RAFT.MEMBER ADD id addr [LEARNER] | RAFT.MEMBER REMOVE id.",
         "raft.transfer" => "Transfers leadership to the given node.",
         "raft.snapshot" => "Takes a snapshot now.",
+        "multi" => "Starts a transaction: later commands are queued until EXEC.",
+        "exec" => "Runs the queued commands atomically, as one log entry; one reply per command.",
+        "discard" => "Drops the queued commands and leaves the transaction.",
+        "watch" => "Not supported (no optimistic locking): use CAS.",
+        "unwatch" => "Does nothing (nothing can be watched); +OK.",
         _ => "",
     }
 }
@@ -101,6 +106,7 @@ fn command_docs(spec: &CommandSpec) -> Reply {
         CommandClass::Write | CommandClass::Read => "string",
         CommandClass::Local => "connection",
         CommandClass::Admin => "server",
+        CommandClass::Transaction => "transactions",
     };
     Reply::Map(vec![
         (Reply::text("summary"), Reply::text(summary(spec.name))),

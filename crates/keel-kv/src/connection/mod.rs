@@ -8,8 +8,20 @@
 //!                                       state machine's WriteReply
 //!     Dispatch::Read(cmd)               linearizable read, reply with KvStateMachine::read
 //!     Dispatch::Admin(cmd)              membership / transfer / snapshot, by the runtime
+//!     Dispatch::Exec(transaction)       propose LogCommand { client_id, seq, EXEC [commands] } (one
+//!                                       entry), reply with the state machine's array reply
 //! -> ClientConnection::encode(reply) in this connection's protocol version -> write bytes
 //! ```
+//!
+//! Transactions (MULTI ... EXEC) are queued here, as Redis does: after `MULTI` (`+OK`) every
+//! command is parsed and checked at once; a valid data command (or PING / ECHO) is queued and
+//! answered `+QUEUED`; an invalid one (unknown, wrong arity, syntax), one not allowed inside a
+//! transaction (HELLO, CLIENT, CONFIG, COMMAND, INFO, SELECT, RAFT.*, WATCH, UNWATCH), or one over
+//! the queue bounds ([`Limits::multi_commands_max`], [`Limits::multi_bytes_max`]) is answered with
+//! its error and aborts the transaction: `EXEC` then answers `-EXECABORT` and nothing runs.
+//! `DISCARD` drops the queue; a nested `MULTI` is an error that leaves the transaction as it was;
+//! `QUIT` closes the connection, queue and all. `EXEC` of an empty queue answers an empty array
+//! here; otherwise it becomes [`Dispatch::Exec`]. WATCH is not supported (an error, no locking).
 //!
 //! A protocol error from the decoder is answered with [`crate::resp::ProtocolError::to_reply`]
 //! and closes this connection only.
@@ -22,8 +34,8 @@ use bytes::{Bytes, BytesMut};
 pub use info::{MemberInfo, NodeStatus};
 
 use crate::command::{
-    AdminCommand, ClientAttribute, ClientCommand, Command, HelloArgs, LocalCommand, ReadCommand,
-    WriteCommand,
+    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
+    QueuedCommand, ReadCommand, TransactionCommand, WriteCommand,
 };
 use crate::resp::{encode, Limits, ProtocolVersion, Reply};
 
@@ -51,6 +63,46 @@ pub enum Dispatch {
     Read(ReadCommand),
     /// For the runtime.
     Admin(AdminCommand),
+    /// EXEC: propose the queued commands as one log entry, with this connection's next request
+    /// id, and reply with the array the state machine returns.
+    Exec(Transaction),
+}
+
+/// The commands queued between MULTI and EXEC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transaction {
+    /// What the log entry carries, in order.
+    pub commands: Vec<QueuedCommand>,
+    /// Each queued request's arguments as received (same order): a follower forwards the
+    /// transaction to the leader as `MULTI`, these, `EXEC`.
+    pub requests: Vec<Vec<Bytes>>,
+}
+
+/// A connection's state between MULTI and EXEC / DISCARD.
+#[derive(Clone, Debug, Default)]
+struct Queue {
+    transaction: Transaction,
+    /// Argument bytes queued so far, each argument counted with [`QUEUED_ARG_OVERHEAD_BYTES`]
+    /// more (bounded by [`Limits::multi_bytes_max`]).
+    bytes: usize,
+    /// An error was answered since MULTI: EXEC answers EXECABORT. Nothing more is stored.
+    aborted: bool,
+}
+
+const QUEUED: Reply = Reply::Simple(std::borrow::Cow::Borrowed("QUEUED"));
+
+/// What one queued argument costs beyond its bytes (its handles in the queue), counted against
+/// [`Limits::multi_bytes_max`] so that many empty arguments are bounded too.
+pub const QUEUED_ARG_OVERHEAD_BYTES: usize = 32;
+
+impl Queue {
+    /// Answers `error` and marks the transaction aborted (its queue is freed now).
+    fn abort(&mut self, error: CommandError) -> Dispatch {
+        self.aborted = true;
+        self.transaction = Transaction::default();
+        self.bytes = 0;
+        Dispatch::Reply(error.to_reply())
+    }
 }
 
 /// Per-connection state: id, protocol version, name, library info.
@@ -63,6 +115,8 @@ pub struct ClientConnection {
     lib_name: Option<Bytes>,
     lib_version: Option<Bytes>,
     limits: Limits,
+    /// `Some` between MULTI and EXEC / DISCARD.
+    queue: Option<Queue>,
 }
 
 impl ClientConnection {
@@ -76,6 +130,7 @@ impl ClientConnection {
             lib_name: None,
             lib_version: None,
             limits,
+            queue: None,
         }
     }
 
@@ -99,14 +154,98 @@ impl ClientConnection {
     /// Parses a request and answers it if it is local. `args` must not be empty (the server
     /// ignores empty frames without a reply, as Redis does).
     pub fn dispatch(&mut self, args: &[Bytes], node: &dyn NodeInfo) -> Dispatch {
-        match Command::parse(args) {
+        let parsed = Command::parse(args);
+        if self.queue.is_some() {
+            return self.dispatch_queued(parsed, args);
+        }
+        match parsed {
             Err(error) => Dispatch::Reply(error.to_reply()),
+            Ok(Command::Transaction(command)) => Dispatch::Reply(match command {
+                TransactionCommand::Multi => {
+                    self.queue = Some(Queue::default());
+                    Reply::OK
+                }
+                TransactionCommand::Exec => CommandError::ExecWithoutMulti.to_reply(),
+                TransactionCommand::Discard => CommandError::DiscardWithoutMulti.to_reply(),
+                TransactionCommand::Watch(_) => CommandError::WatchUnsupported.to_reply(),
+                TransactionCommand::Unwatch => Reply::OK,
+            }),
             Ok(Command::Write(command)) => Dispatch::Write(command),
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
             Ok(Command::Local(command)) => Dispatch::Reply(self.answer(command, node)),
         }
+    }
+
+    /// Whether the connection is between MULTI and EXEC / DISCARD.
+    pub fn in_transaction(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// A request between MULTI and EXEC / DISCARD.
+    fn dispatch_queued(
+        &mut self,
+        parsed: Result<Command, CommandError>,
+        args: &[Bytes],
+    ) -> Dispatch {
+        let queue = self.queue.as_mut().expect("called in a transaction");
+        let command = match parsed {
+            Ok(Command::Transaction(TransactionCommand::Exec)) => {
+                let queue = self.queue.take().expect("in a transaction");
+                return if queue.aborted {
+                    Dispatch::Reply(CommandError::ExecAbort.to_reply())
+                } else if queue.transaction.commands.is_empty() {
+                    Dispatch::Reply(Reply::Array(Vec::new()))
+                } else {
+                    Dispatch::Exec(queue.transaction)
+                };
+            }
+            Ok(Command::Transaction(TransactionCommand::Discard)) => {
+                self.queue = None;
+                return Dispatch::Reply(Reply::OK);
+            }
+            // As Redis: an error, but the transaction goes on.
+            Ok(Command::Transaction(TransactionCommand::Multi)) => {
+                return Dispatch::Reply(CommandError::NestedMulti.to_reply())
+            }
+            Ok(Command::Local(LocalCommand::Quit)) => {
+                self.queue = None;
+                return Dispatch::ReplyAndClose(Reply::OK);
+            }
+            Ok(Command::Write(command)) => QueuedCommand::Write(command),
+            Ok(Command::Read(command)) => QueuedCommand::Read(command),
+            Ok(Command::Local(LocalCommand::Ping(None))) => QueuedCommand::Ping,
+            Ok(Command::Local(LocalCommand::Ping(Some(message))))
+            | Ok(Command::Local(LocalCommand::Echo(message))) => QueuedCommand::Echo(message),
+            Ok(Command::Local(_) | Command::Admin(_) | Command::Transaction(_)) => {
+                return queue.abort(CommandError::NotAllowedInMulti)
+            }
+            Err(error) => return queue.abort(error),
+        };
+        if queue.aborted {
+            // Checked, not stored: EXEC will discard everything anyway.
+            return Dispatch::Reply(QUEUED);
+        }
+        let bytes: usize = args
+            .iter()
+            .map(|a| a.len() + QUEUED_ARG_OVERHEAD_BYTES)
+            .sum();
+        let max = &self.limits;
+        if queue.transaction.commands.len() >= max.multi_commands_max {
+            return queue.abort(CommandError::TooManyQueued {
+                max: max.multi_commands_max,
+            });
+        }
+        if queue.bytes.saturating_add(bytes) > max.multi_bytes_max {
+            return queue.abort(CommandError::QueuedTooLarge {
+                max: max.multi_bytes_max,
+            });
+        }
+        queue.bytes += bytes;
+        queue.transaction.commands.push(command);
+        queue.transaction.requests.push(args.to_vec());
+        Dispatch::Reply(QUEUED)
     }
 
     fn answer(&mut self, command: LocalCommand, node: &dyn NodeInfo) -> Reply {

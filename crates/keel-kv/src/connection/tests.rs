@@ -306,3 +306,181 @@ fn glob_patterns() {
         );
     }
 }
+
+// ---- MULTI / EXEC / DISCARD ----
+
+const QUEUED_REPLY: Reply = Reply::Simple(std::borrow::Cow::Borrowed("QUEUED"));
+
+fn args(line: &str) -> Vec<Bytes> {
+    line.split(' ')
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect()
+}
+
+#[test]
+fn multi_queues_commands_and_exec_hands_them_over() {
+    use crate::command::{QueuedCommand, ReadCommand};
+    let mut c = conn();
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert!(c.in_transaction());
+    for line in [
+        "SET k 1", "INCR k", "GET k", "MGET k x", "PING", "PING hi", "ECHO e",
+    ] {
+        assert_eq!(reply(&mut c, line), QUEUED_REPLY, "{line}");
+    }
+    let Dispatch::Exec(tx) = run(&mut c, "exec") else {
+        panic!("EXEC did not hand over the transaction")
+    };
+    assert!(!c.in_transaction());
+    assert_eq!(tx.commands.len(), 7);
+    assert_eq!(
+        tx.commands[2],
+        QueuedCommand::Read(ReadCommand::Get {
+            key: Bytes::from_static(b"k")
+        })
+    );
+    assert_eq!(tx.commands[4], QueuedCommand::Ping);
+    assert_eq!(
+        tx.commands[5],
+        QueuedCommand::Echo(Bytes::from_static(b"hi"))
+    );
+    assert_eq!(
+        tx.requests[1],
+        args("INCR k"),
+        "requests kept for forwarding"
+    );
+    // Back to normal: commands run at once again.
+    assert!(matches!(run(&mut c, "SET k 2"), Dispatch::Write(_)));
+}
+
+#[test]
+fn transaction_errors_abort_with_execabort() {
+    let mut c = conn();
+    let execabort = Reply::error("EXECABORT Transaction discarded because of previous errors.");
+    // Unknown command, wrong arity, syntax error: each answered, and EXEC then aborts.
+    for bad in ["FOO bar", "GET", "SET k v PX", "INCRBY k x"] {
+        assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+        assert_eq!(reply(&mut c, "SET a 1"), QUEUED_REPLY);
+        let error = reply(&mut c, bad);
+        assert!(error.is_error(), "{bad}: {error:?}");
+        // Later valid commands are still answered QUEUED (as Redis does).
+        assert_eq!(reply(&mut c, "SET b 1"), QUEUED_REPLY);
+        assert_eq!(reply(&mut c, "EXEC"), execabort, "{bad}");
+        assert!(!c.in_transaction());
+    }
+    // Commands not allowed inside a transaction abort it too.
+    for not_allowed in [
+        "HELLO 3",
+        "CLIENT SETNAME x",
+        "CONFIG GET maxmemory",
+        "INFO",
+        "SELECT 0",
+        "RAFT.SNAPSHOT",
+        "WATCH k",
+        "UNWATCH",
+    ] {
+        assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+        assert_eq!(
+            reply(&mut c, not_allowed),
+            Reply::error("ERR Command not allowed inside a transaction"),
+            "{not_allowed}"
+        );
+        assert_eq!(reply(&mut c, "EXEC"), execabort, "{not_allowed}");
+    }
+    // HELLO inside MULTI changed nothing.
+    assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+}
+
+#[test]
+fn discard_nesting_and_control_outside_multi() {
+    let mut c = conn();
+    assert_eq!(
+        reply(&mut c, "EXEC"),
+        Reply::error("ERR EXEC without MULTI")
+    );
+    assert_eq!(
+        reply(&mut c, "DISCARD"),
+        Reply::error("ERR DISCARD without MULTI")
+    );
+    assert!(
+        reply(&mut c, "WATCH k").is_error(),
+        "WATCH is not supported"
+    );
+    assert_eq!(
+        reply(&mut c, "UNWATCH"),
+        Reply::OK,
+        "nothing is ever watched"
+    );
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SET k 1"), QUEUED_REPLY);
+    // A nested MULTI is an error but does not abort the transaction.
+    assert_eq!(
+        reply(&mut c, "MULTI"),
+        Reply::error("ERR MULTI calls can not be nested")
+    );
+    assert_eq!(reply(&mut c, "DISCARD"), Reply::OK);
+    assert!(!c.in_transaction());
+    assert_eq!(
+        reply(&mut c, "EXEC"),
+        Reply::error("ERR EXEC without MULTI")
+    );
+    // An empty transaction answers an empty array at once.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "exec"), Reply::Array(vec![]));
+    // After a nested MULTI the transaction still executes.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert!(reply(&mut c, "MULTI").is_error());
+    assert_eq!(reply(&mut c, "INCR n"), QUEUED_REPLY);
+    assert!(matches!(run(&mut c, "EXEC"), Dispatch::Exec(tx) if tx.commands.len() == 1));
+    // QUIT inside MULTI closes the connection.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(run(&mut c, "QUIT"), Dispatch::ReplyAndClose(Reply::OK));
+}
+
+#[test]
+fn queued_commands_are_bounded() {
+    let limits = Limits {
+        multi_commands_max: 3,
+        multi_bytes_max: 250,
+        ..Limits::default()
+    };
+    let mut c = ClientConnection::new(1, "127.0.0.1:1", limits);
+    let execabort = Reply::error("EXECABORT Transaction discarded because of previous errors.");
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    for _ in 0..3 {
+        assert_eq!(reply(&mut c, "INCR n"), QUEUED_REPLY);
+    }
+    let error = reply(&mut c, "INCR n");
+    assert_eq!(
+        error,
+        Reply::error(
+            "ERR transaction too large: more than 3 queued commands (multi-commands-max); the \
+             transaction is discarded at EXEC"
+        )
+    );
+    assert_eq!(reply(&mut c, "EXEC"), execabort);
+
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    // 14 bytes and 3 arguments: 14 + 3 x 32 = 110 counted each.
+    assert_eq!(reply(&mut c, "SET k 0123456789"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "SET k 0123456789"), QUEUED_REPLY); // 220
+    let Reply::Error(error) = reply(&mut c, "SET k 0123456789") else {
+        panic!("over the byte bound")
+    };
+    assert!(error.contains("exceed 250 bytes"), "{error}");
+    assert_eq!(reply(&mut c, "EXEC"), execabort);
+    // The bounds apply per transaction.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SET k 0123456789"), QUEUED_REPLY);
+    assert!(matches!(run(&mut c, "EXEC"), Dispatch::Exec(_)));
+}
+
+#[test]
+fn transaction_commands_are_in_command_info() {
+    let mut c = conn();
+    let Reply::Array(info) = reply(&mut c, "COMMAND INFO multi exec discard watch unwatch") else {
+        panic!("not an array")
+    };
+    assert_eq!(info.len(), 5);
+    assert!(info.iter().all(|i| matches!(i, Reply::Array(_))));
+}

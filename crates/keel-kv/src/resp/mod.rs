@@ -53,6 +53,15 @@ pub struct Limits {
     /// Largest encoded request as a whole (headers and all bulk strings): the most a connection
     /// ever needs to buffer for one request. Without it 65,536 arguments of 64 MiB could be claimed.
     pub request_bytes_max: usize,
+    /// Most commands queued between MULTI and EXEC. Beyond it the command is refused with `-ERR`
+    /// and the transaction is aborted (EXEC answers `-EXECABORT`). Kept at or below `args_max`:
+    /// a forwarded EXEC's reply array is parsed with these limits.
+    pub multi_commands_max: usize,
+    /// Most bytes of arguments queued between MULTI and EXEC (all queued commands' arguments,
+    /// names included, each counted with 32 bytes more for its bookkeeping): bounds the queue's
+    /// memory and roughly the size of the transaction's one log entry. Beyond it, as for
+    /// `multi_commands_max`.
+    pub multi_bytes_max: usize,
 }
 
 impl Default for Limits {
@@ -62,6 +71,8 @@ impl Default for Limits {
             args_max: 65_536,
             inline_bytes_max: 64 * 1024,
             request_bytes_max: 128 * 1024 * 1024,
+            multi_commands_max: 65_536,
+            multi_bytes_max: 128 * 1024 * 1024,
         }
     }
 }

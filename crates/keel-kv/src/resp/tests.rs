@@ -117,6 +117,7 @@ fn limits_are_enforced_before_the_data_arrives() {
         args_max: 3,
         inline_bytes_max: 16,
         request_bytes_max: 50,
+        ..Limits::default()
     };
     // Only the headers are sent: the claims alone are rejected.
     assert_eq!(
@@ -329,7 +330,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
-        let small = Limits { bulk_bytes_max: 50, args_max: 8, inline_bytes_max: 60, request_bytes_max: 150 };
+        let small = Limits { bulk_bytes_max: 50, args_max: 8, inline_bytes_max: 60, request_bytes_max: 150, ..Limits::default() };
         let _ = parse(&data, &small);
         let _ = parse_reply(&data, &small);
     }

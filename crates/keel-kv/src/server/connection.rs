@@ -7,7 +7,9 @@
 //! write of the connection to be applied (so it sees them), and a write waits for every earlier
 //! read to be served (so no earlier read sees it). Answers the protocol layer gives locally (PING,
 //! ECHO, HELLO, ...) take their place in the order without waiting; INFO, admin commands and QUIT
-//! wait for everything before them.
+//! wait for everything before them. An EXEC is one log entry holding its whole transaction: it
+//! joins the write run like a write; a follower forwards it as the group `MULTI`, the queued
+//! requests, `EXEC` (see `forward.rs`).
 //!
 //! Bounds: at most [`PIPELINE_REQUESTS_MAX`] requests are in flight per connection; the input
 //! buffer holds at most one partial request (bounded by the decoder) plus one read.
@@ -25,7 +27,7 @@ use super::{admin, forward, random_client_id, wants_status, Fetched, ServerConte
 use super::{KvAdapter, FORWARD_CLIENT_NAME};
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::resp::{Decoder, Reply};
-use crate::state_machine::{LogCommand, WriteReply};
+use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
 
 /// Bound on the requests of one connection in flight at once (decoded, not yet answered).
 pub(super) const PIPELINE_REQUESTS_MAX: usize = 256;
@@ -44,10 +46,12 @@ enum Kind {
 enum Slot {
     /// Answered already.
     Ready(Reply),
-    /// A write: `pending` is `None` until its run is proposed.
+    /// A write (or an EXEC: `queued` holds its queued requests, forwarded as a group): `pending`
+    /// is `None` until its run is proposed.
     Write {
         entry: Bytes,
         args: Vec<Bytes>,
+        queued: Option<Vec<Vec<Bytes>>>,
         pending: Option<Pending<Bytes>>,
     },
     Read {
@@ -147,6 +151,23 @@ impl Session<'_> {
                 self.slots.push_back(Slot::Write {
                     entry,
                     args,
+                    queued: None,
+                    pending: None,
+                });
+            }
+            // A transaction is one log entry: it joins the write run like a write.
+            Dispatch::Exec(transaction) => {
+                if self.run == Some(Kind::Read) {
+                    self.finish_all().await?;
+                }
+                self.run = Some(Kind::Write);
+                self.seq += 1;
+                let command = LoggedCommand::Exec(transaction.commands);
+                let entry = LogCommand::new(self.client_id, self.seq, command).encode();
+                self.slots.push_back(Slot::Write {
+                    entry,
+                    args,
+                    queued: Some(transaction.requests),
                     pending: None,
                 });
             }
@@ -165,7 +186,7 @@ impl Session<'_> {
             Dispatch::Admin(command) => {
                 self.finish_all().await?;
                 let result = admin(self.ctx, command).await;
-                let reply = self.resolve(result, Kind::Write, &args).await;
+                let reply = self.resolve(result, Kind::Write, &args, None).await;
                 self.connection.encode(&reply, &mut self.output);
             }
         }
@@ -203,19 +224,25 @@ impl Session<'_> {
         while let Some(slot) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(reply) => reply,
-                Slot::Write { args, pending, .. } => {
+                Slot::Write {
+                    args,
+                    queued,
+                    pending,
+                    ..
+                } => {
                     let pending = pending.expect("every write of the run was proposed");
                     let result = pending.wait().await.map(|bytes| {
-                        WriteReply::decode(&bytes).map_or_else(
+                        ApplyReply::decode(&bytes).map_or_else(
                             || Reply::error("ERR internal error: undecodable write result"),
-                            |r| r.to_reply(),
+                            ApplyReply::into_reply,
                         )
                     });
-                    self.resolve(result, Kind::Write, &args).await
+                    self.resolve(result, Kind::Write, &args, queued.as_deref())
+                        .await
                 }
                 Slot::Read { args, pending } => {
                     let result = pending.wait().await;
-                    self.resolve(result, Kind::Read, &args).await
+                    self.resolve(result, Kind::Read, &args, None).await
                 }
             };
             self.connection.encode(&reply, &mut self.output);
@@ -236,12 +263,14 @@ impl Session<'_> {
     }
 
     /// The reply for a request's outcome: on `NotLeader` with a known leader, the request is
-    /// forwarded there once (unless it came from a forwarding node).
+    /// forwarded there once (unless it came from a forwarding node); a transaction (`queued`:
+    /// its queued requests) as `MULTI`, those, `EXEC`.
     async fn resolve(
         &mut self,
         result: Result<Reply, ClientError>,
         kind: Kind,
         args: &[Bytes],
+        queued: Option<&[Vec<Bytes>]>,
     ) -> Reply {
         let ctx = self.ctx;
         match result {
@@ -256,11 +285,18 @@ impl Session<'_> {
                     .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes());
                 let addr = ctx.client_addrs.get(&leader);
                 match addr {
-                    Some(addr) if !forwarded => {
-                        self.forward
-                            .forward(leader, addr, args, kind == Kind::Write, &ctx.limits)
-                            .await
-                    }
+                    Some(addr) if !forwarded => match queued {
+                        Some(queued) => {
+                            self.forward
+                                .forward_transaction(leader, addr, queued, &ctx.limits)
+                                .await
+                        }
+                        None => {
+                            self.forward
+                                .forward(leader, addr, args, kind == Kind::Write, &ctx.limits)
+                                .await
+                        }
+                    },
                     _ => {
                         let at = addr
                             .cloned()

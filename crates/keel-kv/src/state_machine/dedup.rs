@@ -17,6 +17,9 @@
 //!   A retry from an evicted client would apply again; that is the one case the bound gives up,
 //!   and it needs `clients_max` other clients to write between a proposal and its retry.
 //!
+//! A MULTI ... EXEC transaction is one request id; what is remembered for it is only that it
+//! applied (`+OK`), not its array of replies (see `apply_reply.rs`).
+//!
 //! Memory bound: `clients_max x replies_per_client_max` remembered replies of 24 bytes (the
 //! defaults: 4,096 x 128 x 24 B = 12 MiB at most, far less in practice).
 //!

@@ -9,7 +9,7 @@
 //! 0      1     format version = 1
 //! 1      8     client_id   u64   (who sent it; the dedup session)
 //! 9      8     request_seq u64   (per client, unique per request; a retry reuses it)
-//! 17     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS
+//! 17     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC
 //! 18     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -17,7 +17,22 @@
 //!              MSET    count n >= 1, then n x (bytes key, bytes value)
 //!              APPEND  bytes key, bytes value
 //!              CAS     bytes key, bytes expected, bytes new
+//!              EXEC    count n >= 1, then n x (op u8, body): a MULTI ... EXEC transaction, run
+//!                      in order as this one entry under this one request id. op is one of
+//!                        1..6    a write, its body as above
+//!                        16 GET     bytes key
+//!                        17 MGET    count n >= 1, then n x bytes key
+//!                        18 EXISTS  count n >= 1, then n x bytes key
+//!                        19 STRLEN  bytes key
+//!                        20 DBSIZE  (no body)
+//!                        32 PING    (no body; replies PONG)
+//!                        33 ECHO    bytes message (ECHO, and PING with a message)
+//!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
 //! ```
+//!
+//! Op 7 (EXEC) was added without changing the version byte: every entry written before it
+//! decodes exactly as before, and a build that predates it rejects an EXEC entry as an unknown op
+//! (fatal, never skipped) rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
@@ -28,7 +43,7 @@
 use bytes::{BufMut, Bytes};
 
 use super::wire::{put_bytes, Reader};
-use crate::command::{SetCondition, WriteCommand};
+use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
 
 const FORMAT_VERSION: u8 = 1;
 
@@ -38,6 +53,15 @@ const OP_INCRBY: u8 = 3;
 const OP_MSET: u8 = 4;
 const OP_APPEND: u8 = 5;
 const OP_CAS: u8 = 6;
+const OP_EXEC: u8 = 7;
+// Only inside an EXEC.
+const OP_GET: u8 = 16;
+const OP_MGET: u8 = 17;
+const OP_EXISTS: u8 = 18;
+const OP_STRLEN: u8 = 19;
+const OP_DBSIZE: u8 = 20;
+const OP_PING: u8 = 32;
+const OP_ECHO: u8 = 33;
 
 /// Smallest encoding of one `bytes` field (an empty one): its length.
 const BYTES_FIELD_MIN: usize = 4;
@@ -53,7 +77,21 @@ const BYTES_FIELD_MIN: usize = 4;
 pub struct LogCommand {
     pub client_id: u64,
     pub request_seq: u64,
-    pub command: WriteCommand,
+    pub command: LoggedCommand,
+}
+
+/// What one log entry runs: a single write, or a whole MULTI ... EXEC transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoggedCommand {
+    Write(WriteCommand),
+    /// The queued commands, in order (at least one).
+    Exec(Vec<QueuedCommand>),
+}
+
+impl From<WriteCommand> for LoggedCommand {
+    fn from(command: WriteCommand) -> Self {
+        LoggedCommand::Write(command)
+    }
 }
 
 /// Why a log entry is not a valid key-value command.
@@ -71,88 +109,43 @@ pub enum DecodeError {
     EmptyList,
     #[error("{0} bytes after the end of the command")]
     TrailingBytes(usize),
+    #[error("op {0} is only valid inside an EXEC")]
+    OnlyInExec(u8),
+    #[error("EXEC inside an EXEC")]
+    NestedExec,
 }
 
 impl LogCommand {
-    pub fn new(client_id: u64, request_seq: u64, command: WriteCommand) -> Self {
+    pub fn new(client_id: u64, request_seq: u64, command: impl Into<LoggedCommand>) -> Self {
         LogCommand {
             client_id,
             request_seq,
-            command,
+            command: command.into(),
         }
     }
 
     pub fn encode(&self) -> Bytes {
-        let mut out = Vec::with_capacity(18 + self.body_len_hint());
+        let hint = match &self.command {
+            LoggedCommand::Write(write) => write_len_hint(write),
+            LoggedCommand::Exec(commands) => {
+                4 + commands.iter().map(queued_len_hint).sum::<usize>()
+            }
+        };
+        let mut out = Vec::with_capacity(18 + hint);
         out.put_u8(FORMAT_VERSION);
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.request_seq);
         match &self.command {
-            WriteCommand::Set {
-                key,
-                value,
-                condition,
-            } => {
-                out.put_u8(OP_SET);
-                out.put_u8(match condition {
-                    SetCondition::Always => 0,
-                    SetCondition::IfAbsent => 1,
-                    SetCondition::IfPresent => 2,
-                });
-                put_bytes(&mut out, key);
-                put_bytes(&mut out, value);
-            }
-            WriteCommand::Del { keys } => {
-                out.put_u8(OP_DEL);
-                out.put_u32_le(count(keys.len()));
-                for key in keys {
-                    put_bytes(&mut out, key);
+            LoggedCommand::Write(write) => put_write(&mut out, write),
+            LoggedCommand::Exec(commands) => {
+                out.put_u8(OP_EXEC);
+                out.put_u32_le(count(commands.len()));
+                for command in commands {
+                    put_queued(&mut out, command);
                 }
-            }
-            WriteCommand::IncrBy { key, delta } => {
-                out.put_u8(OP_INCRBY);
-                put_bytes(&mut out, key);
-                out.put_i64_le(*delta);
-            }
-            WriteCommand::MSet { pairs } => {
-                out.put_u8(OP_MSET);
-                out.put_u32_le(count(pairs.len()));
-                for (key, value) in pairs {
-                    put_bytes(&mut out, key);
-                    put_bytes(&mut out, value);
-                }
-            }
-            WriteCommand::Append { key, value } => {
-                out.put_u8(OP_APPEND);
-                put_bytes(&mut out, key);
-                put_bytes(&mut out, value);
-            }
-            WriteCommand::Cas { key, expected, new } => {
-                out.put_u8(OP_CAS);
-                put_bytes(&mut out, key);
-                put_bytes(&mut out, expected);
-                put_bytes(&mut out, new);
             }
         }
         Bytes::from(out)
-    }
-
-    fn body_len_hint(&self) -> usize {
-        let field = |b: &Bytes| b.len() + BYTES_FIELD_MIN;
-        match &self.command {
-            WriteCommand::Set { key, value, .. } | WriteCommand::Append { key, value } => {
-                1 + field(key) + field(value)
-            }
-            WriteCommand::Del { keys } => 4 + keys.iter().map(field).sum::<usize>(),
-            WriteCommand::IncrBy { key, .. } => field(key) + 8,
-            WriteCommand::MSet { pairs } => {
-                4 + pairs
-                    .iter()
-                    .map(|(k, v)| field(k) + field(v))
-                    .sum::<usize>()
-            }
-            WriteCommand::Cas { key, expected, new } => field(key) + field(expected) + field(new),
-        }
     }
 
     /// Decodes an entry; keys and values are zero-copy slices of `entry`.
@@ -166,7 +159,16 @@ impl LogCommand {
         let client_id = r.u64().ok_or_else(|| truncated(&r))?;
         let request_seq = r.u64().ok_or_else(|| truncated(&r))?;
         let op = r.u8().ok_or_else(|| truncated(&r))?;
-        let command = decode_body(op, &mut r)?;
+        let command = if op == OP_EXEC {
+            // Every queued command takes at least its op byte.
+            let n = list_count(&mut r, 1)?;
+            let commands = (0..n)
+                .map(|_| decode_queued(&mut r))
+                .collect::<Result<_, _>>()?;
+            LoggedCommand::Exec(commands)
+        } else {
+            LoggedCommand::Write(decode_write(op, &mut r)?)
+        };
         if r.remaining() > 0 {
             return Err(DecodeError::TrailingBytes(r.remaining()));
         }
@@ -178,11 +180,152 @@ impl LogCommand {
     }
 }
 
+fn field_len(b: &Bytes) -> usize {
+    b.len() + BYTES_FIELD_MIN
+}
+
+fn write_len_hint(command: &WriteCommand) -> usize {
+    1 + match command {
+        WriteCommand::Set { key, value, .. } | WriteCommand::Append { key, value } => {
+            1 + field_len(key) + field_len(value)
+        }
+        WriteCommand::Del { keys } => 4 + keys.iter().map(field_len).sum::<usize>(),
+        WriteCommand::IncrBy { key, .. } => field_len(key) + 8,
+        WriteCommand::MSet { pairs } => {
+            4 + pairs
+                .iter()
+                .map(|(k, v)| field_len(k) + field_len(v))
+                .sum::<usize>()
+        }
+        WriteCommand::Cas { key, expected, new } => {
+            field_len(key) + field_len(expected) + field_len(new)
+        }
+    }
+}
+
+fn queued_len_hint(command: &QueuedCommand) -> usize {
+    match command {
+        QueuedCommand::Write(write) => write_len_hint(write),
+        QueuedCommand::Read(ReadCommand::Get { key } | ReadCommand::StrLen { key }) => {
+            1 + field_len(key)
+        }
+        QueuedCommand::Read(ReadCommand::MGet { keys } | ReadCommand::Exists { keys }) => {
+            5 + keys.iter().map(field_len).sum::<usize>()
+        }
+        QueuedCommand::Read(ReadCommand::DbSize) | QueuedCommand::Ping => 1,
+        QueuedCommand::Echo(message) => 1 + field_len(message),
+    }
+}
+
+/// A write's op and body.
+fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
+    match command {
+        WriteCommand::Set {
+            key,
+            value,
+            condition,
+        } => {
+            out.put_u8(OP_SET);
+            out.put_u8(match condition {
+                SetCondition::Always => 0,
+                SetCondition::IfAbsent => 1,
+                SetCondition::IfPresent => 2,
+            });
+            put_bytes(out, key);
+            put_bytes(out, value);
+        }
+        WriteCommand::Del { keys } => {
+            out.put_u8(OP_DEL);
+            put_list(out, keys);
+        }
+        WriteCommand::IncrBy { key, delta } => {
+            out.put_u8(OP_INCRBY);
+            put_bytes(out, key);
+            out.put_i64_le(*delta);
+        }
+        WriteCommand::MSet { pairs } => {
+            out.put_u8(OP_MSET);
+            out.put_u32_le(count(pairs.len()));
+            for (key, value) in pairs {
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+        }
+        WriteCommand::Append { key, value } => {
+            out.put_u8(OP_APPEND);
+            put_bytes(out, key);
+            put_bytes(out, value);
+        }
+        WriteCommand::Cas { key, expected, new } => {
+            out.put_u8(OP_CAS);
+            put_bytes(out, key);
+            put_bytes(out, expected);
+            put_bytes(out, new);
+        }
+    }
+}
+
+/// A queued command's op and body (inside an EXEC).
+fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
+    match command {
+        QueuedCommand::Write(write) => put_write(out, write),
+        QueuedCommand::Read(ReadCommand::Get { key }) => {
+            out.put_u8(OP_GET);
+            put_bytes(out, key);
+        }
+        QueuedCommand::Read(ReadCommand::MGet { keys }) => {
+            out.put_u8(OP_MGET);
+            put_list(out, keys);
+        }
+        QueuedCommand::Read(ReadCommand::Exists { keys }) => {
+            out.put_u8(OP_EXISTS);
+            put_list(out, keys);
+        }
+        QueuedCommand::Read(ReadCommand::StrLen { key }) => {
+            out.put_u8(OP_STRLEN);
+            put_bytes(out, key);
+        }
+        QueuedCommand::Read(ReadCommand::DbSize) => out.put_u8(OP_DBSIZE),
+        QueuedCommand::Ping => out.put_u8(OP_PING),
+        QueuedCommand::Echo(message) => {
+            out.put_u8(OP_ECHO);
+            put_bytes(out, message);
+        }
+    }
+}
+
+fn put_list(out: &mut Vec<u8>, items: &[Bytes]) {
+    out.put_u32_le(count(items.len()));
+    for item in items {
+        put_bytes(out, item);
+    }
+}
+
+fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError> {
+    let op = r.u8().ok_or(DecodeError::Truncated(r.position()))?;
+    Ok(match op {
+        OP_EXEC => return Err(DecodeError::NestedExec),
+        OP_GET => QueuedCommand::Read(ReadCommand::Get { key: bytes(r)? }),
+        OP_MGET => QueuedCommand::Read(ReadCommand::MGet { keys: list(r)? }),
+        OP_EXISTS => QueuedCommand::Read(ReadCommand::Exists { keys: list(r)? }),
+        OP_STRLEN => QueuedCommand::Read(ReadCommand::StrLen { key: bytes(r)? }),
+        OP_DBSIZE => QueuedCommand::Read(ReadCommand::DbSize),
+        OP_PING => QueuedCommand::Ping,
+        OP_ECHO => QueuedCommand::Echo(bytes(r)?),
+        write => QueuedCommand::Write(decode_write(write, r)?),
+    })
+}
+
+fn list(r: &mut Reader) -> Result<Vec<Bytes>, DecodeError> {
+    let n = list_count(r, BYTES_FIELD_MIN)?;
+    (0..n).map(|_| bytes(r)).collect()
+}
+
 fn count(n: usize) -> u32 {
     u32::try_from(n).expect("argument counts are bounded by the request limits")
 }
 
-fn decode_body(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
+fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
     Ok(match op {
         OP_SET => {
             let condition = match r.u8().ok_or(DecodeError::Truncated(r.position()))? {
@@ -197,11 +340,7 @@ fn decode_body(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
                 condition,
             }
         }
-        OP_DEL => {
-            let n = list_count(r, BYTES_FIELD_MIN)?;
-            let keys = (0..n).map(|_| bytes(r)).collect::<Result<_, _>>()?;
-            WriteCommand::Del { keys }
-        }
+        OP_DEL => WriteCommand::Del { keys: list(r)? },
         OP_INCRBY => {
             let key = bytes(r)?;
             let delta = r.i64().ok_or(DecodeError::Truncated(r.position()))?;
@@ -223,6 +362,10 @@ fn decode_body(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
             expected: bytes(r)?,
             new: bytes(r)?,
         },
+        OP_EXEC => return Err(DecodeError::NestedExec),
+        OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_PING | OP_ECHO => {
+            return Err(DecodeError::OnlyInExec(op))
+        }
         other => return Err(DecodeError::UnknownOp(other)),
     })
 }

@@ -1,8 +1,9 @@
 //! The replicated key-value state machine: an ordered map of bytes to bytes, fed committed log
 //! entries in order.
 //!
-//! - [`KvStateMachine::apply`] runs one logged write ([`LogCommand`]) at its log index and returns
-//!   the client's reply as a [`WriteReply`]. Redis-level errors (INCR of a non-integer, overflow,
+//! - [`KvStateMachine::apply`] runs one logged write or transaction ([`LogCommand`]) at its log
+//!   index and returns the client's reply as an [`ApplyReply`] (a [`WriteReply`], or EXEC's array
+//!   of replies: a transaction's commands, reads included, run in order as that one entry). Redis-level errors (INCR of a non-integer, overflow,
 //!   a too-large string) are *results*: deterministic, identical on every replica, and the entry
 //!   still counts as applied. Only an entry this build cannot decode is an [`ApplyError`], which
 //!   the runtime must treat as fatal rather than skip (skipping would diverge silently).
@@ -15,6 +16,7 @@
 //!
 //! No I/O, no clock, no tokio: the simulator runs this exact code.
 
+mod apply_reply;
 mod dedup;
 mod digest;
 mod log_command;
@@ -25,11 +27,12 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+pub use apply_reply::ApplyReply;
 pub use dedup::DedupLimits;
-pub use log_command::{DecodeError, LogCommand};
+pub use log_command::{DecodeError, LogCommand, LoggedCommand};
 pub use snapshot::SnapshotError;
 
-use crate::command::{ReadCommand, SetCondition, WriteCommand};
+use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
 use crate::number::parse_i64;
 use crate::resp::Reply;
 use dedup::{DedupTable, Seen};
@@ -38,6 +41,11 @@ use digest::pair_hash;
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
 /// not a setting: the outcome of a write must be the same on every replica.
 pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Largest reply of one EXEC (RESP bytes, roughly). A read that would make it larger answers an
+/// error in its place instead of its value (the transaction's writes still apply). A constant,
+/// not a setting: the reply is computed by every replica and must be the same everywhere.
+pub const EXEC_REPLY_BYTES_MAX: usize = 2 * STRING_BYTES_MAX;
 
 /// The outcome of a write, as compact as the deduplication table needs to remember it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,7 +191,7 @@ impl KvStateMachine {
     }
 
     /// Applies the encoded [`LogCommand`] at log `index` (indexes must increase).
-    pub fn apply(&mut self, index: u64, entry: &Bytes) -> Result<WriteReply, ApplyError> {
+    pub fn apply(&mut self, index: u64, entry: &Bytes) -> Result<ApplyReply, ApplyError> {
         self.check_index(index)?;
         let command = LogCommand::decode(entry)
             .map_err(|source| ApplyError::Undecodable { index, source })?;
@@ -195,23 +203,64 @@ impl KvStateMachine {
         &mut self,
         index: u64,
         command: &LogCommand,
-    ) -> Result<WriteReply, ApplyError> {
+    ) -> Result<ApplyReply, ApplyError> {
         self.check_index(index)?;
         self.applied_index = index;
         let reply = match self.dedup.check(command.client_id, command.request_seq) {
             Seen::Duplicate(reply) => {
                 self.dedup.touch(index, command.client_id);
-                reply
+                match command.command {
+                    LoggedCommand::Write(_) => ApplyReply::Write(reply),
+                    LoggedCommand::Exec(_) => ApplyReply::ExecDuplicate,
+                }
             }
-            Seen::TooOld => WriteReply::Error(WriteError::RequestTooOld),
+            Seen::TooOld => ApplyReply::Write(WriteReply::Error(WriteError::RequestTooOld)),
             Seen::New => {
-                let reply = self.execute(&command.command);
+                let (reply, remembered) = match &command.command {
+                    LoggedCommand::Write(write) => {
+                        let reply = self.execute(write);
+                        (ApplyReply::Write(reply), reply)
+                    }
+                    // Only "applied" is remembered (see apply_reply.rs).
+                    LoggedCommand::Exec(commands) => {
+                        (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
+                    }
+                };
                 self.dedup
-                    .record(index, command.client_id, command.request_seq, reply);
+                    .record(index, command.client_id, command.request_seq, remembered);
                 reply
             }
         };
         Ok(reply)
+    }
+
+    /// Runs a transaction's commands in order: one reply each. A failing command answers its
+    /// error and the others still run (no rollback, as in Redis). Reads see the writes before
+    /// them; their replies are bounded by [`EXEC_REPLY_BYTES_MAX`] in all.
+    fn execute_all(&mut self, commands: &[QueuedCommand]) -> Vec<Reply> {
+        let mut reply_bytes = 0usize;
+        let mut replies = Vec::with_capacity(commands.len());
+        for command in commands {
+            let reply = match command {
+                QueuedCommand::Write(write) => self.execute(write).to_reply(),
+                QueuedCommand::Read(read) => {
+                    let reply = self.read(read);
+                    if reply_bytes + apply_reply::reply_bytes(&reply) > EXEC_REPLY_BYTES_MAX {
+                        Reply::error(format!(
+                            "ERR EXEC reply would exceed {EXEC_REPLY_BYTES_MAX} bytes: this read \
+                             is not answered (the transaction's writes still apply)"
+                        ))
+                    } else {
+                        reply
+                    }
+                }
+                QueuedCommand::Ping => Reply::PONG,
+                QueuedCommand::Echo(message) => Reply::Bulk(message.clone()),
+            };
+            reply_bytes += apply_reply::reply_bytes(&reply);
+            replies.push(reply);
+        }
+        replies
     }
 
     fn execute(&mut self, command: &WriteCommand) -> WriteReply {

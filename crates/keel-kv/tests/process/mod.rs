@@ -61,6 +61,35 @@ pub fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     eventually_within(what, DEADLINE, f)
 }
 
+/// One request, one reply, over a fresh connection, with keel's own RESP codec (no client
+/// library in between: what the bytes on the wire say).
+pub fn raw_request(port: u16, args: &[&str]) -> Result<keel_kv::Reply, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    let mut out = bytes::BytesMut::new();
+    keel_kv::resp::encode_request(args, &mut out);
+    stream.write_all(&out).map_err(|e| e.to_string())?;
+    let mut input = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let limits = keel_kv::resp::Limits::default();
+        if let Some((reply, _)) =
+            keel_kv::resp::parse_reply(&input, &limits).map_err(|e| e.to_string())?
+        {
+            return Ok(reply);
+        }
+        let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("closed".into());
+        }
+        input.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// A directory under the system temp dir, unique to this process and call, removed on drop.
 pub struct TempDir(pub PathBuf);
 

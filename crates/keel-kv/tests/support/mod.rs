@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use keel_kv::resp::{Decoder, Limits};
 use keel_kv::{
-    ClientConnection, Dispatch, KvStateMachine, LogCommand, NodeInfo, NodeStatus, Reply,
+    ClientConnection, Dispatch, KvStateMachine, LogCommand, LoggedCommand, NodeInfo, NodeStatus,
+    Reply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -155,6 +156,17 @@ async fn serve_connection(
                     let mut sm = state.sm.lock().unwrap();
                     let index = state.next_index.fetch_add(1, Ordering::Relaxed);
                     sm.apply(index, &entry).expect("valid entry").to_reply()
+                }
+                Dispatch::Exec(_) if state.options.reject_writes => {
+                    Reply::error("READONLY You can't write against a read only replica.")
+                }
+                Dispatch::Exec(transaction) => {
+                    seq += 1;
+                    let command = LoggedCommand::Exec(transaction.commands);
+                    let entry = LogCommand::new(id, seq, command).encode();
+                    let mut sm = state.sm.lock().unwrap();
+                    let index = state.next_index.fetch_add(1, Ordering::Relaxed);
+                    sm.apply(index, &entry).expect("valid entry").into_reply()
                 }
                 Dispatch::Read(command) => state.sm.lock().unwrap().read(&command),
                 Dispatch::Admin(_) => Reply::error("ERR not available: the runtime is not built"),

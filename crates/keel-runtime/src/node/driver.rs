@@ -394,6 +394,14 @@ impl<S: StateMachine> Driver<S> {
     async fn on_inbound(&mut self, inbound: Inbound) {
         match inbound {
             Inbound::Message(msg) => self.raft.step(msg),
+            Inbound::PeerAddress { from, addr } => {
+                // Addresses this node was given (initial cluster, RAFT.MEMBER ADD here) win; an
+                // announced one fills a gap, so every member can answer a member added elsewhere.
+                if from != self.config.id && self.transport.peer_addr(from).is_none() {
+                    tracing::info!(node = self.config.id, peer = from, %addr, "learned a peer address from its handshake");
+                    self.transport.set_peer(from, addr);
+                }
+            }
             Inbound::Snapshot {
                 from,
                 term,

@@ -30,12 +30,22 @@ fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
     }
 }
 
+/// The next inbound item other than an announced peer address.
+async fn next_inbound(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
+    loop {
+        match timeout(WAIT, rx.recv())
+            .await
+            .expect("in time")
+            .expect("open")
+        {
+            Inbound::PeerAddress { .. } => {}
+            other => return other,
+        }
+    }
+}
+
 async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
-    match timeout(WAIT, rx.recv())
-        .await
-        .expect("in time")
-        .expect("open")
-    {
+    match next_inbound(rx).await {
         Inbound::Message(m) => m,
         other => panic!("unexpected {other:?}"),
     }
@@ -72,6 +82,23 @@ async fn two_transports_exchange_messages_in_order() {
     assert_eq!(a.dropped_messages(), 0);
 }
 
+/// A message connection announces the sender's listening address first, so a node that was
+/// never told it (a member added through another node) can answer.
+#[tokio::test]
+async fn a_connection_announces_the_senders_address() {
+    let (a, _a_rx) = start(1).await;
+    let (b, mut b_rx) = start(2).await;
+    a.set_peer(2, b.local_addr());
+    a.send(heartbeat(1, 2, 0));
+    match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
+        Inbound::PeerAddress { from, addr } => {
+            assert_eq!((from, addr), (1, a.local_addr()));
+        }
+        other => panic!("expected the address first, got {other:?}"),
+    }
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 0));
+}
+
 #[tokio::test]
 async fn snapshots_travel_on_their_own_connection_in_chunks() {
     let dir = std::env::temp_dir().join(format!("keel-transport-snap-{}", std::process::id()));
@@ -97,7 +124,7 @@ async fn snapshots_travel_on_their_own_connection_in_chunks() {
     a.send_snapshot(2, 5, meta.clone(), path.clone())
         .await
         .unwrap();
-    match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
+    match next_inbound(&mut b_rx).await {
         Inbound::Snapshot {
             from,
             term,
@@ -203,7 +230,9 @@ async fn reconnects_after_the_peer_restarts() {
             a.send(heartbeat(1, 2, round));
             round += 1;
             tokio::select! {
-                m = b_rx.recv() => break m,
+                m = b_rx.recv() => if !matches!(m, Some(Inbound::PeerAddress { .. })) {
+                    break m;
+                },
                 _ = sleep(Duration::from_millis(20)) => {}
             }
         }

@@ -31,11 +31,17 @@
 //! |      1 |    4 | magic `KEEL`                                                       |
 //! |      5 |    2 | protocol version (u16, currently 1)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
-//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). |
+//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 16: the extension is a list of records. |
 //! |     12 |    8 | cluster id (u64)                                                   |
 //! |     20 |    8 | sender node id (u64, never 0)                                      |
 //! |     28 |    2 | extension length `E` (u16, at most [`HANDSHAKE_EXTENSION_BYTES_MAX`]) |
-//! |     30 |    E | extension bytes, opaque to version 1                               |
+//! |     30 |    E | extension bytes: opaque unless flag bit 16 is set                  |
+//!
+//! With flag bit 16 the extension is a sequence of records, each `type u8`, `length u16`, then
+//! `length` bytes; a receiver skips types it does not know and refuses a list that does not parse.
+//! Type 1: the sender's advertised peer address, UTF-8 `host:port` — how members that were not
+//! told a new member's address (only the node that ran `RAFT.MEMBER ADD` was) learn it when that
+//! member first connects to them.
 //!
 //! Magic and version are checked before anything else is parsed, because another version may lay
 //! out the rest differently. The flags and the extension leave room for peer authentication (a
@@ -175,6 +181,8 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
+
 use bytes::Bytes;
 use keel_core::{Message, NodeId};
 
@@ -196,6 +204,11 @@ pub const FRAME_HEADER_SIZE_BYTES: usize = 8;
 pub const HANDSHAKE_EXTENSION_BYTES_MAX: usize = 4096;
 /// Required feature: this snapshot connection speaks the chunked snapshot channel.
 pub const FLAG_CHUNKED_SNAPSHOT: u32 = 1;
+/// Optional feature: the extension is a sequence of records (see the module docs). Without it the
+/// extension is opaque and ignored.
+pub const FLAG_EXTENSION_RECORDS: u32 = 1 << 16;
+/// Extension record: the sender's peer address as it wants to be reached, UTF-8 `host:port`.
+pub const RECORD_ADVERTISED_ADDR: u8 = 1;
 /// Required-feature bits this build understands.
 pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
@@ -261,6 +274,41 @@ impl Handshake {
             node_id,
             extension: Bytes::new(),
         }
+    }
+
+    /// Announces `addr` as the address other members reach this node at, in an extension record.
+    pub fn with_advertised_addr(mut self, addr: SocketAddr) -> Self {
+        let text = addr.to_string();
+        let mut records = self.extension.to_vec();
+        records.push(RECORD_ADVERTISED_ADDR);
+        records.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        records.extend_from_slice(text.as_bytes());
+        self.extension = Bytes::from(records);
+        self.flags |= FLAG_EXTENSION_RECORDS;
+        self
+    }
+
+    /// The sender's advertised peer address, if it sent one. Records of unknown types are
+    /// skipped; a record list that does not parse is refused (the flag promised the layout).
+    pub fn advertised_addr(&self) -> Result<Option<SocketAddr>, WireError> {
+        if self.flags & FLAG_EXTENSION_RECORDS == 0 {
+            return Ok(None);
+        }
+        let mut r = Reader::new(self.extension.clone());
+        let mut found = None;
+        while r.remaining() > 0 {
+            let kind = r.u8("extension record type")?;
+            let len = r.u16("extension record length")? as usize;
+            let value = r.bytes(len, "extension record")?;
+            if kind == RECORD_ADVERTISED_ADDR {
+                let addr = std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or(WireError::Invalid("advertised address is not host:port"))?;
+                found = Some(addr);
+            }
+        }
+        Ok(found)
     }
 
     /// Whether a peer saying this may talk to a node of `cluster_id`. The reason is logged by the

@@ -391,3 +391,40 @@ fn invalid_bool_is_refused() {
         Err(WireError::Invalid(_))
     ));
 }
+
+#[test]
+fn advertised_address_round_trips_and_unknown_records_are_skipped() {
+    let addr: std::net::SocketAddr = "10.1.2.3:7379".parse().unwrap();
+    let h = Handshake::new(1, 4, Channel::Messages).with_advertised_addr(addr);
+    let mut buf = Vec::new();
+    encode_handshake(&h, &mut buf);
+    let Some((Body::Handshake(back), _)) = decode_one(buf).unwrap() else {
+        panic!("not a handshake");
+    };
+    assert_eq!(back.advertised_addr().unwrap(), Some(addr));
+    back.validate(1).expect("an optional flag never refuses");
+
+    // A record of a type this build does not know, before the address: skipped.
+    let mut records = vec![200u8, 3, 0, b'x', b'y', b'z'];
+    records.extend_from_slice(&h.extension);
+    let mut with_unknown = h.clone();
+    with_unknown.extension = Bytes::from(records);
+    assert_eq!(with_unknown.advertised_addr().unwrap(), Some(addr));
+
+    // Without the flag the extension is opaque: nothing is read from it.
+    let mut opaque = h.clone();
+    opaque.flags &= !FLAG_EXTENSION_RECORDS;
+    assert_eq!(opaque.advertised_addr().unwrap(), None);
+}
+
+#[test]
+fn malformed_extension_records_are_refused() {
+    let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let good = Handshake::new(1, 4, Channel::Messages).with_advertised_addr(addr);
+    let mut truncated = good.clone();
+    truncated.extension = good.extension.slice(..good.extension.len() - 1);
+    assert!(truncated.advertised_addr().is_err());
+    let mut not_an_address = good.clone();
+    not_an_address.extension = Bytes::from_static(&[1, 4, 0, b'n', b'o', b'p', b'e']);
+    assert!(not_an_address.advertised_addr().is_err());
+}

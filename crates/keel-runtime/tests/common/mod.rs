@@ -1,0 +1,86 @@
+//! What the loopback cluster tests share: free addresses, scratch directories, and the waits
+//! (for a leader, a committed proposal, an applied index), each bounded by a deadline.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_core::{Index, NodeId, Role};
+use keel_runtime::{ClientError, Handle, Node, StateMachine};
+
+pub fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A fresh (emptied) directory under the system temp dir, unique to this process and call.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "keel-runtime-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Waits until a running node says it leads (and serves).
+pub async fn leader<S: StateMachine>(nodes: &BTreeMap<NodeId, Node<S>>, wait: Duration) -> NodeId {
+    tokio::time::timeout(wait, async {
+        loop {
+            for (&id, node) in nodes {
+                if let Ok(s) = node.handle().status().await {
+                    if s.serving && s.raft.role == Role::Leader {
+                        return id;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a leader was elected")
+}
+
+/// Proposes `data` at whichever node leads, retrying definite failures (a leader change, a
+/// bound); returns the state machine's result.
+pub async fn propose_at_leader<S: StateMachine>(
+    nodes: &BTreeMap<NodeId, Node<S>>,
+    data: Bytes,
+    wait: Duration,
+) -> Bytes {
+    tokio::time::timeout(wait, async {
+        loop {
+            let id = leader(nodes, wait).await;
+            match nodes[&id].handle().propose(data.clone()).await {
+                Ok(result) => return result,
+                Err(ClientError::NotLeader { .. }) | Err(ClientError::Busy(_)) => {}
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+    })
+    .await
+    .expect("proposal committed")
+}
+
+/// Waits until the node behind `handle` applied `index`.
+pub async fn wait_applied<S: StateMachine>(handle: &Handle<S>, index: Index, wait: Duration) {
+    tokio::time::timeout(wait, async {
+        loop {
+            if let Ok(s) = handle.status().await {
+                if s.raft.applied >= index {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("applied {index} in time"));
+}
