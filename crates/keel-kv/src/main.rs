@@ -120,6 +120,9 @@ struct Tunables {
     /// Take a snapshot after this many entries applied since the last one [default: 100000].
     #[arg(long)]
     snapshot_threshold: Option<u64>,
+    /// ... or after this many bytes of entry data [default: 268435456 (256 MiB)].
+    #[arg(long)]
+    snapshot_threshold_bytes: Option<u64>,
     /// Entries kept in the log behind a snapshot, for slow followers.
     #[arg(long)]
     snapshot_trailing: Option<u64>,
@@ -285,6 +288,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
+        snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
         snapshot_trailing: args.tunables.snapshot_trailing,
         cluster_id: args.tunables.cluster_id,
         metrics_addr: args.ops.metrics_addr,
@@ -396,6 +400,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,
+                snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_trailing: args.tunables.snapshot_trailing,
             };
             match launch::start(&options).await {

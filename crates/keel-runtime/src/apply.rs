@@ -72,10 +72,18 @@ pub(crate) enum ApplyItem<S> {
     Snapshot,
 }
 
+/// When the apply thread takes a snapshot: after this many entries, or this many bytes of entry
+/// data, applied since the last one (whichever comes first).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SnapshotPolicy {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
 pub(crate) fn spawn<S: StateMachine>(
     mut sm: S,
     applied: Index,
-    snapshot_threshold_entries: u64,
+    policy: SnapshotPolicy,
     mut items: mpsc::UnboundedReceiver<ApplyItem<S>>,
     events: mpsc::UnboundedSender<Event>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -84,8 +92,10 @@ pub(crate) fn spawn<S: StateMachine>(
         .spawn(move || {
             let mut applied = applied;
             let mut snapshot_index = applied;
-            let take = |sm: &S, applied: Index, snapshot_index: &mut Index| {
+            let mut bytes_since_snapshot: u64 = 0;
+            let take = |sm: &S, applied: Index, snapshot_index: &mut Index, bytes: &mut u64| {
                 *snapshot_index = applied;
+                *bytes = 0;
                 // Only a view here; the node serializes it on another thread.
                 let view = sm.snapshot_view();
                 let _ = events.send(Event::SnapshotTaken {
@@ -99,7 +109,10 @@ pub(crate) fn spawn<S: StateMachine>(
                         for (entry, reply) in batch {
                             assert_eq!(entry.index, applied + 1, "entries apply in order");
                             let result = match &entry.payload {
-                                EntryPayload::Normal(data) => sm.apply(entry.index, data),
+                                EntryPayload::Normal(data) => {
+                                    bytes_since_snapshot += data.len() as u64;
+                                    sm.apply(entry.index, data)
+                                }
                                 EntryPayload::Noop | EntryPayload::Membership(_) => Bytes::new(),
                             };
                             applied = entry.index;
@@ -108,8 +121,10 @@ pub(crate) fn spawn<S: StateMachine>(
                             }
                         }
                         let _ = events.send(Event::Applied(applied));
-                        if applied - snapshot_index >= snapshot_threshold_entries {
-                            take(&sm, applied, &mut snapshot_index);
+                        if applied - snapshot_index >= policy.entries
+                            || bytes_since_snapshot >= policy.bytes
+                        {
+                            take(&sm, applied, &mut snapshot_index, &mut bytes_since_snapshot);
                         }
                     }
                     ApplyItem::Restore { meta, path, file } => {
@@ -137,10 +152,13 @@ pub(crate) fn spawn<S: StateMachine>(
                         sm.restore(&data);
                         applied = meta.last.index;
                         snapshot_index = applied;
+                        bytes_since_snapshot = 0;
                         let _ = events.send(Event::Applied(applied));
                     }
                     ApplyItem::Read(read) => read(Ok(&sm)),
-                    ApplyItem::Snapshot => take(&sm, applied, &mut snapshot_index),
+                    ApplyItem::Snapshot => {
+                        take(&sm, applied, &mut snapshot_index, &mut bytes_since_snapshot)
+                    }
                 }
             }
         })

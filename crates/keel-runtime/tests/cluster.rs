@@ -52,10 +52,19 @@ struct Cluster {
     addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, Node<Counter>>,
     snapshot_threshold_entries: u64,
+    snapshot_threshold_bytes: u64,
 }
 
 impl Cluster {
     async fn start(name: &str, snapshot_threshold_entries: u64) -> Cluster {
+        Self::start_with(name, snapshot_threshold_entries, u64::MAX).await
+    }
+
+    async fn start_with(
+        name: &str,
+        snapshot_threshold_entries: u64,
+        snapshot_threshold_bytes: u64,
+    ) -> Cluster {
         let dir = common::scratch_dir(name);
         let addrs: BTreeMap<_, _> = (1..=3).map(|id| (id, free_addr())).collect();
         let mut c = Cluster {
@@ -63,6 +72,7 @@ impl Cluster {
             addrs,
             nodes: BTreeMap::new(),
             snapshot_threshold_entries,
+            snapshot_threshold_bytes,
         };
         for id in 1..=3 {
             c.start_node(id).await;
@@ -82,6 +92,7 @@ impl Cluster {
         config.raft.heartbeat_interval_ticks = 3;
         config.raft.snapshot_trailing_entries = 2;
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        config.snapshot_threshold_bytes = self.snapshot_threshold_bytes;
         config.request_timeout_ms = 5_000;
         config.wal.segment_size_bytes = 1 << 20;
         config.wal.frame_size_bytes_max = 64 << 10;
@@ -218,6 +229,33 @@ async fn a_lone_restarted_node_replays_to_its_persisted_commit() {
     assert!(s.replay.target_index >= persisted[&id]);
     assert_eq!(s.raft.applied, s.replay.target_index);
     assert_ne!(s.raft.role, Role::Leader);
+}
+
+/// The byte threshold takes snapshots on its own: entries of 8 bytes, 64 bytes between
+/// snapshots, an entry threshold never reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_is_taken_after_the_byte_threshold() {
+    let c = Cluster::start_with("bytes", 1_000_000, 64).await;
+    for _ in 0..40 {
+        c.propose(1).await;
+    }
+    let leader = c.leader().await;
+    let snapshot = tokio::time::timeout(WAIT, async {
+        loop {
+            let s = c.handle(leader).status().await.unwrap();
+            if s.raft.snapshot.index >= 32 {
+                return s.raft.snapshot.index;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("snapshots by bytes");
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    assert!(
+        snapshot <= commit,
+        "a snapshot at {snapshot} beyond commit {commit}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -48,6 +48,7 @@ pub struct ServeSettings {
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
+    pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_trailing: Option<u64>,
     pub cluster_id: Option<u64>,
     pub metrics_addr: Option<String>,
@@ -80,6 +81,9 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
+            snapshot_threshold_bytes: self
+                .snapshot_threshold_bytes
+                .or(file.snapshot_threshold_bytes),
             snapshot_trailing: self.snapshot_trailing.or(file.snapshot_trailing),
             cluster_id: self.cluster_id.or(file.cluster_id),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
@@ -131,6 +135,7 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             snapshot_threshold: self.snapshot_threshold,
+            snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_trailing: self.snapshot_trailing,
         })
     }

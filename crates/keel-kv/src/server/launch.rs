@@ -41,6 +41,7 @@ pub struct NodeOptions {
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
+    pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_trailing: Option<u64>,
 }
 
@@ -253,6 +254,9 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     if let Some(ms) = options.heartbeat_ms {
         config.raft.heartbeat_interval_ticks = ticks(ms, config.tick_ms)?;
+    }
+    if let Some(n) = options.snapshot_threshold_bytes {
+        config.snapshot_threshold_bytes = n.max(1);
     }
     if let Some(n) = options.snapshot_threshold {
         config.snapshot_threshold_entries = n.max(1);

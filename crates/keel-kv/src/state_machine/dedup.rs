@@ -107,6 +107,9 @@ impl DedupTable {
         let Some(session) = self.sessions.get(&client_id) else {
             return Seen::New;
         };
+        if seq > session.max_seq {
+            return Seen::New; // the common case: the client's next request
+        }
         if let Ok(at) = session.replies.binary_search_by_key(&seq, |(s, _)| *s) {
             return Seen::Duplicate(session.replies[at].1);
         }
@@ -146,11 +149,16 @@ impl DedupTable {
         session.last_used_index = index;
         self.by_last_use.insert(index, client_id);
         session.max_seq = session.max_seq.max(seq);
-        let at = session
-            .replies
-            .binary_search_by_key(&seq, |(s, _)| *s)
-            .expect_err("a recorded seq is never New");
-        session.replies.insert(at, (seq, reply));
+        // A client numbers its requests in order, so the new one nearly always goes last.
+        if session.replies.back().is_none_or(|(last, _)| *last < seq) {
+            session.replies.push_back((seq, reply));
+        } else {
+            let at = session
+                .replies
+                .binary_search_by_key(&seq, |(s, _)| *s)
+                .expect_err("a recorded seq is never New");
+            session.replies.insert(at, (seq, reply));
+        }
         while let Some(&(oldest, _)) = session.replies.front() {
             if oldest.saturating_add(window) > session.max_seq {
                 break;

@@ -273,11 +273,11 @@ impl KvStateMachine {
                 if too_large(key) || too_large(value) {
                     return WriteReply::Error(WriteError::StringTooLarge);
                 }
-                let exists = self.data.contains_key(key);
+                // A plain SET needs no lookup before its insert (one tree walk, the hot path).
                 let allowed = match condition {
                     SetCondition::Always => true,
-                    SetCondition::IfAbsent => !exists,
-                    SetCondition::IfPresent => exists,
+                    SetCondition::IfAbsent => !self.data.contains_key(key),
+                    SetCondition::IfPresent => self.data.contains_key(key),
                 };
                 if !allowed {
                     return WriteReply::Nil;

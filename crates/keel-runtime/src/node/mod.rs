@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// rewrites the whole state) while the log kept in memory stays bounded (≈ 20 MB of 100-byte
     /// entries).
     pub snapshot_threshold_entries: u64,
+    /// ... or after this many bytes of entry data applied since the last one (default 256 MiB),
+    /// so large values cannot grow the log (kept in memory) without bound.
+    pub snapshot_threshold_bytes: u64,
     /// Bounds: queued client requests, proposals awaiting their result, reads in flight.
     pub client_queue_requests_max: usize,
     pub pending_proposals_max: usize,
@@ -76,6 +79,7 @@ impl NodeConfig {
             wal: WalConfig::default(),
             tick_ms: 10,
             snapshot_threshold_entries: 100_000,
+            snapshot_threshold_bytes: 256 << 20,
             client_queue_requests_max: 4096,
             pending_proposals_max: 65_536,
             pending_reads_max: 65_536,
@@ -161,7 +165,10 @@ impl<S: StateMachine> Node<S> {
             apply::spawn(
                 sm,
                 applied,
-                config.snapshot_threshold_entries.max(1),
+                apply::SnapshotPolicy {
+                    entries: config.snapshot_threshold_entries.max(1),
+                    bytes: config.snapshot_threshold_bytes.max(1),
+                },
                 apply_rx,
                 events_tx.clone(),
             )?,
