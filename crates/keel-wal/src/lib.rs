@@ -70,7 +70,9 @@
 //! The end mark is the last thing a write puts down: a frame torn part-way lacks it, or holds
 //! only its first bytes (the rest are zero; the checksum before it may then verify). Frames are
 //! only ever appended, never written over older bytes, and after the last frame a segment holds
-//! zeros (it was preallocated sparse; open zeroes a torn tail).
+//! zeros (it was preallocated sparse, and the spare segment is then overwritten with zeros
+//! before it becomes active so its blocks are allocated; open zeroes a torn tail). Writing zeros
+//! over zeros changes nothing recovery can see, whatever a crash keeps of it.
 //!
 //! ## Items
 //!

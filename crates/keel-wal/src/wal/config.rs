@@ -23,6 +23,10 @@ pub struct WalConfig {
     pub snapshots_kept: usize,
     /// Largest snapshot [`crate::Wal::read_snapshot_data`] loads into memory.
     pub snapshot_size_bytes_max: u64,
+    /// Overwrite the spare segment with zeros (and sync it) before it becomes active, so later
+    /// fdatasyncs flush data only (see `Wal::zero_spare_step`). Costs one extra write of every
+    /// segment.
+    pub zero_fill_segments: bool,
 }
 
 impl Default for WalConfig {
@@ -32,6 +36,7 @@ impl Default for WalConfig {
             frame_size_bytes_max: 8 << 20,
             snapshots_kept: 2,
             snapshot_size_bytes_max: 16 << 30,
+            zero_fill_segments: true,
         }
     }
 }

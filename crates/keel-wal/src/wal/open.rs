@@ -114,6 +114,7 @@ impl<F: Fs> Wal<F> {
             segments: VecDeque::new(),
             active,
             spare: None,
+            spare_zeroed_to: 0,
             synced_end,
             end: synced_end,
             prev_segment_end: 0,
