@@ -160,17 +160,25 @@ impl World {
         }
         node.snapshot_in_progress = false;
         let index = meta.last.index;
+        if index < node.disk.snapshot_index() {
+            // A received snapshot (not necessarily installed) is newer: storage refuses an older
+            // one, as the runtime's `Wal::adopt_snapshot` does, and the core is not told.
+            self.trace_line(|| format!("n{id} drops its snapshot at {index}: storage has newer"));
+            return;
+        }
         node.snapshot_data.insert(index, data);
         if let Err(e) = node.disk.save_snapshot(&meta) {
             let detail = format!("node {id}: {e}");
             return self.violate("storage", detail);
         }
         node.last_snapshot_index = node.last_snapshot_index.max(index);
-        // Keep the data of the snapshot storage knows and anything newer (a transfer may have
-        // brought one that is not installed yet); older data is never needed again.
-        let keep_from = node.disk.snapshot_index();
+        let raft = node.raft.as_mut().expect("checked");
+        raft.snapshot_saved(meta);
+        // Keep the data of the core's snapshot (it may have to send it), of the one storage
+        // knows, and anything newer (a transfer may have brought one that is not installed
+        // yet); older data is never needed again.
+        let keep_from = node.disk.snapshot_index().min(raft.snapshot().last.index);
         node.snapshot_data.retain(|i, _| *i >= keep_from);
-        node.raft.as_mut().expect("checked").snapshot_saved(meta);
         self.trace_line(|| format!("n{id} saved snapshot at {index}"));
         self.drive(id);
     }

@@ -5,7 +5,7 @@ use super::{LeaderState, RaftNode, Role};
 use crate::membership::VoteResult;
 use crate::message::{Message, MessageBody};
 use crate::progress::Progress;
-use crate::types::{EntryPayload, LogId, NodeId, Term};
+use crate::types::{EntryPayload, NodeId, Term};
 
 impl RaftNode {
     /// Applies the term rules common to every message. Returns whether the message should be
@@ -142,15 +142,7 @@ impl RaftNode {
             || (pre_vote && msg.term > self.term);
         let lease_blocks = pre_vote && self.in_lease() && !transfer;
         let up_to_date = last_log_id >= self.log.last_log_id();
-        // S37: a bootstrapped member whose log is empty may have lost its state (a wiped disk
-        // restarted under the same id with the same initial cluster): its promises of earlier
-        // terms are gone. It takes part only in a cluster's first election (every log still
-        // empty) and otherwise waits for a leader to give it a log before it votes again. A
-        // node started as a new member (no configuration at all) was told it is new.
-        let amnesia_blocks = self.log.last_log_id() == LogId::default()
-            && !self.log.membership().voters.is_empty()
-            && last_log_id != LogId::default();
-        let granted = can_vote && up_to_date && !lease_blocks && !amnesia_blocks;
+        let granted = can_vote && up_to_date && !lease_blocks;
         if pre_vote {
             let term = if granted { msg.term } else { self.term };
             self.send_after_persist(Message {
