@@ -27,6 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use keel_core::{Message, NodeId, SnapshotMeta, Term};
 
+mod incarnations;
 mod partial;
 mod snapshot;
 
@@ -51,6 +52,10 @@ pub struct TransportConfig {
     pub node_id: NodeId,
     /// Bound on one frame on message connections, checked before allocating.
     pub frame_size_bytes_max: u32,
+    /// This node's storage incarnation, announced in every handshake (0: none).
+    pub incarnation: u64,
+    /// Where the incarnations peers announced are remembered (`None`: in memory only).
+    pub incarnations_file: Option<PathBuf>,
     /// The peer address this node announces in its handshakes. `None`: the listener's address,
     /// unless it is a wildcard (0.0.0.0 / ::), in which case nothing is announced.
     pub advertise_addr: Option<SocketAddr>,
@@ -92,6 +97,8 @@ impl TransportConfig {
             node_id,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
             advertise_addr: None,
+            incarnation: 0,
+            incarnations_file: None,
             snapshot_dir: None,
             snapshot_size_bytes_max: 16 << 30,
             snapshot_chunk_size_bytes: 1 << 20,
@@ -145,6 +152,11 @@ pub enum TransportError {
     Unexpected(&'static str),
     #[error("refused: {0}")]
     Refused(&'static str),
+    #[error(
+        "node {node} came back with other storage (incarnation {got}, known {known}): it lost \
+         its state and may have forgotten its votes; remove it and add it back as a new member"
+    )]
+    StorageChanged { node: NodeId, known: u64, got: u64 },
 }
 
 struct Peer {
@@ -161,6 +173,7 @@ struct Shared {
     receiver: snapshot::SharedReceiver,
     /// The node's commit index: offers of snapshots at or below it are not needed.
     snapshot_floor: AtomicU64,
+    incarnations: Mutex<incarnations::Incarnations>,
 }
 
 /// The transport of one node. Dropping it closes the listener, its connections and every
@@ -179,6 +192,7 @@ impl Transport {
         listen: SocketAddr,
         inbound: mpsc::Sender<Inbound>,
     ) -> io::Result<Transport> {
+        let known = incarnations::Incarnations::load(config.incarnations_file.clone())?;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let mut config = config;
@@ -192,6 +206,7 @@ impl Transport {
             snapshots: Arc::default(),
             receiver: Arc::default(),
             snapshot_floor: AtomicU64::new(0),
+            incarnations: Mutex::new(known),
         });
         let task = tokio::spawn(accept_loop(shared.clone(), listener, inbound));
         Ok(Transport {
@@ -224,6 +239,15 @@ impl Transport {
         ) {
             old.task.abort();
         }
+    }
+
+    /// `id` left the configuration: it may come back (added anew) with new storage.
+    pub fn forget_incarnation(&self, id: NodeId) {
+        self.shared
+            .incarnations
+            .lock()
+            .expect("incarnations lock")
+            .forget(id);
     }
 
     pub fn remove_peer(&self, id: NodeId) {
@@ -317,6 +341,9 @@ async fn connect(
     stream.set_nodelay(true)?;
     let mut buf = Vec::new();
     let mut hello = Handshake::new(c.cluster_id, c.node_id, channel);
+    if c.incarnation != 0 {
+        hello = hello.with_incarnation(c.incarnation);
+    }
     if let (Channel::Messages, Some(addr)) = (channel, c.advertise_addr) {
         hello = hello.with_advertised_addr(addr);
     }
@@ -423,6 +450,20 @@ async fn serve_connection(
         Some(_) => return Err(TransportError::Unexpected("frame before the handshake")),
     };
     hello.validate(c.cluster_id)?;
+    if let Some(got) = hello.incarnation()? {
+        let checked = shared
+            .incarnations
+            .lock()
+            .expect("incarnations lock")
+            .check(hello.node_id, got);
+        if let Err(known) = checked {
+            return Err(TransportError::StorageChanged {
+                node: hello.node_id,
+                known,
+                got,
+            });
+        }
+    }
     match hello.channel {
         Channel::Messages => {
             if let Some(addr) = hello.advertised_addr()? {

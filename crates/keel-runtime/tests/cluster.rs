@@ -381,3 +381,72 @@ async fn a_proposal_batch_applies_in_order_or_is_refused_whole() {
         }
     }
 }
+
+/// The leader's view of `follower`'s match index.
+async fn match_of(c: &Cluster, leader: NodeId, follower: NodeId) -> Index {
+    let s = c.handle(leader).status().await.unwrap();
+    s.progress
+        .iter()
+        .find(|p| p.id == follower)
+        .map_or(0, |p| p.match_index)
+}
+
+/// S37: a follower whose data directory is wiped restarts under the same id with new storage. Its
+/// peers knew its old storage incarnation, so they refuse its connections: nothing it says (its
+/// acknowledgements, its votes — which it may have forgotten giving) is heard, and the leader's
+/// view of it does not move while the other two go on committing. Once it is removed from the
+/// configuration and added back as a learner, its new storage is accepted and it catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_member_is_not_heard_until_it_is_added_back() {
+    let mut c = Cluster::start("wiped", 1_000_000).await;
+    for _ in 0..5 {
+        c.propose(1).await;
+    }
+    let leader = c.leader().await;
+    let wiped = (1..=3).find(|id| *id != leader).unwrap();
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    c.wait_applied(wiped, commit).await;
+    c.stop(wiped).await;
+    std::fs::remove_dir_all(c.dir.join(format!("n{wiped}"))).unwrap();
+    c.start_node(wiped).await;
+
+    let before = match_of(&c, leader, wiped).await;
+    for _ in 0..20 {
+        c.propose(1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    assert!(commit >= before + 20, "the other two commit without it");
+    assert!(
+        match_of(&c, leader, wiped).await <= before,
+        "an acknowledgement of the wiped node was counted"
+    );
+
+    // Removed (its incarnation forgotten everywhere) and added back: heard again.
+    let h = c.handle(leader);
+    tokio::time::timeout(WAIT, async {
+        while h.remove(wiped).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("removed");
+    let addr = c.addrs[&wiped];
+    tokio::time::timeout(WAIT, async {
+        while h.add_learner(wiped, addr).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("added back");
+    let target = c.propose(1).await;
+    assert!(target > 0);
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    tokio::time::timeout(WAIT, async {
+        while match_of(&c, leader, wiped).await < commit {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the re-added learner's acknowledgements are heard");
+}

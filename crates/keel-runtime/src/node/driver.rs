@@ -48,6 +48,8 @@ const INPUTS_PER_READY_MAX: usize = 256;
 
 pub(super) struct Driver<S> {
     pub raft: RaftNode,
+    /// The configuration last seen, to forget the storage incarnation of members that leave it.
+    pub membership: keel_core::Membership,
     pub transport: Transport,
     pub storage: mpsc::Sender<StorageCommand>,
     /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
@@ -95,6 +97,7 @@ impl<S: StateMachine> Driver<S> {
             }
             self.check_replay_done();
             self.metrics.observe(&self.raft);
+            self.note_membership();
             if self.stopping {
                 // Appended, so they may still commit (after a restart, or on another leader).
                 for (_, (_, reply)) in std::mem::take(&mut self.pending_proposals) {
@@ -133,6 +136,21 @@ impl<S: StateMachine> Driver<S> {
                 },
             }
         }
+    }
+
+    /// A member that left the configuration may be added back later with new storage: its old
+    /// incarnation must not keep it out then (S37).
+    fn note_membership(&mut self) {
+        if *self.raft.membership() == self.membership {
+            return;
+        }
+        let now = self.raft.membership().clone();
+        for id in self.membership.members() {
+            if !now.members().contains(&id) {
+                self.transport.forget_incarnation(id);
+            }
+        }
+        self.membership = now;
     }
 
     fn check_replay_done(&mut self) {

@@ -143,6 +143,12 @@ impl<S: StateMachine> Node<S> {
         if config.transport.snapshot_dir.is_none() {
             config.transport.snapshot_dir = Some(config.data_dir.clone());
         }
+        if config.transport.incarnation == 0 {
+            config.transport.incarnation = incarnation(&config.data_dir)?;
+        }
+        if config.transport.incarnations_file.is_none() {
+            config.transport.incarnations_file = Some(config.data_dir.join("peer-incarnations"));
+        }
         tracing::info!(
             node = config.id,
             "recovered in {:?}: snapshot {}, commit {replay_target}, last {}",
@@ -193,6 +199,7 @@ impl<S: StateMachine> Node<S> {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
         };
         let driver = driver::Driver {
+            membership: raft.membership().clone(),
             raft,
             transport,
             storage: storage_tx,
@@ -283,3 +290,37 @@ impl<S> Drop for Node<S> {
 
 /// The newest snapshot's file (to stream it to followers and restore from it).
 type SnapshotData = Option<(LogId, PathBuf)>;
+
+/// This data directory's storage incarnation (S37): read from the `incarnation` file, or drawn at
+/// random and made durable the first time the directory is used. A wiped directory gets a new
+/// one, which peers that knew the old one refuse.
+fn incarnation(data_dir: &std::path::Path) -> std::io::Result<u64> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Write as _;
+    let path = data_dir.join("incarnation");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: not an incarnation number", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            hasher.write_u128(now.as_nanos());
+            hasher.write_u32(std::process::id());
+            let drawn = hasher.finish().max(1);
+            let temp = data_dir.join("incarnation.tmp");
+            let mut file = std::fs::File::create(&temp)?;
+            file.write_all(format!("{drawn}\n").as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &path)?;
+            std::fs::File::open(data_dir)?.sync_all()?;
+            Ok(drawn)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -41,7 +41,11 @@
 //! `length` bytes; a receiver skips types it does not know and refuses a list that does not parse.
 //! Type 1: the sender's advertised peer address, UTF-8 `host:port` — how members that were not
 //! told a new member's address (only the node that ran `RAFT.MEMBER ADD` was) learn it when that
-//! member first connects to them.
+//! member first connects to them. Type 2: the sender's storage incarnation, u64 LE — a random
+//! number drawn when its data directory was created; a receiver that saw another incarnation of
+//! that member refuses the connection (S37: a member whose disk was wiped and that restarts under
+//! the same id has lost its votes and acknowledgements, and must not be heard until it is removed
+//! and added back).
 //!
 //! Magic and version are checked before anything else is parsed, because another version may lay
 //! out the rest differently. The flags and the extension leave room for peer authentication (a
@@ -209,6 +213,9 @@ pub const FLAG_CHUNKED_SNAPSHOT: u32 = 1;
 pub const FLAG_EXTENSION_RECORDS: u32 = 1 << 16;
 /// Extension record: the sender's peer address as it wants to be reached, UTF-8 `host:port`.
 pub const RECORD_ADVERTISED_ADDR: u8 = 1;
+/// Extension record: the sender's storage incarnation, u64 little-endian (8 bytes): a random
+/// number drawn when its data directory was first created.
+pub const RECORD_INCARNATION: u8 = 2;
 /// Required-feature bits this build understands.
 pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
@@ -250,6 +257,13 @@ pub enum WireError {
     UnexpectedBody { expected: u8, got: u8 },
 }
 
+/// What a handshake's extension records say.
+#[derive(Default)]
+struct Records {
+    advertised_addr: Option<SocketAddr>,
+    incarnation: Option<u64>,
+}
+
 /// The first frame of every connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handshake {
@@ -288,24 +302,54 @@ impl Handshake {
         self
     }
 
-    /// The sender's advertised peer address, if it sent one. Records of unknown types are
-    /// skipped; a record list that does not parse is refused (the flag promised the layout).
+    /// Announces the sender's storage incarnation, in an extension record.
+    pub fn with_incarnation(mut self, incarnation: u64) -> Self {
+        let mut records = self.extension.to_vec();
+        records.push(RECORD_INCARNATION);
+        records.extend_from_slice(&8u16.to_le_bytes());
+        records.extend_from_slice(&incarnation.to_le_bytes());
+        self.extension = Bytes::from(records);
+        self.flags |= FLAG_EXTENSION_RECORDS;
+        self
+    }
+
+    /// The sender's advertised peer address, if it sent one.
     pub fn advertised_addr(&self) -> Result<Option<SocketAddr>, WireError> {
+        Ok(self.records()?.advertised_addr)
+    }
+
+    /// The sender's storage incarnation, if it sent one.
+    pub fn incarnation(&self) -> Result<Option<u64>, WireError> {
+        Ok(self.records()?.incarnation)
+    }
+
+    /// The extension's records. Records of unknown types are skipped; a record list that does
+    /// not parse is refused (the flag promised the layout).
+    fn records(&self) -> Result<Records, WireError> {
+        let mut found = Records::default();
         if self.flags & FLAG_EXTENSION_RECORDS == 0 {
-            return Ok(None);
+            return Ok(found);
         }
         let mut r = Reader::new(self.extension.clone());
-        let mut found = None;
         while r.remaining() > 0 {
             let kind = r.u8("extension record type")?;
             let len = r.u16("extension record length")? as usize;
             let value = r.bytes(len, "extension record")?;
-            if kind == RECORD_ADVERTISED_ADDR {
-                let addr = std::str::from_utf8(&value)
-                    .ok()
-                    .and_then(|text| text.parse().ok())
-                    .ok_or(WireError::Invalid("advertised address is not host:port"))?;
-                found = Some(addr);
+            match kind {
+                RECORD_ADVERTISED_ADDR => {
+                    let addr = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|text| text.parse().ok())
+                        .ok_or(WireError::Invalid("advertised address is not host:port"))?;
+                    found.advertised_addr = Some(addr);
+                }
+                RECORD_INCARNATION => {
+                    let bytes: [u8; 8] = value[..]
+                        .try_into()
+                        .map_err(|_| WireError::Invalid("incarnation is not 8 bytes"))?;
+                    found.incarnation = Some(u64::from_le_bytes(bytes));
+                }
+                _ => {}
             }
         }
         Ok(found)

@@ -428,3 +428,27 @@ fn malformed_extension_records_are_refused() {
     not_an_address.extension = Bytes::from_static(&[1, 4, 0, b'n', b'o', b'p', b'e']);
     assert!(not_an_address.advertised_addr().is_err());
 }
+
+#[test]
+fn incarnation_round_trips_beside_the_advertised_address() {
+    let addr: std::net::SocketAddr = "10.0.0.9:7379".parse().unwrap();
+    let h = Handshake::new(1, 2, Channel::Messages)
+        .with_incarnation(0xDEAD_BEEF_1234)
+        .with_advertised_addr(addr);
+    let mut buf = Vec::new();
+    encode_handshake(&h, &mut buf);
+    let Some((Body::Handshake(back), _)) = decode_one(buf).unwrap() else {
+        panic!("not a handshake");
+    };
+    assert_eq!(back.incarnation().unwrap(), Some(0xDEAD_BEEF_1234));
+    assert_eq!(back.advertised_addr().unwrap(), Some(addr));
+    assert_eq!(
+        Handshake::new(1, 2, Channel::Messages)
+            .incarnation()
+            .unwrap(),
+        None
+    );
+    let mut short = h.clone();
+    short.extension = Bytes::from_static(&[2, 4, 0, 1, 2, 3, 4]);
+    assert!(short.incarnation().is_err(), "an incarnation is 8 bytes");
+}
