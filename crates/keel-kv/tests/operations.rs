@@ -15,7 +15,10 @@ use keel_kv::Reply;
 
 mod process;
 
-use process::{eventually, free_port, raw_request as request, TempDir, DEADLINE};
+use process::{
+    eventually, free_port, raw_get as get, raw_request as request, raw_set as set, TempDir,
+    DEADLINE,
+};
 
 /// A `keel` process, its stderr in a file; killed (SIGKILL) on drop if still running.
 struct Keel {
@@ -92,26 +95,6 @@ fn wait_leader(port: u16) {
     eventually("the node to lead", || {
         (status_field(port, "role").as_deref() == Some("leader")).then_some(())
     });
-}
-
-/// SET until acknowledged (TRYAGAIN while leadership settles is fine; nothing else is).
-fn set(port: u16, key: &str, value: &str) {
-    eventually("a successful SET", || {
-        match request(port, &["SET", key, value]) {
-            Ok(Reply::Simple(s)) if s == "OK" => Some(()),
-            Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
-            Ok(other) => panic!("SET {key}: unexpected reply {other:?}"),
-            Err(_) => None,
-        }
-    });
-}
-
-fn get(port: u16, key: &str) -> Reply {
-    eventually("a GET", || match request(port, &["GET", key]) {
-        Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
-        Ok(reply) => Some(reply),
-        Err(_) => None,
-    })
 }
 
 /// The body of `GET /metrics`, if the endpoint answers 200.

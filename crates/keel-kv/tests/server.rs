@@ -15,7 +15,7 @@ use keel_kv::Reply;
 
 mod process;
 
-use process::{eventually, free_port, raw_request as request};
+use process::{eventually, free_port, raw_get as get, raw_request as request, raw_set as set};
 
 struct Cluster {
     nodes: Vec<NodeProcess>,
@@ -158,26 +158,6 @@ impl Cluster {
             (first.0 >= applied && views.iter().all(|v| *v == first)).then_some(first)
         })
     }
-}
-
-/// SET until it succeeds (TRYAGAIN while leadership settles is fine; nothing else is).
-fn set(port: u16, key: &str, value: &str) {
-    eventually("a successful SET", || {
-        match request(port, &["SET", key, value]) {
-            Ok(Reply::Simple(s)) if s == "OK" => Some(()),
-            Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
-            Ok(other) => panic!("SET {key}: unexpected reply {other:?}"),
-            Err(_) => None,
-        }
-    });
-}
-
-fn get(port: u16, key: &str) -> Reply {
-    eventually("a GET", || match request(port, &["GET", key]) {
-        Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
-        Ok(reply) => Some(reply),
-        Err(_) => None,
-    })
 }
 
 #[test]

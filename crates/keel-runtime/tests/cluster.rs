@@ -100,20 +100,7 @@ impl Cluster {
     }
 
     async fn start_node(&mut self, id: NodeId) {
-        // The port may take a moment to be released after a stop.
-        let node = tokio::time::timeout(WAIT, async {
-            loop {
-                match Node::start(self.config(id), Counter::default()).await {
-                    Ok(node) => break node,
-                    Err(e) => {
-                        eprintln!("start {id}: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
-        .await
-        .expect("node started");
+        let node = common::start_node(|| self.config(id), Counter::default, WAIT).await;
         self.nodes.insert(id, node);
     }
 

@@ -161,20 +161,8 @@ impl Cluster {
 
     async fn start_node(&mut self, id: NodeId, fail_restore: bool) {
         let probe = Arc::new(Probe::default());
-        let node = tokio::time::timeout(WAIT, async {
-            loop {
-                let sm = Blob::new(probe.clone(), fail_restore);
-                match Node::start(self.config(id), sm).await {
-                    Ok(node) => break node,
-                    Err(e) => {
-                        eprintln!("start {id}: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
-        .await
-        .expect("node started");
+        let sm = || Blob::new(probe.clone(), fail_restore);
+        let node = common::start_node(|| self.config(id), sm, WAIT).await;
         self.nodes.insert(id, node);
         self.probes.insert(id, probe);
     }

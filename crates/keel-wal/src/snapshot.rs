@@ -143,16 +143,7 @@ pub fn save_snapshot<F: Fs>(
     fs.rename(&temp, &path).map_err(io_err(&path))?;
     fs.sync_dir(dir).map_err(sync_err(dir))?;
 
-    let all = list_snapshots(fs, dir)?;
-    let excess = all.len().saturating_sub(keep);
-    for (_, old) in all.iter().take(excess) {
-        if *old != path {
-            fs.remove_file(old).map_err(io_err(old))?;
-        }
-    }
-    if excess > 0 {
-        fs.sync_dir(dir).map_err(sync_err(dir))?;
-    }
+    prune_snapshots(fs, dir, &path, keep)?;
     Ok(path)
 }
 
@@ -426,17 +417,24 @@ pub fn adopt_snapshot_file<F: Fs>(
     fs.rename(temp, &path).map_err(io_err(&path))?;
     fs.sync_dir(dir).map_err(sync_err(dir))?;
     file.path = path.clone();
+    prune_snapshots(fs, dir, &path, keep)?;
+    Ok(file)
+}
+
+/// Deletes all but the newest `keep` snapshot files (never `newest`, just put in place), and makes
+/// the deletions durable.
+fn prune_snapshots<F: Fs>(fs: &F, dir: &Path, newest: &Path, keep: usize) -> Result<()> {
     let all = list_snapshots(fs, dir)?;
     let excess = all.len().saturating_sub(keep);
     for (_, old) in all.iter().take(excess) {
-        if *old != path {
+        if old != newest {
             fs.remove_file(old).map_err(io_err(old))?;
         }
     }
     if excess > 0 {
         fs.sync_dir(dir).map_err(sync_err(dir))?;
     }
-    Ok(file)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -90,6 +90,30 @@ pub fn raw_request(port: u16, args: &[&str]) -> Result<keel_kv::Reply, String> {
     }
 }
 
+/// SET over [`raw_request`] until acknowledged (TRYAGAIN while leadership settles is fine;
+/// nothing else is).
+pub fn raw_set(port: u16, key: &str, value: &str) {
+    use keel_kv::Reply;
+    eventually("a successful SET", || {
+        match raw_request(port, &["SET", key, value]) {
+            Ok(Reply::Simple(s)) if s == "OK" => Some(()),
+            Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
+            Ok(other) => panic!("SET {key}: unexpected reply {other:?}"),
+            Err(_) => None,
+        }
+    });
+}
+
+/// GET over [`raw_request`], retried while there is no leader.
+pub fn raw_get(port: u16, key: &str) -> keel_kv::Reply {
+    use keel_kv::Reply;
+    eventually("a GET", || match raw_request(port, &["GET", key]) {
+        Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => None,
+        Ok(reply) => Some(reply),
+        Err(_) => None,
+    })
+}
+
 /// A directory under the system temp dir, unique to this process and call, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -145,10 +145,9 @@ impl<S: StateMachine> Driver<S> {
             return;
         }
         let now = self.raft.membership().clone();
-        for id in self.membership.members() {
-            if !now.members().contains(&id) {
-                self.transport.forget_incarnation(id);
-            }
+        let members = now.members();
+        for id in self.membership.members().difference(&members) {
+            self.transport.forget_incarnation(*id);
         }
         self.membership = now;
     }

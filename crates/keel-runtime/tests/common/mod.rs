@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{Index, NodeId, Role};
-use keel_runtime::{ClientError, Handle, Node, StateMachine};
+use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
 
 pub fn free_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -83,4 +83,26 @@ pub async fn wait_applied<S: StateMachine>(handle: &Handle<S>, index: Index, wai
     })
     .await
     .unwrap_or_else(|_| panic!("applied {index} in time"));
+}
+
+/// Starts a node, retrying while its port is still being released after a stop.
+pub async fn start_node<S: StateMachine>(
+    config: impl Fn() -> NodeConfig,
+    sm: impl Fn() -> S,
+    wait: Duration,
+) -> Node<S> {
+    tokio::time::timeout(wait, async {
+        loop {
+            let id = config().id;
+            match Node::start(config(), sm()).await {
+                Ok(node) => break node,
+                Err(e) => {
+                    eprintln!("start {id}: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("node started")
 }
