@@ -4,6 +4,12 @@
 //! `keel member` and `keel transfer` talk RESP to running nodes; `keel bench` is a load generator
 //! that works against any RESP server.
 
+/// mimalloc rather than the system allocator: the runtime frees many small buffers on another
+/// thread than the one that allocated them (entries, replies, frames), which glibc's malloc
+/// handles poorly. Measured +15-25% on `keel bench` against `keel up` (README, Performance).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin;
 
 use std::collections::BTreeMap;

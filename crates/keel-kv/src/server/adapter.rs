@@ -82,15 +82,13 @@ impl keel_runtime::StateMachine for KvAdapter {
         match self.sm.apply(index, data) {
             Ok(reply) => {
                 self.stats.publish(&self.sm);
-                let mut out = Vec::with_capacity(16);
-                reply.encode(&mut out);
-                Bytes::from(out)
+                reply.to_bytes()
             }
             Err(e) => fatal(format_args!("{e}")),
         }
     }
 
-    /// A copy of the map (reference-counted keys and values: pointers are copied, not bytes),
+    /// A copy of the map (reference-counted values: pointers are copied, not bytes),
     /// serialized by the runtime on a snapshot thread while this one keeps applying.
     fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
         Box::new(KvSnapshotWriter(self.sm.snapshot_view()))

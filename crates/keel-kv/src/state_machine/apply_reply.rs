@@ -107,6 +107,18 @@ impl ApplyReply {
         }
     }
 
+    /// [`Self::encode`] into a buffer of its own; the commonest reply, `+OK`, needs no allocation.
+    pub fn to_bytes(&self) -> Bytes {
+        /// The encoding of `+OK` (a test checks it against `encode`).
+        const OK_ENCODED: &[u8] = &[0];
+        if let ApplyReply::Write(WriteReply::Ok) = self {
+            return Bytes::from_static(OK_ENCODED);
+        }
+        let mut out = Vec::with_capacity(16);
+        self.encode(&mut out);
+        Bytes::from(out)
+    }
+
     /// Decodes what [`Self::encode`] wrote; `data` must hold exactly one reply. Bulk strings are
     /// zero-copy slices of `data`.
     pub fn decode(data: &Bytes) -> Option<ApplyReply> {

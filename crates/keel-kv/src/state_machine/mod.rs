@@ -19,11 +19,11 @@
 mod apply_reply;
 mod dedup;
 mod digest;
+mod key;
 mod log_command;
+mod map;
 mod snapshot;
 mod wire;
-
-use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
@@ -37,6 +37,8 @@ use crate::number::parse_i64;
 use crate::resp::Reply;
 use dedup::{DedupTable, Seen};
 use digest::pair_hash;
+use key::own;
+use map::Map;
 
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
 /// not a setting: the outcome of a write must be the same on every replica.
@@ -118,7 +120,7 @@ pub(crate) struct Stored {
 /// The key-value state machine. See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvStateMachine {
-    data: BTreeMap<Bytes, Stored>,
+    data: Map,
     digest: u64,
     applied_index: u64,
     dedup: DedupTable,
@@ -138,7 +140,7 @@ impl KvStateMachine {
     /// A state machine with a different deduplication window; every replica must use the same.
     pub fn with_dedup_limits(limits: DedupLimits) -> Self {
         KvStateMachine {
-            data: BTreeMap::new(),
+            data: Map::default(),
             digest: 0,
             applied_index: 0,
             dedup: DedupTable::new(limits),
@@ -276,13 +278,13 @@ impl KvStateMachine {
                 // A plain SET needs no lookup before its insert (one tree walk, the hot path).
                 let allowed = match condition {
                     SetCondition::Always => true,
-                    SetCondition::IfAbsent => !self.data.contains_key(key),
-                    SetCondition::IfPresent => self.data.contains_key(key),
+                    SetCondition::IfAbsent => !self.data.contains_key(&key[..]),
+                    SetCondition::IfPresent => self.data.contains_key(&key[..]),
                 };
                 if !allowed {
                     return WriteReply::Nil;
                 }
-                self.put(key.clone(), value.clone());
+                self.put(key, own(value));
                 WriteReply::Ok
             }
             WriteCommand::Del { keys } => {
@@ -303,7 +305,7 @@ impl KvStateMachine {
                 let Some(new) = current.checked_add(*delta) else {
                     return WriteReply::Error(WriteError::Overflow);
                 };
-                self.put(key.clone(), Bytes::from(new.to_string()));
+                self.put(key, Bytes::from(new.to_string()));
                 WriteReply::Integer(new)
             }
             WriteCommand::MSet { pairs } => {
@@ -312,7 +314,7 @@ impl KvStateMachine {
                     return WriteReply::Error(WriteError::StringTooLarge);
                 }
                 for (key, value) in pairs {
-                    self.put(key.clone(), value.clone());
+                    self.put(key, own(value));
                 }
                 WriteReply::Ok
             }
@@ -327,7 +329,7 @@ impl KvStateMachine {
                 let mut joined = Vec::with_capacity(new_len);
                 joined.extend_from_slice(&old);
                 joined.extend_from_slice(value);
-                self.put(key.clone(), Bytes::from(joined));
+                self.put(key, Bytes::from(joined));
                 WriteReply::Integer(new_len as i64)
             }
             WriteCommand::Cas { key, expected, new } => {
@@ -337,14 +339,15 @@ impl KvStateMachine {
                 if self.get(key) != Some(expected) {
                     return WriteReply::Integer(0);
                 }
-                self.put(key.clone(), new.clone());
+                self.put(key, own(new));
                 WriteReply::Integer(1)
             }
         }
     }
 
-    fn put(&mut self, key: Bytes, value: Bytes) {
-        let hash = pair_hash(&key, &value);
+    /// Stores `value` (already an exact-size copy: see `key.rs`) under a copy of `key`.
+    fn put(&mut self, key: &[u8], value: Bytes) {
+        let hash = pair_hash(key, &value);
         self.digest ^= hash;
         let stored = Stored {
             value,
@@ -377,7 +380,11 @@ impl KvStateMachine {
             ReadCommand::MGet { keys } => Reply::Array(keys.iter().map(value).collect()),
             ReadCommand::Exists { keys } => {
                 // Redis counts a key named twice twice.
-                Reply::Integer(keys.iter().filter(|k| self.data.contains_key(*k)).count() as i64)
+                Reply::Integer(
+                    keys.iter()
+                        .filter(|k| self.data.contains_key(&k[..]))
+                        .count() as i64,
+                )
             }
             ReadCommand::StrLen { key } => {
                 Reply::Integer(self.get(key).map_or(0, |v| v.len()) as i64)
@@ -392,7 +399,8 @@ impl KvStateMachine {
     }
 
     /// A copy of the state for encoding elsewhere (another thread) while this one keeps applying.
-    /// Cheap: the map holds reference-counted `Bytes`, so copying it copies no key or value bytes.
+    /// Cheap: values (and keys too long to be inline) are reference-counted `Bytes`, so copying
+    /// the map copies pointers and short keys, not values.
     pub fn snapshot_view(&self) -> SnapshotView {
         SnapshotView(self.clone())
     }

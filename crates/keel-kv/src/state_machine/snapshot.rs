@@ -38,6 +38,8 @@ use bytes::{BufMut, Bytes};
 
 use super::dedup::{DedupLimits, DedupTable, Session};
 use super::digest::pair_hash;
+use super::key::own;
+use super::map::Map;
 use super::wire::{put_bytes, Reader};
 use super::{Stored, WriteError, WriteReply, STRING_BYTES_MAX};
 
@@ -69,7 +71,7 @@ pub enum SnapshotError {
 pub(crate) struct Restored {
     pub(crate) applied_index: u64,
     pub(crate) digest: u64,
-    pub(crate) data: BTreeMap<Bytes, Stored>,
+    pub(crate) data: Map,
     pub(crate) dedup: DedupTable,
 }
 
@@ -130,12 +132,7 @@ fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
 
 /// Encodes a state. Takes the pieces rather than the state machine so it can run on a cheap copy
 /// ([`super::SnapshotView`]) while the state machine keeps applying.
-pub(crate) fn encode(
-    applied_index: u64,
-    digest: u64,
-    data: &BTreeMap<Bytes, Stored>,
-    dedup: &DedupTable,
-) -> Vec<u8> {
+pub(crate) fn encode(applied_index: u64, digest: u64, data: &Map, dedup: &DedupTable) -> Vec<u8> {
     let data_bytes: usize = data.iter().map(|(k, v)| k.len() + v.value.len() + 8).sum();
     let mut out = Vec::with_capacity(HEADER_BYTES + data_bytes + 8 + CHECKSUM_BYTES);
     encode_to(&mut out, applied_index, digest, data, dedup).expect("writing to a Vec");
@@ -151,7 +148,7 @@ pub(crate) fn encode_to(
     out: &mut dyn std::io::Write,
     applied_index: u64,
     digest: u64,
-    data: &BTreeMap<Bytes, Stored>,
+    data: &Map,
     dedup: &DedupTable,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
@@ -171,7 +168,7 @@ pub(crate) fn encode_to(
     buf.put_u32_le(limits.replies_per_client_max);
     buf.put_u64_le(data.len() as u64);
     debug_assert_eq!(buf.len(), HEADER_BYTES);
-    for (key, stored) in data {
+    for (key, stored) in data.iter() {
         if buf.len() + key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
@@ -226,7 +223,8 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     if &body[..8] != MAGIC {
         return Err(SnapshotError::BadMagic);
     }
-    // One copy of the body; keys and values are slices of it.
+    // The reader works on a copy of the body; keys and values are copied out of it again, each
+    // into its own allocation (see `key.rs`), so the body is freed once restored.
     let mut r = Reader::new(Bytes::copy_from_slice(&body[8..]));
     let header = SnapshotError::Truncated("the header");
     let version = r.u32().ok_or(header.clone())?;
@@ -241,7 +239,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     };
     let key_count = r.u64().ok_or(header)?;
 
-    let mut data = BTreeMap::new();
+    let mut data = Map::default();
     let mut digest = 0u64;
     let mut previous: Option<Bytes> = None;
     for _ in 0..key_count {
@@ -258,14 +256,14 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         }
         let hash = pair_hash(&key, &value);
         digest ^= hash;
-        previous = Some(key.clone());
         data.insert(
-            key,
+            &key,
             Stored {
-                value,
+                value: own(&value),
                 pair_hash: hash,
             },
         );
+        previous = Some(key);
     }
 
     let session_count = r

@@ -110,6 +110,8 @@ fn exec_replies_encode_and_decode() {
     ] {
         let mut out = Vec::new();
         reply.encode(&mut out);
+        // `to_bytes` (with its shortcut for +OK) is the same encoding.
+        assert_eq!(reply.to_bytes(), out, "{reply:?}");
         assert_eq!(
             ApplyReply::decode(&Bytes::from(out.clone())),
             Some(reply.clone())

@@ -536,3 +536,26 @@ proptest! {
 }
 
 mod exec;
+
+#[test]
+fn stored_keys_and_values_do_not_keep_the_received_frame_alive() {
+    // Entries received from a leader are slices of one frame; the map must hold copies, or a key
+    // never overwritten would keep the whole frame in memory.
+    let entry = LogCommand::new(
+        1,
+        1,
+        set("a-key-longer-than-the-inline-limit-of-38", "value"),
+    );
+    let mut frame = Vec::from(&b"other entries"[..]);
+    frame.extend_from_slice(&entry.encode());
+    let frame = Bytes::from(frame);
+    let mut sm = KvStateMachine::new();
+    let sliced = frame.slice(13..);
+    sm.apply(1, &sliced).unwrap();
+    drop(sliced);
+    assert!(frame.is_unique(), "the map still points into the frame");
+    assert_eq!(
+        sm.get(b"a-key-longer-than-the-inline-limit-of-38"),
+        Some(&b("value"))
+    );
+}
