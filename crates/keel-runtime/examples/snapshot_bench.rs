@@ -187,9 +187,13 @@ async fn size_run(root: &Path, size_mb: u64) {
     a.set_peer(2, b.local_addr());
     let started = Instant::now();
     a.send_snapshot(2, 1, meta(n), path.clone()).await.unwrap();
-    let received = match b_rx.recv().await.unwrap() {
-        Inbound::Snapshot { path, .. } => path,
-        other => panic!("unexpected {other:?}"),
+    // The connection's handshake announces the sender's address first; only the snapshot counts.
+    let received = loop {
+        match b_rx.recv().await.unwrap() {
+            Inbound::Snapshot { path, .. } => break path,
+            Inbound::PeerAddress { .. } => continue,
+            other => panic!("unexpected {other:?}"),
+        }
     };
     let transfer_time = started.elapsed();
     assert_eq!(std::fs::metadata(&received).unwrap().len(), file_bytes);

@@ -74,7 +74,15 @@ impl NodeConfig {
             peer_listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             peers: BTreeMap::new(),
             initial_members: Vec::new(),
-            raft: keel_core::Config::new(id),
+            raft: keel_core::Config {
+                // Two Appends in flight per follower, not the core's 64: entries proposed while
+                // both are unacknowledged wait and leave together in the next one. Under load
+                // that means fewer, larger messages (30% fewer peer sends and +15% SET/s with
+                // 50 clients on `keel up`; see README, Performance), and a single client's
+                // latency is unchanged (its next entry waits for nothing).
+                max_inflight_messages: 2,
+                ..keel_core::Config::new(id)
+            },
             transport: TransportConfig::new(cluster_id, id),
             wal: WalConfig::default(),
             tick_ms: 10,
