@@ -152,6 +152,8 @@ pub enum TransportError {
     Unexpected(&'static str),
     #[error("refused: {0}")]
     Refused(&'static str),
+    #[error("the peer refused this node's connection: {0}")]
+    RefusedByPeer(String),
     #[error(
         "node {node} came back with other storage (incarnation {got}, known {known}): it lost \
          its state and may have forgotten its votes; remove it and add it back as a new member"
@@ -174,6 +176,8 @@ struct Shared {
     /// The node's commit index: offers of snapshots at or below it are not needed.
     snapshot_floor: AtomicU64,
     incarnations: Mutex<incarnations::Incarnations>,
+    /// The last reason each peer gave for refusing this node's connections (one per peer).
+    refusals: Mutex<HashMap<SocketAddr, String>>,
 }
 
 /// The transport of one node. Dropping it closes the listener, its connections and every
@@ -207,6 +211,7 @@ impl Transport {
             receiver: Arc::default(),
             snapshot_floor: AtomicU64::new(0),
             incarnations: Mutex::new(known),
+            refusals: Mutex::new(HashMap::new()),
         });
         let task = tokio::spawn(accept_loop(shared.clone(), listener, inbound));
         Ok(Transport {
@@ -286,6 +291,16 @@ impl Transport {
         self.shared.refused_connections.load(Ordering::Relaxed)
     }
 
+    /// The reason the peer at `addr` last gave for refusing this node's connections, if it did.
+    pub fn refusal_from(&self, addr: SocketAddr) -> Option<String> {
+        self.shared
+            .refusals
+            .lock()
+            .expect("refusals lock")
+            .get(&addr)
+            .cloned()
+    }
+
     /// Tells the receiving side the node's commit index: a snapshot offered at or below it is
     /// answered "not needed" (the core would ignore it) instead of being transferred.
     pub fn set_snapshot_floor(&self, commit: u64) {
@@ -362,6 +377,16 @@ async fn run_peer(shared: Arc<Shared>, addr: SocketAddr, mut queue: mpsc::Receiv
                 backoff_ms = c.reconnect_backoff_min_ms;
                 match pump(c, stream, &mut queue).await {
                     Ok(()) => return, // the transport is gone
+                    Err(TransportError::RefusedByPeer(reason)) => {
+                        // Loud once per reason (it needs an operator), quiet on every retry.
+                        let mut refusals = shared.refusals.lock().expect("refusals lock");
+                        if refusals.get(&addr) != Some(&reason) {
+                            tracing::error!(%addr, "the peer refuses this node: {reason}");
+                            refusals.insert(addr, reason);
+                        } else {
+                            tracing::debug!(%addr, "the peer refuses this node: {reason}");
+                        }
+                    }
                     Err(e) => tracing::debug!(%addr, "peer connection lost: {e}"),
                 }
             }
@@ -375,17 +400,30 @@ async fn run_peer(shared: Arc<Shared>, addr: SocketAddr, mut queue: mpsc::Receiv
     }
 }
 
-/// Writes queued messages until the queue closes (Ok) or the connection fails.
+/// Bound on the one frame a message connection can receive: a refusal.
+const REFUSAL_FRAME_BYTES_MAX: u32 = 1 + 2 + wire::REFUSAL_REASON_BYTES_MAX as u32;
+
+/// Writes queued messages until the queue closes (Ok) or the connection fails. The peer writes
+/// nothing on this connection unless it refuses it (then its reason, and it closes), so the
+/// read half is only watched for that.
 async fn pump(
     c: &TransportConfig,
-    mut stream: TcpStream,
+    stream: TcpStream,
     queue: &mut mpsc::Receiver<Message>,
 ) -> Result<(), TransportError> {
+    let (read_half, mut stream) = stream.into_split();
+    let mut refusal = AbortOnDrop(tokio::spawn(async move {
+        read_frame(&mut BufReader::new(read_half), REFUSAL_FRAME_BYTES_MAX).await
+    }));
     let mut buf = Vec::new();
     let write_limit = Duration::from_millis(c.write_timeout_ms);
     loop {
-        let Some(first) = queue.recv().await else {
-            return Ok(());
+        let first = tokio::select! {
+            first = queue.recv() => match first {
+                Some(first) => first,
+                None => return Ok(()),
+            },
+            heard = &mut refusal.0 => return Err(closed_by_peer(heard)),
         };
         buf.clear();
         wire::encode_message(&first, &mut buf);
@@ -395,10 +433,60 @@ async fn pump(
             wire::encode_message(&msg, &mut buf);
             batched += 1;
         }
-        timeout(write_limit, stream.write_all(&buf))
-            .await
-            .map_err(|_| TransportError::Timeout("write"))??;
+        match timeout(write_limit, stream.write_all(&buf)).await {
+            Err(_) => return Err(TransportError::Timeout("write")),
+            Ok(Ok(())) => {}
+            // A refusal may be why the write failed: it is read (or not) within a moment.
+            Ok(Err(e)) => {
+                return match timeout(Duration::from_millis(100), &mut refusal.0).await {
+                    Ok(heard) => Err(closed_by_peer(heard)),
+                    Err(_) => Err(e.into()),
+                }
+            }
+        }
     }
+}
+
+/// What the peer's side of a message connection said before it ended.
+fn closed_by_peer(
+    heard: Result<Result<Option<Body>, TransportError>, tokio::task::JoinError>,
+) -> TransportError {
+    match heard {
+        Ok(Ok(Some(Body::Refusal(reason)))) => TransportError::RefusedByPeer(reason),
+        Ok(Ok(Some(_))) => TransportError::Unexpected("a frame from the receiving side"),
+        Ok(Ok(None)) => TransportError::Io(io::ErrorKind::UnexpectedEof.into()),
+        Ok(Err(e)) => e,
+        Err(e) => TransportError::Io(io::Error::other(e)),
+    }
+}
+
+/// Aborts the task when dropped (the connection it watches is gone).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Tells a refused peer why, then closes without resetting the connection: the write side is
+/// shut down and what the peer still sends is read and dropped until it closes too (bounded), so
+/// unread data does not turn the close into a reset that could discard the reason.
+async fn send_refusal(reader: &mut BufReader<TcpStream>, error: &TransportError) {
+    if matches!(error, TransportError::Io(_) | TransportError::Timeout(_)) {
+        return; // the connection is not usable, or the peer said nothing at all
+    }
+    let mut frame = Vec::new();
+    wire::encode_refusal(&error.to_string(), &mut frame);
+    let tell = async {
+        let stream = reader.get_mut();
+        stream.write_all(&frame).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while reader.read(&mut sink).await? > 0 {}
+        Ok::<(), io::Error>(())
+    };
+    let _ = timeout(Duration::from_secs(1), tell).await;
 }
 
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, inbound: mpsc::Sender<Inbound>) {
@@ -417,6 +505,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, inbound: mpsc::
                             // also sees the count.
                             shared.refused_connections.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(%peer, "closing peer connection: {e}");
+                            send_refusal(&mut reader, &e).await;
                         }
                     });
                 }

@@ -207,6 +207,53 @@ async fn garbage_closes_only_that_connection() {
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 42));
 }
 
+/// S37 from the refused side: a node whose storage was replaced learns from its peer why it is
+/// not heard (and logs it), instead of seeing only closed connections.
+#[tokio::test]
+async fn a_refused_node_is_told_why() {
+    let (b, mut b_rx) = start(2).await;
+    let with_incarnation = |incarnation| {
+        let mut config = TransportConfig::new(CLUSTER, 1);
+        config.incarnation = incarnation;
+        config
+    };
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (tx, _a_rx) = mpsc::channel(64);
+    let a = Transport::bind(with_incarnation(7), addr, tx)
+        .await
+        .unwrap();
+    a.set_peer(2, b.local_addr());
+    a.send(heartbeat(1, 2, 1));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 1));
+    assert_eq!(a.refusal_from(b.local_addr()), None);
+    drop(a);
+
+    // Node 1 again, with other storage: refused, and told so.
+    let (tx, _a_rx) = mpsc::channel(64);
+    let a = Transport::bind(with_incarnation(8), addr, tx)
+        .await
+        .unwrap();
+    a.set_peer(2, b.local_addr());
+    let reason = timeout(WAIT, async {
+        loop {
+            a.send(heartbeat(1, 2, 2));
+            if let Some(reason) = a.refusal_from(b.local_addr()) {
+                break reason;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("told in time");
+    assert!(reason.contains("other storage"), "{reason}");
+    assert!(reason.contains("add it back"), "{reason}");
+    assert!(b.refused_connections() >= 1);
+    assert!(
+        matches!(b_rx.try_recv(), Err(_) | Ok(Inbound::PeerAddress { .. })),
+        "nothing of the refused node delivered"
+    );
+}
+
 #[tokio::test]
 async fn reconnects_after_the_peer_restarts() {
     let (a, _a_rx) = start(1).await;

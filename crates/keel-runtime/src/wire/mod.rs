@@ -22,6 +22,16 @@
 //! |    2 | one Raft message                      | message connections                      |
 //! |    3 | (retired: the one-frame snapshot of version 1) | refused                        |
 //! |  4–7 | snapshot offer, position, chunk header, ack | snapshot connections (see below) |
+//! |    8 | refusal                               | back to the connecting side, then close  |
+//!
+//! # Refusal (body kind 8)
+//!
+//! `kind u8 = 8`, `reason length u16` (at most [`REFUSAL_REASON_BYTES_MAX`]), the reason in UTF-8.
+//! The only frame the accepting side ever writes on a message connection: when it refuses the
+//! connection (wrong cluster id, a storage incarnation other than the one it knows, a frame it
+//! cannot decode), it says why before closing, so the refused node can log the reason itself
+//! (S37: "remove me and add me back"). A build that predates this kind only sees an unknown body
+//! on a connection that is closing anyway.
 //!
 //! # Handshake (body kind 1)
 //!
@@ -222,6 +232,9 @@ const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
 
 pub const BODY_HANDSHAKE: u8 = 1;
 pub const BODY_MESSAGE: u8 = 2;
+pub const BODY_REFUSAL: u8 = 8;
+/// Longest refusal reason on the wire; a longer one is cut (at a character boundary).
+pub const REFUSAL_REASON_BYTES_MAX: usize = 1024;
 
 /// What a connection carries after its handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,6 +453,8 @@ pub enum Body {
     SnapshotPosition(SnapshotPosition),
     SnapshotChunk(ChunkHeader),
     SnapshotAck(SnapshotAck),
+    /// Why the receiver of a connection refused it (body kind 8).
+    Refusal(String),
 }
 
 /// The 8-byte frame header, checked before the body is read.
@@ -491,6 +506,28 @@ pub fn encode_handshake(h: &Handshake, out: &mut Vec<u8>) {
     put_frame(out, |b| h.encode_body(b));
 }
 
+pub fn encode_refusal(reason: &str, out: &mut Vec<u8>) {
+    let mut len = reason.len().min(REFUSAL_REASON_BYTES_MAX);
+    while !reason.is_char_boundary(len) {
+        len -= 1;
+    }
+    put_frame(out, |b| {
+        b.push(BODY_REFUSAL);
+        b.extend_from_slice(&(len as u16).to_le_bytes());
+        b.extend_from_slice(&reason.as_bytes()[..len]);
+    });
+}
+
+fn decode_refusal(r: &mut Reader) -> Result<String, WireError> {
+    let len = usize::from(r.u16("refusal reason length")?);
+    if len > REFUSAL_REASON_BYTES_MAX {
+        return Err(WireError::Invalid("refusal reason too long"));
+    }
+    let reason = r.bytes(len, "refusal reason")?;
+    String::from_utf8(reason.to_vec())
+        .map_err(|_| WireError::Invalid("refusal reason is not UTF-8"))
+}
+
 pub fn encode_message(msg: &Message, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_MESSAGE);
@@ -512,6 +549,7 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
             Body::SnapshotChunk(snapshot::decode_chunk_header(&mut r)?)
         }
         snapshot::BODY_SNAPSHOT_ACK => Body::SnapshotAck(snapshot::decode_ack(&mut r)?),
+        BODY_REFUSAL => Body::Refusal(decode_refusal(&mut r)?),
         tag => return Err(WireError::UnknownTag { what: "body", tag }),
     };
     r.finish()?;

@@ -452,3 +452,49 @@ fn incarnation_round_trips_beside_the_advertised_address() {
     short.extension = Bytes::from_static(&[2, 4, 0, 1, 2, 3, 4]);
     assert!(short.incarnation().is_err(), "an incarnation is 8 bytes");
 }
+
+#[test]
+fn refusals_round_trip_bounded_and_utf8() {
+    let mut buf = Vec::new();
+    encode_refusal("node 3 came back with other storage", &mut buf);
+    let len = buf.len();
+    assert_eq!(
+        decode_one(buf),
+        Ok(Some((
+            Body::Refusal("node 3 came back with other storage".into()),
+            len
+        )))
+    );
+    // A long reason is cut at a character boundary, within the bound.
+    let long = "é".repeat(REFUSAL_REASON_BYTES_MAX);
+    let mut buf = Vec::new();
+    encode_refusal(&long, &mut buf);
+    match decode_one(buf) {
+        Ok(Some((Body::Refusal(reason), _))) => {
+            assert_eq!(reason.len(), REFUSAL_REASON_BYTES_MAX);
+            assert!(long.starts_with(&reason));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Not UTF-8, and longer than the bound: refused, each with its reason.
+    for (body, what) in [
+        (vec![BODY_REFUSAL, 2, 0, 0xff, 0xfe], "not UTF-8"),
+        (
+            [
+                &[BODY_REFUSAL][..],
+                &(REFUSAL_REASON_BYTES_MAX as u16 + 1).to_le_bytes(),
+            ]
+            .concat(),
+            "too long",
+        ),
+    ] {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        frame.extend_from_slice(&body);
+        match decode_one(frame) {
+            Err(WireError::Invalid(why)) => assert!(why.contains(what), "{why}"),
+            other => panic!("{what}: unexpected {other:?}"),
+        }
+    }
+}

@@ -298,6 +298,12 @@ fn snapshot_round_trips_with_digest_and_dedup() {
     let mut log = Log::new();
     for i in 0..50 {
         log.apply(set(&format!("key{i}"), &"v".repeat(i)));
+        // Keys too long to be inline, and keys that are prefixes of others: the view sorts its
+        // pairs itself and must give the same bytes as the ordered map.
+        if i % 7 == 0 {
+            log.apply(set(&format!("{}{i}", "long-".repeat(10)), "x"));
+            log.apply(set(&format!("key{i}\0"), "y"));
+        }
     }
     log.apply_as(
         9,
