@@ -484,7 +484,7 @@ fn garbage(len: usize, mut seed: u64) -> Vec<u8> {
 
 #[test]
 fn bad_input_on_client_and_peer_ports_is_refused_and_the_node_stays_up() {
-    use keel_runtime::wire::{encode_handshake, Channel, Handshake};
+    use keel_runtime::wire::{decode_frame, encode_handshake, Body, Channel, Handshake};
 
     let mut cluster = Cluster::new("bad", &[1, 2, 3], &[], &[]);
     let leader = cluster.leader();
@@ -572,21 +572,30 @@ fn bad_input_on_client_and_peer_ports_is_refused_and_the_node_stays_up() {
     assert!(!closed, "a valid handshake was refused");
     for id in [leader, follower] {
         let port = peer_ports[&id];
-        let refused = |bytes: &[u8], what: &str| {
+        // Refused and closed; the only answer is one refusal frame saying why.
+        let refused = |bytes: &[u8], what: &str, reason_says: &str| {
             let (reply, closed) = send_raw(port, bytes, long);
             assert!(closed, "node {id}: {what} not refused");
-            assert!(reply.is_empty(), "node {id}: {what} answered {reply:?}");
+            let reply = bytes::Bytes::from(reply);
+            match decode_frame(&reply, 4096) {
+                Ok(Some((Body::Refusal(reason), used))) if used == reply.len() => assert!(
+                    reason.contains(reason_says),
+                    "node {id}: {what} refused because {reason:?}"
+                ),
+                other => panic!("node {id}: {what} answered {reply:?} ({other:?})"),
+            }
         };
-        refused(&handshake(right ^ 1), "wrong cluster id");
-        refused(&handshake(0xdead_beef), "another cluster id");
-        refused(&garbage(4096, 1 + id), "random bytes");
+        refused(&handshake(right ^ 1), "wrong cluster id", "cluster id");
+        refused(&handshake(0xdead_beef), "another cluster id", "cluster id");
+        refused(&garbage(4096, 1 + id), "random bytes", "protocol");
         refused(
             &[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0],
             "an oversize frame length",
+            "protocol",
         );
         let mut then_garbage = handshake(right);
         then_garbage.extend(garbage(4096, 11 + id));
-        refused(&then_garbage, "garbage after a valid handshake");
+        refused(&then_garbage, "garbage after a valid handshake", "protocol");
         check(&mut cluster, "peer garbage");
     }
 }
