@@ -77,9 +77,9 @@ impl NodeConfig {
             raft: keel_core::Config {
                 // Two Appends in flight per follower, not the core's 64: entries proposed while
                 // both are unacknowledged wait and leave together in the next one. Under load
-                // that means fewer, larger messages (30% fewer peer sends and +15% SET/s with
-                // 50 clients on `keel up`; see README, Performance), and a single client's
-                // latency is unchanged (its next entry waits for nothing).
+                // that means fewer, larger messages (+15% SET/s with 50 clients on `keel up`;
+                // see README, Performance), and a single client's latency is unchanged (its
+                // next entry waits for nothing).
                 max_inflight_messages: 2,
                 ..keel_core::Config::new(id)
             },
