@@ -423,7 +423,7 @@ async fn pump(
                 Some(first) => first,
                 None => return Ok(()),
             },
-            heard = &mut refusal.0 => return Err(closed_by_peer(heard)),
+            heard = &mut refusal.0 => return Err(how_the_peer_ended(heard)),
         };
         buf.clear();
         wire::encode_message(&first, &mut buf);
@@ -439,7 +439,7 @@ async fn pump(
             // A refusal may be why the write failed: it is read (or not) within a moment.
             Ok(Err(e)) => {
                 return match timeout(Duration::from_millis(100), &mut refusal.0).await {
-                    Ok(heard) => Err(closed_by_peer(heard)),
+                    Ok(heard) => Err(how_the_peer_ended(heard)),
                     Err(_) => Err(e.into()),
                 }
             }
@@ -448,7 +448,7 @@ async fn pump(
 }
 
 /// What the peer's side of a message connection said before it ended.
-fn closed_by_peer(
+fn how_the_peer_ended(
     heard: Result<Result<Option<Body>, TransportError>, tokio::task::JoinError>,
 ) -> TransportError {
     match heard {

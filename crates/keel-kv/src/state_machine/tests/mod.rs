@@ -450,9 +450,8 @@ fn apply_rejects_undecodable_entries_and_old_indexes() {
     assert_eq!(sm.applied_index(), 5, "a failed apply does not advance");
 }
 
-#[test]
-fn log_command_decoding_is_strict() {
-    let entry = LogCommand::new(1, 2, set("k", "v")).encode();
+/// Every proper prefix of an encoded entry decodes as `Truncated`, never as something else.
+fn assert_every_cut_is_truncated(entry: &Bytes) {
     for cut in 0..entry.len() {
         assert!(
             matches!(
@@ -462,6 +461,12 @@ fn log_command_decoding_is_strict() {
             "cut at {cut}"
         );
     }
+}
+
+#[test]
+fn log_command_decoding_is_strict() {
+    let entry = LogCommand::new(1, 2, set("k", "v")).encode();
+    assert_every_cut_is_truncated(&entry);
     let mut trailing = entry.to_vec();
     trailing.push(0);
     assert_eq!(
