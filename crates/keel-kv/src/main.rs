@@ -123,12 +123,17 @@ struct Tunables {
     /// Leader heartbeat interval.
     #[arg(long)]
     heartbeat_ms: Option<u64>,
-    /// Take a snapshot after this many entries applied since the last one [default: 100000].
+    /// Take a snapshot after at most this many entries applied since the last one [default:
+    /// 1000000].
     #[arg(long)]
     snapshot_threshold: Option<u64>,
-    /// ... or after this many bytes of entry data [default: 268435456 (256 MiB)].
+    /// ... or at most this many bytes of entry data [default: 268435456 (256 MiB)].
     #[arg(long)]
     snapshot_threshold_bytes: Option<u64>,
+    /// ... and before that, once the entry data since the last snapshot is this multiple of its
+    /// size, and at least 16 MiB (0: only the thresholds) [default: 4].
+    #[arg(long)]
+    snapshot_log_ratio: Option<u64>,
     /// Entries kept in the log behind a snapshot, for slow followers.
     #[arg(long)]
     snapshot_trailing: Option<u64>,
@@ -295,6 +300,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
         snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
+        snapshot_log_ratio: args.tunables.snapshot_log_ratio,
         snapshot_trailing: args.tunables.snapshot_trailing,
         cluster_id: args.tunables.cluster_id,
         metrics_addr: args.ops.metrics_addr,
@@ -407,6 +413,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
+                snapshot_log_ratio: args.tunables.snapshot_log_ratio,
                 snapshot_trailing: args.tunables.snapshot_trailing,
             };
             match launch::start(&options).await {

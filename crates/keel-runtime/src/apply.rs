@@ -6,6 +6,8 @@
 //! ticks and heartbeats on the node task.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index, SnapshotMeta};
@@ -72,18 +74,39 @@ pub(crate) enum ApplyItem<S> {
     Snapshot,
 }
 
-/// When the apply thread takes a snapshot: after this many entries, or this many bytes of entry
-/// data, applied since the last one (whichever comes first).
+/// When the apply thread takes a snapshot. A snapshot rewrites the whole state, so its cost grows
+/// with the state, while the log it lets the node drop grows with the writes: taking one only once
+/// the log since the last one is a multiple of that snapshot's size keeps the share of work spent
+/// on snapshots bounded (about `1 / log_to_state_ratio` of the log's bytes) whatever the state's
+/// size. The bounds on entries and bytes cap the log kept meanwhile (it is held in memory).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SnapshotPolicy {
-    pub entries: u64,
-    pub bytes: u64,
+    /// At most this many entries applied between snapshots.
+    pub entries_max: u64,
+    /// At most this many bytes of entry data applied between snapshots.
+    pub bytes_max: u64,
+    /// At least this many bytes between snapshots (unless `entries_max` comes first), so a small
+    /// state is not snapshotted after every few writes.
+    pub bytes_min: u64,
+    /// Between the two byte bounds: wait for this multiple of the last snapshot's size.
+    pub log_to_state_ratio: u64,
+}
+
+impl SnapshotPolicy {
+    /// Whether a snapshot is due after `entries` entries holding `bytes` bytes of data were
+    /// applied since the last one, whose file was `last_snapshot_bytes` long.
+    pub fn due(&self, entries: u64, bytes: u64, last_snapshot_bytes: u64) -> bool {
+        let proportional = self.log_to_state_ratio.saturating_mul(last_snapshot_bytes);
+        let bytes_threshold = proportional.max(self.bytes_min).min(self.bytes_max);
+        entries >= self.entries_max || bytes >= bytes_threshold
+    }
 }
 
 pub(crate) fn spawn<S: StateMachine>(
     mut sm: S,
     applied: Index,
     policy: SnapshotPolicy,
+    last_snapshot_bytes: Arc<AtomicU64>,
     mut items: mpsc::UnboundedReceiver<ApplyItem<S>>,
     events: mpsc::UnboundedSender<Event>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -121,9 +144,11 @@ pub(crate) fn spawn<S: StateMachine>(
                             }
                         }
                         let _ = events.send(Event::Applied(applied));
-                        if applied - snapshot_index >= policy.entries
-                            || bytes_since_snapshot >= policy.bytes
-                        {
+                        if policy.due(
+                            applied - snapshot_index,
+                            bytes_since_snapshot,
+                            last_snapshot_bytes.load(Ordering::Relaxed),
+                        ) {
                             take(&sm, applied, &mut snapshot_index, &mut bytes_since_snapshot);
                         }
                     }
@@ -162,4 +187,57 @@ pub(crate) fn spawn<S: StateMachine>(
                 }
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SnapshotPolicy;
+
+    const MIB: u64 = 1 << 20;
+
+    fn policy() -> SnapshotPolicy {
+        SnapshotPolicy {
+            entries_max: 1_000_000,
+            bytes_max: 256 * MIB,
+            bytes_min: 16 * MIB,
+            log_to_state_ratio: 4,
+        }
+    }
+
+    #[test]
+    fn a_small_state_waits_for_the_minimum() {
+        let p = policy();
+        assert!(!p.due(1000, 16 * MIB - 1, 1024));
+        assert!(p.due(1000, 16 * MIB, 1024));
+    }
+
+    #[test]
+    fn a_larger_state_waits_for_its_multiple() {
+        let p = policy();
+        assert!(!p.due(1000, 40 * MIB - 1, 10 * MIB));
+        assert!(p.due(1000, 40 * MIB, 10 * MIB));
+    }
+
+    #[test]
+    fn the_maximum_caps_a_huge_state_and_entries_cap_tiny_entries() {
+        let p = policy();
+        assert!(p.due(1000, 256 * MIB, 1 << 40));
+        assert!(!p.due(1000, 256 * MIB - 1, 1 << 40));
+        assert!(p.due(1_000_000, 0, 0));
+        assert!(!p.due(999_999, 0, 0));
+    }
+
+    #[test]
+    fn ratio_zero_leaves_the_minimum_and_no_overflow() {
+        let p = SnapshotPolicy {
+            log_to_state_ratio: 0,
+            ..policy()
+        };
+        assert!(p.due(1, 16 * MIB, 1 << 40));
+        let p = SnapshotPolicy {
+            log_to_state_ratio: u64::MAX,
+            ..policy()
+        };
+        assert!(p.due(1, 256 * MIB, u64::MAX));
+    }
 }

@@ -51,28 +51,43 @@ struct Cluster {
     dir: PathBuf,
     addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, Node<Counter>>,
-    snapshot_threshold_entries: u64,
-    snapshot_threshold_bytes: u64,
+    snapshots: Snapshots,
+}
+
+/// The snapshot policy's settings (`NodeConfig::snapshot_*`).
+#[derive(Clone, Copy)]
+struct Snapshots {
+    entries_max: u64,
+    bytes_max: u64,
+    bytes_min: u64,
+    log_ratio: u64,
+}
+
+impl Snapshots {
+    /// Only the entry threshold decides (the byte bounds are out of reach of these tests).
+    fn every(entries: u64) -> Snapshots {
+        Snapshots {
+            entries_max: entries,
+            bytes_max: u64::MAX,
+            bytes_min: u64::MAX,
+            log_ratio: 0,
+        }
+    }
 }
 
 impl Cluster {
     async fn start(name: &str, snapshot_threshold_entries: u64) -> Cluster {
-        Self::start_with(name, snapshot_threshold_entries, u64::MAX).await
+        Self::start_with(name, Snapshots::every(snapshot_threshold_entries)).await
     }
 
-    async fn start_with(
-        name: &str,
-        snapshot_threshold_entries: u64,
-        snapshot_threshold_bytes: u64,
-    ) -> Cluster {
+    async fn start_with(name: &str, snapshots: Snapshots) -> Cluster {
         let dir = common::scratch_dir(name);
         let addrs: BTreeMap<_, _> = (1..=3).map(|id| (id, free_addr())).collect();
         let mut c = Cluster {
             dir,
             addrs,
             nodes: BTreeMap::new(),
-            snapshot_threshold_entries,
-            snapshot_threshold_bytes,
+            snapshots,
         };
         for id in 1..=3 {
             c.start_node(id).await;
@@ -91,8 +106,10 @@ impl Cluster {
         config.raft.election_timeout_ticks = 30;
         config.raft.heartbeat_interval_ticks = 3;
         config.raft.snapshot_trailing_entries = 2;
-        config.snapshot_threshold_entries = self.snapshot_threshold_entries;
-        config.snapshot_threshold_bytes = self.snapshot_threshold_bytes;
+        config.snapshot_threshold_entries = self.snapshots.entries_max;
+        config.snapshot_threshold_bytes = self.snapshots.bytes_max;
+        config.snapshot_min_log_bytes = self.snapshots.bytes_min;
+        config.snapshot_log_ratio = self.snapshots.log_ratio;
         config.request_timeout_ms = 5_000;
         config.wal.segment_size_bytes = 1 << 20;
         config.wal.frame_size_bytes_max = 64 << 10;
@@ -123,6 +140,21 @@ impl Cluster {
 
     async fn wait_applied(&self, id: NodeId, index: Index) {
         common::wait_applied(&self.handle(id), index, WAIT).await
+    }
+
+    /// Waits for node `id` to hold a snapshot at or above `index`; returns its index.
+    async fn wait_snapshot(&self, id: NodeId, index: Index) -> Index {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let s = self.handle(id).status().await.unwrap();
+                if s.raft.snapshot.index >= index {
+                    return s.raft.snapshot.index;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("a snapshot")
     }
 }
 
@@ -222,27 +254,67 @@ async fn a_lone_restarted_node_replays_to_its_persisted_commit() {
 /// snapshots, an entry threshold never reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_snapshot_is_taken_after_the_byte_threshold() {
-    let c = Cluster::start_with("bytes", 1_000_000, 64).await;
+    let snapshots = Snapshots {
+        bytes_max: 64,
+        ..Snapshots::every(1_000_000)
+    };
+    let c = Cluster::start_with("bytes", snapshots).await;
     for _ in 0..40 {
         c.propose(1).await;
     }
     let leader = c.leader().await;
-    let snapshot = tokio::time::timeout(WAIT, async {
-        loop {
-            let s = c.handle(leader).status().await.unwrap();
-            if s.raft.snapshot.index >= 32 {
-                return s.raft.snapshot.index;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("snapshots by bytes");
+    let snapshot = c.wait_snapshot(leader, 32).await;
     let commit = c.handle(leader).status().await.unwrap().raft.commit;
     assert!(
         snapshot <= commit,
         "a snapshot at {snapshot} beyond commit {commit}"
     );
+}
+
+/// Between the byte bounds a snapshot waits until the log since the last one holds `log_ratio`
+/// times that snapshot's size: here 4 x the bootstrap snapshot's file, in 8-byte entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_waits_for_the_log_to_reach_a_multiple_of_the_last_one() {
+    let snapshots = Snapshots {
+        entries_max: 1_000_000,
+        bytes_max: 1 << 20,
+        bytes_min: 8,
+        log_ratio: 4,
+    };
+    let c = Cluster::start_with("ratio", snapshots).await;
+    let leader = c.leader().await;
+    let first = only_snapshot_file(&c.dir.join(format!("n{leader}")));
+    let threshold_entries = (4 * first).div_ceil(8);
+    assert!(
+        threshold_entries > 8,
+        "the ratio, not the minimum, decides here"
+    );
+    for _ in 0..threshold_entries - 1 {
+        c.propose(1).await;
+    }
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    c.wait_applied(leader, commit).await;
+    // A due snapshot is taken as the batch that crosses the threshold applies; give it time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = c.handle(leader).status().await.unwrap();
+    assert_eq!(
+        s.raft.snapshot.index, 0,
+        "a snapshot before 4 x {first} bytes of log"
+    );
+    c.propose(1).await;
+    c.wait_snapshot(leader, 1).await;
+}
+
+/// The size of the one snapshot file in a node's data directory.
+fn only_snapshot_file(dir: &std::path::Path) -> u64 {
+    let sizes: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert_eq!(sizes.len(), 1, "one snapshot file in {}", dir.display());
+    sizes[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -49,6 +49,7 @@ pub struct ServeSettings {
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
     pub snapshot_threshold_bytes: Option<u64>,
+    pub snapshot_log_ratio: Option<u64>,
     pub snapshot_trailing: Option<u64>,
     pub cluster_id: Option<u64>,
     pub metrics_addr: Option<String>,
@@ -84,6 +85,7 @@ impl ServeSettings {
             snapshot_threshold_bytes: self
                 .snapshot_threshold_bytes
                 .or(file.snapshot_threshold_bytes),
+            snapshot_log_ratio: self.snapshot_log_ratio.or(file.snapshot_log_ratio),
             snapshot_trailing: self.snapshot_trailing.or(file.snapshot_trailing),
             cluster_id: self.cluster_id.or(file.cluster_id),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
@@ -136,6 +138,7 @@ impl ServeSettings {
             heartbeat_ms: self.heartbeat_ms,
             snapshot_threshold: self.snapshot_threshold,
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
+            snapshot_log_ratio: self.snapshot_log_ratio,
             snapshot_trailing: self.snapshot_trailing,
         })
     }
@@ -155,6 +158,7 @@ mod tests {
         election-timeout-ms = 300
         heartbeat-ms = 50
         snapshot-threshold = 1000
+        snapshot-log-ratio = 2
         snapshot-trailing = 100
         cluster-id = 7
         metrics-addr = "127.0.0.1:9100"
@@ -179,6 +183,7 @@ mod tests {
         assert_eq!(options.initial_cluster.len(), 2);
         assert_eq!(options.client_peers[&1], "127.0.0.1:6379");
         assert_eq!(options.snapshot_trailing, Some(100));
+        assert_eq!(options.snapshot_log_ratio, Some(2));
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub struct NodeOptions {
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
     pub snapshot_threshold_bytes: Option<u64>,
+    pub snapshot_log_ratio: Option<u64>,
     pub snapshot_trailing: Option<u64>,
 }
 
@@ -257,6 +258,9 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     if let Some(n) = options.snapshot_threshold_bytes {
         config.snapshot_threshold_bytes = n.max(1);
+    }
+    if let Some(n) = options.snapshot_log_ratio {
+        config.snapshot_log_ratio = n;
     }
     if let Some(n) = options.snapshot_threshold {
         config.snapshot_threshold_entries = n.max(1);

@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -66,6 +68,8 @@ pub(super) struct Driver<S> {
     pub waiting_reads: Vec<(Index, ReadFn<S>)>,
     pub next_read_ctx: u64,
     pub snapshot_data: SnapshotData,
+    /// The newest snapshot file's size, for the apply thread's snapshot policy.
+    pub last_snapshot_bytes: Arc<AtomicU64>,
     /// Snapshot transfers in flight, per follower, with the snapshot each streams.
     pub snapshot_sends: HashMap<NodeId, (LogId, tokio::task::JoinHandle<()>)>,
     /// A snapshot thread is writing a view; the newest view taken meanwhile waits here.
@@ -384,6 +388,8 @@ impl<S: StateMachine> Driver<S> {
                 self.metrics.snapshot_saved(last, size_bytes, from);
                 if last.index > self.snapshot_data.as_ref().map_or(0, |(id, _)| id.index) {
                     self.snapshot_data = Some((last, path));
+                    self.last_snapshot_bytes
+                        .store(size_bytes, std::sync::atomic::Ordering::Relaxed);
                 }
                 match from {
                     None => {

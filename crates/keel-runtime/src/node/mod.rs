@@ -18,6 +18,7 @@ mod driver;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
@@ -50,14 +51,24 @@ pub struct NodeConfig {
     pub transport: TransportConfig,
     pub wal: WalConfig,
     pub tick_ms: u64,
-    /// Take a snapshot after this many entries applied since the last one. The default, 100,000,
-    /// keeps the write amplification of snapshots small for states of millions of keys (each one
-    /// rewrites the whole state) while the log kept in memory stays bounded (≈ 20 MB of 100-byte
-    /// entries).
+    /// When to take a snapshot (see `apply::SnapshotPolicy`): once the entry data applied since
+    /// the last snapshot reaches `snapshot_log_ratio` times that snapshot's size, but no sooner
+    /// than `snapshot_min_log_bytes` and no later than `snapshot_threshold_bytes` bytes or
+    /// `snapshot_threshold_entries` entries. A snapshot rewrites the whole state, so the ratio
+    /// bounds the work spent on snapshots to about a quarter of the log's bytes (default 4)
+    /// however large the state; the log kept meanwhile (in memory) is bounded by the two
+    /// thresholds. With 100-byte values on 100,000 keys that is a snapshot every ≈ 350,000
+    /// writes instead of every 100,000 (the default before): +12% SET/s pipelined (README,
+    /// Performance).
     pub snapshot_threshold_entries: u64,
-    /// ... or after this many bytes of entry data applied since the last one (default 256 MiB),
-    /// so large values cannot grow the log (kept in memory) without bound.
+    /// At most this many bytes of entry data between snapshots (default 256 MiB).
     pub snapshot_threshold_bytes: u64,
+    /// At least this many bytes of entry data between snapshots, unless the entry threshold
+    /// comes first (default 16 MiB: a small state is not rewritten after every few writes).
+    pub snapshot_min_log_bytes: u64,
+    /// The log since the last snapshot may grow to this multiple of its size (default 4; 0:
+    /// only the thresholds decide).
+    pub snapshot_log_ratio: u64,
     /// Bounds: queued client requests, proposals awaiting their result, reads in flight.
     pub client_queue_requests_max: usize,
     pub pending_proposals_max: usize,
@@ -86,8 +97,10 @@ impl NodeConfig {
             transport: TransportConfig::new(cluster_id, id),
             wal: WalConfig::default(),
             tick_ms: 10,
-            snapshot_threshold_entries: 100_000,
+            snapshot_threshold_entries: 1_000_000,
             snapshot_threshold_bytes: 256 << 20,
+            snapshot_min_log_bytes: 16 << 20,
+            snapshot_log_ratio: 4,
             client_queue_requests_max: 4096,
             pending_proposals_max: 65_536,
             pending_reads_max: 65_536,
@@ -133,7 +146,9 @@ impl<S: StateMachine> Node<S> {
             (wal, recovered) = Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;
         }
         let mut snapshot_data = None;
+        let mut snapshot_bytes = 0;
         if let Some((file, data)) = wal.read_snapshot_data()? {
+            snapshot_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
             if file.meta.last.index > 0 {
                 sm.restore(&data);
             }
@@ -169,6 +184,7 @@ impl<S: StateMachine> Node<S> {
         // The storage queue is bounded: the node awaits room, which throttles it to the disk.
         let (storage_tx, storage_rx) = mpsc::channel(1024);
         let (apply_tx, apply_rx) = mpsc::unbounded_channel();
+        let last_snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
         let threads = vec![
             storage::spawn(
                 wal,
@@ -180,9 +196,12 @@ impl<S: StateMachine> Node<S> {
                 sm,
                 applied,
                 apply::SnapshotPolicy {
-                    entries: config.snapshot_threshold_entries.max(1),
-                    bytes: config.snapshot_threshold_bytes.max(1),
+                    entries_max: config.snapshot_threshold_entries.max(1),
+                    bytes_max: config.snapshot_threshold_bytes.max(1),
+                    bytes_min: config.snapshot_min_log_bytes,
+                    log_to_state_ratio: config.snapshot_log_ratio,
                 },
+                Arc::clone(&last_snapshot_bytes),
                 apply_rx,
                 events_tx.clone(),
             )?,
@@ -219,6 +238,7 @@ impl<S: StateMachine> Node<S> {
             waiting_reads: Vec::new(),
             next_read_ctx: 1,
             snapshot_data,
+            last_snapshot_bytes,
             snapshot_sends: HashMap::new(),
             snapshot_writing: false,
             snapshot_next_view: None,
