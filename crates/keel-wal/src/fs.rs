@@ -44,6 +44,12 @@ pub trait FileHandle {
     /// caller: after a failed fsync the kernel may already have dropped the dirty pages, so
     /// retrying can report success for data that is gone.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Asks that later writes bypass the page cache where the platform and file system allow
+    /// it (`O_DIRECT` on Linux, see `direct_io.rs`). What reads return and what `sync_data`
+    /// makes durable do not change. Returns whether writes now go directly.
+    fn write_directly(&mut self) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The real file system (std::fs).
@@ -59,12 +65,12 @@ impl Fs for StdFs {
             .write(true)
             .create_new(true)
             .open(path)?;
-        Ok(StdFile(file))
+        Ok(StdFile::new(file, path))
     }
 
     fn open(&self, path: &Path) -> io::Result<StdFile> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        Ok(StdFile(file))
+        Ok(StdFile::new(file, path))
     }
 
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
@@ -101,17 +107,34 @@ impl Fs for StdFs {
 
 /// A file of [`StdFs`].
 #[derive(Debug)]
-pub struct StdFile(File);
+pub struct StdFile {
+    file: File,
+    /// Where it was opened, to open it again for direct writes.
+    path: std::path::PathBuf,
+    #[cfg(target_os = "linux")]
+    direct: Option<crate::direct_io::DirectWriter>,
+}
+
+impl StdFile {
+    fn new(file: File, path: &Path) -> StdFile {
+        StdFile {
+            file,
+            path: path.to_path_buf(),
+            #[cfg(target_os = "linux")]
+            direct: None,
+        }
+    }
+}
 
 impl FileHandle for StdFile {
     fn len_bytes(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        Ok(self.file.metadata()?.len())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
-            match positional_read(&self.0, &mut buf[done..], offset + done as u64) {
+            match positional_read(&self.file, &mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -122,9 +145,16 @@ impl FileHandle for StdFile {
     }
 
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(direct) = &mut self.direct {
+            if direct.write_at(&self.file, buf, offset)? {
+                return Ok(());
+            }
+            direct.forget_overlap(offset, buf.len() as u64);
+        }
         let mut done = 0;
         while done < buf.len() {
-            match positional_write(&self.0, &buf[done..], offset + done as u64) {
+            match positional_write(&self.file, &buf[done..], offset + done as u64) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -135,11 +165,25 @@ impl FileHandle for StdFile {
     }
 
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
-        self.0.set_len(len_bytes)
+        self.file.set_len(len_bytes)?;
+        #[cfg(target_os = "linux")]
+        if let Some(direct) = &mut self.direct {
+            direct.set_len(len_bytes);
+        }
+        Ok(())
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        self.0.sync_data()
+        self.file.sync_data()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn write_directly(&mut self) -> io::Result<bool> {
+        if self.direct.is_none() {
+            let len_bytes = self.file.metadata()?.len();
+            self.direct = crate::direct_io::DirectWriter::open(&self.path, len_bytes)?;
+        }
+        Ok(self.direct.is_some())
     }
 }
 

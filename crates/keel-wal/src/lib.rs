@@ -127,6 +127,13 @@
 //! already have dropped the unsynced pages ([`WalError::SyncFailed`]).
 //! [`SimFs`] implements exactly this model.
 //!
+//! On Linux the segments are written around the page cache (`O_DIRECT`, [`WalConfig::direct_io`],
+//! on by default where the file system allows it). Such a write covers whole 4 KiB blocks, so an
+//! append also rewrites the synced bytes before it in its first block, with their same values:
+//! torn anywhere, every sector of that block still holds them, old or new. That is the exposure
+//! buffered writes have too (the kernel writes back the whole page that holds the log's tail),
+//! and it changes nothing above.
+//!
 //! # Write protocol
 //!
 //! The rules that make recovery's decisions sound:
@@ -202,6 +209,8 @@
 
 mod codec;
 pub mod conformance;
+#[cfg(target_os = "linux")]
+mod direct_io;
 pub mod error;
 pub mod fs;
 pub mod recover;

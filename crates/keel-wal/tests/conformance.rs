@@ -61,3 +61,21 @@ fn wal_on_std_fs_conforms() {
         wal.save_snapshot(meta, b"state machine image").unwrap()
     });
 }
+
+/// The same on the real file system with writes through the page cache (`direct_io: false`; the
+/// test above writes segments directly where the file system allows it).
+#[test]
+fn wal_on_std_fs_through_the_page_cache_conforms() {
+    let dirs = RefCell::new(Vec::new());
+    let make = || {
+        let dir = TempDir::new("conformance-buffered");
+        let config = WalConfig {
+            direct_io: false,
+            ..small_config()
+        };
+        let wal = new_cluster(StdFs, dir.path().to_owned(), config);
+        dirs.borrow_mut().push(dir);
+        wal
+    };
+    run_all(make, Some(&mut |wal: Wal<StdFs>| reopen(wal)));
+}

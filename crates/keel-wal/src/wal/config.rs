@@ -27,6 +27,9 @@ pub struct WalConfig {
     /// fdatasyncs flush data only (see `Wal::zero_spare_step`). Costs one extra write of every
     /// segment.
     pub zero_fill_segments: bool,
+    /// Write segments around the page cache (`O_DIRECT`, Linux; see `direct_io.rs`) where the
+    /// file system allows it. Same bytes, same durability, less CPU per group commit.
+    pub direct_io: bool,
 }
 
 impl Default for WalConfig {
@@ -37,6 +40,7 @@ impl Default for WalConfig {
             snapshots_kept: 2,
             snapshot_size_bytes_max: 16 << 30,
             zero_fill_segments: true,
+            direct_io: true,
         }
     }
 }

@@ -64,6 +64,9 @@ impl<F: Fs> Wal<F> {
             Some(last) => {
                 let seg = &scan.segments[last];
                 let mut file = fs.open(&seg.path).map_err(io_err(&seg.path))?;
+                if config.direct_io {
+                    file.write_directly().map_err(io_err(&seg.path))?;
+                }
                 if let Some(torn) = scan.torn.as_ref().filter(|t| t.path == seg.path) {
                     zero_range(&mut file, &seg.path, torn.offset, torn.garbage_end)?;
                 }
@@ -149,6 +152,9 @@ pub(super) fn prepare_segment<F: Fs>(
     // A sparse preallocation: the size is fixed up front so later fdatasyncs need not update it.
     file.set_len(config.segment_size_bytes)
         .map_err(io_err(&temp))?;
+    if config.direct_io {
+        file.write_directly().map_err(io_err(&temp))?;
+    }
     let header = segment::encode_segment_header(seq, config.segment_size_bytes);
     file.write_at(&header, 0).map_err(io_err(&temp))?;
     file.sync_data().map_err(sync_err(&temp))?;
