@@ -674,6 +674,21 @@ impl RaftNode {
         }
     }
 
+    /// Queues a message that asserts only this node's term and vote (a heartbeat response, which
+    /// also acknowledges a read round): it leaves at once if those are durable, even while
+    /// entries are still being written, else like [`Self::send_after_persist`]. Held behind the
+    /// entries, it would let one slow fsync on every follower (a large snapshot's writeback on
+    /// the same disk, say) cost a leader its quorum check although the followers are alive and
+    /// follow it.
+    fn send_after_term_persisted(&mut self, msg: Message) {
+        let durable = self.durability.durable_hard_state();
+        if durable.term == self.term && durable.vote == self.vote {
+            self.messages.push(msg);
+        } else {
+            self.send_after_persist(msg);
+        }
+    }
+
     fn reset_election_timer(&mut self) {
         self.election_elapsed_ticks = 0;
         let et = self.config.election_timeout_ticks;

@@ -44,7 +44,7 @@ impl RaftNode {
                         lagging: commit > proven,
                     },
                 );
-                self.send_after_persist(reply);
+                self.send_after_term_persisted(reply);
             }
             MessageBody::InstallSnapshot { meta } => self.on_install_snapshot(msg.from, meta),
             _ => unreachable!("only Append, Heartbeat and InstallSnapshot are routed here"),

@@ -237,3 +237,44 @@ fn commit_index_written_lazily_without_fsync() {
         (0, Some(hs(2, Some(1), 2)), false)
     );
 }
+
+/// A heartbeat response asserts only the term and vote: it leaves while entries are still being
+/// written (so a slow disk does not cost the leader its quorum check), but not before a term the
+/// heartbeat itself brought is durable.
+#[test]
+fn heartbeat_answered_while_entries_are_written_but_not_before_a_new_term_is() {
+    let is_beat_reply = |m: &Message, round: u64| {
+        m.to == 1
+            && matches!(m.body, MessageBody::HeartbeatResponse { read_round, .. } if read_round == round)
+    };
+    let is_ack = |m: &Message| matches!(m.body, MessageBody::AppendResponse(_));
+    let mut f = node_with(2, &[1, 2, 3], &[1], hs(2, Some(1), 1));
+    f.step(append(
+        1,
+        2,
+        2,
+        LogId::new(1, 1),
+        entries_from(2, &[2, 2]),
+        1,
+    ));
+    let rd = f.ready();
+    let w = rd.write.expect("entries are written");
+    assert!(rd.messages.is_empty(), "the ack waits for the write");
+    let beat = |round| MessageBody::Heartbeat {
+        commit: 1,
+        read_round: round,
+    };
+    f.step(msg(1, 2, 2, beat(5)));
+    let sent = f.ready().messages;
+    assert!(sent.iter().any(|m| is_beat_reply(m, 5)), "{sent:?}");
+    assert!(!sent.iter().any(is_ack), "the ack still waits: {sent:?}");
+    f.persisted(w.id);
+    assert!(f.ready().messages.iter().any(is_ack));
+
+    f.step(msg(1, 2, 3, beat(6)));
+    let rd = f.ready();
+    let w = rd.write.expect("the new term is written");
+    assert!(rd.messages.is_empty(), "{:?}", rd.messages);
+    f.persisted(w.id);
+    assert!(f.ready().messages.iter().any(|m| is_beat_reply(m, 6)));
+}

@@ -326,6 +326,35 @@ fn check_quorum_leader_steps_down_when_isolated() {
     assert_eq!(c.node(1).role(), Role::Leader);
 }
 
+/// Both followers' disks stall (no write completes) for several election timeouts while the
+/// leader keeps replicating: their acknowledgements wait, but their heartbeat responses do not,
+/// so check-quorum keeps the leader; once the disks answer, the entries commit. Before, the
+/// responses waited behind the entries and a snapshot's writeback on a shared disk could depose
+/// a healthy leader (`keel up` under load).
+#[test]
+fn check_quorum_keeps_a_leader_whose_followers_disks_stall() {
+    let mut c = Cluster::with_config(3, |config| config.check_quorum = true);
+    let term = c.elect(1);
+    c.peer(2).hold_writes = true;
+    c.peer(3).hold_writes = true;
+    let index = c.propose(1, "during the stall").index;
+    for _ in 0..5 * ET {
+        c.tick_all(1);
+    }
+    assert_eq!((c.node(1).role(), c.node(1).term()), (Role::Leader, term));
+    assert!(
+        c.node(1).commit_index() < index,
+        "nothing durable on a follower yet"
+    );
+    c.peer(2).hold_writes = false;
+    c.peer(3).hold_writes = false;
+    c.complete_writes(2);
+    c.complete_writes(3);
+    c.tick_all(ET);
+    assert_eq!((c.node(1).role(), c.node(1).term()), (Role::Leader, term));
+    assert!(c.node(1).commit_index() >= index);
+}
+
 #[test]
 fn lease_ignores_disruptive_vote_request() {
     let mut c = Cluster::with_config(3, |config| config.check_quorum = true);
