@@ -110,6 +110,7 @@ impl Fs for StdFs {
 pub struct StdFile {
     file: File,
     /// Where it was opened, to open it again for direct writes.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     path: std::path::PathBuf,
     #[cfg(target_os = "linux")]
     direct: Option<crate::direct_io::DirectWriter>,

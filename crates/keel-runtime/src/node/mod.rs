@@ -198,7 +198,7 @@ impl<S: StateMachine> Node<S> {
                 apply::SnapshotPolicy {
                     entries_max: config.snapshot_threshold_entries.max(1),
                     bytes_max: config.snapshot_threshold_bytes.max(1),
-                    bytes_min: config.snapshot_min_log_bytes,
+                    bytes_min: config.snapshot_min_log_bytes.max(1),
                     log_to_state_ratio: config.snapshot_log_ratio,
                 },
                 Arc::clone(&last_snapshot_bytes),
