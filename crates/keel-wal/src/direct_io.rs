@@ -94,7 +94,10 @@ impl DirectWriter {
         }
         let skew = self.scratch.as_ptr().align_offset(BLOCK_BYTES);
         let window = &mut self.scratch[skew..skew + span];
-        if offset > first {
+        // The first block's bytes before `data`; the last block's after it, unless the last
+        // block is the first and was just filled.
+        let first_filled = offset > first;
+        if first_filled {
             fill_block(
                 &mut window[..BLOCK_BYTES],
                 first,
@@ -102,7 +105,7 @@ impl DirectWriter {
                 buffered,
             )?;
         }
-        if end < aligned_end && (last > first || offset == first) {
+        if end < aligned_end && !(first_filled && last == first) {
             let at = (last - first) as usize;
             fill_block(&mut window[at..], last, &self.last_block, buffered)?;
         }
@@ -156,15 +159,7 @@ fn fill_block(
             return Ok(());
         }
     }
-    let mut done = 0;
-    while done < BLOCK_BYTES {
-        match buffered.read_at(&mut block[done..], at + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let done = crate::fs::read_full_at(buffered, block, at)?;
     block[done..].fill(0);
     Ok(())
 }

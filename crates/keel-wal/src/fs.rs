@@ -133,16 +133,7 @@ impl FileHandle for StdFile {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match positional_read(&self.file, &mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(done)
+        read_full_at(&self.file, buf, offset)
     }
 
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -186,6 +177,20 @@ impl FileHandle for StdFile {
         }
         Ok(self.direct.is_some())
     }
+}
+
+/// Reads into all of `buf` from `offset`, or up to the end of the file; returns the bytes read.
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match positional_read(file, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }
 
 #[cfg(unix)]
