@@ -3,6 +3,10 @@
 //! Two shapes of log entry: each entry in its own buffer (a leader's proposals) and entries sliced
 //! out of one received frame (a follower's), whose values then share that frame's allocation.
 //!
+//! A third case, `kv_apply_fill`, applies 100,000 SETs of distinct keys to an empty state machine:
+//! the cost while a key space fills up (every SET adds a key), as in the first seconds of
+//! `keel bench` against a new cluster.
+//!
 //! Run: `cargo bench -p keel-kv --bench apply`
 
 use std::hint::black_box;
@@ -80,6 +84,28 @@ fn bench_apply(c: &mut Criterion) {
             )
         });
     }
+    group.finish();
+
+    let mut group = c.benchmark_group("kv_apply_fill");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(KEYS));
+    group.bench_function("distinct_keys", |b| {
+        b.iter_batched(
+            || {
+                let entries: Vec<Bytes> = (0..KEYS)
+                    .map(|i| set_entry(i % 50, 1 + i / 50, i))
+                    .collect();
+                (KvStateMachine::new(), entries)
+            },
+            |(mut sm, entries)| {
+                for (i, e) in entries.iter().enumerate() {
+                    black_box(sm.apply(i as u64 + 1, e).unwrap());
+                }
+                (sm, entries)
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
     group.finish();
 }
 

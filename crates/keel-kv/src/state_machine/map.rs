@@ -1,30 +1,30 @@
-//! [`Map`]: the state machine's ordered map of keys to stored values.
+//! [`Map`]: the state machine's map of keys to stored values.
 //!
-//! Two structures, one map: a hash table from key to value answers every point operation (GET,
-//! SET of an existing key, DEL, ...), and an ordered set of the same keys gives the order
-//! (snapshots are written in key order, and any ordered operation would walk it). The ordered set
-//! changes only when a key is added or removed, so overwriting a key, the common write, costs one
-//! hash lookup instead of a walk down a B-tree: on 100,000 keys that walk was the largest single
-//! cost of applying a SET (`cargo bench -p keel-kv --bench apply`).
+//! One hash table from key to value. Every operation a write or a read makes is a point operation
+//! (SET, GET, DEL, ...), and a hash probe is the cheapest there is: a new key costs one insert into
+//! the table, not one more into an ordered index beside it (keeping a B-tree of the keys cost more
+//! than the rest of a SET while the key space filled up, `cargo bench -p keel-kv --bench apply`).
 //!
-//! The hash table's order is never observed (it differs between processes): everything that
-//! leaves the map in order comes from the ordered set.
+//! Order is needed only when the whole map is written out in a snapshot, in ascending key order.
+//! [`Map::sorted`] sorts then, on the thread that writes the snapshot (from a
+//! [`super::SnapshotView`], while the apply thread goes on): O(n log n) once per snapshot instead
+//! of O(log n) on every new key, off the apply path.
+//!
+//! The hash table's own order is never observed (it differs between processes): everything that
+//! leaves the map in order comes from [`Map::sorted`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use super::key::Key;
 use super::Stored;
 
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Map {
     values: HashMap<Key, Stored>,
-    /// Exactly the keys of `values`.
-    order: BTreeSet<Key>,
 }
 
 impl Map {
     pub(crate) fn len(&self) -> usize {
-        debug_assert_eq!(self.values.len(), self.order.len());
         self.values.len()
     }
 
@@ -45,40 +45,25 @@ impl Map {
         if let Some(slot) = self.values.get_mut(key) {
             return Some(std::mem::replace(slot, stored));
         }
-        let key = Key::new(key);
-        self.order.insert(key.clone());
-        self.values.insert(key, stored);
+        self.values.insert(Key::new(key), stored);
         None
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
-        let removed = self.values.remove(key)?;
-        let was_ordered = self.order.remove(key);
-        debug_assert!(was_ordered, "every stored key is in the order set");
-        Some(removed)
+        self.values.remove(key)
     }
 
-    /// Every pair, in ascending key order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Key, &Stored)> + '_ {
-        self.order.iter().map(move |key| {
-            let stored = self.values.get(key).expect("every ordered key is stored");
-            (key, stored)
-        })
+    /// Every pair, in ascending key order (sorted now: see the module documentation).
+    pub(crate) fn sorted(&self) -> Vec<(&Key, &Stored)> {
+        let mut pairs: Vec<(&Key, &Stored)> = self.values.iter().collect();
+        pairs.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        pairs
     }
 }
-
-impl PartialEq for Map {
-    fn eq(&self, other: &Map) -> bool {
-        // The order set is a function of the keys, so the values decide.
-        self.values == other.values
-    }
-}
-
-impl Eq for Map {}
 
 impl std::fmt::Debug for Map {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
+        f.debug_map().entries(self.sorted()).finish()
     }
 }
 
@@ -96,7 +81,7 @@ mod tests {
     }
 
     #[test]
-    fn iterates_in_key_order_through_inserts_overwrites_and_removes() {
+    fn sorts_in_key_order_through_inserts_overwrites_and_removes() {
         let mut map = Map::default();
         assert!(map.is_empty());
         for k in [
@@ -114,7 +99,7 @@ mod tests {
         assert!(map.contains_key(b"zz"));
         assert!(!map.contains_key(b"m"));
         assert_eq!(map.get(b"b"), Some(&stored("new")));
-        let keys: Vec<&[u8]> = map.iter().map(|(k, _)| k.as_bytes()).collect();
+        let keys: Vec<&[u8]> = map.sorted().iter().map(|(k, _)| k.as_bytes()).collect();
         assert_eq!(
             keys,
             [

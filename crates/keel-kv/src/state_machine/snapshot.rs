@@ -133,8 +133,7 @@ fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
 /// Encodes a state. Takes the pieces rather than the state machine so it can run on a cheap copy
 /// ([`super::SnapshotView`]) while the state machine keeps applying.
 pub(crate) fn encode(applied_index: u64, digest: u64, data: &Map, dedup: &DedupTable) -> Vec<u8> {
-    let data_bytes: usize = data.iter().map(|(k, v)| k.len() + v.value.len() + 8).sum();
-    let mut out = Vec::with_capacity(HEADER_BYTES + data_bytes + 8 + CHECKSUM_BYTES);
+    let mut out = Vec::new();
     encode_to(&mut out, applied_index, digest, data, dedup).expect("writing to a Vec");
     out
 }
@@ -168,7 +167,7 @@ pub(crate) fn encode_to(
     buf.put_u32_le(limits.replies_per_client_max);
     buf.put_u64_le(data.len() as u64);
     debug_assert_eq!(buf.len(), HEADER_BYTES);
-    for (key, stored) in data.iter() {
+    for (key, stored) in data.sorted() {
         if buf.len() + key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
@@ -184,7 +183,7 @@ pub(crate) fn encode_to(
         put_bytes(&mut buf, &stored.value);
     }
     buf.put_u64_le(dedup.len() as u64);
-    for (&client_id, session) in dedup.sessions() {
+    for (client_id, session) in dedup.sorted_sessions() {
         if buf.len() > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
