@@ -1,14 +1,15 @@
-//! [`Key`]: how the map stores a key, and [`own`]: how it stores a value.
+//! [`Key`]: how the map stores a key.
 //!
 //! Why not `Bytes` keys: a `Bytes` key lives in an allocation of its own, so every comparison
-//! with it (a hash-table probe, each step down the ordered set) is a pointer chase and, on a large
-//! map, a cache miss. A key of up to [`INLINE_BYTES_MAX`] bytes (nearly every key in practice) is
-//! stored inside the table slot or tree node itself.
+//! with it (a hash-table probe) is a pointer chase and, on a large map, a cache miss. A key of up
+//! to [`INLINE_BYTES_MAX`] bytes (nearly every key in practice) is stored inside the table slot
+//! itself.
 //!
 //! Why copy: the command's key and value arrive as slices of a larger buffer (a log entry, a
 //! received frame of many entries, a whole snapshot). A stored slice would keep all of that buffer
 //! alive for as long as the key is not overwritten, so memory would grow with the buffers' sizes
-//! instead of the data's. Both are copied into allocations of their own size.
+//! instead of the data's. Both are copied into allocations of their own size (values: see
+//! `Stored` in `mod.rs`).
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -55,16 +56,6 @@ impl Key {
 
     pub(crate) fn len(&self) -> usize {
         self.as_bytes().len()
-    }
-}
-
-/// A value as the map stores it: an exact-size copy (see the module documentation). An empty
-/// value needs no allocation.
-pub(crate) fn own(value: &[u8]) -> Bytes {
-    if value.is_empty() {
-        Bytes::new()
-    } else {
-        Bytes::copy_from_slice(value)
     }
 }
 
@@ -151,11 +142,11 @@ mod tests {
     #[test]
     fn stored_copies_do_not_keep_the_source_buffer() {
         let frame = Bytes::from(vec![7u8; 4096]);
-        let value = own(&frame[10..20]);
+        let value = super::super::Stored::new(&frame[10..20], 0);
         let key = Key::new(&frame[..INLINE_BYTES_MAX + 5]);
         // The only reference left to the frame's allocation is `frame` itself.
         assert!(frame.is_unique());
-        assert_eq!(&value[..], &[7u8; 10]);
+        assert_eq!(value.value(), &[7u8; 10]);
         assert_eq!(key.len(), INLINE_BYTES_MAX + 5);
     }
 }

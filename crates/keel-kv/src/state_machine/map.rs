@@ -40,13 +40,14 @@ impl Map {
         self.values.contains_key(key)
     }
 
-    /// Stores `stored` under `key`; returns what was stored there before.
-    pub(crate) fn insert(&mut self, key: &[u8], stored: Stored) -> Option<Stored> {
-        if let Some(slot) = self.values.get_mut(key) {
-            return Some(std::mem::replace(slot, stored));
-        }
-        self.values.insert(Key::new(key), stored);
-        None
+    pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Stored> {
+        self.values.get_mut(key)
+    }
+
+    /// Stores `stored` under `key`, which the map does not hold.
+    pub(crate) fn insert_new(&mut self, key: &[u8], stored: Stored) {
+        let replaced = self.values.insert(Key::new(key), stored);
+        debug_assert!(replaced.is_none(), "insert_new of a key already held");
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
@@ -69,15 +70,10 @@ impl std::fmt::Debug for Map {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
 
     fn stored(v: &str) -> Stored {
-        Stored {
-            value: Bytes::copy_from_slice(v.as_bytes()),
-            pair_hash: v.len() as u64,
-        }
+        Stored::new(v.as_bytes(), v.len() as u64)
     }
 
     #[test]
@@ -91,9 +87,9 @@ mod tests {
             "b",
             "a-much-longer-key-than-fits-inline-in-a-node",
         ] {
-            assert_eq!(map.insert(k.as_bytes(), stored(k)), None);
+            map.insert_new(k.as_bytes(), stored(k));
         }
-        assert_eq!(map.insert(b"b", stored("new")), Some(stored("b")));
+        *map.get_mut(b"b").unwrap() = stored("new");
         assert_eq!(map.remove(b"m"), Some(stored("m")));
         assert_eq!(map.remove(b"m"), None);
         assert!(map.contains_key(b"zz"));
@@ -112,7 +108,7 @@ mod tests {
         assert_eq!(map.len(), 4);
         let mut other = map.clone();
         assert_eq!(other, map);
-        other.insert(b"b", stored("other"));
+        *other.get_mut(b"b").unwrap() = stored("other");
         assert_ne!(other, map);
     }
 }

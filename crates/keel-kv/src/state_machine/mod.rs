@@ -25,6 +25,8 @@ mod map;
 mod snapshot;
 mod wire;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 pub use apply_reply::ApplyReply;
@@ -37,7 +39,6 @@ use crate::number::parse_i64;
 use crate::resp::Reply;
 use dedup::{DedupTable, Seen};
 use digest::pair_hash;
-use key::own;
 use map::Map;
 
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
@@ -111,10 +112,28 @@ pub enum ApplyError {
 }
 
 /// A stored value with its pair hash, so that replacing a large value does not rehash the old one.
+///
+/// The value is an exact-size copy (see `key.rs` for why a copy), reference-counted so that a
+/// snapshot view or a GET reply shares it instead of copying it. While nothing shares it, a value
+/// of the same length is overwritten in place ([`KvStateMachine::put`]): the common overwrite
+/// allocates and frees nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Stored {
-    value: Bytes,
+    value: Arc<[u8]>,
     pair_hash: u64,
+}
+
+impl Stored {
+    pub(crate) fn new(value: &[u8], pair_hash: u64) -> Stored {
+        Stored {
+            value: Arc::from(value),
+            pair_hash,
+        }
+    }
+
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.value
+    }
 }
 
 /// The key-value state machine. See the module documentation.
@@ -165,8 +184,8 @@ impl KvStateMachine {
         self.data.is_empty()
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
-        self.data.get(key).map(|s| &s.value)
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.data.get(key).map(Stored::value)
     }
 
     /// Number of client sessions in the deduplication table.
@@ -284,7 +303,7 @@ impl KvStateMachine {
                 if !allowed {
                     return WriteReply::Nil;
                 }
-                self.put(key, own(value));
+                self.put(key, value);
                 WriteReply::Ok
             }
             WriteCommand::Del { keys } => {
@@ -305,7 +324,7 @@ impl KvStateMachine {
                 let Some(new) = current.checked_add(*delta) else {
                     return WriteReply::Error(WriteError::Overflow);
                 };
-                self.put(key, Bytes::from(new.to_string()));
+                self.put(key, new.to_string().as_bytes());
                 WriteReply::Integer(new)
             }
             WriteCommand::MSet { pairs } => {
@@ -314,47 +333,52 @@ impl KvStateMachine {
                     return WriteReply::Error(WriteError::StringTooLarge);
                 }
                 for (key, value) in pairs {
-                    self.put(key, own(value));
+                    self.put(key, value);
                 }
                 WriteReply::Ok
             }
             WriteCommand::Append { key, value } => {
-                let old = self.get(key).cloned().unwrap_or_default();
+                let old = self.get(key).unwrap_or_default();
                 let new_len = old.len() + value.len();
                 if too_large(key) || new_len > STRING_BYTES_MAX {
                     return WriteReply::Error(WriteError::StringTooLarge);
                 }
-                // Bytes are immutable: an append copies the value (O(length), unlike Redis's
+                // Values are exact-size: an append copies the value (O(length), unlike Redis's
                 // amortised O(1)); the 64 MiB bound keeps that finite.
                 let mut joined = Vec::with_capacity(new_len);
-                joined.extend_from_slice(&old);
+                joined.extend_from_slice(old);
                 joined.extend_from_slice(value);
-                self.put(key, Bytes::from(joined));
+                self.put(key, &joined);
                 WriteReply::Integer(new_len as i64)
             }
             WriteCommand::Cas { key, expected, new } => {
                 if too_large(key) || too_large(new) {
                     return WriteReply::Error(WriteError::StringTooLarge);
                 }
-                if self.get(key) != Some(expected) {
+                if self.get(key) != Some(&expected[..]) {
                     return WriteReply::Integer(0);
                 }
-                self.put(key, own(new));
+                self.put(key, new);
                 WriteReply::Integer(1)
             }
         }
     }
 
-    /// Stores `value` (already an exact-size copy: see `key.rs`) under a copy of `key`.
-    fn put(&mut self, key: &[u8], value: Bytes) {
-        let hash = pair_hash(key, &value);
+    /// Stores a copy of `value` under `key`: in place when the key holds an unshared value of the
+    /// same length (see [`Stored`]).
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        let hash = pair_hash(key, value);
         self.digest ^= hash;
-        let stored = Stored {
-            value,
-            pair_hash: hash,
-        };
-        if let Some(old) = self.data.insert(key, stored) {
-            self.digest ^= old.pair_hash;
+        match self.data.get_mut(key) {
+            Some(stored) => {
+                self.digest ^= stored.pair_hash;
+                stored.pair_hash = hash;
+                match Arc::get_mut(&mut stored.value) {
+                    Some(buffer) if buffer.len() == value.len() => buffer.copy_from_slice(value),
+                    _ => stored.value = Arc::from(value),
+                }
+            }
+            None => self.data.insert_new(key, Stored::new(value, hash)),
         }
     }
 
@@ -371,8 +395,10 @@ impl KvStateMachine {
     /// Answers a read from the current state. Linearizability is the caller's job (serve it only
     /// once this state machine has applied the read index).
     pub fn read(&self, command: &ReadCommand) -> Reply {
-        let value = |key: &Bytes| match self.get(key) {
-            Some(v) => Reply::Bulk(v.clone()),
+        // The reply shares the stored value (which is then copied, not overwritten, by a later
+        // write of the key while the reply is alive).
+        let value = |key: &Bytes| match self.data.get(key) {
+            Some(stored) => Reply::Bulk(Bytes::from_owner(Arc::clone(&stored.value))),
             None => Reply::Null,
         };
         match command {
@@ -399,8 +425,8 @@ impl KvStateMachine {
     }
 
     /// A copy of the state for encoding elsewhere (another thread) while this one keeps applying.
-    /// Cheap: values (and keys too long to be inline) are reference-counted `Bytes`, so copying
-    /// the map copies pointers and short keys, not values.
+    /// Cheap: values (and keys too long to be inline) are reference-counted, so copying the map
+    /// copies pointers and short keys, not values.
     pub fn snapshot_view(&self) -> SnapshotView {
         SnapshotView(self.clone())
     }

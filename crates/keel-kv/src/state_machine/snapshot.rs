@@ -38,7 +38,6 @@ use bytes::{BufMut, Bytes};
 
 use super::dedup::{DedupLimits, DedupTable, Session};
 use super::digest::pair_hash;
-use super::key::own;
 use super::map::Map;
 use super::wire::{put_bytes, Reader};
 use super::{Stored, WriteError, WriteReply, STRING_BYTES_MAX};
@@ -168,19 +167,19 @@ pub(crate) fn encode_to(
     buf.put_u64_le(data.len() as u64);
     debug_assert_eq!(buf.len(), HEADER_BYTES);
     for (key, stored) in data.sorted() {
-        if buf.len() + key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
+        if buf.len() + key.len() + stored.value().len() + 8 > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
-        if key.len() + stored.value.len() + 8 > ENCODE_BUFFER_BYTES {
+        if key.len() + stored.value().len() + 8 > ENCODE_BUFFER_BYTES {
             // A pair larger than the buffer goes straight through.
-            let mut pair = Vec::with_capacity(key.len() + stored.value.len() + 8);
+            let mut pair = Vec::with_capacity(key.len() + stored.value().len() + 8);
             put_bytes(&mut pair, key);
-            put_bytes(&mut pair, &stored.value);
+            put_bytes(&mut pair, stored.value());
             flush(&mut pair, out)?;
             continue;
         }
         put_bytes(&mut buf, key);
-        put_bytes(&mut buf, &stored.value);
+        put_bytes(&mut buf, stored.value());
     }
     buf.put_u64_le(dedup.len() as u64);
     for (client_id, session) in dedup.sorted_sessions() {
@@ -255,13 +254,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         }
         let hash = pair_hash(&key, &value);
         digest ^= hash;
-        data.insert(
-            &key,
-            Stored {
-                value: own(&value),
-                pair_hash: hash,
-            },
-        );
+        data.insert_new(&key, Stored::new(&value, hash));
         previous = Some(key);
     }
 

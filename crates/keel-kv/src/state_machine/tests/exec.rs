@@ -192,7 +192,7 @@ fn a_retried_transaction_is_not_applied_twice() {
     let mut restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
     let entry = LogCommand::new(9, 2, LoggedCommand::Exec(vec![incr("n")])).encode();
     assert_eq!(restored.apply(10, &entry), Ok(ApplyReply::ExecDuplicate));
-    assert_eq!(restored.get(b"n"), Some(&b("4")));
+    assert_eq!(restored.get(b"n"), Some(&b"4"[..]));
 }
 
 #[test]

@@ -57,7 +57,7 @@ impl Log {
     }
 
     fn get(&self, key: &str) -> Option<&[u8]> {
-        self.sm.get(key.as_bytes()).map(|v| v.as_ref())
+        self.sm.get(key.as_bytes())
     }
 }
 
@@ -567,6 +567,36 @@ fn stored_keys_and_values_do_not_keep_the_received_frame_alive() {
     assert!(frame.is_unique(), "the map still points into the frame");
     assert_eq!(
         sm.get(b"a-key-longer-than-the-inline-limit-of-38"),
-        Some(&b("value"))
+        Some(&b"value"[..])
     );
+}
+
+#[test]
+fn overwrites_in_place_never_reach_a_snapshot_view_or_a_read_reply() {
+    let mut log = Log::new();
+    log.apply(set("k", "aaaa"));
+    log.apply(set("other", "1"));
+    let view = log.sm.snapshot_view();
+    let view_bytes = view.encode();
+    let reply = log.sm.read(&ReadCommand::Get { key: b("k") });
+    // Same length: the write would go in place if nothing shared the value.
+    log.apply(set("k", "bbbb"));
+    assert_eq!(reply, Reply::Bulk(b("aaaa")));
+    assert_eq!(
+        view.encode(),
+        view_bytes,
+        "the view changed under a later write"
+    );
+    let restored = KvStateMachine::from_snapshot(&view_bytes).unwrap();
+    assert_eq!(restored.get(b"k"), Some(&b"aaaa"[..]));
+    drop((view, reply));
+    // Nothing shares it now: in place, and the digest still follows the content.
+    log.apply(set("k", "cccc"));
+    assert_eq!(log.get("k"), Some(&b"cccc"[..]));
+    let mut fresh = Log::new();
+    fresh.apply(set("other", "1"));
+    fresh.apply(set("k", "cccc"));
+    assert_eq!(fresh.sm.state_digest(), log.sm.state_digest());
+    let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
+    assert_eq!(restored.state_digest(), log.sm.state_digest());
 }
