@@ -24,7 +24,7 @@
 //! defaults: 4,096 x 128 x 24 B = 12 MiB at most, far less in practice), plus the eviction queue
 //! below, at most `2 x clients_max + EVICTION_QUEUE_SLACK` entries of 16 bytes.
 //!
-//! Cost per applied write: one hash lookup of the client and one push onto the eviction queue.
+//! Cost per applied write: a few hash lookups of the client and one push onto the eviction queue.
 //! The queue is the order of last use without a search tree: every use pushes `(index, client)` at
 //! the back (indexes only grow, so the queue stays sorted), and the entries it supersedes are left
 //! in place, recognisable as stale because their index is no longer their session's
