@@ -11,7 +11,11 @@
 //! devices). A write of `data` at `offset` becomes one write of every block it touches; the bytes
 //! of those blocks around `data` are the file's current bytes: the last block written is kept in
 //! memory (an append continues the block where the previous one ended), any other is read back
-//! from the file first.
+//! from the file first. An append at the end of what the file holds
+//! ([`crate::fs::FileHandle::write_at_end`], the WAL's frames) reads nothing after its data: the
+//! rest of its last block is written as zeros, and so are the blocks ahead it is asked to
+//! allocate. Reading those blocks would cost a read from the device once they are allocated (a
+//! direct write leaves nothing of them in the page cache).
 //!
 //! **Failure model.** Rewriting a block rewrites bytes that may already be acknowledged, with
 //! their same values. A write torn by a crash leaves each sector either old or new, and both hold
@@ -40,7 +44,9 @@ pub(crate) struct DirectWriter {
     file: File,
     /// The file's length as last set; direct writes stay at or below it.
     len_bytes: u64,
-    /// The block the last direct write ended in: its offset and current bytes.
+    /// A block whose current bytes are known, where the next append is expected to start: the
+    /// last block of the last [`Self::write_at`], or the block where the data of the last
+    /// [`Self::write_at_end`] ended. Its offset and bytes.
     last_block: Option<(u64, Box<[u8; BLOCK_BYTES]>)>,
     /// Scratch space, `BLOCK_BYTES` longer than the largest write so far so that an aligned
     /// window always fits (the address is aligned by offsetting into it, without `unsafe`).
@@ -87,39 +93,62 @@ impl DirectWriter {
         if aligned_end > self.len_bytes {
             return Ok(false);
         }
-        let span = (aligned_end - first) as usize;
         let last = aligned_end - BLOCK;
-        if self.scratch.len() < span + BLOCK_BYTES {
-            self.scratch.resize(span + BLOCK_BYTES, 0);
-        }
-        let skew = self.scratch.as_ptr().align_offset(BLOCK_BYTES);
-        let window = &mut self.scratch[skew..skew + span];
+        let cached = self.last_block.take();
+        let window = window(&mut self.scratch, first, aligned_end);
         // The first block's bytes before `data`; the last block's after it, unless the last
         // block is the first and was just filled.
         let first_filled = offset > first;
         if first_filled {
-            fill_block(
-                &mut window[..BLOCK_BYTES],
-                first,
-                &self.last_block,
-                buffered,
-            )?;
+            fill_block(&mut window[..BLOCK_BYTES], first, &cached, buffered)?;
         }
         if end < aligned_end && !(first_filled && last == first) {
             let at = (last - first) as usize;
-            fill_block(&mut window[at..], last, &self.last_block, buffered)?;
+            fill_block(&mut window[at..], last, &cached, buffered)?;
         }
         window[(offset - first) as usize..(end - first) as usize].copy_from_slice(data);
-        debug_assert_eq!(window.as_ptr() as usize % BLOCK_BYTES, 0);
         self.file.write_all_at(window, first)?;
-        let tail: &[u8; BLOCK_BYTES] = window[span - BLOCK_BYTES..].try_into().expect("a block");
-        match &mut self.last_block {
-            Some((at, bytes)) => {
-                *at = last;
-                bytes.copy_from_slice(tail);
-            }
-            None => self.last_block = Some((last, Box::new(*tail))),
+        self.last_block = remember(cached, window, first, last);
+        Ok(true)
+    }
+
+    /// [`crate::fs::FileHandle::write_at_end`] directly: `data` at `offset`, then zeros up to
+    /// `zeros_to`, in one write. Nothing is read past `data` (the caller owns those bytes), and
+    /// the block where `data` ends is kept for the next append, which starts there. Returns
+    /// `false`, having written nothing, as [`Self::write_at`] does.
+    pub(crate) fn write_at_end(
+        &mut self,
+        buffered: &File,
+        data: &[u8],
+        offset: u64,
+        zeros_to: u64,
+    ) -> io::Result<bool> {
+        let end = offset + data.len() as u64;
+        let write_end = zeros_to.max(end);
+        if write_end == offset {
+            return Ok(true);
         }
+        let first = offset - offset % BLOCK;
+        let aligned_end = write_end.div_ceil(BLOCK) * BLOCK;
+        if aligned_end > self.len_bytes {
+            return Ok(false);
+        }
+        let cached = self.last_block.take();
+        let window = window(&mut self.scratch, first, aligned_end);
+        if offset > first {
+            fill_block(&mut window[..BLOCK_BYTES], first, &cached, buffered)?;
+        }
+        let data_end = (end - first) as usize;
+        window[(offset - first) as usize..data_end].copy_from_slice(data);
+        window[data_end..].fill(0);
+        self.file.write_all_at(window, first)?;
+        // A block-aligned end leaves the next append nothing to fill.
+        let end_block = end - end % BLOCK;
+        self.last_block = if end_block == end {
+            None
+        } else {
+            remember(cached, window, first, end_block)
+        };
         Ok(true)
     }
 
@@ -142,6 +171,41 @@ impl DirectWriter {
             self.last_block = None;
         }
     }
+}
+
+/// The block-aligned part of `scratch` that stands for the file's bytes `[first, aligned_end)`,
+/// growing `scratch` first if needed: it is kept `BLOCK_BYTES` longer than the largest window so
+/// far, so an aligned window always fits (the address is aligned by offsetting into it, without
+/// `unsafe`).
+fn window(scratch: &mut Vec<u8>, first: u64, aligned_end: u64) -> &mut [u8] {
+    let span = (aligned_end - first) as usize;
+    if scratch.len() < span + BLOCK_BYTES {
+        scratch.resize(span + BLOCK_BYTES, 0);
+    }
+    let skew = scratch.as_ptr().align_offset(BLOCK_BYTES);
+    let window = &mut scratch[skew..skew + span];
+    debug_assert_eq!(window.as_ptr() as usize % BLOCK_BYTES, 0);
+    window
+}
+
+/// The block at `at` of a window written at `first`, kept (reusing `cached`'s allocation).
+fn remember(
+    cached: Option<(u64, Box<[u8; BLOCK_BYTES]>)>,
+    window: &[u8],
+    first: u64,
+    at: u64,
+) -> Option<(u64, Box<[u8; BLOCK_BYTES]>)> {
+    let from = (at - first) as usize;
+    let block: &[u8; BLOCK_BYTES] = window[from..from + BLOCK_BYTES]
+        .try_into()
+        .expect("a block");
+    Some(match cached {
+        Some((_, mut bytes)) => {
+            bytes.copy_from_slice(block);
+            (at, bytes)
+        }
+        None => (at, Box::new(*block)),
+    })
 }
 
 /// Fills `block` with the file's bytes at `at`: from the cached last block if it is that one,

@@ -38,6 +38,19 @@ pub trait FileHandle {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, extending the file if needed.
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// An append at the end of what the file holds: writes `buf` at `offset`, then zeros up to
+    /// `zeros_to` (nothing more if `zeros_to` is not past `buf`). Everything from `offset` on is
+    /// the caller's to overwrite (it holds nothing the caller will read back), so a direct
+    /// writer (see `direct_io.rs`) fills the rest of the last block with zeros instead of
+    /// reading it first.
+    ///
+    /// The zeros change nothing a reader sees where the file already reads as zeros; they get
+    /// the file system to allocate those blocks now, so that the writes that reach them later
+    /// (and their `sync_data`) need no allocation.
+    fn write_at_end(&mut self, buf: &[u8], offset: u64, zeros_to: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        write_zeros(self, offset + buf.len() as u64, zeros_to)
+    }
     /// Sets the file's length; new bytes read as zeros.
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
     /// Makes the file's contents and length durable (fdatasync). An error here is fatal for the
@@ -156,6 +169,17 @@ impl FileHandle for StdFile {
         Ok(())
     }
 
+    fn write_at_end(&mut self, buf: &[u8], offset: u64, zeros_to: u64) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(direct) = &mut self.direct {
+            if direct.write_at_end(&self.file, buf, offset, zeros_to)? {
+                return Ok(());
+            }
+        }
+        self.write_at(buf, offset)?;
+        write_zeros(self, offset + buf.len() as u64, zeros_to)
+    }
+
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
         self.file.set_len(len_bytes)?;
         #[cfg(target_os = "linux")]
@@ -177,6 +201,25 @@ impl FileHandle for StdFile {
         }
         Ok(self.direct.is_some())
     }
+}
+
+/// Zeros written per call by [`write_zeros`].
+const ZEROS_CHUNK_BYTES: usize = 64 << 10;
+static ZEROS: [u8; ZEROS_CHUNK_BYTES] = [0; ZEROS_CHUNK_BYTES];
+
+/// Writes zeros over `[from, to)` (nothing if `to <= from`), a chunk at a time.
+pub(crate) fn write_zeros<H: FileHandle + ?Sized>(
+    file: &mut H,
+    from: u64,
+    to: u64,
+) -> io::Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS_CHUNK_BYTES as u64) as usize;
+        file.write_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Reads into all of `buf` from `offset`, or up to the end of the file; returns the bytes read.

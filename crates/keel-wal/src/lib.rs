@@ -70,9 +70,10 @@
 //! The end mark is the last thing a write puts down: a frame torn part-way lacks it, or holds
 //! only its first bytes (the rest are zero; the checksum before it may then verify). Frames are
 //! only ever appended, never written over older bytes, and after the last frame a segment holds
-//! zeros (it was preallocated sparse, and the spare segment is then overwritten with zeros
-//! before it becomes active so its blocks are allocated; open zeroes a torn tail). Writing zeros
-//! over zeros changes nothing recovery can see, whatever a crash keeps of it.
+//! zeros (it was preallocated sparse; the write of a frame that reaches past the zeros written
+//! so far also writes [`ZERO_AHEAD_BYTES`] more of them after it, so the blocks ahead are
+//! allocated before frames reach them; open zeroes a torn tail). Writing zeros over zeros changes
+//! nothing recovery can see, whatever a crash keeps of it.
 //!
 //! ## Items
 //!
@@ -229,4 +230,4 @@ pub use snapshot::{
     bootstrap_meta, create_snapshot_file, snapshot_file_name, LatestSnapshot, SkippedSnapshot,
     SnapshotFile, SnapshotFileWriter,
 };
-pub use wal::{Wal, WalConfig};
+pub use wal::{Wal, WalConfig, ZERO_AHEAD_BYTES};

@@ -98,3 +98,41 @@ fn a_second_handle_sees_direct_writes() {
     assert_eq!(&read_all(&reader)[8..13], b"frame");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An append at the end (`write_at_end`) reads nothing after its data: the rest of its last block
+/// is written as zeros, so are the blocks up to `zeros_to` (rounded up to the block), and nothing
+/// after them changes. Bytes before the data in its first block are kept. The file starts full
+/// of non-zero bytes so that a read-back would show.
+#[test]
+fn appends_at_the_end_write_zeros_after_their_data_without_reading_it() {
+    let (dir, _path, mut file) = new_file("direct-io-end");
+    let garbage = vec![0xAAu8; FILE_BYTES as usize];
+    file.write_at(&garbage, 0).unwrap();
+    assert!(file.write_directly().unwrap());
+    let mut model = garbage.clone();
+
+    // Mid-block, with no zeros asked for: the first block's head is read back, its tail is zeroed.
+    file.write_at_end(b"frame", 4096 + 10, 0).unwrap();
+    model[4106..4111].copy_from_slice(b"frame");
+    model[4111..8192].fill(0);
+    assert!(read_all(&file) == model, "after the first append");
+
+    // The next append continues from the kept block, with zeros asked for up to 20,000: written
+    // through the end of the block that holds byte 19,999.
+    file.write_at_end(b"next", 4111, 20_000).unwrap();
+    model[4111..4115].copy_from_slice(b"next");
+    model[4115..20_480].fill(0);
+    assert!(
+        read_all(&file) == model,
+        "after the append with zeros ahead"
+    );
+
+    // The buffered fallback (the file's last, partial block) writes exactly the zeros asked for.
+    let tail_at = FILE_BYTES - 60;
+    file.write_at_end(b"tail", tail_at, tail_at + 20).unwrap();
+    let at = tail_at as usize;
+    model[at..at + 4].copy_from_slice(b"tail");
+    model[at + 4..at + 20].fill(0);
+    assert!(read_all(&file) == model, "after the buffered append");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -23,9 +23,13 @@ pub struct WalConfig {
     pub snapshots_kept: usize,
     /// Largest snapshot [`crate::Wal::read_snapshot_data`] loads into memory.
     pub snapshot_size_bytes_max: u64,
-    /// Overwrite the spare segment with zeros (and sync it) before it becomes active, so later
-    /// fdatasyncs flush data only (see `Wal::zero_spare_step`). Costs one extra write of every
-    /// segment.
+    /// Overwrite the active segment with zeros ahead of the log's end, [`ZERO_AHEAD_BYTES`] at a
+    /// time, in the same write as the frame that reaches past the zeros so far. Segments are
+    /// preallocated sparse; without this every fdatasync of a frame that enters a new block
+    /// also makes that block's allocation durable (on ext4 about twice the CPU per fdatasync,
+    /// and more I/O). Costs one extra write of every segment's bytes, in large pieces.
+    ///
+    /// [`ZERO_AHEAD_BYTES`]: crate::ZERO_AHEAD_BYTES
     pub zero_fill_segments: bool,
     /// Write segments around the page cache (`O_DIRECT`, Linux; see `direct_io.rs`) where the
     /// file system allows it. Same bytes, same durability, less CPU per group commit.

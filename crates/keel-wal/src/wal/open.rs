@@ -15,9 +15,6 @@ use crate::recover::{self, Recovered};
 use crate::segment::{self, SEGMENT_HEADER_SIZE_BYTES};
 use crate::snapshot;
 
-/// Zeros are written in pieces of this size when a torn tail is cleared.
-const ZERO_CHUNK_SIZE_BYTES: usize = 1 << 20;
-
 impl<F: Fs> Wal<F> {
     /// Opens (or creates) the WAL in `dir`: recovers, repairs a torn tail, and makes everything it
     /// read durable before returning, since the node is about to act on it.
@@ -68,7 +65,8 @@ impl<F: Fs> Wal<F> {
                     file.write_directly().map_err(io_err(&seg.path))?;
                 }
                 if let Some(torn) = scan.torn.as_ref().filter(|t| t.path == seg.path) {
-                    zero_range(&mut file, &seg.path, torn.offset, torn.garbage_end)?;
+                    crate::fs::write_zeros(&mut file, torn.offset, torn.garbage_end)
+                        .map_err(io_err(&seg.path))?;
                 }
                 file.sync_data().map_err(sync_err(&seg.path))?;
                 let mut wal = Wal::new(fs, dir, config, file, seg.end);
@@ -117,7 +115,7 @@ impl<F: Fs> Wal<F> {
             segments: VecDeque::new(),
             active,
             spare: None,
-            spare_zeroed_to: 0,
+            zeroed_to: synced_end,
             synced_end,
             end: synced_end,
             prev_segment_end: 0,
@@ -161,15 +159,4 @@ pub(super) fn prepare_segment<F: Fs>(
     fs.rename(&temp, &path).map_err(io_err(&path))?;
     fs.sync_dir(dir).map_err(sync_err(dir))?;
     Ok((seq, file))
-}
-
-fn zero_range<H: FileHandle>(file: &mut H, path: &Path, from: u64, to: u64) -> Result<()> {
-    let zeros = vec![0u8; ZERO_CHUNK_SIZE_BYTES.min((to - from) as usize)];
-    let mut at = from;
-    while at < to {
-        let n = ((to - at) as usize).min(zeros.len());
-        file.write_at(&zeros[..n], at).map_err(io_err(path))?;
-        at += n as u64;
-    }
-    Ok(())
 }
