@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::{inline, Limits, ProtocolError};
 use crate::number::parse_i64;
@@ -97,8 +97,34 @@ impl Decoder {
     /// Decodes the next request from `buf`, which must start where the previous frame ended (or at
     /// the start of the stream). Returns the frame and how many bytes of `buf` it used, `None` if
     /// more bytes are needed, or an error after which the connection should be closed (the decoder
-    /// is reset, but the stream has lost its framing).
+    /// is reset, but the stream has lost its framing). The frame's arguments share one copy of
+    /// its bytes.
     pub fn decode(&mut self, buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {
+        Ok(self.next(buf)?.map(|decoded| match decoded {
+            Decoded::Frame(frame, used) => (frame, used),
+            Decoded::Multibulk { args, used } => {
+                // One copy of the whole frame, sliced per argument: one allocation per request
+                // rather than one per argument.
+                let bytes = Bytes::copy_from_slice(&buf[..used]);
+                (multibulk(&bytes, args), used)
+            }
+        }))
+    }
+
+    /// [`Self::decode`] from a connection's input buffer, without copying: the frame's bytes are
+    /// split off the front of `buf` and its arguments are slices of them (they keep that part of
+    /// the buffer's allocation alive until dropped; the rest of `buf` can still grow).
+    pub fn decode_split(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        Ok(self.next(buf)?.map(|decoded| match decoded {
+            Decoded::Frame(frame, used) => {
+                buf.advance(used);
+                frame
+            }
+            Decoded::Multibulk { args, used } => multibulk(&buf.split_to(used).freeze(), args),
+        }))
+    }
+
+    fn next(&mut self, buf: &[u8]) -> Result<Option<Decoded>, ProtocolError> {
         let result = self.decode_inner(buf);
         if !matches!(result, Ok(None)) {
             self.state = State::Idle;
@@ -106,7 +132,7 @@ impl Decoder {
         result
     }
 
-    fn decode_inner(&mut self, buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {
+    fn decode_inner(&mut self, buf: &[u8]) -> Result<Option<Decoded>, ProtocolError> {
         let limits = self.limits;
         if let State::Idle = self.state {
             match buf.first() {
@@ -118,7 +144,7 @@ impl Decoder {
                     let count = parse_i64(digits).ok_or(ProtocolError::InvalidMultibulkLength)?;
                     if count <= 0 {
                         // `*0` and `*-1`: nothing to run (Redis ignores them too).
-                        return Ok(Some((empty(FrameKind::Multibulk), next)));
+                        return Ok(Some(Decoded::Frame(empty(FrameKind::Multibulk), next)));
                     }
                     if count as u64 > limits.args_max as u64 {
                         return Err(ProtocolError::TooManyArguments {
@@ -146,6 +172,25 @@ impl Decoder {
     }
 }
 
+/// A complete request found at the start of the buffer.
+enum Decoded {
+    /// Built already (inline commands, empty frames), from the first `used` bytes.
+    Frame(Frame, usize),
+    /// A RESP array: its arguments' byte ranges within the first `used` bytes.
+    Multibulk {
+        args: Vec<Range<usize>>,
+        used: usize,
+    },
+}
+
+/// The frame whose arguments are `args` within `bytes`.
+fn multibulk(bytes: &Bytes, args: Vec<Range<usize>>) -> Frame {
+    Frame {
+        args: args.into_iter().map(|r| bytes.slice(r)).collect(),
+        kind: FrameKind::Multibulk,
+    }
+}
+
 fn empty(kind: FrameKind) -> Frame {
     Frame {
         args: Vec::new(),
@@ -159,7 +204,7 @@ fn decode_multibulk(
     pos: &mut usize,
     args: &mut Vec<Range<usize>>,
     limits: &Limits,
-) -> Result<Option<(Frame, usize)>, ProtocolError> {
+) -> Result<Option<Decoded>, ProtocolError> {
     while args.len() < argc {
         let Some(&marker) = buf.get(*pos) else {
             return Ok(None);
@@ -199,21 +244,17 @@ fn decode_multibulk(
         args.push(data_start..end - 2);
         *pos = end;
     }
-    // One copy of the whole frame, sliced per argument: one allocation per request rather than
-    // one per argument.
-    let frame_bytes = Bytes::copy_from_slice(&buf[..*pos]);
-    let frame = Frame {
-        args: args.iter().map(|r| frame_bytes.slice(r.clone())).collect(),
-        kind: FrameKind::Multibulk,
-    };
-    Ok(Some((frame, *pos)))
+    Ok(Some(Decoded::Multibulk {
+        args: std::mem::take(args),
+        used: *pos,
+    }))
 }
 
 fn decode_inline(
     buf: &[u8],
     scanned: &mut usize,
     limits: &Limits,
-) -> Result<Option<(Frame, usize)>, ProtocolError> {
+) -> Result<Option<Decoded>, ProtocolError> {
     let start = (*scanned).min(buf.len());
     let Some(offset) = buf[start..].iter().position(|&b| b == b'\n') else {
         if buf.len() > limits.inline_bytes_max {
@@ -234,7 +275,7 @@ fn decode_inline(
         });
     }
     let args = inline::split_args(line, limits.args_max)?;
-    Ok(Some((
+    Ok(Some(Decoded::Frame(
         Frame {
             args,
             kind: FrameKind::Inline,

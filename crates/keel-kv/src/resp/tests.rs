@@ -265,24 +265,50 @@ fn replies_parse_back() {
     );
 }
 
-/// Feeds `wire` to one decoder in the given chunk sizes, appending to a buffer as a server would,
-/// and returns the frames.
+/// `wire` cut at the given points (taken modulo its length + 1), in order: what a server's reads
+/// might deliver.
+fn pieces<'a>(wire: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut boundaries: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+    boundaries.push(wire.len());
+    boundaries.sort_unstable();
+    let mut fed = 0;
+    boundaries
+        .into_iter()
+        .map(|end| {
+            let piece = &wire[fed..end];
+            fed = end;
+            piece
+        })
+        .collect()
+}
+
+/// Feeds `wire` to one decoder in pieces, appending to a buffer as a server would, and returns
+/// the frames.
 fn decode_in_chunks(wire: &[u8], cuts: &[usize]) -> Vec<Frame> {
     let mut decoder = Decoder::new(limits());
     let mut buffer = Vec::new();
     let mut frames = Vec::new();
-    let mut fed = 0;
-    let mut boundaries: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
-    boundaries.push(wire.len());
-    boundaries.sort_unstable();
-    for end in boundaries {
-        if end > fed {
-            buffer.extend_from_slice(&wire[fed..end]);
-            fed = end;
-        }
+    for piece in pieces(wire, cuts) {
+        buffer.extend_from_slice(piece);
         while let Some((frame, used)) = decoder.decode(&buffer).expect("valid input") {
             frames.push(frame);
             buffer.drain(..used);
+        }
+    }
+    assert!(buffer.is_empty());
+    frames
+}
+
+/// [`decode_in_chunks`] with [`Decoder::decode_split`]: frames split off a `BytesMut` that keeps
+/// receiving, the earlier frames still alive (as a server's requests in flight are).
+fn decode_split_in_chunks(wire: &[u8], cuts: &[usize]) -> Vec<Frame> {
+    let mut decoder = Decoder::new(limits());
+    let mut buffer = BytesMut::with_capacity(16);
+    let mut frames = Vec::new();
+    for piece in pieces(wire, cuts) {
+        buffer.extend_from_slice(piece);
+        while let Some(frame) = decoder.decode_split(&mut buffer).expect("valid input") {
+            frames.push(frame);
         }
     }
     assert!(buffer.is_empty());
@@ -320,6 +346,8 @@ proptest! {
         let whole = decode_in_chunks(&wire, &[]);
         let split = decode_in_chunks(&wire, &cuts);
         prop_assert_eq!(&whole, &split);
+        let split_off = decode_split_in_chunks(&wire, &cuts);
+        prop_assert_eq!(&whole, &split_off);
         let want: Vec<Vec<Bytes>> = frames
             .iter()
             .map(|(_, parts)| parts.iter().map(|p| Bytes::from(p.clone())).collect())

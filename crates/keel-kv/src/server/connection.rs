@@ -12,13 +12,17 @@
 //! requests, `EXEC` (see `forward.rs`).
 //!
 //! Bounds: at most [`PIPELINE_REQUESTS_MAX`] requests are in flight per connection; the input
-//! buffer holds at most one partial request (bounded by the decoder) plus one read.
+//! buffer holds at most one partial request (bounded by the decoder) plus one read. Requests in
+//! flight are slices of the buffers they were read into (no copy), so those stay allocated until
+//! the requests are answered: a buffer is replaced only after at least three quarters of it was
+//! read into, so that is at most about a third more than the requests' own bytes, plus one
+//! buffer.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use keel_runtime::{ClientError, Pending};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -31,6 +35,9 @@ use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
 
 /// Bound on the requests of one connection in flight at once (decoded, not yet answered).
 pub(super) const PIPELINE_REQUESTS_MAX: usize = 256;
+
+/// Room made in the input buffer before a read (when less than a quarter of it is left).
+const INPUT_READ_BYTES: usize = 16 * 1024;
 
 /// Output is flushed once this much is buffered, even in the middle of a pipeline.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -47,7 +54,7 @@ enum Slot {
     /// Answered already.
     Ready(Reply),
     /// A write (or an EXEC: `queued` holds its queued requests, forwarded as a group): `pending`
-    /// is `None` until its run is proposed.
+    /// is `None` until its run is proposed, and `entry` is empty from then on.
     Write {
         entry: Bytes,
         args: Vec<Bytes>,
@@ -93,14 +100,20 @@ pub(super) async fn serve_connection(
         output: BytesMut::new(),
     };
     let mut decoder = Decoder::new(ctx.limits);
-    let mut input = BytesMut::with_capacity(16 * 1024);
+    let mut input = BytesMut::with_capacity(INPUT_READ_BYTES);
     loop {
+        // Requests are split off the front of `input` (their arguments are slices of it), so
+        // once their replies are sent it is whole again and `reserve` reuses it; until then it
+        // allocates anew, at least `INPUT_READ_BYTES`.
+        if input.capacity() - input.len() < INPUT_READ_BYTES / 4 {
+            input.reserve(INPUT_READ_BYTES);
+        }
         if session.stream.read_buf(&mut input).await? == 0 {
             return Ok(());
         }
         loop {
-            let (frame, used) = match decoder.decode(&input) {
-                Ok(Some(decoded)) => decoded,
+            let frame = match decoder.decode_split(&mut input) {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(error) => {
                     session.finish_all().await?;
@@ -110,7 +123,6 @@ pub(super) async fn serve_connection(
                     return Ok(());
                 }
             };
-            input.advance(used);
             if frame.is_empty() {
                 continue;
             }
@@ -199,15 +211,17 @@ impl Session<'_> {
     /// Proposes the writes not proposed yet (one batch, in order), then answers every slot in
     /// order.
     async fn finish_all(&mut self) -> std::io::Result<()> {
+        // Moved out, not cloned: the slot needs only `args` once proposed, and a clone of an
+        // entry fresh from `encode` would allocate (it promotes the buffer to a shared one).
         let unproposed: Vec<Bytes> = self
             .slots
-            .iter()
+            .iter_mut()
             .filter_map(|slot| match slot {
                 Slot::Write {
                     entry,
                     pending: None,
                     ..
-                } => Some(entry.clone()),
+                } => Some(std::mem::take(entry)),
                 _ => None,
             })
             .collect();
