@@ -161,7 +161,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.nodes.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        common::remove_scratch_dir(&self.dir);
     }
 }
 

@@ -19,7 +19,24 @@ use crate::wire::{
 
 const CHUNK: u32 = 1000;
 
-fn temp_dir(name: &str) -> PathBuf {
+/// A fresh directory under the system temp dir, unique to this process and call, removed when
+/// dropped.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(name: &str) -> TempDir {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "keel-snapchunk-{name}-{}-{}",
@@ -28,7 +45,7 @@ fn temp_dir(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 fn meta(index: u64) -> SnapshotMeta {
@@ -199,7 +216,8 @@ async fn expect_handed(r: &mut Receiver, bytes: &[u8], index: u64) {
 async fn a_snapshot_streams_in_chunks_and_is_handed_over_verified() {
     let src = temp_dir("src");
     let (path, bytes) = snapshot_file(&src, 10, 20_500);
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     send_with_sender(&r, &path, id(10, 3)).await;
     expect_handed(&mut r, &bytes, 10).await;
     let stats = r.counters.get();
@@ -211,7 +229,8 @@ async fn a_snapshot_streams_in_chunks_and_is_handed_over_verified() {
 async fn a_snapshot_at_or_below_the_commit_index_or_just_received_is_not_needed() {
     let src = temp_dir("src");
     let (path, bytes) = snapshot_file(&src, 10, 2_000);
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     send_with_sender(&r, &path, id(10, 3)).await;
     expect_handed(&mut r, &bytes, 10).await;
     // Offered again before the install answer reached the leader.
@@ -236,7 +255,8 @@ async fn a_snapshot_at_or_below_the_commit_index_or_just_received_is_not_needed(
 async fn a_corrupt_chunk_is_refused_with_the_offset_held_and_resent() {
     let src = temp_dir("src");
     let (_, bytes) = snapshot_file(&src, 10, 5_000);
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     let (mut s, task) = r.connect();
     let id = id(10, 3);
     assert_eq!(
@@ -270,7 +290,8 @@ async fn a_corrupt_chunk_is_refused_with_the_offset_held_and_resent() {
 async fn a_truncated_stream_resumes_from_the_durable_offset_also_after_a_restart() {
     let src = temp_dir("src");
     let (path, bytes) = snapshot_file(&src, 10, 9_000);
-    let r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let r = Receiver::new(&dst);
     let id = id(10, 3);
     let (mut s, task) = r.connect();
     offer(&mut s, id, bytes.len() as u64).await;
@@ -335,7 +356,8 @@ async fn a_different_snapshot_discards_the_partial_and_a_stale_leader_is_refused
     let src = temp_dir("src");
     let (_, bytes) = snapshot_file(&src, 10, 5_000);
     let (path20, bytes20) = snapshot_file(&src, 20, 7_000);
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     let (mut s, task) = r.connect();
     offer(&mut s, id(10, 3), bytes.len() as u64).await;
     for i in 0..3 {
@@ -371,7 +393,8 @@ async fn a_different_snapshot_discards_the_partial_and_a_stale_leader_is_refused
 
 #[tokio::test]
 async fn an_oversize_chunk_length_is_refused_before_allocating() {
-    let r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let r = Receiver::new(&dst);
     let (mut s, task) = r.connect();
     let id = id(10, 3);
     assert_eq!(offer(&mut s, id, 1 << 30).await.0, PositionStatus::Continue);
@@ -392,7 +415,8 @@ async fn an_oversize_chunk_length_is_refused_before_allocating() {
         other => panic!("expected an oversize refusal, got {other:?}"),
     }
     // And a snapshot larger than the receiver accepts is refused at the offer.
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     r.config.snapshot_size_bytes_max = 100;
     let (mut s, task) = r.connect();
     assert_eq!(
@@ -406,7 +430,8 @@ async fn an_oversize_chunk_length_is_refused_before_allocating() {
 async fn a_whole_checksum_mismatch_fails_and_discards_the_partial() {
     let src = temp_dir("src");
     let (_, bytes) = snapshot_file(&src, 10, 1_500);
-    let mut r = Receiver::new(&temp_dir("dst"));
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
     let (mut s, task) = r.connect();
     let id = id(10, 3);
     offer(&mut s, id, bytes.len() as u64).await;

@@ -30,6 +30,17 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Removes a cluster's directory once its nodes are dropped. A dropped node's threads may still be
+/// finishing a file in it (a snapshot being written), so removal is retried for a while.
+pub fn remove_scratch_dir(dir: &std::path::Path) {
+    for _ in 0..40 {
+        if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits until a running node says it leads (and serves).
 pub async fn leader<S: StateMachine>(nodes: &BTreeMap<NodeId, Node<S>>, wait: Duration) -> NodeId {
     tokio::time::timeout(wait, async {
