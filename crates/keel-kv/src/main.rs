@@ -201,9 +201,11 @@ struct BenchArgs {
     /// A connection fails after this long without a reply.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
-    /// Worker threads (default: one per core).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Worker threads of the load generator (at most 64). One by default, as redis-benchmark:
+    /// on a small machine shared with the server, every extra client thread competes with the
+    /// server's threads for the cores it measures.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Seed for the key and operation choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -453,6 +455,9 @@ fn run_up(args: UpArgs) -> ExitCode {
     code
 }
 
+/// Bound on `keel bench --threads`.
+const BENCH_THREADS_MAX: usize = 64;
+
 fn run_bench(args: BenchArgs) -> ExitCode {
     let config = BenchConfig {
         targets: args.addr.into_iter().filter(|a| !a.is_empty()).collect(),
@@ -475,11 +480,18 @@ fn run_bench(args: BenchArgs) -> ExitCode {
         eprintln!("keel bench: {e}");
         return ExitCode::FAILURE;
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.threads {
-        runtime.worker_threads(threads.max(1));
+    if !(1..=BENCH_THREADS_MAX).contains(&args.threads) {
+        eprintln!(
+            "keel bench: --threads {} is out of range: 1 to {BENCH_THREADS_MAX}",
+            args.threads
+        );
+        return ExitCode::FAILURE;
     }
-    let runtime = match runtime.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("keel bench: cannot start the async runtime: {e}");

@@ -292,6 +292,22 @@ fn keel_bench_reports_an_unreachable_server() {
 }
 
 #[test]
+fn keel_bench_refuses_a_thread_count_out_of_range() {
+    for threads in ["0", "65"] {
+        let output = keel()
+            .args(["bench", "--threads", threads, "--requests", "1"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "--threads {threads}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("--threads {threads} is out of range: 1 to 64")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn serve_rejects_incomplete_or_unsupported_settings() {
     let cases: [(&[&str], &str); 3] = [
         (&["serve", "--data-dir", "d"], "--id is required"),
