@@ -308,6 +308,28 @@ fn keel_bench_refuses_a_thread_count_out_of_range() {
 }
 
 #[test]
+fn a_worker_thread_count_out_of_range_is_refused_before_anything_starts() {
+    let dir = std::env::temp_dir().join(format!("keel-workers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = keel()
+        .args(["up", "--worker-threads", "0"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--worker-threads 0 is out of range: 1 to 1024"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.join("keel-data").exists(),
+        "nothing is created when refused"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn serve_rejects_incomplete_or_unsupported_settings() {
     let cases: [(&[&str], &str); 3] = [
         (&["serve", "--data-dir", "d"], "--id is required"),

@@ -55,6 +55,8 @@ pub struct ServeSettings {
     pub metrics_addr: Option<String>,
     pub log_format: Option<LogFormat>,
     pub log_level: Option<String>,
+    /// Async worker threads (default: one per core).
+    pub worker_threads: Option<usize>,
 }
 
 impl ServeSettings {
@@ -91,6 +93,7 @@ impl ServeSettings {
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
+            worker_threads: self.worker_threads.or(file.worker_threads),
         }
     }
 
@@ -164,6 +167,7 @@ mod tests {
         metrics-addr = "127.0.0.1:9100"
         log-format = "json"
         log-level = "debug"
+        worker-threads = 1
     "#;
 
     #[test]
@@ -176,6 +180,7 @@ mod tests {
         assert_eq!(s.metrics_addr.as_deref(), Some("127.0.0.1:9100"));
         assert_eq!(s.log_format, Some(LogFormat::Json));
         assert_eq!(s.log_level.as_deref(), Some("debug"));
+        assert_eq!(s.worker_threads, Some(1));
         let options = s.node_options().unwrap();
         assert_eq!(options.id, 2);
         assert_eq!(options.cluster_id, 7);
