@@ -81,9 +81,8 @@ struct OpsArgs {
     /// up`, one endpoint for the three nodes (each metric has a `node` label).
     #[arg(long)]
     metrics_addr: Option<String>,
-    /// Async worker threads (1 to 1024; default: one per core). On a machine with few cores
-    /// shared by all three nodes of `keel up` and a client, one worker can do better: fewer
-    /// wake-ups between threads (README, Performance).
+    /// Async worker threads (1 to 1024; default: one per core). README, Performance, has what
+    /// one worker did on a 2-core machine shared by `keel up` and its client.
     #[arg(long)]
     worker_threads: Option<usize>,
 }
