@@ -61,18 +61,12 @@ impl Appender {
             .map(|_| {
                 let index = self.next_index;
                 self.next_index += 1;
-                Write {
-                    id: index,
-                    install: None,
-                    entries: vec![Entry {
-                        term: 1,
-                        index,
-                        payload: EntryPayload::Normal(payload.clone()),
-                    }],
-                    hard_state: None,
-                    purge_to: None,
-                    sync: true,
-                }
+                let entry = Entry {
+                    term: 1,
+                    index,
+                    payload: EntryPayload::Normal(payload.clone()),
+                };
+                keel_wal::conformance::write(index, vec![entry], None)
             })
             .collect()
     }

@@ -48,8 +48,7 @@ pub trait FileHandle {
     /// the file system to allocate those blocks now, so that the writes that reach them later
     /// (and their `sync_data`) need no allocation.
     fn write_at_end(&mut self, buf: &[u8], offset: u64, zeros_to: u64) -> io::Result<()> {
-        self.write_at(buf, offset)?;
-        write_zeros(self, offset + buf.len() as u64, zeros_to)
+        write_then_zeros(self, buf, offset, zeros_to)
     }
     /// Sets the file's length; new bytes read as zeros.
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
@@ -176,8 +175,7 @@ impl FileHandle for StdFile {
                 return Ok(());
             }
         }
-        self.write_at(buf, offset)?;
-        write_zeros(self, offset + buf.len() as u64, zeros_to)
+        write_then_zeros(self, buf, offset, zeros_to)
     }
 
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
@@ -206,6 +204,17 @@ impl FileHandle for StdFile {
 /// Zeros written per call by [`write_zeros`].
 const ZEROS_CHUNK_BYTES: usize = 64 << 10;
 static ZEROS: [u8; ZEROS_CHUNK_BYTES] = [0; ZEROS_CHUNK_BYTES];
+
+/// [`FileHandle::write_at_end`] as two plain writes: `buf`, then the zeros after it.
+fn write_then_zeros<H: FileHandle + ?Sized>(
+    file: &mut H,
+    buf: &[u8],
+    offset: u64,
+    zeros_to: u64,
+) -> io::Result<()> {
+    file.write_at(buf, offset)?;
+    write_zeros(file, offset + buf.len() as u64, zeros_to)
+}
 
 /// Writes zeros over `[from, to)` (nothing if `to <= from`), a chunk at a time.
 pub(crate) fn write_zeros<H: FileHandle + ?Sized>(

@@ -10,7 +10,8 @@ use std::os::unix::fs::MetadataExt;
 
 use bytes::Bytes;
 use common::{new_cluster, TempDir};
-use keel_core::{Entry, EntryPayload, HardState, Write};
+use keel_core::{Entry, EntryPayload};
+use keel_wal::conformance::{self, hard_state};
 use keel_wal::segment::segment_file_name;
 use keel_wal::{StdFs, WalConfig, ZERO_AHEAD_BYTES};
 
@@ -30,22 +31,12 @@ fn first_segment_bytes_allocated(zero_fill_segments: bool, batches: u64) -> u64 
     let mut wal = new_cluster(StdFs, dir.path().to_owned(), config);
     let payload = Bytes::from(vec![7u8; ENTRY_BYTES]);
     for index in 1..=batches {
-        let write = Write {
-            id: index,
-            install: None,
-            entries: vec![Entry {
-                term: 1,
-                index,
-                payload: EntryPayload::Normal(payload.clone()),
-            }],
-            hard_state: Some(HardState {
-                term: 1,
-                vote: None,
-                commit: index,
-            }),
-            purge_to: None,
-            sync: true,
+        let entry = Entry {
+            term: 1,
+            index,
+            payload: EntryPayload::Normal(payload.clone()),
         };
+        let write = conformance::write(index, vec![entry], Some(hard_state(1, None, index)));
         wal.write_batch(&[write]).expect("write");
     }
     let first = dir.path().join(segment_file_name(1));
