@@ -446,7 +446,7 @@ impl RaftNode {
                 .front()
                 .is_some_and(|(w, _)| *w <= self.durability.completed_write_id())
             || self.durability.is_dirty(
-                self.log.last_index(),
+                self.write_limit(),
                 self.hard_state(),
                 self.commit_flush_due,
             )
@@ -467,7 +467,7 @@ impl RaftNode {
             self.flush_leader_sends();
         }
         let hard_state = self.hard_state();
-        let last_index = self.log.last_index();
+        let last_index = self.write_limit();
         let write = if self
             .durability
             .is_dirty(last_index, hard_state, self.commit_flush_due)
@@ -665,7 +665,7 @@ impl RaftNode {
     fn send_after_persist(&mut self, msg: Message) {
         let dirty = self
             .durability
-            .is_dirty(self.log.last_index(), self.hard_state(), false);
+            .is_dirty(self.write_limit(), self.hard_state(), false);
         let barrier = self.durability.barrier(dirty);
         if barrier <= self.durability.completed_write_id() && self.held.is_empty() {
             self.messages.push(msg);

@@ -115,7 +115,7 @@ fn leader_replicates_before_own_write_and_counts_itself_after() {
     let x = n.propose(data("x")).expect("leader");
     let rd = n.ready();
     let w = rd.write.expect("x is written");
-    assert_eq!(w.entries.iter().map(Entry::log_id).collect::<Vec<_>>(), [x]);
+    assert_eq!(log_ids(&w.entries), [x]);
     let appends: Vec<NodeId> = rd
         .messages
         .iter()
@@ -134,14 +134,7 @@ fn leader_replicates_before_own_write_and_counts_itself_after() {
     );
     n.persisted(w.id);
     assert_eq!(n.commit_index(), 3, "the leader counts itself once durable");
-    assert_eq!(
-        n.ready()
-            .committed
-            .iter()
-            .map(Entry::log_id)
-            .collect::<Vec<_>>(),
-        [x]
-    );
+    assert_eq!(log_ids(&n.ready().committed), [x]);
 
     // Two followers are a quorum without the leader, but the leader applies only what it holds.
     let y = n.propose(data("y")).expect("leader");
@@ -151,13 +144,54 @@ fn leader_replicates_before_own_write_and_counts_itself_after() {
     assert_eq!(n.commit_index(), 4);
     assert!(n.ready().committed.is_empty(), "not durable locally yet");
     n.persisted(w.id);
+    assert_eq!(log_ids(&n.ready().committed), [y]);
+}
+
+/// Entries proposed while every follower's window of Appends is full wait for the next Append
+/// before the leader writes them too: one write with it instead of one ahead of it.
+#[test]
+fn leader_writes_entries_with_their_append_while_every_window_is_full() {
+    let config = Config {
+        max_inflight_messages: 1,
+        ..test_config(1)
+    };
+    let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
+    make_leader(&mut n);
+    // Both followers still probing (their no-op Appends unanswered): nothing holds writes back.
+    let x = n.propose(data("x")).expect("leader");
+    let w = n.ready().write.expect("x is written at once");
+    assert_eq!(log_ids(&w.entries), [x]);
+    n.persisted(w.id);
+    n.step(ack(2, 1, 2, 3));
+    n.step(ack(3, 1, 2, 3));
+    settle(&mut n);
+    assert_eq!(n.commit_index(), 3);
+
+    // Both followers replicating, one Append each in flight: full windows.
+    let y = n.propose(data("y")).expect("leader");
+    let rd = n.ready();
+    assert_eq!(log_ids(&rd.write.expect("y is written").entries), [y]);
+    let z1 = n.propose(data("z1")).expect("leader");
+    let z2 = n.propose(data("z2")).expect("leader");
+    let rd = n.ready();
+    assert!(rd.messages.is_empty() && rd.write.is_none(), "{rd:?}");
+    assert!(!n.has_ready(), "nothing to do until a follower answers");
+
+    // An answer opens a window: z1 and z2 leave in one Append and one write.
+    n.step(ack(3, 1, 2, 4));
+    let rd = n.ready();
+    let appended: Vec<(NodeId, Vec<LogId>)> = rd
+        .messages
+        .iter()
+        .filter_map(|m| match &m.body {
+            MessageBody::Append { entries, .. } => Some((m.to, log_ids(entries))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(appended, [(3, vec![z1, z2])]);
     assert_eq!(
-        n.ready()
-            .committed
-            .iter()
-            .map(Entry::log_id)
-            .collect::<Vec<_>>(),
-        [y]
+        log_ids(&rd.write.expect("z1 and z2 written").entries),
+        [z1, z2]
     );
 }
 
@@ -171,14 +205,7 @@ fn single_voter_commits_only_after_local_write() {
     assert_eq!(n.commit_index(), e.index - 1);
     n.persisted(rd.write.expect("write").id);
     assert_eq!(n.commit_index(), e.index);
-    assert_eq!(
-        n.ready()
-            .committed
-            .iter()
-            .map(Entry::log_id)
-            .collect::<Vec<_>>(),
-        [e]
-    );
+    assert_eq!(log_ids(&n.ready().committed), [e]);
 }
 
 #[test]

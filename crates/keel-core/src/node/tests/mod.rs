@@ -141,6 +141,10 @@ fn is_vote_traffic(m: &Message) -> bool {
     )
 }
 
+fn log_ids(entries: &[Entry]) -> Vec<LogId> {
+    entries.iter().map(Entry::log_id).collect()
+}
+
 fn data(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
