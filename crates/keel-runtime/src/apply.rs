@@ -1,13 +1,17 @@
-//! The apply thread: the one ordered pipeline that feeds the state machine (DESIGN.md section 4).
+//! The apply pipeline: the one ordered pipeline that feeds the state machine (DESIGN.md section 4).
 //!
 //! Items arrive in log order: committed entries, snapshot restores, linearizable reads (queued
 //! by the node only once every entry up to the read index was queued before them) and
-//! snapshot requests. Applying on a thread of its own keeps a slow state machine from delaying
-//! ticks and heartbeats on the node task.
+//! snapshot requests. They run on the apply thread, so a slow state machine does not delay ticks
+//! and heartbeats on the node task, except small batches of entries and reads that find the
+//! thread idle: the node task applies those itself, within a time budget predicted from their
+//! recent cost ([`ApplyQueue`]). Either way one lock and one order: the state machine never sees
+//! two callers at once, nor an item before the ones queued ahead of it.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index, SnapshotMeta};
@@ -19,6 +23,9 @@ use crate::node::Event;
 
 /// The application's replicated state machine. Implementations must be deterministic: every
 /// replica applies the same entries in the same order and must reach the same state.
+///
+/// Calls come from the apply thread, or from the node task for small batches while that thread is
+/// idle (`NodeConfig::apply_inline_budget_us`), never two at once.
 pub trait StateMachine: Send + 'static {
     /// Applies the entry at `index` and returns the result for the client that proposed it.
     fn apply(&mut self, index: Index, data: &Bytes) -> Bytes;
@@ -102,92 +109,240 @@ impl SnapshotPolicy {
     }
 }
 
+/// The state machine with its position in the log: what applies an item, on the apply thread or
+/// inline on the node task (see [`ApplyQueue`]).
+struct Applier<S> {
+    sm: S,
+    applied: Index,
+    snapshot_index: Index,
+    bytes_since_snapshot: u64,
+    policy: SnapshotPolicy,
+    last_snapshot_bytes: Arc<AtomicU64>,
+    events: mpsc::UnboundedSender<Event>,
+    /// Recent cost of one entry or one read, in nanoseconds (a moving average over batches),
+    /// from which the node task predicts whether an item fits its budget.
+    entry_cost_ns: u64,
+    read_cost_ns: u64,
+}
+
+/// What an entry or a read is assumed to cost before any was measured: high enough that only
+/// small batches run inline until the state machine has shown its speed.
+const COST_BEFORE_MEASURED_NS: u64 = 10_000;
+
+/// Folds a new measurement into a moving average (weight 1/8): one slow batch (a page fault, a
+/// preemption) moves the estimate, a lasting change takes it over.
+fn moving_average(old_ns: u64, new_ns: u64) -> u64 {
+    (old_ns.saturating_mul(7).saturating_add(new_ns)) / 8
+}
+
+impl<S: StateMachine> Applier<S> {
+    /// Applies a batch of entries in order and reports the new applied index. Returns whether a
+    /// snapshot is due.
+    fn apply_entries(&mut self, batch: Vec<(Entry, Option<ProposalReply>)>) -> bool {
+        let started = Instant::now();
+        let count = batch.len() as u64;
+        for (entry, reply) in batch {
+            assert_eq!(entry.index, self.applied + 1, "entries apply in order");
+            let result = match &entry.payload {
+                EntryPayload::Normal(data) => {
+                    self.bytes_since_snapshot += data.len() as u64;
+                    self.sm.apply(entry.index, data)
+                }
+                EntryPayload::Noop | EntryPayload::Membership(_) => Bytes::new(),
+            };
+            self.applied = entry.index;
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        if let Some(per_entry_ns) = (started.elapsed().as_nanos() as u64).checked_div(count) {
+            self.entry_cost_ns = moving_average(self.entry_cost_ns, per_entry_ns);
+        }
+        let _ = self.events.send(Event::Applied(self.applied));
+        self.policy.due(
+            self.applied - self.snapshot_index,
+            self.bytes_since_snapshot,
+            self.last_snapshot_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    fn read(&mut self, read: ReadFn<S>) {
+        let started = Instant::now();
+        read(Ok(&self.sm));
+        let read_ns = started.elapsed().as_nanos() as u64;
+        self.read_cost_ns = moving_average(self.read_cost_ns, read_ns);
+    }
+
+    /// Captures a view of the state at the applied index; the node serializes it on another
+    /// thread.
+    fn take_snapshot(&mut self) {
+        self.snapshot_index = self.applied;
+        self.bytes_since_snapshot = 0;
+        let view = self.sm.snapshot_view();
+        let _ = self.events.send(Event::SnapshotTaken {
+            index: self.applied,
+            view,
+        });
+    }
+
+    fn restore(&mut self, meta: SnapshotMeta, path: PathBuf, file: <StdFs as Fs>::File) {
+        // Entries at or below the snapshot never come after it (the core drops them); the state
+        // is replaced wholesale.
+        assert!(meta.last.index > self.applied, "restore moves forward");
+        let data = match keel_wal::snapshot::read_snapshot_handle(&file, &path, u64::MAX) {
+            Ok((read, data)) if read.meta.last == meta.last => data,
+            Ok((read, _)) => crate::storage::fatal(
+                "restore",
+                &format!(
+                    "{} holds {}, not {}",
+                    path.display(),
+                    read.meta.last,
+                    meta.last
+                ),
+            ),
+            Err(e) => crate::storage::fatal("restore", &e),
+        };
+        drop(file);
+        self.sm.restore(&data);
+        self.applied = meta.last.index;
+        self.snapshot_index = self.applied;
+        self.bytes_since_snapshot = 0;
+        let _ = self.events.send(Event::Applied(self.applied));
+    }
+
+    fn process(&mut self, item: ApplyItem<S>) {
+        match item {
+            ApplyItem::Entries(batch) => {
+                if self.apply_entries(batch) {
+                    self.take_snapshot();
+                }
+            }
+            ApplyItem::Restore { meta, path, file } => self.restore(meta, path, file),
+            ApplyItem::Read(read) => self.read(read),
+            ApplyItem::Snapshot => self.take_snapshot(),
+        }
+    }
+}
+
+struct Shared<S> {
+    applier: Mutex<Applier<S>>,
+    /// Items sent to the apply thread and not yet processed by it.
+    queued: AtomicUsize,
+}
+
+/// The node task's end of the apply pipeline.
+///
+/// Items go to the apply thread in order. But when the thread has nothing queued and is not
+/// busy, and an item of entries or a read is predicted to take at most `inline_budget_ns` (from
+/// the recent cost per entry or per read), the node task applies it itself: the proposer's reply
+/// then leaves from the node task's worker, and the apply thread is neither woken nor has to
+/// report back, which saves two thread wake-ups per batch. Order is kept: inline only when every
+/// item sent before has been processed (`queued` is zero) and with the state machine's lock held.
+/// A snapshot view is never captured inline (it copies the state's map): when one is due, it is
+/// queued to the thread.
+pub(crate) struct ApplyQueue<S> {
+    shared: Arc<Shared<S>>,
+    items: mpsc::UnboundedSender<ApplyItem<S>>,
+    inline_budget_ns: u64,
+}
+
+impl<S: StateMachine> ApplyQueue<S> {
+    /// Hands `item` to the pipeline: applied inline now if it qualifies, else queued.
+    pub fn submit(&self, item: ApplyItem<S>) {
+        if let Some(item) = self.try_inline(item) {
+            self.enqueue(item);
+        }
+    }
+
+    fn enqueue(&self, item: ApplyItem<S>) {
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        if self.items.send(item).is_err() {
+            // The apply thread is gone (a panic in the state machine): nothing will apply.
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Applies `item` inline if it qualifies; gives it back otherwise.
+    fn try_inline(&self, item: ApplyItem<S>) -> Option<ApplyItem<S>> {
+        if self.inline_budget_ns == 0 || self.shared.queued.load(Ordering::Acquire) != 0 {
+            return Some(item);
+        }
+        let Ok(mut applier) = self.shared.applier.try_lock() else {
+            return Some(item);
+        };
+        let predicted_ns = match &item {
+            ApplyItem::Entries(batch) => (batch.len() as u64).saturating_mul(applier.entry_cost_ns),
+            ApplyItem::Read(_) => applier.read_cost_ns,
+            ApplyItem::Restore { .. } | ApplyItem::Snapshot => return Some(item),
+        };
+        if predicted_ns > self.inline_budget_ns {
+            return Some(item);
+        }
+        match item {
+            ApplyItem::Entries(batch) => {
+                if applier.apply_entries(batch) {
+                    drop(applier);
+                    self.enqueue(ApplyItem::Snapshot);
+                }
+            }
+            ApplyItem::Read(read) => applier.read(read),
+            ApplyItem::Restore { .. } | ApplyItem::Snapshot => unreachable!("checked above"),
+        }
+        None
+    }
+}
+
+/// Starts the apply thread and returns the pipeline's sending end.
 pub(crate) fn spawn<S: StateMachine>(
-    mut sm: S,
+    sm: S,
     applied: Index,
     policy: SnapshotPolicy,
     last_snapshot_bytes: Arc<AtomicU64>,
-    mut items: mpsc::UnboundedReceiver<ApplyItem<S>>,
+    inline_budget_ns: u64,
     events: mpsc::UnboundedSender<Event>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
+) -> std::io::Result<(ApplyQueue<S>, std::thread::JoinHandle<()>)> {
+    let shared = Arc::new(Shared {
+        applier: Mutex::new(Applier {
+            sm,
+            applied,
+            snapshot_index: applied,
+            bytes_since_snapshot: 0,
+            policy,
+            last_snapshot_bytes,
+            events,
+            entry_cost_ns: COST_BEFORE_MEASURED_NS,
+            read_cost_ns: COST_BEFORE_MEASURED_NS,
+        }),
+        queued: AtomicUsize::new(0),
+    });
+    let (items_tx, mut items) = mpsc::unbounded_channel();
+    let thread_shared = Arc::clone(&shared);
+    let thread = std::thread::Builder::new()
         .name("keel-apply".into())
         .spawn(move || {
-            let mut applied = applied;
-            let mut snapshot_index = applied;
-            let mut bytes_since_snapshot: u64 = 0;
-            let take = |sm: &S, applied: Index, snapshot_index: &mut Index, bytes: &mut u64| {
-                *snapshot_index = applied;
-                *bytes = 0;
-                // Only a view here; the node serializes it on another thread.
-                let view = sm.snapshot_view();
-                let _ = events.send(Event::SnapshotTaken {
-                    index: applied,
-                    view,
-                });
-            };
+            // Ends when the node task drops its queue.
             while let Some(item) = items.blocking_recv() {
-                match item {
-                    ApplyItem::Entries(batch) => {
-                        for (entry, reply) in batch {
-                            assert_eq!(entry.index, applied + 1, "entries apply in order");
-                            let result = match &entry.payload {
-                                EntryPayload::Normal(data) => {
-                                    bytes_since_snapshot += data.len() as u64;
-                                    sm.apply(entry.index, data)
-                                }
-                                EntryPayload::Noop | EntryPayload::Membership(_) => Bytes::new(),
-                            };
-                            applied = entry.index;
-                            if let Some(reply) = reply {
-                                let _ = reply.send(Ok(result));
-                            }
-                        }
-                        let _ = events.send(Event::Applied(applied));
-                        if policy.due(
-                            applied - snapshot_index,
-                            bytes_since_snapshot,
-                            last_snapshot_bytes.load(Ordering::Relaxed),
-                        ) {
-                            take(&sm, applied, &mut snapshot_index, &mut bytes_since_snapshot);
-                        }
-                    }
-                    ApplyItem::Restore { meta, path, file } => {
-                        // Entries at or below the snapshot never come after it (the core drops
-                        // them); the state is replaced wholesale.
-                        assert!(meta.last.index > applied, "restore moves forward");
-                        let data = match keel_wal::snapshot::read_snapshot_handle(
-                            &file,
-                            &path,
-                            u64::MAX,
-                        ) {
-                            Ok((read, data)) if read.meta.last == meta.last => data,
-                            Ok((read, _)) => crate::storage::fatal(
-                                "restore",
-                                &format!(
-                                    "{} holds {}, not {}",
-                                    path.display(),
-                                    read.meta.last,
-                                    meta.last
-                                ),
-                            ),
-                            Err(e) => crate::storage::fatal("restore", &e),
-                        };
-                        drop(file);
-                        sm.restore(&data);
-                        applied = meta.last.index;
-                        snapshot_index = applied;
-                        bytes_since_snapshot = 0;
-                        let _ = events.send(Event::Applied(applied));
-                    }
-                    ApplyItem::Read(read) => read(Ok(&sm)),
-                    ApplyItem::Snapshot => {
-                        take(&sm, applied, &mut snapshot_index, &mut bytes_since_snapshot)
-                    }
-                }
+                let mut applier = thread_shared
+                    .applier
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                applier.process(item);
+                // Still holding the lock: the node task sees zero only once this item is done.
+                thread_shared.queued.fetch_sub(1, Ordering::AcqRel);
             }
-        })
+        })?;
+    Ok((
+        ApplyQueue {
+            shared,
+            items: items_tx,
+            inline_budget_ns,
+        },
+        thread,
+    ))
 }
+
+#[cfg(test)]
+mod queue_tests;
 
 #[cfg(test)]
 mod tests {

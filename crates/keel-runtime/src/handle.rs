@@ -214,7 +214,10 @@ impl<S: Send + 'static> Handle<S> {
         }
     }
 
-    /// Runs `f` against the state machine, linearizably (ReadIndex on the leader).
+    /// Runs `f` against the state machine, linearizably (ReadIndex on the leader). `f` runs in
+    /// the apply pipeline: on the apply thread, or on the node task when that thread is idle and
+    /// recent reads took less than `NodeConfig::apply_inline_budget_us`. Keep it short (a lookup,
+    /// not a scan of the whole state), or set that budget to 0.
     pub async fn read<R: Send + 'static>(
         &self,
         f: impl FnOnce(&S) -> R + Send + 'static,

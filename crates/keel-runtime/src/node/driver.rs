@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{interval, MissedTickBehavior};
 
 use super::{NodeConfig, SnapshotData};
-use crate::apply::{ApplyItem, ProposalReply, ReadFn, SnapshotWriter, StateMachine};
+use crate::apply::{ApplyItem, ApplyQueue, ProposalReply, ReadFn, SnapshotWriter, StateMachine};
 use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
 use crate::storage::{fatal, StorageCommand};
 use crate::transport::{Inbound, Transport};
@@ -56,7 +56,7 @@ pub(super) struct Driver<S> {
     pub storage: mpsc::Sender<StorageCommand>,
     /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
     /// which the core keeps in memory anyway until they are applied and snapshotted.
-    pub apply: mpsc::UnboundedSender<ApplyItem<S>>,
+    pub apply: ApplyQueue<S>,
     pub events_tx: mpsc::UnboundedSender<Event>,
     /// Highest index handed to the apply thread.
     pub apply_sent: Index,
@@ -245,7 +245,7 @@ impl<S: StateMachine> Driver<S> {
             self.apply_sent = entry.index;
             batch.push((entry, reply));
         }
-        let _ = self.apply.send(ApplyItem::Entries(batch));
+        self.apply.submit(ApplyItem::Entries(batch));
     }
 
     fn restore(&mut self, meta: SnapshotMeta) {
@@ -276,7 +276,7 @@ impl<S: StateMachine> Driver<S> {
             let _ = reply.send(Err(outcome));
         }
         self.apply_sent = meta.last.index;
-        let _ = self.apply.send(ApplyItem::Restore { meta, path, file });
+        self.apply.submit(ApplyItem::Restore { meta, path, file });
     }
 
     /// Queues reads whose index has been handed to the apply thread behind those entries.
@@ -287,7 +287,7 @@ impl<S: StateMachine> Driver<S> {
             .partition(|(index, _)| *index <= sent);
         self.waiting_reads = waiting;
         for (_, read) in ready {
-            let _ = self.apply.send(ApplyItem::Read(read));
+            self.apply.submit(ApplyItem::Read(read));
         }
     }
 
@@ -564,7 +564,7 @@ impl<S: StateMachine> Driver<S> {
             }
             Request::SnapshotNow(reply) => {
                 self.snapshot_waiters.push(reply);
-                let _ = self.apply.send(ApplyItem::Snapshot);
+                self.apply.submit(ApplyItem::Snapshot);
             }
             Request::Shutdown => self.stopping = true,
         }
