@@ -129,6 +129,20 @@ struct Applier<S> {
 /// small batches run inline until the state machine has shown its speed.
 const COST_BEFORE_MEASURED_NS: u64 = 10_000;
 
+/// Most entry data an inline batch may carry: the cost per entry is an average, and one large
+/// value (a copy of megabytes) must not run on the node task on the strength of small ones.
+const INLINE_BATCH_BYTES_MAX: u64 = 64 * 1024;
+
+fn data_bytes(batch: &[(Entry, Option<ProposalReply>)]) -> u64 {
+    batch
+        .iter()
+        .map(|(entry, _)| match &entry.payload {
+            EntryPayload::Normal(data) => data.len() as u64,
+            EntryPayload::Noop | EntryPayload::Membership(_) => 0,
+        })
+        .sum()
+}
+
 /// Folds a new measurement into a moving average (weight 1/8): one slow batch (a page fault, a
 /// preemption) moves the estimate, a lasting change takes it over.
 fn moving_average(old_ns: u64, new_ns: u64) -> u64 {
@@ -233,8 +247,9 @@ struct Shared<S> {
 /// The node task's end of the apply pipeline.
 ///
 /// Items go to the apply thread in order. But when the thread has nothing queued and is not
-/// busy, and an item of entries or a read is predicted to take at most `inline_budget_ns` (from
-/// the recent cost per entry or per read), the node task applies it itself: the proposer's reply
+/// busy, and an item of entries (of at most [`INLINE_BATCH_BYTES_MAX`] of data) or a read is
+/// predicted to take at most `inline_budget_ns` (from the recent cost per entry or per read), the
+/// node task applies it itself: the proposer's reply
 /// then leaves from the node task's worker, and the apply thread is neither woken nor has to
 /// report back, which saves two thread wake-ups per batch. Order is kept: inline only when every
 /// item sent before has been processed (`queued` is zero) and with the state machine's lock held.
@@ -271,6 +286,9 @@ impl<S: StateMachine> ApplyQueue<S> {
             return Some(item);
         };
         let predicted_ns = match &item {
+            ApplyItem::Entries(batch) if data_bytes(batch) > INLINE_BATCH_BYTES_MAX => {
+                return Some(item)
+            }
             ApplyItem::Entries(batch) => (batch.len() as u64).saturating_mul(applier.entry_cost_ns),
             ApplyItem::Read(_) => applier.read_cost_ns,
             ApplyItem::Restore { .. } | ApplyItem::Snapshot => return Some(item),

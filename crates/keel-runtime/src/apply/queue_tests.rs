@@ -78,8 +78,16 @@ fn no_snapshots() -> SnapshotPolicy {
 }
 
 impl Harness {
-    /// Submits `count` entries as one batch and returns their replies.
+    /// Submits `count` entries of one byte as one batch and returns their replies.
     fn submit(&mut self, count: u64) -> Vec<oneshot::Receiver<Result<Bytes, crate::ClientError>>> {
+        self.submit_sized(count, 1)
+    }
+
+    fn submit_sized(
+        &mut self,
+        count: u64,
+        bytes_each: usize,
+    ) -> Vec<oneshot::Receiver<Result<Bytes, crate::ClientError>>> {
         let mut batch = Vec::new();
         let mut replies = Vec::new();
         for _ in 0..count {
@@ -87,7 +95,7 @@ impl Harness {
             let entry = Entry {
                 index: self.next,
                 term: 1,
-                payload: EntryPayload::Normal(Bytes::from_static(b"x")),
+                payload: EntryPayload::Normal(Bytes::from(vec![b'x'; bytes_each])),
             };
             self.next += 1;
             batch.push((entry, Some(tx)));
@@ -139,7 +147,7 @@ fn an_idle_pipeline_applies_a_small_batch_on_the_caller_and_replies_at_once() {
 }
 
 #[test]
-fn a_zero_budget_or_a_batch_over_it_goes_to_the_apply_thread() {
+fn a_zero_budget_or_a_batch_over_it_or_over_64_kib_goes_to_the_apply_thread() {
     let mut h = harness(0, no_snapshots());
     h.submit(2);
     assert_eq!(on(&h.finish(), "keel-apply"), [1, 2]);
@@ -151,6 +159,14 @@ fn a_zero_budget_or_a_batch_over_it_goes_to_the_apply_thread() {
     let mut h = harness(50_000, no_snapshots());
     h.submit(5);
     assert_eq!(on(&h.finish(), &caller()), [1, 2, 3, 4, 5]);
+
+    // Whatever the budget, a batch carrying more than 64 KiB of data.
+    let mut h = harness(1_000_000_000, no_snapshots());
+    h.submit_sized(1, 64 * 1024);
+    h.submit_sized(2, 32 * 1024 + 1);
+    let applied = h.finish();
+    assert_eq!(on(&applied, &caller()), [1]);
+    assert_eq!(on(&applied, "keel-apply"), [2, 3]);
 }
 
 #[test]
