@@ -20,7 +20,7 @@ use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
 use crate::storage::{fatal, StorageCommand};
 use crate::transport::{Inbound, Transport};
 
-/// Completions from the storage thread, the apply thread and snapshot transfers.
+/// Completions from the storage thread, the apply pipeline and snapshot transfers.
 #[derive(Debug)]
 pub enum Event {
     Persisted(u64),
@@ -58,17 +58,17 @@ pub(super) struct Driver<S> {
     /// which the core keeps in memory anyway until they are applied and snapshotted.
     pub apply: ApplyQueue<S>,
     pub events_tx: mpsc::UnboundedSender<Event>,
-    /// Highest index handed to the apply thread.
+    /// Highest index handed to the apply pipeline.
     pub apply_sent: Index,
     /// Proposals by index, with the term they were appended in.
     pub pending_proposals: BTreeMap<Index, (Term, ProposalReply)>,
     /// Reads waiting for their ReadIndex round, by context.
     pub pending_reads: BTreeMap<u64, ReadFn<S>>,
-    /// Reads whose round completed, waiting for their index to be handed to the apply thread.
+    /// Reads whose round completed, waiting for their index to be handed to the apply pipeline.
     pub waiting_reads: Vec<(Index, ReadFn<S>)>,
     pub next_read_ctx: u64,
     pub snapshot_data: SnapshotData,
-    /// The newest snapshot file's size, for the apply thread's snapshot policy.
+    /// The newest snapshot file's size, for the apply pipeline's snapshot policy.
     pub last_snapshot_bytes: Arc<AtomicU64>,
     /// Snapshot transfers in flight, per follower, with the snapshot each streams.
     pub snapshot_sends: HashMap<NodeId, (LogId, tokio::task::JoinHandle<()>)>,
@@ -225,7 +225,7 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
-    /// Sends committed entries to the apply thread, each with its proposer's reply channel if
+    /// Hands committed entries to the apply pipeline, each with its proposer's reply channel if
     /// that proposal is the entry that committed.
     fn hand_out(&mut self, committed: Vec<Entry>) {
         let mut batch = Vec::with_capacity(committed.len());
@@ -279,7 +279,7 @@ impl<S: StateMachine> Driver<S> {
         self.apply.submit(ApplyItem::Restore { meta, path, file });
     }
 
-    /// Queues reads whose index has been handed to the apply thread behind those entries.
+    /// Hands the apply pipeline the reads whose index it has been handed, behind those entries.
     fn release_reads(&mut self) {
         let sent = self.apply_sent;
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_reads)

@@ -79,10 +79,10 @@ pub struct NodeConfig {
     /// Past this a request resolves with `ClientError::Unknown`.
     pub request_timeout_ms: u64,
     /// Committed entries and reads are applied on the apply thread, or on the node task itself
-    /// when the thread is idle and the batch (at most 64 KiB of entry data) is predicted (from
-    /// the state machine's recent cost per entry or per read) to take at most this long: two thread wake-ups fewer per batch
-    /// (default 100 µs; 0: always on the apply thread). This is how long the node task may be
-    /// busy applying instead of handling messages and ticks.
+    /// when the thread is idle and the batch (at most 64 KiB of entry data) is predicted, from
+    /// the state machine's recent cost per entry or per read, to take at most this long: two
+    /// thread wake-ups fewer per batch (default 100 µs; 0: always on the apply thread). This is
+    /// how long the node task may be busy applying instead of handling messages and ticks.
     pub apply_inline_budget_us: u64,
 }
 
