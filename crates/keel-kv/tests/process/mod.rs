@@ -19,12 +19,21 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// Socket read/write timeout of test clients.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A loopback port for a server process to bind later, drawn below the kernel's ephemeral range
+/// (32768 and up by default) so no outgoing connection can be handed it meanwhile; each test
+/// process walks its own sequence (from its id) and checks each port by binding it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const FIRST_PORT: u64 = 10_000;
+    const PORTS: u64 = 32_768 - FIRST_PORT;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = u64::from(std::process::id()).wrapping_mul(7_919) % PORTS;
+    loop {
+        let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (FIRST_PORT + (start + next) % PORTS) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Retries `f` every 50 ms until it returns `Some` or `deadline` passes (then panics naming

@@ -13,9 +13,23 @@ use bytes::Bytes;
 use keel_core::{Index, NodeId, Role};
 use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
 
+/// A loopback address for a node to bind later. Its port is drawn below the kernel's ephemeral
+/// range (32768 and up by default): a port the kernel handed out as free could be handed again to
+/// another test's outgoing connection before the node binds it (seen in CI: a node retried
+/// `Address already in use` until its deadline). Below that range nothing is assigned
+/// automatically; each process walks its own sequence (from its id) and checks each port by
+/// binding it.
 pub fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    const FIRST_PORT: u64 = 10_000;
+    const PORTS: u64 = 32_768 - FIRST_PORT;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let start = u64::from(std::process::id()).wrapping_mul(7_919) % PORTS;
+    loop {
+        let port = FIRST_PORT + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % PORTS;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            return l.local_addr().unwrap();
+        }
+    }
 }
 
 /// A fresh (emptied) directory under the system temp dir, unique to this process and call.
