@@ -249,9 +249,9 @@ struct Shared<S> {
 /// Items go to the apply thread in order. But when the thread has nothing queued and is not
 /// busy, and an item of entries (of at most [`INLINE_BATCH_BYTES_MAX`] of data) or a read is
 /// predicted to take at most `inline_budget_ns` (from the recent cost per entry or per read), the
-/// node task applies it itself: the proposer's reply
-/// then leaves from the node task's worker, and the apply thread is neither woken nor has to
-/// report back, which saves two thread wake-ups per batch. Order is kept: inline only when every
+/// node task applies it itself: the proposer's reply then leaves from the node task's worker, and
+/// the apply thread is neither woken nor has to report back, which saves two thread wake-ups per
+/// batch. Order is kept: inline only when every
 /// item sent before has been processed (`queued` is zero) and with the state machine's lock held.
 /// A snapshot view is never captured inline (it copies the state's map): when one is due, it is
 /// queued to the thread.
@@ -296,15 +296,17 @@ impl<S: StateMachine> ApplyQueue<S> {
         if predicted_ns > self.inline_budget_ns {
             return Some(item);
         }
-        match item {
-            ApplyItem::Entries(batch) => {
-                if applier.apply_entries(batch) {
-                    drop(applier);
-                    self.enqueue(ApplyItem::Snapshot);
-                }
+        // As `Applier::process`, except that a due snapshot is left to the thread.
+        let snapshot_due = match item {
+            ApplyItem::Entries(batch) => applier.apply_entries(batch),
+            read => {
+                applier.process(read);
+                false
             }
-            ApplyItem::Read(read) => applier.read(read),
-            ApplyItem::Restore { .. } | ApplyItem::Snapshot => unreachable!("checked above"),
+        };
+        drop(applier);
+        if snapshot_due {
+            self.enqueue(ApplyItem::Snapshot);
         }
         None
     }

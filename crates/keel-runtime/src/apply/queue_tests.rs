@@ -21,13 +21,11 @@ struct Recorder {
 impl StateMachine for Recorder {
     fn apply(&mut self, index: Index, _data: &Bytes) -> Bytes {
         std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
-        let thread = std::thread::current().name().unwrap_or("").to_string();
-        self.applied.lock().unwrap().push((index, thread));
+        self.applied.lock().unwrap().push((index, caller()));
         Bytes::from(index.to_string())
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
-        let thread = std::thread::current().name().unwrap_or("").to_string();
-        Box::new(thread.into_bytes())
+        Box::new(caller().into_bytes())
     }
     fn restore(&mut self, _data: &[u8]) {}
 }
@@ -88,6 +86,20 @@ impl Harness {
         count: u64,
         bytes_each: usize,
     ) -> Vec<oneshot::Receiver<Result<Bytes, crate::ClientError>>> {
+        let (item, replies) = self.batch(count, bytes_each);
+        self.queue.submit(item);
+        replies
+    }
+
+    /// The next `count` entries of `bytes_each` bytes as one item, with their replies.
+    fn batch(
+        &mut self,
+        count: u64,
+        bytes_each: usize,
+    ) -> (
+        ApplyItem<Recorder>,
+        Vec<oneshot::Receiver<Result<Bytes, crate::ClientError>>>,
+    ) {
         let mut batch = Vec::new();
         let mut replies = Vec::new();
         for _ in 0..count {
@@ -101,8 +113,7 @@ impl Harness {
             batch.push((entry, Some(tx)));
             replies.push(rx);
         }
-        self.queue.submit(ApplyItem::Entries(batch));
-        replies
+        (ApplyItem::Entries(batch), replies)
     }
 
     /// Stops the thread (it finishes what it holds) and returns who applied what.
@@ -126,6 +137,7 @@ fn on(applied: &[(Index, String)], thread: &str) -> Vec<Index> {
         .collect()
 }
 
+/// The name of the calling thread.
 fn caller() -> String {
     std::thread::current().name().unwrap_or("").to_string()
 }
@@ -175,15 +187,8 @@ fn items_wait_behind_queued_ones_and_apply_in_order() {
     h.delay_ms.store(20, Ordering::Relaxed);
     // A batch the thread holds (and applies slowly): what follows must queue behind it, not
     // overtake it inline.
-    h.queue.enqueue(ApplyItem::Entries(vec![(
-        Entry {
-            index: 1,
-            term: 1,
-            payload: EntryPayload::Normal(Bytes::from_static(b"x")),
-        },
-        None,
-    )]));
-    h.next = 2;
+    let (held, _replies) = h.batch(1, 1);
+    h.queue.enqueue(held);
     h.submit(1);
     h.submit(1);
     let applied = h.finish();
@@ -225,4 +230,29 @@ fn nothing_runs_inline_while_an_item_is_queued_even_with_the_lock_free() {
     h.queue.shared.queued.fetch_add(1, Ordering::AcqRel);
     h.submit(1);
     assert_eq!(on(&h.finish(), "keel-apply"), [1]);
+}
+
+#[test]
+fn a_read_runs_on_the_caller_when_idle_and_behind_queued_entries_otherwise() {
+    let mut h = harness(1_000_000_000, no_snapshots());
+    let read_on = |h: &Harness| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        h.queue.submit(ApplyItem::Read(Box::new(move |state| {
+            assert!(state.is_ok());
+            tx.send(caller()).unwrap();
+        })));
+        rx
+    };
+    assert_eq!(
+        read_on(&h).try_recv().unwrap(),
+        caller(),
+        "idle: run at once"
+    );
+
+    h.delay_ms.store(20, Ordering::Relaxed);
+    let (held, _replies) = h.batch(1, 1);
+    h.queue.enqueue(held);
+    let behind = read_on(&h);
+    assert_eq!(h.finish(), [(1, "keel-apply".to_string())]);
+    assert_eq!(behind.recv().unwrap(), "keel-apply");
 }
