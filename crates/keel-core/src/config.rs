@@ -16,12 +16,25 @@ pub struct Config {
     pub pre_vote: bool,
     /// A leader that has not heard from a quorum for an election timeout steps down, and voters
     /// that heard from a leader within the minimum election timeout ignore ordinary vote requests.
+    ///
+    /// With neither this nor `pre_vote`, a member removed while it could not hear the leader
+    /// may never learn that it was removed and depose every later leader with its elections
+    /// (Raft thesis 4.2.3); shut such a node down. Either one alone prevents it.
     pub check_quorum: bool,
     /// Flow control: bounds on one Append message.
     pub max_entries_per_message: usize,
     pub max_bytes_per_message: usize,
     /// Pipelining: Append messages in flight per follower.
     pub max_inflight_messages: usize,
+    /// Batching while an Append is in flight. With this set, a further Append to the same
+    /// follower leaves only if the message limits cut it short (more entries wait behind it, as
+    /// in a follower's catch-up); one that would carry the log's tail waits for the answer, and
+    /// entries proposed meanwhile leave with it. Fewer, larger messages and writes: each round
+    /// to a follower then costs it one write and one fsync, instead of a second Append queueing
+    /// behind the fsync in progress and the entries after it waiting for a third. Off, every
+    /// batch leaves at once while the window allows: less waiting on long round trips at the
+    /// cost of more, smaller messages.
+    pub hold_partial_appends: bool,
     /// Bound on entries handed to the application in one `Ready`.
     pub max_apply_entries: usize,
     /// Bound on entries handed to the application and not yet reported applied: the length of
@@ -55,6 +68,7 @@ impl Config {
             max_entries_per_message: 512,
             max_bytes_per_message: 1 << 20,
             max_inflight_messages: 64,
+            hold_partial_appends: true,
             max_apply_entries: 4096,
             max_unapplied_entries: 16_384,
             max_uncommitted_entries: 65_536,

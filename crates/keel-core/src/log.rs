@@ -151,6 +151,31 @@ impl RaftLog {
         out
     }
 
+    /// Whether the entries from `lo` to the end exceed one message of at most `max_entries` and
+    /// `max_bytes`: whether an Append starting at `lo` would be cut by the limits (the same
+    /// measure as [`RaftLog::slice`]) instead of reaching the last entry.
+    pub fn exceeds_one_message(&self, lo: Index, max_entries: usize, max_bytes: usize) -> bool {
+        debug_assert!(lo > self.purged.index, "range below the purged prefix");
+        let Some(start) = lo.checked_sub(self.purged.index + 1) else {
+            return false;
+        };
+        let start = start as usize;
+        if start >= self.entries.len() {
+            return false;
+        }
+        if self.entries.len() - start > max_entries {
+            return true;
+        }
+        let mut bytes = 0;
+        for (i, e) in self.entries.range(start..).enumerate() {
+            bytes += e.size_bytes();
+            if i > 0 && bytes > max_bytes {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Appends entries that must directly follow the last one.
     pub fn append(&mut self, entry: Entry) {
         assert_eq!(
@@ -331,5 +356,24 @@ mod tests {
         assert_eq!(log.slice(2, 9, 100, 1).len(), 1);
         assert_eq!(log.slice(9, 20, 100, usize::MAX).len(), 2);
         assert!(log.slice(11, 20, 100, usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn exceeds_one_message_agrees_with_where_slice_stops() {
+        let log = log_with(&[1; 10]);
+        let one = entry(1, 1).size_bytes();
+        for lo in 1..=11 {
+            for max_entries in [1, 3, 10, 100] {
+                for max_bytes in [1, one, 3 * one, usize::MAX] {
+                    let slice = log.slice(lo, log.last_index(), max_entries, max_bytes);
+                    let cut = slice.last().is_some_and(|e| e.index < log.last_index());
+                    assert_eq!(
+                        log.exceeds_one_message(lo, max_entries, max_bytes),
+                        cut,
+                        "from {lo}, {max_entries} entries, {max_bytes} bytes"
+                    );
+                }
+            }
+        }
     }
 }

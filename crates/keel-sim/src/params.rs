@@ -25,6 +25,8 @@ pub struct Params {
     pub heartbeat_interval_ticks: u32,
     pub max_entries_per_message: usize,
     pub max_inflight_messages: usize,
+    /// The core's `hold_partial_appends`: batching while an Append is in flight, or not.
+    pub hold_partial_appends: bool,
     /// Network: one-way delay in `[min, max]` units (different delays reorder messages).
     pub net_delay_min: u64,
     pub net_delay_max: u64,
@@ -110,6 +112,8 @@ impl Params {
             snapshot_chunks: rng.random_range(1..=8),
             apply_delay: [0, 0, 5, 40][rng.random_range(0..4)],
             apply_batch: rng.random_range(1..=16),
+            // Drawn last, so the draws before it are those of earlier versions.
+            hold_partial_appends: rng.random_bool(0.5),
         }
     }
 }

@@ -57,6 +57,9 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             if !w.step() {
                 break;
             }
+            if w.steps % 16 == 0 {
+                w.retire_removed();
+            }
             if w.steps % 16 == 0 && w.converged() {
                 converged = true;
                 break;
@@ -152,7 +155,7 @@ impl World {
             Event::Crash(id) => self.crash(id),
             Event::Restart(id) => {
                 let idx = (id - 1) as usize;
-                if self.nodes[idx].raft.is_none() {
+                if self.nodes[idx].raft.is_none() && !self.nodes[idx].retired {
                     self.trace_line(|| format!("restart n{id}"));
                     self.start_node(id);
                 }
@@ -201,6 +204,42 @@ impl World {
             if self.nodes[(id - 1) as usize].raft.is_none() {
                 self.schedule(1, Event::Restart(id));
             }
+        }
+    }
+
+    /// After healing, with neither pre-vote nor check-quorum: shuts down for good every node
+    /// outside the leader's configuration once that configuration is a plain one (the joint
+    /// phase is over), as an operator does with a removed server. Such a node may never hear
+    /// that the joint configuration was left (no leader of the new one sends to it), so it
+    /// stays a voter in its own eyes, and each of its elections deposes the leader: the
+    /// disruption the Raft thesis (section 4.2.3) answers with pre-vote or with ignoring vote
+    /// requests while a leader is heard (check-quorum's lease). Liveness is promised with
+    /// either (the runtime enables both), so with both only the healed cluster is demanded.
+    pub(crate) fn retire_removed(&mut self) {
+        if self.params.pre_vote || self.params.check_quorum {
+            return;
+        }
+        let Some(members) = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref())
+            .find(|r| r.role() == Role::Leader)
+            .map(|r| r.status().membership)
+            .filter(|m| !m.is_joint())
+            .map(|m| m.members())
+        else {
+            return;
+        };
+        for id in 1..=self.params.node_count as NodeId {
+            let node = &self.nodes[(id - 1) as usize];
+            // Nodes that never joined (empty spare slots) hold no configuration to act on.
+            let joined = node.raft.as_ref().is_some_and(|r| r.status().term > 0);
+            if members.contains(&id) || node.retired || !joined {
+                continue;
+            }
+            self.trace_line(|| format!("retire n{id} (removed; no pre-vote, no check-quorum)"));
+            self.nodes[(id - 1) as usize].retired = true;
+            self.crash(id);
         }
     }
 

@@ -120,6 +120,8 @@ pub(crate) struct SimNode {
     pub last_commit: Index,
     /// Set by `RunConfig::break_replay` at a restart: the next command is not applied.
     pub skip_next_command: bool,
+    /// Shut down for good after its removal from the cluster (see `World::retire_removed`).
+    pub retired: bool,
 }
 
 /// The outcome of one seed.
@@ -186,6 +188,7 @@ impl World {
                     last_role: Role::Follower,
                     last_commit: 0,
                     skip_next_command: false,
+                    retired: false,
                 }
             })
             .collect();
@@ -280,6 +283,7 @@ impl World {
         c.check_quorum = self.params.check_quorum;
         c.max_entries_per_message = self.params.max_entries_per_message;
         c.max_inflight_messages = self.params.max_inflight_messages;
+        c.hold_partial_appends = self.params.hold_partial_appends;
         c.max_apply_entries = 64;
         c.snapshot_trailing_entries = self.params.snapshot_trailing;
         c.mutation = self.mutation;

@@ -378,6 +378,18 @@ impl RaftNode {
                 self.start_snapshot_send(to);
                 return;
             };
+            let holding = !probing
+                && self.config.hold_partial_appends
+                && !pr.inflight.is_empty()
+                && !self.log.exceeds_one_message(
+                    next,
+                    self.config.max_entries_per_message,
+                    self.config.max_bytes_per_message,
+                );
+            if holding {
+                // The tail waits for the Appends in flight to be answered (see the config).
+                return;
+            }
             let entries = self.log.slice(
                 next,
                 last_index,

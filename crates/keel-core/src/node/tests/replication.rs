@@ -229,6 +229,67 @@ fn flow_control_bounds_entries_and_inflight() {
     }));
 }
 
+/// `hold_partial_appends`: while an Append to a follower is in flight, only Appends the message
+/// limits cut short leave; the log's tail waits for the window to empty and then leaves in one
+/// message. Switched off, every batch leaves at once.
+#[test]
+fn flow_control_holds_the_tail_while_an_append_is_in_flight() {
+    for hold in [true, false] {
+        let mut c = Cluster::with_config(3, |config| {
+            config.max_entries_per_message = 2;
+            config.max_inflight_messages = 8;
+            config.hold_partial_appends = hold;
+        });
+        c.elect(1);
+        let prevs =
+            |c: &Cluster| -> Vec<Index> { appends_to(c, 2).iter().map(|(p, _)| p.index).collect() };
+        c.propose(1, "a"); // index 2
+        c.process(1);
+        assert_eq!(
+            prevs(&c),
+            [1],
+            "the first batch leaves at once (hold {hold})"
+        );
+        c.propose(1, "b"); // 3
+        c.process(1);
+        let expected: &[Index] = if hold { &[1] } else { &[1, 2] };
+        assert_eq!(prevs(&c), expected, "a one-entry tail (hold {hold})");
+        for data in ["c", "d", "e", "f"] {
+            c.propose(1, data); // 4..=7
+        }
+        c.process(1);
+        // Held: 3..=7 is more than one message of two, so [3, 4] and [5, 6] leave, 7 waits.
+        let expected: &[Index] = if hold { &[1, 2, 4] } else { &[1, 2, 3, 5] };
+        assert_eq!(prevs(&c), expected, "hold {hold}");
+
+        // The window empties only when every Append in flight is answered.
+        for _ in 0..expected.len() {
+            let i = c.queue.iter().position(|m| m.to == 2).expect("append");
+            let m = c.queue.remove(i).expect("append");
+            c.node_mut(2).step(m);
+            c.process(2);
+            c.process(2);
+        }
+        while let Some(i) = c.queue.iter().position(|m| m.from == 2) {
+            let ack = c.queue.remove(i).expect("ack");
+            c.node_mut(1).step(ack);
+            c.process(1);
+        }
+        let tail: Vec<Index> = appends_to(&c, 2)
+            .iter()
+            .flat_map(|(_, e)| e.iter().map(|e| e.index))
+            .collect();
+        let expected: &[Index] = if hold { &[7] } else { &[] };
+        assert_eq!(
+            tail, expected,
+            "the held tail leaves once answered (hold {hold})"
+        );
+        c.run_until_quiet();
+        assert_eq!(c.node(2).log().last_index(), 7);
+        assert_eq!(c.node(1).commit_index(), 7);
+    }
+}
+
 #[test]
 fn flow_control_bounds_bytes_per_message() {
     let mut c = Cluster::with_config(3, |config| config.max_bytes_per_message = 100);
@@ -239,10 +300,15 @@ fn flow_control_bounds_bytes_per_message() {
     c.propose(1, &"y".repeat(500)); // over the bound alone: still sent, alone
     c.process(1);
     let sizes: Vec<usize> = appends_to(&c, 2).iter().map(|(_, e)| e.len()).collect();
-    assert_eq!(sizes, [1, 1, 1, 1, 1]);
+    // The fifth is the log's tail: it waits for the window to empty (`hold_partial_appends`).
+    assert_eq!(sizes, [1, 1, 1, 1]);
     c.run_until_quiet();
     assert_eq!(c.node(2).log().last_index(), 6);
     assert_eq!(c.node(1).commit_index(), 6);
+    assert!(c.sent.iter().all(|m| match &m.body {
+        MessageBody::Append { entries, .. } => entries.len() <= 1,
+        _ => true,
+    }));
 }
 
 #[test]
