@@ -21,5 +21,7 @@ pub mod transport;
 pub mod wire;
 
 pub use apply::{SnapshotWriter, StateMachine};
-pub use handle::{ClientError, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX};
+pub use handle::{
+    ClientError, DeadlineTimer, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX,
+};
 pub use node::{Node, NodeConfig, StartError};

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
-use keel_runtime::{ClientError, Pending};
+use keel_runtime::{ClientError, DeadlineTimer, Pending};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -79,6 +79,8 @@ struct Session<'a> {
     /// The kind of the run in flight (`None`: only ready replies, or nothing).
     run: Option<Kind>,
     output: BytesMut,
+    /// The deadlines of the requests awaited in `finish_all`, one timer for all.
+    timer: DeadlineTimer,
 }
 
 pub(super) async fn serve_connection(
@@ -98,6 +100,7 @@ pub(super) async fn serve_connection(
         slots: VecDeque::new(),
         run: None,
         output: BytesMut::new(),
+        timer: DeadlineTimer::new(),
     };
     let mut decoder = Decoder::new(ctx.limits);
     let mut input = BytesMut::with_capacity(INPUT_READ_BYTES);
@@ -245,7 +248,7 @@ impl Session<'_> {
                     ..
                 } => {
                     let pending = pending.expect("every write of the run was proposed");
-                    let result = pending.wait().await.map(|bytes| {
+                    let result = pending.wait_with(&mut self.timer).await.map(|bytes| {
                         ApplyReply::decode(&bytes).map_or_else(
                             || Reply::error("ERR internal error: undecodable write result"),
                             ApplyReply::into_reply,
@@ -255,7 +258,7 @@ impl Session<'_> {
                         .await
                 }
                 Slot::Read { args, pending } => {
-                    let result = pending.wait().await;
+                    let result = pending.wait_with(&mut self.timer).await;
                     self.resolve(result, Kind::Read, &args, None).await
                 }
             };
