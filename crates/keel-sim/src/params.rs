@@ -112,7 +112,7 @@ impl Params {
             snapshot_chunks: rng.random_range(1..=8),
             apply_delay: [0, 0, 5, 40][rng.random_range(0..4)],
             apply_batch: rng.random_range(1..=16),
-            // Drawn last, so the draws before it are those of earlier versions.
+            // Drawn last: every parameter drawn before it keeps its value for a given seed.
             hold_partial_appends: rng.random_bool(0.5),
         }
     }
