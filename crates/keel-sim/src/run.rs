@@ -244,14 +244,20 @@ impl World {
     }
 
     /// The stated liveness bound after healing: elections settle within a number of election
-    /// timeouts, clients give up within their timeout, and a lagging member is sent at most the
-    /// whole log, one message per round trip in the worst case.
+    /// timeouts, clients give up within their timeout, a snapshot whose answer was lost before
+    /// the healing is abandoned within the core's snapshot timeout (a leader waits that long
+    /// before it probes the follower again: seed 419728), and a lagging member is sent at most
+    /// the whole log, one message per round trip in the worst case.
     pub(crate) fn heal_bound(&self) -> u64 {
         let p = &self.params;
         let et = u64::from(p.election_timeout_ticks) * TICK_INTERVAL;
+        let snapshot_timeout = u64::from(keel_core::Config::new(1).snapshot_timeout_ticks);
         let round_trip = 2 * p.net_delay_max + p.disk_latency_max + 2;
         let messages = self.checker.max_committed() / p.max_entries_per_message as u64 + 1;
-        HEAL_BOUND_ELECTION_TIMEOUTS * et + p.client_timeout + messages * round_trip
+        HEAL_BOUND_ELECTION_TIMEOUTS * et
+            + snapshot_timeout * TICK_INTERVAL
+            + p.client_timeout
+            + messages * round_trip
     }
 
     /// A leader exists, every member of its configuration applied everything it committed, all

@@ -166,9 +166,11 @@ fn catches_a_replay_that_skips_an_entry() {
 /// while it was down, with neither pre-vote nor check-quorum, never learned that the joint
 /// configuration was left and deposed every leader with its elections (the harness now retires
 /// removed members in that configuration, as the liveness promise requires one of the two).
+/// 419728: a snapshot's answer lost just before the healing; the leader waits out the snapshot
+/// timeout before probing again, which the stated bound did not include.
 #[test]
 fn regression_seeds_pass() {
-    for seed in [100_182, 100_625, 101_739, 101_991, 308_768] {
+    for seed in [100_182, 100_625, 101_739, 101_991, 308_768, 419_728] {
         let report = run(&config(seed, false));
         assert!(
             report.violation.is_none(),
