@@ -214,7 +214,9 @@ impl World {
     /// stays a voter in its own eyes, and each of its elections deposes the leader: the
     /// disruption the Raft thesis (section 4.2.3) answers with pre-vote or with ignoring vote
     /// requests while a leader is heard (check-quorum's lease). Liveness is promised with
-    /// either (the runtime enables both), so with both only the healed cluster is demanded.
+    /// either (the runtime enables both); with both off, it is demanded of the cluster without
+    /// its removed members. The leader of the highest term decides (a deposed one that has not
+    /// heard yet may hold an older configuration).
     pub(crate) fn retire_removed(&mut self) {
         if self.params.pre_vote || self.params.check_quorum {
             return;
@@ -223,7 +225,8 @@ impl World {
             .nodes
             .iter()
             .filter_map(|n| n.raft.as_ref())
-            .find(|r| r.role() == Role::Leader)
+            .filter(|r| r.role() == Role::Leader)
+            .max_by_key(|r| r.term())
             .map(|r| r.status().membership)
             .filter(|m| !m.is_joint())
             .map(|m| m.members())
