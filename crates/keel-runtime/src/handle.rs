@@ -146,7 +146,7 @@ impl<T> Pending<T> {
 /// [`Pending::wait_with`]).
 ///
 /// A timer per request would be registered with the runtime's timer wheel and removed from it
-/// again for every request (about 2% of the server's CPU under load). This one is moved only when
+/// again for every request (1.6% of the server's CPU samples with 50 connections). This one is moved only when
 /// it would fire after the deadline awaited now, or when it fired: requests queued one after the
 /// other have deadlines in the same order, so while they are answered in time it is armed once
 /// per request timeout, not once per request. When it fires early for the request awaited, it

@@ -59,10 +59,10 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             }
             if w.steps % 16 == 0 {
                 w.retire_removed();
-            }
-            if w.steps % 16 == 0 && w.converged() {
-                converged = true;
-                break;
+                if w.converged() {
+                    converged = true;
+                    break;
+                }
             }
         }
         if w.violation.is_none() && !converged && !w.converged() {
