@@ -129,23 +129,39 @@ impl Durability {
         }
     }
 
-    /// Builds the next write. `entries_from(lo)` returns the in-memory log from `lo` to the end.
+    /// Builds the next write, handing storage the log up to `limit` (a leader may hold entries
+    /// back: `RaftNode::write_limit`). `entries(lo, hi)` returns the in-memory log from `lo` to
+    /// `hi`.
+    ///
+    /// Entries already handed to storage stay handed when `limit` is below them (a leader's
+    /// follower that replicates again from a lower index lowers it): the limit holds back only
+    /// entries not yet issued. Taking issued ones back would make the next write rewrite them
+    /// while they count as durable, and a crash during that write would lose entries a quorum
+    /// had committed (simulator seed 631361).
     pub fn issue(
         &mut self,
-        last_index: Index,
+        limit: Index,
         hard_state: HardState,
-        entries_from: impl FnOnce(Index) -> Vec<Entry>,
+        entries: impl FnOnce(Index, Index) -> Vec<Entry>,
     ) -> Write {
+        let last_index = limit.max(self.unissued_from - 1);
         let term_or_vote_changed = hard_state.term != self.issued_hard_state.term
             || hard_state.vote != self.issued_hard_state.vote;
         let entries = if self.unissued_from <= last_index {
-            entries_from(self.unissued_from)
+            entries(self.unissued_from, last_index)
         } else {
             Vec::new()
         };
         debug_assert!(entries
             .first()
             .is_none_or(|e| e.index == self.unissued_from));
+        // Always checked: a write that rewrote durable entries would lose them in a crash during
+        // it, and only a truncation (which lowers the durable index) may rewrite the log.
+        assert!(
+            entries.first().is_none_or(|e| e.index > self.durable_index),
+            "a write rewrites durable entries from {}",
+            self.unissued_from
+        );
         let install = self.pending_install.take();
         let first_index = match &install {
             Some(meta) => Some(meta.last.index + 1),

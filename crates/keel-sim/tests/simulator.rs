@@ -167,10 +167,16 @@ fn catches_a_replay_that_skips_an_entry() {
 /// configuration was left and deposed every leader with its elections (the harness now retires
 /// removed members in that configuration, as the liveness promise requires one of the two).
 /// 419728: a snapshot's answer lost just before the healing; the leader waits out the snapshot
-/// timeout before probing again, which the stated bound did not include.
+/// timeout before probing again, which the stated bound did not include. 631361: a leader's
+/// write limit fell below entries it had written (a probing follower replicating again), the next
+/// write rewrote them while they counted as durable, and a crash during it lost a committed
+/// entry. 611887: the checker demanded an entry committed in term 26 of a leader of term 25
+/// elected late (Raft promises it only to later terms).
 #[test]
 fn regression_seeds_pass() {
-    for seed in [100_182, 100_625, 101_739, 101_991, 308_768, 419_728] {
+    for seed in [
+        100_182, 100_625, 101_739, 101_991, 308_768, 419_728, 611_887, 631_361,
+    ] {
         let report = run(&config(seed, false));
         assert!(
             report.violation.is_none(),

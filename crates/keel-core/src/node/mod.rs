@@ -474,8 +474,8 @@ impl RaftNode {
         {
             self.commit_flush_due = false;
             let log = &self.log;
-            Some(self.durability.issue(last_index, hard_state, |from| {
-                log.slice(from, last_index, usize::MAX, usize::MAX)
+            Some(self.durability.issue(last_index, hard_state, |from, to| {
+                log.slice(from, to, usize::MAX, usize::MAX)
             }))
         } else {
             None

@@ -195,6 +195,88 @@ fn leader_writes_entries_with_their_append_while_every_window_is_full() {
     );
 }
 
+/// Entries handed to storage stay handed when the write limit falls. A follower in Probe gets
+/// no pipelined Appends, so while one is probing the leader writes its whole log; when it
+/// replicates again, the limit falls back to what the followers were sent, below entries already
+/// written. Taking those back (the next write starting below them) made the leader write them a
+/// second time while still counting them durable: a crash during that write lost entries a
+/// quorum had committed (simulator seed 631361).
+#[test]
+fn a_falling_write_limit_never_rewrites_what_the_leader_wrote() {
+    let config = Config {
+        max_inflight_messages: 1,
+        max_entries_per_message: 1,
+        ..test_config(1)
+    };
+    let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
+    let mut writes = make_leader(&mut n).writes;
+    let noop = n.log().last_index();
+    n.step(ack(2, 1, 2, noop));
+    n.step(ack(3, 1, 2, noop));
+    writes.extend(settle(&mut n).writes);
+    assert_eq!(n.commit_index(), noop);
+
+    // a leaves for both followers, one entry per Append; b and c wait for their windows.
+    let a = n.propose(data("a")).expect("leader");
+    let b = n.propose(data("b")).expect("leader");
+    let c = n.propose(data("c")).expect("leader");
+    writes.extend(settle(&mut n).writes);
+    assert_eq!(
+        n.status().durable_index,
+        a.index,
+        "b and c wait for an Append"
+    );
+
+    // Nobody answers: both followers stall into Probe, and the leader writes b and c (on the
+    // heartbeat tick that finds the stall, so no commit-only write is due after it).
+    for _ in 0..20 {
+        n.tick();
+        writes.extend(settle(&mut n).writes);
+        if n.status().durable_index == c.index {
+            break;
+        }
+    }
+    assert_eq!(n.status().durable_index, c.index, "b and c written");
+
+    // Both answer a and replicate again from b: the limit falls to b, below c. The commit index
+    // a moved to is written on the next heartbeat tick.
+    n.step(ack(3, 1, 2, a.index));
+    writes.extend(settle(&mut n).writes);
+    n.step(ack(2, 1, 2, a.index));
+    writes.extend(settle(&mut n).writes);
+    assert_eq!(n.commit_index(), a.index);
+    let hard_state_writes =
+        |writes: &[Write]| writes.iter().filter(|w| w.hard_state.is_some()).count();
+    let before = hard_state_writes(&writes);
+    for _ in 0..10 {
+        n.tick();
+        writes.extend(settle(&mut n).writes);
+        if hard_state_writes(&writes) > before {
+            break;
+        }
+    }
+    assert!(hard_state_writes(&writes) > before, "commit index written");
+    // n3 answers b and is sent c: nothing of it is written again.
+    n.step(ack(3, 1, 2, b.index));
+    writes.extend(settle(&mut n).writes);
+    n.step(ack(3, 1, 2, c.index));
+    writes.extend(settle(&mut n).writes);
+    assert_eq!(n.commit_index(), c.index);
+
+    let mut written_through = 0;
+    for w in &writes {
+        if let Some(first) = w.entries.first() {
+            assert!(
+                first.index > written_through,
+                "a write from {} after {written_through} was written: {writes:#?}",
+                first.index
+            );
+            written_through = w.entries.last().expect("non-empty").index;
+        }
+    }
+    assert_eq!(written_through, c.index);
+}
+
 #[test]
 fn single_voter_commits_only_after_local_write() {
     let mut n = node_with(1, &[1], &[], hs(0, None, 0));
