@@ -208,29 +208,18 @@ impl World {
     }
 
     /// After healing, with neither pre-vote nor check-quorum: shuts down for good every node
-    /// outside the leader's configuration once that configuration is a plain one (the joint
-    /// phase is over), as an operator does with a removed server. Such a node may never hear
-    /// that the joint configuration was left (no leader of the new one sends to it), so it
-    /// stays a voter in its own eyes, and each of its elections deposes the leader: the
-    /// disruption the Raft thesis (section 4.2.3) answers with pre-vote or with ignoring vote
-    /// requests while a leader is heard (check-quorum's lease). Liveness is promised with
-    /// either (the runtime enables both); with both off, it is demanded of the cluster without
-    /// its removed members. The leader of the highest term decides (a deposed one that has not
-    /// heard yet may hold an older configuration).
+    /// outside the cluster's configuration once that configuration is settled, as an operator
+    /// does with a removed server. Such a node may never hear that the joint configuration was
+    /// left (no leader of the new one sends to it), so it stays a voter in its own eyes, and
+    /// each of its elections deposes the leader: the disruption the Raft thesis (section 4.2.3)
+    /// answers with pre-vote or with ignoring vote requests while a leader is heard
+    /// (check-quorum's lease). Liveness is promised with either (the runtime enables both); with
+    /// both off, it is demanded of the cluster without its removed members.
     pub(crate) fn retire_removed(&mut self) {
         if self.params.pre_vote || self.params.check_quorum {
             return;
         }
-        let Some(members) = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.raft.as_ref())
-            .filter(|r| r.role() == Role::Leader)
-            .max_by_key(|r| r.term())
-            .map(|r| r.status().membership)
-            .filter(|m| !m.is_joint())
-            .map(|m| m.members())
-        else {
+        let Some(members) = self.settled_members() else {
             return;
         };
         for id in 1..=self.params.node_count as NodeId {
@@ -244,6 +233,41 @@ impl World {
             self.nodes[(id - 1) as usize].retired = true;
             self.crash(id);
         }
+    }
+
+    /// The members of a configuration no later leader can undo, if there is one now: a leader's
+    /// whose term no member of it has passed (every member up, so its term is known), which has
+    /// committed an entry of that term (no entry missing from its log can commit after that,
+    /// and its log holds every entry of its term), and whose latest configuration is committed
+    /// and not joint. Weaker tests retired members a later leader still had: seed 308768's
+    /// first version took any leader, and a deposed one that had not heard yet held an older
+    /// configuration; seed 716358 took the leader of the highest term, a stale one (still
+    /// leading term 36 while its members had moved to term 39 and added a learner), and the
+    /// next leader waited for the retired learner forever.
+    fn settled_members(&self) -> Option<std::collections::BTreeSet<NodeId>> {
+        let leader = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref())
+            .find(|r| {
+                r.role() == Role::Leader && {
+                    let commit = r.commit_index();
+                    r.log().term_at(commit) == Some(r.term())
+                        && r.log().membership_index() <= commit
+                }
+            })?;
+        let membership = leader.status().membership;
+        if membership.is_joint() {
+            return None;
+        }
+        let members = membership.members();
+        let passed = members.iter().any(|&id| {
+            self.nodes[(id - 1) as usize]
+                .raft
+                .as_ref()
+                .is_none_or(|r| r.term() > leader.term())
+        });
+        (!passed).then_some(members)
     }
 
     /// The stated liveness bound after healing: elections settle within a number of election

@@ -309,6 +309,9 @@ impl RaftNode {
     /// Under load this cuts the leader's writes by a third (each is two I/Os, a write and a
     /// flush, often on the disk its followers wait for too; README, Performance). The leader's
     /// write still starts with the Append, in parallel with replication.
+    ///
+    /// The limit may fall (a follower replicating again from a lower index) below entries
+    /// already written; those stay written (`Durability::issue`).
     pub(super) fn write_limit(&self) -> Index {
         let last = self.log.last_index();
         let Some(state) = self.leader_state.as_ref() else {
