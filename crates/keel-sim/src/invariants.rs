@@ -69,9 +69,10 @@ struct Committed {
     term: Term,
     hash: u64,
     /// The lowest term of a node seen holding it committed: no earlier than the term whose leader
-    /// committed it (every node that learns a commit index is in that term or a later one), so a
-    /// leader of a term after this one must hold the entry. A leader elected late in an earlier
-    /// term need not: Raft's leader completeness is for the terms after the commit.
+    /// committed it (every node that learns a commit index is in that term or a later one), so
+    /// the leader of this term (which committed it, or came after its commit) and of every later
+    /// one must hold the entry. A leader elected late in an earlier term need not: Raft's leader
+    /// completeness is for the terms after the commit.
     committed_by_term: Term,
 }
 

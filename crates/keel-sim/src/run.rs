@@ -1,7 +1,7 @@
 //! One seed from start to verdict: faults for a number of steps, then healing, then the liveness,
 //! convergence and linearizability checks.
 
-use keel_core::{MembershipChange, NodeId, Role};
+use keel_core::{MembershipChange, NodeId, RaftNode, Role};
 use rand::Rng;
 
 use crate::invariants::Violation;
@@ -235,39 +235,40 @@ impl World {
         }
     }
 
-    /// The members of a configuration no later leader can undo, if there is one now: a leader's
-    /// whose term no member of it has passed (every member up, so its term is known), which has
-    /// committed an entry of that term (no entry missing from its log can commit after that,
-    /// and its log holds every entry of its term), and whose latest configuration is committed
-    /// and not joint. Weaker tests retired members a later leader still had: seed 308768's
-    /// first version took any leader, and a deposed one that had not heard yet held an older
-    /// configuration; seed 716358 took the leader of the highest term, a stale one (still
-    /// leading term 36 while its members had moved to term 39 and added a learner), and the
-    /// next leader waited for the retired learner forever.
+    /// The members of a configuration no later leader can undo, if there is one now: a
+    /// leader's whose term no member of it has passed (every member up, so its term is known),
+    /// which has committed an entry of that term (no entry missing from its log can commit after
+    /// that, and its log holds every entry of its term), and whose latest configuration is
+    /// committed and not joint. Taking the leader of the highest term instead retired a learner
+    /// a later leader still had (seed 716358: a stale leader, still leading term 36 while its
+    /// members had moved to term 39 and added the learner; the next leader waited for it
+    /// forever).
     fn settled_members(&self) -> Option<std::collections::BTreeSet<NodeId>> {
-        let leader = self
-            .nodes
+        let settled = |leader: &RaftNode| {
+            let commit = leader.commit_index();
+            if leader.role() != Role::Leader
+                || leader.log().term_at(commit) != Some(leader.term())
+                || leader.log().membership_index() > commit
+            {
+                return None;
+            }
+            let membership = leader.status().membership;
+            if membership.is_joint() {
+                return None;
+            }
+            let members = membership.members();
+            let passed = members.iter().any(|&id| {
+                self.nodes[(id - 1) as usize]
+                    .raft
+                    .as_ref()
+                    .is_none_or(|r| r.term() > leader.term())
+            });
+            (!passed).then_some(members)
+        };
+        self.nodes
             .iter()
             .filter_map(|n| n.raft.as_ref())
-            .find(|r| {
-                r.role() == Role::Leader && {
-                    let commit = r.commit_index();
-                    r.log().term_at(commit) == Some(r.term())
-                        && r.log().membership_index() <= commit
-                }
-            })?;
-        let membership = leader.status().membership;
-        if membership.is_joint() {
-            return None;
-        }
-        let members = membership.members();
-        let passed = members.iter().any(|&id| {
-            self.nodes[(id - 1) as usize]
-                .raft
-                .as_ref()
-                .is_none_or(|r| r.term() > leader.term())
-        });
-        (!passed).then_some(members)
+            .find_map(settled)
     }
 
     /// The stated liveness bound after healing: elections settle within a number of election
