@@ -252,7 +252,7 @@ impl World {
             {
                 return None;
             }
-            let membership = leader.status().membership;
+            let membership = leader.membership();
             if membership.is_joint() {
                 return None;
             }
