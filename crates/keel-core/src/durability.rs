@@ -1,5 +1,5 @@
 //! Tracks what the storage has made durable, so the node acknowledges, votes and counts itself
-//! only for state that will survive a crash (DESIGN.md section 3; Raft thesis 10.2.1).
+//! only for state that will survive a crash (docs/DESIGN.md section 3; Raft thesis 10.2.1).
 //!
 //! The node hands storage one [`Write`] per `Ready`. A write replaces the log from its first entry
 //! on (dropping any conflicting suffix) and may carry the hard state. Storage completes writes in

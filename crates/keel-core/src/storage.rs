@@ -1,6 +1,6 @@
 //! The storage contract between a node and its durable state, and an in-memory implementation.
 //!
-//! Contract (DESIGN.md section 3): writes are applied in the order they are issued; a write first
+//! Contract (docs/DESIGN.md section 3): writes are applied in the order they are issued; a write first
 //! drops every entry at or after its first entry's index, then appends its entries, then stores its
 //! hard state; completion of a write means it and every earlier write survive a crash. A write
 //! marked `sync: false` carries only a moved commit index and may be lost in a crash, never

@@ -74,7 +74,7 @@ impl Entry {
 }
 
 /// The state that must survive a crash besides the log: the current term, the vote cast in it and
-/// the commit index (DESIGN.md section 3: the commit index is persisted with the log so a restarted
+/// the commit index (docs/DESIGN.md section 3: the commit index is persisted with the log so a restarted
 /// node can replay what it had committed without waiting for a leader).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HardState {

@@ -1,4 +1,4 @@
-//! Restart scenarios from ../shared/SCENARIOS.md that need only the core and `MemStorage`:
+//! Restart scenarios from docs/SCENARIOS.md that need only the core and `MemStorage`:
 //! what a node recovers from a snapshot, a log and a persisted commit index.
 
 use std::sync::Arc;

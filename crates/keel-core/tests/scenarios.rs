@@ -1,4 +1,4 @@
-//! Scripted scenarios from ../shared/SCENARIOS.md, run against the core with the harness in
+//! Scripted scenarios from docs/SCENARIOS.md, run against the core with the harness in
 //! `common/`. Each test follows the scenario's "Expected" text step by step; the harness checks
 //! the persistence contract, S23 (nothing applied before it is durable), State Machine Safety and
 //! Election Safety on every `Ready` along the way.

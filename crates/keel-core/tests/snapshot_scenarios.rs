@@ -1,4 +1,4 @@
-//! Snapshot scenarios from ../shared/SCENARIOS.md (S02, S06, S10, S22, S35), run against the core
+//! Snapshot scenarios from docs/SCENARIOS.md (S02, S06, S10, S22, S35), run against the core
 //! with no runtime. The harness in `common/` drops `Ready::send_snapshots` and
 //! `Ready::install_snapshot`, so the cluster tests here drive the nodes with `Sim`, a small driver
 //! on top of the harness's `Cluster` that plays the snapshot transport (a requested send becomes an

@@ -1,4 +1,4 @@
-//! The apply pipeline: the one ordered pipeline that feeds the state machine (DESIGN.md section 4).
+//! The apply pipeline: the one ordered pipeline that feeds the state machine (docs/DESIGN.md section 4).
 //!
 //! Items arrive in log order: committed entries, snapshot restores, linearizable reads (queued
 //! by the node only once every entry up to the read index was queued before them) and
@@ -30,7 +30,7 @@ pub trait StateMachine: Send + 'static {
     /// Applies the entry at `index` and returns the result for the client that proposed it.
     fn apply(&mut self, index: Index, data: &Bytes) -> Bytes;
     /// A view of the state at the applied index, to be serialized on another thread while this
-    /// one goes on applying (DESIGN.md section 4). The apply thread waits for this call only:
+    /// one goes on applying (docs/DESIGN.md section 4). The apply thread waits for this call only:
     /// keep it to a copy of the in-memory state or a copy-on-write view (cloning maps of
     /// reference-counted values is a copy of pointers, not of the data). A small state may simply
     /// return its serialized bytes (`Box::new(bytes_vec)`).

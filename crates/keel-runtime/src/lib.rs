@@ -1,4 +1,4 @@
-//! keel-runtime: the tokio driver around the sans-IO `keel_core::RaftNode` (DESIGN.md section 2).
+//! keel-runtime: the tokio driver around the sans-IO `keel_core::RaftNode` (docs/DESIGN.md section 2).
 //!
 //! - [`Node::start`]: recover from the WAL (or bootstrap), replay to the persisted commit index,
 //!   then serve. A [`Handle`] proposes, reads linearizably, reports status, changes membership,

@@ -36,7 +36,7 @@ pub(crate) enum StorageCommand {
     },
 }
 
-/// Logs and exits: the only safe reaction to a failed fsync or write (DESIGN.md section 3).
+/// Logs and exits: the only safe reaction to a failed fsync or write (docs/DESIGN.md section 3).
 pub(crate) fn fatal(what: &str, error: &dyn std::fmt::Display) -> ! {
     tracing::error!("fatal storage error, stopping the process: {what}: {error}");
     eprintln!("keel: fatal storage error, stopping the process: {what}: {error}");

@@ -1,4 +1,4 @@
-//! The TCP peer transport (DESIGN.md section 5).
+//! The TCP peer transport (docs/DESIGN.md section 5).
 //!
 //! - **Outbound**: one task and one connection per peer. Messages go into a bounded queue; when it
 //!   is full the message is dropped and counted, never queued without limit: Raft retransmits

@@ -1,4 +1,4 @@
-//! Scenario S35 (SCENARIOS.md): a follower receiving a multi-chunk snapshot across a crash of its
+//! Scenario S35 (docs/SCENARIOS.md): a follower receiving a multi-chunk snapshot across a crash of its
 //! own, a leader change, and a crash between the WAL install and the state-machine restore.
 //!
 //! In keel a half-received snapshot lives only in the receiver's partial file (the durable

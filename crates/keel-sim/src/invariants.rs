@@ -1,4 +1,4 @@
-//! The safety invariants of SCENARIOS.md, checked after every simulated step.
+//! The safety invariants of docs/SCENARIOS.md, checked after every simulated step.
 //!
 //! Each check keeps a small global registry so the work per step is proportional to what changed:
 //! entries are registered by (index, term) the first time any node holds them, committed entries by

@@ -2,7 +2,7 @@
 //!
 //! One `u64` seed decides everything: cluster shape, fault probabilities, every delay and every
 //! choice. [`run`] drives a cluster of `keel-core` nodes through faults, checks the invariants of
-//! SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
+//! docs/SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
 //! the client history for linearizability.
 
 mod apply;

@@ -1,5 +1,6 @@
-//! The linearizability checker against the shared reference histories, hand-built histories
-//! with known verdicts, and randomly generated ones.
+//! The linearizability checker against the reference histories in `tests/histories` (real
+//! Jepsen histories of other systems, vendored from the Porcupine checker's test data), hand-built
+//! histories with known verdicts, and randomly generated ones.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,15 +18,11 @@ use proptest::prelude::*;
 /// regresses into exponential behaviour.
 const BUDGET: SearchBudget = SearchBudget::steps(20_000_000);
 
-fn shared_histories() -> PathBuf {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/histories"
-    ));
+fn reference_histories() -> PathBuf {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/histories"));
     assert!(
         dir.join("verdicts.tsv").is_file(),
-        "the shared reference histories are missing: expected {}/verdicts.tsv (the \
-         `shared/histories` folder next to the repository checkout)",
+        "the reference histories are missing: expected {}/verdicts.tsv",
         dir.display()
     );
     dir.to_path_buf()
@@ -64,7 +61,7 @@ fn run<M: Model>(
 
 #[test]
 fn reference_histories_get_their_known_verdicts() {
-    let dir = shared_histories();
+    let dir = reference_histories();
     let table = std::fs::read_to_string(dir.join("verdicts.tsv")).expect("read verdicts.tsv");
     let suite_start = Instant::now();
     let mut outcomes = Vec::new();

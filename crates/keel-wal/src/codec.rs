@@ -1,4 +1,4 @@
-//! Hand-written little-endian encodings of the core's types (DESIGN.md section 7: no serde format
+//! Hand-written little-endian encodings of the core's types (docs/DESIGN.md section 7: no serde format
 //! whose layout can drift). Every decoder checks a length against the bytes that remain *before*
 //! allocating for it, so a corrupt count can never make recovery allocate gigabytes.
 

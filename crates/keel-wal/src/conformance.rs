@@ -1,4 +1,4 @@
-//! The storage conformance suite: one set of checks of the persistence contract (DESIGN.md
+//! The storage conformance suite: one set of checks of the persistence contract (docs/DESIGN.md
 //! section 3, `keel_core::storage`) that any [`Storage`] must pass — the in-memory one, this WAL,
 //! or an embedder's own.
 //!

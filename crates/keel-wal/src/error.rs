@@ -7,7 +7,7 @@
 //!   [`WalError::Poisoned`].
 //! - **Corruption** ([`WalError::is_corruption`]): recovery found acknowledged data damaged. The
 //!   node must not start from this directory as if nothing happened: it would advertise a shorter
-//!   log than it acknowledged (SCENARIOS.md S36). Repair from peers or rebuild as a new member.
+//!   log than it acknowledged (docs/SCENARIOS.md S36). Repair from peers or rebuild as a new member.
 
 use std::io;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The storage scenarios of SCENARIOS.md as deterministic tests, named by their numbers. Where the
+//! The storage scenarios of docs/SCENARIOS.md as deterministic tests, named by their numbers. Where the
 //! scenario is about what a restarted node does, the recovered state is handed to the core's
 //! `RaftNode::new`, which must accept it.
 

@@ -193,7 +193,7 @@ pub struct RaftNode {
     /// Handed to the application in a `Ready` (>= applied).
     apply_requested: Index,
     /// The commit index recovered at start: until the application has applied it, the node
-    /// replays and neither campaigns nor should serve clients (DESIGN.md section 1.3).
+    /// replays and neither campaigns nor should serve clients (docs/DESIGN.md section 1.3).
     replay_to: Index,
     durability: Durability,
 
@@ -583,7 +583,7 @@ impl RaftNode {
     }
 
     /// Whether the entry `id` is committed, still pending, or was overwritten, exactly, for any
-    /// index up to the last one this node holds, compacted or not (DESIGN.md section 1.2).
+    /// index up to the last one this node holds, compacted or not (docs/DESIGN.md section 1.2).
     pub fn commit_status(&self, id: LogId) -> CommitStatus {
         // Terms never decrease along a log: after a committed entry of a higher term, no entry
         // of `id.term` can ever commit, whatever this node's log holds beyond its commit index.

@@ -1,5 +1,5 @@
 //! Snapshots: compaction after the application saved one, streaming one to a follower that needs
-//! purged entries, and the follower's install rules (Raft Figure 13 with the fixes of DESIGN.md
+//! purged entries, and the follower's install rules (Raft Figure 13 with the fixes of docs/DESIGN.md
 //! section 4: never install at or below the *commit* index; keep a matching suffix).
 
 use super::{RaftNode, Role};

@@ -446,7 +446,7 @@ impl Cluster {
     }
 }
 
-/// The persistence contract (DESIGN.md section 3) seen from the wire: what a message claims must
+/// The persistence contract (docs/DESIGN.md section 3) seen from the wire: what a message claims must
 /// already be on the sender's disk when the message leaves.
 fn check_message_is_durable(disk: &MemStorage, m: &Message) {
     let hs = disk.hard_state();

@@ -1,5 +1,5 @@
 //! The peer wire format, protocol version 1 (snapshot channel version 2): frames, the handshake, and a hand-written encoding of every
-//! [`keel_core::Message`] (DESIGN.md sections 5 and 7: explicit encodings, never a serde format
+//! [`keel_core::Message`] (docs/DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
 //!
 //! All integers are little-endian. Checksums are CRC32C (Castagnoli).

@@ -1,4 +1,4 @@
-//! The persistence contract (DESIGN.md section 3, thesis 10.2.1): votes and acknowledgements
+//! The persistence contract (docs/DESIGN.md section 3, thesis 10.2.1): votes and acknowledgements
 //! leave only once durable; the leader replicates before its own write completes and counts
 //! itself only after; nothing is applied before it is durable locally.
 

@@ -1,7 +1,7 @@
 //! Per-rule tests of `RaftNode`, named after the rule they check: `fig2_*` for Figure 2 of the
 //! Raft paper, `sec5_2_*` for its section 5.2, the rest after the thesis feature (pre-vote,
 //! check-quorum, leases, ReadIndex, joint consensus, leadership transfer) or the persistence
-//! contract of DESIGN.md section 3. Each asserts an outcome that breaks if the rule is broken.
+//! contract of docs/DESIGN.md section 3. Each asserts an outcome that breaks if the rule is broken.
 //!
 //! Single-node tests feed crafted messages to one node and read its `Ready`; multi-node ones use
 //! the cluster harness shared with `tests/scenarios.rs`.

@@ -1,4 +1,4 @@
-//! Restart from storage (DESIGN.md section 1.3 and 3) and exact commit status (section 1.2).
+//! Restart from storage (docs/DESIGN.md section 1.3 and 3) and exact commit status (section 1.2).
 
 use super::*;
 use crate::{CommitStatus, Membership, MembershipChange};
@@ -152,7 +152,7 @@ fn restart_after_torn_write_adopts_the_log_term_without_a_vote() {
     )));
 }
 
-/// DESIGN.md 1.2: "the commit status of any (index, term) is exact at any time" and "a client
+/// docs/DESIGN.md 1.2: "the commit status of any (index, term) is exact at any time" and "a client
 /// handle always resolves". Terms never decrease along a log, so once the commit index holds a
 /// term above `t`, no entry of term `t` after it can ever commit: it is overwritten, even where
 /// this node's log is shorter or holds another entry.

@@ -1,4 +1,4 @@
-//! Snapshot install rules (DESIGN.md section 4, Raft Figure 13 with the fixes of S01, S03, S13,
+//! Snapshot install rules (docs/DESIGN.md section 4, Raft Figure 13 with the fixes of S01, S03, S13,
 //! S32) and the leader's switch to sending a snapshot (S11).
 
 use std::sync::Arc;
