@@ -139,7 +139,8 @@ fn majority_vote(voters: &BTreeSet<NodeId>, vote: &impl Fn(NodeId) -> Option<boo
 pub enum MembershipChange {
     /// Add a voter (or promote a learner).
     AddVoter(NodeId),
-    /// Add a non-voting member that receives the log.
+    /// Add a non-voting member that receives the log. Refused for a voter
+    /// (`ProposeError::AlreadyVoter`): it never demotes one.
     AddLearner(NodeId),
     /// Remove a voter or learner. Removing the leader is allowed: it steps down once the new
     /// configuration is committed.

@@ -104,11 +104,19 @@ struct ServeArgs {
     /// empty.
     #[arg(long)]
     initial_cluster: Option<String>,
-    /// `1=host:port,2=host:port,...`: the other nodes' client addresses, so that this node can
-    /// forward requests to the leader. Without it a follower answers
-    /// `-TRYAGAIN leader is node N at <peer addr>`.
+    /// `1=host:port,2=host:port,...`: the other nodes' client addresses, overriding what they
+    /// announce (every node announces its own to the others, so forwarding needs no list).
     #[arg(long)]
     client_peers: Option<String>,
+    /// Where other hosts' clients reach this node, host:port (needed when --client-addr is a
+    /// wildcard such as 0.0.0.0 and the peer host is not the client host) [default: the client
+    /// address, or the peer host with the client port].
+    #[arg(long)]
+    advertise_client_addr: Option<String>,
+    /// Where the other nodes reach this node, host:port (needed when --peer-addr is a wildcard)
+    /// [default: the peer address].
+    #[arg(long)]
+    advertise_peer_addr: Option<String>,
     /// A TOML file with the same keys as these flags (`data-dir = "..."`); flags given here
     /// override it.
     #[arg(long)]
@@ -313,6 +321,8 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         peer_addr: args.peer_addr,
         initial_cluster: args.initial_cluster,
         client_peers: args.client_peers,
+        advertise_client_addr: args.advertise_client_addr,
+        advertise_peer_addr: args.advertise_peer_addr,
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
@@ -398,7 +408,6 @@ fn run_up(args: UpArgs) -> ExitCode {
     let client = |id: u64| format!("127.0.0.1:{}", UP_CLIENT_PORT_BASE + id as u16);
     let peer = |id: u64| format!("127.0.0.1:{}", UP_PEER_PORT_BASE + id as u16);
     let initial_cluster: BTreeMap<u64, String> = ids.iter().map(|&id| (id, peer(id))).collect();
-    let client_peers: BTreeMap<u64, String> = ids.iter().map(|&id| (id, client(id))).collect();
     let format = args.ops.log_format.unwrap_or_default();
     if let Err(e) = launch::init_logging(format, args.ops.log_level.as_deref()) {
         eprintln!("keel up: {e}");
@@ -426,7 +435,10 @@ fn run_up(args: UpArgs) -> ExitCode {
                 client_addr: client(id),
                 peer_addr: peer(id),
                 initial_cluster: initial_cluster.clone(),
-                client_peers: client_peers.clone(),
+                // Learned from the nodes' handshakes, as a `keel serve` cluster does.
+                client_peers: BTreeMap::new(),
+                advertise_client_addr: None,
+                advertise_peer_addr: None,
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,

@@ -243,6 +243,108 @@ fn added_member_is_reachable_from_every_member_after_it_takes_leadership() {
     membership_run(false, false);
 }
 
+/// `RAFT.MEMBER ADD` of every current voter, one after another and through leader and followers
+/// alike, leaves the configuration exactly as it was (it once demoted each to a learner while
+/// answering `-ERR`, until one voter was left); `ADD ... LEARNER` of a voter is refused, and
+/// still nothing changes.
+#[test]
+fn readding_every_voter_changes_nothing() {
+    let cluster = Cluster::new("readd", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    for id in [1, 2, 3] {
+        for via in [1, 2, 3] {
+            let addr = cluster.node(id).peer_addr();
+            let reply: String = query(
+                cluster.node(via),
+                redis::cmd("RAFT.MEMBER").arg("ADD").arg(id).arg(&addr),
+            );
+            assert_eq!(
+                reply,
+                format!("OK node {id} is already a voter"),
+                "via {via}"
+            );
+            let refused = eventually("ADD ... LEARNER of a voter to be answered", || {
+                let result = cluster.node(via).connect().and_then(|mut con| {
+                    redis::cmd("RAFT.MEMBER")
+                        .arg("ADD")
+                        .arg(id)
+                        .arg(&addr)
+                        .arg("LEARNER")
+                        .query::<String>(&mut con)
+                });
+                match result {
+                    Ok(reply) => panic!("a voter is never demoted, yet: {reply}"),
+                    Err(e) if retryable(&e) => None,
+                    Err(e) => Some(e),
+                }
+            });
+            assert!(
+                refused
+                    .to_string()
+                    .contains(&format!("node {id} is a voter")),
+                "{refused}"
+            );
+        }
+    }
+    // A write after them all commits through the same configuration on every node.
+    set(cluster.node(leader), "after", "readd");
+    let applied = cluster.node(leader).info_u64("applied_index").unwrap();
+    cluster.converged(&[1, 2, 3], applied);
+    for id in [1, 2, 3] {
+        wait_members(cluster.node(id), &[1, 2, 3], &[]);
+    }
+}
+
+/// Nodes bound to wildcard addresses: node 2 announces `--advertise-client-addr` (127.0.0.2, an
+/// address it is not configured with, so only the announcement can tell it), and followers
+/// forward there while it leads; node 1 has no address to announce, so while it leads a
+/// follower names it and says its client address is unknown.
+#[test]
+fn followers_forward_to_the_advertised_client_address_and_name_an_unknown_one() {
+    let mut cluster = Cluster::stopped("advertise", &[1, 2, 3], &[], &[]);
+    let port = |node: &Node| node.client_port;
+    let (c1, c2) = (port(cluster.node(1)), port(cluster.node(2)));
+    let p1 = cluster.node(1).peer_port;
+    let n1 = cluster.node_mut(1);
+    n1.set_arg("--client-addr", &format!("0.0.0.0:{c1}"));
+    n1.set_arg("--peer-addr", &format!("0.0.0.0:{p1}"));
+    let n2 = cluster.node_mut(2);
+    n2.set_arg("--client-addr", &format!("0.0.0.0:{c2}"));
+    n2.set_arg("--advertise-client-addr", &format!("127.0.0.2:{c2}"));
+    for id in [1, 2, 3] {
+        cluster.node_mut(id).spawn();
+    }
+
+    transfer(&cluster, &[1, 2, 3], 2);
+    for via in [1, 3] {
+        set(cluster.node(via), &format!("through-{via}"), "forwarded");
+    }
+    eventually("node 3 to list node 2's advertised client address", || {
+        let info = cluster.node(3).info()?;
+        info.get("client_addrs")?
+            .split(',')
+            .any(|entry| entry == format!("2=127.0.0.2:{c2}"))
+            .then_some(())
+    });
+    assert_eq!(
+        get(cluster.node(3), "through-1").as_deref(),
+        Some("forwarded")
+    );
+
+    transfer(&cluster, &[1, 2, 3], 1);
+    let port3 = cluster.node(3).client_port;
+    let expected = "TRYAGAIN leader is node 1; its client address is unknown";
+    eventually(
+        "node 3 to name node 1 as the leader it cannot forward to",
+        || match process::raw_request(port3, &["SET", "k", "v"]) {
+            Ok(keel_kv::Reply::Error(e)) if e.as_ref() == expected => Some(()),
+            _ => None,
+        },
+    );
+    // Node 1 itself serves, of course.
+    set(cluster.node(1), "k", "on the leader");
+}
+
 /// One node's (commit_index, applied_index, state_digest).
 type View = (u64, u64, String);
 

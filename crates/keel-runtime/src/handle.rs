@@ -1,6 +1,8 @@
 //! The client handle: what an application holds to use its node.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -9,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::timeout;
 
 use crate::apply::{ProposalReply, ReadFn};
+use crate::transport::ClientAddrs;
 
 /// Why a request did not produce a result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -185,6 +188,7 @@ impl Default for DeadlineTimer {
 pub struct Handle<S> {
     pub(crate) requests: mpsc::Sender<Request<S>>,
     pub(crate) request_timeout: Duration,
+    pub(crate) client_addrs: Arc<ClientAddrs>,
 }
 
 impl<S> Clone for Handle<S> {
@@ -192,7 +196,33 @@ impl<S> Clone for Handle<S> {
         Handle {
             requests: self.requests.clone(),
             request_timeout: self.request_timeout,
+            client_addrs: Arc::clone(&self.client_addrs),
         }
+    }
+}
+
+impl<S> Handle<S> {
+    /// Where `id`'s clients reach it, as far as this node knows (its own advertised address,
+    /// what members announced in their handshakes, what was set here). Answered locally.
+    pub fn client_addr(&self, id: NodeId) -> Option<String> {
+        self.client_addrs.get(id)
+    }
+
+    /// Every client address this node knows, by member.
+    pub fn client_addrs(&self) -> BTreeMap<NodeId, String> {
+        self.client_addrs.all()
+    }
+
+    /// Records where `id`'s clients reach it (e.g. given with the membership change that adds
+    /// it); a later announcement by `id` itself replaces it. `addr` must be `host:port`.
+    pub fn set_client_addr(&self, id: NodeId, addr: &str) -> Result<(), ClientError> {
+        if !crate::wire::valid_client_addr(addr) {
+            return Err(ClientError::Rejected(format!(
+                "client address {addr:?} is not host:port"
+            )));
+        }
+        self.client_addrs.set(id, addr);
+        Ok(())
     }
 }
 

@@ -24,4 +24,5 @@ pub use apply::{SnapshotWriter, StateMachine};
 pub use handle::{
     ClientError, DeadlineTimer, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX,
 };
+pub use keel_core::Role;
 pub use node::{Node, NodeConfig, StartError};

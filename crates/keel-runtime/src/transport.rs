@@ -27,10 +27,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use keel_core::{Message, NodeId, SnapshotMeta, Term};
 
+mod client_addrs;
 mod incarnations;
 mod partial;
 mod snapshot;
 
+pub use client_addrs::ClientAddrs;
 pub use snapshot::{discard_stale_partial, SnapshotCounters, SnapshotTransferStats};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -59,6 +61,10 @@ pub struct TransportConfig {
     /// The peer address this node announces in its handshakes. `None`: the listener's address,
     /// unless it is a wildcard (0.0.0.0 / ::), in which case nothing is announced.
     pub advertise_addr: Option<SocketAddr>,
+    /// Where this node's clients reach it, announced in its handshakes so that other members can
+    /// forward to it while it leads (`None`: nothing announced). Must pass
+    /// `wire::valid_client_addr`.
+    pub advertise_client_addr: Option<String>,
     /// Where a receiving node keeps its one partial snapshot (its data directory; the node sets
     /// it). `None`: snapshot connections are refused.
     pub snapshot_dir: Option<PathBuf>,
@@ -97,6 +103,7 @@ impl TransportConfig {
             node_id,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
             advertise_addr: None,
+            advertise_client_addr: None,
             incarnation: 0,
             incarnations_file: None,
             snapshot_dir: None,
@@ -178,6 +185,7 @@ struct Shared {
     incarnations: Mutex<incarnations::Incarnations>,
     /// The last reason each peer gave for refusing this node's connections (one per peer).
     refusals: Mutex<HashMap<SocketAddr, String>>,
+    client_addrs: Arc<ClientAddrs>,
 }
 
 /// The transport of one node. Dropping it closes the listener, its connections and every
@@ -203,7 +211,18 @@ impl Transport {
         if config.advertise_addr.is_none() && !local_addr.ip().is_unspecified() {
             config.advertise_addr = Some(local_addr);
         }
+        let client_addrs = Arc::new(ClientAddrs::default());
+        if let Some(own) = &config.advertise_client_addr {
+            if !wire::valid_client_addr(own) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("advertised client address {own:?} is not host:port"),
+                ));
+            }
+            client_addrs.set(config.node_id, own);
+        }
         let shared = Arc::new(Shared {
+            client_addrs,
             config: Arc::new(config),
             dropped_messages: AtomicU64::new(0),
             refused_connections: AtomicU64::new(0),
@@ -307,6 +326,11 @@ impl Transport {
         self.shared.snapshot_floor.store(commit, Ordering::Relaxed);
     }
 
+    /// The members' client addresses (shared: it keeps learning after this call).
+    pub fn client_addrs(&self) -> Arc<ClientAddrs> {
+        self.shared.client_addrs.clone()
+    }
+
     /// Snapshot transfer counters (shared: they keep counting after this call).
     pub fn snapshot_counters(&self) -> Arc<SnapshotCounters> {
         self.shared.snapshots.clone()
@@ -361,6 +385,9 @@ async fn connect(
     }
     if let (Channel::Messages, Some(addr)) = (channel, c.advertise_addr) {
         hello = hello.with_advertised_addr(addr);
+    }
+    if let (Channel::Messages, Some(addr)) = (channel, &c.advertise_client_addr) {
+        hello = hello.with_client_addr(addr);
     }
     wire::encode_handshake(&hello, &mut buf);
     stream.write_all(&buf).await?;
@@ -555,6 +582,16 @@ async fn serve_connection(
     }
     match hello.channel {
         Channel::Messages => {
+            if let Some(addr) = hello.client_addr()? {
+                if hello.node_id != c.node_id && shared.client_addrs.set(hello.node_id, &addr) {
+                    tracing::info!(
+                        node = c.node_id,
+                        peer = hello.node_id,
+                        client_addr = %addr,
+                        "learned a client address from a handshake"
+                    );
+                }
+            }
             if let Some(addr) = hello.advertised_addr()? {
                 let learned = Inbound::PeerAddress {
                     from: hello.node_id,

@@ -16,6 +16,11 @@ impl RaftNode {
         if current.is_joint() || self.log.membership_index() > self.commit {
             return Err(ProposeError::MembershipChangeInProgress);
         }
+        if let MembershipChange::AddLearner(id) = change {
+            if current.is_voter(id) {
+                return Err(ProposeError::AlreadyVoter(id));
+            }
+        }
         let target = change.target(&current);
         if target == current {
             return Err(ProposeError::NoChange);

@@ -132,6 +132,10 @@ pub enum ProposeError {
     MembershipChangeInProgress,
     #[error("the membership change would not change anything")]
     NoChange,
+    /// `AddLearner` of a voter: a learner is added, never made of a voter (removing the voter
+    /// first is the explicit way, and the one that says what it costs the quorum).
+    #[error("node {0} is already a voter")]
+    AlreadyVoter(NodeId),
     #[error("the target is not a voter of the current configuration")]
     InvalidTarget,
 }

@@ -193,11 +193,13 @@ pub enum ClientAttribute {
 /// Cluster administration, executed by the runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdminCommand {
-    /// `RAFT.MEMBER ADD id peer-addr [LEARNER]`.
+    /// `RAFT.MEMBER ADD id peer-addr [LEARNER] [CLIENT client-addr]`.
     MemberAdd {
         id: u64,
         peer_addr: String,
         learner: bool,
+        /// Where the new member's clients reach it (until it announces its own).
+        client_addr: Option<String>,
     },
     /// `RAFT.MEMBER REMOVE id`.
     MemberRemove { id: u64 },
@@ -271,6 +273,8 @@ pub enum CommandError {
     InvalidNodeId(String),
     #[error("ERR invalid peer address '{0}': expected host:port")]
     InvalidPeerAddr(String),
+    #[error("ERR invalid client address '{0}': expected host:port")]
+    InvalidClientAddr(String),
 }
 
 impl CommandError {

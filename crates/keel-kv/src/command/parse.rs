@@ -323,31 +323,55 @@ fn node_id(arg: &[u8]) -> Result<u64, CommandError> {
         .ok_or_else(|| CommandError::InvalidNodeId(lossy(arg)))
 }
 
-/// `host:port` with a non-empty host and a numeric port; names are resolved by the runtime.
-fn peer_addr(arg: &[u8]) -> Result<String, CommandError> {
-    let text = std::str::from_utf8(arg).map_err(|_| CommandError::InvalidPeerAddr(lossy(arg)))?;
-    match text.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-            Ok(text.to_string())
-        }
-        _ => Err(CommandError::InvalidPeerAddr(text.to_string())),
-    }
+/// Longest `host:port` an admin command takes: the runtime's bound on an announced client address
+/// (`keel_runtime::wire::CLIENT_ADDR_BYTES_MAX`; a test checks they agree).
+pub const ADDR_BYTES_MAX: usize = 300;
+
+/// `host:port` with a non-empty host of printable ASCII and a numeric port, at most
+/// [`ADDR_BYTES_MAX`] bytes; names are resolved by the runtime.
+fn host_port(arg: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(arg).ok()?;
+    let (host, port) = text.rsplit_once(':')?;
+    let valid = text.len() <= ADDR_BYTES_MAX
+        && !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_graphic())
+        && port.parse::<u16>().is_ok();
+    valid.then(|| text.to_string())
 }
 
-/// `RAFT.MEMBER ADD id peer-addr [LEARNER]` | `RAFT.MEMBER REMOVE id`.
+fn peer_addr(arg: &[u8]) -> Result<String, CommandError> {
+    host_port(arg).ok_or_else(|| CommandError::InvalidPeerAddr(lossy(arg)))
+}
+
+fn client_addr(arg: &[u8]) -> Result<String, CommandError> {
+    host_port(arg).ok_or_else(|| CommandError::InvalidClientAddr(lossy(arg)))
+}
+
+/// `RAFT.MEMBER ADD id peer-addr [LEARNER] [CLIENT client-addr]` (options in any order, each at
+/// most once) | `RAFT.MEMBER REMOVE id`.
 fn parse_member(rest: &[Bytes]) -> Result<AdminCommand, CommandError> {
     let (sub, args) = rest.split_first().expect("arity checked: at least two");
     if is(sub, "ADD") {
-        let learner = match args {
-            [_, _] => false,
-            [_, _, flag] if is(flag, "LEARNER") => true,
-            [_, _, _] => return Err(CommandError::Syntax),
-            _ => return Err(CommandError::WrongArity("raft.member|add".to_string())),
+        let [id, peer, options @ ..] = args else {
+            return Err(CommandError::WrongArity("raft.member|add".to_string()));
         };
+        let (mut learner, mut client) = (false, None);
+        let mut options = options.iter();
+        while let Some(option) = options.next() {
+            if is(option, "LEARNER") && !learner {
+                learner = true;
+            } else if is(option, "CLIENT") && client.is_none() {
+                let addr = options.next().ok_or(CommandError::Syntax)?;
+                client = Some(client_addr(addr)?);
+            } else {
+                return Err(CommandError::Syntax);
+            }
+        }
         Ok(AdminCommand::MemberAdd {
-            id: node_id(&args[0])?,
-            peer_addr: peer_addr(&args[1])?,
+            id: node_id(id)?,
+            peer_addr: peer_addr(peer)?,
             learner,
+            client_addr: client,
         })
     } else if is(sub, "REMOVE") {
         if args.len() != 1 {

@@ -279,15 +279,44 @@ fn raft_admin_commands() {
         Ok(Command::Admin(AdminCommand::MemberAdd {
             id: 4,
             peer_addr: "127.0.0.1:7004".into(),
-            learner: true
+            learner: true,
+            client_addr: None,
         }))
     );
+    for line in [
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 LEARNER CLIENT node4.example:6379",
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 client node4.example:6379 learner",
+    ] {
+        assert_eq!(
+            parse(line),
+            Ok(Command::Admin(AdminCommand::MemberAdd {
+                id: 4,
+                peer_addr: "127.0.0.1:7004".into(),
+                learner: true,
+                client_addr: Some("node4.example:6379".into()),
+            })),
+            "{line}"
+        );
+    }
+    for line in [
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 CLIENT",
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 LEARNER LEARNER",
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 CLIENT a:1 CLIENT b:2",
+        "RAFT.MEMBER ADD 4 127.0.0.1:7004 VOTER",
+    ] {
+        assert_eq!(parse(line), Err(CommandError::Syntax), "{line}");
+    }
+    assert!(error("RAFT.MEMBER ADD 4 127.0.0.1:7004 CLIENT nope")
+        .starts_with("ERR invalid client address"));
+    assert!(error("RAFT.MEMBER ADD 4 127.0.0.1:7004 CLIENT :6379")
+        .starts_with("ERR invalid client address"));
     assert_eq!(
         parse("raft.member add 4 node4:7004"),
         Ok(Command::Admin(AdminCommand::MemberAdd {
             id: 4,
             peer_addr: "node4:7004".into(),
-            learner: false
+            learner: false,
+            client_addr: None,
         }))
     );
     assert_eq!(

@@ -11,6 +11,8 @@ use super::REDIS_COMPAT_VERSION;
 pub struct MemberInfo {
     pub id: u64,
     pub peer_addr: String,
+    /// Where its clients reach it, as this node knows it; empty when unknown.
+    pub client_addr: String,
     /// False for learners.
     pub voter: bool,
 }
@@ -106,6 +108,7 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
     line(&mut out, "last_log_index", status.last_log_index);
     line(&mut out, "members", member_list(status, true));
     line(&mut out, "learners", member_list(status, false));
+    line(&mut out, "client_addrs", client_addr_list(status));
     line(
         &mut out,
         "state_digest",
@@ -122,6 +125,18 @@ fn member_list(status: &NodeStatus, voters: bool) -> String {
             list.push(',');
         }
         let _ = write!(list, "{}={}", member.id, member.peer_addr);
+    }
+    list
+}
+
+/// `1=host:port,2=host:port`: every member whose client address this node knows.
+fn client_addr_list(status: &NodeStatus) -> String {
+    let mut list = String::new();
+    for member in status.members.iter().filter(|m| !m.client_addr.is_empty()) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        let _ = write!(list, "{}={}", member.id, member.client_addr);
     }
     list
 }

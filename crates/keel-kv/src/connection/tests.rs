@@ -27,16 +27,19 @@ fn node() -> FakeNode {
             MemberInfo {
                 id: 1,
                 peer_addr: "127.0.0.1:7001".into(),
+                client_addr: "127.0.0.1:6001".into(),
                 voter: true,
             },
             MemberInfo {
                 id: 2,
                 peer_addr: "127.0.0.1:7002".into(),
+                client_addr: String::new(),
                 voter: true,
             },
             MemberInfo {
                 id: 4,
                 peer_addr: "127.0.0.1:7004".into(),
+                client_addr: "node4.example:6379".into(),
                 voter: false,
             },
         ],
@@ -263,6 +266,7 @@ fn info_reports_the_raft_fields() {
         "last_log_index:101",
         "members:1=127.0.0.1:7001,2=127.0.0.1:7002",
         "learners:4=127.0.0.1:7004",
+        "client_addrs:1=127.0.0.1:6001,4=node4.example:6379",
         "state_digest:00000000deadbeef",
         "db0:keys=3,expires=0,avg_ttl=0",
         "redis_version:7.0.0",

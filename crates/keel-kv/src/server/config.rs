@@ -6,7 +6,7 @@
 //! client-addr = "0.0.0.0:6379"
 //! peer-addr = "10.0.0.1:7379"
 //! initial-cluster = "1=10.0.0.1:7379,2=10.0.0.2:7379,3=10.0.0.3:7379"
-//! client-peers = "1=10.0.0.1:6379,2=10.0.0.2:6379,3=10.0.0.3:6379"
+//! advertise-client-addr = "10.0.0.1:6379"   # where other hosts' clients reach this node
 //! metrics-addr = "0.0.0.0:9100"
 //! log-format = "json"
 //! ```
@@ -45,6 +45,8 @@ pub struct ServeSettings {
     pub initial_cluster: Option<String>,
     /// `1=host:port,2=host:port,...`
     pub client_peers: Option<String>,
+    pub advertise_client_addr: Option<String>,
+    pub advertise_peer_addr: Option<String>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -81,6 +83,8 @@ impl ServeSettings {
             peer_addr: self.peer_addr.or(file.peer_addr),
             initial_cluster: self.initial_cluster.or(file.initial_cluster),
             client_peers: self.client_peers.or(file.client_peers),
+            advertise_client_addr: self.advertise_client_addr.or(file.advertise_client_addr),
+            advertise_peer_addr: self.advertise_peer_addr.or(file.advertise_peer_addr),
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
@@ -137,6 +141,8 @@ impl ServeSettings {
             peer_addr,
             initial_cluster,
             client_peers,
+            advertise_client_addr: self.advertise_client_addr.clone(),
+            advertise_peer_addr: self.advertise_peer_addr.clone(),
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             snapshot_threshold: self.snapshot_threshold,

@@ -294,33 +294,32 @@ impl Session<'_> {
             Ok(reply) => reply,
             Err(ClientError::NotLeader {
                 leader: Some(leader),
-                leader_addr,
+                ..
             }) if leader != ctx.node_id => {
                 let forwarded = self
                     .connection
                     .name()
                     .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes());
-                let addr = ctx.client_addrs.get(&leader);
-                match addr {
+                match ctx.client_addr(leader) {
                     Some(addr) if !forwarded => match queued {
                         Some(queued) => {
                             self.forward
-                                .forward_transaction(leader, addr, queued, &ctx.limits)
+                                .forward_transaction(leader, &addr, queued, &ctx.limits)
                                 .await
                         }
                         None => {
                             self.forward
-                                .forward(leader, addr, args, kind == Kind::Write, &ctx.limits)
+                                .forward(leader, &addr, args, kind == Kind::Write, &ctx.limits)
                                 .await
                         }
                     },
-                    _ => {
-                        let at = addr
-                            .cloned()
-                            .or_else(|| leader_addr.map(|a| a.to_string()))
-                            .unwrap_or_else(|| "an unknown address".into());
-                        Reply::error(format!("TRYAGAIN leader is node {leader} at {at}"))
+                    Some(addr) => {
+                        Reply::error(format!("TRYAGAIN leader is node {leader} at {addr}"))
                     }
+                    // Its peer address is of no use to a client: say what is known.
+                    None => Reply::error(format!(
+                        "TRYAGAIN leader is node {leader}; its client address is unknown"
+                    )),
                 }
             }
             Err(e) => super::error_reply(&e),

@@ -36,8 +36,16 @@ pub struct NodeOptions {
     /// Every member's peer address (`--initial-cluster`). Its ids form the first configuration
     /// when the data directory is empty; the addresses are used on every start.
     pub initial_cluster: BTreeMap<u64, String>,
-    /// Other nodes' client addresses, for forwarding to the leader (`--client-peers`).
+    /// Other nodes' client addresses (`--client-peers`): an override of what the nodes announce
+    /// in their peer handshakes.
     pub client_peers: BTreeMap<u64, String>,
+    /// Where other hosts' clients reach this node (`--advertise-client-addr`). Default: the
+    /// client listener's address, or, when that is a wildcard (0.0.0.0, ::), the advertised peer
+    /// host with the client port.
+    pub advertise_client_addr: Option<String>,
+    /// Where other nodes reach this one (`--advertise-peer-addr`). Default: the peer listener's
+    /// address unless it is a wildcard.
+    pub advertise_peer_addr: Option<String>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -242,10 +250,47 @@ fn ticks(ms: u64, tick_ms: u64) -> Result<u32, String> {
     u32::try_from(ms.div_ceil(tick_ms).max(1)).map_err(|_| format!("{ms} ms is too long"))
 }
 
+/// The client address this node announces to the others: the flag, else the listener's address
+/// unless it is a wildcard, else the host other nodes reach it at (the advertised or listening
+/// peer address) with the client port.
+fn advertised_client_addr(
+    options: &NodeOptions,
+    listening: SocketAddr,
+) -> Result<Option<String>, String> {
+    if let Some(addr) = &options.advertise_client_addr {
+        if !keel_runtime::wire::valid_client_addr(addr) {
+            return Err(format!(
+                "--advertise-client-addr '{addr}': expected host:port"
+            ));
+        }
+        return Ok(Some(addr.clone()));
+    }
+    if !listening.ip().is_unspecified() {
+        return Ok(Some(listening.to_string()));
+    }
+    let peer = options
+        .advertise_peer_addr
+        .as_deref()
+        .unwrap_or(&options.peer_addr);
+    let host = peer.rsplit_once(':').map(|(host, _)| host);
+    let wildcard = |host: &str| matches!(host, "0.0.0.0" | "[::]" | "::" | "");
+    Ok(host
+        .filter(|host| !wildcard(host))
+        .map(|host| format!("{host}:{}", listening.port()))
+        .filter(|addr| keel_runtime::wire::valid_client_addr(addr)))
+}
+
 /// Recovers (or bootstraps) the node and starts serving clients.
 pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     let mut config = NodeConfig::new(options.id, options.cluster_id, options.data_dir.clone());
     config.peer_listen_addr = resolve(&options.peer_addr).await?;
+    if let Some(addr) = &options.advertise_peer_addr {
+        config.transport.advertise_addr = Some(
+            resolve(addr)
+                .await
+                .map_err(|e| format!("--advertise-peer-addr: {e}"))?,
+        );
+    }
     for (&id, addr) in &options.initial_cluster {
         config.peers.insert(id, resolve(addr).await?);
     }
@@ -277,6 +322,18 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.client_addr))?;
     let client_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    config.transport.advertise_client_addr = advertised_client_addr(options, client_addr)?;
+    match &config.transport.advertise_client_addr {
+        Some(addr) => tracing::info!(
+            node = options.id,
+            "clients of other nodes are sent to {addr}"
+        ),
+        None => tracing::warn!(
+            node = options.id,
+            "the client listener is a wildcard address and no peer host is known to announce: \
+             other nodes cannot forward to this one while it leads (set --advertise-client-addr)"
+        ),
+    }
     let adapter = KvAdapter::new(KvStateMachine::new());
     let stats = adapter.stats();
     let node = Node::start(config, adapter)

@@ -6,9 +6,19 @@
 //!     Write          propose LogCommand { client_id, seq, cmd }; the result is a WriteReply
 //!     Read           Handle::read (ReadIndex, linearizable)
 //!     Admin          Handle::add_learner / promote / remove / transfer_leadership / snapshot_now
-//!   NotLeader -> forward the request to the leader's client address (when `client_peers` knows
-//!                it) over a per-connection RESP connection and relay the reply; otherwise
-//!                `-TRYAGAIN leader is node N at <peer addr>` or `-TRYAGAIN no leader`.
+//!   NotLeader -> forward the request to the leader's client address over a per-connection RESP
+//!                connection and relay the reply; otherwise (address unknown, or the request
+//!                was itself forwarded) `-TRYAGAIN leader is node N at <client addr>`,
+//!                `-TRYAGAIN leader is node N; its client address is unknown` or
+//!                `-TRYAGAIN no leader`.
+//! ```
+//!
+//! The leader's client address: `client_peers` (`--client-peers`, an override) if it names the
+//! leader, else what the runtime learned (every member announces its client address in the
+//! handshakes of its peer connections, and a leader connects to every member), else what
+//! `RAFT.MEMBER ADD ... CLIENT` recorded here.
+//!
+//! ```text
 //! ```
 //!
 //! Replies of one connection leave in request order; pipelined requests overlap (runs of writes
@@ -52,7 +62,8 @@ pub struct ServerContext {
     pub limits: Limits,
     /// Peer addresses as this node knows them (initial cluster, members added through it).
     pub peer_addrs: Mutex<BTreeMap<u64, String>>,
-    /// Client addresses of the other nodes, for forwarding to the leader.
+    /// Client addresses given on the command line (`--client-peers`): they override what the
+    /// runtime learns from handshakes.
     pub client_addrs: BTreeMap<u64, String>,
     next_connection_id: AtomicU64,
     connections: AtomicU64,
@@ -123,10 +134,21 @@ impl ServerContext {
             .map(|id| MemberInfo {
                 id,
                 peer_addr: peer_addrs.get(&id).cloned().unwrap_or_default(),
+                client_addr: self.client_addr(id).unwrap_or_default(),
                 voter: !membership.is_learner(id),
             })
             .collect();
         status
+    }
+}
+
+impl ServerContext {
+    /// Where `id`'s clients reach it: the command line's override, else what the runtime knows.
+    pub fn client_addr(&self, id: u64) -> Option<String> {
+        self.client_addrs
+            .get(&id)
+            .cloned()
+            .or_else(|| self.handle.client_addr(id))
     }
 }
 
@@ -179,6 +201,75 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
     }
 }
 
+/// `RAFT.MEMBER ADD`: a new node joins as a learner (it catches up without counting), then is
+/// promoted unless LEARNER was asked for; a learner is promoted in place. Every `-ERR` means
+/// nothing changed: re-adding a member is answered without a change (a voter is never demoted),
+/// and a learner added whose promotion failed is `-TRYAGAIN` (running the command again promotes
+/// it). The leader decides; a follower's attempt is refused as NotLeader and forwarded.
+async fn member_add(
+    ctx: &ServerContext,
+    id: u64,
+    peer_addr: String,
+    learner: bool,
+    client_addr: Option<String>,
+) -> Result<Reply, ClientError> {
+    let Some(addr) = tokio::net::lookup_host(peer_addr.as_str())
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        return Ok(Reply::error(format!(
+            "ERR cannot resolve peer address '{peer_addr}'"
+        )));
+    };
+    let remember_addrs = || -> Result<(), ClientError> {
+        ctx.peer_addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, peer_addr.clone());
+        match &client_addr {
+            Some(client) => ctx.handle.set_client_addr(id, client),
+            None => Ok(()),
+        }
+    };
+    let status = ctx.handle.status().await?.raft;
+    let leading = status.role == keel_runtime::Role::Leader;
+    // Only the leader's configuration is the one a change starts from; elsewhere the attempt
+    // below is refused as NotLeader (and forwarded) without changing anything.
+    if leading && status.membership.is_voter(id) {
+        if learner {
+            return Ok(Reply::error(format!(
+                "ERR node {id} is a voter: RAFT.MEMBER ADD never demotes one (nothing changed)"
+            )));
+        }
+        remember_addrs()?;
+        return Ok(Reply::Simple(
+            format!("OK node {id} is already a voter").into(),
+        ));
+    }
+    let already_learner = leading && status.membership.is_learner(id);
+    if !already_learner {
+        ctx.handle.add_learner(id, addr).await?;
+    }
+    remember_addrs()?;
+    if learner {
+        return Ok(if already_learner {
+            Reply::Simple(format!("OK node {id} is already a learner").into())
+        } else {
+            Reply::OK
+        });
+    }
+    match ctx.handle.promote(id).await {
+        Ok(()) => Ok(Reply::OK),
+        Err(ClientError::Unknown) => Err(ClientError::Unknown),
+        Err(e) if already_learner => Err(e),
+        Err(e) => Ok(Reply::error(format!(
+            "TRYAGAIN node {id} was added as a learner but not promoted ({e}): RAFT.MEMBER ADD \
+             again promotes it"
+        ))),
+    }
+}
+
 fn error_reply(error: &ClientError) -> Reply {
     match error {
         ClientError::NotLeader { .. } => Reply::error("TRYAGAIN no leader"),
@@ -195,32 +286,8 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
             id,
             peer_addr,
             learner,
-        } => {
-            let Some(addr) = tokio::net::lookup_host(peer_addr.as_str())
-                .await
-                .ok()
-                .and_then(|mut a| a.next())
-            else {
-                return Ok(Reply::error(format!(
-                    "ERR cannot resolve peer address '{peer_addr}'"
-                )));
-            };
-            // ADD without LEARNER on a node that already is one promotes it in place; otherwise
-            // the node joins as a learner first (it catches up without counting), then is
-            // promoted.
-            let already_learner = ctx.handle.status().await?.raft.membership.is_learner(id);
-            if !already_learner {
-                ctx.handle.add_learner(id, addr).await?;
-            }
-            ctx.peer_addrs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id, peer_addr);
-            if !learner {
-                ctx.handle.promote(id).await?;
-            }
-            Ok(Reply::OK)
-        }
+            client_addr,
+        } => member_add(ctx, id, peer_addr, learner, client_addr).await,
         AdminCommand::MemberRemove { id } => {
             ctx.handle.remove(id).await?;
             Ok(Reply::OK)

@@ -189,6 +189,14 @@ impl Node {
         self.child = Some(child);
     }
 
+    /// Sets `flag`'s value in this node's `keel serve` arguments (replaced, or appended).
+    pub fn set_arg(&mut self, flag: &str, value: &str) {
+        match self.args.iter().position(|a| a == flag) {
+            Some(at) => self.args[at + 1] = value.to_string(),
+            None => self.args.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
@@ -277,8 +285,9 @@ pub fn log_tail(path: &Path) -> String {
 }
 
 /// Nodes of one cluster: `voters` form the first configuration; `spares` get their ports and
-/// arguments but are not started (they join later with `RAFT.MEMBER ADD`). Every node is told
-/// every node's client address (`--client-peers`) so that a follower forwards to whichever leads.
+/// arguments but are not started (they join later with `RAFT.MEMBER ADD`). Nodes get only the
+/// documented flags (id, data dir, client and peer address, initial cluster): a follower learns
+/// the leader's client address from the cluster itself to forward to it.
 pub struct Cluster {
     pub nodes: Vec<Node>,
     // Dropped after the nodes (fields drop in declaration order): the processes are gone before
@@ -288,6 +297,16 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(name: &str, voters: &[u64], spares: &[u64], extra_args: &[&str]) -> Cluster {
+        let mut cluster = Cluster::stopped(name, voters, spares, extra_args);
+        for node in cluster.nodes.iter_mut().filter(|n| voters.contains(&n.id)) {
+            node.spawn();
+        }
+        cluster
+    }
+
+    /// Like [`Cluster::new`], but no node is started: a test may change a node's arguments
+    /// (see [`Node::set_arg`]) before it spawns it.
+    pub fn stopped(name: &str, voters: &[u64], spares: &[u64], extra_args: &[&str]) -> Cluster {
         let dir = TempDir::new(name);
         let ids: Vec<u64> = voters.iter().chain(spares).copied().collect();
         let ports: BTreeMap<u64, (u16, u16)> = ids
@@ -305,7 +324,6 @@ impl Cluster {
         // empty it also bootstraps their first configuration, in which it is not a member, so
         // it never campaigns; the leader then adds it.
         let initial_cluster = list(voters, |p| p.1);
-        let client_peers = list(&ids, |p| p.0);
         let nodes = ids
             .iter()
             .map(|&id| {
@@ -323,8 +341,6 @@ impl Cluster {
                     format!("127.0.0.1:{peer_port}"),
                     "--initial-cluster".into(),
                     initial_cluster.clone(),
-                    "--client-peers".into(),
-                    client_peers.clone(),
                 ];
                 args.extend(extra_args.iter().map(|s| s.to_string()));
                 Node {
@@ -338,11 +354,7 @@ impl Cluster {
                 }
             })
             .collect();
-        let mut cluster = Cluster { nodes, dir };
-        for node in cluster.nodes.iter_mut().filter(|n| voters.contains(&n.id)) {
-            node.spawn();
-        }
-        cluster
+        Cluster { nodes, dir }
     }
 
     pub fn node(&self, id: u64) -> &Node {

@@ -523,10 +523,16 @@ impl<S: StateMachine> Driver<S> {
                 addr,
                 reply,
             } => {
-                if let (Some(addr), keel_core::MembershipChange::AddLearner(id)) = (addr, &change) {
-                    self.transport.set_peer(*id, addr);
-                }
+                let learner = match change {
+                    keel_core::MembershipChange::AddLearner(id) => Some(id),
+                    _ => None,
+                };
                 let id = self.raft.propose_membership(change);
+                // Only a learner really added is (re)addressed: a refused attempt, e.g. adding a
+                // voter, must not point the connection to a member at another address.
+                if let (Ok(_), Some(learner), Some(addr)) = (&id, learner, addr) {
+                    self.transport.set_peer(learner, addr);
+                }
                 self.track(id, reply);
             }
             Request::Read(read) => {

@@ -235,6 +235,7 @@ impl<S: StateMachine> Node<S> {
         let handle = Handle {
             requests: requests_tx,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
+            client_addrs: transport.client_addrs(),
         };
         let driver = driver::Driver {
             membership: raft.membership().clone(),

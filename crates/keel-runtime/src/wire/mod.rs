@@ -55,7 +55,10 @@
 //! number drawn when its data directory was created; a receiver that saw another incarnation of
 //! that member refuses the connection (S37: a member whose disk was wiped and that restarts under
 //! the same id has lost its votes and acknowledgements, and must not be heard until it is removed
-//! and added back).
+//! and added back). Type 3: the sender's client address, UTF-8 `host:port` (a host name or an IP
+//! address, at most [`CLIENT_ADDR_BYTES_MAX`] bytes, the port a number): where the application's
+//! clients reach the sender. A leader connects to every member, so every member learns the
+//! leader's client address and can forward to it or name it in a redirection.
 //!
 //! Magic and version are checked before anything else is parsed, because another version may lay
 //! out the rest differently. The flags and the extension leave room for peer authentication (a
@@ -226,6 +229,11 @@ pub const RECORD_ADVERTISED_ADDR: u8 = 1;
 /// Extension record: the sender's storage incarnation, u64 little-endian (8 bytes): a random
 /// number drawn when its data directory was first created.
 pub const RECORD_INCARNATION: u8 = 2;
+/// Extension record: the sender's client address (where the application's clients reach it),
+/// UTF-8 `host:port`.
+pub const RECORD_CLIENT_ADDR: u8 = 3;
+/// Longest client address record value: a DNS name (253) and a port, with room to spare.
+pub const CLIENT_ADDR_BYTES_MAX: usize = 300;
 /// Required-feature bits this build understands.
 pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
@@ -235,6 +243,19 @@ pub const BODY_MESSAGE: u8 = 2;
 pub const BODY_REFUSAL: u8 = 8;
 /// Longest refusal reason on the wire; a longer one is cut (at a character boundary).
 pub const REFUSAL_REASON_BYTES_MAX: usize = 1024;
+
+/// Whether `addr` can be announced as a client address: `host:port` with a non-empty host of
+/// printable ASCII without spaces (a name, an IPv4 address or a bracketed IPv6 address), a port
+/// that is a number, at most [`CLIENT_ADDR_BYTES_MAX`] bytes in all.
+pub fn valid_client_addr(addr: &str) -> bool {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    addr.len() <= CLIENT_ADDR_BYTES_MAX
+        && !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_graphic())
+        && port.parse::<u16>().is_ok()
+}
 
 /// What a connection carries after its handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +296,7 @@ pub enum WireError {
 struct Records {
     advertised_addr: Option<SocketAddr>,
     incarnation: Option<u64>,
+    client_addr: Option<String>,
 }
 
 /// The first frame of every connection.
@@ -304,23 +326,30 @@ impl Handshake {
     }
 
     /// Announces `addr` as the address other members reach this node at, in an extension record.
-    pub fn with_advertised_addr(mut self, addr: SocketAddr) -> Self {
-        let text = addr.to_string();
-        let mut records = self.extension.to_vec();
-        records.push(RECORD_ADVERTISED_ADDR);
-        records.extend_from_slice(&(text.len() as u16).to_le_bytes());
-        records.extend_from_slice(text.as_bytes());
-        self.extension = Bytes::from(records);
-        self.flags |= FLAG_EXTENSION_RECORDS;
-        self
+    pub fn with_advertised_addr(self, addr: SocketAddr) -> Self {
+        self.with_record(RECORD_ADVERTISED_ADDR, addr.to_string().as_bytes())
     }
 
     /// Announces the sender's storage incarnation, in an extension record.
-    pub fn with_incarnation(mut self, incarnation: u64) -> Self {
+    pub fn with_incarnation(self, incarnation: u64) -> Self {
+        self.with_record(RECORD_INCARNATION, &incarnation.to_le_bytes())
+    }
+
+    /// Announces where the application's clients reach this node, in an extension record.
+    /// `addr` must pass [`valid_client_addr`] (checked where it is configured).
+    pub fn with_client_addr(self, addr: &str) -> Self {
+        assert!(
+            valid_client_addr(addr),
+            "client address {addr:?} is not host:port"
+        );
+        self.with_record(RECORD_CLIENT_ADDR, addr.as_bytes())
+    }
+
+    fn with_record(mut self, kind: u8, value: &[u8]) -> Self {
         let mut records = self.extension.to_vec();
-        records.push(RECORD_INCARNATION);
-        records.extend_from_slice(&8u16.to_le_bytes());
-        records.extend_from_slice(&incarnation.to_le_bytes());
+        records.push(kind);
+        records.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        records.extend_from_slice(value);
         self.extension = Bytes::from(records);
         self.flags |= FLAG_EXTENSION_RECORDS;
         self
@@ -329,6 +358,11 @@ impl Handshake {
     /// The sender's advertised peer address, if it sent one.
     pub fn advertised_addr(&self) -> Result<Option<SocketAddr>, WireError> {
         Ok(self.records()?.advertised_addr)
+    }
+
+    /// The sender's client address, if it sent one.
+    pub fn client_addr(&self) -> Result<Option<String>, WireError> {
+        Ok(self.records()?.client_addr)
     }
 
     /// The sender's storage incarnation, if it sent one.
@@ -361,6 +395,13 @@ impl Handshake {
                         .try_into()
                         .map_err(|_| WireError::Invalid("incarnation is not 8 bytes"))?;
                     found.incarnation = Some(u64::from_le_bytes(bytes));
+                }
+                RECORD_CLIENT_ADDR => {
+                    let addr = std::str::from_utf8(&value)
+                        .ok()
+                        .filter(|text| valid_client_addr(text))
+                        .ok_or(WireError::Invalid("client address is not host:port"))?;
+                    found.client_addr = Some(addr.to_string());
                 }
                 _ => {}
             }

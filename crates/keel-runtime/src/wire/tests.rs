@@ -454,6 +454,52 @@ fn incarnation_round_trips_beside_the_advertised_address() {
 }
 
 #[test]
+fn client_address_round_trips_beside_the_others_and_is_checked() {
+    let addr: std::net::SocketAddr = "10.0.0.9:7379".parse().unwrap();
+    for client in ["node-1.example.com:6379", "10.0.0.9:6379", "[::1]:6379"] {
+        let h = Handshake::new(1, 2, Channel::Messages)
+            .with_incarnation(7)
+            .with_client_addr(client)
+            .with_advertised_addr(addr);
+        let mut buf = Vec::new();
+        encode_handshake(&h, &mut buf);
+        let Some((Body::Handshake(back), _)) = decode_one(buf).unwrap() else {
+            panic!("not a handshake");
+        };
+        assert_eq!(back.client_addr().unwrap().as_deref(), Some(client));
+        assert_eq!(back.advertised_addr().unwrap(), Some(addr));
+        assert_eq!(back.incarnation().unwrap(), Some(7));
+    }
+    assert_eq!(
+        Handshake::new(1, 2, Channel::Messages)
+            .client_addr()
+            .unwrap(),
+        None
+    );
+    // What a hostile or broken peer could announce instead is refused, not learned.
+    let long = format!("{}:1", "h".repeat(CLIENT_ADDR_BYTES_MAX));
+    for bad in [
+        "",
+        "no-port",
+        "host:",
+        "host:65536",
+        "ho st:1",
+        ":6379",
+        "h\u{e9}:1",
+        &long,
+    ] {
+        assert!(!valid_client_addr(bad), "{bad:?}");
+        let mut h = Handshake::new(1, 2, Channel::Messages);
+        let mut records = vec![RECORD_CLIENT_ADDR];
+        records.extend_from_slice(&(bad.len() as u16).to_le_bytes());
+        records.extend_from_slice(bad.as_bytes());
+        h.extension = Bytes::from(records);
+        h.flags |= FLAG_EXTENSION_RECORDS;
+        assert!(h.client_addr().is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn refusals_round_trip_bounded_and_utf8() {
     let mut buf = Vec::new();
     encode_refusal("node 3 came back with other storage", &mut buf);

@@ -276,6 +276,40 @@ fn membership_only_one_change_in_flight() {
     );
 }
 
+/// Adding a member that is already in the configuration, in either role it may be added in,
+/// changes nothing: adding a voter as a learner used to turn into a demotion (a joint
+/// configuration without it), so re-adding every voter in turn left a single voter.
+#[test]
+fn membership_readding_members_never_demotes_or_changes_anything() {
+    let mut c = cluster_with_joining(&[4]);
+    c.node_mut(1)
+        .propose_membership(MembershipChange::AddLearner(4))
+        .expect("learner added");
+    c.run_until_quiet();
+    let before = c.node(1).membership().clone();
+    let last = c.node(1).log().last_index();
+    for voter in [1, 2, 3] {
+        assert_eq!(
+            c.node_mut(1)
+                .propose_membership(MembershipChange::AddLearner(voter)),
+            Err(ProposeError::AlreadyVoter(voter))
+        );
+        assert_eq!(
+            c.node_mut(1)
+                .propose_membership(MembershipChange::AddVoter(voter)),
+            Err(ProposeError::NoChange)
+        );
+    }
+    assert_eq!(
+        c.node_mut(1)
+            .propose_membership(MembershipChange::AddLearner(4)),
+        Err(ProposeError::NoChange)
+    );
+    c.run_until_quiet();
+    assert_eq!(c.node(1).membership(), &before);
+    assert_eq!(c.node(1).log().last_index(), last, "nothing was appended");
+}
+
 #[test]
 fn leadership_transfer_sends_timeout_now_after_catch_up() {
     // Check-quorum on: the target's election must get through the voters' leases.
