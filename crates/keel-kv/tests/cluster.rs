@@ -120,14 +120,39 @@ fn membership_run(promote_in_place: bool, teach_addresses_by_restart: bool) {
     assert_readable(&cluster, &[1, 2, 3], &expected);
     assert_eq!(get(cluster.node(2), "missing"), None);
 
-    // Node 4 starts with an empty data dir and joins as a learner.
+    // Node 4 starts with an empty data dir and joins as a learner. Its client address is given
+    // as 127.0.0.3 (it listens on every address, and announces 127.0.0.1): every member learns
+    // the given one from the log, and forwards there once node 4 leads.
+    let client4 = format!("127.0.0.3:{}", cluster.node(4).client_port);
+    let any4 = format!("0.0.0.0:{}", cluster.node(4).client_port);
+    cluster.node_mut(4).set_arg("--client-addr", &any4);
     cluster.node_mut(4).spawn();
     let addr4 = cluster.node(4).peer_addr();
     admin(
         cluster.node(leader),
-        &["RAFT.MEMBER", "ADD", "4", &addr4, "LEARNER"],
+        &[
+            "RAFT.MEMBER",
+            "ADD",
+            "4",
+            &addr4,
+            "LEARNER",
+            "CLIENT",
+            &client4,
+        ],
     );
     wait_members(cluster.node(leader), &[1, 2, 3], &[4]);
+    for id in [1, 2, 3, 4] {
+        eventually(&format!("node {id} to know node 4's addresses"), || {
+            let info = cluster.node(id).info()?;
+            let listed = |key: &str, entry: &str| {
+                info.get(key)
+                    .is_some_and(|list| list.split(',').any(|e| e == entry))
+            };
+            (listed("client_addrs", &format!("4={client4}"))
+                && listed("learners", &format!("4={addr4}")))
+            .then_some(())
+        });
+    }
     for i in 0..20 {
         let (k, v) = (format!("learner-{i}"), i.to_string());
         set(cluster.node(1 + i % 3), &k, &v);

@@ -13,6 +13,8 @@
 
 mod parse;
 
+pub use parse::ADDR_BYTES_MAX;
+
 use bytes::Bytes;
 
 use crate::resp::ProtocolVersion;

@@ -1,16 +1,19 @@
 //! [`KvAdapter`]: the key-value state machine as the runtime's `StateMachine`.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::state_machine::KvStateMachine;
+use crate::state_machine::{KvStateMachine, MemberAddrs};
 
 /// What INFO needs from the state machine without a quorum round or a trip through the apply
 /// thread: updated after every apply and restore, read by any connection.
 #[derive(Debug, Default)]
 pub struct SmStats {
     inner: Mutex<SmStatsValue>,
+    /// The members' recorded addresses, republished only when they changed.
+    members: Mutex<(u64, Arc<BTreeMap<u64, MemberAddrs>>)>,
 }
 
 /// One consistent reading of [`SmStats`].
@@ -28,12 +31,24 @@ impl SmStats {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The members' addresses as last applied (`RAFT.MEMBER ADD`), by node id.
+    pub fn member_addrs(&self) -> Arc<BTreeMap<u64, MemberAddrs>> {
+        Arc::clone(&self.members.lock().unwrap_or_else(|e| e.into_inner()).1)
+    }
+
     fn publish(&self, sm: &KvStateMachine) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = SmStatsValue {
             applied_index: sm.applied_index(),
             state_digest: sm.state_digest(),
             keys: sm.len() as u64,
         };
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if members.0 != sm.member_addrs_version() {
+            *members = (
+                sm.member_addrs_version(),
+                Arc::new(sm.member_addrs().clone()),
+            );
+        }
     }
 }
 

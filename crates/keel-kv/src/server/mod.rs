@@ -49,6 +49,8 @@ pub use adapter::{KvAdapter, SmStats, SmStatsValue};
 use crate::command::AdminCommand;
 use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
+use crate::state_machine::MemberAddrs;
+use crate::{ApplyReply, LogCommand, LoggedCommand, WriteReply};
 
 /// The name a forwarding connection gives itself: a node never forwards a request that arrived on
 /// such a connection again (no forwarding loops while leadership moves).
@@ -133,7 +135,7 @@ impl ServerContext {
             .into_iter()
             .map(|id| MemberInfo {
                 id,
-                peer_addr: peer_addrs.get(&id).cloned().unwrap_or_default(),
+                peer_addr: self.peer_addr(id, &peer_addrs),
                 client_addr: self.client_addr(id).unwrap_or_default(),
                 voter: !membership.is_learner(id),
             })
@@ -143,12 +145,31 @@ impl ServerContext {
 }
 
 impl ServerContext {
-    /// Where `id`'s clients reach it: the command line's override, else what the runtime knows.
+    /// Where `id`'s clients reach it: the command line's override, else the address recorded
+    /// with its membership change (`RAFT.MEMBER ADD ... CLIENT`, replicated), else what it
+    /// announced in its peer handshakes.
     pub fn client_addr(&self, id: u64) -> Option<String> {
         self.client_addrs
             .get(&id)
             .cloned()
+            .or_else(|| {
+                let recorded = self.stats.member_addrs();
+                let client = &recorded.get(&id)?.client;
+                (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
+            })
             .or_else(|| self.handle.client_addr(id))
+    }
+
+    /// Where `id`'s peers reach it: as given to this node, else as recorded with its membership
+    /// change.
+    fn peer_addr(&self, id: u64, given: &BTreeMap<u64, String>) -> String {
+        given.get(&id).cloned().unwrap_or_else(|| {
+            self.stats
+                .member_addrs()
+                .get(&id)
+                .map(|addrs| String::from_utf8_lossy(&addrs.peer).into_owned())
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -222,6 +243,12 @@ async fn member_add(
             "ERR cannot resolve peer address '{peer_addr}'"
         )));
     };
+    // A re-add without CLIENT keeps the client address recorded before.
+    let client_addr = client_addr.or_else(|| {
+        let recorded = ctx.stats.member_addrs();
+        let client = &recorded.get(&id)?.client;
+        (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
+    });
     let remember_addrs = || -> Result<(), ClientError> {
         ctx.peer_addrs
             .lock()
@@ -242,12 +269,16 @@ async fn member_add(
                 "ERR node {id} is a voter: RAFT.MEMBER ADD never demotes one (nothing changed)"
             )));
         }
+        record_member_addrs(ctx, id, &peer_addr, client_addr.as_deref().unwrap_or("")).await?;
         remember_addrs()?;
         return Ok(Reply::Simple(
             format!("OK node {id} is already a voter").into(),
         ));
     }
     let already_learner = leading && status.membership.is_learner(id);
+    // Recorded before the member joins, so that every replica knows where it is reached by the
+    // time it is in the configuration (a follower elsewhere may forward to it as leader).
+    record_member_addrs(ctx, id, &peer_addr, client_addr.as_deref().unwrap_or("")).await?;
     if !already_learner {
         ctx.handle.add_learner(id, addr).await?;
     }
@@ -267,6 +298,30 @@ async fn member_add(
             "TRYAGAIN node {id} was added as a learner but not promoted ({e}): RAFT.MEMBER ADD \
              again promotes it"
         ))),
+    }
+}
+
+/// Proposes the record of `id`'s addresses (both empty: forget them) and waits until it applied.
+async fn record_member_addrs(
+    ctx: &ServerContext,
+    id: u64,
+    peer: &str,
+    client: &str,
+) -> Result<(), ClientError> {
+    let record = LoggedCommand::MemberAddrs(MemberAddrs {
+        id,
+        peer: Bytes::copy_from_slice(peer.as_bytes()),
+        client: Bytes::copy_from_slice(client.as_bytes()),
+    });
+    // A request id of its own: one record, never re-proposed.
+    let entry = LogCommand::new(random_client_id(), 1, record).encode();
+    let result = ctx.handle.propose(entry).await?;
+    match ApplyReply::decode(&result) {
+        Some(ApplyReply::Write(WriteReply::Ok)) => Ok(()),
+        Some(ApplyReply::Write(WriteReply::Error(e))) => Err(ClientError::Rejected(e.to_string())),
+        _ => Err(ClientError::Rejected(
+            "unexpected result of the address record".into(),
+        )),
     }
 }
 
@@ -290,6 +345,9 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
         } => member_add(ctx, id, peer_addr, learner, client_addr).await,
         AdminCommand::MemberRemove { id } => {
             ctx.handle.remove(id).await?;
+            // Best effort: a stale record of a removed member misleads nobody (it is not in the
+            // configuration) and is replaced if the id is added again.
+            let _ = record_member_addrs(ctx, id, "", "").await;
             Ok(Reply::OK)
         }
         AdminCommand::Transfer { id } => {

@@ -9,7 +9,7 @@
 //! 0      1     format version = 1
 //! 1      8     client_id   u64   (who sent it; the dedup session)
 //! 9      8     request_seq u64   (per client, unique per request; a retry reuses it)
-//! 17     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC
+//! 17     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS
 //! 18     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -28,11 +28,16 @@
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
 //!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
+//!              MEMBER ADDRS  node id u64 (> 0), bytes peer addr, bytes client addr: where a
+//!                      member is reached, recorded with a membership change so that every
+//!                      replica knows it; each address is `host:port` or empty (unknown), at
+//!                      most 300 bytes; both empty forgets the member's addresses. Not valid
+//!                      inside an EXEC.
 //! ```
 //!
-//! Op 7 (EXEC) was added without changing the version byte: every entry written before it
-//! decodes exactly as before, and a build that predates it rejects an EXEC entry as an unknown op
-//! (fatal, never skipped) rather than misreading it.
+//! Ops 7 (EXEC) and 8 (MEMBER ADDRS) were added without changing the version byte: every entry
+//! written before them decodes exactly as before, and a build that predates one rejects it as an
+//! unknown op rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
@@ -54,6 +59,10 @@ const OP_MSET: u8 = 4;
 const OP_APPEND: u8 = 5;
 const OP_CAS: u8 = 6;
 const OP_EXEC: u8 = 7;
+const OP_MEMBER_ADDRS: u8 = 8;
+/// Longest address in a MEMBER ADDRS entry (the admin command's bound,
+/// `crate::command::ADDR_BYTES_MAX`).
+pub const MEMBER_ADDR_BYTES_MAX: usize = crate::command::ADDR_BYTES_MAX;
 // Only inside an EXEC.
 const OP_GET: u8 = 16;
 const OP_MGET: u8 = 17;
@@ -86,6 +95,17 @@ pub enum LoggedCommand {
     Write(WriteCommand),
     /// The queued commands, in order (at least one).
     Exec(Vec<QueuedCommand>),
+    /// Where a member is reached (cluster metadata kept beside the key-value state).
+    MemberAddrs(MemberAddrs),
+}
+
+/// A member's addresses as `RAFT.MEMBER ADD` recorded them: `host:port` each, empty when not
+/// given. Both empty: forget the member (`RAFT.MEMBER REMOVE`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberAddrs {
+    pub id: u64,
+    pub peer: Bytes,
+    pub client: Bytes,
 }
 
 impl From<WriteCommand> for LoggedCommand {
@@ -113,6 +133,8 @@ pub enum DecodeError {
     OnlyInExec(u8),
     #[error("EXEC inside an EXEC")]
     NestedExec,
+    #[error("invalid member addresses: {0}")]
+    InvalidMemberAddrs(&'static str),
 }
 
 impl LogCommand {
@@ -130,6 +152,9 @@ impl LogCommand {
             LoggedCommand::Exec(commands) => {
                 4 + commands.iter().map(queued_len_hint).sum::<usize>()
             }
+            LoggedCommand::MemberAddrs(addrs) => {
+                9 + field_len(&addrs.peer) + field_len(&addrs.client)
+            }
         };
         let mut out = Vec::with_capacity(18 + hint);
         out.put_u8(FORMAT_VERSION);
@@ -143,6 +168,12 @@ impl LogCommand {
                 for command in commands {
                     put_queued(&mut out, command);
                 }
+            }
+            LoggedCommand::MemberAddrs(addrs) => {
+                out.put_u8(OP_MEMBER_ADDRS);
+                out.put_u64_le(addrs.id);
+                put_bytes(&mut out, &addrs.peer);
+                put_bytes(&mut out, &addrs.client);
             }
         }
         Bytes::from(out)
@@ -166,6 +197,8 @@ impl LogCommand {
                 .map(|_| decode_queued(&mut r))
                 .collect::<Result<_, _>>()?;
             LoggedCommand::Exec(commands)
+        } else if op == OP_MEMBER_ADDRS {
+            LoggedCommand::MemberAddrs(decode_member_addrs(&mut r)?)
         } else {
             LoggedCommand::Write(decode_write(op, &mut r)?)
         };
@@ -363,11 +396,24 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
             new: bytes(r)?,
         },
         OP_EXEC => return Err(DecodeError::NestedExec),
+        OP_MEMBER_ADDRS => return Err(DecodeError::UnknownOp(op)),
         OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_PING | OP_ECHO => {
             return Err(DecodeError::OnlyInExec(op))
         }
         other => return Err(DecodeError::UnknownOp(other)),
     })
+}
+
+fn decode_member_addrs(r: &mut Reader) -> Result<MemberAddrs, DecodeError> {
+    let id = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
+    let (peer, client) = (bytes(r)?, bytes(r)?);
+    if id == 0 {
+        return Err(DecodeError::InvalidMemberAddrs("node id 0"));
+    }
+    if peer.len().max(client.len()) > MEMBER_ADDR_BYTES_MAX {
+        return Err(DecodeError::InvalidMemberAddrs("address too long"));
+    }
+    Ok(MemberAddrs { id, peer, client })
 }
 
 /// A `bytes` field; failing means the input ended early.

@@ -25,13 +25,14 @@ mod map;
 mod snapshot;
 mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 pub use apply_reply::ApplyReply;
 pub use dedup::DedupLimits;
-pub use log_command::{DecodeError, LogCommand, LoggedCommand};
+pub use log_command::{DecodeError, LogCommand, LoggedCommand, MemberAddrs};
 pub use snapshot::SnapshotError;
 
 use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
@@ -49,6 +50,10 @@ pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// error in its place instead of its value (the transaction's writes still apply). A constant,
 /// not a setting: the reply is computed by every replica and must be the same everywhere.
 pub const EXEC_REPLY_BYTES_MAX: usize = 2 * STRING_BYTES_MAX;
+
+/// Most members whose addresses the state machine keeps (`RAFT.MEMBER REMOVE` forgets one). A
+/// constant, not a setting: whether a record is refused must be the same on every replica.
+pub const MEMBER_ADDRS_MAX: usize = 1024;
 
 /// The outcome of a write, as compact as the deduplication table needs to remember it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +80,8 @@ pub enum WriteError {
     /// already, so it is not applied again. The outcome is unknown, hence TRYAGAIN.
     #[error("TRYAGAIN request id is older than the deduplication window: the outcome of the original request is unknown")]
     RequestTooOld,
+    #[error("ERR too many members with recorded addresses (1024): remove members first")]
+    TooManyMembers,
 }
 
 impl WriteReply {
@@ -143,7 +150,25 @@ pub struct KvStateMachine {
     digest: u64,
     applied_index: u64,
     dedup: DedupTable,
+    /// Where each member is reached (`RAFT.MEMBER ADD`): cluster metadata, not key-value state,
+    /// so it is in snapshots but not in the digest.
+    members: BTreeMap<u64, MemberAddrs>,
+    /// Bumped on every change of `members`, so a reader republishes only what changed.
+    members_version: ChangeCounter,
 }
+
+/// A counter for readers of the state, not part of it: two states are equal whatever their
+/// counters say (a restored state equals the one it was taken from).
+#[derive(Clone, Copy, Debug, Default)]
+struct ChangeCounter(u64);
+
+impl PartialEq for ChangeCounter {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ChangeCounter {}
 
 impl Default for KvStateMachine {
     fn default() -> Self {
@@ -163,7 +188,32 @@ impl KvStateMachine {
             digest: 0,
             applied_index: 0,
             dedup: DedupTable::new(limits),
+            members: BTreeMap::new(),
+            members_version: ChangeCounter::default(),
         }
+    }
+
+    /// Every member's recorded addresses, by node id.
+    pub fn member_addrs(&self) -> &BTreeMap<u64, MemberAddrs> {
+        &self.members
+    }
+
+    /// Changes whenever [`Self::member_addrs`] does (a record applied, a snapshot restored).
+    pub fn member_addrs_version(&self) -> u64 {
+        self.members_version.0
+    }
+
+    fn record_member_addrs(&mut self, addrs: &MemberAddrs) -> WriteReply {
+        self.members_version.0 += 1;
+        if addrs.peer.is_empty() && addrs.client.is_empty() {
+            self.members.remove(&addrs.id);
+            return WriteReply::Ok;
+        }
+        if !self.members.contains_key(&addrs.id) && self.members.len() >= MEMBER_ADDRS_MAX {
+            return WriteReply::Error(WriteError::TooManyMembers);
+        }
+        self.members.insert(addrs.id, addrs.clone());
+        WriteReply::Ok
     }
 
     /// The log index of the last entry applied (or noted with [`Self::advance_applied`]).
@@ -231,7 +281,9 @@ impl KvStateMachine {
             Seen::Duplicate(reply) => {
                 self.dedup.touch(index, command.client_id);
                 match command.command {
-                    LoggedCommand::Write(_) => ApplyReply::Write(reply),
+                    LoggedCommand::Write(_) | LoggedCommand::MemberAddrs(_) => {
+                        ApplyReply::Write(reply)
+                    }
                     LoggedCommand::Exec(_) => ApplyReply::ExecDuplicate,
                 }
             }
@@ -245,6 +297,10 @@ impl KvStateMachine {
                     // Only "applied" is remembered (see apply_reply.rs).
                     LoggedCommand::Exec(commands) => {
                         (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
+                    }
+                    LoggedCommand::MemberAddrs(addrs) => {
+                        let reply = self.record_member_addrs(addrs);
+                        (ApplyReply::Write(reply), reply)
                     }
                 };
                 self.dedup
@@ -421,7 +477,7 @@ impl KvStateMachine {
 
     /// Encodes the whole state at `applied_index` (format in `snapshot.rs`).
     pub fn snapshot(&self) -> Vec<u8> {
-        snapshot::encode(self.applied_index, self.digest, &self.data, &self.dedup)
+        snapshot::encode(self)
     }
 
     /// A copy of the state for encoding elsewhere (another thread) while this one keeps applying.
@@ -433,7 +489,9 @@ impl KvStateMachine {
 
     /// Replaces the whole state with a snapshot's. On error the state is unchanged.
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let version = self.members_version.0 + 1;
         *self = KvStateMachine::from_snapshot(snapshot)?;
+        self.members_version.0 = version;
         Ok(())
     }
 
@@ -444,6 +502,8 @@ impl KvStateMachine {
             digest: restored.digest,
             applied_index: restored.applied_index,
             dedup: restored.dedup,
+            members: restored.members,
+            members_version: ChangeCounter::default(),
         })
     }
 }

@@ -1,11 +1,11 @@
 //! The state machine's snapshot format.
 //!
-//! Format, version 1. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//! Format, version 2. Integers little-endian; `bytes` is a `u32` length then that many bytes.
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic b"KEELKVS\0"
-//! 8       4     format version u32 = 1
+//! 8       4     format version u32 = 2 (1 is read too: it ends after the sessions)
 //! 12      8     applied_index u64
 //! 20      8     state_digest u64          (recomputed and compared on restore)
 //! 28      4     dedup clients_max u32
@@ -19,12 +19,15 @@
 //!                 8  max_seq u64
 //!                 4  reply_count u32      (<= replies_per_client_max)
 //!                 reply_count x (seq u64, reply), seqs strictly ascending within the window
+//! ...     4     member_count u32          (<= MEMBER_ADDRS_MAX; version 2 only)
+//! ...     ...   member_count x (node id u64, bytes peer addr, bytes client addr), ids strictly
+//!               ascending, each address at most MEMBER_ADDR_BYTES_MAX bytes, not both empty
 //! end-4   4     crc32c of every byte before it
 //! ```
 //!
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
-//! code byte (1 not an integer, 2 overflow, 3 string too large; 4 request too old exists only in
-//! relayed replies, never in a snapshot).
+//! code byte (1 not an integer, 2 overflow, 3 string too large, 5 too many members; 4 request too
+//! old exists only in relayed replies, never in a snapshot).
 //!
 //! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
 //! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
@@ -38,12 +41,17 @@ use bytes::{BufMut, Bytes};
 
 use super::dedup::{DedupLimits, DedupTable, Session};
 use super::digest::pair_hash;
+use super::log_command::MEMBER_ADDR_BYTES_MAX;
 use super::map::Map;
 use super::wire::{put_bytes, Reader};
-use super::{Stored, WriteError, WriteReply, STRING_BYTES_MAX};
+use super::{
+    KvStateMachine, MemberAddrs, Stored, WriteError, WriteReply, MEMBER_ADDRS_MAX, STRING_BYTES_MAX,
+};
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
+/// The format before member addresses: read, never written.
+const FORMAT_VERSION_WITHOUT_MEMBERS: u32 = 1;
 const HEADER_BYTES: usize = 44;
 const CHECKSUM_BYTES: usize = 4;
 
@@ -56,7 +64,7 @@ pub enum SnapshotError {
     ChecksumMismatch { stored: u32, computed: u32 },
     #[error("not a keel key-value snapshot (bad magic)")]
     BadMagic,
-    #[error("unsupported snapshot format version {0} (this build reads version 1)")]
+    #[error("unsupported snapshot format version {0} (this build reads versions 1 and 2)")]
     UnsupportedVersion(u32),
     #[error("snapshot truncated inside {0}")]
     Truncated(&'static str),
@@ -72,6 +80,7 @@ pub(crate) struct Restored {
     pub(crate) digest: u64,
     pub(crate) data: Map,
     pub(crate) dedup: DedupTable,
+    pub(crate) members: BTreeMap<u64, MemberAddrs>,
 }
 
 pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
@@ -89,6 +98,7 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::Overflow => 2,
                 WriteError::StringTooLarge => 3,
                 WriteError::RequestTooOld => 4,
+                WriteError::TooManyMembers => 5,
             });
         }
     }
@@ -112,6 +122,7 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             2 => WriteError::Overflow,
             3 => WriteError::StringTooLarge,
             4 => WriteError::RequestTooOld,
+            5 => WriteError::TooManyMembers,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),
@@ -129,11 +140,11 @@ fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
     }
 }
 
-/// Encodes a state. Takes the pieces rather than the state machine so it can run on a cheap copy
-/// ([`super::SnapshotView`]) while the state machine keeps applying.
-pub(crate) fn encode(applied_index: u64, digest: u64, data: &Map, dedup: &DedupTable) -> Vec<u8> {
+/// Encodes a state (the state machine itself, or the cheap copy a [`super::SnapshotView`] holds
+/// while the state machine keeps applying).
+pub(crate) fn encode(sm: &KvStateMachine) -> Vec<u8> {
     let mut out = Vec::new();
-    encode_to(&mut out, applied_index, digest, data, dedup).expect("writing to a Vec");
+    encode_to(&mut out, sm).expect("writing to a Vec");
     out
 }
 
@@ -142,13 +153,8 @@ const ENCODE_BUFFER_BYTES: usize = 256 << 10;
 
 /// Streams the encoding of [`encode`] into `out` through a bounded buffer, computing the trailing
 /// checksum on the way: a large state is never serialized whole in memory.
-pub(crate) fn encode_to(
-    out: &mut dyn std::io::Write,
-    applied_index: u64,
-    digest: u64,
-    data: &Map,
-    dedup: &DedupTable,
-) -> std::io::Result<()> {
+pub(crate) fn encode_to(out: &mut dyn std::io::Write, sm: &KvStateMachine) -> std::io::Result<()> {
+    let (data, dedup) = (&sm.data, &sm.dedup);
     let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
     let mut crc = 0u32;
     let mut flush = |buf: &mut Vec<u8>, out: &mut dyn std::io::Write| -> std::io::Result<()> {
@@ -159,8 +165,8 @@ pub(crate) fn encode_to(
     };
     buf.put_slice(MAGIC);
     buf.put_u32_le(FORMAT_VERSION);
-    buf.put_u64_le(applied_index);
-    buf.put_u64_le(digest);
+    buf.put_u64_le(sm.applied_index);
+    buf.put_u64_le(sm.digest);
     let limits = dedup.limits();
     buf.put_u32_le(limits.clients_max);
     buf.put_u32_le(limits.replies_per_client_max);
@@ -195,6 +201,12 @@ pub(crate) fn encode_to(
             encode_reply(&mut buf, reply);
         }
     }
+    buf.put_u32_le(u32::try_from(sm.members.len()).expect("bounded by MEMBER_ADDRS_MAX"));
+    for (id, addrs) in &sm.members {
+        buf.put_u64_le(*id);
+        put_bytes(&mut buf, &addrs.peer);
+        put_bytes(&mut buf, &addrs.client);
+    }
     flush(&mut buf, out)?;
     out.write_all(&crc.to_le_bytes())
 }
@@ -203,8 +215,7 @@ impl super::SnapshotView {
     /// Streams the snapshot of this view into `out` (same bytes as [`Self::encode`]), on
     /// whatever thread holds the view.
     pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        let sm = &self.0;
-        encode_to(out, sm.applied_index, sm.digest, &sm.data, &sm.dedup)
+        encode_to(out, &self.0)
     }
 }
 
@@ -226,7 +237,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let mut r = Reader::new(Bytes::copy_from_slice(&body[8..]));
     let header = SnapshotError::Truncated("the header");
     let version = r.u32().ok_or(header.clone())?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_WITHOUT_MEMBERS {
         return Err(SnapshotError::UnsupportedVersion(version));
     }
     let applied_index = r.u64().ok_or(header.clone())?;
@@ -281,8 +292,13 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         previous_client = Some(client_id);
         sessions.insert(client_id, session);
     }
+    let members = if version == FORMAT_VERSION {
+        decode_members(&mut r)?
+    } else {
+        BTreeMap::new()
+    };
     if r.remaining() > 0 {
-        return Err(SnapshotError::Malformed("bytes after the last session"));
+        return Err(SnapshotError::Malformed("bytes after the last section"));
     }
     let dedup = DedupTable::from_sessions(limits, sessions).map_err(SnapshotError::Malformed)?;
     if digest != stored_digest {
@@ -296,7 +312,40 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         digest,
         data,
         dedup,
+        members,
     })
+}
+
+fn decode_members(r: &mut Reader) -> Result<BTreeMap<u64, MemberAddrs>, SnapshotError> {
+    let truncated = SnapshotError::Truncated("the member addresses");
+    let count = r.u32().ok_or(truncated.clone())? as usize;
+    if count > MEMBER_ADDRS_MAX {
+        return Err(SnapshotError::Malformed(
+            "more member addresses than allowed",
+        ));
+    }
+    let mut members = BTreeMap::new();
+    for _ in 0..count {
+        let id = r.u64().ok_or(truncated.clone())?;
+        let peer = r.bytes().ok_or(truncated.clone())?;
+        let client = r.bytes().ok_or(truncated.clone())?;
+        if members
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= id)
+            || id == 0
+        {
+            return Err(SnapshotError::Malformed(
+                "member ids not strictly ascending",
+            ));
+        }
+        if peer.len().max(client.len()) > MEMBER_ADDR_BYTES_MAX
+            || (peer.is_empty() && client.is_empty())
+        {
+            return Err(SnapshotError::Malformed("a member address out of bounds"));
+        }
+        members.insert(id, MemberAddrs { id, peer, client });
+    }
+    Ok(members)
 }
 
 fn decode_session(r: &mut Reader, limits: &DedupLimits) -> Result<(u64, Session), SnapshotError> {

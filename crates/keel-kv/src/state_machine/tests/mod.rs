@@ -547,6 +547,7 @@ proptest! {
 }
 
 mod exec;
+mod members;
 
 #[test]
 fn stored_keys_and_values_do_not_keep_the_received_frame_alive() {
