@@ -32,13 +32,16 @@
 //!
 //! Op 7 (EXEC) was added without changing the version byte: every entry written before it
 //! decodes exactly as before, and a build that predates it rejects an EXEC entry as an unknown op
-//! (fatal, never skipped) rather than misreading it.
+//! rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
 //!
 //! A decoder that meets a version or op it does not know fails ([`DecodeError`]) rather than
-//! skipping the entry: skipping would let an older node silently diverge from newer ones.
+//! guessing. The state machine applies such an entry as a no-op (a peer can get any bytes
+//! committed, and a crash loop on every replica is worse): so a new op or version must not be
+//! proposed before every replica decodes it, or an older replica would skip what newer ones
+//! apply and diverge.
 
 use bytes::{BufMut, Bytes};
 

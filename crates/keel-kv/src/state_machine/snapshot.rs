@@ -89,6 +89,7 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::Overflow => 2,
                 WriteError::StringTooLarge => 3,
                 WriteError::RequestTooOld => 4,
+                WriteError::UndecodableEntry => 5,
             });
         }
     }
@@ -112,6 +113,7 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             2 => WriteError::Overflow,
             3 => WriteError::StringTooLarge,
             4 => WriteError::RequestTooOld,
+            5 => WriteError::UndecodableEntry,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),
@@ -120,10 +122,12 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
 
 fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
     match read_reply(r) {
-        // Never remembered: a refused request changes nothing, its reply included.
-        Ok(WriteReply::Error(WriteError::RequestTooOld)) | Err(ReplyDecodeError::Unknown) => Err(
-            SnapshotError::Malformed("unknown reply in the deduplication table"),
-        ),
+        // Never remembered: a refused request changes nothing, its reply included, and an
+        // undecodable entry names no request.
+        Ok(WriteReply::Error(WriteError::RequestTooOld | WriteError::UndecodableEntry))
+        | Err(ReplyDecodeError::Unknown) => Err(SnapshotError::Malformed(
+            "unknown reply in the deduplication table",
+        )),
         Err(ReplyDecodeError::Truncated) => Err(SnapshotError::Truncated("a remembered reply")),
         Ok(reply) => Ok(reply),
     }
