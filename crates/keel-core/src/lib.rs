@@ -15,6 +15,7 @@ mod progress;
 mod rng;
 pub mod storage;
 pub mod types;
+mod validate;
 
 pub use config::Config;
 pub use durability::Write;
@@ -25,7 +26,11 @@ pub use node::{
     RecoveredState, Role, Status,
 };
 
-pub use types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, SnapshotMeta, Term};
+pub use types::{
+    Entry, EntryPayload, HardState, Index, LogId, NodeId, SnapshotMeta, Term, INDEX_LIMIT,
+    TERM_LIMIT,
+};
+pub use validate::InvalidMessage;
 
 /// Errors from constructing a node.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,14 @@ pub type Term = u64;
 /// A log index. Index 0 is the sentinel before the first entry.
 pub type Index = u64;
 
+/// Terms at or above this are refused in every message. An honest cluster would need 2^62
+/// elections to reach one; refusing them keeps 2^62 terms above anything a peer made this node
+/// adopt, so it can always campaign again (with `u64::MAX` adopted it never could).
+pub const TERM_LIMIT: Term = 1 << 62;
+/// Indexes (commit indexes included) at or above this are refused in every message, for the
+/// same reason: a log that could never grow by another entry.
+pub const INDEX_LIMIT: Index = 1 << 62;
+
 /// The position of one entry: its term and its index. Ordered by term first, then index, which is
 /// the "at least as up to date" order of the Raft paper (section 5.4.1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -49,6 +49,8 @@ pub struct NodeStatus {
     pub serving: bool,
     pub replay: ReplayStats,
     pub dropped_messages: u64,
+    /// Peer messages dropped because no honest peer sends them (`RaftNode::validate`).
+    pub refused_messages: u64,
 }
 
 /// What startup replayed through the apply pipeline before serving.

@@ -43,6 +43,9 @@ pub const APPLIED_INDEX: &str = "keel_applied_index";
 pub const APPLY_LAG: &str = "keel_apply_lag_entries";
 /// 1 while this node is the leader.
 pub const IS_LEADER: &str = "keel_is_leader";
+/// Peer messages dropped before the core saw them because no honest peer sends them
+/// (`keel_core::RaftNode::validate`); a `reason` label names the rule (`InvalidMessage::kind`).
+pub const PEER_MESSAGES_REFUSED: &str = "keel_peer_messages_refused_total";
 
 /// Bucket bounds for the latency histograms (seconds): 50 µs to 10 s.
 pub const LATENCY_BUCKETS_SECONDS: &[f64] = &[
@@ -138,6 +141,16 @@ pub fn describe() {
         "Committed entries not yet applied here."
     );
     describe_gauge!(IS_LEADER, Unit::Count, "1 while this node is the leader.");
+    describe_counter!(
+        PEER_MESSAGES_REFUSED,
+        Unit::Count,
+        "Peer messages dropped because no honest peer sends them, by rule (reason)."
+    );
+}
+
+/// A peer message refused by the validator, under the rule `reason` (a fixed set of names).
+pub(crate) fn peer_message_refused(node: NodeId, reason: &'static str) {
+    counter!(PEER_MESSAGES_REFUSED, "node" => node.to_string(), "reason" => reason).increment(1);
 }
 
 fn node_label(node: NodeId) -> [(&'static str, String); 1] {

@@ -129,8 +129,18 @@ impl World {
                     self.digest_event([1, from, to, term]);
                     self.trace_line(|| format!("deliver n{from}->n{to} t{term} {}", short(&msg)));
                     let raft = self.nodes[idx].raft.as_mut().expect("checked");
-                    raft.step(msg);
-                    self.drive(to);
+                    // Every node here is honest: what the runtime's validator would drop must
+                    // never be sent, however the network delays, duplicates or reorders it.
+                    match raft.validate(&msg) {
+                        Ok(()) => {
+                            raft.step(msg);
+                            self.drive(to);
+                        }
+                        Err(e) => {
+                            let detail = format!("n{to} refused {msg:?}: {e}");
+                            self.violate("peer message validation", detail);
+                        }
+                    }
                 }
             }
             Event::DiskDone {

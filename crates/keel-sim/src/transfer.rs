@@ -115,7 +115,12 @@ impl World {
             let delay = self.rng.random_range(1..=20 * self.params.net_delay_max);
             self.schedule(delay, Event::Deliver(msg.clone()));
         }
-        self.nodes[ti].raft.as_mut().expect("checked").step(msg);
+        let raft = self.nodes[ti].raft.as_mut().expect("checked");
+        if let Err(e) = raft.validate(&msg) {
+            let detail = format!("n{to} refused {msg:?}: {e}");
+            return self.violate("peer message validation", detail);
+        }
+        raft.step(msg);
         self.drive(to);
     }
 }

@@ -377,9 +377,12 @@ impl RaftNode {
     }
 
     /// Handles a message from a peer. Messages for another node or in unexpected states are
-    /// ignored, as the network may deliver anything.
+    /// ignored, as the network may deliver anything. A runtime should first drop what
+    /// [`RaftNode::validate`] refuses (and say so); the handlers also ignore, rather than trip
+    /// over, every message that check refuses and that could harm this node.
     pub fn step(&mut self, msg: Message) {
-        if msg.to != self.id || msg.from == self.id {
+        // Adopting a term at the limit could leave this node no term to campaign in.
+        if msg.to != self.id || msg.from == self.id || msg.term >= crate::types::TERM_LIMIT {
             return;
         }
         if self.step_term(&msg) {

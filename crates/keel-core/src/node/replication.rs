@@ -10,17 +10,14 @@ impl RaftNode {
     // ----- follower side -----
 
     pub(super) fn on_append_or_heartbeat(&mut self, msg: Message) {
+        if self.role == Role::Leader {
+            // No honest peer claims to lead this node's own term (election safety): the message
+            // is forged or its sender broken. Ignored; following it would give the term two
+            // leaders. A real violation is the simulator's checker's to find, not a crash here.
+            return;
+        }
         if self.role != Role::Follower {
             // A candidate that hears from a leader of its own term steps back (section 5.2).
-            // A leader never receives this at its own term (election safety).
-            assert_ne!(
-                self.role,
-                Role::Leader,
-                "two leaders in term {}: {} and {}",
-                self.term,
-                self.id,
-                msg.from
-            );
             self.become_follower(self.term, Some(msg.from));
         }
         self.leader = Some(msg.from);
@@ -58,6 +55,12 @@ impl RaftNode {
         entries: Vec<Entry>,
         leader_commit: Index,
     ) {
+        if crate::validate::check_entries(prev, &entries, self.term).is_err() {
+            // Entries no leader of this term could send: a gap, falling terms, a term above the
+            // leader's or one at the limits. Appending them would break the log's own
+            // invariants, so nothing is taken and nothing answered.
+            return;
+        }
         let result = self.try_append(prev, entries, leader_commit);
         let reply = self.message(leader, MessageBody::AppendResponse(result));
         let success = matches!(result, AppendResult::Success { .. });
@@ -188,6 +191,10 @@ impl RaftNode {
                 hint_term,
                 hint_index,
             } => {
+                if rejected > last_index {
+                    // A rejected `prev` this leader never sent: its log only grows in its term.
+                    return;
+                }
                 let stale = match pr.state {
                     // A rejection of something at or below what the follower acknowledged
                     // answers an older request that crossed the acknowledgement.
@@ -233,6 +240,10 @@ impl RaftNode {
         }
         let leader_last = self.log.last_index();
         let state = self.leader_state.as_mut().expect("leader has leader state");
+        if read_round > state.reads.current_round() {
+            // A confirmation of a round not broadcast yet would confirm reads to come.
+            return;
+        }
         let Some(pr) = state.progress(from) else {
             return;
         };

@@ -124,15 +124,10 @@ impl RaftNode {
         // A leader of this term cannot hold an entry of a later term, and a term history must
         // rise in both term and index up to the snapshot's last entry: such a snapshot comes from
         // another cluster incarnation or is corrupt. Drop it without an answer (scenario S10).
-        let history_ok = meta
-            .term_history
-            .windows(2)
-            .all(|w| w[0].term < w[1].term && w[0].index < w[1].index)
-            && meta
-                .term_history
-                .last()
-                .is_none_or(|t| t.term <= meta.last.term && t.index <= meta.last.index);
-        if meta.last.term > self.term || !history_ok {
+        // Nor does any honest log reach the index limit.
+        let history_ok = crate::validate::term_history_fits(&meta);
+        if meta.last.term > self.term || !history_ok || meta.last.index >= crate::types::INDEX_LIMIT
+        {
             return None;
         }
 

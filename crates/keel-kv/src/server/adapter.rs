@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::state_machine::{KvStateMachine, MemberAddrs};
+use crate::state_machine::{ApplyReply, KvStateMachine, MemberAddrs, WriteError};
+use crate::{LogCommand, WriteReply};
 
 /// What INFO needs from the state machine without a quorum round or a trip through the apply
 /// thread: updated after every apply and restore, read by any connection.
@@ -96,6 +97,16 @@ impl keel_runtime::StateMachine for KvAdapter {
     fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
         match self.sm.apply(index, data) {
             Ok(reply) => {
+                if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
+                    // Every replica skips it alike; its proposer (if any) gets the error.
+                    let reason = LogCommand::decode(data).err();
+                    tracing::warn!(
+                        index,
+                        size_bytes = data.len(),
+                        "committed entry {index} is not a key-value command this build can \
+                         decode ({reason:?}); applied as a no-op"
+                    );
+                }
                 self.stats.publish(&self.sm);
                 reply.to_bytes()
             }
@@ -121,7 +132,6 @@ impl keel_runtime::StateMachine for KvAdapter {
 mod tests {
     use super::*;
     use crate::command::{SetCondition, WriteCommand};
-    use crate::{LogCommand, WriteReply};
     use keel_runtime::StateMachine;
 
     #[test]
@@ -153,5 +163,30 @@ mod tests {
         b.restore(&bytes);
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
+    }
+
+    #[test]
+    fn an_undecodable_entry_applies_as_a_no_op_and_answers_an_error() {
+        let mut a = KvAdapter::new(KvStateMachine::new());
+        let set = WriteCommand::Set {
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+            condition: SetCondition::Always,
+        };
+        a.apply(3, &LogCommand::new(7, 1, set).encode());
+        let before = a.stats().get();
+        let result = a.apply(4, &Bytes::from_static(b"not a command"));
+        let reply = ApplyReply::decode(&result).expect("a reply for the proposer");
+        assert_eq!(
+            reply,
+            ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry))
+        );
+        assert!(matches!(reply.into_reply(), crate::resp::Reply::Error(_)));
+        let after = a.stats().get();
+        assert_eq!(after.applied_index, 4);
+        assert_eq!(
+            (after.state_digest, after.keys),
+            (before.state_digest, before.keys)
+        );
     }
 }

@@ -36,14 +36,17 @@
 //! ```
 //!
 //! Ops 7 (EXEC) and 8 (MEMBER ADDRS) were added without changing the version byte: every entry
-//! written before them decodes exactly as before, and a build that predates one rejects it as an
-//! unknown op rather than misreading it.
+//! written before them decodes exactly as before, and a build that predates one does not decode it
+//! (an unknown op) rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
 //!
 //! A decoder that meets a version or op it does not know fails ([`DecodeError`]) rather than
-//! skipping the entry: skipping would let an older node silently diverge from newer ones.
+//! guessing. The state machine applies such an entry as a no-op (a peer can get any bytes
+//! committed, and a crash loop on every replica is worse): so a new op or version must not be
+//! proposed before every replica decodes it, or an older replica would skip what newer ones
+//! apply and diverge.
 
 use bytes::{BufMut, Bytes};
 

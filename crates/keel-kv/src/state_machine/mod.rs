@@ -5,8 +5,13 @@
 //!   index and returns the client's reply as an [`ApplyReply`] (a [`WriteReply`], or EXEC's array
 //!   of replies: a transaction's commands, reads included, run in order as that one entry). Redis-level errors (INCR of a non-integer, overflow,
 //!   a too-large string) are *results*: deterministic, identical on every replica, and the entry
-//!   still counts as applied. Only an entry this build cannot decode is an [`ApplyError`], which
-//!   the runtime must treat as fatal rather than skip (skipping would diverge silently).
+//!   still counts as applied. So is an entry this build cannot decode: it applies as a no-op
+//!   (the applied index advances, nothing else changes) and answers
+//!   [`WriteError::UndecodableEntry`]. A peer that reaches the peer port can get any bytes
+//!   committed; stopping on them would crash-loop every replica, while every replica of this
+//!   build skipping the same entry keeps them equal. The cost: a new operation must not be
+//!   proposed before every replica runs a build that decodes it, or replicas of the older build
+//!   would skip what the newer ones apply.
 //! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE from the current state.
 //! - [`KvStateMachine::state_digest`] is maintained incrementally (see `digest.rs` for why XOR of
 //!   pair hashes, and what it cannot detect).
@@ -80,6 +85,10 @@ pub enum WriteError {
     /// already, so it is not applied again. The outcome is unknown, hence TRYAGAIN.
     #[error("TRYAGAIN request id is older than the deduplication window: the outcome of the original request is unknown")]
     RequestTooOld,
+    /// The committed entry is not a key-value command this build can decode (forged by a peer,
+    /// or from a newer build): it applied as a no-op on every replica.
+    #[error("ERR the log entry could not be decoded and was applied as a no-op")]
+    UndecodableEntry,
     #[error("ERR too many members with recorded addresses (1024): remove members first")]
     TooManyMembers,
 }
@@ -112,8 +121,6 @@ impl WriteReply {
 /// than skip the entry.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
-    #[error("log entry {index} is not a key-value command: {source}")]
-    Undecodable { index: u64, source: DecodeError },
     #[error("log index {index} is not after the applied index {applied_index}")]
     IndexNotIncreasing { index: u64, applied_index: u64 },
 }
@@ -261,12 +268,19 @@ impl KvStateMachine {
         Ok(())
     }
 
-    /// Applies the encoded [`LogCommand`] at log `index` (indexes must increase).
+    /// Applies the encoded [`LogCommand`] at log `index` (indexes must increase). An entry that
+    /// does not decode is the same no-op on every replica (see the module documentation).
     pub fn apply(&mut self, index: u64, entry: &Bytes) -> Result<ApplyReply, ApplyError> {
         self.check_index(index)?;
-        let command = LogCommand::decode(entry)
-            .map_err(|source| ApplyError::Undecodable { index, source })?;
-        self.apply_command(index, &command)
+        match LogCommand::decode(entry) {
+            Ok(command) => self.apply_command(index, &command),
+            Err(_) => {
+                self.applied_index = index;
+                Ok(ApplyReply::Write(WriteReply::Error(
+                    WriteError::UndecodableEntry,
+                )))
+            }
+        }
     }
 
     /// Applies an already decoded command at log `index`.

@@ -26,8 +26,8 @@
 //! ```
 //!
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
-//! code byte (1 not an integer, 2 overflow, 3 string too large, 5 too many members; 4 request too
-//! old exists only in relayed replies, never in a snapshot).
+//! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members; 4 request too
+//! old and 5 undecodable entry exist only in relayed replies, never in a snapshot).
 //!
 //! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
 //! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
@@ -98,7 +98,8 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::Overflow => 2,
                 WriteError::StringTooLarge => 3,
                 WriteError::RequestTooOld => 4,
-                WriteError::TooManyMembers => 5,
+                WriteError::UndecodableEntry => 5,
+                WriteError::TooManyMembers => 6,
             });
         }
     }
@@ -122,7 +123,8 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             2 => WriteError::Overflow,
             3 => WriteError::StringTooLarge,
             4 => WriteError::RequestTooOld,
-            5 => WriteError::TooManyMembers,
+            5 => WriteError::UndecodableEntry,
+            6 => WriteError::TooManyMembers,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),
@@ -131,10 +133,12 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
 
 fn decode_reply(r: &mut Reader) -> Result<WriteReply, SnapshotError> {
     match read_reply(r) {
-        // Never remembered: a refused request changes nothing, its reply included.
-        Ok(WriteReply::Error(WriteError::RequestTooOld)) | Err(ReplyDecodeError::Unknown) => Err(
-            SnapshotError::Malformed("unknown reply in the deduplication table"),
-        ),
+        // Never remembered: a refused request changes nothing, its reply included, and an
+        // undecodable entry names no request.
+        Ok(WriteReply::Error(WriteError::RequestTooOld | WriteError::UndecodableEntry))
+        | Err(ReplyDecodeError::Unknown) => Err(SnapshotError::Malformed(
+            "unknown reply in the deduplication table",
+        )),
         Err(ReplyDecodeError::Truncated) => Err(SnapshotError::Truncated("a remembered reply")),
         Ok(reply) => Ok(reply),
     }

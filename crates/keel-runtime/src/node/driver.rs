@@ -81,6 +81,7 @@ pub(super) struct Driver<S> {
     /// Set by `Request::Shutdown`: the loop ends once the current step is handed out.
     pub stopping: bool,
     pub metrics: crate::metrics::NodeMetrics,
+    pub refused: super::refused::RefusedMessages,
     pub started: Instant,
     pub config: NodeConfig,
 }
@@ -396,7 +397,7 @@ impl<S: StateMachine> Driver<S> {
                         self.raft.snapshot_saved(meta);
                         self.resolve_snapshot_waiters(Ok(last.index));
                     }
-                    Some((leader, term)) => self.raft.step(Message {
+                    Some((leader, term)) => self.step_peer(Message {
                         from: leader,
                         to: self.config.id,
                         term,
@@ -414,9 +415,18 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
+    /// Steps a peer's message into the core, unless no honest peer could have sent it: then it
+    /// is dropped, counted and logged (rate limited). Everything a peer says comes through here.
+    fn step_peer(&mut self, msg: Message) {
+        match self.raft.validate(&msg) {
+            Ok(()) => self.raft.step(msg),
+            Err(why) => self.refused.refused(&msg, why, Instant::now()),
+        }
+    }
+
     async fn on_inbound(&mut self, inbound: Inbound) {
         match inbound {
-            Inbound::Message(msg) => self.raft.step(msg),
+            Inbound::Message(msg) => self.step_peer(msg),
             Inbound::PeerAddress { from, addr } => {
                 // Addresses this node was given (initial cluster, RAFT.MEMBER ADD here) win; an
                 // announced one fills a gap, so every member can answer a member added elsewhere.
@@ -432,7 +442,19 @@ impl<S: StateMachine> Driver<S> {
                 path,
             } => {
                 // Only worth adopting if the core could install it (above its commit index);
-                // the core makes the final decision once it is durable.
+                // the core makes the final decision once it is durable. A snapshot no honest
+                // leader sends is never adopted as this node's newest.
+                let install = Message {
+                    from,
+                    to: self.config.id,
+                    term,
+                    body: MessageBody::InstallSnapshot { meta: meta.clone() },
+                };
+                if let Err(why) = self.raft.validate(&install) {
+                    self.refused.refused(&install, why, Instant::now());
+                    let _ = std::fs::remove_file(&path);
+                    return;
+                }
                 if meta.last.index <= self.raft.commit_index() || term < self.raft.term() {
                     let _ = std::fs::remove_file(&path);
                     return;
@@ -559,6 +581,7 @@ impl<S: StateMachine> Driver<S> {
                     serving: self.serving,
                     replay: self.replay,
                     dropped_messages: self.transport.dropped_messages(),
+                    refused_messages: self.refused.total(),
                 });
             }
             Request::Transfer { to, reply } => {

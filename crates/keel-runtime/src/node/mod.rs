@@ -17,6 +17,7 @@
 //! queue).
 
 mod driver;
+mod refused;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -262,6 +263,7 @@ impl<S: StateMachine> Node<S> {
             serving: false,
             stopping: false,
             metrics: crate::metrics::NodeMetrics::new(config.id),
+            refused: refused::RefusedMessages::new(config.id),
             started,
             config,
         };

@@ -18,11 +18,14 @@ mod common;
 
 mod durability;
 mod election;
+mod hostile;
 mod membership;
+mod proptest_step;
 mod read_index;
 mod replication;
 mod restart;
 mod snapshot;
+mod validate;
 
 use common::{entries_from, storage_with, test_config, Cluster};
 

@@ -373,10 +373,10 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         body
     };
     let mut wrong_version = good.clone();
-    wrong_version[8] = 2;
+    wrong_version[8] = 3;
     assert_eq!(
         target.restore(&reseal(wrong_version)),
-        Err(SnapshotError::UnsupportedVersion(2))
+        Err(SnapshotError::UnsupportedVersion(3))
     );
     let mut wrong_magic = good.clone();
     wrong_magic[0] = b'X';
@@ -396,7 +396,8 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         target.restore(&reseal(huge_count)),
         Err(SnapshotError::Truncated(_))
     ));
-    let mut short = good[..good.len() - 4 - 8].to_vec(); // cut inside the session table
+    // Cut inside the session table (before the members count and the checksum).
+    let mut short = good[..good.len() - 4 - 4 - 8].to_vec();
     short.extend_from_slice(&[0; 4]);
     assert!(matches!(
         target.restore(&reseal(short)),
@@ -415,6 +416,7 @@ fn write_replies_encode_for_relaying() {
         WriteReply::Error(WriteError::Overflow),
         WriteReply::Error(WriteError::StringTooLarge),
         WriteReply::Error(WriteError::RequestTooOld),
+        WriteReply::Error(WriteError::UndecodableEntry),
     ] {
         let mut out = Vec::new();
         reply.encode(&mut out);
@@ -427,7 +429,7 @@ fn write_replies_encode_for_relaying() {
 }
 
 #[test]
-fn apply_rejects_undecodable_entries_and_old_indexes() {
+fn apply_rejects_old_indexes() {
     let mut sm = KvStateMachine::new();
     let entry = LogCommand::new(1, 1, set("a", "1")).encode();
     sm.apply(5, &entry).unwrap();
@@ -438,16 +440,45 @@ fn apply_rejects_undecodable_entries_and_old_indexes() {
             applied_index: 5
         })
     );
-    let mut future = entry.to_vec();
-    future[0] = 2;
-    assert!(matches!(
-        sm.apply(6, &Bytes::from(future)),
-        Err(ApplyError::Undecodable {
-            index: 6,
-            source: DecodeError::UnsupportedVersion(2)
-        })
-    ));
-    assert_eq!(sm.applied_index(), 5, "a failed apply does not advance");
+}
+
+#[test]
+fn an_undecodable_entry_is_the_same_no_op_on_every_replica() {
+    let mut replicas = [KvStateMachine::new(), KvStateMachine::new()];
+    let entry = LogCommand::new(1, 1, set("a", "1")).encode();
+    let mut future_version = entry.to_vec();
+    future_version[0] = 2;
+    let garbage = [
+        Bytes::from(future_version),
+        Bytes::new(),
+        entry.slice(..entry.len() - 1),
+        Bytes::from_static(b"\x01\xff\xff"),
+    ];
+    for sm in &mut replicas {
+        sm.apply(5, &entry).unwrap();
+        let before = (sm.state_digest(), sm.len(), sm.dedup_sessions());
+        for (i, bad) in garbage.iter().enumerate() {
+            let index = 6 + i as u64;
+            assert_eq!(
+                sm.apply(index, bad),
+                Ok(ApplyReply::Write(WriteReply::Error(
+                    WriteError::UndecodableEntry
+                ))),
+                "{bad:?}"
+            );
+            assert_eq!(sm.applied_index(), index, "the applied index advances");
+        }
+        assert_eq!(
+            (sm.state_digest(), sm.len(), sm.dedup_sessions()),
+            before,
+            "nothing else changed"
+        );
+        // The next good entry applies as usual.
+        let next = LogCommand::new(1, 2, set("b", "2")).encode();
+        assert_eq!(sm.apply(10, &next), Ok(ApplyReply::Write(WriteReply::Ok)));
+    }
+    assert_eq!(replicas[0], replicas[1]);
+    assert_eq!(replicas[0].snapshot(), replicas[1].snapshot());
 }
 
 /// Every proper prefix of an encoded entry decodes as `Truncated`, never as something else.

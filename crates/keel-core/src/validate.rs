@@ -1,0 +1,326 @@
+//! Validation of a peer's message before it reaches the protocol: [`RaftNode::validate`].
+//!
+//! Raft tolerates a network that loses, delays, duplicates and reorders messages, not one that
+//! makes them up. Whoever can reach a peer port could otherwise take a node, or the cluster, down
+//! with one message. The check refuses every message no honest peer can send, whatever the
+//! network did to it, and nothing else: a stale, duplicated or reordered message passes and is
+//! left to the protocol's own rules. It is deterministic and needs nothing but the message and
+//! this node's id, term and known leader, so the runtime runs it on every inbound message and the
+//! simulator on every delivery (where a refusal of an honest message is a violation).
+//!
+//! The rules, and why each holds for an honest peer:
+//!
+//! - **Addressed here, not from here** (`to` is this node, `from` is not; node id 0 is "nobody").
+//!   The runtime's transport also checks that `from` is the node the connection's handshake named.
+//! - **No term at or above [`TERM_LIMIT`], no index or commit index at or above [`INDEX_LIMIT`]**
+//!   (2^62). Terms and indexes only ever grow by one: a node that adopted the largest term could
+//!   never campaign again (no node would ever lead again, restarts included, as the term is
+//!   durable), and a log ending at the largest index could never grow. An honest cluster would
+//!   need 2^62 elections or entries to reach the limit; whatever a peer makes this node adopt
+//!   below it leaves 2^62 terms to campaign in.
+//! - **Term 0 only on a refused pre-vote.** Term 0 belongs to the empty log: every message of an
+//!   honest node carries a term it adopted (at least 1), except the refusal of a node that has
+//!   never had one.
+//! - **Log positions are real.** A position has index 0 exactly when it has term 0 (the
+//!   sentinel before the first entry); every entry has index and term of at least 1.
+//! - **Append entries continue `prev`**: indexes contiguous from `prev.index + 1`, terms never
+//!   falling, none below `prev.term` and none above the message's term (a leader holds no entry
+//!   of a later term than its own; `prev` neither). A gap would corrupt the receiver's log.
+//! - **Configurations in entries have a voter and no node 0** (every change is checked so on the
+//!   leader that proposes it).
+//! - **A snapshot's term history rises** in term and index and ends at or before its last entry,
+//!   which is of no later term than the message.
+//! - **A vote request's log is no newer than its term** (`last_log_id.term` at most the
+//!   candidate's term; for a pre-vote, below the term it would campaign in).
+//! - **No second leader.** A leader message (Append, Heartbeat, InstallSnapshot, TimeoutNow) in
+//!   this node's term from another node than the leader it knows for that term (itself, if it
+//!   leads) claims a term that already has a leader: at most one node wins a term.
+//! - **No answers from a term this node never reached.** A node answers a request in the
+//!   request's term (our term then, at most our term now: terms only grow, and are durable
+//!   before a vote request or leader message carries them). An Append acknowledgement, a granted
+//!   vote or a heartbeat answer with a read round or `lagging` above our term is impossible. Only
+//!   refusals and the bare heartbeat answer a node sends to a stale leader carry the responder's
+//!   own, later, term. A pre-vote is the exception: it leaves before the term it was sent from is
+//!   durable, so after a crash its granted answer may come from any later term (the simulator
+//!   found this).
+//!
+//! Commit indexes beyond what the message proves are left to the protocol, which clamps them (a
+//! follower commits only what the current Append proved to match, S15), and so are rejections
+//! or acknowledgements of positions the leader never sent (it ignores them).
+
+use crate::message::{AppendResult, Message, MessageBody};
+use crate::node::RaftNode;
+use crate::types::{
+    Entry, EntryPayload, Index, LogId, NodeId, SnapshotMeta, Term, INDEX_LIMIT, TERM_LIMIT,
+};
+
+/// Why [`RaftNode::validate`] refused a message. [`InvalidMessage::kind`] names the rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidMessage {
+    #[error("addressed to node {to}, not to this node")]
+    WrongRecipient { to: NodeId },
+    #[error("claims to come from this node")]
+    FromSelf,
+    #[error("names node 0, which is reserved")]
+    ReservedNodeId,
+    #[error("carries a term or index at or above 2^62, which no honest cluster reaches")]
+    OutOfRange,
+    #[error("carries term 0 outside a refused pre-vote")]
+    ZeroTerm,
+    #[error("log position {0} does not exist")]
+    ImpossiblePosition(LogId),
+    #[error("entry at index {index} does not follow the one before it at {after}")]
+    EntryGap { after: Index, index: Index },
+    #[error("entry {entry} has a term below the entry before it ({before})")]
+    EntryTermFalls { before: Term, entry: LogId },
+    #[error("{what} of term {term} comes in a message of term {message_term}")]
+    TermAboveMessage {
+        what: &'static str,
+        term: Term,
+        message_term: Term,
+    },
+    #[error("a configuration without voters, or naming node 0")]
+    BadConfiguration,
+    #[error("the snapshot's term history is out of order or runs past its last entry")]
+    BadTermHistory,
+    #[error("claims to lead term {term}, which node {leader} leads")]
+    SecondLeader { term: Term, leader: NodeId },
+    #[error("answers in term {term}, which this node (term {local_term}) never reached")]
+    AnswerFromFutureTerm { term: Term, local_term: Term },
+}
+
+impl InvalidMessage {
+    /// A short fixed name of the rule, for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            InvalidMessage::WrongRecipient { .. } => "wrong_recipient",
+            InvalidMessage::FromSelf => "from_self",
+            InvalidMessage::ReservedNodeId => "reserved_node_id",
+            InvalidMessage::OutOfRange => "out_of_range",
+            InvalidMessage::ZeroTerm => "zero_term",
+            InvalidMessage::ImpossiblePosition(_) => "impossible_position",
+            InvalidMessage::EntryGap { .. } => "entry_gap",
+            InvalidMessage::EntryTermFalls { .. } => "entry_term_falls",
+            InvalidMessage::TermAboveMessage { .. } => "term_above_message",
+            InvalidMessage::BadConfiguration => "bad_configuration",
+            InvalidMessage::BadTermHistory => "bad_term_history",
+            InvalidMessage::SecondLeader { .. } => "second_leader",
+            InvalidMessage::AnswerFromFutureTerm { .. } => "answer_from_future_term",
+        }
+    }
+}
+
+impl RaftNode {
+    /// Whether an honest peer could have sent `msg` to this node, as it is now (the rules are in
+    /// the module documentation of `validate`). A refused message must not be stepped; an
+    /// accepted one may still be ignored by the protocol (stale, duplicated, unexpected).
+    pub fn validate(&self, msg: &Message) -> Result<(), InvalidMessage> {
+        if msg.from == 0 || msg.to == 0 {
+            return Err(InvalidMessage::ReservedNodeId);
+        }
+        if msg.to != self.id() {
+            return Err(InvalidMessage::WrongRecipient { to: msg.to });
+        }
+        if msg.from == self.id() {
+            return Err(InvalidMessage::FromSelf);
+        }
+        check_shape(msg)?;
+        self.check_against_local_term(msg)
+    }
+
+    fn check_against_local_term(&self, msg: &Message) -> Result<(), InvalidMessage> {
+        let local_term = self.term();
+        let leads = matches!(
+            msg.body,
+            MessageBody::Append { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::InstallSnapshot { .. }
+                | MessageBody::TimeoutNow
+        );
+        if leads && msg.term == local_term {
+            if let Some(leader) = self.leader().filter(|l| *l != msg.from) {
+                return Err(InvalidMessage::SecondLeader {
+                    term: msg.term,
+                    leader,
+                });
+            }
+        }
+        let impossible_answer = match msg.body {
+            MessageBody::AppendResponse(_) | MessageBody::VoteResponse { granted: true } => {
+                msg.term > local_term
+            }
+            MessageBody::HeartbeatResponse {
+                read_round,
+                lagging,
+            } => msg.term > local_term && (read_round != 0 || lagging),
+            _ => false,
+        };
+        if impossible_answer {
+            return Err(InvalidMessage::AnswerFromFutureTerm {
+                term: msg.term,
+                local_term,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The rules that need nothing but the message.
+fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
+    if msg.term >= TERM_LIMIT {
+        return Err(InvalidMessage::OutOfRange);
+    }
+    if msg.term == 0 && !matches!(msg.body, MessageBody::PreVoteResponse { granted: false }) {
+        return Err(InvalidMessage::ZeroTerm);
+    }
+    let above = |what, term| InvalidMessage::TermAboveMessage {
+        what,
+        term,
+        message_term: msg.term,
+    };
+    match &msg.body {
+        MessageBody::PreVote { last_log_id } => {
+            check_position(*last_log_id)?;
+            // The sender's log is no newer than its term, one below the term it asks about.
+            if last_log_id.term >= msg.term {
+                return Err(above("the last log entry", last_log_id.term));
+            }
+        }
+        MessageBody::RequestVote { last_log_id, .. } => {
+            check_position(*last_log_id)?;
+            if last_log_id.term > msg.term {
+                return Err(above("the last log entry", last_log_id.term));
+            }
+        }
+        MessageBody::Append {
+            prev,
+            entries,
+            commit,
+        } => {
+            check_index(*commit)?;
+            check_entries(*prev, entries, msg.term)?;
+            for e in entries {
+                if let EntryPayload::Membership(m) = &e.payload {
+                    let named_zero = m.members().contains(&0);
+                    if m.voters.is_empty() || named_zero {
+                        return Err(InvalidMessage::BadConfiguration);
+                    }
+                }
+            }
+        }
+        MessageBody::AppendResponse(result) => match *result {
+            AppendResult::Success { match_index } => check_index(match_index)?,
+            AppendResult::Conflict {
+                rejected,
+                hint_term,
+                hint_index,
+            } => {
+                check_index(rejected)?;
+                check_index(hint_index)?;
+                if hint_term.is_some_and(|t| t >= TERM_LIMIT) {
+                    return Err(InvalidMessage::OutOfRange);
+                }
+            }
+        },
+        MessageBody::Heartbeat { commit, .. } => check_index(*commit)?,
+        MessageBody::InstallSnapshot { meta } => {
+            check_position(meta.last)?;
+            if meta.last.term > msg.term {
+                return Err(above("the snapshot's last entry", meta.last.term));
+            }
+            if meta.membership.members().contains(&0) {
+                return Err(InvalidMessage::BadConfiguration);
+            }
+            for t in &meta.term_history {
+                check_position(*t)?;
+                if t.index == 0 {
+                    return Err(InvalidMessage::ImpossiblePosition(*t));
+                }
+            }
+            if !term_history_fits(meta) {
+                return Err(InvalidMessage::BadTermHistory);
+            }
+        }
+        MessageBody::PreVoteResponse { .. }
+        | MessageBody::VoteResponse { .. }
+        | MessageBody::HeartbeatResponse { .. }
+        | MessageBody::TimeoutNow => {}
+    }
+    Ok(())
+}
+
+fn check_index(index: Index) -> Result<(), InvalidMessage> {
+    if index >= INDEX_LIMIT {
+        return Err(InvalidMessage::OutOfRange);
+    }
+    Ok(())
+}
+
+/// A position some honest log can hold: the sentinel 0/0 or an entry's, below the limits.
+fn check_position(id: LogId) -> Result<(), InvalidMessage> {
+    if id.term >= TERM_LIMIT || id.index >= INDEX_LIMIT {
+        return Err(InvalidMessage::OutOfRange);
+    }
+    if (id.index == 0) != (id.term == 0) {
+        return Err(InvalidMessage::ImpossiblePosition(id));
+    }
+    Ok(())
+}
+
+/// Whether `entries` can follow `prev` in the log of a leader of `term`. The core checks this too
+/// before it appends anything (a gap or a falling term would break the log's invariants).
+pub(crate) fn check_entries(
+    prev: LogId,
+    entries: &[Entry],
+    term: Term,
+) -> Result<(), InvalidMessage> {
+    check_position(prev)?;
+    if prev.term > term {
+        return Err(InvalidMessage::TermAboveMessage {
+            what: "the previous entry",
+            term: prev.term,
+            message_term: term,
+        });
+    }
+    let mut before = prev;
+    for e in entries {
+        let id = e.log_id();
+        check_position(id)?;
+        if id.index == 0 {
+            return Err(InvalidMessage::ImpossiblePosition(id));
+        }
+        if before.index.checked_add(1) != Some(id.index) {
+            return Err(InvalidMessage::EntryGap {
+                after: before.index,
+                index: id.index,
+            });
+        }
+        if id.term < before.term {
+            return Err(InvalidMessage::EntryTermFalls {
+                before: before.term,
+                entry: id,
+            });
+        }
+        if id.term > term {
+            return Err(InvalidMessage::TermAboveMessage {
+                what: "an entry",
+                term: id.term,
+                message_term: term,
+            });
+        }
+        before = id;
+    }
+    Ok(())
+}
+
+/// Whether a snapshot's term history rises in both term and index and ends at or before its last
+/// entry (anything else comes from another cluster incarnation or is corrupt, scenario S10).
+pub(crate) fn term_history_fits(meta: &SnapshotMeta) -> bool {
+    meta.term_history
+        .windows(2)
+        .all(|w| w[0].term < w[1].term && w[0].index < w[1].index)
+        && meta
+            .term_history
+            .last()
+            .is_none_or(|t| t.term <= meta.last.term && t.index <= meta.last.index)
+}
