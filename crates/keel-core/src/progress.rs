@@ -28,6 +28,9 @@ pub struct Progress {
     pub inflight: VecDeque<Index>,
     /// Heard from since the last check-quorum round.
     pub recent_active: bool,
+    /// Leader ticks since the follower last answered (`u32::MAX`: never, under this leader).
+    /// Unlike `recent_active`, not reset in rounds: it says whether the follower is up *now*.
+    pub silent_ticks: u32,
     /// Highest ReadIndex round the follower confirmed.
     pub read_round_acked: u64,
     /// Ticks since the follower last acknowledged progress while Appends were in flight; after
@@ -36,6 +39,12 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// The follower answered.
+    pub fn heard(&mut self) {
+        self.recent_active = true;
+        self.silent_ticks = 0;
+    }
+
     pub fn new(next_index: Index) -> Self {
         Progress {
             match_index: 0,
@@ -44,6 +53,7 @@ impl Progress {
             probe_sent: false,
             inflight: VecDeque::new(),
             recent_active: false,
+            silent_ticks: u32::MAX,
             read_round_acked: 0,
             stalled_ticks: 0,
         }

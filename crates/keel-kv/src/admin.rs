@@ -11,9 +11,12 @@ use keel_kv::resp::{encode_request, parse_reply, Limits};
 use keel_kv::Reply;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
+/// How long `keel member add` waits for its reply: the leader waits for the new member to catch
+/// up (`--catch-up-timeout-ms`, 60 s by default) before it promotes it and answers.
+pub const MEMBER_ADD_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Sends one request and reads one reply.
-fn request(addr: &str, args: &[String]) -> Result<Reply, String> {
+/// Sends one request and reads one reply, waiting at most `wait` for it.
+fn request(addr: &str, args: &[String], wait: Duration) -> Result<Reply, String> {
     let target = addr
         .to_socket_addrs()
         .map_err(|e| format!("{addr}: {e}"))?
@@ -22,7 +25,7 @@ fn request(addr: &str, args: &[String]) -> Result<Reply, String> {
     let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))
         .map_err(|e| format!("{addr}: {e}"))?;
     stream
-        .set_read_timeout(Some(TIMEOUT))
+        .set_read_timeout(Some(wait))
         .map_err(|e| e.to_string())?;
     let mut out = BytesMut::new();
     encode_request(args, &mut out);
@@ -58,9 +61,14 @@ fn show(reply: &Reply) -> String {
 
 /// Sends an admin command to the first node that answers; fails on an error reply.
 pub fn command(addrs: &[String], args: &[String]) -> ExitCode {
+    command_waiting(addrs, args, TIMEOUT)
+}
+
+/// [`command`], waiting up to `wait` for the reply.
+pub fn command_waiting(addrs: &[String], args: &[String], wait: Duration) -> ExitCode {
     let mut last = String::from("no address given");
     for addr in addrs {
-        match request(addr, args) {
+        match request(addr, args, wait) {
             Ok(reply) => {
                 println!("{}", show(&reply));
                 return if reply.is_error() {
@@ -89,7 +97,7 @@ fn fields(text: &str) -> Vec<(&str, &str)> {
 pub fn status(addrs: &[String]) -> ExitCode {
     let mut rows = Vec::new();
     for addr in addrs {
-        let reply = request(addr, &["RAFT.STATUS".to_string()]);
+        let reply = request(addr, &["RAFT.STATUS".to_string()], TIMEOUT);
         rows.push((addr.clone(), reply));
     }
     let commit_max = rows

@@ -54,6 +54,22 @@ enum Cmd {
     },
     /// Closed-loop RESP load generator; works against any RESP server (keel or redis-server).
     Bench(BenchArgs),
+    /// Offline repair of a stopped node's data directory (see README, "When a quorum is lost").
+    Recover(RecoverArgs),
+}
+
+#[derive(Args, Debug)]
+struct RecoverArgs {
+    /// The stopped node's data directory.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The node's id.
+    #[arg(long)]
+    id: u64,
+    /// Make this node the single voter of a new configuration, from its own log. Only when the
+    /// other members are gone for good: every entry in this node's log will commit.
+    #[arg(long)]
+    force_new_cluster: bool,
 }
 
 #[derive(Args, Debug)]
@@ -152,6 +168,13 @@ struct Tunables {
     /// Peers with another cluster id are refused [default: 1801807212].
     #[arg(long)]
     cluster_id: Option<u64>,
+    /// RAFT.MEMBER ADD promotes a new member once its log is at most this many entries behind
+    /// the leader's [default: 1000].
+    #[arg(long)]
+    catch_up_entries: Option<u64>,
+    /// ... and gives up after this long (the member stays a learner) [default: 60000].
+    #[arg(long)]
+    catch_up_timeout_ms: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -164,18 +187,25 @@ struct AdminTarget {
 
 #[derive(Subcommand, Debug)]
 enum MemberAction {
-    /// Add a node (as a learner with --learner).
+    /// Add a node: as a learner, then, once caught up, as a voter (only a learner with
+    /// --learner).
     Add {
         id: u64,
         peer_addr: String,
         #[arg(long)]
         learner: bool,
+        /// Where the node's clients reach it (recorded for every member to forward to).
+        #[arg(long)]
+        client: Option<String>,
         #[command(flatten)]
         target: AdminTarget,
     },
     /// Remove a node.
     Remove {
         id: u64,
+        /// Even if the members left could not form a quorum with those that are up.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         target: AdminTarget,
     },
@@ -268,6 +298,7 @@ fn main() -> ExitCode {
                 id,
                 peer_addr,
                 learner,
+                client,
                 target,
             } => {
                 let mut args = vec!["RAFT.MEMBER".to_string(), "ADD".into(), id.to_string()];
@@ -275,15 +306,44 @@ fn main() -> ExitCode {
                 if learner {
                     args.push("LEARNER".into());
                 }
+                if let Some(client) = client {
+                    args.extend(["CLIENT".into(), client]);
+                }
+                admin::command_waiting(&target.addr, &args, admin::MEMBER_ADD_TIMEOUT)
+            }
+            MemberAction::Remove { id, force, target } => {
+                let mut args = vec!["RAFT.MEMBER".into(), "REMOVE".into(), id.to_string()];
+                if force {
+                    args.push("FORCE".into());
+                }
                 admin::command(&target.addr, &args)
             }
-            MemberAction::Remove { id, target } => admin::command(
-                &target.addr,
-                &["RAFT.MEMBER".into(), "REMOVE".into(), id.to_string()],
-            ),
         },
         Cmd::Transfer { id, target } => {
             admin::command(&target.addr, &["RAFT.TRANSFER".into(), id.to_string()])
+        }
+        Cmd::Recover(args) => run_recover(args),
+    }
+}
+
+fn run_recover(args: RecoverArgs) -> ExitCode {
+    if !args.force_new_cluster {
+        eprintln!("keel recover: say what to do: --force-new-cluster is the one recovery there is");
+        return ExitCode::FAILURE;
+    }
+    match keel_runtime::recover::force_new_cluster(&args.data_dir, args.id) {
+        Ok(done) => {
+            println!(
+                "node {} is now the single voter of a new configuration (entry {}/{}; it was \
+                 {:?}); start it with `keel serve` as before, then add new members with empty \
+                 data directories",
+                args.id, done.entry.term, done.entry.index, done.previous
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("keel recover: {}: {e}", args.data_dir.display());
+            ExitCode::FAILURE
         }
     }
 }
@@ -330,6 +390,8 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         snapshot_log_ratio: args.tunables.snapshot_log_ratio,
         snapshot_trailing: args.tunables.snapshot_trailing,
         cluster_id: args.tunables.cluster_id,
+        catch_up_entries: args.tunables.catch_up_entries,
+        catch_up_timeout_ms: args.tunables.catch_up_timeout_ms,
         metrics_addr: args.ops.metrics_addr,
         log_format: args.ops.log_format,
         log_level: args.ops.log_level,
@@ -445,6 +507,8 @@ fn run_up(args: UpArgs) -> ExitCode {
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_log_ratio: args.tunables.snapshot_log_ratio,
                 snapshot_trailing: args.tunables.snapshot_trailing,
+                catch_up_entries: args.tunables.catch_up_entries,
+                catch_up_timeout_ms: args.tunables.catch_up_timeout_ms,
             };
             match launch::start(&options).await {
                 Ok(node) => nodes.push(node),

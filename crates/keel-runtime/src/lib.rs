@@ -16,6 +16,7 @@ mod apply;
 mod handle;
 pub mod metrics;
 mod node;
+pub mod recover;
 mod storage;
 pub mod transport;
 pub mod wire;

@@ -262,6 +262,9 @@ impl RaftNode {
         self.election_elapsed_ticks += 1;
         let et = self.config.election_timeout_ticks;
         let state = self.leader_state.as_mut().expect("leader has leader state");
+        for (_, pr) in state.progress.iter_mut() {
+            pr.silent_ticks = pr.silent_ticks.saturating_add(1);
+        }
         if let Some(t) = state.transfer.as_mut() {
             t.elapsed_ticks += 1;
             if t.elapsed_ticks >= et {

@@ -117,6 +117,8 @@ pub struct FollowerProgress {
     pub inflight_messages: usize,
     /// Whether the leader knows where the follower's log matches (false while probing).
     pub replicating: bool,
+    /// Whether the follower answered within the last election timeout: it is up and reachable.
+    pub recently_active: bool,
 }
 
 /// Why a proposal was refused. Nothing was appended.
@@ -585,6 +587,7 @@ impl RaftNode {
                 next_index: pr.next_index,
                 inflight_messages: pr.inflight.len(),
                 replicating: pr.state == crate::progress::ReplicationState::Replicate,
+                recently_active: pr.silent_ticks < self.config.election_timeout_ticks,
             })
             .collect()
     }

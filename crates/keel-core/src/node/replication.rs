@@ -174,7 +174,7 @@ impl RaftNode {
         let Some(pr) = state.progress(from) else {
             return;
         };
-        pr.recent_active = true;
+        pr.heard();
         match result {
             AppendResult::Success { match_index } => {
                 if match_index > last_index {
@@ -247,7 +247,7 @@ impl RaftNode {
         let Some(pr) = state.progress(from) else {
             return;
         };
-        pr.recent_active = true;
+        pr.heard();
         pr.read_round_acked = pr.read_round_acked.max(read_round);
         if lagging {
             // Probe where we believe it matches: its answer proves the match again, or (a

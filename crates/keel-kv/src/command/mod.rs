@@ -203,8 +203,9 @@ pub enum AdminCommand {
         /// Where the new member's clients reach it (until it announces its own).
         client_addr: Option<String>,
     },
-    /// `RAFT.MEMBER REMOVE id`.
-    MemberRemove { id: u64 },
+    /// `RAFT.MEMBER REMOVE id [FORCE]`: FORCE skips the check that the members left can still
+    /// form a quorum.
+    MemberRemove { id: u64, force: bool },
     /// `RAFT.TRANSFER id`.
     Transfer { id: u64 },
     /// `RAFT.SNAPSHOT`: take a snapshot now.

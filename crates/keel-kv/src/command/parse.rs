@@ -348,7 +348,7 @@ fn client_addr(arg: &[u8]) -> Result<String, CommandError> {
 }
 
 /// `RAFT.MEMBER ADD id peer-addr [LEARNER] [CLIENT client-addr]` (options in any order, each at
-/// most once) | `RAFT.MEMBER REMOVE id`.
+/// most once) | `RAFT.MEMBER REMOVE id [FORCE]`.
 fn parse_member(rest: &[Bytes]) -> Result<AdminCommand, CommandError> {
     let (sub, args) = rest.split_first().expect("arity checked: at least two");
     if is(sub, "ADD") {
@@ -374,11 +374,15 @@ fn parse_member(rest: &[Bytes]) -> Result<AdminCommand, CommandError> {
             client_addr: client,
         })
     } else if is(sub, "REMOVE") {
-        if args.len() != 1 {
-            return Err(CommandError::WrongArity("raft.member|remove".to_string()));
-        }
+        let force = match args {
+            [_] => false,
+            [_, flag] if is(flag, "FORCE") => true,
+            [_, _] => return Err(CommandError::Syntax),
+            _ => return Err(CommandError::WrongArity("raft.member|remove".to_string())),
+        };
         Ok(AdminCommand::MemberRemove {
             id: node_id(&args[0])?,
+            force,
         })
     } else {
         Err(CommandError::UnknownSubcommand {

@@ -321,8 +321,19 @@ fn raft_admin_commands() {
     );
     assert_eq!(
         parse("RAFT.MEMBER REMOVE 2"),
-        Ok(Command::Admin(AdminCommand::MemberRemove { id: 2 }))
+        Ok(Command::Admin(AdminCommand::MemberRemove {
+            id: 2,
+            force: false
+        }))
     );
+    assert_eq!(
+        parse("RAFT.MEMBER REMOVE 2 force"),
+        Ok(Command::Admin(AdminCommand::MemberRemove {
+            id: 2,
+            force: true
+        }))
+    );
+    assert_eq!(parse("RAFT.MEMBER REMOVE 2 NOW"), Err(CommandError::Syntax));
     assert_eq!(
         parse("RAFT.TRANSFER 3"),
         Ok(Command::Admin(AdminCommand::Transfer { id: 3 }))

@@ -54,6 +54,8 @@ pub struct ServeSettings {
     pub snapshot_log_ratio: Option<u64>,
     pub snapshot_trailing: Option<u64>,
     pub cluster_id: Option<u64>,
+    pub catch_up_entries: Option<u64>,
+    pub catch_up_timeout_ms: Option<u64>,
     pub metrics_addr: Option<String>,
     pub log_format: Option<LogFormat>,
     pub log_level: Option<String>,
@@ -94,6 +96,8 @@ impl ServeSettings {
             snapshot_log_ratio: self.snapshot_log_ratio.or(file.snapshot_log_ratio),
             snapshot_trailing: self.snapshot_trailing.or(file.snapshot_trailing),
             cluster_id: self.cluster_id.or(file.cluster_id),
+            catch_up_entries: self.catch_up_entries.or(file.catch_up_entries),
+            catch_up_timeout_ms: self.catch_up_timeout_ms.or(file.catch_up_timeout_ms),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
@@ -149,6 +153,8 @@ impl ServeSettings {
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_log_ratio: self.snapshot_log_ratio,
             snapshot_trailing: self.snapshot_trailing,
+            catch_up_entries: self.catch_up_entries,
+            catch_up_timeout_ms: self.catch_up_timeout_ms,
         })
     }
 }

@@ -96,7 +96,7 @@ pub(super) async fn serve_connection(
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits),
         client_id: random_client_id(),
         seq: 0,
-        forward: forward::Forwarder::default(),
+        forward: forward::Forwarder::new(ctx.catch_up.timeout),
         slots: VecDeque::new(),
         run: None,
         output: BytesMut::new(),

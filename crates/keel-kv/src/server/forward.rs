@@ -28,6 +28,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 #[derive(Default)]
 pub(super) struct Forwarder {
     link: Option<Link>,
+    /// How much longer than [`REPLY_TIMEOUT`] a `RAFT.MEMBER` reply may take: the leader waits
+    /// up to the catch-up timeout for a new member before it answers.
+    membership_wait: Duration,
 }
 
 struct Link {
@@ -45,6 +48,13 @@ enum Failure {
 }
 
 impl Forwarder {
+    pub(super) fn new(membership_wait: Duration) -> Self {
+        Forwarder {
+            link: None,
+            membership_wait,
+        }
+    }
+
     pub(super) async fn forward(
         &mut self,
         leader: u64,
@@ -135,18 +145,31 @@ impl Forwarder {
             }
             self.link = Some(link);
         }
+        let wait = match group.last().and_then(|args| args.first()) {
+            Some(name) if name.eq_ignore_ascii_case(b"raft.member") => {
+                REPLY_TIMEOUT + self.membership_wait
+            }
+            _ => REPLY_TIMEOUT,
+        };
         let link = self.link.as_mut().expect("link opened above");
-        link.exchange(group, limits).await.map_err(Failure::Unknown)
+        link.exchange(group, limits, wait)
+            .await
+            .map_err(Failure::Unknown)
     }
 }
 
 impl Link {
     async fn round_trip(&mut self, args: &[Bytes], limits: &Limits) -> Result<Reply, String> {
-        self.exchange(&[args], limits).await
+        self.exchange(&[args], limits, REPLY_TIMEOUT).await
     }
 
     /// Writes every request of `group` at once, reads one reply each, returns the last.
-    async fn exchange(&mut self, group: &[&[Bytes]], limits: &Limits) -> Result<Reply, String> {
+    async fn exchange(
+        &mut self,
+        group: &[&[Bytes]],
+        limits: &Limits,
+        wait: Duration,
+    ) -> Result<Reply, String> {
         let mut request = BytesMut::new();
         for args in group {
             encode_request(args, &mut request);
@@ -157,13 +180,13 @@ impl Link {
             .map_err(|e| e.to_string())?;
         let mut last = None;
         for _ in group {
-            last = Some(self.read_reply(limits).await?);
+            last = Some(self.read_reply(limits, wait).await?);
         }
         last.ok_or_else(|| "nothing to send".to_string())
     }
 
-    async fn read_reply(&mut self, limits: &Limits) -> Result<Reply, String> {
-        timeout(REPLY_TIMEOUT, async {
+    async fn read_reply(&mut self, limits: &Limits, wait: Duration) -> Result<Reply, String> {
+        timeout(wait, async {
             loop {
                 if let Some((reply, used)) =
                     parse_reply(&self.input, limits).map_err(|e| e.to_string())?

@@ -52,6 +52,10 @@ pub struct NodeOptions {
     pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_log_ratio: Option<u64>,
     pub snapshot_trailing: Option<u64>,
+    /// `RAFT.MEMBER ADD`'s catch-up bound and wait (`--catch-up-entries`,
+    /// `--catch-up-timeout-ms`).
+    pub catch_up_entries: Option<u64>,
+    pub catch_up_timeout_ms: Option<u64>,
 }
 
 /// A running node and its client listener.
@@ -339,13 +343,20 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     let node = Node::start(config, adapter)
         .await
         .map_err(|e| format!("node {}: {e}", options.id))?;
-    let ctx = Arc::new(ServerContext::new(
+    let mut ctx = ServerContext::new(
         options.id,
         node.handle(),
         stats,
         options.initial_cluster.clone(),
         options.client_peers.clone(),
-    ));
+    );
+    if let Some(entries) = options.catch_up_entries {
+        ctx.catch_up.entries = entries;
+    }
+    if let Some(ms) = options.catch_up_timeout_ms {
+        ctx.catch_up.timeout = Duration::from_millis(ms);
+    }
+    let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {
         id: options.id,

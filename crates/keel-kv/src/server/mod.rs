@@ -34,6 +34,7 @@ pub mod config;
 mod connection;
 mod forward;
 pub mod launch;
+mod membership;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -49,8 +50,6 @@ pub use adapter::{KvAdapter, SmStats, SmStatsValue};
 use crate::command::AdminCommand;
 use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
-use crate::state_machine::MemberAddrs;
-use crate::{ApplyReply, LogCommand, LoggedCommand, WriteReply};
 
 /// The name a forwarding connection gives itself: a node never forwards a request that arrived on
 /// such a connection again (no forwarding loops while leadership moves).
@@ -67,6 +66,8 @@ pub struct ServerContext {
     /// Client addresses given on the command line (`--client-peers`): they override what the
     /// runtime learns from handshakes.
     pub client_addrs: BTreeMap<u64, String>,
+    /// How `RAFT.MEMBER ADD` waits for a new member to catch up.
+    pub catch_up: membership::CatchUp,
     next_connection_id: AtomicU64,
     connections: AtomicU64,
 }
@@ -86,6 +87,7 @@ impl ServerContext {
             limits: Limits::default(),
             peer_addrs: Mutex::new(peer_addrs),
             client_addrs,
+            catch_up: membership::CatchUp::default(),
             next_connection_id: AtomicU64::new(1),
             connections: AtomicU64::new(0),
         }
@@ -222,109 +224,6 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
     }
 }
 
-/// `RAFT.MEMBER ADD`: a new node joins as a learner (it catches up without counting), then is
-/// promoted unless LEARNER was asked for; a learner is promoted in place. Every `-ERR` means
-/// nothing changed: re-adding a member is answered without a change (a voter is never demoted),
-/// and a learner added whose promotion failed is `-TRYAGAIN` (running the command again promotes
-/// it). The leader decides; a follower's attempt is refused as NotLeader and forwarded.
-async fn member_add(
-    ctx: &ServerContext,
-    id: u64,
-    peer_addr: String,
-    learner: bool,
-    client_addr: Option<String>,
-) -> Result<Reply, ClientError> {
-    let Some(addr) = tokio::net::lookup_host(peer_addr.as_str())
-        .await
-        .ok()
-        .and_then(|mut a| a.next())
-    else {
-        return Ok(Reply::error(format!(
-            "ERR cannot resolve peer address '{peer_addr}'"
-        )));
-    };
-    // A re-add without CLIENT keeps the client address recorded before.
-    let client_addr = client_addr.or_else(|| {
-        let recorded = ctx.stats.member_addrs();
-        let client = &recorded.get(&id)?.client;
-        (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
-    });
-    let remember_addrs = || -> Result<(), ClientError> {
-        ctx.peer_addrs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, peer_addr.clone());
-        match &client_addr {
-            Some(client) => ctx.handle.set_client_addr(id, client),
-            None => Ok(()),
-        }
-    };
-    let status = ctx.handle.status().await?.raft;
-    let leading = status.role == keel_runtime::Role::Leader;
-    // Only the leader's configuration is the one a change starts from; elsewhere the attempt
-    // below is refused as NotLeader (and forwarded) without changing anything.
-    if leading && status.membership.is_voter(id) {
-        if learner {
-            return Ok(Reply::error(format!(
-                "ERR node {id} is a voter: RAFT.MEMBER ADD never demotes one (nothing changed)"
-            )));
-        }
-        record_member_addrs(ctx, id, &peer_addr, client_addr.as_deref().unwrap_or("")).await?;
-        remember_addrs()?;
-        return Ok(Reply::Simple(
-            format!("OK node {id} is already a voter").into(),
-        ));
-    }
-    let already_learner = leading && status.membership.is_learner(id);
-    // Recorded before the member joins, so that every replica knows where it is reached by the
-    // time it is in the configuration (a follower elsewhere may forward to it as leader).
-    record_member_addrs(ctx, id, &peer_addr, client_addr.as_deref().unwrap_or("")).await?;
-    if !already_learner {
-        ctx.handle.add_learner(id, addr).await?;
-    }
-    remember_addrs()?;
-    if learner {
-        return Ok(if already_learner {
-            Reply::Simple(format!("OK node {id} is already a learner").into())
-        } else {
-            Reply::OK
-        });
-    }
-    match ctx.handle.promote(id).await {
-        Ok(()) => Ok(Reply::OK),
-        Err(ClientError::Unknown) => Err(ClientError::Unknown),
-        Err(e) if already_learner => Err(e),
-        Err(e) => Ok(Reply::error(format!(
-            "TRYAGAIN node {id} was added as a learner but not promoted ({e}): RAFT.MEMBER ADD \
-             again promotes it"
-        ))),
-    }
-}
-
-/// Proposes the record of `id`'s addresses (both empty: forget them) and waits until it applied.
-async fn record_member_addrs(
-    ctx: &ServerContext,
-    id: u64,
-    peer: &str,
-    client: &str,
-) -> Result<(), ClientError> {
-    let record = LoggedCommand::MemberAddrs(MemberAddrs {
-        id,
-        peer: Bytes::copy_from_slice(peer.as_bytes()),
-        client: Bytes::copy_from_slice(client.as_bytes()),
-    });
-    // A request id of its own: one record, never re-proposed.
-    let entry = LogCommand::new(random_client_id(), 1, record).encode();
-    let result = ctx.handle.propose(entry).await?;
-    match ApplyReply::decode(&result) {
-        Some(ApplyReply::Write(WriteReply::Ok)) => Ok(()),
-        Some(ApplyReply::Write(WriteReply::Error(e))) => Err(ClientError::Rejected(e.to_string())),
-        _ => Err(ClientError::Rejected(
-            "unexpected result of the address record".into(),
-        )),
-    }
-}
-
 fn error_reply(error: &ClientError) -> Reply {
     match error {
         ClientError::NotLeader { .. } => Reply::error("TRYAGAIN no leader"),
@@ -342,14 +241,8 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
             peer_addr,
             learner,
             client_addr,
-        } => member_add(ctx, id, peer_addr, learner, client_addr).await,
-        AdminCommand::MemberRemove { id } => {
-            ctx.handle.remove(id).await?;
-            // Best effort: a stale record of a removed member misleads nobody (it is not in the
-            // configuration) and is replaced if the id is added again.
-            let _ = record_member_addrs(ctx, id, "", "").await;
-            Ok(Reply::OK)
-        }
+        } => membership::add(ctx, id, peer_addr, learner, client_addr).await,
+        AdminCommand::MemberRemove { id, force } => membership::remove(ctx, id, force).await,
         AdminCommand::Transfer { id } => {
             ctx.handle.transfer_leadership(id).await?;
             Ok(Reply::OK)

@@ -404,3 +404,40 @@ fn membership_new_leader_finishes_a_joint_change() {
     c.assert_converged();
     assert!((1..=4).all(|id| c.node(id).membership() == &new));
 }
+
+/// `progress()` tells which followers are up now: one that stopped answering is reported
+/// inactive within an election timeout and active again once it answers (what a membership
+/// change checks before it could leave the cluster without a quorum).
+#[test]
+fn progress_reports_followers_that_stopped_answering() {
+    let mut c = Cluster::new(3);
+    c.elect(1);
+    let active = |c: &Cluster, id: NodeId| {
+        c.node(1)
+            .progress()
+            .iter()
+            .find(|p| p.id == id)
+            .expect("a follower")
+            .recently_active
+    };
+    assert!(active(&c, 2) && active(&c, 3));
+    c.isolate(3);
+    for _ in 0..ET + 1 {
+        c.tick(1);
+        c.tick(2);
+        c.run_until_quiet();
+    }
+    assert!(active(&c, 2), "node 2 answers every heartbeat");
+    assert!(
+        !active(&c, 3),
+        "node 3 has not answered for an election timeout"
+    );
+    c.heal();
+    c.tick(1);
+    c.run_until_quiet();
+    for _ in 0..2 {
+        c.tick(1);
+        c.run_until_quiet();
+    }
+    assert!(active(&c, 3), "node 3 answers again");
+}
