@@ -121,6 +121,10 @@ struct ServeArgs {
     /// override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Allow the DEBUG command (DEBUG PANIC panics the node: for testing fail-stop). Off by
+    /// default, as in Redis: DEBUG is then refused.
+    #[arg(long)]
+    enable_debug_command: bool,
     #[command(flatten)]
     tunables: Tunables,
     #[command(flatten)]
@@ -334,6 +338,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         log_format: args.ops.log_format,
         log_level: args.ops.log_level,
         worker_threads: args.ops.worker_threads,
+        enable_debug_command: args.enable_debug_command.then_some(true),
     };
     let file = match &args.config {
         Some(path) => ServeSettings::load(path)?,
@@ -343,6 +348,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
+    keel_kv::server::fail_stop::install();
     let (settings, options) = match serve_settings(args).and_then(|settings| {
         let options = settings.node_options()?;
         Ok((settings, options))
@@ -404,6 +410,7 @@ const UP_CLIENT_PORT_BASE: u16 = 6378;
 const UP_PEER_PORT_BASE: u16 = 7378;
 
 fn run_up(args: UpArgs) -> ExitCode {
+    keel_kv::server::fail_stop::install();
     let ids = [1u64, 2, 3];
     let client = |id: u64| format!("127.0.0.1:{}", UP_CLIENT_PORT_BASE + id as u16);
     let peer = |id: u64| format!("127.0.0.1:{}", UP_PEER_PORT_BASE + id as u16);
@@ -445,6 +452,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_log_ratio: args.tunables.snapshot_log_ratio,
                 snapshot_trailing: args.tunables.snapshot_trailing,
+                enable_debug_command: false,
             };
             match launch::start(&options).await {
                 Ok(node) => nodes.push(node),

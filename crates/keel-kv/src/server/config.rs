@@ -59,6 +59,8 @@ pub struct ServeSettings {
     pub log_level: Option<String>,
     /// Async worker threads (default: one per core).
     pub worker_threads: Option<usize>,
+    /// Allow `DEBUG` (default: refused, as in Redis).
+    pub enable_debug_command: Option<bool>,
 }
 
 impl ServeSettings {
@@ -98,6 +100,7 @@ impl ServeSettings {
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
             worker_threads: self.worker_threads.or(file.worker_threads),
+            enable_debug_command: self.enable_debug_command.or(file.enable_debug_command),
         }
     }
 
@@ -149,6 +152,7 @@ impl ServeSettings {
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_log_ratio: self.snapshot_log_ratio,
             snapshot_trailing: self.snapshot_trailing,
+            enable_debug_command: self.enable_debug_command.unwrap_or(false),
         })
     }
 }
@@ -174,6 +178,7 @@ mod tests {
         log-format = "json"
         log-level = "debug"
         worker-threads = 1
+        enable-debug-command = true
     "#;
 
     #[test]
@@ -195,6 +200,7 @@ mod tests {
         assert_eq!(options.client_peers[&1], "127.0.0.1:6379");
         assert_eq!(options.snapshot_trailing, Some(100));
         assert_eq!(options.snapshot_log_ratio, Some(2));
+        assert!(options.enable_debug_command);
     }
 
     #[test]

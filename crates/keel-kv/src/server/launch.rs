@@ -52,6 +52,9 @@ pub struct NodeOptions {
     pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_log_ratio: Option<u64>,
     pub snapshot_trailing: Option<u64>,
+    /// `--enable-debug-command`: answer `DEBUG PANIC` (a fail-stop test hook) instead of
+    /// refusing every DEBUG.
+    pub enable_debug_command: bool,
 }
 
 /// A running node and its client listener.
@@ -339,13 +342,15 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     let node = Node::start(config, adapter)
         .await
         .map_err(|e| format!("node {}: {e}", options.id))?;
-    let ctx = Arc::new(ServerContext::new(
+    let mut ctx = ServerContext::new(
         options.id,
         node.handle(),
         stats,
         options.initial_cluster.clone(),
         options.client_peers.clone(),
-    ));
+    );
+    ctx.enable_debug_command = options.enable_debug_command;
+    let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {
         id: options.id,

@@ -32,6 +32,7 @@
 mod adapter;
 pub mod config;
 mod connection;
+pub mod fail_stop;
 mod forward;
 pub mod launch;
 
@@ -46,7 +47,7 @@ use tokio::net::TcpListener;
 
 pub use adapter::{KvAdapter, SmStats, SmStatsValue};
 
-use crate::command::AdminCommand;
+use crate::command::{AdminCommand, DebugCommand};
 use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
 use crate::state_machine::MemberAddrs;
@@ -67,6 +68,8 @@ pub struct ServerContext {
     /// Client addresses given on the command line (`--client-peers`): they override what the
     /// runtime learns from handshakes.
     pub client_addrs: BTreeMap<u64, String>,
+    /// `--enable-debug-command`: whether `DEBUG` runs (otherwise it is refused, as in Redis).
+    pub enable_debug_command: bool,
     next_connection_id: AtomicU64,
     connections: AtomicU64,
 }
@@ -86,6 +89,7 @@ impl ServerContext {
             limits: Limits::default(),
             peer_addrs: Mutex::new(peer_addrs),
             client_addrs,
+            enable_debug_command: false,
             next_connection_id: AtomicU64::new(1),
             connections: AtomicU64::new(0),
         }
@@ -358,5 +362,28 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
             let index = ctx.handle.snapshot_now().await?;
             Ok(Reply::Integer(index as i64))
         }
+        AdminCommand::Debug(command) => debug(ctx, command).await,
+    }
+}
+
+/// Redis 7's refusal, with keel's way of allowing it (keel has no "local" setting).
+const DEBUG_NOT_ALLOWED: &str =
+    "ERR DEBUG command not allowed. If the enable-debug-command option \
+     is off (the default), you need to set it (--enable-debug-command, or enable-debug-command = \
+     true in the configuration file), and then restart the server.";
+
+async fn debug(ctx: &ServerContext, command: DebugCommand) -> Result<Reply, ClientError> {
+    if !ctx.enable_debug_command {
+        return Ok(Reply::error(DEBUG_NOT_ALLOWED));
+    }
+    match command {
+        DebugCommand::Panic => {
+            tracing::warn!(node = ctx.node_id, "DEBUG PANIC: panicking the node task");
+            ctx.handle.debug_panic().await?;
+            Ok(Reply::OK)
+        }
+        DebugCommand::Unknown(subcommand) => Ok(Reply::error(format!(
+            "ERR unknown subcommand '{subcommand}'. keel's DEBUG knows only PANIC."
+        ))),
     }
 }
