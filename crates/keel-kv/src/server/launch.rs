@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use super::config::{LogFormat, ServeSettings};
-use super::{serve, KvAdapter, ServerContext};
+use super::{serve, ClientLimits, KvAdapter, ServerContext};
 use crate::state_machine::KvStateMachine;
 
 /// How long a leader that is shutting down tries to hand leadership to a follower.
@@ -55,6 +55,9 @@ pub struct NodeOptions {
     /// `--enable-debug-command`: answer `DEBUG PANIC` (a fail-stop test hook) instead of
     /// refusing every DEBUG.
     pub enable_debug_command: bool,
+    /// `--maxclients`, `--timeout`, `--client-query-buffer-total-bytes`,
+    /// `--client-output-buffer-limit-bytes`.
+    pub client_limits: ClientLimits,
 }
 
 /// A running node and its client listener.
@@ -285,6 +288,9 @@ fn advertised_client_addr(
 
 /// Recovers (or bootstraps) the node and starts serving clients.
 pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
+    options
+        .client_limits
+        .validate(&crate::resp::Limits::default())?;
     let mut config = NodeConfig::new(options.id, options.cluster_id, options.data_dir.clone());
     config.peer_listen_addr = resolve(&options.peer_addr).await?;
     if let Some(addr) = &options.advertise_peer_addr {
@@ -350,6 +356,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         options.client_peers.clone(),
     );
     ctx.enable_debug_command = options.enable_debug_command;
+    ctx.client_limits = options.client_limits;
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {

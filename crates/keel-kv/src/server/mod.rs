@@ -30,11 +30,13 @@
 //! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
 
 mod adapter;
+mod buffers;
 pub mod config;
 mod connection;
 pub mod fail_stop;
 mod forward;
 pub mod launch;
+pub mod limits;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -46,6 +48,8 @@ use keel_runtime::{ClientError, Handle};
 use tokio::net::TcpListener;
 
 pub use adapter::{KvAdapter, SmStats, SmStatsValue};
+pub use limits::ClientLimits;
+use limits::{AcceptErrors, ServerShared};
 
 use crate::command::{AdminCommand, DebugCommand};
 use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
@@ -70,8 +74,10 @@ pub struct ServerContext {
     pub client_addrs: BTreeMap<u64, String>,
     /// `--enable-debug-command`: whether `DEBUG` runs (otherwise it is refused, as in Redis).
     pub enable_debug_command: bool,
+    pub client_limits: ClientLimits,
+    /// Connections and their buffers, as the bounds count them.
+    shared: Arc<ServerShared>,
     next_connection_id: AtomicU64,
-    connections: AtomicU64,
 }
 
 impl ServerContext {
@@ -90,8 +96,9 @@ impl ServerContext {
             peer_addrs: Mutex::new(peer_addrs),
             client_addrs,
             enable_debug_command: false,
+            client_limits: ClientLimits::default(),
+            shared: Arc::default(),
             next_connection_id: AtomicU64::new(1),
-            connections: AtomicU64::new(0),
         }
     }
 
@@ -112,7 +119,10 @@ impl ServerContext {
             applied_index: stats.applied_index,
             state_digest: stats.state_digest,
             keys: stats.keys,
-            connected_clients: self.connections.load(Ordering::Relaxed),
+            connected_clients: self.shared.clients.current() as u64,
+            maxclients: self.client_limits.maxclients as u64,
+            client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
+                as u64,
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -205,26 +215,45 @@ fn random_client_id() -> u64 {
     hasher.finish()
 }
 
-/// Accepts client connections until the task is aborted.
+/// Accepts client connections until the task is aborted. Beyond `maxclients` a new connection
+/// is told so and closed; failed accepts (out of file descriptors, ...) are retried after a
+/// pause and logged at most once a second.
 pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
+    let mut errors = AcceptErrors::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(slot) = ctx.shared.admit(ctx.client_limits.maxclients) else {
+                    connection::refuse(stream, &ctx.shared, MAXCLIENTS_REACHED);
+                    continue;
+                };
                 let ctx = Arc::clone(&ctx);
                 tokio::spawn(async move {
-                    ctx.connections.fetch_add(1, Ordering::Relaxed);
+                    let _slot = slot;
                     let _ = connection::serve_connection(stream, peer, &ctx).await;
-                    ctx.connections.fetch_sub(1, Ordering::Relaxed);
                 });
             }
             Err(e) => {
+                if let Some(failures) = errors.record(std::time::Instant::now()) {
+                    tracing::warn!(
+                        node = ctx.node_id,
+                        failures,
+                        "accepting a client connection failed: {e} ({failures} failed since the \
+                         last report; retrying every {ACCEPT_BACKOFF:?})"
+                    );
+                }
                 // Out of file descriptors and the like: back off instead of spinning.
-                eprintln!("keel: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
             }
         }
     }
 }
+
+/// Redis's words.
+const MAXCLIENTS_REACHED: &str = "ERR max number of clients reached";
+
+/// Pause after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// `RAFT.MEMBER ADD`: a new node joins as a learner (it catches up without counting), then is
 /// promoted unless LEARNER was asked for; a learner is promoted in place. Every `-ERR` means
