@@ -11,6 +11,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod admin;
+mod memory;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ enum Cmd {
     /// Start a local three-node cluster in the foreground (client ports 6379-6381).
     Up(UpArgs),
     /// Run one node.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show every member of a cluster: role, term, commit, applied, lag.
     Status(AdminTarget),
     /// Add or remove a cluster member.
@@ -137,10 +138,36 @@ struct ServeArgs {
     /// override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Allow the DEBUG command (DEBUG PANIC panics the node: for testing fail-stop). Off by
+    /// default, as in Redis: DEBUG is then refused.
+    #[arg(long)]
+    enable_debug_command: bool,
+    #[command(flatten)]
+    clients: ClientArgs,
     #[command(flatten)]
     tunables: Tunables,
     #[command(flatten)]
     ops: OpsArgs,
+}
+
+/// Bounds on what clients may take of a node (README, Operating keel).
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// Most client connections served at once; beyond, a new one is answered `-ERR max number
+    /// of clients reached` and closed [default: 10000].
+    #[arg(long)]
+    maxclients: Option<usize>,
+    /// Close a client idle for this many seconds (0: never) [default: 0].
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Bound on all client connections' input buffers together; a connection whose request
+    /// would go past it is answered an error and closed [default: 1073741824 (1 GiB)].
+    #[arg(long)]
+    client_query_buffer_total_bytes: Option<usize>,
+    /// Bound on the replies one client has not read; a client that stops reading is closed
+    /// once past it [default: 268435456 (256 MiB)].
+    #[arg(long)]
+    client_output_buffer_limit_bytes: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -291,7 +318,7 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Bench(args) => run_bench(args),
         Cmd::Up(args) => run_up(args),
-        Cmd::Serve(args) => run_serve(args),
+        Cmd::Serve(args) => run_serve(*args),
         Cmd::Status(target) => admin::status(&target.addr),
         Cmd::Member { action } => match action {
             MemberAction::Add {
@@ -396,6 +423,11 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         log_format: args.ops.log_format,
         log_level: args.ops.log_level,
         worker_threads: args.ops.worker_threads,
+        enable_debug_command: args.enable_debug_command.then_some(true),
+        maxclients: args.clients.maxclients,
+        timeout: args.clients.timeout,
+        client_query_buffer_total_bytes: args.clients.client_query_buffer_total_bytes,
+        client_output_buffer_limit_bytes: args.clients.client_output_buffer_limit_bytes,
     };
     let file = match &args.config {
         Some(path) => ServeSettings::load(path)?,
@@ -405,6 +437,8 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
+    keel_kv::server::fail_stop::install();
+    memory::return_freed_memory();
     let (settings, options) = match serve_settings(args).and_then(|settings| {
         let options = settings.node_options()?;
         Ok((settings, options))
@@ -466,6 +500,8 @@ const UP_CLIENT_PORT_BASE: u16 = 6378;
 const UP_PEER_PORT_BASE: u16 = 7378;
 
 fn run_up(args: UpArgs) -> ExitCode {
+    keel_kv::server::fail_stop::install();
+    memory::return_freed_memory();
     let ids = [1u64, 2, 3];
     let client = |id: u64| format!("127.0.0.1:{}", UP_CLIENT_PORT_BASE + id as u16);
     let peer = |id: u64| format!("127.0.0.1:{}", UP_PEER_PORT_BASE + id as u16);
@@ -509,6 +545,8 @@ fn run_up(args: UpArgs) -> ExitCode {
                 snapshot_trailing: args.tunables.snapshot_trailing,
                 catch_up_entries: args.tunables.catch_up_entries,
                 catch_up_timeout_ms: args.tunables.catch_up_timeout_ms,
+                enable_debug_command: false,
+                client_limits: keel_kv::server::ClientLimits::default(),
             };
             match launch::start(&options).await {
                 Ok(node) => nodes.push(node),

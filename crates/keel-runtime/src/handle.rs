@@ -85,6 +85,8 @@ pub(crate) enum Request<S> {
     SnapshotNow(oneshot::Sender<Result<Index, ClientError>>),
     /// Stop the node task once the current step's write is handed to storage (`Node::shutdown`).
     Shutdown,
+    /// Panic in the node task (see [`Handle::debug_panic`]); the sender is dropped unanswered.
+    DebugPanic(oneshot::Sender<()>),
 }
 
 /// Bound on the proposals of one [`Handle::propose_batch`] call.
@@ -372,6 +374,21 @@ impl<S: Send + 'static> Handle<S> {
     /// Takes a snapshot now and resolves with its index once it is durable.
     pub async fn snapshot_now(&self) -> Result<Index, ClientError> {
         self.call(Request::SnapshotNow).await
+    }
+
+    /// Makes the node task panic, as a bug there would: for testing that an application stops
+    /// the whole process on a panic (fail-stop) instead of leaving a node without its task.
+    /// Resolves with `Shutdown` if the process survives it. Never expose it to clients without
+    /// an explicit opt-in.
+    pub async fn debug_panic(&self) -> Result<(), ClientError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::DebugPanic(tx))
+            .await
+            .map_err(|_| ClientError::Shutdown)?;
+        // Never answered: the sender is dropped when the panic unwinds, if the process lives on.
+        let _ = rx.await;
+        Err(ClientError::Shutdown)
     }
 
     /// Asks the node task to stop (see `Node::shutdown`); later requests fail with `Shutdown`.

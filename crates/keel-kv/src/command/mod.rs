@@ -8,7 +8,7 @@
 //! | [`CommandClass::Write`] | SET, DEL, INCR, INCRBY, DECR, DECRBY, MSET, APPEND, CAS | proposed to the Raft log, applied by every replica's state machine |
 //! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
-//! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
+//! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
 
 mod parse;
@@ -210,6 +210,18 @@ pub enum AdminCommand {
     Transfer { id: u64 },
     /// `RAFT.SNAPSHOT`: take a snapshot now.
     Snapshot,
+    /// `DEBUG subcommand ...`: refused unless the node runs with `--enable-debug-command`
+    /// (checked before the subcommand, as Redis does).
+    Debug(DebugCommand),
+}
+
+/// `DEBUG` subcommands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DebugCommand {
+    /// `DEBUG PANIC`: panics the node task, as a bug there would (a fail-stop test hook).
+    Panic,
+    /// Any other subcommand, as given: answered with an error once DEBUG is allowed.
+    Unknown(String),
 }
 
 /// A request that is not a valid command. [`CommandError::to_reply`] gives the `-ERR` reply;
@@ -401,6 +413,13 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),
         spec("raft.snapshot", 1, &["admin"], NO_KEYS, Admin),
+        spec(
+            "debug",
+            -2,
+            &["admin", "noscript", "loading", "stale"],
+            NO_KEYS,
+            Admin,
+        ),
         spec("multi", 1, TX_FLAGS, NO_KEYS, Transaction),
         spec(
             "exec",

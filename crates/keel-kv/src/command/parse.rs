@@ -4,7 +4,8 @@ use bytes::Bytes;
 
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
-    HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand, WriteCommand,
+    DebugCommand, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
+    WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -89,6 +90,13 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             id: node_id(&rest[0])?,
         }),
         "raft.snapshot" => Command::Admin(AdminCommand::Snapshot),
+        "debug" => Command::Admin(AdminCommand::Debug(
+            if is(&rest[0], "PANIC") && rest.len() == 1 {
+                DebugCommand::Panic
+            } else {
+                DebugCommand::Unknown(lossy(&rest[0]))
+            },
+        )),
         "multi" => Command::Transaction(TransactionCommand::Multi),
         "exec" => Command::Transaction(TransactionCommand::Exec),
         "discard" => Command::Transaction(TransactionCommand::Discard),

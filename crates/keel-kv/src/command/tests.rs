@@ -95,6 +95,7 @@ fn names_are_case_insensitive_and_classified() {
         ("select 0", CommandClass::Local),
         ("raft.snapshot", CommandClass::Admin),
         ("raft.transfer 2", CommandClass::Admin),
+        ("debug panic", CommandClass::Admin),
     ];
     for (line, class) in cases {
         assert_eq!(parse(line).unwrap().class(), class, "{line}");
@@ -354,5 +355,31 @@ fn raft_admin_commands() {
     assert_eq!(
         error("RAFT.MEMBER JOIN 4"),
         "ERR unknown subcommand 'JOIN'. Try RAFT.MEMBER HELP."
+    );
+}
+
+#[test]
+fn debug_subcommands() {
+    assert_eq!(
+        parse("debug PANIC"),
+        Ok(Command::Admin(AdminCommand::Debug(DebugCommand::Panic)))
+    );
+    // Unknown subcommands (and PANIC with arguments) parse, so that a node without
+    // --enable-debug-command refuses every DEBUG alike.
+    assert_eq!(
+        parse("debug segfault"),
+        Ok(Command::Admin(AdminCommand::Debug(DebugCommand::Unknown(
+            "segfault".into()
+        ))))
+    );
+    assert_eq!(
+        parse("debug panic now"),
+        Ok(Command::Admin(AdminCommand::Debug(DebugCommand::Unknown(
+            "panic".into()
+        ))))
+    );
+    assert_eq!(
+        parse("debug"),
+        Err(CommandError::WrongArity("debug".into()))
     );
 }

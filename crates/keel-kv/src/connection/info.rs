@@ -38,6 +38,11 @@ pub struct NodeStatus {
     /// Keys in the state machine at `applied_index`.
     pub keys: u64,
     pub connected_clients: u64,
+    /// `maxclients` (0: not reported).
+    pub maxclients: u64,
+    /// Bytes of all client connections' input buffers (`client-query-buffer-total-bytes`
+    /// bounds them).
+    pub client_query_buffers_bytes: u64,
 }
 
 const SECTIONS: [&str; 4] = ["server", "clients", "raft", "keyspace"];
@@ -68,6 +73,14 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
             "clients" => {
                 out.push_str("# Clients\r\n");
                 line(&mut out, "connected_clients", status.connected_clients);
+                if status.maxclients > 0 {
+                    line(&mut out, "maxclients", status.maxclients);
+                    line(
+                        &mut out,
+                        "client_query_buffers_bytes",
+                        status.client_query_buffers_bytes,
+                    );
+                }
             }
             "raft" => out.push_str(&render_raft(status)),
             _ => {

@@ -92,6 +92,7 @@ fn summary(name: &str) -> &'static str {
         "raft.member" => "RAFT.MEMBER ADD id addr [LEARNER] | RAFT.MEMBER REMOVE id.",
         "raft.transfer" => "Transfers leadership to the given node.",
         "raft.snapshot" => "Takes a snapshot now.",
+        "debug" => "DEBUG PANIC: panics the node (only with --enable-debug-command).",
         "multi" => "Starts a transaction: later commands are queued until EXEC.",
         "exec" => "Runs the queued commands atomically, as one log entry; one reply per command.",
         "discard" => "Drops the queued commands and leaves the transaction.",

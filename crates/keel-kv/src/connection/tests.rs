@@ -46,6 +46,8 @@ fn node() -> FakeNode {
         state_digest: 0xdead_beef,
         keys: 3,
         connected_clients: 1,
+        maxclients: 10_000,
+        client_query_buffers_bytes: 16_384,
     })
 }
 

@@ -48,6 +48,29 @@ impl Reply {
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
+
+    /// At least as many bytes as [`encode`] appends for this reply in either protocol version:
+    /// what a server checks against an output bound before encoding (an MGET of many large
+    /// values must not be built only to be refused).
+    pub fn encoded_len_max(&self) -> usize {
+        // A marker, a sign, 19 digits, CRLF: the longest header or integer line.
+        const HEADER_BYTES_MAX: usize = 23;
+        match self {
+            Reply::Simple(text) | Reply::Error(text) => text.len() + 3,
+            Reply::Integer(_) | Reply::Null => HEADER_BYTES_MAX,
+            Reply::Bulk(data) => HEADER_BYTES_MAX + data.len() + 2,
+            Reply::Array(items) => {
+                HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
+            }
+            Reply::Map(pairs) => {
+                HEADER_BYTES_MAX
+                    + pairs
+                        .iter()
+                        .map(|(k, v)| k.encoded_len_max() + v.encoded_len_max())
+                        .sum::<usize>()
+            }
+        }
+    }
 }
 
 /// Appends `reply` to `out` in the connection's protocol version.

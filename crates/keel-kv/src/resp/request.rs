@@ -74,11 +74,13 @@ enum State {
     /// An inline line; `scanned` bytes hold no newline.
     Inline { scanned: usize },
     /// Inside a RESP array of `argc` bulk strings. `args` are the argument byte ranges delimited
-    /// so far; `pos` is where the next `$` line starts.
+    /// so far; `pos` is where the next `$` line starts; `awaited` is where the argument whose
+    /// length line was read ends (0 before that line is complete).
     Multibulk {
         argc: usize,
         pos: usize,
         args: Vec<Range<usize>>,
+        awaited: usize,
     },
 }
 
@@ -92,6 +94,16 @@ impl Decoder {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// How many bytes the buffer must hold (from the start of the request) before the argument
+    /// being read is complete: known once its length line arrived, 0 otherwise. Lets a server
+    /// size its buffer for a large argument once, instead of growing it read by read.
+    pub fn awaited_len(&self) -> usize {
+        match self.state {
+            State::Multibulk { awaited, .. } => awaited,
+            _ => 0,
+        }
     }
 
     /// Decodes the next request from `buf`, which must start where the previous frame ended (or at
@@ -157,6 +169,7 @@ impl Decoder {
                         argc,
                         pos: next,
                         args: Vec::with_capacity(argc.min(ARGS_PREALLOCATED_MAX)),
+                        awaited: 0,
                     };
                 }
                 Some(_) => self.state = State::Inline { scanned: 0 },
@@ -165,9 +178,12 @@ impl Decoder {
         match &mut self.state {
             State::Idle => unreachable!("state was set above"),
             State::Inline { scanned } => decode_inline(buf, scanned, &limits),
-            State::Multibulk { argc, pos, args } => {
-                decode_multibulk(buf, *argc, pos, args, &limits)
-            }
+            State::Multibulk {
+                argc,
+                pos,
+                args,
+                awaited,
+            } => decode_multibulk(buf, *argc, pos, args, awaited, &limits),
         }
     }
 }
@@ -203,6 +219,7 @@ fn decode_multibulk(
     argc: usize,
     pos: &mut usize,
     args: &mut Vec<Range<usize>>,
+    awaited: &mut usize,
     limits: &Limits,
 ) -> Result<Option<Decoded>, ProtocolError> {
     while args.len() < argc {
@@ -236,6 +253,7 @@ fn decode_multibulk(
         if buf.len() < end {
             // The length line is re-read next time (at most LENGTH_LINE_BYTES_MAX bytes); the
             // arguments before it are not.
+            *awaited = end;
             return Ok(None);
         }
         if &buf[end - 2..end] != b"\r\n" {

@@ -372,3 +372,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_decoder_names_the_length_an_awaited_argument_needs() {
+    let mut decoder = Decoder::new(limits());
+    let wire = b"*2\r\n$3\r\nGET\r\n$10\r\n0123456789\r\n";
+    assert_eq!(decoder.awaited_len(), 0);
+    // The second length line is not complete yet: unknown.
+    assert_eq!(decoder.decode(&wire[..16]).unwrap(), None);
+    assert_eq!(decoder.awaited_len(), 0);
+    // Once it is, the whole argument's end (its CRLF included) is known.
+    assert_eq!(decoder.decode(&wire[..20]).unwrap(), None);
+    assert_eq!(decoder.awaited_len(), wire.len());
+    let (frame, used) = decoder.decode(wire).unwrap().unwrap();
+    assert_eq!(used, wire.len());
+    assert_eq!(args(&frame), [&b"GET"[..], b"0123456789"]);
+    assert_eq!(decoder.awaited_len(), 0, "reset at the frame boundary");
+}
+
+#[test]
+fn the_encoded_length_bound_holds_for_every_reply_shape() {
+    let replies = [
+        Reply::OK,
+        Reply::error("ERR x\r\ny"),
+        Reply::Integer(i64::MIN),
+        Reply::Integer(0),
+        Reply::Null,
+        Reply::bulk(vec![7u8; 1000]),
+        Reply::Array(vec![Reply::Null, Reply::bulk(&b""[..]), Reply::Integer(-1)]),
+        Reply::Map(vec![(
+            Reply::text("k"),
+            Reply::Array(vec![Reply::Null; 12]),
+        )]),
+    ];
+    for reply in &replies {
+        for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
+            let len = encoded(reply, version).len();
+            assert!(
+                len <= reply.encoded_len_max(),
+                "{reply:?} {version:?}: {len}"
+            );
+        }
+    }
+    // Close for large values, where it matters.
+    let large = Reply::bulk(vec![0u8; 1 << 20]);
+    assert!(large.encoded_len_max() <= (1 << 20) + 25);
+}

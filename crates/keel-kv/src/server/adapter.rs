@@ -79,8 +79,10 @@ impl KvAdapter {
 
 /// A replica that cannot apply a committed entry or restore a snapshot must not go on: skipping
 /// would diverge silently from the others. Stop the process (the WAL still holds everything).
+/// Logged as a panic is (`fail_stop.rs`): to stderr first, then through `tracing`.
 fn fatal(what: std::fmt::Arguments<'_>) -> ! {
-    eprintln!("keel: fatal: {what}; stopping this node");
+    eprintln!("keel: fatal: {what}; stopping the process");
+    tracing::error!("fatal: {what}; stopping the process");
     std::process::abort();
 }
 

@@ -18,9 +18,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
+use crate::resp::Limits;
 use crate::server::launch::{self, NodeOptions, DEFAULT_CLUSTER_ID};
+use crate::server::ClientLimits;
 
 /// How logs are written to stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -61,6 +65,14 @@ pub struct ServeSettings {
     pub log_level: Option<String>,
     /// Async worker threads (default: one per core).
     pub worker_threads: Option<usize>,
+    /// Allow `DEBUG` (default: refused, as in Redis).
+    pub enable_debug_command: Option<bool>,
+    /// Client bounds (`limits.rs`).
+    pub maxclients: Option<usize>,
+    /// Seconds a client may stay idle; 0: forever.
+    pub timeout: Option<u64>,
+    pub client_query_buffer_total_bytes: Option<usize>,
+    pub client_output_buffer_limit_bytes: Option<usize>,
 }
 
 impl ServeSettings {
@@ -102,6 +114,15 @@ impl ServeSettings {
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
             worker_threads: self.worker_threads.or(file.worker_threads),
+            enable_debug_command: self.enable_debug_command.or(file.enable_debug_command),
+            maxclients: self.maxclients.or(file.maxclients),
+            timeout: self.timeout.or(file.timeout),
+            client_query_buffer_total_bytes: self
+                .client_query_buffer_total_bytes
+                .or(file.client_query_buffer_total_bytes),
+            client_output_buffer_limit_bytes: self
+                .client_output_buffer_limit_bytes
+                .or(file.client_output_buffer_limit_bytes),
         }
     }
 
@@ -124,6 +145,21 @@ impl ServeSettings {
             Some(text) => launch::parse_id_map(text).map_err(|e| format!("--client-peers: {e}"))?,
             None => BTreeMap::new(),
         };
+        let defaults = ClientLimits::default();
+        let client_limits = ClientLimits {
+            maxclients: self.maxclients.unwrap_or(defaults.maxclients),
+            idle_timeout: self
+                .timeout
+                .filter(|&seconds| seconds > 0)
+                .map(Duration::from_secs),
+            query_buffer_total_bytes: self
+                .client_query_buffer_total_bytes
+                .unwrap_or(defaults.query_buffer_total_bytes),
+            output_buffer_bytes: self
+                .client_output_buffer_limit_bytes
+                .unwrap_or(defaults.output_buffer_bytes),
+        };
+        client_limits.validate(&Limits::default())?;
         let peer_addr = match &self.peer_addr {
             Some(addr) => addr.clone(),
             None => initial_cluster
@@ -155,6 +191,8 @@ impl ServeSettings {
             snapshot_trailing: self.snapshot_trailing,
             catch_up_entries: self.catch_up_entries,
             catch_up_timeout_ms: self.catch_up_timeout_ms,
+            enable_debug_command: self.enable_debug_command.unwrap_or(false),
+            client_limits,
         })
     }
 }
@@ -180,6 +218,11 @@ mod tests {
         log-format = "json"
         log-level = "debug"
         worker-threads = 1
+        enable-debug-command = true
+        maxclients = 500
+        timeout = 300
+        client-query-buffer-total-bytes = 536870912
+        client-output-buffer-limit-bytes = 8388608
     "#;
 
     #[test]
@@ -201,6 +244,41 @@ mod tests {
         assert_eq!(options.client_peers[&1], "127.0.0.1:6379");
         assert_eq!(options.snapshot_trailing, Some(100));
         assert_eq!(options.snapshot_log_ratio, Some(2));
+        assert!(options.enable_debug_command);
+        assert_eq!(
+            options.client_limits,
+            ClientLimits {
+                maxclients: 500,
+                idle_timeout: Some(Duration::from_secs(300)),
+                query_buffer_total_bytes: 512 * 1024 * 1024,
+                output_buffer_bytes: 8 * 1024 * 1024,
+            }
+        );
+    }
+
+    #[test]
+    fn client_limits_default_and_contradictions_are_refused() {
+        let base = "id = 1\npeer-addr = \"a:1\"\n";
+        let options = ServeSettings::from_toml(base)
+            .unwrap()
+            .node_options()
+            .unwrap();
+        assert_eq!(options.client_limits, ClientLimits::default());
+        let never = ServeSettings::from_toml(&format!("{base}timeout = 0"))
+            .unwrap()
+            .node_options()
+            .unwrap();
+        assert_eq!(never.client_limits.idle_timeout, None);
+        // A total smaller than one request's buffer: refused, naming both.
+        let e =
+            ServeSettings::from_toml(&format!("{base}client-query-buffer-total-bytes = 1000000"))
+                .unwrap()
+                .node_options()
+                .unwrap_err();
+        assert!(
+            e.contains("--client-query-buffer-total-bytes 1000000") && e.contains("request limit"),
+            "{e}"
+        );
     }
 
     #[test]

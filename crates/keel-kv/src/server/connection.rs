@@ -12,21 +12,32 @@
 //! requests, `EXEC` (see `forward.rs`).
 //!
 //! Bounds: at most [`PIPELINE_REQUESTS_MAX`] requests are in flight per connection; the input
-//! buffer holds at most one partial request (bounded by the decoder) plus one read. Requests in
-//! flight are slices of the buffers they were read into (no copy), so those stay allocated until
-//! the requests are answered: a buffer is replaced only after at least three quarters of it was
-//! read into, so that is at most about a third more than the requests' own bytes, plus one
-//! buffer.
+//! buffer holds at most one partial request (bounded by the decoder) plus one read, its size
+//! charged against the node's total (`buffers.rs`). Requests in flight are slices of the buffer
+//! they were read into (no copy); they are all answered before the connection reads again.
+//!
+//! Output: replies are written as the socket takes them, without waiting; while some wait for
+//! the socket the connection goes on reading (a client that sends a whole pipeline before it
+//! reads a reply is not deadlocked) and serving. The replies the socket has not taken are
+//! bounded by `client-output-buffer-limit-bytes`: a client that stops reading is closed once
+//! the next reply would take them past it. A single reply larger than the bound is replaced by
+//! an error. A connection idle (nothing read, nothing written) for `timeout` seconds is closed,
+//! except a forwarding connection of another node.
 
 use std::collections::VecDeque;
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use keel_runtime::{ClientError, DeadlineTimer, Pending};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+use super::buffers::QueryBuffer;
+use super::limits::ServerShared;
 use super::{admin, forward, random_client_id, wants_status, Fetched, ServerContext};
 use super::{KvAdapter, FORWARD_CLIENT_NAME};
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
@@ -36,11 +47,18 @@ use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
 /// Bound on the requests of one connection in flight at once (decoded, not yet answered).
 pub(super) const PIPELINE_REQUESTS_MAX: usize = 256;
 
-/// Room made in the input buffer before a read (when less than a quarter of it is left).
-const INPUT_READ_BYTES: usize = 16 * 1024;
-
-/// Output is flushed once this much is buffered, even in the middle of a pipeline.
+/// Output is written once this much is buffered, even in the middle of a pipeline.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+
+/// An output buffer that held more than this is freed once written, not kept for reuse.
+const OUTPUT_KEEP_BYTES: usize = 2 * OUTPUT_FLUSH_BYTES;
+
+/// How long a connection being closed with an error waits for the client to take it.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Connections being refused (maxclients) that may wait [`CLOSE_GRACE`] at once; beyond, they
+/// are closed without waiting (a flood of them must not pile up tasks).
+const REFUSING_MAX: usize = 64;
 
 /// Whether a request changes state (so a failed forward leaves its outcome unknown).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -78,9 +96,23 @@ struct Session<'a> {
     slots: VecDeque<Slot>,
     /// The kind of the run in flight (`None`: only ready replies, or nothing).
     run: Option<Kind>,
+    /// Encoded replies the socket has not taken yet.
     output: BytesMut,
+    /// The most `output` held since it was last empty.
+    output_peak: usize,
+    peer: SocketAddr,
     /// The deadlines of the requests awaited in `finish_all`, one timer for all.
     timer: DeadlineTimer,
+}
+
+/// What waiting on the socket ended with.
+enum Io {
+    /// Bytes were read into the input buffer.
+    Read,
+    /// The client closed its side.
+    Closed,
+    /// Nothing read or written for the idle timeout.
+    Idle,
 }
 
 pub(super) async fn serve_connection(
@@ -100,30 +132,48 @@ pub(super) async fn serve_connection(
         slots: VecDeque::new(),
         run: None,
         output: BytesMut::new(),
+        output_peak: 0,
+        peer,
         timer: DeadlineTimer::new(),
     };
     let mut decoder = Decoder::new(ctx.limits);
-    let mut input = BytesMut::with_capacity(INPUT_READ_BYTES);
+    let mut input = QueryBuffer::new(
+        &ctx.shared.query_buffers_bytes,
+        ctx.client_limits.query_buffer_total_bytes,
+        ctx.limits.request_bytes_max,
+    );
     loop {
-        // Requests are split off the front of `input` (their arguments are slices of it), so
-        // once their replies are sent it is whole again and `reserve` reuses it; until then it
-        // allocates anew, at least `INPUT_READ_BYTES`.
-        if input.capacity() - input.len() < INPUT_READ_BYTES / 4 {
-            input.reserve(INPUT_READ_BYTES);
+        if let Err(full) = input.prepare(decoder.awaited_len()) {
+            tracing::info!(
+                node = ctx.node_id,
+                client = %peer,
+                "closing a client connection: its request needs a query buffer of {} bytes, \
+                 which would take all clients' past client-query-buffer-total-bytes ({})",
+                full.wanted_bytes,
+                full.total_max_bytes
+            );
+            let error = Reply::error(format!(
+                "ERR client query buffers full: this request needs {} bytes of buffer, more than \
+                 client-query-buffer-total-bytes ({}) leaves; closing the connection",
+                full.wanted_bytes, full.total_max_bytes
+            ));
+            return session.close_with(&error).await;
         }
-        if session.stream.read_buf(&mut input).await? == 0 {
-            return Ok(());
+        match session.wait_io(&mut input.bytes).await? {
+            Io::Read => {}
+            Io::Closed => return session.flush_all(session.idle_timeout()).await,
+            Io::Idle => {
+                tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
+                return Ok(());
+            }
         }
         loop {
-            let frame = match decoder.decode_split(&mut input) {
+            let frame = match decoder.decode_split(&mut input.bytes) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(error) => {
                     session.finish_all().await?;
-                    let reply = error.to_reply();
-                    session.connection.encode(&reply, &mut session.output);
-                    session.stream.write_all(&session.output).await?;
-                    return Ok(());
+                    return session.close_with(&error.to_reply()).await;
                 }
             };
             if frame.is_empty() {
@@ -134,11 +184,163 @@ pub(super) async fn serve_connection(
             }
         }
         session.finish_all().await?;
-        session.flush().await?;
+        session.flush_some()?;
     }
 }
 
+/// Answers a connection beyond `maxclients` with `error` and closes it, without serving it.
+pub(super) fn refuse(stream: TcpStream, shared: &Arc<ServerShared>, error: &str) {
+    let line = format!("-{error}\r\n");
+    if shared.refusing.fetch_add(1, Ordering::AcqRel) >= REFUSING_MAX {
+        shared.refusing.fetch_sub(1, Ordering::AcqRel);
+        let _ = stream.try_write(line.as_bytes());
+        return;
+    }
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let mut stream = stream;
+        close_gracefully(&mut stream, line.as_bytes()).await;
+        shared.refusing.fetch_sub(1, Ordering::AcqRel);
+    });
+}
+
+/// Writes `last` (within [`CLOSE_GRACE`]), ends the write side, and reads and drops what the
+/// client still sends until it closes (within [`CLOSE_GRACE`]): closing a socket with unread
+/// input resets the connection, and the reset can destroy the reply before the client reads it.
+async fn close_gracefully(stream: &mut TcpStream, last: &[u8]) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        stream.write_all(last).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
 impl Session<'_> {
+    /// Whether this connection is another node's forwarding connection.
+    fn is_forwarding(&self) -> bool {
+        self.connection
+            .name()
+            .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes())
+    }
+
+    /// A forwarding connection is the other node's to close: it stays open while idle.
+    fn idle_timeout(&self) -> Option<Duration> {
+        self.ctx
+            .client_limits
+            .idle_timeout
+            .filter(|_| !self.is_forwarding())
+    }
+
+    /// Waits until the client sends more (read into `input`), writing pending output whenever
+    /// the socket takes it meanwhile.
+    async fn wait_io(&mut self, input: &mut BytesMut) -> std::io::Result<Io> {
+        loop {
+            let interest = if self.output.is_empty() {
+                Interest::READABLE
+            } else {
+                Interest::READABLE | Interest::WRITABLE
+            };
+            let ready = match self.idle_timeout() {
+                Some(idle) => match tokio::time::timeout(idle, self.stream.ready(interest)).await {
+                    Ok(ready) => ready?,
+                    Err(_) => return Ok(Io::Idle),
+                },
+                None => self.stream.ready(interest).await?,
+            };
+            if ready.is_writable() && !self.output.is_empty() {
+                self.flush_some()?;
+            }
+            if ready.is_readable() || ready.is_read_closed() {
+                match self.stream.try_read_buf(input) {
+                    Ok(0) => return Ok(Io::Closed),
+                    Ok(_) => return Ok(Io::Read),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+
+    /// Appends `reply` to the output, unless that would take the replies the client has not
+    /// read past the output limit: then the connection must close (an error). A reply larger
+    /// than the limit by itself is replaced by an error.
+    fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
+        let limit = self.ctx.client_limits.output_buffer_bytes;
+        let size = reply.encoded_len_max();
+        if size > limit {
+            let error = Reply::error(format!(
+                "ERR reply too large: {size} bytes exceed client-output-buffer-limit-bytes \
+                 ({limit}); the command was executed, only its reply is dropped"
+            ));
+            return self.push(&error);
+        }
+        if self.output.len() + size > limit {
+            self.flush_some()?;
+            if self.output.len() + size > limit {
+                tracing::info!(
+                    node = self.ctx.node_id,
+                    client = %self.peer,
+                    "closing a client connection that does not read its replies: {} bytes \
+                     unread, client-output-buffer-limit-bytes is {limit}",
+                    self.output.len()
+                );
+                return Err(std::io::Error::other("client output buffer limit reached"));
+            }
+        }
+        self.connection.encode(reply, &mut self.output);
+        self.output_peak = self.output_peak.max(self.output.len());
+        if self.output.len() >= OUTPUT_FLUSH_BYTES {
+            self.flush_some()?;
+        }
+        Ok(())
+    }
+
+    /// Writes as much output as the socket takes now, without waiting.
+    fn flush_some(&mut self) -> std::io::Result<()> {
+        while !self.output.is_empty() {
+            match self.stream.try_write(&self.output) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.output.advance(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        // Written out: a buffer a burst of large replies grew is given back.
+        if self.output_peak > OUTPUT_KEEP_BYTES {
+            self.output = BytesMut::new();
+        }
+        self.output_peak = 0;
+        Ok(())
+    }
+
+    /// Writes all output, waiting for the socket (at most `idle` without progress).
+    async fn flush_all(&mut self, idle: Option<Duration>) -> std::io::Result<()> {
+        loop {
+            self.flush_some()?;
+            if self.output.is_empty() {
+                return Ok(());
+            }
+            let writable = self.stream.writable();
+            match idle {
+                Some(idle) => tokio::time::timeout(idle, writable)
+                    .await
+                    .map_err(|_| std::io::Error::from(ErrorKind::TimedOut))??,
+                None => writable.await?,
+            }
+        }
+    }
+
+    /// Sends `error` after everything answered before it, and closes the connection.
+    async fn close_with(&mut self, error: &Reply) -> std::io::Result<()> {
+        self.push(error)?;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.flush_all(None)).await;
+        close_gracefully(&mut self.stream, &[]).await;
+        Ok(())
+    }
+
     /// Serves (or queues) one request. False when the connection must close.
     async fn request(&mut self, args: Vec<Bytes>) -> std::io::Result<bool> {
         let status = if wants_status(&args) {
@@ -152,8 +354,8 @@ impl Session<'_> {
             Dispatch::Reply(reply) => self.slots.push_back(Slot::Ready(reply)),
             Dispatch::ReplyAndClose(reply) => {
                 self.finish_all().await?;
-                self.connection.encode(&reply, &mut self.output);
-                self.flush().await?;
+                self.push(&reply)?;
+                self.flush_all(self.idle_timeout()).await?;
                 return Ok(false);
             }
             Dispatch::Write(command) => {
@@ -202,7 +404,7 @@ impl Session<'_> {
                 self.finish_all().await?;
                 let result = admin(self.ctx, command).await;
                 let reply = self.resolve(result, Kind::Write, &args, None).await;
-                self.connection.encode(&reply, &mut self.output);
+                self.push(&reply)?;
             }
         }
         if self.slots.len() >= PIPELINE_REQUESTS_MAX {
@@ -262,20 +464,9 @@ impl Session<'_> {
                     self.resolve(result, Kind::Read, &args, None).await
                 }
             };
-            self.connection.encode(&reply, &mut self.output);
-            if self.output.len() >= OUTPUT_FLUSH_BYTES {
-                self.flush().await?;
-            }
+            self.push(&reply)?;
         }
         self.run = None;
-        Ok(())
-    }
-
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.output.is_empty() {
-            self.stream.write_all(&self.output).await?;
-            self.output.clear();
-        }
         Ok(())
     }
 
@@ -296,10 +487,7 @@ impl Session<'_> {
                 leader: Some(leader),
                 ..
             }) if leader != ctx.node_id => {
-                let forwarded = self
-                    .connection
-                    .name()
-                    .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes());
+                let forwarded = self.is_forwarding();
                 match ctx.client_addr(leader) {
                     Some(addr) if !forwarded => match queued {
                         Some(queued) => {

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use super::config::{LogFormat, ServeSettings};
-use super::{serve, KvAdapter, ServerContext};
+use super::{serve, ClientLimits, KvAdapter, ServerContext};
 use crate::state_machine::KvStateMachine;
 
 /// How long a leader that is shutting down tries to hand leadership to a follower.
@@ -56,6 +56,12 @@ pub struct NodeOptions {
     /// `--catch-up-timeout-ms`).
     pub catch_up_entries: Option<u64>,
     pub catch_up_timeout_ms: Option<u64>,
+    /// `--enable-debug-command`: answer `DEBUG PANIC` (a fail-stop test hook) instead of
+    /// refusing every DEBUG.
+    pub enable_debug_command: bool,
+    /// `--maxclients`, `--timeout`, `--client-query-buffer-total-bytes`,
+    /// `--client-output-buffer-limit-bytes`.
+    pub client_limits: ClientLimits,
 }
 
 /// A running node and its client listener.
@@ -286,6 +292,9 @@ fn advertised_client_addr(
 
 /// Recovers (or bootstraps) the node and starts serving clients.
 pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
+    options
+        .client_limits
+        .validate(&crate::resp::Limits::default())?;
     let mut config = NodeConfig::new(options.id, options.cluster_id, options.data_dir.clone());
     config.peer_listen_addr = resolve(&options.peer_addr).await?;
     if let Some(addr) = &options.advertise_peer_addr {
@@ -356,6 +365,8 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     if let Some(ms) = options.catch_up_timeout_ms {
         ctx.catch_up.timeout = Duration::from_millis(ms);
     }
+    ctx.enable_debug_command = options.enable_debug_command;
+    ctx.client_limits = options.client_limits;
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {

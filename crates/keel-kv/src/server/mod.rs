@@ -30,10 +30,13 @@
 //! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
 
 mod adapter;
+mod buffers;
 pub mod config;
 mod connection;
+pub mod fail_stop;
 mod forward;
 pub mod launch;
+pub mod limits;
 mod membership;
 
 use std::collections::BTreeMap;
@@ -46,8 +49,10 @@ use keel_runtime::{ClientError, Handle};
 use tokio::net::TcpListener;
 
 pub use adapter::{KvAdapter, SmStats, SmStatsValue};
+pub use limits::ClientLimits;
+use limits::{AcceptErrors, ServerShared};
 
-use crate::command::AdminCommand;
+use crate::command::{AdminCommand, DebugCommand};
 use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
 
@@ -68,8 +73,12 @@ pub struct ServerContext {
     pub client_addrs: BTreeMap<u64, String>,
     /// How `RAFT.MEMBER ADD` waits for a new member to catch up.
     pub catch_up: membership::CatchUp,
+    /// `--enable-debug-command`: whether `DEBUG` runs (otherwise it is refused, as in Redis).
+    pub enable_debug_command: bool,
+    pub client_limits: ClientLimits,
+    /// Connections and their buffers, as the bounds count them.
+    shared: Arc<ServerShared>,
     next_connection_id: AtomicU64,
-    connections: AtomicU64,
 }
 
 impl ServerContext {
@@ -88,8 +97,10 @@ impl ServerContext {
             peer_addrs: Mutex::new(peer_addrs),
             client_addrs,
             catch_up: membership::CatchUp::default(),
+            enable_debug_command: false,
+            client_limits: ClientLimits::default(),
+            shared: Arc::default(),
             next_connection_id: AtomicU64::new(1),
-            connections: AtomicU64::new(0),
         }
     }
 
@@ -110,7 +121,10 @@ impl ServerContext {
             applied_index: stats.applied_index,
             state_digest: stats.state_digest,
             keys: stats.keys,
-            connected_clients: self.connections.load(Ordering::Relaxed),
+            connected_clients: self.shared.clients.current() as u64,
+            maxclients: self.client_limits.maxclients as u64,
+            client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
+                as u64,
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -203,26 +217,45 @@ fn random_client_id() -> u64 {
     hasher.finish()
 }
 
-/// Accepts client connections until the task is aborted.
+/// Accepts client connections until the task is aborted. Beyond `maxclients` a new connection
+/// is told so and closed; failed accepts (out of file descriptors, ...) are retried after a
+/// pause and logged at most once a second.
 pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
+    let mut errors = AcceptErrors::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(slot) = ctx.shared.admit(ctx.client_limits.maxclients) else {
+                    connection::refuse(stream, &ctx.shared, MAXCLIENTS_REACHED);
+                    continue;
+                };
                 let ctx = Arc::clone(&ctx);
                 tokio::spawn(async move {
-                    ctx.connections.fetch_add(1, Ordering::Relaxed);
+                    let _slot = slot;
                     let _ = connection::serve_connection(stream, peer, &ctx).await;
-                    ctx.connections.fetch_sub(1, Ordering::Relaxed);
                 });
             }
             Err(e) => {
+                if let Some(failures) = errors.record(std::time::Instant::now()) {
+                    tracing::warn!(
+                        node = ctx.node_id,
+                        failures,
+                        "accepting a client connection failed: {e} ({failures} failed since the \
+                         last report; retrying every {ACCEPT_BACKOFF:?})"
+                    );
+                }
                 // Out of file descriptors and the like: back off instead of spinning.
-                eprintln!("keel: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
             }
         }
     }
 }
+
+/// Redis's words.
+const MAXCLIENTS_REACHED: &str = "ERR max number of clients reached";
+
+/// Pause after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn error_reply(error: &ClientError) -> Reply {
     match error {
@@ -251,5 +284,28 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
             let index = ctx.handle.snapshot_now().await?;
             Ok(Reply::Integer(index as i64))
         }
+        AdminCommand::Debug(command) => debug(ctx, command).await,
+    }
+}
+
+/// Redis 7's refusal, with keel's way of allowing it (keel has no "local" setting).
+const DEBUG_NOT_ALLOWED: &str =
+    "ERR DEBUG command not allowed. If the enable-debug-command option \
+     is off (the default), you need to set it (--enable-debug-command, or enable-debug-command = \
+     true in the configuration file), and then restart the server.";
+
+async fn debug(ctx: &ServerContext, command: DebugCommand) -> Result<Reply, ClientError> {
+    if !ctx.enable_debug_command {
+        return Ok(Reply::error(DEBUG_NOT_ALLOWED));
+    }
+    match command {
+        DebugCommand::Panic => {
+            tracing::warn!(node = ctx.node_id, "DEBUG PANIC: panicking the node task");
+            ctx.handle.debug_panic().await?;
+            Ok(Reply::OK)
+        }
+        DebugCommand::Unknown(subcommand) => Ok(Reply::error(format!(
+            "ERR unknown subcommand '{subcommand}'. keel's DEBUG knows only PANIC."
+        ))),
     }
 }

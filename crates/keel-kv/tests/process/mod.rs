@@ -213,6 +213,20 @@ impl Node {
         }
     }
 
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits (at most `deadline`) for the process to exit on its own; `None` if it is still
+    /// running then. An exited process is no longer this node's.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut().expect("node was started");
+        let status = poll_within(deadline, || child.try_wait().unwrap())?;
+        self.child = None;
+        Some(status)
+    }
+
     /// kill -9, and wait for the process to be gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -596,6 +596,10 @@ impl<S: StateMachine> Driver<S> {
                 self.apply.submit(ApplyItem::Snapshot);
             }
             Request::Shutdown => self.stopping = true,
+            Request::DebugPanic(_unanswered) => panic!(
+                "node {}: panic requested (Handle::debug_panic)",
+                self.config.id
+            ),
         }
     }
 }

@@ -1,0 +1,411 @@
+//! Client-side overload bounds (issue 17), with real sockets against `keel serve` processes:
+//! maxclients, the idle timeout, the total of all query buffers (with the process's RSS), the
+//! output bound of a client that does not read, rate-limited accept errors, and a flood of
+//! connections that does not keep a cluster from committing.
+//!
+//! Every wait is a retry loop with a generous deadline; nothing asserts a latency.
+
+mod process;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use keel_kv::Reply;
+use process::{
+    eventually, eventually_within, get, log_tail, raw_request, set, Cluster, Node, TempDir,
+    DEADLINE, IO_TIMEOUT,
+};
+
+const MIB: usize = 1024 * 1024;
+
+fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream
+}
+
+/// Sends `PING` and expects `+PONG`.
+fn ping(stream: &mut TcpStream) {
+    stream.write_all(b"PING\r\n").unwrap();
+    assert_eq!(read_line(stream), "+PONG");
+}
+
+/// One line of a reply (RESP's simple lines: status, error, integer).
+fn read_line(stream: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => line.push(byte[0]),
+            other => panic!("reading a reply line: {other:?} after {line:?}"),
+        }
+    }
+    String::from_utf8(line[..line.len() - 2].to_vec()).unwrap()
+}
+
+/// Reads until the server closes the connection; the bytes read, and whether it ended in an
+/// orderly close (rather than a reset).
+fn read_to_close(stream: &mut TcpStream) -> (usize, bool) {
+    let mut total = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => return (total, true),
+            Ok(n) => total += n,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return (total, false),
+            Err(e) => panic!("reading until the server closes: {e} after {total} bytes"),
+        }
+    }
+}
+
+fn info_field(node: &Node, key: &str) -> u64 {
+    eventually(&format!("INFO {key} of node {}", node.id), || {
+        node.info_u64(key)
+    })
+}
+
+/// `INFO clients` fields (the process helper asks for `INFO raft`).
+fn clients_field(node: &Node, key: &str) -> u64 {
+    eventually(&format!("INFO clients {key}"), || {
+        match raw_request(node.client_port, &["INFO", "clients"]).ok()? {
+            Reply::Bulk(text) => String::from_utf8_lossy(&text)
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}:")).map(str::to_string))?
+                .trim()
+                .parse()
+                .ok(),
+            _ => None,
+        }
+    })
+}
+
+/// The process's resident memory in bytes (`VmRSS` in `/proc/<pid>/status`).
+fn rss_bytes(node: &Node) -> usize {
+    let pid = node.pid().expect("node running");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kib * 1024
+}
+
+#[test]
+fn maxclients_refuses_new_clients_and_spares_the_others_and_the_peers() {
+    let cluster = Cluster::new("maxclients", &[1, 2, 3], &[], &["--maxclients", "6"]);
+    let leader = cluster.leader();
+    let follower = cluster.node([1, 2, 3].into_iter().find(|&id| id != leader).unwrap());
+    assert_eq!(info_field(follower, "leader_id"), leader);
+    let mut held: Vec<TcpStream> = (0..6).map(|_| connect(follower.client_port)).collect();
+    for stream in &mut held {
+        ping(stream);
+    }
+
+    // One more: Redis's error, then the connection is closed.
+    let mut refused = connect(follower.client_port);
+    assert_eq!(
+        read_line(&mut refused),
+        "-ERR max number of clients reached"
+    );
+    assert!(read_to_close(&mut refused).0 == 0);
+
+    // The clients already connected are served, forwarded writes and reads included, and the
+    // follower keeps replicating from the leader (its peer connections are not clients).
+    held[0]
+        .write_all(b"SET through-the-follower 1\r\n")
+        .unwrap();
+    assert_eq!(read_line(&mut held[0]), "+OK");
+    set(cluster.node(leader), "through-the-leader", "2");
+    held[1].write_all(b"GET through-the-leader\r\n").unwrap();
+    assert_eq!(read_line(&mut held[1]), "$1");
+    assert_eq!(read_line(&mut held[1]), "2");
+
+    // A place freed is a place for the next client.
+    drop(held.pop());
+    eventually("a freed place to be taken", || {
+        let mut stream = connect(follower.client_port);
+        stream.write_all(b"PING\r\n").ok()?;
+        (read_line(&mut stream) == "+PONG").then_some(())
+    });
+}
+
+#[test]
+fn idle_clients_are_closed_after_the_timeout_but_not_forwarding_connections() {
+    let cluster = Cluster::new("idle", &[1, 2, 3], &[], &["--timeout", "1"]);
+    let leader = cluster.leader();
+    let follower = cluster.node([1, 2, 3].into_iter().find(|&id| id != leader).unwrap());
+
+    let mut idle = connect(follower.client_port);
+    ping(&mut idle);
+    let started = Instant::now();
+    assert_eq!(read_to_close(&mut idle).0, 0, "closed without a word");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+
+    // A busy client is not idle. Its writes are forwarded to the leader over a connection that
+    // is idle there meanwhile: the leader keeps it open, so the second write is not lost.
+    let mut busy = connect(follower.client_port);
+    busy.write_all(b"SET busy 1\r\n").unwrap();
+    assert_eq!(read_line(&mut busy), "+OK");
+    for _ in 0..8 {
+        sleep(Duration::from_millis(300));
+        ping(&mut busy);
+    }
+    busy.write_all(b"SET busy 2\r\n").unwrap();
+    assert_eq!(read_line(&mut busy), "+OK");
+    assert_eq!(get(cluster.node(leader), "busy").as_deref(), Some("2"));
+}
+
+#[test]
+fn query_buffers_stay_within_their_total_and_give_memory_back() {
+    // Room for eight 16 MiB partial requests and no ninth (the bound must hold one request of
+    // the 128 MiB request limit).
+    let total_bytes = 144 * MIB;
+    let cluster = Cluster::new(
+        "query-buffers",
+        &[1],
+        &[],
+        &[
+            "--client-query-buffer-total-bytes",
+            &total_bytes.to_string(),
+        ],
+    );
+    let node = cluster.node(1);
+    set(node, "warm", "up");
+    let baseline = rss_bytes(node);
+
+    // Sixteen clients each start an ECHO of 16 MiB and send 15 MiB of it (ECHO: answered by
+    // the node itself, so the test is about buffers, not the log).
+    let header = format!("*2\r\n$4\r\nECHO\r\n${}\r\n", 16 * MIB);
+    let body = vec![b'v'; 15 * MIB];
+    let (mut holding, mut refused) = (Vec::new(), Vec::new());
+    for _ in 0..16 {
+        let mut stream = connect(node.client_port);
+        stream.write_all(header.as_bytes()).unwrap();
+        // The buffer for the whole argument is charged when its length arrives: a refusal
+        // comes before the body is sent.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first) {
+            Ok(1) => {
+                let line = read_line(&mut stream);
+                refused.push(line);
+                continue;
+            }
+            Ok(_) => panic!("closed without a reply"),
+            Err(e) => assert!(
+                matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+                "{e}"
+            ),
+        }
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.write_all(&body).unwrap();
+        holding.push(stream);
+    }
+    assert_eq!(holding.len(), 8, "refused: {refused:?}");
+    for line in &refused {
+        assert!(
+            line.starts_with("-ERR client query buffers full")
+                && line.contains(&format!("client-query-buffer-total-bytes ({total_bytes})")),
+            "{line}"
+        );
+    }
+    let charged = clients_field(node, "client_query_buffers_bytes") as usize;
+    assert!(charged <= total_bytes, "{charged} bytes charged");
+    // Everything sent has arrived once the server holds it: 8 x 15 MiB above the baseline.
+    let during = eventually_within("the partial requests to arrive", DEADLINE, || {
+        let rss = rss_bytes(node);
+        (rss >= baseline + 8 * 15 * MIB).then_some(rss)
+    });
+    let margin = 48 * MIB;
+    assert!(
+        during <= baseline + total_bytes + margin,
+        "RSS {during} > baseline {baseline} + total {total_bytes} + margin {margin}"
+    );
+
+    // One request completes: its buffer goes back to one read's size at once.
+    let mut done = holding.pop().unwrap();
+    done.write_all(&vec![b'v'; MIB]).unwrap();
+    done.write_all(b"\r\n").unwrap();
+    assert_eq!(read_line(&mut done), format!("${}", 16 * MIB));
+    let mut echoed = vec![0u8; 16 * MIB + 2];
+    done.read_exact(&mut echoed).unwrap();
+    assert!(echoed[..16 * MIB].iter().all(|&b| b == b'v'));
+    let after_one = clients_field(node, "client_query_buffers_bytes") as usize;
+    assert!(
+        after_one + 16 * MIB <= charged + 64 * 1024,
+        "{charged} bytes charged before, {after_one} after one request completed"
+    );
+
+    // The clients leave: the buffers are freed, and the process gives the memory back.
+    drop(holding);
+    drop(done);
+    eventually("the connections to be gone", || {
+        (clients_field(node, "connected_clients") == 1).then_some(())
+    });
+    let after = eventually_within("the memory to come back", DEADLINE, || {
+        let rss = rss_bytes(node);
+        (rss <= baseline + 64 * MIB).then_some(rss)
+    });
+    eprintln!(
+        "RSS: baseline {} MiB, 8 partial requests held {} MiB, after {} MiB",
+        baseline / MIB,
+        during / MIB,
+        after / MIB
+    );
+}
+
+#[test]
+fn a_client_that_does_not_read_is_closed_at_its_output_bound() {
+    let limit_bytes = 4 * MIB;
+    let cluster = Cluster::new(
+        "slow-reader",
+        &[1],
+        &[],
+        &[
+            "--client-output-buffer-limit-bytes",
+            &limit_bytes.to_string(),
+        ],
+    );
+    let node = cluster.node(1);
+    let value = "x".repeat(MIB);
+    set(node, "big", &value);
+
+    // 200 GETs of 1 MiB, pipelined, and never a reply read.
+    let mut slow = connect(node.client_port);
+    let requests = "GET big\r\n".repeat(200);
+    slow.write_all(requests.as_bytes()).unwrap();
+
+    // Others are served meanwhile; the slow one is closed.
+    let mut round = 0;
+    eventually("the client that does not read to be closed", || {
+        round += 1;
+        set(node, "other", &round.to_string());
+        assert_eq!(get(node, "other"), Some(round.to_string()));
+        (clients_field(node, "connected_clients") == 1).then_some(())
+    });
+    let (read, _) = read_to_close(&mut slow);
+    assert!(
+        read < 200 * MIB,
+        "{read} bytes: the client got every reply, it was not cut off"
+    );
+
+    // A reply larger than the bound by itself is refused, and the connection goes on.
+    let mut client = connect(node.client_port);
+    client
+        .write_all(b"MGET big big big big big\r\nPING\r\n")
+        .unwrap();
+    let error = read_line(&mut client);
+    assert!(
+        error.starts_with("-ERR reply too large")
+            && error.contains("client-output-buffer-limit-bytes"),
+        "{error}"
+    );
+    assert_eq!(read_line(&mut client), "+PONG");
+}
+
+#[test]
+fn accept_errors_are_logged_at_a_bounded_rate() {
+    // A node allowed few file descriptors: accepts fail (EMFILE) while clients wait.
+    let dir = TempDir::new("accept-errors");
+    let mut cluster = Cluster::stopped("accept-errors", &[1], &[], &[]);
+    let node = cluster.node_mut(1);
+    let log_path = dir.path().join("node.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_keel"))
+        .args(&node.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let port = node.client_port;
+    eventually("the node to serve", || {
+        matches!(raw_request(port, &["PING"]), Ok(Reply::Simple(_))).then_some(())
+    });
+    let clients: Vec<TcpStream> = (0..100)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    let started = Instant::now();
+    sleep(Duration::from_secs(3));
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("accepting a client connection failed"))
+        .collect();
+    let seconds = started.elapsed().as_secs() + 2;
+    assert!(
+        !lines.is_empty() && lines.len() as u64 <= seconds,
+        "{} lines in about {seconds} s:\n{}",
+        lines.len(),
+        log_tail(&log_path)
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("since the last report") && l.contains("WARN")),
+        "{lines:?}"
+    );
+    // Descriptors freed, the node serves again.
+    drop(clients);
+    eventually("the node to serve again", || {
+        matches!(raw_request(port, &["PING"]), Ok(Reply::Simple(_))).then_some(())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_flood_of_connections_does_not_keep_the_cluster_from_committing() {
+    let cluster = Cluster::new("flood", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    // 2,000 connections to the leader (the test's descriptor limit is checked first).
+    let limit = rlimit_nofile();
+    assert!(
+        limit >= 2_500,
+        "ulimit -n is {limit}: too low for this test"
+    );
+    let flood: Vec<TcpStream> = (0..2_000)
+        .map(|i| {
+            let mut stream = connect(cluster.node(leader).client_port);
+            if i % 100 == 0 {
+                ping(&mut stream);
+            }
+            stream
+        })
+        .collect();
+    assert!(clients_field(cluster.node(leader), "connected_clients") >= 2_000);
+    // Followers still reach the leader (forwarding and replication), and writes commit.
+    for (i, &id) in followers.iter().enumerate() {
+        set(cluster.node(id), &format!("during-flood-{i}"), "committed");
+    }
+    for id in [1, 2, 3] {
+        for i in 0..followers.len() {
+            assert_eq!(
+                get(cluster.node(id), &format!("during-flood-{i}")).as_deref(),
+                Some("committed")
+            );
+        }
+    }
+    drop(flood);
+}
+
+fn rlimit_nofile() -> u64 {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim().parse().unwrap_or(u64::MAX)
+}
