@@ -370,6 +370,58 @@ fn followers_forward_to_the_advertised_client_address_and_name_an_unknown_one() 
     set(cluster.node(1), "k", "on the leader");
 }
 
+/// A write whose log entry would be larger than the log stores — one large value, or a
+/// transaction of many (redis-py's default pipeline of 10,000 one-KiB SETs) — is answered with an
+/// error naming the limit, through the leader and through a follower, and nothing stops: every
+/// node keeps serving (such a write once stopped every node that tried to store it).
+#[test]
+fn writes_larger_than_the_log_stores_are_refused_and_every_node_keeps_serving() {
+    let mut cluster = Cluster::new("oversize", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let big = "x".repeat(10 << 20);
+    for via in [leader, follower] {
+        let mut con = cluster.node(via).connect().unwrap();
+        let refused = redis::cmd("SET")
+            .arg("big")
+            .arg(&big)
+            .query::<String>(&mut con)
+            .expect_err("larger than the log stores");
+        assert!(
+            refused
+                .to_string()
+                .contains("exceeds the largest the log stores"),
+            "via {via}: {refused}"
+        );
+        let kib = "v".repeat(1024);
+        let ok: String = redis::cmd("MULTI").query(&mut con).unwrap();
+        assert_eq!(ok, "OK");
+        for i in 0..10_000 {
+            let queued: String = redis::cmd("SET")
+                .arg(format!("p{i}"))
+                .arg(&kib)
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(queued, "QUEUED");
+        }
+        let refused = redis::cmd("EXEC")
+            .query::<redis::Value>(&mut con)
+            .expect_err("a 10 MiB transaction is one entry");
+        assert!(
+            refused
+                .to_string()
+                .contains("exceeds the largest the log stores"),
+            "via {via}: {refused}"
+        );
+    }
+    for id in [1, 2, 3] {
+        cluster.node_mut(id).assert_alive();
+        set(cluster.node(id), &format!("after-{id}"), "fine");
+    }
+    assert_eq!(get(cluster.node(follower), "big"), None);
+    assert_eq!(get(cluster.node(follower), "p0"), None);
+}
+
 /// One node's (commit_index, applied_index, state_digest).
 type View = (u64, u64, String);
 

@@ -441,6 +441,74 @@ async fn a_proposal_batch_applies_in_order_or_is_refused_whole() {
     }
 }
 
+/// A proposal larger than the WAL stores is refused before it reaches the log, naming the limit
+/// (it once stopped every node that tried to store it); the cluster keeps committing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_entry_larger_than_the_log_stores_is_refused_and_nothing_stops() {
+    let c = Cluster::start("oversize", 1_000_000).await;
+    let leader = c.leader().await;
+    let limit = c.config(leader).wal.entry_payload_bytes_max();
+    let mut too_large = vec![0u8; limit + 1];
+    too_large[..8].copy_from_slice(&1u64.to_le_bytes());
+    match c.handle(leader).propose(Bytes::from(too_large)).await {
+        Err(ClientError::Rejected(why)) => {
+            assert!(why.contains(&limit.to_string()), "{why}")
+        }
+        other => panic!("an oversize entry answered {other:?}"),
+    }
+    let mut largest = vec![0u8; limit];
+    largest[..8].copy_from_slice(&1u64.to_le_bytes());
+    let before = as_u64(&c.handle(leader).propose(add(1)).await.expect("committed"));
+    let after = as_u64(
+        &c.handle(leader)
+            .propose(Bytes::from(largest))
+            .await
+            .expect("the largest entry the log stores commits"),
+    );
+    assert_eq!(after, before + 1);
+    // Every node stored and applied it: none stopped on it.
+    let commit = c.handle(leader).status().await.unwrap().raft.commit;
+    for id in 1..=3 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let status = c.handle(id).status().await.expect("the node runs");
+            if status.raft.applied >= commit {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {id} did not apply {commit}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(
+        as_u64(&c.handle(leader).propose(add(1)).await.expect("committed")),
+        after + 1
+    );
+}
+
+/// A peer frame bound too small for an Append of the largest entry the WAL stores is refused at
+/// startup, naming both settings (followers would otherwise refuse what leaders accept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contradicting_frame_bounds_are_refused_at_startup() {
+    let c = Cluster::start("bounds", 1_000_000).await;
+    let mut config = c.config(1);
+    config.data_dir = c.dir.join("contradiction");
+    config.peer_listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.transport.frame_size_bytes_max = 32 << 10;
+    let error = Node::start(config, Counter::default())
+        .await
+        .err()
+        .expect("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("transport frame_size_bytes_max")
+            && text.contains("wal frame_size_bytes_max"),
+        "{text}"
+    );
+}
+
 /// The leader's view of `follower`'s match index.
 async fn match_of(c: &Cluster, leader: NodeId, follower: NodeId) -> Index {
     let s = c.handle(leader).status().await.unwrap();

@@ -505,8 +505,16 @@ impl<S: StateMachine> Driver<S> {
 
     /// Proposes one client entry; a refusal is sent to `reply` and returned.
     fn propose(&mut self, data: Bytes, reply: ProposalReply) -> Result<(), ClientError> {
+        let entry_bytes_max = self.config.wal.entry_payload_bytes_max();
         let result = if self.pending_proposals.len() >= self.config.pending_proposals_max {
             Err(ClientError::Busy("too many pending proposals"))
+        } else if data.len() > entry_bytes_max {
+            // Refused before it reaches the log: a write the WAL cannot store would stop every
+            // node that tried to (leader and followers alike).
+            Err(ClientError::Rejected(format!(
+                "entry of {} bytes exceeds the largest the log stores ({entry_bytes_max} bytes)",
+                data.len()
+            )))
         } else {
             self.raft.propose(data).map_err(|e| self.propose_error(e))
         };

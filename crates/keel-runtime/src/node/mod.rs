@@ -129,7 +129,13 @@ pub enum StartError {
     Core(#[from] keel_core::Error),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    #[error("settings contradict each other: {0}")]
+    Settings(String),
 }
+
+/// Room a peer frame needs beside the largest entry it carries: the message header, the Append's
+/// fields and the entry's own header, with margin.
+const APPEND_OVERHEAD_BYTES: usize = 1024;
 
 /// A running node. Dropping it stops the node task abruptly (like a crash, minus the process).
 pub struct Node<S> {
@@ -145,6 +151,18 @@ impl<S: StateMachine> Node<S> {
     /// peer listener is bound; replay continues in the background and clients wait for it.
     pub async fn start(config: NodeConfig, mut sm: S) -> Result<Node<S>, StartError> {
         let started = Instant::now();
+        let entry_bytes_max = config.wal.entry_payload_bytes_max();
+        if (config.transport.frame_size_bytes_max as usize)
+            < entry_bytes_max + APPEND_OVERHEAD_BYTES
+        {
+            // A follower would refuse the frame carrying an entry its own log accepts.
+            return Err(StartError::Settings(format!(
+                "the peer frame bound (transport frame_size_bytes_max {}) is smaller than an \
+                 Append carrying the largest entry the WAL stores (wal frame_size_bytes_max {} \
+                 allows entries of {entry_bytes_max} bytes)",
+                config.transport.frame_size_bytes_max, config.wal.frame_size_bytes_max
+            )));
+        }
         // Blocking file I/O at startup only; the node is not serving anything yet.
         let (mut wal, mut recovered) =
             Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;

@@ -67,6 +67,13 @@ impl WalConfig {
         Ok(())
     }
 
+    /// The largest entry payload (a normal entry's data) the WAL stores: an entry must fit in
+    /// one frame. Callers refuse larger proposals before they reach the log, where they could
+    /// only stop the node.
+    pub fn entry_payload_bytes_max(&self) -> usize {
+        self.entry_bytes_per_frame() - crate::codec::ENTRY_HEADER_SIZE_BYTES
+    }
+
     /// Bytes of entries one frame can carry.
     pub(super) fn entry_bytes_per_frame(&self) -> usize {
         self.frame_size_bytes_max
