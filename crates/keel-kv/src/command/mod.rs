@@ -150,6 +150,11 @@ pub enum LocalCommand {
     /// `INFO [section ...]`, sections as given.
     Info(Vec<Bytes>),
     RaftStatus,
+    /// `AUTH [username] password`.
+    Auth {
+        user: Option<Bytes>,
+        password: Bytes,
+    },
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
@@ -409,6 +414,13 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             Local,
         ),
         spec("info", -1, &["loading", "stale"], NO_KEYS, Local),
+        spec(
+            "auth",
+            -2,
+            &["noscript", "loading", "stale", "fast", "no_auth"],
+            NO_KEYS,
+            Local,
+        ),
         spec("raft.status", 1, &["loading", "stale"], NO_KEYS, Local),
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),

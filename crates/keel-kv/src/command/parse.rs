@@ -84,6 +84,17 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         }
         "quit" => local(LocalCommand::Quit),
         "info" => local(LocalCommand::Info(rest.to_vec())),
+        "auth" => match rest {
+            [password] => local(LocalCommand::Auth {
+                user: None,
+                password: password.clone(),
+            }),
+            [user, password] => local(LocalCommand::Auth {
+                user: Some(user.clone()),
+                password: password.clone(),
+            }),
+            _ => return Err(CommandError::Syntax),
+        },
         "raft.status" => local(LocalCommand::RaftStatus),
         "raft.member" => Command::Admin(parse_member(rest)?),
         "raft.transfer" => Command::Admin(AdminCommand::Transfer {

@@ -117,7 +117,20 @@ pub struct ClientConnection {
     limits: Limits,
     /// `Some` between MULTI and EXEC / DISCARD.
     queue: Option<Queue>,
+    /// The default user's password (`requirepass`); `None`: no password (Redis's `nopass`).
+    requirepass: Option<Bytes>,
+    /// Whether commands other than AUTH, HELLO ... AUTH and QUIT may run.
+    authenticated: bool,
 }
+
+/// Redis's words for a command before AUTH.
+const NOAUTH: &str = "NOAUTH Authentication required.";
+const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, \
+     otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client \
+     and select the RESP protocol version at the same time";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+const AUTH_WITHOUT_PASSWORD: &str = "ERR AUTH <password> called without any password configured \
+     for the default user. Are you sure your configuration is correct?";
 
 impl ClientConnection {
     /// `id` is unique per node (CLIENT ID, HELLO's `id`); `limits` are reported by CONFIG GET.
@@ -131,6 +144,28 @@ impl ClientConnection {
             lib_version: None,
             limits,
             queue: None,
+            requirepass: None,
+            authenticated: true,
+        }
+    }
+
+    /// Requires `AUTH` with `password` (for the user `default`) before anything else runs.
+    pub fn with_requirepass(mut self, password: Option<Bytes>) -> Self {
+        self.authenticated = password.is_none();
+        self.requirepass = password;
+        self
+    }
+
+    /// Whether `password` for `user` (`None`: the one-argument AUTH) is right, as Redis judges it
+    /// with only the default user: without `requirepass` that user takes any password (`nopass`),
+    /// but the one-argument form is an error, never a silent `+OK`.
+    fn check_password(&self, user: Option<&[u8]>, password: &[u8]) -> Result<(), Reply> {
+        let default_user = user.is_none_or(|u| u == b"default");
+        match &self.requirepass {
+            None if user.is_none() => Err(Reply::error(AUTH_WITHOUT_PASSWORD)),
+            None if default_user => Ok(()),
+            Some(expected) if default_user && constant_time_eq(expected, password) => Ok(()),
+            _ => Err(Reply::error(WRONGPASS)),
         }
     }
 
@@ -155,6 +190,17 @@ impl ClientConnection {
     /// ignores empty frames without a reply, as Redis does).
     pub fn dispatch(&mut self, args: &[Bytes], node: &dyn NodeInfo) -> Dispatch {
         let parsed = Command::parse(args);
+        if !self.authenticated {
+            match &parsed {
+                Ok(Command::Local(LocalCommand::Auth { .. } | LocalCommand::Quit)) => {}
+                Ok(Command::Local(LocalCommand::Hello(hello))) if hello.auth.is_some() => {}
+                Ok(Command::Local(LocalCommand::Hello(_))) => {
+                    return Dispatch::Reply(Reply::error(NOAUTH_HELLO))
+                }
+                // Before AUTH nothing else is told, not even whether a command exists.
+                _ => return Dispatch::Reply(Reply::error(NOAUTH)),
+            }
+        }
         if self.queue.is_some() {
             return self.dispatch_queued(parsed, args);
         }
@@ -260,18 +306,25 @@ impl ClientConnection {
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),
             LocalCommand::RaftStatus => Reply::text(info::render_raft(&node.status())),
+            LocalCommand::Auth { user, password } => {
+                match self.check_password(user.as_deref(), &password) {
+                    Ok(()) => {
+                        self.authenticated = true;
+                        Reply::OK
+                    }
+                    // A failed AUTH leaves the connection as it was (Redis does the same).
+                    Err(reply) => reply,
+                }
+            }
         }
     }
 
     fn hello(&mut self, hello: HelloArgs) -> Reply {
-        if let Some((user, _password)) = &hello.auth {
-            // No passwords yet (client AUTH comes with the security step): like a Redis whose
-            // default user has `nopass`, any password is accepted for "default", nothing else.
-            if user.as_ref() != b"default" {
-                return Reply::error(
-                    "WRONGPASS invalid username-password pair or user is disabled.",
-                );
+        if let Some((user, password)) = &hello.auth {
+            if let Err(reply) = self.check_password(Some(user), password) {
+                return reply;
             }
+            self.authenticated = true;
         }
         if let Some(version) = hello.protover {
             self.protocol = version;
@@ -343,3 +396,9 @@ impl ClientConnection {
 
 #[cfg(test)]
 mod tests;
+
+/// Compares without stopping at the first difference, so the time taken does not tell how much of
+/// a guessed password was right (the length still shows).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -132,6 +132,80 @@ fn hello_auth_and_setname() {
     );
 }
 
+/// With `requirepass`, nothing but AUTH, HELLO ... AUTH and QUIT runs before the password, in
+/// Redis's words; a wrong password changes nothing.
+#[test]
+fn requirepass_gates_every_command_until_auth() {
+    let mut c = conn().with_requirepass(Some(Bytes::from_static(b"s3cret")));
+    for line in [
+        "GET k",
+        "SET k v",
+        "PING",
+        "INFO",
+        "RAFT.MEMBER ADD 4 a:1",
+        "NOSUCH x",
+        "MULTI",
+    ] {
+        assert_eq!(
+            reply(&mut c, line),
+            Reply::error("NOAUTH Authentication required."),
+            "{line}"
+        );
+    }
+    assert!(
+        matches!(reply(&mut c, "HELLO 3"), Reply::Error(e) if e.starts_with("NOAUTH HELLO must be called"))
+    );
+    let wrong = Reply::error("WRONGPASS invalid username-password pair or user is disabled.");
+    assert_eq!(reply(&mut c, "AUTH nope"), wrong);
+    assert_eq!(reply(&mut c, "AUTH admin s3cret"), wrong);
+    assert_eq!(reply(&mut c, "HELLO 3 AUTH default nope"), wrong);
+    assert_eq!(
+        c.protocol(),
+        ProtocolVersion::Resp2,
+        "a failed HELLO changes nothing"
+    );
+    assert_eq!(
+        reply(&mut c, "GET k"),
+        Reply::error("NOAUTH Authentication required.")
+    );
+    assert_eq!(reply(&mut c, "AUTH s3cret"), Reply::OK);
+    assert_eq!(
+        run(&mut c, "GET k"),
+        Dispatch::Read(ReadCommand::Get {
+            key: Bytes::from_static(b"k")
+        })
+    );
+    // The two-argument form and HELLO ... AUTH work as well.
+    let mut d = conn().with_requirepass(Some(Bytes::from_static(b"s3cret")));
+    assert_eq!(reply(&mut d, "AUTH default s3cret"), Reply::OK);
+    let mut e = conn().with_requirepass(Some(Bytes::from_static(b"s3cret")));
+    assert!(matches!(
+        reply(&mut e, "HELLO 3 AUTH default s3cret"),
+        Reply::Map(_)
+    ));
+    assert_eq!(e.protocol(), ProtocolVersion::Resp3);
+    assert_eq!(reply(&mut e, "PING"), Reply::PONG);
+    let mut q = conn().with_requirepass(Some(Bytes::from_static(b"s3cret")));
+    assert_eq!(run(&mut q, "QUIT"), Dispatch::ReplyAndClose(Reply::OK));
+}
+
+/// Without a password, AUTH answers as Redis does: the one-argument form is an error (never a
+/// silent `+OK`), the default user takes any password, other users none.
+#[test]
+fn auth_without_a_password_configured_answers_as_redis() {
+    let mut c = conn();
+    assert!(matches!(
+        reply(&mut c, "AUTH anything"),
+        Reply::Error(e) if e.starts_with("ERR AUTH <password> called without any password configured")
+    ));
+    assert_eq!(reply(&mut c, "AUTH default anything"), Reply::OK);
+    assert!(matches!(reply(&mut c, "AUTH admin x"), Reply::Error(e) if e.starts_with("WRONGPASS")));
+    assert!(
+        matches!(reply(&mut c, "AUTH"), Reply::Error(e) if e.contains("wrong number of arguments"))
+    );
+    assert!(matches!(reply(&mut c, "AUTH a b c"), Reply::Error(e) if e.contains("syntax error")));
+}
+
 #[test]
 fn client_subcommands() {
     let mut c = conn();
