@@ -320,3 +320,52 @@ async fn closed(stream: &mut TcpStream) {
         }
     }
 }
+
+#[test]
+fn a_secret_file_loses_one_trailing_newline_and_must_hold_32_bytes() {
+    let dir = std::env::temp_dir().join(format!("keel-secret-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        path
+    };
+    let key = [b'k'; 32];
+    let lf = load_cluster_secret(&write("lf", &[&key[..], b"\n"].concat())).unwrap();
+    let crlf = load_cluster_secret(&write("crlf", &[&key[..], b"\r\n"].concat())).unwrap();
+    let bare = load_cluster_secret(&write("bare", &key)).unwrap();
+    // The same secret either way: proofs made with one check under the others.
+    for (a, b) in [(&lf, &bare), (&crlf, &bare)] {
+        let i = Initiator::new(
+            a.clone(),
+            Handshake::new(CLUSTER, 1, Channel::Messages),
+            [1; NONCE_BYTES],
+            2,
+        );
+        let h = match wire::decode_body(Bytes::copy_from_slice(i.hello_body())).unwrap() {
+            Body::Handshake(h) => h,
+            other => panic!("{other:?}"),
+        };
+        let r =
+            wire::auth::Responder::new(b.clone(), &h, i.hello_body(), 2, [2; NONCE_BYTES]).unwrap();
+        assert!(i.on_challenge(r.challenge()).is_ok());
+    }
+    // 31 bytes and a newline is too short; so is a missing file.
+    let short = load_cluster_secret(&write("short", &[&key[..31], b"\n"].concat())).unwrap_err();
+    assert!(short.contains("at least 32"), "{short}");
+    assert!(load_cluster_secret(&dir.join("missing")).is_err());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let open = write("open", &key);
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let e = load_cluster_secret(&open).unwrap_err();
+        assert!(e.contains("other users"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
