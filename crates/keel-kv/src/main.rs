@@ -33,6 +33,8 @@ struct Cli {
     command: Cmd,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Start a local three-node cluster in the foreground (client ports 6379-6381).
@@ -134,6 +136,11 @@ struct ServeArgs {
     /// [default: the peer address].
     #[arg(long)]
     advertise_peer_addr: Option<String>,
+    /// A file holding the cluster secret (at least 32 bytes, readable by this user only): peers
+    /// must prove they know it, and every peer frame is authenticated. Without it anyone who
+    /// reaches the peer port can speak Raft to this node.
+    #[arg(long)]
+    cluster_secret_file: Option<PathBuf>,
     /// A TOML file with the same keys as these flags (`data-dir = "..."`); flags given here
     /// override it.
     #[arg(long)]
@@ -410,6 +417,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         client_peers: args.client_peers,
         advertise_client_addr: args.advertise_client_addr,
         advertise_peer_addr: args.advertise_peer_addr,
+        cluster_secret_file: args.cluster_secret_file,
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
@@ -537,6 +545,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 client_peers: BTreeMap::new(),
                 advertise_client_addr: None,
                 advertise_peer_addr: None,
+                cluster_secret_file: None,
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,

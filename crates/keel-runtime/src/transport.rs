@@ -12,6 +12,11 @@
 //!   each decoded message into a bounded channel to the node task; a full channel pushes back on
 //!   that connection's TCP stream. Garbage, a bad checksum or an oversize length closes that one
 //!   connection.
+//! - **Authentication** (with `TransportConfig::cluster_secret`): every connection, both channels,
+//!   runs a mutual challenge-response in its handshake and then seals every frame both ways
+//!   (`transport/auth.rs`, `transport/record.rs`; the exchange in `wire/auth.rs`). A peer that
+//!   fails is refused before anything it sent is read, and only then are its announced addresses
+//!   and incarnation adopted.
 //! - **Snapshots** travel on a connection of their own (handshake channel `Snapshot`), chunked,
 //!   checksummed and resumable (`transport/snapshot.rs`; the receiver's durable partial file in
 //!   `transport/partial.rs`), so a large transfer never delays heartbeats or Appends.
@@ -27,22 +32,28 @@ use std::time::Duration;
 use bytes::Bytes;
 use keel_core::{Message, NodeId, SnapshotMeta, Term};
 
+mod auth;
 mod client_addrs;
+mod inbound;
 mod incarnations;
 mod partial;
+mod record;
 mod snapshot;
 
+pub use auth::load_cluster_secret;
 pub use client_addrs::ClientAddrs;
+use record::{FrameWriter, RecordReader};
 pub use snapshot::{discard_stale_partial, SnapshotCounters, SnapshotTransferStats};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
 use crate::wire::{
-    self, Body, Channel, FrameHeader, Handshake, WireError, FRAME_HEADER_SIZE_BYTES,
-    FRAME_SIZE_BYTES_MAX_DEFAULT,
+    self, AuthError, Body, Channel, ClusterSecret, FrameHeader, Handshake, WireError,
+    FRAME_HEADER_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT,
 };
 
 /// Handshake frames are tiny; a larger one is refused before the cluster id is even read.
@@ -52,6 +63,10 @@ const HANDSHAKE_FRAME_BYTES_MAX: u32 = 8192;
 pub struct TransportConfig {
     pub cluster_id: u64,
     pub node_id: NodeId,
+    /// The cluster secret (`None`: peers are not authenticated). With it every connection, both
+    /// ways and on both channels, authenticates in its handshake and seals every frame after it;
+    /// a peer without it (or with another) is refused before anything it says is read.
+    pub cluster_secret: Option<ClusterSecret>,
     /// Bound on one frame on message connections, checked before allocating.
     pub frame_size_bytes_max: u32,
     /// This node's storage incarnation, announced in every handshake (0: none).
@@ -101,6 +116,7 @@ impl TransportConfig {
         TransportConfig {
             cluster_id,
             node_id,
+            cluster_secret: None,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
             advertise_addr: None,
             advertise_client_addr: None,
@@ -148,7 +164,9 @@ pub enum Inbound {
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     #[error("I/O: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+    #[error("authentication: {0}")]
+    Auth(#[from] AuthError),
     #[error("protocol: {0}")]
     Wire(#[from] WireError),
     #[error("timed out: {0}")]
@@ -166,6 +184,41 @@ pub enum TransportError {
          its state and may have forgotten its votes; remove it and add it back as a new member"
     )]
     StorageChanged { node: NodeId, known: u64, got: u64 },
+}
+
+impl From<io::Error> for TransportError {
+    /// The record reader reports a bad tag through `io::Error` (it is an `AsyncRead`): it is an
+    /// authentication failure, not a broken connection.
+    fn from(e: io::Error) -> Self {
+        match e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<AuthError>())
+        {
+            Some(auth) => TransportError::Auth(*auth),
+            None => TransportError::Io(e),
+        }
+    }
+}
+
+impl TransportError {
+    /// What the refused peer is told. Never this cluster's id: an unauthenticated peer learns
+    /// nothing it could use to pass the check next time (the refusing node logs the whole
+    /// error). An authentication failure says only that.
+    fn wire_reason(&self) -> String {
+        match self {
+            TransportError::Auth(AuthError::Required) => {
+                "authentication failed: this node requires the cluster secret".into()
+            }
+            TransportError::Auth(AuthError::NotConfigured) => {
+                "authentication failed: this node has no cluster secret".into()
+            }
+            TransportError::Auth(_) => "authentication failed".into(),
+            TransportError::Wire(WireError::WrongClusterId { got, .. }) => {
+                format!("wrong cluster id {got:#x}: not this cluster's")
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 struct Peer {
@@ -232,7 +285,7 @@ impl Transport {
             incarnations: Mutex::new(known),
             refusals: Mutex::new(HashMap::new()),
         });
-        let task = tokio::spawn(accept_loop(shared.clone(), listener, inbound));
+        let task = tokio::spawn(inbound::accept_loop(shared.clone(), listener, inbound));
         Ok(Transport {
             shared,
             peers: Mutex::new(HashMap::new()),
@@ -252,7 +305,7 @@ impl Transport {
             return;
         }
         let (tx, rx) = mpsc::channel(self.shared.config.send_queue_messages_max);
-        let task = tokio::spawn(run_peer(self.shared.clone(), addr, rx));
+        let task = tokio::spawn(run_peer(self.shared.clone(), id, addr, rx));
         if let Some(old) = peers.insert(
             id,
             Peer {
@@ -310,7 +363,8 @@ impl Transport {
         self.shared.refused_connections.load(Ordering::Relaxed)
     }
 
-    /// The reason the peer at `addr` last gave for refusing this node's connections, if it did.
+    /// The reason the peer at `addr` last gave for refusing this node's connections (or why this
+    /// node refused the peer's proof), if it did.
     pub fn refusal_from(&self, addr: SocketAddr) -> Option<String> {
         self.shared
             .refusals
@@ -352,7 +406,7 @@ impl Transport {
         let counters = self.shared.snapshots.clone();
         async move {
             let addr = addr.ok_or(TransportError::UnknownPeer(to))?;
-            snapshot::send(config, counters, addr, term, meta, path).await
+            snapshot::send(config, counters, to, addr, term, meta, path).await
         }
     }
 }
@@ -366,19 +420,50 @@ impl Drop for Transport {
     }
 }
 
+/// The reading and writing halves of a peer connection, above the record layer.
+pub(crate) type ConnReader = RecordReader<BufReader<OwnedReadHalf>>;
+pub(crate) type ConnWriter = FrameWriter<OwnedWriteHalf>;
+
+/// Bound on a record the connecting side reads (both channels): the accepting side writes only
+/// refusals and, on snapshot connections, control frames, each sealed alone.
+const RECORD_TO_INITIATOR_BYTES_MAX: u32 = REFUSAL_FRAME_BYTES_MAX + FRAME_HEADER_SIZE_BYTES as u32;
+
+/// Bound on a record the accepting side reads on `channel`: a batch of frames (a sender stops
+/// filling a record at `RECORD_FILL_BYTES`, so one frame may go past it), or a chunk header and
+/// its data.
+fn record_to_responder_bytes_max(c: &TransportConfig, channel: Channel) -> u32 {
+    let header = FRAME_HEADER_SIZE_BYTES as u32;
+    match channel {
+        Channel::Messages => c
+            .frame_size_bytes_max
+            .saturating_add(header + wire::auth::RECORD_FILL_BYTES),
+        Channel::Snapshot => c
+            .snapshot_chunk_size_bytes_max
+            .min(wire::SNAPSHOT_CHUNK_BYTES_LIMIT)
+            .saturating_add(header + wire::SNAPSHOT_CONTROL_FRAME_BYTES_MAX),
+    }
+}
+
+/// Connects to `peer` at `addr` and sends the handshake; with a cluster secret, authenticates
+/// both ways before returning (the connection is then sealed).
 async fn connect(
     c: &TransportConfig,
+    peer: NodeId,
     addr: SocketAddr,
     channel: Channel,
-) -> Result<TcpStream, TransportError> {
-    let mut stream = timeout(
+) -> Result<(ConnReader, ConnWriter), TransportError> {
+    let stream = timeout(
         Duration::from_millis(c.connect_timeout_ms),
         TcpStream::connect(addr),
     )
     .await
     .map_err(|_| TransportError::Timeout("connect"))??;
     stream.set_nodelay(true)?;
-    let mut buf = Vec::new();
+    let (rd, wr) = stream.into_split();
+    let (mut rd, mut wr) = (
+        RecordReader::plain(BufReader::new(rd)),
+        FrameWriter::plain(wr),
+    );
     let mut hello = Handshake::new(c.cluster_id, c.node_id, channel);
     if c.incarnation != 0 {
         hello = hello.with_incarnation(c.incarnation);
@@ -389,33 +474,64 @@ async fn connect(
     if let (Channel::Messages, Some(addr)) = (channel, &c.advertise_client_addr) {
         hello = hello.with_client_addr(addr);
     }
-    wire::encode_handshake(&hello, &mut buf);
-    stream.write_all(&buf).await?;
-    Ok(stream)
+    match &c.cluster_secret {
+        Some(secret) => {
+            let limit = Duration::from_millis(c.handshake_timeout_ms);
+            let max = RECORD_TO_INITIATOR_BYTES_MAX;
+            auth::initiate(secret, hello, peer, &mut rd, &mut wr, limit, max).await?;
+        }
+        None => {
+            wire::encode_handshake(&hello, wr.buf());
+            wr.send().await?;
+        }
+    }
+    Ok((rd, wr))
+}
+
+/// Logs why connections to `addr` fail when it needs an operator (a refusal, a failed
+/// authentication): loud once per reason, quiet on every retry. Remembered for `refusal_from`.
+fn note_refusal(shared: &Shared, addr: SocketAddr, error: &TransportError) {
+    let reason = match error {
+        TransportError::RefusedByPeer(reason) => reason.clone(),
+        other => other.to_string(),
+    };
+    let mut refusals = shared.refusals.lock().expect("refusals lock");
+    if refusals.get(&addr) != Some(&reason) {
+        match error {
+            TransportError::RefusedByPeer(_) => {
+                tracing::error!(%addr, "the peer refuses this node: {reason}")
+            }
+            _ => tracing::error!(%addr, "the peer at this address failed {reason}"),
+        }
+        refusals.insert(addr, reason);
+    } else {
+        tracing::debug!(%addr, "the peer refuses this node: {reason}");
+    }
 }
 
 /// One peer's outbound side: connect, pump the queue, reconnect with bounded backoff.
-async fn run_peer(shared: Arc<Shared>, addr: SocketAddr, mut queue: mpsc::Receiver<Message>) {
+async fn run_peer(
+    shared: Arc<Shared>,
+    peer: NodeId,
+    addr: SocketAddr,
+    mut queue: mpsc::Receiver<Message>,
+) {
     let c = &shared.config;
     let mut backoff_ms = c.reconnect_backoff_min_ms;
     loop {
-        match connect(c, addr, Channel::Messages).await {
-            Ok(stream) => {
+        match connect(c, peer, addr, Channel::Messages).await {
+            Ok((rd, wr)) => {
                 backoff_ms = c.reconnect_backoff_min_ms;
-                match pump(c, stream, &mut queue).await {
+                match pump(c, rd, wr, &mut queue).await {
                     Ok(()) => return, // the transport is gone
-                    Err(TransportError::RefusedByPeer(reason)) => {
-                        // Loud once per reason (it needs an operator), quiet on every retry.
-                        let mut refusals = shared.refusals.lock().expect("refusals lock");
-                        if refusals.get(&addr) != Some(&reason) {
-                            tracing::error!(%addr, "the peer refuses this node: {reason}");
-                            refusals.insert(addr, reason);
-                        } else {
-                            tracing::debug!(%addr, "the peer refuses this node: {reason}");
-                        }
+                    Err(e @ (TransportError::RefusedByPeer(_) | TransportError::Auth(_))) => {
+                        note_refusal(&shared, addr, &e)
                     }
                     Err(e) => tracing::debug!(%addr, "peer connection lost: {e}"),
                 }
+            }
+            Err(e @ (TransportError::RefusedByPeer(_) | TransportError::Auth(_))) => {
+                note_refusal(&shared, addr, &e)
             }
             Err(e) => tracing::trace!(%addr, "connect failed: {e}"),
         }
@@ -433,16 +549,19 @@ const REFUSAL_FRAME_BYTES_MAX: u32 = 1 + 2 + wire::REFUSAL_REASON_BYTES_MAX as u
 /// Writes queued messages until the queue closes (Ok) or the connection fails. The peer writes
 /// nothing on this connection unless it refuses it (then its reason, and it closes), so the
 /// read half is only watched for that.
-async fn pump(
+async fn pump<R, W>(
     c: &TransportConfig,
-    stream: TcpStream,
+    mut rd: RecordReader<R>,
+    mut wr: FrameWriter<W>,
     queue: &mut mpsc::Receiver<Message>,
-) -> Result<(), TransportError> {
-    let (read_half, mut stream) = stream.into_split();
+) -> Result<(), TransportError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     let mut refusal = AbortOnDrop(tokio::spawn(async move {
-        read_frame(&mut BufReader::new(read_half), REFUSAL_FRAME_BYTES_MAX).await
+        read_frame(&mut rd, REFUSAL_FRAME_BYTES_MAX).await
     }));
-    let mut buf = Vec::new();
     let write_limit = Duration::from_millis(c.write_timeout_ms);
     loop {
         let first = tokio::select! {
@@ -452,15 +571,17 @@ async fn pump(
             },
             heard = &mut refusal.0 => return Err(how_the_peer_ended(heard)),
         };
-        buf.clear();
-        wire::encode_message(&first, &mut buf);
+        wire::encode_message(&first, wr.buf());
         let mut batched = 1;
-        while batched < c.batch_messages_max {
+        // One write (and, when sealed, one record and one MAC) per batch.
+        while batched < c.batch_messages_max
+            && wr.pending_bytes() < wire::auth::RECORD_FILL_BYTES as usize
+        {
             let Ok(msg) = queue.try_recv() else { break };
-            wire::encode_message(&msg, &mut buf);
+            wire::encode_message(&msg, wr.buf());
             batched += 1;
         }
-        match timeout(write_limit, stream.write_all(&buf)).await {
+        match timeout(write_limit, wr.send()).await {
             Err(_) => return Err(TransportError::Timeout("write")),
             Ok(Ok(())) => {}
             // A refusal may be why the write failed: it is read (or not) within a moment.
@@ -496,152 +617,13 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Tells a refused peer why, then closes without resetting the connection: the write side is
-/// shut down and what the peer still sends is read and dropped until it closes too (bounded), so
-/// unread data does not turn the close into a reset that could discard the reason.
-async fn send_refusal(reader: &mut BufReader<TcpStream>, error: &TransportError) {
-    if matches!(error, TransportError::Io(_) | TransportError::Timeout(_)) {
-        return; // the connection is not usable, or the peer said nothing at all
-    }
-    let mut frame = Vec::new();
-    wire::encode_refusal(&error.to_string(), &mut frame);
-    let tell = async {
-        let stream = reader.get_mut();
-        stream.write_all(&frame).await?;
-        stream.shutdown().await?;
-        let mut sink = [0u8; 4096];
-        while reader.read(&mut sink).await? > 0 {}
-        Ok::<(), io::Error>(())
-    };
-    let _ = timeout(Duration::from_secs(1), tell).await;
-}
-
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, inbound: mpsc::Sender<Inbound>) {
-    // Connections live in this set so that aborting the listener ends them all.
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let shared = shared.clone();
-                    let inbound = inbound.clone();
-                    connections.spawn(async move {
-                        let mut reader = BufReader::new(stream);
-                        if let Err(e) = serve_connection(&shared, &mut reader, inbound).await {
-                            // Counted before the stream is dropped, so whoever sees the close
-                            // also sees the count.
-                            shared.refused_connections.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(%peer, "closing peer connection: {e}");
-                            send_refusal(&mut reader, &e).await;
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: wait rather than spin.
-                    tracing::warn!("accept failed: {e}");
-                    sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-async fn serve_connection(
-    shared: &Shared,
-    reader: &mut BufReader<TcpStream>,
-    inbound: mpsc::Sender<Inbound>,
-) -> Result<(), TransportError> {
-    let c = &shared.config;
-    reader.get_ref().set_nodelay(true)?;
-    let first = timeout(
-        Duration::from_millis(c.handshake_timeout_ms),
-        read_frame(reader, HANDSHAKE_FRAME_BYTES_MAX),
-    )
-    .await
-    .map_err(|_| TransportError::Timeout("handshake"))??;
-    let hello = match first {
-        None => return Ok(()),
-        Some(Body::Handshake(h)) => h,
-        Some(_) => return Err(TransportError::Unexpected("frame before the handshake")),
-    };
-    hello.validate(c.cluster_id)?;
-    if let Some(got) = hello.incarnation()? {
-        let checked = shared
-            .incarnations
-            .lock()
-            .expect("incarnations lock")
-            .check(hello.node_id, got);
-        if let Err(known) = checked {
-            return Err(TransportError::StorageChanged {
-                node: hello.node_id,
-                known,
-                got,
-            });
-        }
-    }
-    match hello.channel {
-        Channel::Messages => {
-            if let Some(addr) = hello.client_addr()? {
-                if hello.node_id != c.node_id && shared.client_addrs.set(hello.node_id, &addr) {
-                    tracing::info!(
-                        node = c.node_id,
-                        peer = hello.node_id,
-                        client_addr = %addr,
-                        "learned a client address from a handshake"
-                    );
-                }
-            }
-            if let Some(addr) = hello.advertised_addr()? {
-                let learned = Inbound::PeerAddress {
-                    from: hello.node_id,
-                    addr,
-                };
-                if inbound.send(learned).await.is_err() {
-                    return Ok(());
-                }
-            }
-            loop {
-                match read_frame(reader, c.frame_size_bytes_max).await? {
-                    None => return Ok(()),
-                    Some(Body::Message(msg)) => {
-                        if msg.from != hello.node_id {
-                            return Err(TransportError::Unexpected("message from another node id"));
-                        }
-                        if inbound.send(Inbound::Message(msg)).await.is_err() {
-                            return Ok(()); // the node is gone
-                        }
-                    }
-                    Some(_) => return Err(TransportError::Unexpected("non-message frame")),
-                }
-            }
-        }
-        Channel::Snapshot => {
-            if hello.flags & wire::FLAG_CHUNKED_SNAPSHOT == 0 {
-                return Err(TransportError::Refused(
-                    "snapshot connection without chunked transfer (one-frame transfer retired)",
-                ));
-            }
-            snapshot::receive(
-                c,
-                &shared.receiver,
-                &shared.snapshots,
-                &shared.snapshot_floor,
-                hello.node_id,
-                reader,
-                &inbound,
-            )
-            .await
-        }
-    }
-}
-
-/// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts. The length is
-/// checked against `max_bytes` before the body buffer is allocated.
-pub async fn read_frame<R: AsyncRead + Unpin>(
+/// Reads one frame's body, checksum verified but not decoded; `Ok(None)` on a clean end of
+/// stream before a frame starts. The length is checked against `max_bytes` before the body
+/// buffer is allocated.
+pub async fn read_frame_raw<R: AsyncRead + Unpin>(
     reader: &mut R,
     max_bytes: u32,
-) -> Result<Option<Body>, TransportError> {
+) -> Result<Option<Bytes>, TransportError> {
     let mut header = [0u8; FRAME_HEADER_SIZE_BYTES];
     let n = reader.read(&mut header[..1]).await?;
     if n == 0 {
@@ -652,9 +634,23 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut body = vec![0u8; header.len_bytes as usize];
     reader.read_exact(&mut body).await?;
     header.verify(&body)?;
-    Ok(Some(wire::decode_body(Bytes::from(body))?))
+    Ok(Some(Bytes::from(body)))
 }
 
+/// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts. The length is
+/// checked against `max_bytes` before the body buffer is allocated.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max_bytes: u32,
+) -> Result<Option<Body>, TransportError> {
+    match read_frame_raw(reader, max_bytes).await? {
+        Some(body) => Ok(Some(wire::decode_body(body)?)),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod auth_tests;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

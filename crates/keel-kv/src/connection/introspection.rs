@@ -89,7 +89,10 @@ fn summary(name: &str) -> &'static str {
         "quit" => "Closes the connection.",
         "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
         "raft.status" => "Reports the node's Raft state (the INFO raft section).",
-        "raft.member" => "RAFT.MEMBER ADD id addr [LEARNER] | RAFT.MEMBER REMOVE id.",
+        "raft.member" => {
+            "RAFT.MEMBER ADD id addr [LEARNER] [CLIENT addr] | RAFT.MEMBER REMOVE id [FORCE]."
+        }
+        "auth" => "Authenticates the connection: AUTH [default] password (requirepass).",
         "raft.transfer" => "Transfers leadership to the given node.",
         "raft.snapshot" => "Takes a snapshot now.",
         "debug" => "DEBUG PANIC: panics the node (only with --enable-debug-command).",

@@ -7,6 +7,7 @@
 //! peer-addr = "10.0.0.1:7379"
 //! initial-cluster = "1=10.0.0.1:7379,2=10.0.0.2:7379,3=10.0.0.3:7379"
 //! advertise-client-addr = "10.0.0.1:6379"   # where other hosts' clients reach this node
+//! cluster-secret-file = "/etc/keel/cluster-secret"   # peers authenticate with it
 //! metrics-addr = "0.0.0.0:9100"
 //! log-format = "json"
 //! ```
@@ -51,6 +52,8 @@ pub struct ServeSettings {
     pub client_peers: Option<String>,
     pub advertise_client_addr: Option<String>,
     pub advertise_peer_addr: Option<String>,
+    /// A file holding the secret peers authenticate with (`--cluster-secret-file`).
+    pub cluster_secret_file: Option<PathBuf>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -99,6 +102,7 @@ impl ServeSettings {
             client_peers: self.client_peers.or(file.client_peers),
             advertise_client_addr: self.advertise_client_addr.or(file.advertise_client_addr),
             advertise_peer_addr: self.advertise_peer_addr.or(file.advertise_peer_addr),
+            cluster_secret_file: self.cluster_secret_file.or(file.cluster_secret_file),
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
@@ -183,6 +187,7 @@ impl ServeSettings {
             client_peers,
             advertise_client_addr: self.advertise_client_addr.clone(),
             advertise_peer_addr: self.advertise_peer_addr.clone(),
+            cluster_secret_file: self.cluster_secret_file.clone(),
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             snapshot_threshold: self.snapshot_threshold,
@@ -214,6 +219,7 @@ mod tests {
         snapshot-log-ratio = 2
         snapshot-trailing = 100
         cluster-id = 7
+        cluster-secret-file = "/etc/keel/secret"
         metrics-addr = "127.0.0.1:9100"
         log-format = "json"
         log-level = "debug"
@@ -244,6 +250,10 @@ mod tests {
         assert_eq!(options.client_peers[&1], "127.0.0.1:6379");
         assert_eq!(options.snapshot_trailing, Some(100));
         assert_eq!(options.snapshot_log_ratio, Some(2));
+        assert_eq!(
+            options.cluster_secret_file,
+            Some(PathBuf::from("/etc/keel/secret"))
+        );
         assert!(options.enable_debug_command);
         assert_eq!(
             options.client_limits,

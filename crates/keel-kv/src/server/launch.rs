@@ -46,6 +46,8 @@ pub struct NodeOptions {
     /// Where other nodes reach this one (`--advertise-peer-addr`). Default: the peer listener's
     /// address unless it is a wildcard.
     pub advertise_peer_addr: Option<String>,
+    /// The cluster secret peers authenticate with (`--cluster-secret-file`), read once at start.
+    pub cluster_secret_file: Option<PathBuf>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -297,6 +299,21 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .validate(&crate::resp::Limits::default())?;
     let mut config = NodeConfig::new(options.id, options.cluster_id, options.data_dir.clone());
     config.peer_listen_addr = resolve(&options.peer_addr).await?;
+    config.transport.cluster_secret = match &options.cluster_secret_file {
+        Some(path) => Some(
+            keel_runtime::transport::load_cluster_secret(path)
+                .map_err(|e| format!("--cluster-secret-file {e}"))?,
+        ),
+        None => {
+            tracing::warn!(
+                node = options.id,
+                "peers are not authenticated: anyone who reaches {} can speak Raft to this node \
+                 (set --cluster-secret-file)",
+                options.peer_addr
+            );
+            None
+        }
+    };
     if let Some(addr) = &options.advertise_peer_addr {
         config.transport.advertise_addr = Some(
             resolve(addr)

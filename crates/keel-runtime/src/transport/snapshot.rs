@@ -23,11 +23,12 @@ use std::time::{Duration, Instant};
 
 use keel_core::{NodeId, SnapshotMeta, Term};
 use keel_wal::{FileHandle, Fs, StdFs};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout};
 
 use super::partial::{self, Partial};
+use super::record::FrameWriter;
 use super::{read_frame, Inbound, TransportConfig, TransportError};
 use crate::wire::{
     self, AckStatus, Body, ChunkHeader, PositionStatus, SnapshotAck, SnapshotId, SnapshotOffer,
@@ -99,11 +100,12 @@ fn retryable(e: &TransportError) -> bool {
 type SnapFile = <StdFs as Fs>::File;
 
 /// Streams the snapshot file at `path` (for `meta`, as leader of `leader_term`) to the peer at
-/// `addr`, resuming after dropped connections. Resolves once the receiver has the whole snapshot
+/// `to` at `addr`, resuming after dropped connections. Resolves once the receiver has the whole snapshot
 /// durably and handed it to its node.
 pub(super) async fn send(
     config: Arc<TransportConfig>,
     counters: Arc<SnapshotCounters>,
+    to: NodeId,
     addr: std::net::SocketAddr,
     leader_term: Term,
     meta: SnapshotMeta,
@@ -122,8 +124,7 @@ pub(super) async fn send(
     let mut attempt = 0;
     loop {
         let result = async {
-            let stream = super::connect(&config, addr, wire::Channel::Snapshot).await?;
-            let (rd, wr) = stream.into_split();
+            let (rd, wr) = super::connect(&config, to, addr, wire::Channel::Snapshot).await?;
             stream_to(&config, &counters, rd, wr, id, file.clone(), total).await
         }
         .await;
@@ -179,7 +180,7 @@ pub(super) async fn stream_to<R, W>(
     c: &TransportConfig,
     counters: &SnapshotCounters,
     rd: R,
-    mut wr: W,
+    mut wr: FrameWriter<W>,
     id: SnapshotId,
     file: Arc<SnapFile>,
     total: u64,
@@ -189,16 +190,15 @@ where
     W: AsyncWrite + Unpin,
 {
     let wait = Duration::from_millis(c.snapshot_timeout_ms);
-    let mut buf = Vec::new();
     wire::encode_offer(
         &SnapshotOffer {
             version: SNAPSHOT_CHANNEL_VERSION,
             id,
             total_len_bytes: total,
         },
-        &mut buf,
+        wr.buf(),
     );
-    timeout(wait, wr.write_all(&buf))
+    timeout(wait, wr.send())
         .await
         .map_err(|_| TransportError::Timeout("snapshot offer"))??;
     let mut rd = BufReader::new(rd);
@@ -292,14 +292,12 @@ where
                 crc: chunk_crc,
                 last: (end == total).then_some((total, crc)),
             };
-            buf.clear();
-            wire::encode_chunk_header(&header, &mut buf);
-            timeout(wait, async {
-                wr.write_all(&buf).await?;
-                wr.write_all(&chunk).await
-            })
-            .await
-            .map_err(|_| TransportError::Timeout("snapshot chunk write"))??;
+            // Header and data in one write (and, when sealed, one record: the tag covers both).
+            wire::encode_chunk_header(&header, wr.buf());
+            wr.buf().extend_from_slice(&chunk);
+            timeout(wait, wr.send())
+                .await
+                .map_err(|_| TransportError::Timeout("snapshot chunk write"))??;
             add(&counters.bytes_sent, len as u64);
             sent = end;
             boundaries.push_back((sent, crc));
@@ -506,18 +504,21 @@ fn c_dir(c: &TransportConfig) -> PathBuf {
     c.snapshot_dir.clone().expect("checked before serving")
 }
 
-/// Serves one snapshot connection after its handshake.
-pub(super) async fn receive<S>(
+/// Serves one snapshot connection after its handshake: reads from `stream`, answers on `wr`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn receive<R, W>(
     c: &TransportConfig,
     state: &SharedReceiver,
     counters: &Arc<SnapshotCounters>,
     floor: &AtomicU64,
     from: NodeId,
-    stream: &mut S,
+    stream: &mut R,
+    wr: &mut FrameWriter<W>,
     inbound: &mpsc::Sender<Inbound>,
 ) -> Result<(), TransportError>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
 {
     let Some(dir) = c.snapshot_dir.clone() else {
         return Err(TransportError::Refused(
@@ -533,7 +534,6 @@ where
         None => return Ok(()),
         Some(_) => return Err(TransportError::Unexpected("frame instead of an offer")),
     };
-    let mut out = Vec::new();
     let position = |status, offset| SnapshotPosition {
         index: offer.id.index,
         term: offer.id.term,
@@ -553,8 +553,8 @@ where
     let mut held = match decision {
         Decision::Continue(offset) => offset,
         Decision::Refuse(status) => {
-            wire::encode_position(&position(status, 0), &mut out);
-            stream.write_all(&out).await?;
+            wire::encode_position(&position(status, 0), wr.buf());
+            wr.send().await?;
             return Ok(());
         }
     };
@@ -562,8 +562,8 @@ where
         add(&counters.resumed, 1);
         add(&counters.resumed_bytes, held);
     }
-    wire::encode_position(&position(PositionStatus::Continue, held), &mut out);
-    stream.write_all(&out).await?;
+    wire::encode_position(&position(PositionStatus::Continue, held), wr.buf());
+    wr.send().await?;
 
     let ack = |status, received, durable| SnapshotAck {
         index: offer.id.index,
@@ -605,7 +605,6 @@ where
         timeout(wait, tokio::io::AsyncReadExt::read_exact(stream, &mut data))
             .await
             .map_err(|_| TransportError::Timeout("snapshot chunk data"))??;
-        out.clear();
         let crc_ok = crc32c::crc32c(&data) == header.crc;
         if header.offset != held || !crc_ok {
             if header.offset != held && refused_at == Some(held) {
@@ -618,8 +617,8 @@ where
             }
             refused_at = Some(held);
             let durable = lock(state).partial.as_ref().map_or(0, |p| p.durable);
-            wire::encode_ack(&ack(AckStatus::Resend, held, durable), &mut out);
-            timeout(wait, stream.write_all(&out))
+            wire::encode_ack(&ack(AckStatus::Resend, held, durable), wr.buf());
+            timeout(wait, wr.send())
                 .await
                 .map_err(|_| TransportError::Timeout("snapshot ack"))??;
             continue;
@@ -652,21 +651,21 @@ where
                 refusals = 0;
                 refused_at = None;
                 held = received;
-                wire::encode_ack(&ack(AckStatus::Accepted, received, durable), &mut out);
+                wire::encode_ack(&ack(AckStatus::Accepted, received, durable), wr.buf());
             }
             Written::Misplaced { received, durable } => {
                 // Another connection moved the same transfer on: continue from there.
                 held = received;
                 refused_at = Some(held);
-                wire::encode_ack(&ack(AckStatus::Resend, received, durable), &mut out);
+                wire::encode_ack(&ack(AckStatus::Resend, received, durable), wr.buf());
             }
             Written::Superseded => {
                 return Err(TransportError::Refused("superseded by another transfer"))
             }
             Written::Failed(why) => {
                 tracing::warn!(from, "snapshot transfer failed verification: {why}");
-                wire::encode_ack(&ack(AckStatus::Failed, 0, 0), &mut out);
-                let _ = timeout(wait, stream.write_all(&out)).await;
+                wire::encode_ack(&ack(AckStatus::Failed, 0, 0), wr.buf());
+                let _ = timeout(wait, wr.send()).await;
                 return Ok(());
             }
             Written::Complete { path, meta } => {
@@ -684,12 +683,12 @@ where
                 if handed.is_err() {
                     return Ok(()); // the node is gone
                 }
-                wire::encode_ack(&ack(AckStatus::Complete, total, total), &mut out);
-                let _ = timeout(wait, stream.write_all(&out)).await;
+                wire::encode_ack(&ack(AckStatus::Complete, total, total), wr.buf());
+                let _ = timeout(wait, wr.send()).await;
                 return Ok(());
             }
         }
-        timeout(wait, stream.write_all(&out))
+        timeout(wait, wr.send())
             .await
             .map_err(|_| TransportError::Timeout("snapshot ack"))??;
     }

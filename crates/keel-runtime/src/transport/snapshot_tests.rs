@@ -108,7 +108,7 @@ impl Receiver {
         DuplexStream,
         tokio::task::JoinHandle<Result<(), TransportError>>,
     ) {
-        let (mut ours, theirs) = tokio::io::duplex(1 << 16);
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
         let (c, st, k, f, tx) = (
             self.config.clone(),
             self.state.clone(),
@@ -116,10 +116,11 @@ impl Receiver {
             self.floor.clone(),
             self.inbound.clone(),
         );
-        let task =
-            tokio::spawn(
-                async move { snapshot::receive(&c, &st, &k, &f, 1, &mut ours, &tx).await },
-            );
+        let task = tokio::spawn(async move {
+            let (mut rd, wr) = tokio::io::split(ours);
+            let mut wr = FrameWriter::plain(wr);
+            snapshot::receive(&c, &st, &k, &f, 1, &mut rd, &mut wr, &tx).await
+        });
         (theirs, task)
     }
 }
@@ -189,9 +190,17 @@ async fn send_with_sender(r: &Receiver, path: &std::path::Path, id: SnapshotId) 
     let file = Arc::new(StdFs.open(path).unwrap());
     let total = file.len_bytes().unwrap();
     let counters = SnapshotCounters::default();
-    snapshot::stream_to(&r.config, &counters, rd, wr, id, file, total)
-        .await
-        .unwrap();
+    snapshot::stream_to(
+        &r.config,
+        &counters,
+        rd,
+        FrameWriter::plain(wr),
+        id,
+        file,
+        total,
+    )
+    .await
+    .unwrap();
     task.await.unwrap().unwrap();
 }
 

@@ -1,4 +1,5 @@
-//! The peer wire format, protocol version 1 (snapshot channel version 2): frames, the handshake, and a hand-written encoding of every
+//! The peer wire format, protocol version 1 (snapshot channel version 2, authentication by handshake
+//! flag bit 1): frames, the handshake, peer authentication, and a hand-written encoding of every
 //! [`keel_core::Message`] (docs/DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
 //!
@@ -23,15 +24,23 @@
 //! |    3 | (retired: the one-frame snapshot of version 1) | refused                        |
 //! |  4–7 | snapshot offer, position, chunk header, ack | snapshot connections (see below) |
 //! |    8 | refusal                               | back to the connecting side, then close  |
+//! |    9 | authentication challenge              | accepting side, after an authenticated handshake |
+//! |   10 | authentication response               | connecting side, after the challenge     |
 //!
 //! # Refusal (body kind 8)
 //!
 //! `kind u8 = 8`, `reason length u16` (at most [`REFUSAL_REASON_BYTES_MAX`]), the reason in UTF-8.
-//! The only frame the accepting side ever writes on a message connection: when it refuses the
-//! connection (wrong cluster id, a storage incarnation other than the one it knows, a frame it
-//! cannot decode), it says why before closing, so the refused node can log the reason itself
-//! (S37: "remove me and add me back"). A build that predates this kind only sees an unknown body
-//! on a connection that is closing anyway.
+//! The only frame the accepting side ever writes on a message connection (besides the
+//! authentication challenge): when it refuses the connection (wrong cluster id, a storage
+//! incarnation other than the one it knows, a frame it cannot decode, a failed authentication),
+//! it says why before closing, so the refused node can log the reason itself (S37: "remove me and
+//! add me back"). A build that predates this kind only sees an unknown body on a connection that
+//! is closing anyway. A refusal never names the refusing cluster's id (a wrong one is named as
+//! the peer's, "not this cluster's": whoever probes the port learns nothing that would pass the
+//! check next time; the refusing node logs both ids), and a failed authentication is only
+//! "authentication failed" (with "this node requires the cluster secret" or "this node has no
+//! cluster secret" when one side has none). Before the keys exist a refusal is a plain frame, so
+//! it is unauthenticated and only ever logged; after them it is sealed like every other frame.
 //!
 //! # Handshake (body kind 1)
 //!
@@ -41,7 +50,7 @@
 //! |      1 |    4 | magic `KEEL`                                                       |
 //! |      5 |    2 | protocol version (u16, currently 1)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
-//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 16: the extension is a list of records. |
+//! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 1: authenticated (the sender has a cluster secret; see "Authentication"). Bit 16: the extension is a list of records. |
 //! |     12 |    8 | cluster id (u64)                                                   |
 //! |     20 |    8 | sender node id (u64, never 0)                                      |
 //! |     28 |    2 | extension length `E` (u16, at most [`HANDSHAKE_EXTENSION_BYTES_MAX`]) |
@@ -58,12 +67,112 @@
 //! and added back). Type 3: the sender's client address, UTF-8 `host:port` (a host name or an IP
 //! address, at most [`CLIENT_ADDR_BYTES_MAX`] bytes, the port a number): where the application's
 //! clients reach the sender. A leader connects to every member, so every member learns the
-//! leader's client address and can forward to it or name it in a redirection.
+//! leader's client address and can forward to it or name it in a redirection. Type 4 (with flag
+//! bit 1): the connecting side's handshake nonce, 32 random bytes.
 //!
 //! Magic and version are checked before anything else is parsed, because another version may lay
-//! out the rest differently. The flags and the extension leave room for peer authentication (a
-//! shared-secret MAC or a certificate binding in the extension, announced by a required flag) with
-//! no format break: a version-1 peer refuses a required feature it lacks instead of misreading it.
+//! out the rest differently; then the required flags. A receiver that authenticates peers believes
+//! and adopts nothing else the handshake says (cluster id, addresses, incarnation) before the
+//! authentication below has succeeded.
+//!
+//! # Authentication (handshake flag bit 1)
+//!
+//! Nodes configured with the same cluster secret (at least 32 bytes) authenticate every
+//! connection, message and snapshot channel alike, both ways, in its handshake, and then seal
+//! every byte that follows. A build without authentication refuses the required flag ("unknown
+//! required feature flags 0x2") instead of misreading what follows; a node with a secret refuses
+//! a handshake without the flag, and a node without a secret refuses one with it. All values below
+//! are HMAC-SHA256 (RFC 2104) or SHA-256; `||` is concatenation; labels are the ASCII strings
+//! shown, without a terminator.
+//!
+//! ```text
+//! initiator A (connects)                               responder B (accepts)
+//!   Handshake: flag bit 1, record 4 = nonce_a    ───▶
+//!                                                ◀───   Challenge: id_b, nonce_b, proof_b
+//!   checks id_b (the node it meant to reach) and proof_b
+//!   Response: proof_a                            ───▶   checks proof_a
+//!   sealed records, key K_ab                     ───▶
+//!                                                ◀───   sealed records, key K_ba
+//! ```
+//!
+//! - `T = SHA-256("keel auth v1 transcript" || len(H) u32 || H || id_b u64 || nonce_b)`, where
+//!   `H` is A's whole handshake body exactly as sent: body kind, magic, version, channel, flags,
+//!   cluster id, id_a, and every extension record (nonce_a, addresses, incarnation). So the
+//!   transcript binds the cluster id, both node ids, the channel, both fresh nonces and
+//!   everything the handshake announces.
+//! - `proof_b = HMAC(secret, "keel auth v1 responder proof" || T)`,
+//!   `proof_a = HMAC(secret, "keel auth v1 initiator proof" || T)`: one label per role, so a
+//!   proof sent back to its maker (reflection) never matches.
+//! - `K_ab = HMAC(secret, "keel auth v1 key initiator to responder" || T)`,
+//!   `K_ba = HMAC(secret, "keel auth v1 key responder to initiator" || T)`: one key per
+//!   connection and direction.
+//!
+//! Proofs are compared in constant time. A is refused by B, before B reads anything else from it,
+//! if proof_a does not match, or if anything but a response (a Raft message, a snapshot offer)
+//! follows the challenge; it is not even decoded. A closes the connection itself if id_b is not the
+//! node it meant to reach or proof_b does not match.
+//!
+//! ## Challenge (body kind 9, B → A), 73 bytes
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 9                                                       |
+//! |      1 |    8 | id_b: the responder's node id (u64, never 0)                       |
+//! |      9 |   32 | nonce_b (random)                                                   |
+//! |     41 |   32 | proof_b                                                            |
+//!
+//! ## Response (body kind 10, A → B), 33 bytes
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 10                                                      |
+//! |      1 |   32 | proof_a                                                            |
+//!
+//! ## Sealed records (after the response, both directions)
+//!
+//! Everything after the response is carried in records; a record's payload is a run of ordinary
+//! frames (and, on snapshot connections, a chunk's raw data after its header frame), so the
+//! frame formats above do not change:
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    4 | payload length `R` (u32), checked against the receiver's bound before anything is allocated |
+//! |      4 |   16 | tag: the first 16 bytes of `HMAC(K, seq u64 || payload)`           |
+//! |     20 |    R | payload                                                            |
+//!
+//! `K` is the direction's key and `seq` the number of records sent before it in that direction
+//! (from 0; never sent). Nothing of a record is handed on before its whole tag matched; a
+//! mismatch closes the connection. A sender writes one record per batch of frames: it stops
+//! adding frames to a record once the payload holds [`auth::RECORD_FILL_BYTES`] (256 KiB), so a
+//! receiver bounds a record by its frame bound + 8 + 256 KiB on message connections and by its
+//! chunk bound + 8 + 256 on snapshot connections (a chunk header and its data are one record);
+//! what the accepting side writes (refusals, positions, acks) is one frame per record.
+//!
+//! ## Threat model
+//!
+//! Against an attacker that can reach the peer port or sits on the path, reading, injecting,
+//! altering, dropping, delaying, replaying or redirecting bytes, but does not know the secret:
+//!
+//! - it cannot connect as a member: it cannot compute proof_a for B's fresh nonce_b, and B
+//!   hears nothing from it (not a message, not an address) before that proof;
+//! - it cannot impersonate a member to a connecting node: proof_b covers A's fresh nonce_a
+//!   and names id_b;
+//! - it cannot replay a recorded handshake (fresh nonces on both sides), reflect a proof or a
+//!   record to its sender (one label per role, one key per direction), relay a connection to
+//!   another member than the one meant (id_b is checked and bound) or to another channel or
+//!   cluster (both in `T`);
+//! - it cannot forge, alter, replay, reorder or cut records out of the middle of a connection
+//!   (tag over the implicit sequence number), nor move records between connections (per-connection
+//!   keys);
+//! - it *can* drop or delay traffic, cut a connection (at any point, including after a whole
+//!   record: Raft tolerates lost messages, a snapshot transfer resumes), inject a plain refusal
+//!   before the keys exist (only logged; the node retries), and read everything: there is no
+//!   confidentiality (TLS is its own feature, and the record layer sits on any byte stream, so a
+//!   TLS stream can go underneath it). A connection that sends nothing, or half a record, holds
+//!   a connection slot as before.
+//!
+//! Whoever knows the secret is a member as far as the transport is concerned; everything a member
+//! sends still passes the node's message checks (`RaftNode::validate`).
 //!
 //! # Raft message (body kind 2)
 //!
@@ -191,10 +300,13 @@
 //! - Both sides bound every wait (a read or an acknowledgement that takes longer than the
 //!   configured timeout closes the connection).
 
+pub mod auth;
 mod codec;
 mod message;
 mod snapshot;
 
+#[cfg(test)]
+mod auth_tests;
 #[cfg(test)]
 mod tests;
 
@@ -203,6 +315,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use keel_core::{Message, NodeId};
 
+pub use auth::{AuthError, Challenge, ClusterSecret, Response};
 pub use codec::Reader;
 pub use message::{decode_message_fields, encode_message_fields, encode_meta};
 pub use snapshot::{
@@ -221,6 +334,9 @@ pub const FRAME_HEADER_SIZE_BYTES: usize = 8;
 pub const HANDSHAKE_EXTENSION_BYTES_MAX: usize = 4096;
 /// Required feature: this snapshot connection speaks the chunked snapshot channel.
 pub const FLAG_CHUNKED_SNAPSHOT: u32 = 1;
+/// Required feature: the sender authenticates with the cluster secret (challenge, response, then
+/// sealed records; see "Authentication" in the module docs). The extension carries its nonce.
+pub const FLAG_AUTHENTICATED: u32 = 1 << 1;
 /// Optional feature: the extension is a sequence of records (see the module docs). Without it the
 /// extension is opaque and ignored.
 pub const FLAG_EXTENSION_RECORDS: u32 = 1 << 16;
@@ -232,10 +348,13 @@ pub const RECORD_INCARNATION: u8 = 2;
 /// Extension record: the sender's client address (where the application's clients reach it),
 /// UTF-8 `host:port`.
 pub const RECORD_CLIENT_ADDR: u8 = 3;
+/// Extension record: the initiator's handshake nonce, [`auth::NONCE_BYTES`] random bytes (with
+/// [`FLAG_AUTHENTICATED`]).
+pub const RECORD_NONCE: u8 = 4;
 /// Longest client address record value: a DNS name (253) and a port, with room to spare.
 pub const CLIENT_ADDR_BYTES_MAX: usize = 300;
 /// Required-feature bits this build understands.
-pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT;
+pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT | FLAG_AUTHENTICATED;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
 
 pub const BODY_HANDSHAKE: u8 = 1;
@@ -297,6 +416,7 @@ struct Records {
     advertised_addr: Option<SocketAddr>,
     incarnation: Option<u64>,
     client_addr: Option<String>,
+    nonce: Option<[u8; auth::NONCE_BYTES]>,
 }
 
 /// The first frame of every connection.
@@ -345,6 +465,13 @@ impl Handshake {
         self.with_record(RECORD_CLIENT_ADDR, addr.as_bytes())
     }
 
+    /// Asks to authenticate (the required flag [`FLAG_AUTHENTICATED`]) with `nonce` in an
+    /// extension record.
+    pub fn with_nonce(mut self, nonce: &[u8; auth::NONCE_BYTES]) -> Self {
+        self.flags |= FLAG_AUTHENTICATED;
+        self.with_record(RECORD_NONCE, nonce)
+    }
+
     fn with_record(mut self, kind: u8, value: &[u8]) -> Self {
         let mut records = self.extension.to_vec();
         records.push(kind);
@@ -363,6 +490,11 @@ impl Handshake {
     /// The sender's client address, if it sent one.
     pub fn client_addr(&self) -> Result<Option<String>, WireError> {
         Ok(self.records()?.client_addr)
+    }
+
+    /// The initiator's handshake nonce, if it sent one.
+    pub fn nonce(&self) -> Result<Option<[u8; auth::NONCE_BYTES]>, WireError> {
+        Ok(self.records()?.nonce)
     }
 
     /// The sender's storage incarnation, if it sent one.
@@ -403,6 +535,12 @@ impl Handshake {
                         .ok_or(WireError::Invalid("client address is not host:port"))?;
                     found.client_addr = Some(addr.to_string());
                 }
+                RECORD_NONCE => {
+                    let nonce = value[..]
+                        .try_into()
+                        .map_err(|_| WireError::Invalid("nonce is not 32 bytes"))?;
+                    found.nonce = Some(nonce);
+                }
                 _ => {}
             }
         }
@@ -418,6 +556,12 @@ impl Handshake {
                 got: self.cluster_id,
             });
         }
+        self.check_required_flags()
+    }
+
+    /// Refuses a required feature this build does not know (checked before anything else the
+    /// handshake says is acted on: the rest may mean something else under that feature).
+    pub fn check_required_flags(&self) -> Result<(), WireError> {
         let unknown = self.flags & REQUIRED_FLAGS_MASK & !KNOWN_REQUIRED_FLAGS;
         if unknown != 0 {
             return Err(WireError::UnknownRequiredFlags(unknown));
@@ -496,6 +640,10 @@ pub enum Body {
     SnapshotAck(SnapshotAck),
     /// Why the receiver of a connection refused it (body kind 8).
     Refusal(String),
+    /// The responder's nonce and proof (body kind 9).
+    AuthChallenge(Challenge),
+    /// The initiator's proof (body kind 10).
+    AuthResponse(Response),
 }
 
 /// The 8-byte frame header, checked before the body is read.
@@ -547,6 +695,20 @@ pub fn encode_handshake(h: &Handshake, out: &mut Vec<u8>) {
     put_frame(out, |b| h.encode_body(b));
 }
 
+/// A handshake frame around an already encoded body (an authenticating initiator keeps the
+/// exact bytes: they enter the transcript).
+pub fn encode_handshake_body(body: &[u8], out: &mut Vec<u8>) {
+    put_frame(out, |b| b.extend_from_slice(body));
+}
+
+pub fn encode_challenge(c: &Challenge, out: &mut Vec<u8>) {
+    put_frame(out, |b| auth::encode_challenge_body(c, b));
+}
+
+pub fn encode_response(r: &Response, out: &mut Vec<u8>) {
+    put_frame(out, |b| auth::encode_response_body(r, b));
+}
+
 pub fn encode_refusal(reason: &str, out: &mut Vec<u8>) {
     let mut len = reason.len().min(REFUSAL_REASON_BYTES_MAX);
     while !reason.is_char_boundary(len) {
@@ -591,6 +753,8 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
         }
         snapshot::BODY_SNAPSHOT_ACK => Body::SnapshotAck(snapshot::decode_ack(&mut r)?),
         BODY_REFUSAL => Body::Refusal(decode_refusal(&mut r)?),
+        auth::BODY_AUTH_CHALLENGE => Body::AuthChallenge(auth::decode_challenge(&mut r)?),
+        auth::BODY_AUTH_RESPONSE => Body::AuthResponse(auth::decode_response(&mut r)?),
         tag => return Err(WireError::UnknownTag { what: "body", tag }),
     };
     r.finish()?;

@@ -216,10 +216,10 @@ fn truncated_body_with_valid_crc_is_typed() {
 #[test]
 fn unknown_tags_and_trailing_bytes_are_refused() {
     assert_eq!(
-        decode_body(Bytes::from_static(&[9])),
+        decode_body(Bytes::from_static(&[11])),
         Err(WireError::UnknownTag {
             what: "body",
-            tag: 9
+            tag: 11
         })
     );
     let mut body = vec![BODY_MESSAGE];
@@ -301,8 +301,10 @@ fn handshake_round_trips_and_is_validated() {
     assert_eq!(h.validate(0xC1), Ok(()));
     h.flags = FLAG_CHUNKED_SNAPSHOT;
     assert_eq!(h.validate(0xC1), Ok(()));
-    h.flags = 1 << 1;
-    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(2)));
+    h.flags = FLAG_CHUNKED_SNAPSHOT | FLAG_AUTHENTICATED;
+    assert_eq!(h.validate(0xC1), Ok(()));
+    h.flags = 1 << 2;
+    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(4)));
 }
 
 #[test]

@@ -1,0 +1,180 @@
+//! The accepting side of the peer transport: the handshake checks (and, with a cluster secret,
+//! the authentication) of every inbound connection, then its messages or snapshot, and the
+//! refusal a failed connection is told.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{sleep, timeout};
+
+use super::record::{FrameWriter, RecordReader};
+use super::{
+    auth, read_frame, record_to_responder_bytes_max, snapshot, ConnReader, ConnWriter, Inbound,
+    Shared, TransportError,
+};
+use crate::wire::{self, AuthError, Body, Channel};
+
+/// Tells a refused peer why (sealed, if the connection authenticated), then closes without
+/// resetting the connection: the write side is shut down and what the peer still sends is read
+/// and dropped until it closes too (bounded), so unread data does not turn the close into a
+/// reset that could discard the reason.
+async fn send_refusal(rd: &mut ConnReader, wr: &mut ConnWriter, error: &TransportError) {
+    if matches!(error, TransportError::Io(_) | TransportError::Timeout(_)) {
+        return; // the connection is not usable, or the peer said nothing at all
+    }
+    wr.discard();
+    wire::encode_refusal(&error.wire_reason(), wr.buf());
+    let tell = async {
+        wr.send().await?;
+        wr.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while rd.get_mut().read(&mut sink).await? > 0 {}
+        Ok::<(), io::Error>(())
+    };
+    let _ = timeout(Duration::from_secs(1), tell).await;
+}
+
+pub(super) async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    // Connections live in this set so that aborting the listener ends them all.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let shared = shared.clone();
+                    let inbound = inbound.clone();
+                    connections.spawn(async move {
+                        let _ = stream.set_nodelay(true);
+                        let (rd, wr) = stream.into_split();
+                        let mut rd = RecordReader::plain(BufReader::new(rd));
+                        let mut wr = FrameWriter::plain(wr);
+                        if let Err(e) = serve_connection(&shared, &mut rd, &mut wr, inbound).await {
+                            // Counted before the stream is dropped, so whoever sees the close
+                            // also sees the count.
+                            shared.refused_connections.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%peer, "closing peer connection: {e}");
+                            send_refusal(&mut rd, &mut wr, &e).await;
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(
+    shared: &Shared,
+    rd: &mut ConnReader,
+    wr: &mut ConnWriter,
+    inbound: mpsc::Sender<Inbound>,
+) -> Result<(), TransportError> {
+    let c = &shared.config;
+    let limit = Duration::from_millis(c.handshake_timeout_ms);
+    let first = timeout(limit, auth::read_hello(rd))
+        .await
+        .map_err(|_| TransportError::Timeout("handshake"))??;
+    let (raw, hello) = match first {
+        None => return Ok(()),
+        Some((raw, Body::Handshake(h))) => (raw, h),
+        Some(_) => return Err(TransportError::Unexpected("frame before the handshake")),
+    };
+    hello.check_required_flags()?;
+    match &c.cluster_secret {
+        Some(secret) => {
+            let max = record_to_responder_bytes_max(c, hello.channel);
+            auth::respond(secret, &hello, &raw, c.node_id, rd, wr, limit, max).await?;
+        }
+        None if hello.flags & wire::FLAG_AUTHENTICATED != 0 => {
+            return Err(AuthError::NotConfigured.into())
+        }
+        None => {}
+    }
+    // From here on the peer is authenticated (when this node has a secret): only now is
+    // anything its handshake says believed or adopted.
+    hello.validate(c.cluster_id)?;
+    if let Some(got) = hello.incarnation()? {
+        let checked = shared
+            .incarnations
+            .lock()
+            .expect("incarnations lock")
+            .check(hello.node_id, got);
+        if let Err(known) = checked {
+            return Err(TransportError::StorageChanged {
+                node: hello.node_id,
+                known,
+                got,
+            });
+        }
+    }
+    match hello.channel {
+        Channel::Messages => {
+            if let Some(addr) = hello.client_addr()? {
+                if hello.node_id != c.node_id && shared.client_addrs.set(hello.node_id, &addr) {
+                    tracing::info!(
+                        node = c.node_id,
+                        peer = hello.node_id,
+                        client_addr = %addr,
+                        "learned a client address from a handshake"
+                    );
+                }
+            }
+            if let Some(addr) = hello.advertised_addr()? {
+                let learned = Inbound::PeerAddress {
+                    from: hello.node_id,
+                    addr,
+                };
+                if inbound.send(learned).await.is_err() {
+                    return Ok(());
+                }
+            }
+            loop {
+                match read_frame(rd, c.frame_size_bytes_max).await? {
+                    None => return Ok(()),
+                    Some(Body::Message(msg)) => {
+                        if msg.from != hello.node_id {
+                            return Err(TransportError::Unexpected("message from another node id"));
+                        }
+                        if inbound.send(Inbound::Message(msg)).await.is_err() {
+                            return Ok(()); // the node is gone
+                        }
+                    }
+                    Some(_) => return Err(TransportError::Unexpected("non-message frame")),
+                }
+            }
+        }
+        Channel::Snapshot => {
+            if hello.flags & wire::FLAG_CHUNKED_SNAPSHOT == 0 {
+                return Err(TransportError::Refused(
+                    "snapshot connection without chunked transfer (one-frame transfer retired)",
+                ));
+            }
+            snapshot::receive(
+                c,
+                &shared.receiver,
+                &shared.snapshots,
+                &shared.snapshot_floor,
+                hello.node_id,
+                rd,
+                wr,
+                &inbound,
+            )
+            .await
+        }
+    }
+}
