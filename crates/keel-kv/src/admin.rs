@@ -15,8 +15,14 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 /// up (`--catch-up-timeout-ms`, 60 s by default) before it promotes it and answers.
 pub const MEMBER_ADD_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Sends one request and reads one reply, waiting at most `wait` for it.
-fn request(addr: &str, args: &[String], wait: Duration) -> Result<Reply, String> {
+/// Sends one request and reads one reply, waiting at most `wait` for it; with a `password`, the
+/// connection first authenticates (`AUTH default password`).
+fn request(
+    addr: &str,
+    args: &[String],
+    wait: Duration,
+    password: Option<&str>,
+) -> Result<Reply, String> {
     let target = addr
         .to_socket_addrs()
         .map_err(|e| format!("{addr}: {e}"))?
@@ -27,6 +33,17 @@ fn request(addr: &str, args: &[String], wait: Duration) -> Result<Reply, String>
     stream
         .set_read_timeout(Some(wait))
         .map_err(|e| e.to_string())?;
+    if let Some(password) = password {
+        let auth = ["AUTH".to_string(), "default".into(), password.to_string()];
+        let reply = exchange(addr, &mut stream, &auth)?;
+        if let Reply::Error(e) = reply {
+            return Err(format!("{addr}: AUTH refused: {e}"));
+        }
+    }
+    exchange(addr, &mut stream, args)
+}
+
+fn exchange(addr: &str, stream: &mut TcpStream, args: &[String]) -> Result<Reply, String> {
     let mut out = BytesMut::new();
     encode_request(args, &mut out);
     stream.write_all(&out).map_err(|e| format!("{addr}: {e}"))?;
@@ -60,15 +77,20 @@ fn show(reply: &Reply) -> String {
 }
 
 /// Sends an admin command to the first node that answers; fails on an error reply.
-pub fn command(addrs: &[String], args: &[String]) -> ExitCode {
-    command_waiting(addrs, args, TIMEOUT)
+pub fn command(addrs: &[String], args: &[String], password: Option<&str>) -> ExitCode {
+    command_waiting(addrs, args, TIMEOUT, password)
 }
 
 /// [`command`], waiting up to `wait` for the reply.
-pub fn command_waiting(addrs: &[String], args: &[String], wait: Duration) -> ExitCode {
+pub fn command_waiting(
+    addrs: &[String],
+    args: &[String],
+    wait: Duration,
+    password: Option<&str>,
+) -> ExitCode {
     let mut last = String::from("no address given");
     for addr in addrs {
-        match request(addr, args, wait) {
+        match request(addr, args, wait, password) {
             Ok(reply) => {
                 println!("{}", show(&reply));
                 return if reply.is_error() {
@@ -94,10 +116,10 @@ fn fields(text: &str) -> Vec<(&str, &str)> {
 
 /// One row per node given: role, term, leader, commit, applied, lag behind the highest commit
 /// index seen, digest.
-pub fn status(addrs: &[String]) -> ExitCode {
+pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
     let mut rows = Vec::new();
     for addr in addrs {
-        let reply = request(addr, &["RAFT.STATUS".to_string()], TIMEOUT);
+        let reply = request(addr, &["RAFT.STATUS".to_string()], TIMEOUT, password);
         rows.push((addr.clone(), reply));
     }
     let commit_max = rows

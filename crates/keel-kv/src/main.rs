@@ -141,6 +141,10 @@ struct ServeArgs {
     /// reaches the peer port can speak Raft to this node.
     #[arg(long)]
     cluster_secret_file: Option<PathBuf>,
+    /// Clients must `AUTH` with this password (user `default`) before anything else, as with
+    /// Redis's `requirepass`. Give every node of a cluster the same one: followers forward with it.
+    #[arg(long)]
+    requirepass: Option<String>,
     /// A TOML file with the same keys as these flags (`data-dir = "..."`); flags given here
     /// override it.
     #[arg(long)]
@@ -217,6 +221,17 @@ struct AdminTarget {
     /// first that answers, `status` asks every one.
     #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
     addr: Vec<String>,
+    /// The nodes' `requirepass` (else the environment's `REDISCLI_AUTH`, as redis-cli).
+    #[arg(long)]
+    password: Option<String>,
+}
+
+impl AdminTarget {
+    fn password(&self) -> Option<String> {
+        self.password
+            .clone()
+            .or_else(|| std::env::var("REDISCLI_AUTH").ok())
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -326,7 +341,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => run_bench(args),
         Cmd::Up(args) => run_up(args),
         Cmd::Serve(args) => run_serve(*args),
-        Cmd::Status(target) => admin::status(&target.addr),
+        Cmd::Status(target) => admin::status(&target.addr, target.password().as_deref()),
         Cmd::Member { action } => match action {
             MemberAction::Add {
                 id,
@@ -343,19 +358,26 @@ fn main() -> ExitCode {
                 if let Some(client) = client {
                     args.extend(["CLIENT".into(), client]);
                 }
-                admin::command_waiting(&target.addr, &args, admin::MEMBER_ADD_TIMEOUT)
+                admin::command_waiting(
+                    &target.addr,
+                    &args,
+                    admin::MEMBER_ADD_TIMEOUT,
+                    target.password().as_deref(),
+                )
             }
             MemberAction::Remove { id, force, target } => {
                 let mut args = vec!["RAFT.MEMBER".into(), "REMOVE".into(), id.to_string()];
                 if force {
                     args.push("FORCE".into());
                 }
-                admin::command(&target.addr, &args)
+                admin::command(&target.addr, &args, target.password().as_deref())
             }
         },
-        Cmd::Transfer { id, target } => {
-            admin::command(&target.addr, &["RAFT.TRANSFER".into(), id.to_string()])
-        }
+        Cmd::Transfer { id, target } => admin::command(
+            &target.addr,
+            &["RAFT.TRANSFER".into(), id.to_string()],
+            target.password().as_deref(),
+        ),
         Cmd::Recover(args) => run_recover(args),
     }
 }
@@ -418,6 +440,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         advertise_client_addr: args.advertise_client_addr,
         advertise_peer_addr: args.advertise_peer_addr,
         cluster_secret_file: args.cluster_secret_file,
+        requirepass: args.requirepass,
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
@@ -546,6 +569,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 advertise_client_addr: None,
                 advertise_peer_addr: None,
                 cluster_secret_file: None,
+                requirepass: None,
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,

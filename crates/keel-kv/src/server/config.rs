@@ -54,6 +54,7 @@ pub struct ServeSettings {
     pub advertise_peer_addr: Option<String>,
     /// A file holding the secret peers authenticate with (`--cluster-secret-file`).
     pub cluster_secret_file: Option<PathBuf>,
+    pub requirepass: Option<String>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -103,6 +104,7 @@ impl ServeSettings {
             advertise_client_addr: self.advertise_client_addr.or(file.advertise_client_addr),
             advertise_peer_addr: self.advertise_peer_addr.or(file.advertise_peer_addr),
             cluster_secret_file: self.cluster_secret_file.or(file.cluster_secret_file),
+            requirepass: self.requirepass.or(file.requirepass),
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
@@ -188,6 +190,7 @@ impl ServeSettings {
             advertise_client_addr: self.advertise_client_addr.clone(),
             advertise_peer_addr: self.advertise_peer_addr.clone(),
             cluster_secret_file: self.cluster_secret_file.clone(),
+            requirepass: self.requirepass.clone(),
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             snapshot_threshold: self.snapshot_threshold,

@@ -125,10 +125,11 @@ pub(super) async fn serve_connection(
     let mut session = Session {
         ctx,
         stream,
-        connection: ClientConnection::new(id, peer.to_string(), ctx.limits),
+        connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
+            .with_requirepass(ctx.requirepass.clone()),
         client_id: random_client_id(),
         seq: 0,
-        forward: forward::Forwarder::new(ctx.catch_up.timeout),
+        forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone()),
         slots: VecDeque::new(),
         run: None,
         output: BytesMut::new(),

@@ -31,6 +31,9 @@ pub(super) struct Forwarder {
     /// How much longer than [`REPLY_TIMEOUT`] a `RAFT.MEMBER` reply may take: the leader waits
     /// up to the catch-up timeout for a new member before it answers.
     membership_wait: Duration,
+    /// The node's `requirepass`: the link to the leader authenticates with it (every node of a
+    /// cluster is given the same one), whatever the forwarded client authenticated with here.
+    password: Option<Bytes>,
 }
 
 struct Link {
@@ -48,10 +51,11 @@ enum Failure {
 }
 
 impl Forwarder {
-    pub(super) fn new(membership_wait: Duration) -> Self {
+    pub(super) fn new(membership_wait: Duration, password: Option<Bytes>) -> Self {
         Forwarder {
             link: None,
             membership_wait,
+            password,
         }
     }
 
@@ -129,6 +133,22 @@ impl Forwarder {
                 stream,
                 input: BytesMut::new(),
             };
+            if let Some(password) = &self.password {
+                let auth = [
+                    Bytes::from_static(b"AUTH"),
+                    Bytes::from_static(b"default"),
+                    password.clone(),
+                ];
+                let reply = link
+                    .round_trip(&auth, limits)
+                    .await
+                    .map_err(Failure::NotSent)?;
+                if reply.is_error() {
+                    return Err(Failure::NotSent(format!(
+                        "the leader refused this node's password: {reply:?}"
+                    )));
+                }
+            }
             let reply = link
                 .round_trip(
                     &[

@@ -48,6 +48,8 @@ pub struct NodeOptions {
     pub advertise_peer_addr: Option<String>,
     /// The cluster secret peers authenticate with (`--cluster-secret-file`), read once at start.
     pub cluster_secret_file: Option<PathBuf>,
+    /// `--requirepass`: the password clients `AUTH` with.
+    pub requirepass: Option<String>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
@@ -384,6 +386,10 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     ctx.enable_debug_command = options.enable_debug_command;
     ctx.client_limits = options.client_limits;
+    ctx.requirepass = options
+        .requirepass
+        .as_ref()
+        .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {

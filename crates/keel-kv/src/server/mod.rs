@@ -73,6 +73,8 @@ pub struct ServerContext {
     pub client_addrs: BTreeMap<u64, String>,
     /// How `RAFT.MEMBER ADD` waits for a new member to catch up.
     pub catch_up: membership::CatchUp,
+    /// `--requirepass`: clients authenticate with `AUTH` before anything else runs.
+    pub requirepass: Option<Bytes>,
     /// `--enable-debug-command`: whether `DEBUG` runs (otherwise it is refused, as in Redis).
     pub enable_debug_command: bool,
     pub client_limits: ClientLimits,
@@ -97,6 +99,7 @@ impl ServerContext {
             peer_addrs: Mutex::new(peer_addrs),
             client_addrs,
             catch_up: membership::CatchUp::default(),
+            requirepass: None,
             enable_debug_command: false,
             client_limits: ClientLimits::default(),
             shared: Arc::default(),

@@ -160,6 +160,8 @@ pub struct Node {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub args: Vec<String>,
+    /// The `--requirepass` this node was given, for the test's own clients.
+    pub password: Option<String>,
     child: Option<Child>,
 }
 
@@ -246,7 +248,11 @@ impl Node {
     }
 
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.client_port)).unwrap()
+        let auth = self
+            .password
+            .as_ref()
+            .map_or(String::new(), |p| format!(":{p}@"));
+        redis::Client::open(format!("redis://{auth}127.0.0.1:{}/", self.client_port)).unwrap()
     }
 
     /// A connection with read and write timeouts.
@@ -364,6 +370,7 @@ impl Cluster {
                     log: dir.path().join(format!("node-{id}.log")),
                     data_dir,
                     args,
+                    password: None,
                     child: None,
                 }
             })
