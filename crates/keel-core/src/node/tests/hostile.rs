@@ -8,26 +8,6 @@ use super::*;
 use crate::membership::Membership;
 use crate::types::SnapshotMeta;
 
-fn heartbeat(from: NodeId, to: NodeId, term: Term) -> Message {
-    msg(
-        from,
-        to,
-        term,
-        MessageBody::Heartbeat {
-            commit: 0,
-            read_round: 0,
-        },
-    )
-}
-
-fn entry(term: Term, index: Index) -> Entry {
-    Entry {
-        term,
-        index,
-        payload: EntryPayload::Noop,
-    }
-}
-
 /// A follower of n1 in term 1 holding entries 1..=2 of term 1.
 fn follower() -> RaftNode {
     let mut f = node_with(2, &[1, 2, 3], &[1, 1], hs(1, None, 0));

@@ -208,6 +208,28 @@ fn make_leader(n: &mut RaftNode) -> Out {
     settle(n)
 }
 
+/// An empty heartbeat from `from` to `to` in `term` (hostile and validation tests).
+fn heartbeat(from: NodeId, to: NodeId, term: Term) -> Message {
+    msg(
+        from,
+        to,
+        term,
+        MessageBody::Heartbeat {
+            commit: 0,
+            read_round: 0,
+        },
+    )
+}
+
+/// A no-op entry at (term, index).
+fn entry(term: Term, index: Index) -> Entry {
+    Entry {
+        term,
+        index,
+        payload: EntryPayload::Noop,
+    }
+}
+
 /// Voters n1..n3 with n1 elected, plus `joining` nodes with empty storage that are not members
 /// yet (they learn the configuration from the leader once added).
 fn cluster_with_joining(joining: &[NodeId]) -> Cluster {

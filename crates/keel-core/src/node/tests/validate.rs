@@ -8,26 +8,6 @@ use crate::membership::Membership;
 use crate::types::SnapshotMeta;
 use crate::InvalidMessage;
 
-fn heartbeat(from: NodeId, to: NodeId, term: Term) -> Message {
-    msg(
-        from,
-        to,
-        term,
-        MessageBody::Heartbeat {
-            commit: 0,
-            read_round: 0,
-        },
-    )
-}
-
-fn entry(term: Term, index: Index) -> Entry {
-    Entry {
-        term,
-        index,
-        payload: EntryPayload::Noop,
-    }
-}
-
 /// n2, following n1 in term 3, holding entries 1..=4 of terms 1, 1, 2, 3.
 fn follower() -> RaftNode {
     let mut f = node_with(2, &[1, 2, 3], &[1, 1, 2, 3], hs(3, None, 0));
