@@ -67,11 +67,7 @@ pub(super) async fn add(
         )));
     };
     // A re-add without CLIENT keeps the client address recorded before.
-    let client_addr = client_addr.or_else(|| {
-        let recorded = ctx.stats.member_addrs();
-        let client = &recorded.get(&id)?.client;
-        (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
-    });
+    let client_addr = client_addr.or_else(|| ctx.recorded_client_addr(id));
     let remember_addrs = || -> Result<(), ClientError> {
         ctx.peer_addrs
             .lock()

@@ -171,12 +171,15 @@ impl ServerContext {
         self.client_addrs
             .get(&id)
             .cloned()
-            .or_else(|| {
-                let recorded = self.stats.member_addrs();
-                let client = &recorded.get(&id)?.client;
-                (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
-            })
+            .or_else(|| self.recorded_client_addr(id))
             .or_else(|| self.handle.client_addr(id))
+    }
+
+    /// The client address recorded with `id`'s membership change, if one was given.
+    fn recorded_client_addr(&self, id: u64) -> Option<String> {
+        let recorded = self.stats.member_addrs();
+        let client = &recorded.get(&id)?.client;
+        (!client.is_empty()).then(|| String::from_utf8_lossy(client).into_owned())
     }
 
     /// Where `id`'s peers reach it: as given to this node, else as recorded with its membership

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use keel_core::MessageBody;
 use tokio::io::AsyncWriteExt;
 
 use super::*;
@@ -23,25 +22,7 @@ fn config(id: NodeId, secret: Option<ClusterSecret>) -> TransportConfig {
     config
 }
 
-async fn start(config: TransportConfig) -> (Transport, mpsc::Receiver<Inbound>) {
-    let (tx, rx) = mpsc::channel(64);
-    let t = Transport::bind(config, "127.0.0.1:0".parse().unwrap(), tx)
-        .await
-        .unwrap();
-    (t, rx)
-}
-
-fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
-    Message {
-        from,
-        to,
-        term: 1,
-        body: MessageBody::Heartbeat {
-            commit: 0,
-            read_round: round,
-        },
-    }
-}
+use super::tests::{heartbeat, start_with as start};
 
 async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
     loop {

@@ -10,15 +10,18 @@ const CLUSTER: u64 = 0xC0FFEE;
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn start(id: NodeId) -> (Transport, mpsc::Receiver<Inbound>) {
+    start_with(TransportConfig::new(CLUSTER, id)).await
+}
+
+/// A transport on a loopback port of its own, and what it hands its node.
+pub(super) async fn start_with(config: TransportConfig) -> (Transport, mpsc::Receiver<Inbound>) {
     let (tx, rx) = mpsc::channel(64);
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let t = Transport::bind(TransportConfig::new(CLUSTER, id), addr, tx)
-        .await
-        .unwrap();
+    let t = Transport::bind(config, addr, tx).await.unwrap();
     (t, rx)
 }
 
-fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
+pub(super) fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
     Message {
         from,
         to,
