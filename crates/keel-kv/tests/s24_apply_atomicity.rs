@@ -33,6 +33,7 @@ fn config() -> WalConfig {
     WalConfig {
         segment_size_bytes: 16 << 10,
         frame_size_bytes_max: 4 << 10,
+        entry_size_bytes_max: 8 << 10,
         ..WalConfig::default()
     }
 }

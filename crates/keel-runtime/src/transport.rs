@@ -21,7 +21,7 @@
 //!   checksummed and resumable (`transport/snapshot.rs`; the receiver's durable partial file in
 //!   `transport/partial.rs`), so a large transfer never delays heartbeats or Appends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Message, NodeId, SnapshotMeta, Term};
+use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
 
 mod auth;
 mod client_addrs;
@@ -58,6 +58,9 @@ use crate::wire::{
 
 /// Handshake frames are tiny; a larger one is refused before the cluster id is even read.
 const HANDSHAKE_FRAME_BYTES_MAX: u32 = 8192;
+/// Default bound on a message received in parts: an Append carrying the largest entry the
+/// default WAL stores (80 MiB), with room to spare.
+pub const MESSAGE_SIZE_BYTES_MAX_DEFAULT: u32 = 96 << 20;
 
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
@@ -67,8 +70,12 @@ pub struct TransportConfig {
     /// ways and on both channels, authenticates in its handshake and seals every frame after it;
     /// a peer without it (or with another) is refused before anything it says is read.
     pub cluster_secret: Option<ClusterSecret>,
-    /// Bound on one frame on message connections, checked before allocating.
+    /// Bound on one frame on message connections, checked before allocating (at least
+    /// `wire::MESSAGE_FRAME_BYTES_MAX`: larger messages arrive in parts).
     pub frame_size_bytes_max: u32,
+    /// Bound on one message received in parts (an Append carrying a large entry), checked on its
+    /// first part before anything is buffered.
+    pub message_size_bytes_max: u32,
     /// This node's storage incarnation, announced in every handshake (0: none).
     pub incarnation: u64,
     /// Where the incarnations peers announced are remembered (`None`: in memory only).
@@ -118,6 +125,7 @@ impl TransportConfig {
             node_id,
             cluster_secret: None,
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
+            message_size_bytes_max: MESSAGE_SIZE_BYTES_MAX_DEFAULT,
             advertise_addr: None,
             advertise_client_addr: None,
             incarnation: 0,
@@ -257,6 +265,17 @@ impl Transport {
         listen: SocketAddr,
         inbound: mpsc::Sender<Inbound>,
     ) -> io::Result<Transport> {
+        if (config.frame_size_bytes_max as usize) < wire::MESSAGE_FRAME_BYTES_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "transport frame_size_bytes_max {} is below the frames peers send on message \
+                     connections (up to {} bytes)",
+                    config.frame_size_bytes_max,
+                    wire::MESSAGE_FRAME_BYTES_MAX
+                ),
+            ));
+        }
         let known = incarnations::Incarnations::load(config.incarnations_file.clone())?;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
@@ -549,6 +568,12 @@ const REFUSAL_FRAME_BYTES_MAX: u32 = 1 + 2 + wire::REFUSAL_REASON_BYTES_MAX as u
 /// Writes queued messages until the queue closes (Ok) or the connection fails. The peer writes
 /// nothing on this connection unless it refuses it (then its reason, and it closes), so the
 /// read half is only watched for that.
+///
+/// A message too large for one frame goes out part by part, one part per write; before each
+/// part, whatever was queued meanwhile and may overtake it (everything but Appends and
+/// InstallSnapshots, which keep their order: see [`keeps_order`]) is written first, so a large
+/// Append never holds a heartbeat back by more than one part. The messages that must wait are
+/// held here, at most `send_queue_messages_max` of them; beyond that they wait in the queue.
 async fn pump<R, W>(
     c: &TransportConfig,
     mut rd: RecordReader<R>,
@@ -563,23 +588,59 @@ where
         read_frame(&mut rd, REFUSAL_FRAME_BYTES_MAX).await
     }));
     let write_limit = Duration::from_millis(c.write_timeout_ms);
+    let mut held: VecDeque<Message> = VecDeque::new();
+    let mut in_parts: Option<wire::OutgoingParts> = None;
     loop {
-        let first = tokio::select! {
-            first = queue.recv() => match first {
-                Some(first) => first,
-                None => return Ok(()),
-            },
-            heard = &mut refusal.0 => return Err(how_the_peer_ended(heard)),
-        };
-        wire::encode_message(&first, wr.buf());
-        let mut batched = 1;
+        if in_parts.is_none() && held.is_empty() {
+            let first = tokio::select! {
+                first = queue.recv() => match first {
+                    Some(first) => first,
+                    None => return Ok(()),
+                },
+                heard = &mut refusal.0 => return Err(how_the_peer_ended(heard)),
+            };
+            held.push_back(first);
+        }
         // One write (and, when sealed, one record and one MAC) per batch.
-        while batched < c.batch_messages_max
-            && wr.pending_bytes() < wire::auth::RECORD_FILL_BYTES as usize
-        {
-            let Ok(msg) = queue.try_recv() else { break };
-            wire::encode_message(&msg, wr.buf());
-            batched += 1;
+        let mut batched = 0;
+        match &mut in_parts {
+            Some(parts) => {
+                while batched < c.batch_messages_max && held.len() < c.send_queue_messages_max {
+                    let Ok(msg) = queue.try_recv() else { break };
+                    if keeps_order(&msg) {
+                        held.push_back(msg);
+                    } else if let Some(large) = wire::encode_message_or_parts(&msg, wr.buf()) {
+                        // Not expected (only Appends grow large); it waits its turn whole.
+                        drop(large);
+                        held.push_back(msg);
+                    } else {
+                        batched += 1;
+                    }
+                }
+                parts.encode_next(wr.buf());
+                if parts.is_done() {
+                    in_parts = None;
+                }
+            }
+            None => {
+                while batched < c.batch_messages_max
+                    && wr.pending_bytes() < wire::auth::RECORD_FILL_BYTES as usize
+                {
+                    let msg = match held.pop_front() {
+                        Some(msg) => msg,
+                        None => match queue.try_recv() {
+                            Ok(msg) => msg,
+                            Err(_) => break,
+                        },
+                    };
+                    batched += 1;
+                    if let Some(mut parts) = wire::encode_message_or_parts(&msg, wr.buf()) {
+                        parts.encode_next(wr.buf());
+                        in_parts = Some(parts);
+                        break;
+                    }
+                }
+            }
         }
         match timeout(write_limit, wr.send()).await {
             Err(_) => return Err(TransportError::Timeout("write")),
@@ -593,6 +654,16 @@ where
             }
         }
     }
+}
+
+/// Whether `msg` must not overtake a message being sent in parts: Appends must arrive in the
+/// order the leader sent them (a follower refuses one that does not continue its log, and the
+/// leader would have to probe), and an InstallSnapshot must not overtake the Appends before it.
+fn keeps_order(msg: &Message) -> bool {
+    matches!(
+        msg.body,
+        MessageBody::Append { .. } | MessageBody::InstallSnapshot { .. }
+    )
 }
 
 /// What the peer's side of a message connection said before it ended.

@@ -113,6 +113,7 @@ impl Cluster {
         config.request_timeout_ms = 5_000;
         config.wal.segment_size_bytes = 1 << 20;
         config.wal.frame_size_bytes_max = 64 << 10;
+        config.wal.entry_size_bytes_max = 512 << 10;
         config
     }
 
@@ -488,25 +489,35 @@ async fn an_entry_larger_than_the_log_stores_is_refused_and_nothing_stops() {
     );
 }
 
-/// A peer frame bound too small for an Append of the largest entry the WAL stores is refused at
-/// startup, naming both settings (followers would otherwise refuse what leaders accept).
+/// A peer message bound too small for an Append of the largest entry the WAL stores, or a frame
+/// bound below the parts peers send, is refused at startup, naming the settings (followers would
+/// otherwise refuse what leaders accept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn contradicting_frame_bounds_are_refused_at_startup() {
+async fn contradicting_peer_bounds_are_refused_at_startup() {
     let c = Cluster::start("bounds", 1_000_000).await;
-    let mut config = c.config(1);
-    config.data_dir = c.dir.join("contradiction");
-    config.peer_listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.transport.frame_size_bytes_max = 32 << 10;
-    let error = Node::start(config, Counter::default())
+    let start = |change: &dyn Fn(&mut NodeConfig)| {
+        let mut config = c.config(1);
+        config.data_dir = c.dir.join("contradiction");
+        config.peer_listen_addr = "127.0.0.1:0".parse().unwrap();
+        change(&mut config);
+        Node::start(config, Counter::default())
+    };
+    let error = start(&|config| config.transport.message_size_bytes_max = 256 << 10)
         .await
         .err()
         .expect("refused");
     let text = error.to_string();
     assert!(
-        text.contains("transport frame_size_bytes_max")
-            && text.contains("wal frame_size_bytes_max"),
+        text.contains("transport message_size_bytes_max")
+            && text.contains("wal entry_size_bytes_max"),
         "{text}"
     );
+    let error = start(&|config| config.transport.frame_size_bytes_max = 32 << 10)
+        .await
+        .err()
+        .expect("refused");
+    let text = error.to_string();
+    assert!(text.contains("transport frame_size_bytes_max"), "{text}");
 }
 
 /// The leader's view of `follower`'s match index.

@@ -149,6 +149,7 @@ impl Cluster {
         config.request_timeout_ms = 5_000;
         config.wal.segment_size_bytes = 4 << 20;
         config.wal.frame_size_bytes_max = 1 << 20;
+        config.wal.entry_size_bytes_max = 2 << 20;
         // Slow, small chunks: a ~3 MB snapshot takes about three seconds, so faults land
         // mid-transfer. The core's own snapshot timeout (2 s) fires meanwhile and asks again:
         // the runtime keeps the running transfer.

@@ -36,6 +36,7 @@ fn wal_config() -> WalConfig {
     WalConfig {
         segment_size_bytes: 64 << 10,
         frame_size_bytes_max: 32 << 10,
+        entry_size_bytes_max: 48 << 10,
         ..WalConfig::default()
     }
 }

@@ -173,6 +173,10 @@ impl DirectWriter {
     }
 }
 
+/// Scratch space kept between writes whatever their size (larger, it is kept only while the
+/// writes stay within a quarter of it).
+const SCRATCH_KEPT_BYTES: usize = 16 << 20;
+
 /// The block-aligned part of `scratch` that stands for the file's bytes `[first, aligned_end)`,
 /// growing `scratch` first if needed: it is kept `BLOCK_BYTES` longer than the largest window so
 /// far, so an aligned window always fits (the address is aligned by offsetting into it, without
@@ -181,6 +185,9 @@ fn window(scratch: &mut Vec<u8>, first: u64, aligned_end: u64) -> &mut [u8] {
     let span = (aligned_end - first) as usize;
     if scratch.len() < span + BLOCK_BYTES {
         scratch.resize(span + BLOCK_BYTES, 0);
+    } else if scratch.len() > SCRATCH_KEPT_BYTES.max(4 * (span + BLOCK_BYTES)) {
+        // Grown by a rare large frame (one large entry): not kept for ordinary ones.
+        *scratch = vec![0; span + BLOCK_BYTES];
     }
     let skew = scratch.as_ptr().align_offset(BLOCK_BYTES);
     let window = &mut scratch[skew..skew + span];

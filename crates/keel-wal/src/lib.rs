@@ -55,12 +55,15 @@
 //! ## Frame (from offset 64, each starting at a multiple of 8)
 //!
 //! A frame is the unit of writing, checksumming and tearing: each batch is one frame, written
-//! with one `write` and one `fdatasync`.
+//! with one `write` and one `fdatasync`. A batch larger than the writer's frame bound
+//! (`frame_size_bytes_max`) is split into several frames, each synced in turn; an entry is never
+//! split: an entry larger than that bound gets a frame of its own, as large as it needs (up to
+//! `entry_size_bytes_max`, which every segment must have room for).
 //!
 //! | offset       | size      | field                                                         |
 //! |-------------:|----------:|---------------------------------------------------------------|
 //! |            0 |         4 | magic `KFRM`                                                  |
-//! |            4 |         4 | body length in bytes, `L` (frame at most 64 MiB)              |
+//! |            4 |         4 | body length in bytes, `L` (frame at most 256 MiB)             |
 //! |            8 |         8 | frame sequence number (strictly increasing through the log)   |
 //! |           16 |         L | body: items, back to back                                     |
 //! |       16 + L |   pad     | zeros up to a multiple of 8 (`P = L` rounded up to 8)         |

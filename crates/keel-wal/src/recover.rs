@@ -18,7 +18,7 @@ use crate::snapshot::{self, LatestSnapshot, SkippedSnapshot, SnapshotFile};
 
 /// The largest frame a reader accepts, whatever the writer's configuration: the bound checked
 /// before a frame is read into memory.
-pub const FRAME_SIZE_BYTES_LIMIT: usize = 64 << 20;
+pub const FRAME_SIZE_BYTES_LIMIT: usize = 256 << 20;
 /// Segments are read in pieces of this size.
 const READ_CHUNK_SIZE_BYTES: usize = 4 << 20;
 

@@ -39,6 +39,7 @@ fn wal_on_sim_fs_with_default_config_conforms() {
             WalConfig {
                 segment_size_bytes: 1 << 20,
                 frame_size_bytes_max: 256 << 10,
+                entry_size_bytes_max: 512 << 10,
                 ..WalConfig::default()
             },
         )

@@ -25,6 +25,7 @@ fn first_segment_bytes_allocated(zero_fill_segments: bool, batches: u64) -> u64 
     let config = WalConfig {
         segment_size_bytes: SEGMENT_BYTES,
         frame_size_bytes_max: 64 << 10,
+        entry_size_bytes_max: 64 << 10,
         zero_fill_segments,
         ..WalConfig::default()
     };

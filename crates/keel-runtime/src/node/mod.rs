@@ -152,15 +152,15 @@ impl<S: StateMachine> Node<S> {
     pub async fn start(config: NodeConfig, mut sm: S) -> Result<Node<S>, StartError> {
         let started = Instant::now();
         let entry_bytes_max = config.wal.entry_payload_bytes_max();
-        if (config.transport.frame_size_bytes_max as usize)
+        if (config.transport.message_size_bytes_max as usize)
             < entry_bytes_max + APPEND_OVERHEAD_BYTES
         {
-            // A follower would refuse the frame carrying an entry its own log accepts.
+            // A follower would refuse the Append carrying an entry its own log accepts.
             return Err(StartError::Settings(format!(
-                "the peer frame bound (transport frame_size_bytes_max {}) is smaller than an \
-                 Append carrying the largest entry the WAL stores (wal frame_size_bytes_max {} \
+                "the peer message bound (transport message_size_bytes_max {}) is smaller than an \
+                 Append carrying the largest entry the WAL stores (wal entry_size_bytes_max {} \
                  allows entries of {entry_bytes_max} bytes)",
-                config.transport.frame_size_bytes_max, config.wal.frame_size_bytes_max
+                config.transport.message_size_bytes_max, config.wal.entry_size_bytes_max
             )));
         }
         // Blocking file I/O at startup only; the node is not serving anything yet.

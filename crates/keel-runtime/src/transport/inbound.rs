@@ -143,18 +143,31 @@ async fn serve_connection(
                     return Ok(());
                 }
             }
+            let mut reassembly = wire::Reassembly::default();
             loop {
-                match read_frame(rd, c.frame_size_bytes_max).await? {
+                let msg = match read_frame(rd, c.frame_size_bytes_max).await? {
                     None => return Ok(()),
-                    Some(Body::Message(msg)) => {
-                        if msg.from != hello.node_id {
-                            return Err(TransportError::Unexpected("message from another node id"));
-                        }
-                        if inbound.send(Inbound::Message(msg)).await.is_err() {
-                            return Ok(()); // the node is gone
+                    Some(Body::Message(msg)) => msg,
+                    Some(Body::MessagePart(part)) => {
+                        match reassembly.add(part, c.message_size_bytes_max)? {
+                            None => continue,
+                            Some(body) => match wire::decode_body(body)? {
+                                Body::Message(msg) => msg,
+                                _ => {
+                                    return Err(TransportError::Unexpected(
+                                        "parts of a non-message",
+                                    ))
+                                }
+                            },
                         }
                     }
                     Some(_) => return Err(TransportError::Unexpected("non-message frame")),
+                };
+                if msg.from != hello.node_id {
+                    return Err(TransportError::Unexpected("message from another node id"));
+                }
+                if inbound.send(Inbound::Message(msg)).await.is_err() {
+                    return Ok(()); // the node is gone
                 }
             }
         }

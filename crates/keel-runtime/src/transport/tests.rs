@@ -292,3 +292,76 @@ async fn reconnects_after_the_peer_restarts() {
     assert!(matches!(got, Some(Inbound::Message(_))));
     drop(b2);
 }
+
+fn append(from: NodeId, to: NodeId, index: u64, payload_bytes: usize) -> Message {
+    let payload: Vec<u8> = (0..payload_bytes).map(|i| (i % 253) as u8).collect();
+    Message {
+        from,
+        to,
+        term: 1,
+        body: MessageBody::Append {
+            prev: keel_core::LogId::new(1, index - 1),
+            entries: vec![keel_core::Entry {
+                term: 1,
+                index,
+                payload: keel_core::EntryPayload::Normal(Bytes::from(payload)),
+            }],
+            commit: 0,
+        },
+    }
+}
+
+/// An Append larger than the receiver's frame bound arrives in parts, and a heartbeat queued
+/// behind it overtakes it (it goes out after the first part), while Appends keep their order.
+#[tokio::test]
+async fn a_large_append_travels_in_parts_and_heartbeats_overtake_it() {
+    let (a, _a_rx) = start(1).await;
+    let (b, mut b_rx) = start(2).await;
+    let large = append(1, 2, 1, 20 << 20);
+    assert!(large_body_exceeds_frame_bound(&large));
+    let next = append(1, 2, 2, 100);
+    // Queued before the connection exists (nothing runs until this test awaits): the sender
+    // finds all three at once.
+    a.set_peer(2, b.local_addr());
+    a.send(large.clone());
+    a.send(heartbeat(1, 2, 1));
+    a.send(next.clone());
+    a.send(heartbeat(1, 2, 2));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 1));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 2));
+    assert_eq!(next_message(&mut b_rx).await, large);
+    assert_eq!(next_message(&mut b_rx).await, next);
+    assert_eq!(a.dropped_messages(), 0);
+}
+
+fn large_body_exceeds_frame_bound(msg: &Message) -> bool {
+    let mut out = Vec::new();
+    wire::encode_message(msg, &mut out);
+    out.len() > FRAME_SIZE_BYTES_MAX_DEFAULT as usize
+}
+
+/// A message in parts longer than the receiver's message bound closes the connection on its
+/// first part; nothing of it reaches the node, and later messages still arrive (reconnection).
+#[tokio::test]
+async fn a_message_above_the_receivers_bound_is_refused() {
+    let (a, _a_rx) = start(1).await;
+    let mut config = TransportConfig::new(CLUSTER, 2);
+    config.message_size_bytes_max = 1 << 20;
+    let (b, mut b_rx) = start_with(config).await;
+    a.set_peer(2, b.local_addr());
+    a.send(append(1, 2, 1, 2 << 20));
+    let fits = append(1, 2, 1, 512 << 10);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        a.send(fits.clone());
+        match timeout(Duration::from_millis(200), b_rx.recv()).await {
+            Ok(Some(Inbound::Message(m))) => {
+                assert_eq!(m, fits, "only the message within the bound arrives");
+                break;
+            }
+            Ok(Some(_)) | Err(_) => {}
+            Ok(None) => panic!("closed"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "nothing arrived");
+    }
+}

@@ -26,6 +26,7 @@
 //! |    8 | refusal                               | back to the connecting side, then close  |
 //! |    9 | authentication challenge              | accepting side, after an authenticated handshake |
 //! |   10 | authentication response               | connecting side, after the challenge     |
+//! |   11 | one part of a Raft message            | message connections (see "Message parts") |
 //!
 //! # Refusal (body kind 8)
 //!
@@ -204,6 +205,31 @@
 //! element) before a vector is allocated. A body must be consumed exactly: trailing bytes are an
 //! error.
 //!
+//! # Message parts (body kind 11)
+//!
+//! A Raft message whose body (kind byte included) is longer than [`MESSAGE_PART_BYTES`]
+//! (256 KiB) — an Append carrying a large entry — is sent as a run of parts, each a frame:
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 11                                                      |
+//! |      1 |    4 | message length `M` (u32): the whole body's length                  |
+//! |      5 |    4 | offset (u32) of this part's data in the body                       |
+//! |      9 |  var | data: at least one byte, at most [`MESSAGE_PART_BYTES`], ending at or before `M` |
+//!
+//! The parts of one message are sent in order, offsets from 0 without gaps, and only one message
+//! is in parts at a time on a connection; whole messages (body kind 2) may come between its
+//! parts. That is the point: the sender writes one part at a time and lets every message queued
+//! meanwhile that is not an Append or an InstallSnapshot (heartbeats, votes, responses) go out
+//! before the next part, so a large Append never delays a heartbeat by more than one part's
+//! write. Appends keep their order among themselves. The receiver checks `M` against its
+//! message bound (`TransportConfig::message_size_bytes_max`) on the first part, before it
+//! buffers anything, grows its buffer only as parts arrive, and decodes the completed body as
+//! a body of kind 2. A part out of order, of another length, or a completed body of another kind
+//! closes the connection. A receiver's frame bound must be at least
+//! [`MESSAGE_FRAME_BYTES_MAX`], the largest frame a sender of this build writes on a message
+//! connection.
+//!
 //! # Snapshot channel (handshake channel 1, snapshot channel version 2)
 //!
 //! A snapshot travels on a connection of its own, so a large transfer never delays heartbeats or
@@ -303,10 +329,13 @@
 pub mod auth;
 mod codec;
 mod message;
+mod parts;
 mod snapshot;
 
 #[cfg(test)]
 mod auth_tests;
+#[cfg(test)]
+mod parts_tests;
 #[cfg(test)]
 mod tests;
 
@@ -318,6 +347,10 @@ use keel_core::{Message, NodeId};
 pub use auth::{AuthError, Challenge, ClusterSecret, Response};
 pub use codec::Reader;
 pub use message::{decode_message_fields, encode_message_fields, encode_meta};
+pub use parts::{
+    MessagePart, OutgoingParts, Reassembly, BODY_MESSAGE_PART, MESSAGE_FRAME_BYTES_MAX,
+    MESSAGE_PART_BYTES, MESSAGE_PART_HEADER_BYTES,
+};
 pub use snapshot::{
     encode_ack, encode_chunk_header, encode_offer, encode_position, AckStatus, ChunkHeader,
     PositionStatus, SnapshotAck, SnapshotId, SnapshotOffer, SnapshotPosition,
@@ -644,6 +677,8 @@ pub enum Body {
     AuthChallenge(Challenge),
     /// The initiator's proof (body kind 10).
     AuthResponse(Response),
+    /// One part of a message too large for one frame (body kind 11).
+    MessagePart(MessagePart),
 }
 
 /// The 8-byte frame header, checked before the body is read.
@@ -731,11 +766,26 @@ fn decode_refusal(r: &mut Reader) -> Result<String, WireError> {
         .map_err(|_| WireError::Invalid("refusal reason is not UTF-8"))
 }
 
+/// Appends `msg` as one frame, whatever its size (see [`encode_message_or_parts`]).
 pub fn encode_message(msg: &Message, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_MESSAGE);
         encode_message_fields(msg, b);
     });
+}
+
+/// Appends `msg` as one frame if its body is at most [`MESSAGE_PART_BYTES`]; otherwise appends
+/// nothing and returns its body to be sent in parts.
+pub fn encode_message_or_parts(msg: &Message, out: &mut Vec<u8>) -> Option<OutgoingParts> {
+    let start = out.len();
+    encode_message(msg, out);
+    let body_start = start + FRAME_HEADER_SIZE_BYTES;
+    if out.len() - body_start <= MESSAGE_PART_BYTES {
+        return None;
+    }
+    let body = out[body_start..].to_vec();
+    out.truncate(start);
+    Some(OutgoingParts::new(body))
 }
 
 /// Decodes a verified frame body. Payloads share `body`'s buffer (no copies).
@@ -755,6 +805,7 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
         BODY_REFUSAL => Body::Refusal(decode_refusal(&mut r)?),
         auth::BODY_AUTH_CHALLENGE => Body::AuthChallenge(auth::decode_challenge(&mut r)?),
         auth::BODY_AUTH_RESPONSE => Body::AuthResponse(auth::decode_response(&mut r)?),
+        BODY_MESSAGE_PART => Body::MessagePart(parts::decode_part(&mut r)?),
         tag => return Err(WireError::UnknownTag { what: "body", tag }),
     };
     r.finish()?;

@@ -216,10 +216,10 @@ fn truncated_body_with_valid_crc_is_typed() {
 #[test]
 fn unknown_tags_and_trailing_bytes_are_refused() {
     assert_eq!(
-        decode_body(Bytes::from_static(&[11])),
+        decode_body(Bytes::from_static(&[12])),
         Err(WireError::UnknownTag {
             what: "body",
-            tag: 11
+            tag: 12
         })
     );
     let mut body = vec![BODY_MESSAGE];

@@ -16,9 +16,14 @@ const SMALL_ITEMS_SIZE_BYTES: usize = 256;
 pub struct WalConfig {
     /// Size every segment file is preallocated to.
     pub segment_size_bytes: u64,
-    /// Largest frame the writer produces; a batch that would exceed it is split into several
-    /// frames, each synced. A single entry must fit in one frame.
+    /// Largest frame the writer fills with a batch of entries; a batch that would exceed it is
+    /// split into several frames, each synced. An entry larger than that travels in a frame of
+    /// its own, as large as the entry needs (up to [`WalConfig::entry_size_bytes_max`]).
     pub frame_size_bytes_max: usize,
+    /// Largest entry the log stores, encoded (its 13-byte header included): the bound on what
+    /// a caller may propose ([`WalConfig::entry_payload_bytes_max`]). Every segment must hold
+    /// one frame carrying such an entry.
+    pub entry_size_bytes_max: usize,
     /// Snapshot files kept (the newest ones).
     pub snapshots_kept: usize,
     /// Largest snapshot [`crate::Wal::read_snapshot_data`] loads into memory.
@@ -39,8 +44,12 @@ pub struct WalConfig {
 impl Default for WalConfig {
     fn default() -> Self {
         WalConfig {
-            segment_size_bytes: 64 << 20,
+            // Holds one frame with the largest entry, and then some.
+            segment_size_bytes: 128 << 20,
             frame_size_bytes_max: 8 << 20,
+            // The largest value a client may send (64 MiB) with its key and encoding, and room
+            // to spare (see keel-kv's request limits).
+            entry_size_bytes_max: 80 << 20,
             snapshots_kept: 2,
             snapshot_size_bytes_max: 16 << 30,
             zero_fill_segments: true,
@@ -53,10 +62,26 @@ impl WalConfig {
     pub fn validate(&self) -> Result<()> {
         let fail = |why: &str| Err(WalError::InvalidRequest(format!("config: {why}")));
         if self.frame_size_bytes_max < 4096 || self.frame_size_bytes_max > FRAME_SIZE_BYTES_LIMIT {
-            return fail("frame_size_bytes_max must be in 4 KiB ..= 64 MiB");
+            return fail("frame_size_bytes_max must be in 4 KiB ..= 256 MiB");
         }
-        if self.segment_size_bytes < SEGMENT_HEADER_SIZE_BYTES + self.frame_size_bytes_max as u64 {
-            return fail("a segment must hold its header and one largest frame");
+        if self.entry_size_bytes_max <= crate::codec::ENTRY_HEADER_SIZE_BYTES
+            || self.single_entry_frame_size_bytes() > FRAME_SIZE_BYTES_LIMIT
+        {
+            return fail(&format!(
+                "entry_size_bytes_max {} must leave room for a payload, and a frame carrying such \
+                 an entry must be at most {FRAME_SIZE_BYTES_LIMIT} bytes",
+                self.entry_size_bytes_max
+            ));
+        }
+        let largest_frame = self
+            .frame_size_bytes_max
+            .max(self.single_entry_frame_size_bytes());
+        if self.segment_size_bytes < SEGMENT_HEADER_SIZE_BYTES + largest_frame as u64 {
+            return fail(&format!(
+                "a segment ({} bytes) must hold its header and one largest frame ({largest_frame} \
+                 bytes: frame_size_bytes_max {}, or one entry of entry_size_bytes_max {})",
+                self.segment_size_bytes, self.frame_size_bytes_max, self.entry_size_bytes_max
+            ));
         }
         if self.segment_size_bytes % 8 != 0 {
             return fail("segment_size_bytes must be a multiple of 8");
@@ -67,20 +92,65 @@ impl WalConfig {
         Ok(())
     }
 
-    /// The largest entry payload (a normal entry's data) the WAL stores: an entry must fit in
-    /// one frame. Callers refuse larger proposals before they reach the log, where they could
-    /// only stop the node.
+    /// The largest entry payload (a normal entry's data) the WAL stores. Callers refuse larger
+    /// proposals before they reach the log, where they could only stop the node.
     pub fn entry_payload_bytes_max(&self) -> usize {
-        self.entry_bytes_per_frame() - crate::codec::ENTRY_HEADER_SIZE_BYTES
+        self.entry_size_bytes_max - crate::codec::ENTRY_HEADER_SIZE_BYTES
     }
 
-    /// Bytes of entries one frame can carry.
+    /// Bytes of entries one frame of a batch carries (a single larger entry gets a frame of its
+    /// own).
     pub(super) fn entry_bytes_per_frame(&self) -> usize {
-        self.frame_size_bytes_max
-            - FRAME_HEADER_SIZE_BYTES
-            - FRAME_TRAILER_SIZE_BYTES
-            - SMALL_ITEMS_SIZE_BYTES
-            - ITEM_HEADER_SIZE_BYTES
-            - ENTRIES_PREFIX_SIZE_BYTES
+        self.frame_size_bytes_max - FRAME_OVERHEAD_BYTES
+    }
+
+    /// The frame that carries one entry of `entry_size_bytes_max`, with the small items.
+    fn single_entry_frame_size_bytes(&self) -> usize {
+        (self.entry_size_bytes_max + FRAME_OVERHEAD_BYTES).next_multiple_of(8)
+    }
+}
+
+/// What a frame holds besides its entries: header, trailer, the small items, the entries item's
+/// header and prefix.
+const FRAME_OVERHEAD_BYTES: usize = FRAME_HEADER_SIZE_BYTES
+    + FRAME_TRAILER_SIZE_BYTES
+    + SMALL_ITEMS_SIZE_BYTES
+    + ITEM_HEADER_SIZE_BYTES
+    + ENTRIES_PREFIX_SIZE_BYTES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(config: WalConfig) -> String {
+        match config.validate() {
+            Err(WalError::InvalidRequest(why)) => why,
+            other => panic!("{config:?} answered {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_hold_the_largest_client_value_and_contradictions_are_named() {
+        let default = WalConfig::default();
+        default.validate().unwrap();
+        assert!(default.entry_payload_bytes_max() > (64 << 20) + (1 << 20));
+        let why = refusal(WalConfig {
+            segment_size_bytes: 64 << 20,
+            ..WalConfig::default()
+        });
+        assert!(
+            why.contains("segment") && why.contains("entry_size_bytes_max"),
+            "{why}"
+        );
+        let why = refusal(WalConfig {
+            entry_size_bytes_max: FRAME_SIZE_BYTES_LIMIT,
+            ..WalConfig::default()
+        });
+        assert!(why.contains("entry_size_bytes_max"), "{why}");
+        let why = refusal(WalConfig {
+            entry_size_bytes_max: 13,
+            ..WalConfig::default()
+        });
+        assert!(why.contains("entry_size_bytes_max"), "{why}");
     }
 }

@@ -196,8 +196,12 @@ impl<F: Fs> Wal<F> {
                     if e.index != f + k as Index || e.term < term {
                         return invalid(format!("entries not contiguous at index {}", e.index));
                     }
-                    if codec::entry_size_bytes(e) > self.config.entry_bytes_per_frame() {
-                        return invalid(format!("entry {} exceeds frame_size_bytes_max", e.index));
+                    let size = codec::entry_size_bytes(e);
+                    if size > self.config.entry_size_bytes_max {
+                        return invalid(format!(
+                            "entry {} of {size} bytes exceeds entry_size_bytes_max ({})",
+                            e.index, self.config.entry_size_bytes_max
+                        ));
                     }
                     term = e.term;
                     pending.push(e);
@@ -249,7 +253,8 @@ impl<F: Fs> Wal<F> {
     }
 
     /// Writes the coalesced batch as one frame, or several (each synced) if it exceeds
-    /// `frame_size_bytes_max`: the reset and truncation go first, the hard state last.
+    /// `frame_size_bytes_max`: the reset and truncation go first, the hard state last. An entry
+    /// larger than a frame's share gets a frame of its own.
     fn append_entries(
         &mut self,
         reset: Option<LogId>,
@@ -263,7 +268,9 @@ impl<F: Fs> Wal<F> {
         loop {
             let mut take = 0;
             let mut size = 0;
-            while take < rest.len() && size + codec::entry_size_bytes(rest[take]) <= per_frame {
+            while take < rest.len()
+                && (take == 0 || size + codec::entry_size_bytes(rest[take]) <= per_frame)
+            {
                 size += codec::entry_size_bytes(rest[take]);
                 take += 1;
             }
@@ -333,6 +340,10 @@ impl<F: Fs> Wal<F> {
         if let Err(e) = self.active.write_at_end(&self.buf, self.end, zeros_to) {
             self.poisoned = true;
             return Err(io_err(path)(e));
+        }
+        if self.buf.capacity() > 2 * self.config.frame_size_bytes_max {
+            // A frame of one large entry: its buffer is not kept for the ordinary frames after it.
+            self.buf = Vec::new();
         }
         if sync {
             if let Err(e) = self.active.sync_data() {

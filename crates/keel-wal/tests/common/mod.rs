@@ -48,6 +48,8 @@ pub fn small_config() -> WalConfig {
     WalConfig {
         segment_size_bytes: 16 << 10,
         frame_size_bytes_max: 4 << 10,
+        // Larger than a batch frame: such an entry gets a frame of its own.
+        entry_size_bytes_max: 8 << 10,
         ..WalConfig::default()
     }
 }
