@@ -338,9 +338,7 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
                 for i in 0..count as u64 {
                     // Indexes near u64::MAX only come from a damaged or forged frame: refused
                     // like any other bad item rather than overflowing.
-                    let index = first
-                        .checked_add(i)
-                        .ok_or("entry index beyond u64::MAX")?;
+                    let index = first.checked_add(i).ok_or("entry index beyond u64::MAX")?;
                     entries.push(p.entry(index)?);
                 }
                 if count == 0 {
