@@ -328,7 +328,10 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
             }
         }
         let frame = reader.window(pos, size).map_err(io_err(&path))?;
-        if header.seq <= scan.last_frame_seq {
+        // A frame numbered u64::MAX leaves no number for the next frame (the writer never gets
+        // near it: only a damaged or forged file holds one); refused like a number that does not
+        // follow, before anything is repaired.
+        if header.seq <= scan.last_frame_seq || header.seq == u64::MAX {
             return Err(corrupt_at(
                 &seg,
                 pos,
@@ -344,6 +347,16 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
             .all(|item| matches!(item, Item::Commit(_) | Item::Supersede { .. }))
         {
             floor = pos + size as u64;
+        }
+        // A segment's first frame starts with its checkpoint. `Replay::apply` checks that per
+        // item, so a first frame with no items at all must be refused here: it would leave the
+        // log without a start (and the assembly indexing entries that do not exist).
+        if !seg.has_frames && items.is_empty() {
+            return Err(corrupt_at(
+                &seg,
+                pos,
+                "a segment must start with exactly one checkpoint",
+            ));
         }
         for (i, item) in items.into_iter().enumerate() {
             let first_in_segment = !seg.has_frames && i == 0;

@@ -336,7 +336,10 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
                 let count = p.count(codec::ENTRY_HEADER_SIZE_BYTES, "entry count")?;
                 let mut entries = Vec::with_capacity(count);
                 for i in 0..count as u64 {
-                    entries.push(p.entry(first + i)?);
+                    // Indexes near u64::MAX only come from a damaged or forged frame: refused
+                    // like any other bad item rather than overflowing.
+                    let index = first.checked_add(i).ok_or("entry index beyond u64::MAX")?;
+                    entries.push(p.entry(index)?);
                 }
                 if count == 0 {
                     return Err("empty entries item".into());

@@ -275,7 +275,11 @@ fn decode_inline(
 ) -> Result<Option<Decoded>, ProtocolError> {
     let start = (*scanned).min(buf.len());
     let Some(offset) = buf[start..].iter().position(|&b| b == b'\n') else {
-        if buf.len() > limits.inline_bytes_max {
+        // A trailing CR may be the first half of the line's CRLF: not counted, so a line of
+        // exactly `inline_bytes_max` bytes is accepted however its bytes arrive (the check
+        // below, once the LF is in, does not count the CR either).
+        let line_so_far = buf.strip_suffix(b"\r").unwrap_or(buf);
+        if line_so_far.len() > limits.inline_bytes_max {
             return Err(ProtocolError::InlineTooLong {
                 max: limits.inline_bytes_max,
             });

@@ -418,3 +418,21 @@ fn the_encoded_length_bound_holds_for_every_reply_shape() {
     let large = Reply::bulk(vec![0u8; 1 << 20]);
     assert!(large.encoded_len_max() <= (1 << 20) + 25);
 }
+
+/// Found by fuzzing (resp_decode): a line of exactly `inline_bytes_max` bytes was refused when
+/// its bytes arrived split between the CR and the LF of its CRLF, and accepted when whole.
+#[test]
+fn an_inline_line_at_the_limit_is_accepted_however_its_crlf_arrives() {
+    let limits = Limits {
+        inline_bytes_max: 8,
+        ..Limits::default()
+    };
+    let mut d = Decoder::new(limits);
+    assert_eq!(d.decode(b"GET abcd\r"), Ok(None));
+    let (frame, used) = d.decode(b"GET abcd\r\n").unwrap().unwrap();
+    assert_eq!(args(&frame), [&b"GET"[..], b"abcd"]);
+    assert_eq!(used, 10);
+    // One byte more is still too long, whole or split.
+    assert!(Decoder::new(limits).decode(b"GET abcde\r").is_err());
+    assert!(parse(b"GET abcde\r\n", &limits).is_err());
+}
