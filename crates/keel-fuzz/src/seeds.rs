@@ -201,7 +201,30 @@ fn peer_frame() -> Vec<Vec<u8>> {
         wire::encode_message(&m, &mut batch);
     }
     out.push(batch);
+    // Messages in parts, with a whole message between two parts, as a sender interleaves them.
+    let mut parted = vec![1];
+    for m in sample_messages().into_iter().take(3) {
+        let mut whole = Vec::new();
+        wire::encode_message(&m, &mut whole);
+        let body = &whole[wire::FRAME_HEADER_SIZE_BYTES..];
+        let cut = body.len() / 2;
+        message_part(body.len(), 0, &body[..cut], &mut parted);
+        wire::encode_message(&sample_messages()[0], &mut parted);
+        message_part(body.len(), cut, &body[cut..], &mut parted);
+    }
+    out.push(parted);
     out
+}
+
+/// One frame of body kind 11 (a part of a message body of `message_len` bytes).
+fn message_part(message_len: usize, offset: usize, data: &[u8], out: &mut Vec<u8>) {
+    let mut body = vec![wire::BODY_MESSAGE_PART];
+    body.extend_from_slice(&(message_len as u32).to_le_bytes());
+    body.extend_from_slice(&(offset as u32).to_le_bytes());
+    body.extend_from_slice(data);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&body);
 }
 
 /// `[kind, len, bytes]` records of the `handshake` target.

@@ -42,6 +42,8 @@ pub fn config() -> WalConfig {
     WalConfig {
         segment_size_bytes: 8192,
         frame_size_bytes_max: 4096,
+        // Larger than a batch frame: such an entry gets a frame of its own.
+        entry_size_bytes_max: 6144,
         snapshots_kept: 2,
         snapshot_size_bytes_max: 1 << 20,
         zero_fill_segments: false,

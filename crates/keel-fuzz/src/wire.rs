@@ -4,7 +4,7 @@ use bytes::Bytes;
 use keel_core::LogId;
 use keel_runtime::wire::{
     self, auth, decode_body, decode_frame, Body, Challenge, Channel, ClusterSecret, Handshake,
-    Response, SnapshotOffer, FRAME_HEADER_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT,
+    Reassembly, Response, SnapshotOffer, FRAME_HEADER_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT,
     SNAPSHOT_CHUNK_BYTES_LIMIT, SNAPSHOT_CONTROL_FRAME_BYTES_MAX,
 };
 use keel_wal::{Fs, SimFs};
@@ -26,15 +26,41 @@ pub fn peer_frame(data: &[u8]) {
         256
     };
     let mut buf = Bytes::copy_from_slice(input.rest());
+    // Parts of a message are put back together as a message connection does.
+    let mut reassembly = Reassembly::default();
     for _ in 0..FRAMES_MAX {
         match decode_frame(&buf, max_bytes) {
             Ok(Some((body, used))) => {
                 assert!(used >= FRAME_HEADER_SIZE_BYTES && used <= buf.len());
                 check_body(&body, &buf[..used]);
+                if let Body::MessagePart(part) = body {
+                    match reassembly.add(part, MESSAGE_BYTES_MAX) {
+                        Ok(Some(whole)) => check_reassembled(whole),
+                        Ok(None) => {}
+                        Err(_) => return, // the connection would close
+                    }
+                }
                 buf = buf.slice(used..);
             }
             Ok(None) | Err(_) => return,
         }
+    }
+}
+
+/// The receiver's message bound in this target: small, so that the fuzzer reaches it.
+const MESSAGE_BYTES_MAX: u32 = 4096;
+
+/// A reassembled body that decodes is a message that encodes back to the same body.
+fn check_reassembled(whole: Bytes) {
+    assert!(whole.len() <= MESSAGE_BYTES_MAX as usize);
+    if let Ok(Body::Message(m)) = wire::decode_body(whole.clone()) {
+        let mut out = Vec::new();
+        wire::encode_message(&m, &mut out);
+        assert_eq!(
+            &out[FRAME_HEADER_SIZE_BYTES..],
+            &whole[..],
+            "a message changed in a reassembly round trip"
+        );
     }
 }
 
@@ -66,6 +92,8 @@ fn encode_body(body: &Body) -> Option<Vec<u8>> {
         Body::Refusal(reason) => wire::encode_refusal(reason, &mut out),
         Body::AuthChallenge(c) => wire::encode_challenge(c, &mut out),
         Body::AuthResponse(r) => wire::encode_response(r, &mut out),
+        // A sender writes parts only through `OutgoingParts`; the reassembled message is checked.
+        Body::MessagePart(_) => return None,
     }
     Some(out)
 }
