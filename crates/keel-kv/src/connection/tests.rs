@@ -323,6 +323,43 @@ fn config_get_answers_what_redis_benchmark_asks() {
 }
 
 #[test]
+fn config_get_reports_the_node_settings() {
+    let mut c = conn();
+    let defaults = reply(
+        &mut c,
+        "CONFIG GET maxmemory* protected-mode maxclients timeout",
+    );
+    for (name, value) in [
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("protected-mode", "yes"),
+        ("maxclients", "10000"),
+        ("timeout", "0"),
+    ] {
+        assert_eq!(
+            map_get(&defaults, name),
+            Some(&Reply::text(value)),
+            "{name}"
+        );
+    }
+    let mut c = conn().with_config(std::sync::Arc::new(super::ConfigValues {
+        maxclients: 900,
+        timeout_seconds: 30,
+        maxmemory: 100 * 1024 * 1024,
+        protected_mode: false,
+    }));
+    let set = reply(&mut c, "CONFIG GET *");
+    for (name, value) in [
+        ("maxmemory", "104857600"),
+        ("protected-mode", "no"),
+        ("maxclients", "900"),
+        ("timeout", "30"),
+    ] {
+        assert_eq!(map_get(&set, name), Some(&Reply::text(value)), "{name}");
+    }
+}
+
+#[test]
 fn info_reports_the_raft_fields() {
     let mut c = conn();
     let Reply::Bulk(info) = reply(&mut c, "INFO") else {

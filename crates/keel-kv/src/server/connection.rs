@@ -126,7 +126,8 @@ pub(super) async fn serve_connection(
         ctx,
         stream,
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
-            .with_requirepass(ctx.requirepass.clone()),
+            .with_requirepass(ctx.requirepass.clone())
+            .with_config(Arc::clone(&ctx.config)),
         client_id: random_client_id(),
         seq: 0,
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone()),

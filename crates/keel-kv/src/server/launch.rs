@@ -13,7 +13,7 @@ use keel_runtime::{Handle, Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use super::config::{LogFormat, ServeSettings};
+pub use super::config::{LogFormat, MemorySize, ServeSettings, YesNo};
 use super::{serve, ClientLimits, KvAdapter, ServerContext};
 use crate::state_machine::KvStateMachine;
 
@@ -66,6 +66,10 @@ pub struct NodeOptions {
     /// `--maxclients`, `--timeout`, `--client-query-buffer-total-bytes`,
     /// `--client-output-buffer-limit-bytes`.
     pub client_limits: ClientLimits,
+    /// `--protected-mode` (`protected.rs`).
+    pub protected_mode: bool,
+    /// `--maxmemory` in bytes (0: no limit).
+    pub maxmemory: u64,
 }
 
 /// A running node and its client listener.
@@ -390,6 +394,16 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .requirepass
         .as_ref()
         .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
+    ctx.protected_mode = options.protected_mode;
+    if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
+        tracing::warn!(
+            node = options.id,
+            "protected mode: no --requirepass, so clients connecting to {client_addr} from \
+             other hosts than the cluster's members are refused (set --requirepass, or \
+             --protected-mode no)"
+        );
+    }
+    ctx.report_config();
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {
