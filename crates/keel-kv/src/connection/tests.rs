@@ -48,6 +48,9 @@ fn node() -> FakeNode {
         connected_clients: 1,
         maxclients: 10_000,
         client_query_buffers_bytes: 16_384,
+        used_memory: 1_572_864,
+        used_memory_rss: 10_485_760,
+        maxmemory: 104_857_600,
     })
 }
 
@@ -383,6 +386,14 @@ fn info_reports_the_raft_fields() {
         "state_digest:00000000deadbeef",
         "db0:keys=3,expires=0,avg_ttl=0",
         "redis_version:7.0.0",
+        "# Memory",
+        "used_memory:1572864",
+        "used_memory_human:1.50M",
+        "used_memory_rss:10485760",
+        "used_memory_rss_human:10.00M",
+        "maxmemory:104857600",
+        "maxmemory_human:100.00M",
+        "maxmemory_policy:noeviction",
     ] {
         assert!(
             text.split("\r\n").any(|l| l == line),

@@ -40,6 +40,7 @@ use super::buffers::QueryBuffer;
 use super::limits::ServerShared;
 use super::{admin, forward, random_client_id, wants_status, Fetched, ServerContext};
 use super::{KvAdapter, FORWARD_CLIENT_NAME};
+use crate::command::QueuedCommand;
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::resp::{Decoder, Reply};
 use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
@@ -359,6 +360,23 @@ impl Session<'_> {
                 self.push(&reply)?;
                 self.flush_all(self.idle_timeout()).await?;
                 return Ok(false);
+            }
+            Dispatch::Write(command) if self.ctx.out_of_memory(command.may_grow_memory()).await => {
+                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
+            }
+            Dispatch::Exec(transaction)
+                if self
+                    .ctx
+                    .out_of_memory(
+                        transaction
+                            .commands
+                            .iter()
+                            .any(|c| matches!(c, QueuedCommand::Write(w) if w.may_grow_memory())),
+                    )
+                    .await =>
+            {
+                // As Redis: the whole transaction is refused, nothing of it runs.
+                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
             }
             Dispatch::Write(command) => {
                 if self.run == Some(Kind::Read) {

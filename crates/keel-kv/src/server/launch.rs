@@ -395,6 +395,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .as_ref()
         .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
     ctx.protected_mode = options.protected_mode;
+    ctx.maxmemory = options.maxmemory;
     if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
         tracing::warn!(
             node = options.id,

@@ -82,6 +82,8 @@ pub struct ServerContext {
     /// `--protected-mode`: without `requirepass`, clients from other hosts than loopback and the
     /// members' are refused (`protected.rs`).
     pub protected_mode: bool,
+    /// `--maxmemory` (0: no limit): past it the leader refuses writes that may grow memory.
+    pub maxmemory: u64,
     /// Members' host names, resolved (for protected mode).
     member_hosts: protected::ResolvedHosts,
     /// What CONFIG GET reports; set once the settings above are.
@@ -111,6 +113,7 @@ impl ServerContext {
             enable_debug_command: false,
             client_limits: ClientLimits::default(),
             protected_mode: true,
+            maxmemory: 0,
             member_hosts: protected::ResolvedHosts::default(),
             config: Arc::default(),
             shared: Arc::default(),
@@ -139,6 +142,9 @@ impl ServerContext {
             maxclients: self.client_limits.maxclients as u64,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,
+            used_memory: stats.used_bytes,
+            used_memory_rss: resident_bytes().unwrap_or(0),
+            maxmemory: self.maxmemory,
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -180,9 +186,24 @@ impl ServerContext {
         self.config = Arc::new(ConfigValues {
             maxclients: self.client_limits.maxclients as u64,
             timeout_seconds: self.client_limits.idle_timeout.map_or(0, |t| t.as_secs()),
-            maxmemory: 0,
+            maxmemory: self.maxmemory,
             protected_mode: self.protected_mode,
         });
+    }
+
+    /// Whether a write that may grow memory (`may_grow`) is refused here: past `maxmemory`, on
+    /// the leader. The leader decides; a follower proposes as usual, is told it does not lead,
+    /// and forwards the write to the leader, which checks its own figure. The runtime is asked
+    /// who leads only when this node's data is past the limit, so writes cost nothing extra
+    /// below it.
+    async fn out_of_memory(&self, may_grow: bool) -> bool {
+        if self.maxmemory == 0 || !may_grow || self.stats.get().used_bytes <= self.maxmemory {
+            return false;
+        }
+        self.handle
+            .status()
+            .await
+            .is_ok_and(|status| status.raft.leader == Some(self.node_id))
     }
 
     /// Whether protected mode can refuse anyone here (on, and no password).
@@ -362,6 +383,23 @@ async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
         }
     }
 }
+
+/// The process's resident set, from `/proc/self/status` (`None` where there is none).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Redis's words for a write refused past `maxmemory`.
+pub(crate) const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// Redis's words.
 const MAXCLIENTS_REACHED: &str = "ERR max number of clients reached";
