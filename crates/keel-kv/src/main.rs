@@ -512,6 +512,11 @@ fn run_serve(args: ServeArgs) -> ExitCode {
                 }
             }
         }
+        let mut options = options;
+        if let Err(e) = launch::fit_descriptors(std::slice::from_mut(&mut options)) {
+            tracing::error!("keel serve: {e}");
+            return ExitCode::FAILURE;
+        }
         let node = match launch::start(&options).await {
             Ok(node) => node,
             Err(e) => {
@@ -569,9 +574,9 @@ fn run_up(args: UpArgs) -> ExitCode {
                 }
             }
         }
-        let mut nodes = Vec::new();
+        let mut all_options = Vec::new();
         for id in ids {
-            let options = NodeOptions {
+            all_options.push(NodeOptions {
                 id,
                 cluster_id: args.tunables.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID),
                 data_dir: args.data_dir.join(format!("node-{id}")),
@@ -597,8 +602,15 @@ fn run_up(args: UpArgs) -> ExitCode {
                 // Loopback only: protected mode never refuses anyone here.
                 protected_mode: true,
                 maxmemory: 0,
-            };
-            match launch::start(&options).await {
+            });
+        }
+        if let Err(e) = launch::fit_descriptors(&mut all_options) {
+            tracing::error!("keel up: {e}");
+            return ExitCode::FAILURE;
+        }
+        let mut nodes = Vec::new();
+        for options in &all_options {
+            match launch::start(options).await {
                 Ok(node) => nodes.push(node),
                 Err(e) => {
                     tracing::error!("keel up: {e}");

@@ -57,9 +57,10 @@ const OUTPUT_KEEP_BYTES: usize = 2 * OUTPUT_FLUSH_BYTES;
 /// How long a connection being closed with an error waits for the client to take it.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Connections being refused (maxclients) that may wait [`CLOSE_GRACE`] at once; beyond, they
-/// are closed without waiting (a flood of them must not pile up tasks).
-const REFUSING_MAX: usize = 64;
+// Connections being refused (maxclients, protected mode) that may wait `CLOSE_GRACE` at once;
+// beyond, they are closed without waiting (a flood of them must not pile up tasks, nor hold
+// descriptors).
+use super::limits::REFUSING_MAX;
 
 /// Whether a request changes state (so a failed forward leaves its outcome unknown).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
