@@ -179,6 +179,17 @@ struct ClientArgs {
     /// once past it [default: 268435456 (256 MiB)].
     #[arg(long)]
     client_output_buffer_limit_bytes: Option<usize>,
+    /// yes: without --requirepass, serve only clients connecting from loopback or from a
+    /// cluster member's host; others are answered `-DENIED ...` and closed [default: yes].
+    #[arg(long, value_name = "yes|no")]
+    protected_mode: Option<launch::YesNo>,
+    /// Refuse writes that may grow memory (`-OOM ...`) while the data takes more than this:
+    /// bytes, or Redis's units (100mb, 4gb) [default: 0, no limit].
+    #[arg(long, value_name = "BYTES")]
+    maxmemory: Option<launch::MemorySize>,
+    /// Only `noeviction` (writes refused past --maxmemory, nothing evicted).
+    #[arg(long)]
+    maxmemory_policy: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -459,6 +470,9 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         timeout: args.clients.timeout,
         client_query_buffer_total_bytes: args.clients.client_query_buffer_total_bytes,
         client_output_buffer_limit_bytes: args.clients.client_output_buffer_limit_bytes,
+        protected_mode: args.clients.protected_mode,
+        maxmemory: args.clients.maxmemory,
+        maxmemory_policy: args.clients.maxmemory_policy,
     };
     let file = match &args.config {
         Some(path) => ServeSettings::load(path)?,
@@ -497,6 +511,11 @@ fn run_serve(args: ServeArgs) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             }
+        }
+        let mut options = options;
+        if let Err(e) = launch::fit_descriptors(std::slice::from_mut(&mut options)) {
+            tracing::error!("keel serve: {e}");
+            return ExitCode::FAILURE;
         }
         let node = match launch::start(&options).await {
             Ok(node) => node,
@@ -555,9 +574,9 @@ fn run_up(args: UpArgs) -> ExitCode {
                 }
             }
         }
-        let mut nodes = Vec::new();
+        let mut all_options = Vec::new();
         for id in ids {
-            let options = NodeOptions {
+            all_options.push(NodeOptions {
                 id,
                 cluster_id: args.tunables.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID),
                 data_dir: args.data_dir.join(format!("node-{id}")),
@@ -580,8 +599,18 @@ fn run_up(args: UpArgs) -> ExitCode {
                 catch_up_timeout_ms: args.tunables.catch_up_timeout_ms,
                 enable_debug_command: false,
                 client_limits: keel_kv::server::ClientLimits::default(),
-            };
-            match launch::start(&options).await {
+                // Loopback only: protected mode never refuses anyone here.
+                protected_mode: true,
+                maxmemory: 0,
+            });
+        }
+        if let Err(e) = launch::fit_descriptors(&mut all_options) {
+            tracing::error!("keel up: {e}");
+            return ExitCode::FAILURE;
+        }
+        let mut nodes = Vec::new();
+        for options in &all_options {
+            match launch::start(options).await {
                 Ok(node) => nodes.push(node),
                 Err(e) => {
                     tracing::error!("keel up: {e}");

@@ -1,7 +1,8 @@
 //! Client-side overload bounds (issue 17), with real sockets against `keel serve` processes:
 //! maxclients, the idle timeout, the total of all query buffers (with the process's RSS), the
-//! output bound of a client that does not read, rate-limited accept errors, and a flood of
-//! connections that does not keep a cluster from committing.
+//! output bound of a client that does not read (with the RSS), rate-limited accept errors,
+//! maxclients fitted to the open file limit, and a flood of 20,000 connections that does not
+//! keep a cluster from committing nor its leader's RSS from its bound.
 //!
 //! Every wait is a retry loop with a generous deadline; nothing asserts a latency.
 
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use keel_kv::Reply;
 use process::{
-    eventually, eventually_within, get, log_tail, raw_request, set, Cluster, Node, TempDir,
-    DEADLINE, IO_TIMEOUT,
+    eventually, eventually_within, get, log_tail, raw_request, set, Cluster, Node, DEADLINE,
+    IO_TIMEOUT,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -286,6 +287,7 @@ fn a_client_that_does_not_read_is_closed_at_its_output_bound() {
     let node = cluster.node(1);
     let value = "x".repeat(MIB);
     set(node, "big", &value);
+    let baseline = rss_bytes(node);
 
     // 200 GETs of 1 MiB, pipelined, and never a reply read.
     let mut slow = connect(node.client_port);
@@ -294,12 +296,23 @@ fn a_client_that_does_not_read_is_closed_at_its_output_bound() {
 
     // Others are served meanwhile; the slow one is closed.
     let mut round = 0;
+    let mut peak = 0;
     eventually("the client that does not read to be closed", || {
+        peak = peak.max(rss_bytes(node));
         round += 1;
         set(node, "other", &round.to_string());
         assert_eq!(get(node, "other"), Some(round.to_string()));
         (clients_field(node, "connected_clients") == 1).then_some(())
     });
+    // What the slow reader pinned: at most its output limit, beyond the allocator's slack.
+    let bound = baseline + limit_bytes + keel_kv::server::limits::RSS_MARGIN_BYTES;
+    eprintln!(
+        "slow reader: RSS baseline {} KiB, peak {} KiB, bound {} KiB",
+        baseline / 1024,
+        peak / 1024,
+        bound / 1024
+    );
+    assert!(peak <= bound, "RSS peak {peak} > bound {bound}");
     let (read, _) = read_to_close(&mut slow);
     assert!(
         read < 200 * MIB,
@@ -322,31 +335,33 @@ fn a_client_that_does_not_read_is_closed_at_its_output_bound() {
 
 #[test]
 fn accept_errors_are_logged_at_a_bounded_rate() {
-    // A node allowed few file descriptors: accepts fail (EMFILE) while clients wait.
-    let dir = TempDir::new("accept-errors");
-    let mut cluster = Cluster::stopped("accept-errors", &[1], &[], &[]);
-    let node = cluster.node_mut(1);
-    let log_path = dir.path().join("node.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_keel"))
-        .args(&node.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    let port = node.client_port;
+    // The node's own accounting keeps clients within its descriptors (see the next test), so
+    // the limit is lowered under the running node, below what it holds: every accept fails
+    // (EMFILE) while clients wait.
+    let mut cluster = Cluster::new("accept-errors", &[1], &[], &[]);
+    let port = cluster.node(1).client_port;
     eventually("the node to serve", || {
         matches!(raw_request(port, &["PING"]), Ok(Reply::Simple(_))).then_some(())
     });
+    let pid = cluster.node(1).pid().unwrap();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let prlimit = |limit: usize| {
+        let status = Command::new("prlimit")
+            .arg(format!("--pid={pid}"))
+            .arg(format!("--nofile={limit}:"))
+            .status()
+            .expect("prlimit (util-linux) is needed");
+        assert!(status.success());
+    };
+    prlimit(open);
     let clients: Vec<TcpStream> = (0..100)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
         .collect();
     let started = Instant::now();
     sleep(Duration::from_secs(3));
+    let log_path = cluster.node(1).log.clone();
     let text = std::fs::read_to_string(&log_path).unwrap();
     let lines: Vec<&str> = text
         .lines()
@@ -365,57 +380,229 @@ fn accept_errors_are_logged_at_a_bounded_rate() {
             .all(|l| l.contains("since the last report") && l.contains("WARN")),
         "{lines:?}"
     );
-    // Descriptors freed, the node serves again.
+    // Descriptors back (the soft limit only was lowered), the node serves again.
+    prlimit(open + 1_000);
     drop(clients);
     eventually("the node to serve again", || {
         matches!(raw_request(port, &["PING"]), Ok(Reply::Simple(_))).then_some(())
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    cluster.node_mut(1).assert_alive();
 }
 
 #[test]
-fn a_flood_of_connections_does_not_keep_the_cluster_from_committing() {
-    let cluster = Cluster::new("flood", &[1, 2, 3], &[], &[]);
-    let leader = cluster.leader();
-    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
-    // 2,000 connections to the leader (the test's descriptor limit is checked first).
-    let limit = rlimit_nofile();
+fn maxclients_is_lowered_to_fit_the_open_file_limit() {
+    let run_with_limit = |name: &str, limit: u32| {
+        let mut cluster = Cluster::stopped(name, &[1], &[], &[]);
+        let node = cluster.node_mut(1);
+        let log = std::fs::File::create(&node.log).unwrap();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_keel"))
+            .args(&node.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        (cluster, child)
+    };
+    // 400 descriptors: 121 for the node itself, 2 per client.
+    let (cluster, mut child) = run_with_limit("fd-fit", 400);
+    let node = cluster.node(1);
+    assert_eq!(clients_field(node, "maxclients"), (400 - 121) / 2);
+    let log = std::fs::read_to_string(&node.log).unwrap();
     assert!(
-        limit >= 2_500,
-        "ulimit -n is {limit}: too low for this test"
+        log.contains("maxclients lowered from 10000 to 139")
+            && log.contains("the open file limit (ulimit -n) is 400"),
+        "{log}"
     );
-    let flood: Vec<TcpStream> = (0..2_000)
-        .map(|i| {
-            let mut stream = connect(cluster.node(leader).client_port);
-            if i % 100 == 0 {
-                ping(&mut stream);
-            }
-            stream
-        })
-        .collect();
-    assert!(clients_field(cluster.node(leader), "connected_clients") >= 2_000);
-    // Followers still reach the leader (forwarding and replication), and writes commit.
-    for (i, &id) in followers.iter().enumerate() {
-        set(cluster.node(id), &format!("during-flood-{i}"), "committed");
-    }
-    for id in [1, 2, 3] {
-        for i in 0..followers.len() {
-            assert_eq!(
-                get(cluster.node(id), &format!("during-flood-{i}")).as_deref(),
-                Some("committed")
-            );
-        }
-    }
-    drop(flood);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Too few for one client: the node does not start, and says why.
+    let (cluster, mut child) = run_with_limit("fd-refuse", 100);
+    let status = eventually("the node to exit", || child.try_wait().unwrap());
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&cluster.node(1).log).unwrap();
+    assert!(
+        log.contains("the open file limit (ulimit -n) of 100 is too low"),
+        "{log}"
+    );
 }
 
-fn rlimit_nofile() -> u64 {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.trim().parse().unwrap_or(u64::MAX)
+/// Raises this process's soft open-file limit to its hard limit; returns the limit.
+fn raise_own_nofile() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+    limit.rlim_cur
+}
+
+#[test]
+fn a_flood_of_connections_keeps_peers_flowing_and_memory_bounded() {
+    const ATTEMPTS: usize = 20_000;
+    const HELD: usize = 3_000;
+    const MAXCLIENTS: usize = 2_000;
+    let own_limit = raise_own_nofile();
+    assert!(
+        own_limit as usize >= HELD + 500,
+        "the hard open file limit is {own_limit}: too low for this test"
+    );
+    let cluster = Cluster::new(
+        "flood",
+        &[1, 2, 3],
+        &[],
+        &["--maxclients", &MAXCLIENTS.to_string()],
+    );
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let leader_port = cluster.node(leader).client_port;
+    let follower_port = cluster.node(follower).client_port;
+    set(cluster.node(follower), "warm", "up");
+    let leader_pid = cluster.node(leader).pid().unwrap();
+    let rss_of = move || {
+        let status = std::fs::read_to_string(format!("/proc/{leader_pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+            .unwrap()
+            * 1024
+    };
+    let baseline = rss_of();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Writes through a follower (forwarded to the leader, replicated to all) all along, on one
+    // connection: its forwarding link to the leader is a client there too, opened before the
+    // flood (a follower's new links are refused like any client while the leader is full).
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut stream = connect(follower_port);
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let key = format!("during-flood-{i}");
+                let request = format!("SET {key} v\r\n");
+                stream.write_all(request.as_bytes()).unwrap();
+                let line = read_line(&mut stream);
+                assert!(line == "+OK" || line.starts_with("-TRYAGAIN"), "{line}");
+                if line == "+OK" {
+                    acked.push((Instant::now(), key));
+                }
+                sleep(Duration::from_millis(20));
+            }
+            acked
+        })
+    };
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_of());
+                sleep(Duration::from_millis(50));
+            }
+            peak
+        })
+    };
+
+    // 20,000 connection attempts against the leader from four threads: one in five of the
+    // first is held (3,000 in all, beyond maxclients), the others send PING and close at once.
+    let started = Instant::now();
+    let flooders: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let (mut held, mut failed) = (Vec::new(), 0);
+                for i in 0..ATTEMPTS / 4 {
+                    match TcpStream::connect(("127.0.0.1", leader_port)) {
+                        Ok(mut stream) => {
+                            let _ = stream.write_all(b"PING\r\n");
+                            if i % 5 == 0 && held.len() < HELD / 4 {
+                                held.push(stream);
+                            }
+                        }
+                        Err(_) => failed += 1,
+                    }
+                }
+                (held, failed)
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut failed = 0;
+    for flooder in flooders {
+        let (h, f) = flooder.join().unwrap();
+        held.extend(h);
+        failed += f;
+    }
+    let flood_time = started.elapsed();
+    // Hold them a while with the writes going on.
+    sleep(Duration::from_secs(3));
+    let flood_end = Instant::now();
+    // Each held connection was served (PONG) or refused (maxclients reached).
+    let (mut served, mut refused) = (0, 0);
+    for stream in &mut held {
+        match read_line(stream).as_str() {
+            "+PONG" => served += 1,
+            "-ERR max number of clients reached" => refused += 1,
+            other => panic!("a held connection was answered {other}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.join().unwrap();
+    let peak = sampler.join().unwrap();
+
+    // (a) Writes through the follower kept being acknowledged during the flood.
+    let during: Vec<&Instant> = acked
+        .iter()
+        .map(|(at, _)| at)
+        .filter(|&&at| at >= started && at <= flood_end)
+        .collect();
+    let mut gaps: Vec<Duration> = during.windows(2).map(|w| *w[1] - *w[0]).collect();
+    gaps.push(
+        during
+            .first()
+            .map_or(flood_end - started, |&&at| at - started),
+    );
+    let longest = gaps.iter().max().copied().unwrap();
+    assert!(
+        during.len() >= 10 && longest < Duration::from_secs(5),
+        "{} writes acknowledged during the flood, longest wait {longest:?}",
+        during.len()
+    );
+    // (b) The cluster keeps a leader; every acknowledged write is there.
+    let after = cluster.leader();
+    for (_, key) in acked.iter().rev().take(20) {
+        assert_eq!(get(cluster.node(after), key).as_deref(), Some("v"));
+    }
+    // (c) The leader's memory stays within the documented bound.
+    let bound = baseline
+        + MAXCLIENTS * keel_kv::server::limits::IDLE_CLIENT_RSS_BYTES_MAX
+        + keel_kv::server::limits::RSS_MARGIN_BYTES;
+    eprintln!(
+        "flood: {ATTEMPTS} attempts ({failed} failed to connect) in {flood_time:?}; of {HELD} held, \
+         {served} served and {refused} refused (maxclients {MAXCLIENTS}); {} writes acknowledged meanwhile, longest \
+         wait {longest:?}; leader {leader} -> {after}; leader RSS baseline {} KiB, peak {} KiB, \
+         bound {} KiB",
+        during.len(),
+        baseline / 1024,
+        peak / 1024,
+        bound / 1024
+    );
+    assert!(
+        served <= MAXCLIENTS && served + refused == held.len() && refused >= HELD - MAXCLIENTS,
+        "{served} held connections served, {refused} refused"
+    );
+    assert!(peak <= bound, "RSS peak {peak} > bound {bound}");
+    drop(held);
 }

@@ -88,6 +88,14 @@ pub enum WriteCommand {
     },
 }
 
+impl WriteCommand {
+    /// Whether the command may make the data take more memory: refused past `maxmemory`, as
+    /// Redis refuses the commands it flags `denyoom` (everything but DEL here).
+    pub fn may_grow_memory(&self) -> bool {
+        !matches!(self, WriteCommand::Del { .. })
+    }
+}
+
 /// SET's NX / XX.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SetCondition {

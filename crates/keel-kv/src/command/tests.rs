@@ -383,3 +383,35 @@ fn debug_subcommands() {
         Err(CommandError::WrongArity("debug".into()))
     );
 }
+
+#[test]
+fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
+    for (line, name) in [
+        ("SET k v", "set"),
+        ("SET k v NX", "set"),
+        ("DEL k", "del"),
+        ("INCR k", "incr"),
+        ("INCRBY k 2", "incrby"),
+        ("DECR k", "decr"),
+        ("DECRBY k 2", "decrby"),
+        ("MSET k v", "mset"),
+        ("APPEND k v", "append"),
+        ("CAS k a b", "cas"),
+    ] {
+        let Ok(Command::Write(command)) = parse(line) else {
+            panic!("{line} is not a write")
+        };
+        let spec = CommandSpec::lookup(name.as_bytes()).unwrap();
+        assert_eq!(
+            command.may_grow_memory(),
+            spec.flags.contains(&"denyoom"),
+            "{line}"
+        );
+    }
+    // Every write in the table is covered above.
+    let writes = COMMAND_TABLE
+        .iter()
+        .filter(|spec| spec.class == CommandClass::Write)
+        .count();
+    assert_eq!(writes, 9);
+}

@@ -43,9 +43,16 @@ pub struct NodeStatus {
     /// Bytes of all client connections' input buffers (`client-query-buffer-total-bytes`
     /// bounds them).
     pub client_query_buffers_bytes: u64,
+    /// The memory the data is counted as taking (`KvStateMachine::used_bytes`): what
+    /// `maxmemory` bounds.
+    pub used_memory: u64,
+    /// The process's resident set (0: unknown).
+    pub used_memory_rss: u64,
+    /// `maxmemory` (0: no limit).
+    pub maxmemory: u64,
 }
 
-const SECTIONS: [&str; 4] = ["server", "clients", "raft", "keyspace"];
+const SECTIONS: [&str; 5] = ["server", "clients", "memory", "raft", "keyspace"];
 
 /// Renders the requested sections (all for none, `default`, `all` or `everything`). Unknown
 /// section names are ignored, as Redis does.
@@ -82,6 +89,7 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
                     );
                 }
             }
+            "memory" => render_memory(&mut out, status),
             "raft" => out.push_str(&render_raft(status)),
             _ => {
                 out.push_str("# Keyspace\r\n");
@@ -97,6 +105,33 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
         }
     }
     out
+}
+
+fn render_memory(out: &mut String, status: &NodeStatus) {
+    out.push_str("# Memory\r\n");
+    line(out, "used_memory", status.used_memory);
+    line(out, "used_memory_human", human(status.used_memory));
+    line(out, "used_memory_rss", status.used_memory_rss);
+    line(out, "used_memory_rss_human", human(status.used_memory_rss));
+    line(out, "used_memory_dataset", status.used_memory);
+    line(out, "maxmemory", status.maxmemory);
+    line(out, "maxmemory_human", human(status.maxmemory));
+    line(out, "maxmemory_policy", "noeviction");
+}
+
+/// Redis's `_human` form: `1.50M`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2}{}", UNITS[unit])
 }
 
 fn render_server(out: &mut String) {

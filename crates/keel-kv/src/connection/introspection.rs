@@ -119,8 +119,31 @@ fn command_docs(spec: &CommandSpec) -> Reply {
     ])
 }
 
+/// The node's settings CONFIG GET reports (the server fills it in; the defaults are keel's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigValues {
+    /// The effective `maxclients` (lowered at start if the file descriptors do not fit it).
+    pub maxclients: u64,
+    /// `timeout`: seconds a client may stay idle; 0: forever.
+    pub timeout_seconds: u64,
+    /// `maxmemory` in bytes; 0: no limit.
+    pub maxmemory: u64,
+    pub protected_mode: bool,
+}
+
+impl Default for ConfigValues {
+    fn default() -> Self {
+        ConfigValues {
+            maxclients: 10_000,
+            timeout_seconds: 0,
+            maxmemory: 0,
+            protected_mode: true,
+        }
+    }
+}
+
 /// The parameters CONFIG GET knows, with values that describe keel truthfully in Redis terms.
-fn config_table(limits: &Limits) -> Vec<(&'static str, String)> {
+fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, String)> {
     vec![
         // Every acknowledged write is in the fsynced Raft log: the equivalent of an AOF with
         // `appendfsync always`. Snapshots are taken by log size, not on a `save` schedule.
@@ -128,9 +151,15 @@ fn config_table(limits: &Limits) -> Vec<(&'static str, String)> {
         ("appendfsync", "always".to_string()),
         ("save", String::new()),
         ("databases", "1".to_string()),
-        ("maxmemory", "0".to_string()),
+        ("maxmemory", config.maxmemory.to_string()),
+        // The only policy keel has: a write that may grow memory is refused past maxmemory.
         ("maxmemory-policy", "noeviction".to_string()),
-        ("timeout", "0".to_string()),
+        ("maxclients", config.maxclients.to_string()),
+        ("timeout", config.timeout_seconds.to_string()),
+        (
+            "protected-mode",
+            if config.protected_mode { "yes" } else { "no" }.to_string(),
+        ),
         ("cluster-enabled", "no".to_string()),
         ("proto-max-bulk-len", limits.bulk_bytes_max.to_string()),
         (
@@ -142,8 +171,8 @@ fn config_table(limits: &Limits) -> Vec<(&'static str, String)> {
 
 /// `CONFIG GET pattern...`: every parameter matching any pattern (glob, case-insensitive), each
 /// once, as a map (RESP3) or a flat name/value array (RESP2).
-pub(crate) fn config_get(patterns: &[Bytes], limits: &Limits) -> Reply {
-    let pairs = config_table(limits)
+pub(crate) fn config_get(patterns: &[Bytes], limits: &Limits, config: &ConfigValues) -> Reply {
+    let pairs = config_table(limits, config)
         .into_iter()
         .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
         .map(|(name, value)| (Reply::text(name), Reply::text(value)))

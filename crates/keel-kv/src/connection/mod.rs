@@ -29,9 +29,12 @@
 mod info;
 mod introspection;
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 pub use info::{MemberInfo, NodeStatus};
+pub use introspection::ConfigValues;
 
 use crate::command::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
@@ -121,6 +124,8 @@ pub struct ClientConnection {
     requirepass: Option<Bytes>,
     /// Whether commands other than AUTH, HELLO ... AUTH and QUIT may run.
     authenticated: bool,
+    /// What CONFIG GET reports of the node's settings.
+    config: Arc<ConfigValues>,
 }
 
 /// Redis's words for a command before AUTH.
@@ -146,7 +151,14 @@ impl ClientConnection {
             queue: None,
             requirepass: None,
             authenticated: true,
+            config: Arc::default(),
         }
+    }
+
+    /// Reports `config` in CONFIG GET.
+    pub fn with_config(mut self, config: Arc<ConfigValues>) -> Self {
+        self.config = config;
+        self
     }
 
     /// Requires `AUTH` with `password` (for the user `default`) before anything else runs.
@@ -301,7 +313,9 @@ impl ClientConnection {
             LocalCommand::Hello(hello) => self.hello(hello),
             LocalCommand::Command(query) => introspection::command_reply(&query),
             LocalCommand::Client(client) => self.client(client),
-            LocalCommand::ConfigGet(patterns) => introspection::config_get(&patterns, &self.limits),
+            LocalCommand::ConfigGet(patterns) => {
+                introspection::config_get(&patterns, &self.limits, &self.config)
+            }
             LocalCommand::Select => Reply::OK,
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),

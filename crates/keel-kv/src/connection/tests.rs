@@ -48,6 +48,9 @@ fn node() -> FakeNode {
         connected_clients: 1,
         maxclients: 10_000,
         client_query_buffers_bytes: 16_384,
+        used_memory: 1_572_864,
+        used_memory_rss: 10_485_760,
+        maxmemory: 104_857_600,
     })
 }
 
@@ -323,6 +326,43 @@ fn config_get_answers_what_redis_benchmark_asks() {
 }
 
 #[test]
+fn config_get_reports_the_node_settings() {
+    let mut c = conn();
+    let defaults = reply(
+        &mut c,
+        "CONFIG GET maxmemory* protected-mode maxclients timeout",
+    );
+    for (name, value) in [
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("protected-mode", "yes"),
+        ("maxclients", "10000"),
+        ("timeout", "0"),
+    ] {
+        assert_eq!(
+            map_get(&defaults, name),
+            Some(&Reply::text(value)),
+            "{name}"
+        );
+    }
+    let mut c = conn().with_config(std::sync::Arc::new(super::ConfigValues {
+        maxclients: 900,
+        timeout_seconds: 30,
+        maxmemory: 100 * 1024 * 1024,
+        protected_mode: false,
+    }));
+    let set = reply(&mut c, "CONFIG GET *");
+    for (name, value) in [
+        ("maxmemory", "104857600"),
+        ("protected-mode", "no"),
+        ("maxclients", "900"),
+        ("timeout", "30"),
+    ] {
+        assert_eq!(map_get(&set, name), Some(&Reply::text(value)), "{name}");
+    }
+}
+
+#[test]
 fn info_reports_the_raft_fields() {
     let mut c = conn();
     let Reply::Bulk(info) = reply(&mut c, "INFO") else {
@@ -346,6 +386,14 @@ fn info_reports_the_raft_fields() {
         "state_digest:00000000deadbeef",
         "db0:keys=3,expires=0,avg_ttl=0",
         "redis_version:7.0.0",
+        "# Memory",
+        "used_memory:1572864",
+        "used_memory_human:1.50M",
+        "used_memory_rss:10485760",
+        "used_memory_rss_human:10.00M",
+        "maxmemory:104857600",
+        "maxmemory_human:100.00M",
+        "maxmemory_policy:noeviction",
     ] {
         assert!(
             text.split("\r\n").any(|l| l == line),

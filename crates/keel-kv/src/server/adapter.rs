@@ -25,6 +25,8 @@ pub struct SmStatsValue {
     pub applied_index: u64,
     pub state_digest: u64,
     pub keys: u64,
+    /// [`KvStateMachine::used_bytes`]: what `maxmemory` bounds.
+    pub used_bytes: u64,
 }
 
 impl SmStats {
@@ -42,6 +44,7 @@ impl SmStats {
             applied_index: sm.applied_index(),
             state_digest: sm.state_digest(),
             keys: sm.len() as u64,
+            used_bytes: sm.used_bytes(),
         };
         let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
         if members.0 != sm.member_addrs_version() {

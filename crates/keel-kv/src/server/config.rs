@@ -10,6 +10,9 @@
 //! cluster-secret-file = "/etc/keel/cluster-secret"   # peers authenticate with it
 //! metrics-addr = "0.0.0.0:9100"
 //! log-format = "json"
+//! protected-mode = "yes"      # or "no" (a TOML boolean works too)
+//! maxmemory = "4gb"           # or a number of bytes; Redis's units: k, kb, m, mb, g, gb
+//! maxmemory-policy = "noeviction"
 //! ```
 //!
 //! Keys are the flag names without `--` (so errors name a setting by its flag). A flag given on
@@ -19,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -37,6 +41,93 @@ pub enum LogFormat {
     /// One JSON object per line (`timestamp`, `level`, `message`, fields, `target`).
     Json,
 }
+
+/// Redis's `yes` / `no` (`--protected-mode yes`); a config file may also give a boolean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YesNo(pub bool);
+
+impl FromStr for YesNo {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "yes" | "true" => Ok(YesNo(true)),
+            "no" | "false" => Ok(YesNo(false)),
+            _ => Err(format!("'{text}': expected yes or no")),
+        }
+    }
+}
+
+/// A number of bytes, in Redis's units (`100mb`): none or `b` bytes, `k` 1000, `kb` 1024, `m`
+/// 1000², `mb` 1024², `g` 1000³, `gb` 1024³, any case. A config file may also give a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemorySize(pub u64);
+
+impl FromStr for MemorySize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let trimmed = text.trim();
+        let split = trimmed
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(trimmed.len());
+        let (digits, unit) = trimmed.split_at(split);
+        let unit_bytes: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" => 1000,
+            "kb" => 1024,
+            "m" => 1000 * 1000,
+            "mb" => 1024 * 1024,
+            "g" => 1000 * 1000 * 1000,
+            "gb" => 1024 * 1024 * 1024,
+            _ => {
+                return Err(format!(
+                    "'{text}': expected bytes, or a number with k, kb, m, mb, g or gb"
+                ))
+            }
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit_bytes))
+            .map(MemorySize)
+            .ok_or_else(|| {
+                format!("'{text}': expected bytes, or a number with k, kb, m, mb, g or gb")
+            })
+    }
+}
+
+/// A string or another TOML scalar, for settings a file may give either way.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Bool(bool),
+    Int(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for YesNo {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Scalar::deserialize(d)? {
+            Scalar::Bool(b) => Ok(YesNo(b)),
+            Scalar::Text(text) => text.parse().map_err(serde::de::Error::custom),
+            Scalar::Int(n) => Err(serde::de::Error::custom(format!("{n}: expected yes or no"))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemorySize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Scalar::deserialize(d)? {
+            Scalar::Int(n) => Ok(MemorySize(n)),
+            Scalar::Text(text) => text.parse().map_err(serde::de::Error::custom),
+            Scalar::Bool(b) => Err(serde::de::Error::custom(format!("{b}: expected bytes"))),
+        }
+    }
+}
+
+/// The only `maxmemory-policy` keel has.
+pub const MAXMEMORY_POLICY: &str = "noeviction";
 
 /// Every setting of `keel serve`, each optional: from the flags or from the file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -77,6 +168,12 @@ pub struct ServeSettings {
     pub timeout: Option<u64>,
     pub client_query_buffer_total_bytes: Option<usize>,
     pub client_output_buffer_limit_bytes: Option<usize>,
+    /// Redis's protected mode (`protected.rs`); default yes.
+    pub protected_mode: Option<YesNo>,
+    /// Writes that may grow memory are refused past this many bytes of data; 0: no limit.
+    pub maxmemory: Option<MemorySize>,
+    /// Only `noeviction`.
+    pub maxmemory_policy: Option<String>,
 }
 
 impl ServeSettings {
@@ -129,6 +226,9 @@ impl ServeSettings {
             client_output_buffer_limit_bytes: self
                 .client_output_buffer_limit_bytes
                 .or(file.client_output_buffer_limit_bytes),
+            protected_mode: self.protected_mode.or(file.protected_mode),
+            maxmemory: self.maxmemory.or(file.maxmemory),
+            maxmemory_policy: self.maxmemory_policy.or(file.maxmemory_policy),
         }
     }
 
@@ -166,6 +266,15 @@ impl ServeSettings {
                 .unwrap_or(defaults.output_buffer_bytes),
         };
         client_limits.validate(&Limits::default())?;
+        if let Some(policy) = &self.maxmemory_policy {
+            if !policy.eq_ignore_ascii_case(MAXMEMORY_POLICY) {
+                return Err(format!(
+                    "--maxmemory-policy {policy}: keel has only {MAXMEMORY_POLICY} (past \
+                     --maxmemory, writes that may grow memory are refused); evicting keys would \
+                     drop writes the cluster acknowledged"
+                ));
+            }
+        }
         let peer_addr = match &self.peer_addr {
             Some(addr) => addr.clone(),
             None => initial_cluster
@@ -201,6 +310,8 @@ impl ServeSettings {
             catch_up_timeout_ms: self.catch_up_timeout_ms,
             enable_debug_command: self.enable_debug_command.unwrap_or(false),
             client_limits,
+            protected_mode: self.protected_mode.is_none_or(|YesNo(on)| on),
+            maxmemory: self.maxmemory.map_or(0, |MemorySize(n)| n),
         })
     }
 }
@@ -232,6 +343,9 @@ mod tests {
         timeout = 300
         client-query-buffer-total-bytes = 536870912
         client-output-buffer-limit-bytes = 8388608
+        protected-mode = "no"
+        maxmemory = "100mb"
+        maxmemory-policy = "noeviction"
     "#;
 
     #[test]
@@ -258,6 +372,8 @@ mod tests {
             Some(PathBuf::from("/etc/keel/secret"))
         );
         assert!(options.enable_debug_command);
+        assert!(!options.protected_mode);
+        assert_eq!(options.maxmemory, 100 * 1024 * 1024);
         assert_eq!(
             options.client_limits,
             ClientLimits {
@@ -292,6 +408,43 @@ mod tests {
             e.contains("--client-query-buffer-total-bytes 1000000") && e.contains("request limit"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn protected_mode_and_maxmemory_take_redis_spellings() {
+        let base = "id = 1\npeer-addr = \"a:1\"\n";
+        let options = |extra: &str| {
+            ServeSettings::from_toml(&format!("{base}{extra}")).and_then(|s| s.node_options())
+        };
+        let defaults = options("").unwrap();
+        assert!(defaults.protected_mode);
+        assert_eq!(defaults.maxmemory, 0);
+        assert!(!options("protected-mode = false").unwrap().protected_mode);
+        assert!(options("protected-mode = \"yes\"").unwrap().protected_mode);
+        let e = options("protected-mode = \"maybe\"").unwrap_err();
+        assert!(e.contains("expected yes or no"), "{e}");
+        assert_eq!(options("maxmemory = 1048576").unwrap().maxmemory, 1 << 20);
+        for (text, bytes) in [
+            ("2k", 2_000),
+            ("2KB", 2_048),
+            ("3m", 3_000_000),
+            ("3mb", 3 << 20),
+            ("1g", 1_000_000_000),
+            ("1Gb", 1 << 30),
+            ("77", 77),
+            ("77b", 77),
+        ] {
+            assert_eq!(text.parse::<MemorySize>(), Ok(MemorySize(bytes)), "{text}");
+        }
+        for bad in ["", "mb", "1tb", "-1", "1.5mb", "99999999999999999999gb"] {
+            assert!(bad.parse::<MemorySize>().is_err(), "{bad}");
+        }
+        let e = options("maxmemory-policy = \"allkeys-lru\"").unwrap_err();
+        assert!(
+            e.contains("--maxmemory-policy allkeys-lru") && e.contains("noeviction"),
+            "{e}"
+        );
+        assert!(options("maxmemory-policy = \"NoEviction\"").is_ok());
     }
 
     #[test]

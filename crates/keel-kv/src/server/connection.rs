@@ -40,6 +40,7 @@ use super::buffers::QueryBuffer;
 use super::limits::ServerShared;
 use super::{admin, forward, random_client_id, wants_status, Fetched, ServerContext};
 use super::{KvAdapter, FORWARD_CLIENT_NAME};
+use crate::command::QueuedCommand;
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::resp::{Decoder, Reply};
 use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
@@ -56,9 +57,10 @@ const OUTPUT_KEEP_BYTES: usize = 2 * OUTPUT_FLUSH_BYTES;
 /// How long a connection being closed with an error waits for the client to take it.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Connections being refused (maxclients) that may wait [`CLOSE_GRACE`] at once; beyond, they
-/// are closed without waiting (a flood of them must not pile up tasks).
-const REFUSING_MAX: usize = 64;
+// Connections being refused (maxclients, protected mode) that may wait `CLOSE_GRACE` at once;
+// beyond, they are closed without waiting (a flood of them must not pile up tasks, nor hold
+// descriptors).
+use super::limits::REFUSING_MAX;
 
 /// Whether a request changes state (so a failed forward leaves its outcome unknown).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -126,7 +128,8 @@ pub(super) async fn serve_connection(
         ctx,
         stream,
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
-            .with_requirepass(ctx.requirepass.clone()),
+            .with_requirepass(ctx.requirepass.clone())
+            .with_config(Arc::clone(&ctx.config)),
         client_id: random_client_id(),
         seq: 0,
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone()),
@@ -358,6 +361,23 @@ impl Session<'_> {
                 self.push(&reply)?;
                 self.flush_all(self.idle_timeout()).await?;
                 return Ok(false);
+            }
+            Dispatch::Write(command) if self.ctx.out_of_memory(command.may_grow_memory()).await => {
+                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
+            }
+            Dispatch::Exec(transaction)
+                if self
+                    .ctx
+                    .out_of_memory(
+                        transaction
+                            .commands
+                            .iter()
+                            .any(|c| matches!(c, QueuedCommand::Write(w) if w.may_grow_memory())),
+                    )
+                    .await =>
+            {
+                // As Redis: the whole transaction is refused, nothing of it runs.
+                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
             }
             Dispatch::Write(command) => {
                 if self.run == Some(Kind::Read) {

@@ -13,7 +13,7 @@ use keel_runtime::{Handle, Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use super::config::{LogFormat, ServeSettings};
+pub use super::config::{LogFormat, MemorySize, ServeSettings, YesNo};
 use super::{serve, ClientLimits, KvAdapter, ServerContext};
 use crate::state_machine::KvStateMachine;
 
@@ -66,6 +66,10 @@ pub struct NodeOptions {
     /// `--maxclients`, `--timeout`, `--client-query-buffer-total-bytes`,
     /// `--client-output-buffer-limit-bytes`.
     pub client_limits: ClientLimits,
+    /// `--protected-mode` (`protected.rs`).
+    pub protected_mode: bool,
+    /// `--maxmemory` in bytes (0: no limit).
+    pub maxmemory: u64,
 }
 
 /// A running node and its client listener.
@@ -294,6 +298,77 @@ fn advertised_client_addr(
         .filter(|addr| keel_runtime::wire::valid_client_addr(addr)))
 }
 
+/// Raises the soft open-file limit to the hard one (as Redis does); returns the limit now in
+/// force (`None` where there is none to read).
+pub fn raise_open_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit only read and write the struct given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                limit = raised;
+            }
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on Linux, not everywhere.
+        Some(limit.rlim_cur as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Fits every node's `maxclients` into the process's open-file limit (raised first), the
+/// nodes sharing it evenly (`keel up` runs three): lowered where it does not fit, with a
+/// warning naming both numbers; an error if a node could serve no client at all. See
+/// `limits.rs`.
+pub fn fit_descriptors(nodes: &mut [NodeOptions]) -> Result<(), String> {
+    let Some(limit) = raise_open_file_limit() else {
+        return Ok(());
+    };
+    let count = nodes.len().max(1) as u64;
+    let share = limit / count;
+    for options in nodes {
+        let members = options.initial_cluster.len();
+        let wanted = options.client_limits.maxclients;
+        let fits = super::limits::fit_maxclients(wanted, members, share)
+            .map_err(|e| format!("node {}: {e}", options.id))?;
+        if fits < wanted {
+            tracing::warn!(
+                node = options.id,
+                "maxclients lowered from {wanted} to {fits}: the open file limit (ulimit -n) \
+                 is {limit}{}, and each client may take {} descriptors besides the {} the node \
+                 keeps for its peers, log and snapshots (raise the hard limit, or set \
+                 --maxclients {fits} to silence this)",
+                if share < limit {
+                    format!(
+                        ", {share} for each of {} nodes in this process",
+                        limit / share
+                    )
+                } else {
+                    String::new()
+                },
+                super::limits::DESCRIPTORS_PER_CLIENT,
+                super::limits::reserved_descriptors(members),
+            );
+            options.client_limits.maxclients = fits;
+        }
+    }
+    Ok(())
+}
+
 /// Recovers (or bootstraps) the node and starts serving clients.
 pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     options
@@ -390,6 +465,17 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .requirepass
         .as_ref()
         .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
+    ctx.protected_mode = options.protected_mode;
+    ctx.maxmemory = options.maxmemory;
+    if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
+        tracing::warn!(
+            node = options.id,
+            "protected mode: no --requirepass, so clients connecting to {client_addr} from \
+             other hosts than the cluster's members are refused (set --requirepass, or \
+             --protected-mode no)"
+        );
+    }
+    ctx.report_config();
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {

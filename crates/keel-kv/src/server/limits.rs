@@ -9,6 +9,15 @@
 //! | `client-query-buffer-total-bytes` | 1 GiB | all connections' input buffers together; a connection whose request would take the total past it is answered an error and closed |
 //! | `client-output-buffer-limit-bytes` | 256 MiB | reply bytes one connection holds that its client has not read; a client that stops reading is closed once past it |
 //!
+//! File descriptors: at start a node raises its soft open-file limit to the hard one (as Redis
+//! does) and checks that `maxclients` fits in it beside what the node itself needs
+//! ([`reserved_descriptors`]). Each client may take two descriptors: its own connection and,
+//! on a follower, the connection that forwards its requests to the leader. If they do not fit,
+//! `maxclients` is lowered to what does, with a warning naming both numbers, as Redis does (a
+//! node that serves fewer clients beats one that does not start; the operator sees the warning
+//! and `INFO clients`); a limit too low for even one client refuses to start. So clients can
+//! never take the descriptors the node's peers, its WAL and snapshots need.
+//!
 //! One connection's input buffer holds at most one partial request, bounded by
 //! [`Limits::request_bytes_max`] (128 MiB), plus one read ([`INPUT_READ_BYTES`]): so the total
 //! must be at least that, or a single legitimate request could never be received.
@@ -18,6 +27,60 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::resp::Limits;
+
+/// Descriptors each client may take: its connection, and the one forwarding its requests.
+pub const DESCRIPTORS_PER_CLIENT: u64 = 2;
+
+/// Descriptors a node needs whatever its peers: standard streams, the client, peer and metrics
+/// listeners, the runtime's epoll and wake-up descriptors, WAL segments (the current one and
+/// the next, prepared ahead), snapshot files being written, read or received, the data
+/// directory, with room to spare.
+pub const FIXED_DESCRIPTORS: u64 = 32;
+
+/// Peers reserved for even in a smaller cluster (so members can be added without a restart).
+pub const RESERVED_PEERS_MIN: u64 = 6;
+
+/// Connections beyond `maxclients` being told so, which hold a descriptor for up to a second.
+pub const REFUSING_MAX: usize = 64;
+
+/// Descriptors a node of a cluster of `members` needs besides its clients': the fixed ones,
+/// four per peer (a message and a snapshot connection each way), the connections being refused,
+/// and the one an accept takes before it is known to be refused.
+pub fn reserved_descriptors(members: usize) -> u64 {
+    let peers = (members as u64).saturating_sub(1).max(RESERVED_PEERS_MIN);
+    FIXED_DESCRIPTORS + 4 * peers + REFUSING_MAX as u64 + 1
+}
+
+/// The `maxclients` that fits in `limit` descriptors for a node of `members`: `maxclients` if
+/// it fits, else the most that does (`Ok` with a smaller value), or an error if not one does.
+pub fn fit_maxclients(maxclients: usize, members: usize, limit: u64) -> Result<usize, String> {
+    let reserved = reserved_descriptors(members);
+    let needed = (maxclients as u64)
+        .saturating_mul(DESCRIPTORS_PER_CLIENT)
+        .saturating_add(reserved);
+    if needed <= limit {
+        return Ok(maxclients);
+    }
+    let fits = limit.saturating_sub(reserved) / DESCRIPTORS_PER_CLIENT;
+    if fits == 0 {
+        return Err(format!(
+            "the open file limit (ulimit -n) of {limit} is too low: a node needs {reserved} \
+             descriptors for itself and {DESCRIPTORS_PER_CLIENT} per client; raise it to at \
+             least {needed} for --maxclients {maxclients}",
+        ));
+    }
+    Ok(fits as usize)
+}
+
+/// The resident memory one idle client connection may add to a node, measured with thousands
+/// of them (its task, its socket's state in the runtime, its 16 KiB input buffer, of which an
+/// idle connection touches only the first pages): so `maxclients` idle clients add at most
+/// `maxclients` times this, plus [`RSS_MARGIN_BYTES`]. The flood test in `tests/overload.rs`
+/// asserts it.
+pub const IDLE_CLIENT_RSS_BYTES_MAX: usize = 32 * 1024;
+
+/// Slack for the allocator's own bookkeeping and what it has not returned yet.
+pub const RSS_MARGIN_BYTES: usize = 32 * 1024 * 1024;
 
 /// Room made in a connection's input buffer for one read.
 pub const INPUT_READ_BYTES: usize = 16 * 1024;
@@ -169,6 +232,25 @@ mod tests {
         let reported: Vec<_> = (1..=40).filter_map(|i| errors.record(ms(i * 50))).collect();
         assert_eq!(reported, [20, 20], "at 1 s and 2 s, each with its count");
         assert_eq!(errors.record(ms(5_000)), Some(1));
+    }
+
+    #[test]
+    fn maxclients_is_lowered_to_what_the_descriptors_hold() {
+        // A three-node cluster reserves for 6 peers all the same.
+        let reserved = reserved_descriptors(3);
+        assert_eq!(reserved, FIXED_DESCRIPTORS + 24 + 65);
+        assert_eq!(reserved_descriptors(11), FIXED_DESCRIPTORS + 40 + 65);
+        assert_eq!(fit_maxclients(10_000, 3, 1 << 20), Ok(10_000));
+        assert_eq!(fit_maxclients(10_000, 3, 20_000 + reserved), Ok(10_000));
+        assert_eq!(fit_maxclients(10_000, 3, 20_000 + reserved - 1), Ok(9_999));
+        assert_eq!(fit_maxclients(10_000, 3, 1_024), Ok((1_024 - 121) / 2));
+        let e = fit_maxclients(10_000, 3, reserved + 1).unwrap_err();
+        assert!(
+            e.contains(&format!("limit (ulimit -n) of {}", reserved + 1))
+                && e.contains("--maxclients 10000")
+                && e.contains(&(20_000 + reserved).to_string()),
+            "{e}"
+        );
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod forward;
 pub mod launch;
 pub mod limits;
 mod membership;
+pub mod protected;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -53,7 +54,7 @@ pub use limits::ClientLimits;
 use limits::{AcceptErrors, ServerShared};
 
 use crate::command::{AdminCommand, DebugCommand};
-use crate::connection::{MemberInfo, NodeInfo, NodeStatus};
+use crate::connection::{ConfigValues, MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
 
 /// The name a forwarding connection gives itself: a node never forwards a request that arrived on
@@ -78,6 +79,15 @@ pub struct ServerContext {
     /// `--enable-debug-command`: whether `DEBUG` runs (otherwise it is refused, as in Redis).
     pub enable_debug_command: bool,
     pub client_limits: ClientLimits,
+    /// `--protected-mode`: without `requirepass`, clients from other hosts than loopback and the
+    /// members' are refused (`protected.rs`).
+    pub protected_mode: bool,
+    /// `--maxmemory` (0: no limit): past it the leader refuses writes that may grow memory.
+    pub maxmemory: u64,
+    /// Members' host names, resolved (for protected mode).
+    member_hosts: protected::ResolvedHosts,
+    /// What CONFIG GET reports; set once the settings above are.
+    pub config: Arc<ConfigValues>,
     /// Connections and their buffers, as the bounds count them.
     shared: Arc<ServerShared>,
     next_connection_id: AtomicU64,
@@ -102,6 +112,10 @@ impl ServerContext {
             requirepass: None,
             enable_debug_command: false,
             client_limits: ClientLimits::default(),
+            protected_mode: true,
+            maxmemory: 0,
+            member_hosts: protected::ResolvedHosts::default(),
+            config: Arc::default(),
             shared: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
@@ -128,6 +142,9 @@ impl ServerContext {
             maxclients: self.client_limits.maxclients as u64,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,
+            used_memory: stats.used_bytes,
+            used_memory_rss: resident_bytes().unwrap_or(0),
+            maxmemory: self.maxmemory,
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -164,6 +181,98 @@ impl ServerContext {
 }
 
 impl ServerContext {
+    /// Fills [`Self::config`] from the settings (call once they are all set).
+    pub fn report_config(&mut self) {
+        self.config = Arc::new(ConfigValues {
+            maxclients: self.client_limits.maxclients as u64,
+            timeout_seconds: self.client_limits.idle_timeout.map_or(0, |t| t.as_secs()),
+            maxmemory: self.maxmemory,
+            protected_mode: self.protected_mode,
+        });
+    }
+
+    /// Whether a write that may grow memory (`may_grow`) is refused here: past `maxmemory`, on
+    /// the leader. The leader decides; a follower proposes as usual, is told it does not lead,
+    /// and forwards the write to the leader, which checks its own figure. The runtime is asked
+    /// who leads only when this node's data is past the limit, so writes cost nothing extra
+    /// below it.
+    async fn out_of_memory(&self, may_grow: bool) -> bool {
+        if self.maxmemory == 0 || !may_grow || self.stats.get().used_bytes <= self.maxmemory {
+            return false;
+        }
+        self.handle
+            .status()
+            .await
+            .is_ok_and(|status| status.raft.leader == Some(self.node_id))
+    }
+
+    /// Whether protected mode can refuse anyone here (on, and no password).
+    fn protecting(&self) -> bool {
+        self.protected_mode && self.requirepass.is_none()
+    }
+
+    /// Whether protected mode refuses a client connecting from `peer`.
+    fn protected_mode_refuses(&self, peer: std::net::IpAddr) -> bool {
+        protected::refuses(
+            self.protected_mode,
+            self.requirepass.is_some(),
+            peer,
+            |ip| {
+                let mut names = Vec::new();
+                self.member_hosts.contains(ip) || self.member_ips(&mut names).contains(&ip)
+            },
+        )
+    }
+
+    /// The IP literals among the members' addresses as this node knows them (see
+    /// `protected.rs`); the host names in `names`.
+    fn member_ips(&self, names: &mut Vec<String>) -> std::collections::HashSet<std::net::IpAddr> {
+        let given = self
+            .peer_addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let recorded = self.stats.member_addrs();
+        let announced = self.handle.client_addrs();
+        let recorded_addrs: Vec<String> = recorded
+            .values()
+            .flat_map(|a| [&a.peer, &a.client])
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let addrs = given
+            .values()
+            .chain(self.client_addrs.values())
+            .chain(announced.values())
+            .chain(recorded_addrs.iter())
+            .map(String::as_str);
+        protected::hosts(addrs, names)
+    }
+
+    /// Resolves the members' host names every [`protected::RESOLVE_INTERVAL`] (while protected
+    /// mode can refuse anyone).
+    async fn resolve_member_hosts(&self) {
+        if !self.protecting() {
+            return;
+        }
+        loop {
+            let mut names = Vec::new();
+            self.member_ips(&mut names);
+            names.sort();
+            names.dedup();
+            let mut resolved = std::collections::HashSet::new();
+            for name in names {
+                let lookup = tokio::net::lookup_host(format!("{name}:0"));
+                if let Ok(Ok(addrs)) =
+                    tokio::time::timeout(protected::RESOLVE_INTERVAL, lookup).await
+                {
+                    resolved.extend(addrs.map(|a| a.ip().to_canonical()));
+                }
+            }
+            self.member_hosts.replace(resolved);
+            tokio::time::sleep(protected::RESOLVE_INTERVAL).await;
+        }
+    }
+
     /// Where `id`'s clients reach it: the command line's override, else the address recorded
     /// with its membership change (`RAFT.MEMBER ADD ... CLIENT`, replicated), else what it
     /// announced in its peer handshakes.
@@ -227,15 +336,33 @@ fn random_client_id() -> u64 {
 /// is told so and closed; failed accepts (out of file descriptors, ...) are retried after a
 /// pause and logged at most once a second.
 pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
+    tokio::join!(accept(listener, &ctx), ctx.resolve_member_hosts());
+}
+
+async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
     let mut errors = AcceptErrors::default();
+    let mut denied = AcceptErrors::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                if ctx.protected_mode_refuses(peer.ip()) {
+                    if let Some(count) = denied.record(std::time::Instant::now()) {
+                        tracing::warn!(
+                            node = ctx.node_id,
+                            client = %peer,
+                            "protected mode: refused {count} client connection(s) from other \
+                             hosts than loopback and the cluster's members since the last \
+                             report (set --requirepass, or --protected-mode no)"
+                        );
+                    }
+                    connection::refuse(stream, &ctx.shared, protected::DENIED);
+                    continue;
+                }
                 let Some(slot) = ctx.shared.admit(ctx.client_limits.maxclients) else {
                     connection::refuse(stream, &ctx.shared, MAXCLIENTS_REACHED);
                     continue;
                 };
-                let ctx = Arc::clone(&ctx);
+                let ctx = Arc::clone(ctx);
                 tokio::spawn(async move {
                     let _slot = slot;
                     let _ = connection::serve_connection(stream, peer, &ctx).await;
@@ -256,6 +383,23 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
         }
     }
 }
+
+/// The process's resident set, from `/proc/self/status` (`None` where there is none).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Redis's words for a write refused past `maxmemory`.
+pub(crate) const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// Redis's words.
 const MAXCLIENTS_REACHED: &str = "ERR max number of clients reached";

@@ -22,9 +22,32 @@ use super::Stored;
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Map {
     values: HashMap<Key, Stored>,
+    /// [`Map::used_bytes`], kept as pairs come and go.
+    used_bytes: u64,
+}
+
+/// What one pair is counted beyond its key and value bytes: roughly its hash table slot (key
+/// inline or its pointer, the value's pointer and hash) and the value's allocation header.
+pub(crate) const PAIR_OVERHEAD_BYTES: u64 = 64;
+
+fn pair_bytes(key_len: usize, value_len: usize) -> u64 {
+    (key_len + value_len) as u64 + PAIR_OVERHEAD_BYTES
 }
 
 impl Map {
+    /// The memory the pairs are counted as taking: their key and value bytes and
+    /// [`PAIR_OVERHEAD_BYTES`] each. A function of the contents alone, so every replica counts
+    /// the same at the same applied index.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    /// Records that the value under a key changed length from `old` to `new` (through
+    /// [`Map::get_mut`]).
+    pub(crate) fn value_resized(&mut self, old: usize, new: usize) {
+        self.used_bytes = self.used_bytes - old as u64 + new as u64;
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.values.len()
     }
@@ -47,12 +70,15 @@ impl Map {
 
     /// Stores `stored` under `key`, which the map does not hold.
     pub(crate) fn insert_new(&mut self, key: &[u8], stored: Stored) {
+        self.used_bytes += pair_bytes(key.len(), stored.value().len());
         let replaced = self.values.insert(Key::new(key), stored);
         debug_assert!(replaced.is_none(), "insert_new of a key already held");
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
-        self.values.remove(key)
+        let removed = self.values.remove(key)?;
+        self.used_bytes -= pair_bytes(key.len(), removed.value().len());
+        Some(removed)
     }
 
     /// Every pair, in ascending key order (sorted now: see the module documentation).
@@ -91,12 +117,19 @@ mod tests {
             map.insert_new(k.as_bytes(), stored(k));
         }
         *map.get_mut(b"b").unwrap() = stored("new");
+        map.value_resized(1, 3);
         assert_eq!(map.remove(b"m"), Some(stored("m")));
         assert_eq!(map.remove(b"m"), None);
         assert!(map.contains_key(b"zz"));
         assert!(!map.contains_key(b"m"));
         assert_eq!(map.get(b"b"), Some(&stored("new")));
         let keys: Vec<&[u8]> = map.sorted().iter().map(|(k, _)| k.as_bytes()).collect();
+        let counted: u64 = map
+            .sorted()
+            .iter()
+            .map(|(k, v)| pair_bytes(k.len(), v.value().len()))
+            .sum();
+        assert_eq!(map.used_bytes(), counted);
         assert_eq!(
             keys,
             [

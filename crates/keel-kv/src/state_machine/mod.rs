@@ -237,6 +237,12 @@ impl KvStateMachine {
         self.data.len()
     }
 
+    /// The memory the data is counted as taking (what `maxmemory` bounds): every key and value
+    /// byte and 64 bytes per pair. The same on every replica at the same applied index.
+    pub fn used_bytes(&self) -> u64 {
+        self.data.used_bytes()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
@@ -443,10 +449,12 @@ impl KvStateMachine {
             Some(stored) => {
                 self.digest ^= stored.pair_hash;
                 stored.pair_hash = hash;
+                let old_len = stored.value.len();
                 match Arc::get_mut(&mut stored.value) {
                     Some(buffer) if buffer.len() == value.len() => buffer.copy_from_slice(value),
                     _ => stored.value = Arc::from(value),
                 }
+                self.data.value_resized(old_len, value.len());
             }
             None => self.data.insert_new(key, Stored::new(value, hash)),
         }

@@ -632,3 +632,39 @@ fn overwrites_in_place_never_reach_a_snapshot_view_or_a_read_reply() {
     let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
     assert_eq!(restored.state_digest(), log.sm.state_digest());
 }
+
+#[test]
+fn used_bytes_follow_every_change_and_survive_a_snapshot() {
+    let pair = |k: &str, v: usize| (k.len() + v) as u64 + map::PAIR_OVERHEAD_BYTES;
+    let mut log = Log::new();
+    assert_eq!(log.sm.used_bytes(), 0);
+    log.apply(set("a", "12345"));
+    assert_eq!(log.sm.used_bytes(), pair("a", 5));
+    // Overwritten in place (same length) and with another length.
+    log.apply(set("a", "54321"));
+    log.apply(set("a", "1"));
+    assert_eq!(log.sm.used_bytes(), pair("a", 1));
+    log.apply(WriteCommand::Append {
+        key: b("a"),
+        value: b("234"),
+    });
+    log.apply(WriteCommand::IncrBy {
+        key: b("n"),
+        delta: 100,
+    });
+    log.apply(WriteCommand::MSet {
+        pairs: vec![(b("x"), b("xx")), (b("y"), b("yyy"))],
+    });
+    let expected = pair("a", 4) + pair("n", 3) + pair("x", 2) + pair("y", 3);
+    assert_eq!(log.sm.used_bytes(), expected);
+    let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
+    assert_eq!(restored.used_bytes(), expected);
+    log.apply(WriteCommand::Del {
+        keys: vec![b("a"), b("x"), b("missing")],
+    });
+    assert_eq!(log.sm.used_bytes(), pair("n", 3) + pair("y", 3));
+    log.apply(WriteCommand::Del {
+        keys: vec![b("n"), b("y")],
+    });
+    assert_eq!(log.sm.used_bytes(), 0);
+}
