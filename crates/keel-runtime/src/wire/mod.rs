@@ -719,6 +719,11 @@ fn put_frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_SIZE_BYTES]);
     body(out);
+    seal_frame(out, start);
+}
+
+/// Fills in the header of the frame at `start`, whose body runs to the end of `out`.
+fn seal_frame(out: &mut [u8], start: usize) {
     let body_start = start + FRAME_HEADER_SIZE_BYTES;
     let len = u32::try_from(out.len() - body_start).expect("frame body under 4 GiB");
     let crc = crc32c::crc32c(&out[body_start..]);
@@ -778,14 +783,18 @@ pub fn encode_message(msg: &Message, out: &mut Vec<u8>) {
 /// nothing and returns its body to be sent in parts.
 pub fn encode_message_or_parts(msg: &Message, out: &mut Vec<u8>) -> Option<OutgoingParts> {
     let start = out.len();
-    encode_message(msg, out);
     let body_start = start + FRAME_HEADER_SIZE_BYTES;
-    if out.len() - body_start <= MESSAGE_PART_BYTES {
-        return None;
+    out.extend_from_slice(&[0u8; FRAME_HEADER_SIZE_BYTES]);
+    out.push(BODY_MESSAGE);
+    encode_message_fields(msg, out);
+    if out.len() - body_start > MESSAGE_PART_BYTES {
+        // Before any checksum: each part gets its own.
+        let body = out.split_off(body_start);
+        out.truncate(start);
+        return Some(OutgoingParts::new(body));
     }
-    let body = out[body_start..].to_vec();
-    out.truncate(start);
-    Some(OutgoingParts::new(body))
+    seal_frame(out, start);
+    None
 }
 
 /// Decodes a verified frame body. Payloads share `body`'s buffer (no copies).
