@@ -17,7 +17,7 @@ enum Backend {
     Wal {
         fs: SimFs,
         /// `None` while the node is down.
-        wal: Option<Wal<SimFs>>,
+        wal: Option<Box<Wal<SimFs>>>,
     },
 }
 
@@ -71,7 +71,7 @@ impl SimDisk {
             Backend::Wal { fs, wal } => {
                 let (opened, recovered) =
                     Wal::open(fs.clone(), wal_dir(), wal_config()).map_err(|e| e.to_string())?;
-                *wal = Some(opened);
+                *wal = Some(Box::new(opened));
                 Ok(recovered.state)
             }
         }

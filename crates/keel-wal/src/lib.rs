@@ -47,8 +47,10 @@
 //! |     32 |   28 | reserved, zero                                                 |
 //! |     60 |    4 | CRC32C of bytes 0..60                                          |
 //!
-//! The header is written and fsynced under the temporary name before the file is renamed into
-//! place, and never rewritten: a segment under its final name always has a durable header, so a
+//! A segment keeps the size it was created with: a writer that finds one on disk never writes
+//! past that size, whatever size it is configured to create, and recovery refuses a segment whose
+//! file length differs from its header's. The header is written and fsynced under the temporary
+//! name before the file is renamed into place, and never rewritten: a segment under its final name always has a durable header, so a
 //! bad header is corruption, never a torn write. The header does not hold the segment's first
 //! index (it is prepared before that is known); the first frame's checkpoint item does.
 //!

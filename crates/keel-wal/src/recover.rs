@@ -76,6 +76,8 @@ pub(crate) enum Tail {
 pub(crate) struct ScannedSegment {
     pub seq: u64,
     pub path: PathBuf,
+    /// The size the segment was created with (its header's, equal to the file's length).
+    pub size_bytes: u64,
     /// Offset one past the last valid frame.
     pub end: u64,
     pub has_frames: bool,
@@ -281,6 +283,7 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
     let mut seg = ScannedSegment {
         seq,
         path: path.clone(),
+        size_bytes: size,
         end: SEGMENT_HEADER_SIZE_BYTES,
         has_frames: false,
         first_index: 0,

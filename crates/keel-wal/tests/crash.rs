@@ -399,3 +399,35 @@ fn an_entry_above_the_bound_is_refused_and_the_largest_is_kept() {
     let (_, recovered) = open_sim(&fs);
     assert_eq!(recovered.state.entries, vec![sized(1, 1, largest)]);
 }
+
+/// A log reopened with larger segments (a changed configuration, or an upgrade whose defaults
+/// grew) keeps filling the segment it finds only up to that segment's own size, so recovery,
+/// which checks every segment against its header, still opens it; new segments take the new size.
+#[test]
+fn a_segment_found_on_disk_keeps_its_size_when_the_configured_size_changes() {
+    let (fs, mut wal) = fresh();
+    let small = small_config();
+    let hs = hard_state(1, Some(1), 0);
+    wal.write_batch(&[write(1, bigs(1, 1, 8), Some(hs))])
+        .unwrap();
+    drop(wal);
+    let larger = keel_wal::WalConfig {
+        segment_size_bytes: 4 * small.segment_size_bytes,
+        entry_size_bytes_max: 2 * small.entry_size_bytes_max,
+        ..small.clone()
+    };
+    let (mut wal, _) = Wal::open(fs.clone(), sim_dir(), larger.clone()).unwrap();
+    // Fits the larger segment size, not what is left of the segment on disk.
+    let payload = larger.entry_payload_bytes_max();
+    assert!(payload as u64 > small.segment_size_bytes / 2);
+    wal.write_batch(&[write(2, vec![sized(1, 9, payload)], Some(hs))])
+        .unwrap();
+    wal.write_batch(&[write(3, bigs(1, 10, 12), Some(hs))])
+        .unwrap();
+    drop(wal);
+    let (_, recovered) = Wal::open(fs.clone(), sim_dir(), larger)
+        .unwrap_or_else(|e| panic!("reopen after a frame in the next segment: {e}"));
+    let last = recovered.state.entries.last().map(|e| e.log_id());
+    assert_eq!(last, Some(LogId::new(1, 12)));
+    assert_eq!(recovered.state.entries[8], sized(1, 9, payload));
+}

@@ -64,6 +64,10 @@ pub struct Wal<F: Fs> {
     /// Live segments, oldest first; the last is the active one.
     segments: VecDeque<SegmentMeta>,
     active: F::File,
+    /// The active segment's size: the configured size for a segment this process prepared, the
+    /// size it was created with for one found on disk (the configuration may have changed since;
+    /// a frame never goes past a segment's own size, which recovery checks against its header).
+    active_size_bytes: u64,
     /// The next segment, created and preallocated ahead of need.
     spare: Option<(u64, F::File)>,
     /// How far the active segment has been written, with frames or with the zeros ahead of
@@ -323,16 +327,21 @@ impl<F: Fs> Wal<F> {
     fn append_frame(&mut self, plan: &Plan<'_>, sync: bool) -> Result<()> {
         self.check_usable()?;
         let mut size = self.encode(plan) as u64;
-        if self.end + size > self.config.segment_size_bytes {
+        if self.end + size > self.active_size_bytes {
             self.rotate()?;
             size = self.encode(plan) as u64;
         }
         let sync = sync || self.end == SEGMENT_HEADER_SIZE_BYTES;
-        assert!(self.end + size <= self.config.segment_size_bytes);
+        assert!(
+            self.end + size <= self.active_size_bytes,
+            "a frame of {size} bytes at {} past the segment's {} bytes",
+            self.end,
+            self.active_size_bytes
+        );
         let path = self.active_path();
         let frame_end = self.end + size;
         let zeros_to = if self.config.zero_fill_segments && frame_end > self.zeroed_to {
-            (frame_end + ZERO_AHEAD_BYTES).min(self.config.segment_size_bytes)
+            (frame_end + ZERO_AHEAD_BYTES).min(self.active_size_bytes)
         } else {
             frame_end
         };
@@ -463,6 +472,7 @@ impl<F: Fs> Wal<F> {
             max_index: self.last_index,
         });
         self.active = file;
+        self.active_size_bytes = self.config.segment_size_bytes;
         self.synced_end = SEGMENT_HEADER_SIZE_BYTES;
         self.end = SEGMENT_HEADER_SIZE_BYTES;
         self.zeroed_to = SEGMENT_HEADER_SIZE_BYTES;
@@ -488,7 +498,7 @@ impl<F: Fs> Wal<F> {
     }
 
     fn maybe_prepare_spare(&mut self) -> Result<()> {
-        if self.spare.is_none() && self.end * 2 >= self.config.segment_size_bytes {
+        if self.spare.is_none() && self.end * 2 >= self.active_size_bytes {
             self.prepare_next_segment()?;
         }
         Ok(())

@@ -70,6 +70,7 @@ impl<F: Fs> Wal<F> {
                 }
                 file.sync_data().map_err(sync_err(&seg.path))?;
                 let mut wal = Wal::new(fs, dir, config, file, seg.end);
+                wal.active_size_bytes = seg.size_bytes;
                 wal.segments = scan.segments[..keep]
                     .iter()
                     .map(|s| SegmentMeta {
@@ -111,6 +112,7 @@ impl<F: Fs> Wal<F> {
         Wal {
             fs,
             dir,
+            active_size_bytes: config.segment_size_bytes,
             config,
             segments: VecDeque::new(),
             active,
