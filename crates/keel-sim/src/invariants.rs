@@ -91,6 +91,16 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// The node seen leading `term`, if any was.
+    pub fn leader_of(&self, term: Term) -> Option<NodeId> {
+        self.leaders.get(&term).copied()
+    }
+
+    /// The term of the entry committed at `index`, if registered.
+    pub fn committed_term(&self, index: Index) -> Option<Term> {
+        self.committed.get(index as usize).map(|c| c.term)
+    }
+
     pub fn max_committed(&self) -> Index {
         self.committed.len().saturating_sub(1) as Index
     }

@@ -108,7 +108,10 @@ fn main() -> ExitCode {
     let mut steps = 0;
     let mut violations = 0;
     let mut ops = 0;
+    let mut membership = keel_sim::MembershipCoverage::default();
+    let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
+        membership.add(&r.membership);
         steps += r.steps;
         ops += r.ops_completed;
         for line in &r.trace {
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
             r.linearizability_check_us as f64 / 1000.0
         );
     }
+    println!("membership: every_size_seeds={every_size} {membership}");
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} jobs={jobs}",

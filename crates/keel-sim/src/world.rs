@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::client::Clients;
+use crate::coverage::{MembershipCoverage, MembershipTracker};
 use crate::disk::SimDisk;
 use crate::history::History;
 use crate::invariants::{Checker, Violation};
@@ -139,6 +140,10 @@ pub struct RunReport {
     pub linearizability_check_us: u64,
     pub trace: Vec<String>,
     pub trace_digest: u64,
+    /// Whether the seed drew membership of every size (`Params::every_size`), and what its
+    /// membership changes covered.
+    pub every_size: bool,
+    pub membership: MembershipCoverage,
 }
 
 pub(crate) struct World {
@@ -156,6 +161,7 @@ pub(crate) struct World {
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
+    pub membership: MembershipTracker,
     pub violation: Option<Violation>,
     mutation: Option<keel_core::Mutation>,
     break_replay: bool,
@@ -167,7 +173,7 @@ pub(crate) struct World {
 impl World {
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let params = Params::draw(&mut rng);
+        let params = Params::draw(cfg.seed, &mut rng);
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
@@ -193,6 +199,7 @@ impl World {
             })
             .collect();
         let clients = Clients::new(params.clients, params.node_count);
+        let initial_voters = params.initial_voters;
         let mut world = World {
             rng,
             params,
@@ -207,6 +214,7 @@ impl World {
             clients,
             history: History::default(),
             checker: Checker::default(),
+            membership: MembershipTracker::new(initial_voters),
             violation: None,
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,
