@@ -306,3 +306,18 @@ fn classic_seeds_keep_at_least_three_voters() {
     }
     assert!(changes > 0, "no membership change in {} seeds", seeds.len());
 }
+
+/// Seed 3001668 of a sweep at 100,000 steps under faults: two voters with 65 entries committed
+/// and, after the healing, a leader with 690 uncommitted entries to ship one per round trip
+/// before its own could commit. The liveness bound counted only committed entries; it now
+/// counts the longest log.
+#[test]
+fn long_uncommitted_log_converges_within_the_bound() {
+    let report = run(&RunConfig {
+        fault_steps: 100_000,
+        ..config(3_001_668, false)
+    });
+    assert!(report.every_size);
+    assert!(report.violation.is_none(), "{:?}", report.violation);
+    assert!(report.steps > 100_000);
+}
