@@ -33,6 +33,10 @@ struct Args {
     /// Stop at the first violation.
     #[arg(long)]
     fail_fast: bool,
+    /// Draw only 3- and 5-voter clusters that never shrink below three voters, as every seed did
+    /// before membership of every size (replays seeds recorded then).
+    #[arg(long)]
+    classic_shapes: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
                             trace: args.trace,
                             mutation,
                             break_replay: false,
+                            classic_shapes: args.classic_shapes,
                         });
                         if report.violation.is_some() && args.fail_fast {
                             stop.store(true, Ordering::Relaxed);

@@ -78,11 +78,19 @@ pub struct Params {
 impl Params {
     /// Draws the parameters of `seed` from `rng` (the run's generator, seeded by it).
     pub fn draw(seed: u64, rng: &mut ChaCha8Rng) -> Params {
+        let mut p = Params::draw_classic(rng);
+        p.draw_every_size(seed);
+        p
+    }
+
+    /// The parameters drawn before membership of every size existed: 3 or 5 voters, never
+    /// fewer than three. Regression seeds recorded before then replay their runs with these.
+    pub fn draw_classic(rng: &mut ChaCha8Rng) -> Params {
         let initial_voters = if rng.random_bool(0.75) { 3 } else { 5 };
         let spare = if rng.random_bool(0.5) { 2 } else { 0 };
         let election_timeout_ticks = rng.random_range(5..=15);
         let net_delay_min = rng.random_range(1..=3);
-        let mut p = Params {
+        Params {
             initial_voters,
             use_wal: rng.random_bool(0.5),
             node_count: initial_voters + spare,
@@ -125,9 +133,7 @@ impl Params {
             hold_partial_appends: rng.random_bool(0.5),
             every_size: false,
             min_voters: 3,
-        };
-        p.draw_every_size(seed);
-        p
+        }
     }
 
     /// Decides whether `seed` runs membership of every size, and its shape if so. This draws from

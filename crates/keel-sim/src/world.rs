@@ -30,6 +30,9 @@ pub struct RunConfig {
     /// Test-only: a restarted node skips the first command it replays, as a state machine whose
     /// applied index was saved ahead of its effects would (S24). The simulator must catch it.
     pub break_replay: bool,
+    /// Draw only the three- and five-voter shapes (`Params::draw_classic`): replays a seed
+    /// recorded before membership of every size existed.
+    pub classic_shapes: bool,
 }
 
 pub(crate) enum Event {
@@ -173,7 +176,11 @@ pub(crate) struct World {
 impl World {
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let params = Params::draw(cfg.seed, &mut rng);
+        let params = if cfg.classic_shapes {
+            Params::draw_classic(&mut rng)
+        } else {
+            Params::draw(cfg.seed, &mut rng)
+        };
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
