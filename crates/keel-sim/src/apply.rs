@@ -66,7 +66,12 @@ impl World {
                             let cmd = Command::decode(data).expect("simulator commands decode");
                             Some(node.sm.apply(&cmd))
                         }
-                        _ => None,
+                        EntryPayload::Membership(m) => {
+                            let leader = self.checker.leader_of(e.term);
+                            self.membership.applied(e.index, m, leader);
+                            None
+                        }
+                        EntryPayload::Noop => None,
                     };
                     let digest = node.sm.digest();
                     let incarnation = node.incarnation;
@@ -102,6 +107,7 @@ impl World {
             return self.fail(v);
         }
         self.trace_line(|| format!("n{id} restores snapshot {}", meta.last));
+        self.membership.restored(&meta);
         if let Err(v) = self.checker.state_digest(id, index, data.digest()) {
             return self.fail(v);
         }

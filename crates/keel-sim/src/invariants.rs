@@ -91,6 +91,16 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// The node seen leading `term`, if any was.
+    pub fn leader_of(&self, term: Term) -> Option<NodeId> {
+        self.leaders.get(&term).copied()
+    }
+
+    /// The term of the entry committed at `index`, if registered.
+    pub fn committed_term(&self, index: Index) -> Option<Term> {
+        self.committed.get(index as usize).map(|c| c.term)
+    }
+
     pub fn max_committed(&self) -> Index {
         self.committed.len().saturating_sub(1) as Index
     }
@@ -241,15 +251,22 @@ impl Checker {
                 _ => {}
             }
         }
-        // Campaigning only as the configuration allows.
+        // Campaigning only as the configuration allows: as a voter of the latest configuration,
+        // or of the latest one the node knows committed while a later one leaves it out (Raft
+        // thesis section 4.2.2: it may still be needed to elect the leader that commits the
+        // later one). A learner, a node never added, and a node that knows its removal
+        // committed never campaign.
         if matches!(status.role, Role::Candidate | Role::PreCandidate)
             && !status.membership.is_voter(id)
+            && !log.membership_at(status.commit).is_voter(id)
         {
             return violation(
                 "membership",
                 format!(
-                    "node {id} campaigns but is not a voter of {:?}",
-                    status.membership
+                    "node {id} campaigns but is not a voter of {:?} nor of {:?} committed at {}",
+                    status.membership,
+                    log.membership_at(status.commit),
+                    status.commit
                 ),
             );
         }

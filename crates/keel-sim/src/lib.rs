@@ -7,6 +7,7 @@
 
 mod apply;
 mod client;
+pub mod coverage;
 mod disk;
 pub mod history;
 pub mod invariants;
@@ -18,6 +19,7 @@ mod run;
 mod transfer;
 mod world;
 
+pub use coverage::MembershipCoverage;
 pub use run::{run, run_catching};
 pub use world::{RunConfig, RunReport};
 

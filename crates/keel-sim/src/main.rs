@@ -33,6 +33,10 @@ struct Args {
     /// Stop at the first violation.
     #[arg(long)]
     fail_fast: bool,
+    /// Draw only 3- and 5-voter clusters that never shrink below three voters, as every seed did
+    /// before membership of every size (replays seeds recorded then).
+    #[arg(long)]
+    classic_shapes: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
                             trace: args.trace,
                             mutation,
                             break_replay: false,
+                            classic_shapes: args.classic_shapes,
                         });
                         if report.violation.is_some() && args.fail_fast {
                             stop.store(true, Ordering::Relaxed);
@@ -108,7 +113,10 @@ fn main() -> ExitCode {
     let mut steps = 0;
     let mut violations = 0;
     let mut ops = 0;
+    let mut membership = keel_sim::MembershipCoverage::default();
+    let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
+        membership.add(&r.membership);
         steps += r.steps;
         ops += r.ops_completed;
         for line in &r.trace {
@@ -136,6 +144,7 @@ fn main() -> ExitCode {
             r.linearizability_check_us as f64 / 1000.0
         );
     }
+    println!("membership: every_size_seeds={every_size} {membership}");
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} jobs={jobs}",

@@ -1,7 +1,7 @@
 //! Per-seed simulation parameters: cluster shape, fault probabilities and timings, all drawn from
 //! the seed so that every seed explores a different corner.
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Simulated time is counted in abstract units; a node ticks every `TICK_INTERVAL` units.
@@ -9,7 +9,7 @@ pub const TICK_INTERVAL: u64 = 10;
 
 #[derive(Clone, Debug)]
 pub struct Params {
-    /// Voters at bootstrap (3 or 5).
+    /// Voters at bootstrap: 3 or 5, or 1 to 5 when `every_size` is drawn.
     pub initial_voters: usize,
     /// Storage: the real write-ahead log over the fault-injecting file layer, or the in-memory
     /// storage (faster; both must behave the same).
@@ -43,6 +43,14 @@ pub struct Params {
     pub crash_weight: u32,
     pub partition_weight: u32,
     pub membership_weight: u32,
+    /// Membership of every size: the nemesis adds and removes voters down to a single one and
+    /// back up (the leader included), adds voters directly or through learners, promotes and
+    /// removes learners. Without it, the voters never drop below three and learners are only
+    /// added and promoted.
+    pub every_size: bool,
+    /// The nemesis never proposes a configuration with fewer voters than this (3 without
+    /// `every_size`, 1 with it).
+    pub min_voters: usize,
     pub transfer_weight: u32,
     pub clock_jump_weight: u32,
     /// Probability of crashing a node right after it sends a vote or an acknowledgement.
@@ -68,7 +76,16 @@ pub struct Params {
 }
 
 impl Params {
-    pub fn draw(rng: &mut ChaCha8Rng) -> Params {
+    /// Draws the parameters of `seed` from `rng` (the run's generator, seeded by it).
+    pub fn draw(seed: u64, rng: &mut ChaCha8Rng) -> Params {
+        let mut p = Params::draw_classic(rng);
+        p.draw_every_size(seed);
+        p
+    }
+
+    /// The parameters drawn before membership of every size existed: 3 or 5 voters, never
+    /// fewer than three. Regression seeds recorded before then replay their runs with these.
+    pub fn draw_classic(rng: &mut ChaCha8Rng) -> Params {
         let initial_voters = if rng.random_bool(0.75) { 3 } else { 5 };
         let spare = if rng.random_bool(0.5) { 2 } else { 0 };
         let election_timeout_ticks = rng.random_range(5..=15);
@@ -114,6 +131,30 @@ impl Params {
             apply_batch: rng.random_range(1..=16),
             // Drawn last: every parameter drawn before it keeps its value for a given seed.
             hold_partial_appends: rng.random_bool(0.5),
+            every_size: false,
+            min_voters: 3,
         }
+    }
+
+    /// Decides whether `seed` runs membership of every size, and its shape if so. This draws from
+    /// a generator of its own, derived from the seed: the run's generator is left exactly where
+    /// `draw` left it, so a seed that keeps the three- or five-voter shape runs as it did before
+    /// this option existed (its regression seeds still replay the runs they were recorded for).
+    ///
+    /// Half the seeds run it. Their sizes at bootstrap are 1 and 2 (a quarter each), 3 and 5 (an
+    /// eighth each) and 4 (a quarter), so that 3- and 5-voter clusters stay the most common
+    /// overall (3: 44%, 5: 19%, 1, 2 and 4: 12.5% each). Every size has spare slots to grow into:
+    /// at least five slots, and at least one spare.
+    fn draw_every_size(&mut self, seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6576_6572_795f_737a);
+        if !rng.random_bool(0.5) {
+            return;
+        }
+        let initial_voters = [1, 1, 2, 2, 3, 4, 4, 5][rng.random_range(0..8)];
+        self.every_size = true;
+        self.min_voters = 1;
+        self.initial_voters = initial_voters;
+        self.node_count = initial_voters.max(4) + 1 + rng.random_range(0..=1);
+        self.membership_weight = rng.random_range(1..=4);
     }
 }

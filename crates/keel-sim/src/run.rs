@@ -37,6 +37,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 linearizability_check_us: 0,
                 trace: Vec::new(),
                 trace_digest: 0,
+                every_size: false,
+                membership: Default::default(),
             }
         }
     }
@@ -51,11 +53,17 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     }
     if w.violation.is_none() {
         w.heal();
-        let deadline = w.now + w.heal_bound();
+        // The bound depends on the logs of every node, so it is taken once the crashed ones are
+        // back (they restart one unit after the healing).
+        let healed_at = w.now;
+        let mut deadline = None;
         let mut converged = false;
-        while w.violation.is_none() && w.now <= deadline {
+        while w.violation.is_none() && deadline.is_none_or(|d| w.now <= d) {
             if !w.step() {
                 break;
+            }
+            if deadline.is_none() && w.now > healed_at + 1 {
+                deadline = Some(healed_at + w.heal_bound());
             }
             if w.steps % 16 == 0 {
                 w.retire_removed();
@@ -97,6 +105,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         linearizability_check_us,
         trace_digest: w.trace_digest(),
         trace: std::mem::take(&mut w.trace),
+        every_size: w.params.every_size,
+        membership: w.membership.coverage.clone(),
     }
 }
 
@@ -218,8 +228,9 @@ impl World {
     }
 
     /// After healing, with neither pre-vote nor check-quorum: shuts down for good every node
-    /// outside the cluster's configuration once that configuration is settled, as an operator
-    /// does with a removed server. Such a node may never hear that the joint configuration was
+    /// outside the cluster's configuration once that configuration is settled (or, with no
+    /// leader to settle it, once no configuration that is or can still be committed needs it:
+    /// `members_still_needed`), as an operator does with a removed server. Such a node may never hear that the joint configuration was
     /// left (no leader of the new one sends to it), so it stays a voter in its own eyes, and
     /// each of its elections deposes the leader: the disruption the Raft thesis (section 4.2.3)
     /// answers with pre-vote or with ignoring vote requests while a leader is heard
@@ -229,7 +240,10 @@ impl World {
         if self.params.pre_vote || self.params.check_quorum {
             return;
         }
-        let Some(members) = self.settled_members() else {
+        let Some(members) = self
+            .settled_members()
+            .or_else(|| self.members_still_needed())
+        else {
             return;
         };
         for id in 1..=self.params.node_count as NodeId {
@@ -281,17 +295,75 @@ impl World {
             .find_map(settled)
     }
 
+    /// Without a settled leader: the nodes a configuration committed now, or committed by a
+    /// later leader, can still need. Those are the members of the latest configuration known
+    /// committed (applied somewhere) and of every configuration entry after it in the log of a
+    /// node that could still lead (one that holds the committed entry at that index: Raft's
+    /// leader completeness); while healing the nemesis is off, so no other configuration can
+    /// arise (a leader finishing a joint change only drops members). Of a committed joint
+    /// configuration's outgoing half, only as many of the members it removes are kept as its
+    /// majority needs: the others' removal is decided (any leader leaves the joint
+    /// configuration by itself), so an operator may shut them down. Seed 439 needs that: in
+    /// C({3,4},{3,4,6}), n6 (behind, unable to win) kept deposing every leader of n3 and n4
+    /// before it could commit anything, with neither pre-vote nor check-quorum to stop it.
+    /// Nothing is decided while a node is down (its log could name another configuration).
+    fn members_still_needed(&self) -> Option<std::collections::BTreeSet<NodeId>> {
+        if self.nodes.iter().any(|n| n.raft.is_none() && !n.retired) {
+            return None;
+        }
+        let (index, membership) = self.membership.committed();
+        let term = self.checker.committed_term(index)?;
+        let mut needed = membership.voters.clone();
+        needed.extend(membership.learners.iter().copied());
+        let staying = membership.outgoing.intersection(&membership.voters).count();
+        let majority = membership.outgoing.len() / 2 + 1;
+        needed.extend(
+            membership
+                .outgoing
+                .difference(&membership.voters)
+                .take(majority.saturating_sub(staying)),
+        );
+        for raft in self.nodes.iter().filter_map(|n| n.raft.as_ref()) {
+            let log = raft.log();
+            if index != 0 && log.term_of_any(index) != Some(term) {
+                continue;
+            }
+            for i in (index + 1).max(log.first_index())..=log.last_index() {
+                if let Some(keel_core::Entry {
+                    payload: keel_core::EntryPayload::Membership(m),
+                    ..
+                }) = log.entry(i)
+                {
+                    needed.extend(m.members());
+                }
+            }
+        }
+        Some(needed)
+    }
+
     /// The stated liveness bound after healing: elections settle within a number of election
     /// timeouts, clients give up within their timeout, a snapshot whose answer was lost before
     /// the healing is abandoned within the core's snapshot timeout (a leader waits that long
     /// before it probes the follower again: seed 419728), and a lagging member is sent at most
-    /// the whole log, one message per round trip in the worst case.
+    /// the whole log, one message per round trip in the worst case. The whole log is the longest
+    /// one any node holds, committed or not: a leader commits nothing of its term until a
+    /// majority holds its entries up to its no-op, however many uncommitted ones come before
+    /// it (seed 3001668 at 100,000 steps: two voters, 65 entries committed, and a leader with
+    /// 690 more to ship one per round trip).
     pub(crate) fn heal_bound(&self) -> u64 {
         let p = &self.params;
         let et = u64::from(p.election_timeout_ticks) * TICK_INTERVAL;
         let snapshot_timeout = u64::from(keel_core::Config::new(1).snapshot_timeout_ticks);
         let round_trip = 2 * p.net_delay_max + p.disk_latency_max + 2;
-        let messages = self.checker.max_committed() / p.max_entries_per_message as u64 + 1;
+        let longest_log = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref())
+            .map(|r| r.log().last_index())
+            .max()
+            .unwrap_or(0)
+            .max(self.checker.max_committed());
+        let messages = longest_log / p.max_entries_per_message as u64 + 1;
         HEAL_BOUND_ELECTION_TIMEOUTS * et
             + snapshot_timeout * TICK_INTERVAL
             + p.client_timeout
@@ -479,6 +551,9 @@ impl World {
             .expect("leader is up")
             .membership()
             .clone();
+        if self.params.every_size {
+            return self.change_membership_any_size(leader, &membership);
+        }
         let candidates: Vec<MembershipChange> = (1..=n)
             .filter_map(|id| {
                 if membership.learners.contains(&id) {
@@ -496,6 +571,62 @@ impl World {
             return;
         }
         let change = candidates[self.rng.random_range(0..candidates.len())].clone();
+        self.propose_membership(leader, change);
+    }
+
+    /// Membership of every size (`Params::every_size`): first a kind of change, uniformly among
+    /// those the configuration allows, then its subject. The kinds: add a learner, add a voter
+    /// directly, promote a learner, remove a learner, remove a voter that is not the leader,
+    /// remove the leader. Choosing the kind first keeps the rare ones (the leader's removal, a
+    /// learner's) as frequent as the common ones, and growing as likely as shrinking, so the
+    /// voters wander over every size from one to the number of slots.
+    ///
+    /// Any slot outside the configuration may be added, including one removed earlier: such a
+    /// node kept its disk (its term, its vote and its log), exactly as a member cut off by a
+    /// partition for the whole time would have, which Raft handles. A removed node is never
+    /// given a fresh disk under its old id: forgetting its vote would let it vote twice in one
+    /// term (the checker's one-vote-per-term invariant would see it).
+    fn change_membership_any_size(&mut self, leader: NodeId, membership: &keel_core::Membership) {
+        use MembershipChange::{AddLearner, AddVoter, Remove};
+        let n = self.params.node_count as NodeId;
+        let absent: Vec<NodeId> = (1..=n).filter(|&id| !membership.contains(id)).collect();
+        let learners: Vec<NodeId> = membership.learners.iter().copied().collect();
+        let followers: Vec<NodeId> = membership
+            .voters
+            .iter()
+            .copied()
+            .filter(|&id| id != leader)
+            .collect();
+        let can_shrink = membership.voters.len() > self.params.min_voters;
+        let leader_is_voter = membership.voters.contains(&leader);
+        let kinds: Vec<u8> = [
+            (0, !absent.is_empty()),
+            (1, !absent.is_empty()),
+            (2, !learners.is_empty()),
+            (3, !learners.is_empty()),
+            (4, can_shrink && !followers.is_empty()),
+            (5, can_shrink && leader_is_voter),
+        ]
+        .into_iter()
+        .filter_map(|(kind, allowed)| allowed.then_some(kind))
+        .collect();
+        if kinds.is_empty() {
+            return;
+        }
+        let kind = kinds[self.rng.random_range(0..kinds.len())];
+        let mut pick = |ids: &[NodeId]| ids[self.rng.random_range(0..ids.len())];
+        let change = match kind {
+            0 => AddLearner(pick(&absent)),
+            1 => AddVoter(pick(&absent)),
+            2 => AddVoter(pick(&learners)),
+            3 => Remove(pick(&learners)),
+            4 => Remove(pick(&followers)),
+            _ => Remove(leader),
+        };
+        self.propose_membership(leader, change);
+    }
+
+    fn propose_membership(&mut self, leader: NodeId, change: MembershipChange) {
         let raft = self.nodes[(leader - 1) as usize]
             .raft
             .as_mut()

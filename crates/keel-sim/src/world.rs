@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::client::Clients;
+use crate::coverage::{MembershipCoverage, MembershipTracker};
 use crate::disk::SimDisk;
 use crate::history::History;
 use crate::invariants::{Checker, Violation};
@@ -29,6 +30,9 @@ pub struct RunConfig {
     /// Test-only: a restarted node skips the first command it replays, as a state machine whose
     /// applied index was saved ahead of its effects would (S24). The simulator must catch it.
     pub break_replay: bool,
+    /// Draw only the three- and five-voter shapes (`Params::draw_classic`): replays a seed
+    /// recorded before membership of every size existed.
+    pub classic_shapes: bool,
 }
 
 pub(crate) enum Event {
@@ -139,6 +143,10 @@ pub struct RunReport {
     pub linearizability_check_us: u64,
     pub trace: Vec<String>,
     pub trace_digest: u64,
+    /// Whether the seed drew membership of every size (`Params::every_size`), and what its
+    /// membership changes covered.
+    pub every_size: bool,
+    pub membership: MembershipCoverage,
 }
 
 pub(crate) struct World {
@@ -156,6 +164,7 @@ pub(crate) struct World {
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
+    pub membership: MembershipTracker,
     pub violation: Option<Violation>,
     mutation: Option<keel_core::Mutation>,
     break_replay: bool,
@@ -167,7 +176,11 @@ pub(crate) struct World {
 impl World {
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let params = Params::draw(&mut rng);
+        let params = if cfg.classic_shapes {
+            Params::draw_classic(&mut rng)
+        } else {
+            Params::draw(cfg.seed, &mut rng)
+        };
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
@@ -193,6 +206,7 @@ impl World {
             })
             .collect();
         let clients = Clients::new(params.clients, params.node_count);
+        let initial_voters = params.initial_voters;
         let mut world = World {
             rng,
             params,
@@ -207,6 +221,7 @@ impl World {
             clients,
             history: History::default(),
             checker: Checker::default(),
+            membership: MembershipTracker::new(initial_voters),
             violation: None,
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,

@@ -70,7 +70,7 @@ impl RaftNode {
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed_ticks += 1;
         if self.election_elapsed_ticks >= self.randomized_election_timeout_ticks
-            && self.is_voter()
+            && self.may_campaign()
             && !self.is_replaying()
         {
             self.start_election(false);
@@ -253,7 +253,7 @@ impl RaftNode {
     }
 
     pub(super) fn on_timeout_now(&mut self) {
-        if self.role != Role::Leader && self.is_voter() && !self.is_replaying() {
+        if self.role != Role::Leader && self.may_campaign() && !self.is_replaying() {
             self.start_election(true);
         }
     }

@@ -441,7 +441,7 @@ impl RaftNode {
 
     /// Starts an election at once (used to bootstrap a cluster quickly; normally timeouts do it).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader && self.is_voter() && !self.is_replaying() {
+        if self.role != Role::Leader && self.may_campaign() && !self.is_replaying() {
             self.start_election(false);
         }
     }
@@ -628,6 +628,20 @@ impl RaftNode {
 
     fn is_voter(&self) -> bool {
         self.log.membership().is_voter(self.id)
+    }
+
+    /// Whether this node may start an election: as a voter of its latest configuration, or
+    /// (Raft thesis section 4.2.2) as a voter of the latest configuration it knows committed,
+    /// while a later one that leaves it out is not known committed. Without the second case a
+    /// removed leader that crashed after appending C(new), and before any voter of C(new) got
+    /// it, never campaigns (it is not in C(new)), while the voters that still hold C(old,new)
+    /// need its vote and cannot get it (its log is longer): no leader ever again (a 2-voter
+    /// cluster removing its leader, `removed_leader_with_uncommitted_config_campaigns`). Its own
+    /// vote counts only where it is a voter: `vote_result` counts the latest configuration's
+    /// voters. Once it knows C(new) committed — at the latest when, elected, it commits C(new)
+    /// itself and steps down — it stops.
+    fn may_campaign(&self) -> bool {
+        self.is_voter() || self.log.membership_at(self.commit).is_voter(self.id)
     }
 
     fn committed_and_durable(&self) -> Index {

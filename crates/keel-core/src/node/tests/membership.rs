@@ -228,6 +228,44 @@ fn membership_remove_leader_steps_down_after_commit() {
         .any(|m| is_vote_traffic(m) && m.from == 1));
 }
 
+/// Raft thesis section 4.2.2: a node left out of its latest configuration still campaigns while
+/// that configuration is not known committed, since the voters that hold only C(old,new) may need
+/// it. Here a two-voter cluster removes its leader n1: C(old,new) commits, n1 appends C(new)={2}
+/// and crashes before n2 gets it. n2 needs both votes of {1,2} and n1's log is longer, so only n1
+/// can win; it must campaign, commit C(new) through n2 and step down, and n2 then leads alone.
+/// Found by the simulator (seed 268 of the first sweep with membership of every size).
+#[test]
+fn removed_leader_with_uncommitted_config_campaigns() {
+    let mut c = Cluster::new(2);
+    c.elect(1);
+    c.propose_and_commit(1, "x");
+    c.set_filter(|m| !carries_config(m, |c| !c.is_joint()));
+    let entered = c
+        .node_mut(1)
+        .propose_membership(MembershipChange::Remove(1))
+        .expect("leader");
+    c.run_until_quiet();
+    assert_eq!(c.node(2).membership(), &joint(&[2], &[1, 2]));
+    assert_eq!(c.node(1).membership(), &Membership::new_voters([2]));
+    assert!(c.node(1).commit_index() >= entered.index);
+    c.crash(1);
+    c.restart(1);
+    c.clear_filter();
+
+    c.tick_all(10 * ET);
+    assert_eq!(c.leader(), Some(2), "no leader after the leader's removal");
+    assert_eq!(c.node(2).membership(), &Membership::new_voters([2]));
+    c.propose_and_commit(2, "after");
+    // n1 committed C(new) itself as the leader that stepped down: it never campaigns again.
+    assert!(c.node(1).commit_index() > entered.index);
+    assert_eq!(c.node(1).role(), Role::Follower);
+    let mark = c.sent.len();
+    c.tick_all(5 * ET);
+    assert!(!c.sent[mark..]
+        .iter()
+        .any(|m| is_vote_traffic(m) && m.from == 1));
+}
+
 #[test]
 fn membership_only_one_change_in_flight() {
     let mut c = cluster_with_joining(&[4, 5]);
