@@ -5,7 +5,7 @@
 mod process;
 
 use keel_kv::Reply;
-use process::{eventually, raw_request, Cluster};
+use process::{info_field, raw_request, Cluster};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 const MAXMEMORY: u64 = 256 * 1024;
@@ -17,17 +17,7 @@ fn ok(reply: Result<Reply, String>) -> bool {
 
 /// A line of `INFO memory` on `port`.
 fn memory_field(port: u16, key: &str) -> u64 {
-    eventually(&format!("INFO memory {key}"), || {
-        match raw_request(port, &["INFO", "memory"]).ok()? {
-            Reply::Bulk(text) => String::from_utf8_lossy(&text)
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}:")).map(str::to_string))?
-                .trim()
-                .parse()
-                .ok(),
-            _ => None,
-        }
-    })
+    info_field(port, "memory", key)
 }
 
 #[test]

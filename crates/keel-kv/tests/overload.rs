@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use keel_kv::Reply;
 use process::{
-    eventually, eventually_within, get, log_tail, raw_request, set, Cluster, Node, DEADLINE,
-    IO_TIMEOUT,
+    eventually, eventually_within, get, info_field, log_tail, raw_request, set, Cluster, Node,
+    DEADLINE, IO_TIMEOUT,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -63,7 +63,8 @@ fn read_to_close(stream: &mut TcpStream) -> (usize, bool) {
     }
 }
 
-fn info_field(node: &Node, key: &str) -> u64 {
+/// An `INFO raft` field of `node`.
+fn raft_field(node: &Node, key: &str) -> u64 {
     eventually(&format!("INFO {key} of node {}", node.id), || {
         node.info_u64(key)
     })
@@ -71,17 +72,7 @@ fn info_field(node: &Node, key: &str) -> u64 {
 
 /// `INFO clients` fields (the process helper asks for `INFO raft`).
 fn clients_field(node: &Node, key: &str) -> u64 {
-    eventually(&format!("INFO clients {key}"), || {
-        match raw_request(node.client_port, &["INFO", "clients"]).ok()? {
-            Reply::Bulk(text) => String::from_utf8_lossy(&text)
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}:")).map(str::to_string))?
-                .trim()
-                .parse()
-                .ok(),
-            _ => None,
-        }
-    })
+    info_field(node.client_port, "clients", key)
 }
 
 /// The process's resident memory in bytes (`VmRSS` in `/proc/<pid>/status`).
@@ -101,7 +92,7 @@ fn maxclients_refuses_new_clients_and_spares_the_others_and_the_peers() {
     let cluster = Cluster::new("maxclients", &[1, 2, 3], &[], &["--maxclients", "6"]);
     let leader = cluster.leader();
     let follower = cluster.node([1, 2, 3].into_iter().find(|&id| id != leader).unwrap());
-    assert_eq!(info_field(follower, "leader_id"), leader);
+    assert_eq!(raft_field(follower, "leader_id"), leader);
     // Connections this test closed a moment ago (the INFO polls) may not be counted out yet.
     let mut held: Vec<TcpStream> = Vec::new();
     while held.len() < 6 {

@@ -99,6 +99,21 @@ pub fn raw_request(port: u16, args: &[&str]) -> Result<keel_kv::Reply, String> {
     }
 }
 
+/// A numeric field of `INFO <section>` on `port`, waited for until the node answers it.
+pub fn info_field(port: u16, section: &str, key: &str) -> u64 {
+    eventually(&format!("INFO {section} {key}"), || {
+        match raw_request(port, &["INFO", section]).ok()? {
+            keel_kv::Reply::Bulk(text) => String::from_utf8_lossy(&text)
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}:")).map(str::to_string))?
+                .trim()
+                .parse()
+                .ok(),
+            _ => None,
+        }
+    })
+}
+
 /// SET over [`raw_request`] until acknowledged (TRYAGAIN while leadership settles is fine;
 /// nothing else is).
 pub fn raw_set(port: u16, key: &str, value: &str) {
