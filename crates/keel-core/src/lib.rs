@@ -58,16 +58,33 @@ pub enum Mutation {
     InstallBelowCommit,
     /// Keep log entries after a snapshot whose last (index, term) the log does not hold.
     KeepConflictingSuffix,
+    // Runtime and application variants: branches in keel-engine and keel-kv code that the
+    // server runs too (compiled out without the feature).
+    /// A snapshot restore overtakes committed entries still queued in the apply pipeline.
+    ApplySnapshotOverPending,
+    /// The storage worker reports a write durable before its sync.
+    StorageCompleteBeforeSync,
+    /// A resumed snapshot transfer starts one chunk after the offset the receiver holds.
+    SnapshotResumeSkipsChunk,
+    /// The key-value state machine ignores request ids: a retried request applies twice.
+    DedupOff,
+    /// A forwarded request retried after a lost link is sent under a new request id.
+    ForwardRetryNewId,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
         Mutation::ReadWithoutTermCommit,
         Mutation::InstallBelowCommit,
         Mutation::KeepConflictingSuffix,
+        Mutation::ApplySnapshotOverPending,
+        Mutation::StorageCompleteBeforeSync,
+        Mutation::SnapshotResumeSkipsChunk,
+        Mutation::DedupOff,
+        Mutation::ForwardRetryNewId,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +95,11 @@ impl Mutation {
             Mutation::ReadWithoutTermCommit => "read-without-term-commit",
             Mutation::InstallBelowCommit => "install-below-commit",
             Mutation::KeepConflictingSuffix => "keep-conflicting-suffix",
+            Mutation::ApplySnapshotOverPending => "apply-snapshot-over-pending",
+            Mutation::StorageCompleteBeforeSync => "storage-complete-before-sync",
+            Mutation::SnapshotResumeSkipsChunk => "snapshot-resume-skips-chunk",
+            Mutation::DedupOff => "dedup-off",
+            Mutation::ForwardRetryNewId => "forward-retry-new-id",
         }
     }
 
