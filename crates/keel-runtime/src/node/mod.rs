@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::apply::{self, StateMachine};
-use crate::handle::{Handle, ReplayStats};
+use crate::handle::Handle;
 use crate::storage;
 use crate::transport::{Transport, TransportConfig};
 
@@ -217,7 +217,7 @@ impl<S: StateMachine> Node<S> {
         let (apply_queue, apply_thread) = apply::spawn(
             sm,
             applied,
-            apply::SnapshotPolicy {
+            keel_engine::SnapshotPolicy {
                 entries_max: config.snapshot_threshold_entries.max(1),
                 bytes_max: config.snapshot_threshold_bytes.max(1),
                 bytes_min: config.snapshot_min_log_bytes.max(1),
@@ -256,31 +256,34 @@ impl<S: StateMachine> Node<S> {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             client_addrs: transport.client_addrs(),
         };
+        let engine = keel_engine::NodeEngine::new(
+            config.id,
+            keel_engine::EngineLimits {
+                pending_proposals_max: config.pending_proposals_max,
+                pending_reads_max: config.pending_reads_max,
+                entry_bytes_max,
+            },
+            applied,
+            replay_target,
+        );
         let driver = driver::Driver {
             membership: raft.membership().clone(),
             raft,
-            transport,
-            storage: storage_tx,
-            apply: apply_queue,
-            events_tx,
-            apply_sent: applied,
-            pending_proposals: BTreeMap::new(),
-            pending_reads: BTreeMap::new(),
-            waiting_reads: Vec::new(),
-            next_read_ctx: 1,
-            snapshot_data,
-            last_snapshot_bytes,
-            snapshot_sends: HashMap::new(),
-            snapshot_writing: false,
-            snapshot_next_view: None,
-            snapshot_waiters: Vec::new(),
-            replay: ReplayStats {
-                target_index: replay_target,
-                ..ReplayStats::default()
+            engine,
+            io: driver::Io {
+                transport,
+                apply: apply_queue,
+                events_tx,
+                snapshot_data,
+                last_snapshot_bytes,
+                snapshot_sends: HashMap::new(),
+                metrics: crate::metrics::NodeMetrics::new(config.id),
             },
-            serving: false,
+            storage: storage_tx,
+            snapshot_writing: keel_engine::SnapshotWriting::default(),
+            snapshot_waiters: Vec::new(),
+            replay_duration: Duration::ZERO,
             stopping: false,
-            metrics: crate::metrics::NodeMetrics::new(config.id),
             refused: refused::RefusedMessages::new(config.id),
             started,
             config,

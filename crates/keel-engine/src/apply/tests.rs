@@ -1,0 +1,207 @@
+use bytes::Bytes;
+use keel_core::{Entry, EntryPayload, LogId, SnapshotMeta};
+
+use super::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
+use crate::state_machine::{SnapshotWriter, StateMachine};
+
+const MIB: u64 = 1 << 20;
+
+fn policy() -> SnapshotPolicy {
+    SnapshotPolicy {
+        entries_max: 1_000_000,
+        bytes_max: 256 * MIB,
+        bytes_min: 16 * MIB,
+        log_to_state_ratio: 4,
+    }
+}
+
+#[test]
+fn a_small_state_waits_for_the_minimum() {
+    let p = policy();
+    assert!(!p.due(1000, 16 * MIB - 1, 1024));
+    assert!(p.due(1000, 16 * MIB, 1024));
+}
+
+#[test]
+fn a_larger_state_waits_for_its_multiple() {
+    let p = policy();
+    assert!(!p.due(1000, 40 * MIB - 1, 10 * MIB));
+    assert!(p.due(1000, 40 * MIB, 10 * MIB));
+}
+
+#[test]
+fn the_maximum_caps_a_huge_state_and_entries_cap_tiny_entries() {
+    let p = policy();
+    assert!(p.due(1000, 256 * MIB, 1 << 40));
+    assert!(!p.due(1000, 256 * MIB - 1, 1 << 40));
+    assert!(p.due(1_000_000, 0, 0));
+    assert!(!p.due(999_999, 0, 0));
+}
+
+#[test]
+fn ratio_zero_leaves_the_minimum_and_no_overflow() {
+    let p = SnapshotPolicy {
+        log_to_state_ratio: 0,
+        ..policy()
+    };
+    assert!(p.due(1, 16 * MIB, 1 << 40));
+    let p = SnapshotPolicy {
+        log_to_state_ratio: u64::MAX,
+        ..policy()
+    };
+    assert!(p.due(1, 256 * MIB, u64::MAX));
+}
+
+/// A state machine that records the data it applied, in order.
+#[derive(Default)]
+struct Log(Vec<u8>);
+
+impl StateMachine for Log {
+    fn apply(&mut self, _index: u64, data: &Bytes) -> Bytes {
+        self.0.extend_from_slice(data);
+        Bytes::copy_from_slice(&self.0)
+    }
+    fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
+        Box::new(self.0.clone())
+    }
+    fn restore(&mut self, data: &[u8]) {
+        self.0 = data.to_vec();
+    }
+}
+
+fn entry(index: u64, byte: u8) -> Entry {
+    Entry {
+        index,
+        term: 1,
+        payload: EntryPayload::Normal(Bytes::copy_from_slice(&[byte])),
+    }
+}
+
+fn meta(index: u64) -> SnapshotMeta {
+    SnapshotMeta {
+        last: LogId::new(1, index),
+        ..SnapshotMeta::initial(Default::default())
+    }
+}
+
+#[test]
+fn entries_apply_in_order_and_answer_their_proposers() {
+    let mut a = Applier::new(Log::default(), 0, policy());
+    let mut answers = Vec::new();
+    a.apply_entries(
+        vec![(entry(1, b'a'), Some(10)), (entry(2, b'b'), None)],
+        |e, reply, result, _| answers.push((e.index, reply, result)),
+    )
+    .unwrap();
+    assert_eq!(a.applied(), 2);
+    assert_eq!(a.state().0, b"ab");
+    assert_eq!(answers[0], (1, Some(10), Bytes::from_static(b"a")));
+    assert_eq!(answers[1], (2, None, Bytes::from_static(b"ab")));
+}
+
+#[test]
+fn a_gap_a_repeat_or_a_restore_behind_is_refused_and_changes_nothing() {
+    let mut a = Applier::new(Log::default(), 0, policy());
+    let none: Option<u8> = None;
+    a.apply_entries(vec![(entry(1, b'a'), none)], |_, _, _, _| {})
+        .unwrap();
+    let gap = a.apply_entries(vec![(entry(3, b'c'), none)], |_, _, _, _| {});
+    assert_eq!(
+        gap,
+        Err(PipelineError::OutOfOrder {
+            index: 3,
+            applied: 1
+        })
+    );
+    let repeat = a.apply_entries(vec![(entry(1, b'a'), none)], |_, _, _, _| {});
+    assert!(matches!(repeat, Err(PipelineError::OutOfOrder { .. })));
+    assert_eq!(
+        a.restore(&meta(1), b"zz"),
+        Err(PipelineError::RestoreBehind {
+            index: 1,
+            applied: 1
+        })
+    );
+    assert_eq!((a.applied(), &a.state().0[..]), (1, &b"a"[..]));
+    a.restore(&meta(5), b"abcde").unwrap();
+    assert_eq!((a.applied(), &a.state().0[..]), (5, &b"abcde"[..]));
+    a.apply_entries(vec![(entry(6, b'f'), none)], |_, _, _, _| {})
+        .unwrap();
+    assert_eq!(a.state().0, b"abcdef");
+}
+
+#[test]
+fn a_snapshot_is_due_by_the_policy_and_taking_one_restarts_the_count() {
+    let mut a = Applier::new(
+        Log::default(),
+        0,
+        SnapshotPolicy {
+            entries_max: 2,
+            ..policy()
+        },
+    );
+    let none: Option<u8> = None;
+    a.apply_entries(vec![(entry(1, b'a'), none)], |_, _, _, _| {})
+        .unwrap();
+    assert!(!a.snapshot_due(0));
+    a.apply_entries(vec![(entry(2, b'b'), none)], |_, _, _, _| {})
+        .unwrap();
+    assert!(a.snapshot_due(0));
+    let (index, view) = a.take_snapshot();
+    let mut bytes = Vec::new();
+    view.write_to(&mut bytes).unwrap();
+    assert_eq!((index, &bytes[..]), (2, &b"ab"[..]));
+    assert!(!a.snapshot_due(0));
+}
+
+type Item = ApplyItem<u8, u8, u8>;
+
+fn kinds(q: &mut ApplyQueue<u8, u8, u8>) -> String {
+    let mut out = String::new();
+    while let Some(item) = q.pop() {
+        out.push(match item {
+            Item::Entries(_) => 'E',
+            Item::Restore { .. } => 'R',
+            Item::Read(_) => 'r',
+            Item::Snapshot => 'S',
+        });
+    }
+    out
+}
+
+#[test]
+fn the_queue_keeps_log_order() {
+    let mut q = ApplyQueue::default();
+    q.push(Item::Entries(vec![(entry(1, b'a'), None)]));
+    q.push(Item::Read(1));
+    q.push(Item::Restore {
+        meta: meta(9),
+        snapshot: 0,
+    });
+    q.push(Item::Snapshot);
+    assert_eq!(q.len(), 4);
+    assert_eq!(kinds(&mut q), "ErRS");
+    assert!(q.is_empty());
+}
+
+/// The mutation the simulator must catch: a restore overtakes the entries queued before it, and
+/// the applier then refuses them.
+#[cfg(feature = "mutations")]
+#[test]
+fn the_mutated_queue_lets_a_restore_overtake_and_the_applier_refuses_what_follows() {
+    let mut q = ApplyQueue::with_mutation(Some(keel_core::Mutation::ApplySnapshotOverPending));
+    q.push(Item::Entries(vec![(entry(1, b'a'), None)]));
+    q.push(Item::Restore {
+        meta: meta(9),
+        snapshot: 0,
+    });
+    let mut a = Applier::new(Log::default(), 0, policy());
+    let Some(Item::Restore { meta, .. }) = q.pop() else {
+        panic!("the restore comes first")
+    };
+    a.restore(&meta, b"snapshot").unwrap();
+    let Some(Item::Entries(batch)) = q.pop() else {
+        panic!("then the entries")
+    };
+    assert!(a.apply_entries(batch, |_, _, _, _| {}).is_err());
+}

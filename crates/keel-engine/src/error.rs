@@ -1,0 +1,31 @@
+//! Why a client request did not produce a result.
+
+use std::net::SocketAddr;
+
+use keel_core::NodeId;
+
+/// Why a request did not produce a result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Definitely not applied: this node is not the leader (or the entry was overwritten).
+    /// Retry at `leader` if known.
+    #[error("not the leader (leader hint: {leader:?} at {leader_addr:?})")]
+    NotLeader {
+        leader: Option<NodeId>,
+        leader_addr: Option<SocketAddr>,
+    },
+    /// The outcome is unknown (timeout, or committed under a snapshot): it may or may not have
+    /// been applied. Retry only with a request id the state machine deduplicates.
+    #[error("outcome unknown (timed out or leadership changed)")]
+    Unknown,
+    /// A bound was reached (pending proposals or reads, uncommitted entries, a transfer in
+    /// progress): not applied, retry later.
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    /// Refused by the core (for instance a membership change while another is in progress).
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The node is shutting down or gone.
+    #[error("the node is shut down")]
+    Shutdown,
+}

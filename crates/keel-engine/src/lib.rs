@@ -1,0 +1,30 @@
+//! keel-engine: the decisions of a running node, without I/O.
+//!
+//! keel-core decides the protocol; this crate decides what a node does with the core's output
+//! and with its clients' requests — what is sent, persisted and applied, in which order, and what
+//! waits for which completion. It has no tokio, no threads and no clock: keel-runtime's tokio
+//! shell and the simulator (keel-sim) run exactly this code, the shell moving bytes and time, the
+//! simulator its simulated network, disks and clock.
+//!
+//! - [`NodeEngine`] (`node.rs`): a `Ready` routed to a [`Shell`] in two phases (messages out and
+//!   the write to persist, then committed entries, restores, reads and snapshot sends), proposals
+//!   with their bounds and their answers, ReadIndex reads, startup replay.
+//! - [`Applier`] and [`ApplyQueue`] (`apply.rs`): the one ordered apply pipeline (entries,
+//!   snapshot restores, reads, snapshot requests), its order checks and the snapshot policy.
+//! - [`StateMachine`] and [`SnapshotWriter`] (`state_machine.rs`): what the application supplies.
+//! - [`SnapshotWriting`] (`snapshot.rs`): one snapshot written at a time, the newest view waiting.
+//!
+//! With the `mutations` feature, the runtime variants of `keel_core::Mutation` switch on
+//! deliberately broken branches of this code, so the simulator can show it catches them.
+
+mod apply;
+mod error;
+mod node;
+mod snapshot;
+mod state_machine;
+
+pub use apply::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
+pub use error::ClientError;
+pub use node::{EngineLimits, NodeEngine, Shell};
+pub use snapshot::{adoption, install_message, Adoption, SnapshotWriting};
+pub use state_machine::{SnapshotWriter, StateMachine};

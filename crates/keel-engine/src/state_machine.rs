@@ -1,0 +1,46 @@
+//! What the application supplies: its replicated state machine and the snapshots of it.
+
+use bytes::Bytes;
+use keel_core::Index;
+
+/// The application's replicated state machine. Implementations must be deterministic: every
+/// replica applies the same entries in the same order and must reach the same state.
+///
+/// Calls come from one caller at a time, in log order (the runtime's apply thread, or its node
+/// task for small batches while that thread is idle; the simulator's event loop).
+pub trait StateMachine: Send + 'static {
+    /// Applies the entry at `index` and returns the result for the client that proposed it.
+    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes;
+    /// A view of the state at the applied index, to be serialized elsewhere while applying goes
+    /// on (docs/DESIGN.md section 4). The pipeline waits for this call only: keep it to a copy of
+    /// the in-memory state or a copy-on-write view (cloning maps of reference-counted values is a
+    /// copy of pointers, not of the data). A small state may simply return its serialized bytes
+    /// (`Box::new(bytes_vec)`).
+    fn snapshot_view(&self) -> Box<dyn SnapshotWriter>;
+    /// Replaces the whole state by the bytes a [`SnapshotWriter`] of this state machine wrote.
+    fn restore(&mut self, data: &[u8]);
+}
+
+/// A state captured by [`StateMachine::snapshot_view`], serialized straight into the snapshot
+/// file (buffered, checksummed, fsynced by the runtime).
+pub trait SnapshotWriter: Send + 'static {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+impl SnapshotWriter for Vec<u8> {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self)
+    }
+}
+
+impl SnapshotWriter for Bytes {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self)
+    }
+}
+
+impl std::fmt::Debug for dyn SnapshotWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotWriter")
+    }
+}
