@@ -8,6 +8,8 @@
 //!   INFO), handing writes, reads and admin commands back to the caller.
 //! - [`state_machine`]: the replicated state machine (ordered map, incremental digest, request-id
 //!   deduplication, snapshots) and the log encoding of writes.
+//! - [`adapter`]: the state machine behind `keel_engine::StateMachine`, which the runtime and the
+//!   simulator both drive.
 //! - `bench` (feature `cli`): the closed-loop RESP load generator behind `keel bench`.
 //! - `server` (feature `cli`): the RESP server over `keel-runtime` behind `keel serve` and
 //!   `keel up`.
@@ -16,6 +18,7 @@
 //! state machine and the protocol layer unchanged. The runtime (consensus, sockets) plugs in
 //! around [`connection::ClientConnection`] and [`state_machine::KvStateMachine`].
 
+pub mod adapter;
 pub mod command;
 pub mod connection;
 mod number;
@@ -27,6 +30,7 @@ pub mod bench;
 #[cfg(feature = "cli")]
 pub mod server;
 
+pub use adapter::{KvAdapter, SmStats, SmStatsValue};
 pub use command::{Command, CommandClass, QueuedCommand, ReadCommand, WriteCommand};
 pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus, Transaction};
 pub use resp::{Limits, ProtocolVersion, Reply};

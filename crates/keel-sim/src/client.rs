@@ -1,13 +1,23 @@
 //! Simulated clients: each runs one operation at a time against the node it believes leads, with
 //! retries on definite failures and a timeout after which the outcome is recorded as unknown.
+//!
+//! They speak keel-kv: a write is a `SET`, a compare-and-set a `CAS` (or `SET ... NX` when the
+//! key is expected absent), each an encoded [`LogCommand`] under the client's id and sequence
+//! number, proposed through the node's engine exactly as the server proposes it; a read is a
+//! linearizable `GET` served by the engine's ReadIndex path and apply pipeline. A retry after an
+//! unknown outcome reuses the sequence number: keel-kv's deduplication must make it apply once.
 
 use std::collections::HashMap;
 
-use keel_core::{Entry, EntryPayload, Index, LogId, NodeId, ProposeError, ReadError};
+use bytes::Bytes;
+use keel_core::NodeId;
+use keel_engine::ClientError;
+use keel_kv::command::{SetCondition, WriteCommand};
+use keel_kv::{ApplyReply, KvStateMachine, LogCommand, WriteReply};
 use rand::Rng;
 
-use crate::history::{History, OpKind, OpResult};
-use crate::kv::{Command, CommandOp, CommandResult, Key, KvStateMachine, Value};
+use crate::history::{History, Key, OpKind, OpResult, Value};
+use crate::host::{ProposalToken, ReadToken, SimShell};
 use crate::world::{Event, World};
 
 #[derive(Clone, Copy, Debug)]
@@ -16,12 +26,9 @@ enum Attempt {
     Idle,
     Proposal {
         node: NodeId,
-        incarnation: u64,
-        at: LogId,
     },
     Read {
         node: NodeId,
-        ctx: u64,
     },
 }
 
@@ -49,10 +56,6 @@ struct SimClient {
 pub(crate) struct Clients {
     node_count: NodeId,
     clients: Vec<SimClient>,
-    next_ctx: u64,
-    /// Outstanding ReadIndex requests: ctx -> (client, the highest commit index any node had
-    /// reached when the read started).
-    reads: HashMap<u64, (usize, Index)>,
     /// Clients to wake soon: (client, delay).
     pub wake: Vec<(usize, u64)>,
 }
@@ -73,8 +76,6 @@ impl Clients {
                     seen: HashMap::new(),
                 })
                 .collect(),
-            next_ctx: 1,
-            reads: HashMap::new(),
             wake: Vec::new(),
         }
     }
@@ -100,9 +101,7 @@ impl Clients {
     pub fn node_lost(&mut self, node: NodeId) {
         for c in 0..self.clients.len() {
             let on_node = match self.clients[c].op.map(|o| o.attempt) {
-                Some(Attempt::Proposal { node: n, .. }) | Some(Attempt::Read { node: n, .. }) => {
-                    n == node
-                }
+                Some(Attempt::Proposal { node: n }) | Some(Attempt::Read { node: n }) => n == node,
                 _ => false,
             };
             if on_node {
@@ -112,56 +111,51 @@ impl Clients {
         }
     }
 
-    /// A node applied `entry`; a client waiting on that position learns its fate.
-    pub fn entry_applied(
+    /// The client's current operation, if `history_index` names it and it waits on `node`.
+    fn waiting_on(&self, node: NodeId, c: usize, history_index: usize) -> Option<CurrentOp> {
+        let op = self.clients[c].op?;
+        let on_node = match op.attempt {
+            Attempt::Proposal { node: n } | Attempt::Read { node: n } => n == node,
+            Attempt::Idle => false,
+        };
+        (op.history_index == history_index && on_node).then_some(op)
+    }
+
+    /// The entry `token` proposed on `node` applied there with `result` (an encoded keel-kv
+    /// reply). Returns a description of a reply no such command can produce.
+    pub fn proposal_applied(
         &mut self,
         node: NodeId,
-        incarnation: u64,
-        entry: &Entry,
-        result: Option<CommandResult>,
+        token: ProposalToken,
+        result: &Bytes,
         now: u64,
         history: &mut History,
-    ) {
-        for c in 0..self.clients.len() {
-            let Some(op) = self.clients[c].op else {
-                continue;
-            };
-            let Attempt::Proposal {
-                node: n,
-                incarnation: inc,
-                at,
-            } = op.attempt
-            else {
-                continue;
-            };
-            if n != node || inc != incarnation || at.index != entry.index {
-                continue;
-            }
-            let ours = at.term == entry.term
-                && matches!(&entry.payload, EntryPayload::Normal(d)
-                    if Command::decode(d).is_some_and(|cmd| cmd.client == self.clients[c].id && cmd.seq == op.seq));
-            if !ours {
-                // Another entry was committed at our position: ours never will be. Retrying
-                // with the same sequence number is safe: the state machine deduplicates.
-                self.retry_soon(c);
-                continue;
-            }
-            let result = match result.expect("normal entries produce results") {
-                CommandResult::Written => OpResult::Written,
-                CommandResult::CasSwapped => OpResult::CasSwapped,
-                CommandResult::CasFailed => OpResult::CasFailed,
-            };
-            let new_value = match (op.kind, result) {
-                (OpKind::Write(v), _) | (OpKind::Cas { new: v, .. }, OpResult::CasSwapped) => {
-                    Some(v)
-                }
-                _ => None,
-            };
-            if let Some(v) = new_value {
-                self.clients[c].seen.insert(op.key, Some(v));
-            }
-            self.finish(c, result, now, history);
+    ) -> Result<(), String> {
+        let c = token.client;
+        let Some(op) = self.waiting_on(node, c, token.history_index) else {
+            return Ok(());
+        };
+        let reply = match ApplyReply::decode(result) {
+            Some(ApplyReply::Write(reply)) => reply,
+            other => return Err(format!("client {c}: {:?} answered {other:?}", op.kind)),
+        };
+        let result = match (op.kind, reply) {
+            (OpKind::Write(_), WriteReply::Ok) => OpResult::Written,
+            (OpKind::Cas { expected: None, .. }, WriteReply::Ok)
+            | (OpKind::Cas { .. }, WriteReply::Integer(1)) => OpResult::CasSwapped,
+            (OpKind::Cas { expected: None, .. }, WriteReply::Nil)
+            | (OpKind::Cas { .. }, WriteReply::Integer(0)) => OpResult::CasFailed,
+            (kind, reply) => return Err(format!("client {c}: {kind:?} answered {reply:?}")),
+        };
+        let new_value = match (op.kind, result) {
+            (OpKind::Write(v), _) | (OpKind::Cas { new: v, .. }, OpResult::CasSwapped) => Some(v),
+            _ => None,
+        };
+        if let Some(v) = new_value {
+            self.clients[c].seen.insert(op.key, Some(v));
         }
+        self.finish(c, result, now, history);
+        Ok(())
     }
 
     fn finish(&mut self, c: usize, result: OpResult, now: u64, history: &mut History) {
@@ -172,59 +166,75 @@ impl Clients {
         self.wake.push((c, 1));
     }
 
-    /// A node restored a snapshot at `index`: proposals waiting there for an entry at or below
-    /// it will never see it applied. Retrying with the same sequence number is safe and learns
-    /// the outcome: the deduplicating state machine remembers the result.
-    pub fn restored(&mut self, node: NodeId, incarnation: u64, index: Index) {
-        for c in 0..self.clients.len() {
-            if let Some(CurrentOp {
-                attempt:
-                    Attempt::Proposal {
-                        node: n,
-                        incarnation: inc,
-                        at,
-                    },
-                ..
-            }) = self.clients[c].op
-            {
-                if n == node && inc == incarnation && at.index <= index {
-                    self.retry_soon(c);
-                }
-            }
-        }
-    }
-
-    pub fn read_floor(&self, ctx: u64) -> Index {
-        self.reads.get(&ctx).map_or(0, |(_, floor)| *floor)
-    }
-
-    pub fn read_failed(&mut self, ctx: u64) {
-        if let Some((c, _)) = self.reads.remove(&ctx) {
-            if matches!(self.clients[c].op.map(|o| o.attempt), Some(Attempt::Read { ctx: x, .. }) if x == ctx)
-            {
-                self.retry_soon(c);
-            }
-        }
-    }
-
-    pub fn read_served(
-        &mut self,
-        node: NodeId,
-        ctx: u64,
-        sm: &KvStateMachine,
-        now: u64,
-        history: &mut History,
-    ) {
-        let Some((c, _)) = self.reads.remove(&ctx) else {
-            return;
-        };
-        let Some(op) = self.clients[c].op else { return };
-        if !matches!(op.attempt, Attempt::Read { node: n, ctx: x } if n == node && x == ctx) {
+    /// A request of client `c` was refused (or its outcome is unknown): try again, at the
+    /// leader the refusal names if it names one. A write is retried under the same sequence
+    /// number, which is safe only because the state machine deduplicates.
+    fn refused(&mut self, c: usize, history_index: usize, leader: Option<NodeId>) {
+        let client = &mut self.clients[c];
+        if client.op.is_none_or(|op| op.history_index != history_index) {
             return;
         }
-        let value = sm.get(op.key);
-        self.clients[c].seen.insert(op.key, value);
-        self.finish(c, OpResult::Read(value), now, history);
+        if let Some(leader) = leader {
+            client.leader_guess = leader;
+        }
+        self.retry_soon(c);
+    }
+}
+
+/// The leader a refusal points to, if any.
+fn leader_hint(error: &ClientError) -> Option<NodeId> {
+    match error {
+        ClientError::NotLeader { leader, .. } => *leader,
+        _ => None,
+    }
+}
+
+fn register_key(key: Key) -> Bytes {
+    Bytes::from(key.to_string())
+}
+
+fn register_value(value: Value) -> Bytes {
+    Bytes::from(value.to_string())
+}
+
+/// A register's value as the clients write them (decimal); `Err` for anything else.
+fn read_register(sm: &KvStateMachine, key: Key) -> Result<Option<Value>, String> {
+    let Some(bytes) = sm.get(register_key(key).as_ref()) else {
+        return Ok(None);
+    };
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .map(Some)
+        .ok_or_else(|| format!("key {key} holds {bytes:?}, which no client wrote"))
+}
+
+/// The keel-kv command a client's write or compare-and-set is.
+fn write_command(key: Key, kind: OpKind) -> WriteCommand {
+    let key = register_key(key);
+    match kind {
+        OpKind::Write(v) => WriteCommand::Set {
+            key,
+            value: register_value(v),
+            condition: SetCondition::Always,
+        },
+        OpKind::Cas {
+            expected: None,
+            new,
+        } => WriteCommand::Set {
+            key,
+            value: register_value(new),
+            condition: SetCondition::IfAbsent,
+        },
+        OpKind::Cas {
+            expected: Some(expected),
+            new,
+        } => WriteCommand::Cas {
+            key,
+            expected: register_value(expected),
+            new: register_value(new),
+        },
+        OpKind::Read => unreachable!("reads are not logged"),
     }
 }
 
@@ -261,9 +271,6 @@ impl World {
         client.generation += 1;
         self.history
             .complete(op.history_index, OpResult::Unknown, self.now);
-        if let Attempt::Read { ctx, .. } = op.attempt {
-            self.clients.reads.remove(&ctx);
-        }
         self.clients.wake.push((c, 1));
     }
 
@@ -304,64 +311,87 @@ impl World {
         let node_count = self.params.node_count as NodeId;
         let target = self.clients.clients[c].leader_guess;
         let idx = (target - 1) as usize;
-        let incarnation = self.nodes[idx].incarnation;
         let client_id = self.clients.clients[c].id;
-        let Some(raft) = self.nodes[idx].raft.as_mut() else {
+        let floor = self.checker.max_committed();
+        let node = &mut self.nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
             self.clients.clients[c].leader_guess = target % node_count + 1;
             self.clients.retry_soon(c);
             return;
         };
-        let outcome: Result<Attempt, Option<NodeId>> = match op.kind {
+        if !app.engine.serving() {
+            // Still replaying: the runtime holds requests until it serves.
+            self.clients.retry_soon(c);
+            return;
+        }
+        let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
+        let attempt = match op.kind {
             OpKind::Read => {
-                let ctx = self.clients.next_ctx;
-                match raft.read_index(ctx) {
-                    Ok(()) => {
-                        self.clients.next_ctx += 1;
-                        let floor = self.checker.max_committed();
-                        self.clients.reads.insert(ctx, (c, floor));
-                        Ok(Attempt::Read { node: target, ctx })
-                    }
-                    Err(ReadError::NotLeader { leader }) => Err(leader),
-                    Err(ReadError::Backpressure) => Err(Some(target)),
-                }
+                let token = ReadToken {
+                    client: c,
+                    history_index: op.history_index,
+                    floor,
+                };
+                engine.read(raft, token, &mut shell);
+                Attempt::Read { node: target }
             }
-            OpKind::Write(v) | OpKind::Cas { new: v, .. } => {
-                let cmd_op = match op.kind {
-                    OpKind::Cas { expected, new } => CommandOp::Cas { expected, new },
-                    _ => CommandOp::Write(v),
+            kind => {
+                let token = ProposalToken {
+                    client: c,
+                    history_index: op.history_index,
                 };
-                let cmd = Command {
-                    client: client_id,
-                    seq: op.seq,
-                    key: op.key,
-                    op: cmd_op,
-                };
-                match raft.propose(cmd.encode()) {
-                    Ok(at) => Ok(Attempt::Proposal {
-                        node: target,
-                        incarnation,
-                        at,
-                    }),
-                    Err(ProposeError::NotLeader { leader }) => Err(leader),
-                    Err(_) => Err(Some(target)),
-                }
+                let entry =
+                    LogCommand::new(client_id, op.seq, write_command(op.key, kind)).encode();
+                let _ = engine.propose(raft, entry, token, &mut shell);
+                Attempt::Proposal { node: target }
             }
         };
-        match outcome {
-            Ok(attempt) => {
-                if let Some(cur) = self.clients.clients[c].op.as_mut() {
-                    cur.attempt = attempt;
-                }
-                self.drive(target);
-            }
-            Err(hint) => {
-                let guess = match hint {
-                    Some(l) if l != target => l,
-                    _ => self.rng.random_range(1..=node_count),
-                };
-                self.clients.clients[c].leader_guess = guess;
-                self.clients.retry_soon(c);
-            }
+        let effects = shell.effects;
+        if let Some(cur) = self.clients.clients[c].op.as_mut() {
+            cur.attempt = attempt;
         }
+        self.trace_line(|| format!("client {c} {:?} on key {} at n{target}", op.kind, op.key));
+        // A refusal comes back among the effects and sends the client elsewhere.
+        self.carry_out(target, effects);
+        self.drive(target);
+    }
+
+    /// The engine refused a proposal or answered "outcome unknown".
+    pub(crate) fn proposal_refused(&mut self, token: ProposalToken, error: &ClientError) {
+        self.client_refused(token.client, token.history_index, error);
+    }
+
+    pub(crate) fn read_refused(&mut self, token: ReadToken, error: &ClientError) {
+        self.client_refused(token.client, token.history_index, error);
+    }
+
+    fn client_refused(&mut self, c: usize, history_index: usize, error: &ClientError) {
+        self.trace_line(|| format!("client {c} refused: {error}"));
+        let node_count = self.params.node_count as NodeId;
+        let hint = leader_hint(error).or_else(|| match error {
+            // Busy, or the outcome is unknown: the same node may answer next time.
+            ClientError::NotLeader { .. } => Some(self.rng.random_range(1..=node_count)),
+            _ => None,
+        });
+        self.clients.refused(c, history_index, hint);
+    }
+
+    /// A read's turn came in node `id`'s apply pipeline: it sees the state applied there.
+    pub(crate) fn read_served(&mut self, id: NodeId, token: ReadToken) {
+        let c = token.client;
+        let Some(op) = self.clients.waiting_on(id, c, token.history_index) else {
+            return;
+        };
+        let app = self.nodes[(id - 1) as usize]
+            .app
+            .as_ref()
+            .expect("a pipeline runs on a live node");
+        let value = match read_register(app.applier.state().kv(), op.key) {
+            Ok(value) => value,
+            Err(detail) => return self.violate("client reply", detail),
+        };
+        self.clients.clients[c].seen.insert(op.key, value);
+        self.clients
+            .finish(c, OpResult::Read(value), self.now, &mut self.history);
     }
 }

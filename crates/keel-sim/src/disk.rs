@@ -31,6 +31,12 @@ fn wal_dir() -> PathBuf {
     PathBuf::from("/keel")
 }
 
+/// The largest entry payload a simulated node proposes: what its WAL stores (the in-memory
+/// storage has the same bound, so both kinds of seeds refuse the same proposals).
+pub(crate) fn entry_bytes_max() -> usize {
+    wal_config().entry_payload_bytes_max()
+}
+
 fn wal_config() -> WalConfig {
     // Small segments so that rotation and purge happen in every run.
     WalConfig {

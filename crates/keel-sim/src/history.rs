@@ -1,7 +1,9 @@
 //! The record of what simulated clients asked and were told, in simulated time, for the
 //! linearizability check.
 
-use crate::kv::{Key, Value};
+/// A register's key and value, as the simulated clients use them.
+pub type Key = u64;
+pub type Value = u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpKind {

@@ -5,13 +5,12 @@
 //! docs/SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
 //! the client history for linearizability.
 
-mod apply;
 mod client;
 pub mod coverage;
 mod disk;
 pub mod history;
+mod host;
 pub mod invariants;
-pub mod kv;
 pub mod linearizability;
 mod linearize;
 pub mod params;

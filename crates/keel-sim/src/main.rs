@@ -26,8 +26,10 @@ struct Args {
     /// Print the event trace (use with `--seed`).
     #[arg(long)]
     trace: bool,
-    /// Switch on a deliberately broken protocol variant: commit-old-term, vote-before-durable,
-    /// ack-before-durable, read-without-term-commit.
+    /// Switch on a deliberately broken variant: of the protocol (commit-old-term,
+    /// vote-before-durable, ack-before-durable, read-without-term-commit, install-below-commit,
+    /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
+    /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id).
     #[arg(long)]
     mutation: Option<String>,
     /// Stop at the first violation.

@@ -122,7 +122,10 @@ impl World {
         match event {
             Event::Tick(id) => {
                 let idx = (id - 1) as usize;
-                if let Some(raft) = self.nodes[idx].raft.as_mut() {
+                // A node still replaying its log does not tick (the runtime starts its ticker
+                // only once it serves).
+                let serving = self.serving(id);
+                if let (Some(raft), true) = (self.nodes[idx].raft.as_mut(), serving) {
                     raft.tick();
                     self.digest_event([2, id, 0, 0]);
                     self.drive(id);
@@ -134,7 +137,14 @@ impl World {
                 let idx = (to - 1) as usize;
                 // A partition also drops what was in flight when it began.
                 let cut = self.blocked.contains(&(msg.from, to));
-                if !cut && self.nodes.get(idx).is_some_and(|n| n.raft.is_some()) {
+                if !cut
+                    && self.nodes.get(idx).is_some_and(|n| n.raft.is_some())
+                    && !self.serving(to)
+                {
+                    // Still replaying: the runtime leaves peer messages queued until it serves.
+                    let delay = self.rng.random_range(1..=self.params.net_delay_max);
+                    self.schedule(delay, Event::Deliver(msg));
+                } else if !cut && self.nodes.get(idx).is_some_and(|n| n.raft.is_some()) {
                     let (from, term) = (msg.from, msg.term);
                     self.digest_event([1, from, to, term]);
                     self.trace_line(|| format!("deliver n{from}->n{to} t{term} {}", short(&msg)));
@@ -198,7 +208,7 @@ impl World {
                 incarnation,
                 meta,
                 data,
-            } => self.snapshot_saved(node, incarnation, meta, *data),
+            } => self.snapshot_saved(node, incarnation, meta, data),
             Event::SnapshotChunk(t) => self.snapshot_chunk(t),
             Event::HealPartition { generation } => {
                 if generation == self.partition_generation && !self.blocked.is_empty() {
@@ -386,11 +396,15 @@ impl World {
             return false;
         }
         let leader_node = &self.nodes[(leader.id() - 1) as usize];
-        let digest = leader_node.sm.digest();
-        status.membership.members().into_iter().all(|m| {
-            let n = &self.nodes[(m - 1) as usize];
-            n.raft.is_some() && n.applied == status.commit && n.sm.digest() == digest
-        }) && leader_node.applied == status.commit
+        let Some((leader_applied, digest)) = leader_node.applied_state() else {
+            return false;
+        };
+        status
+            .membership
+            .members()
+            .into_iter()
+            .all(|m| self.nodes[(m - 1) as usize].applied_state() == Some((status.commit, digest)))
+            && leader_applied == status.commit
             && self.clients.pending_ops() == 0
     }
 
@@ -408,7 +422,7 @@ impl World {
                         s.term,
                         s.leader,
                         s.commit,
-                        n.applied,
+                        n.applied_state().map_or(0, |(applied, _)| applied),
                         s.last_log_id,
                         s.membership.voters,
                         s.membership.learners

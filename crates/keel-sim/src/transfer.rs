@@ -2,10 +2,10 @@
 //! resuming from its offset) and to partitions and crashes (then abandoned and reported to the
 //! leader, which probes again). The data is durable on the receiver before the core hears of it.
 
+use bytes::Bytes;
 use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
 use rand::Rng;
 
-use crate::kv::KvStateMachine;
 use crate::world::{Event, World};
 
 /// Bound on resends of one chunk before the transfer is abandoned.
@@ -18,14 +18,20 @@ pub(crate) struct Transfer {
     from_incarnation: u64,
     to_incarnation: u64,
     meta: SnapshotMeta,
-    data: KvStateMachine,
+    data: Bytes,
     next_chunk: u32,
     chunks: u32,
     retries: u32,
 }
 
 impl World {
-    pub(crate) fn start_transfer(&mut self, from: NodeId, to: NodeId, meta: SnapshotMeta) {
+    pub(crate) fn start_transfer(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        term: Term,
+        meta: SnapshotMeta,
+    ) {
         let (fi, ti) = ((from - 1) as usize, (to - 1) as usize);
         let Some(data) = self.nodes[fi].snapshot_data.get(&meta.last.index).cloned() else {
             let detail = format!(
@@ -34,7 +40,6 @@ impl World {
             );
             return self.violate("snapshot transfer", detail);
         };
-        let term = self.nodes[fi].raft.as_ref().map_or(0, |r| r.term());
         self.trace_line(|| format!("snapshot {} n{from}->n{to} starts", meta.last));
         let transfer = Transfer {
             from,

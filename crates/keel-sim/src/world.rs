@@ -3,11 +3,10 @@
 //! seed replays exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use keel_core::{
-    Config, Entry, Index, Message, MessageBody, NodeId, RaftNode, Ready, Role, SnapshotMeta, Write,
-};
+use bytes::Bytes;
+use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta, Write};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -15,8 +14,8 @@ use crate::client::Clients;
 use crate::coverage::{MembershipCoverage, MembershipTracker};
 use crate::disk::SimDisk;
 use crate::history::History;
+use crate::host::{App, SimShell};
 use crate::invariants::{Checker, Violation};
-use crate::kv::KvStateMachine;
 use crate::params::{Params, TICK_INTERVAL};
 
 /// What to run.
@@ -67,7 +66,7 @@ pub(crate) enum Event {
         node: NodeId,
         incarnation: u64,
         meta: SnapshotMeta,
-        data: Box<KvStateMachine>,
+        data: Bytes,
     },
     /// The next chunk of a snapshot transfer arrives (or is lost).
     SnapshotChunk(Box<crate::transfer::Transfer>),
@@ -96,36 +95,28 @@ impl Ord for Scheduled {
     }
 }
 
-/// One item of the apply pipeline.
-pub(crate) enum ApplyItem {
-    Entry(Entry),
-    Restore(SnapshotMeta),
-}
-
 pub(crate) struct SimNode {
     pub id: NodeId,
     pub raft: Option<RaftNode>,
+    /// The engine, apply pipeline and state machine beside the core (`None` while down).
+    pub app: Option<App>,
     pub disk: SimDisk,
-    pub sm: KvStateMachine,
-    pub applied: Index,
     pub incarnation: u64,
-    /// The ordered apply pipeline: committed entries and snapshot restores, in log order.
-    pub apply_queue: VecDeque<ApplyItem>,
-    pub apply_scheduled: bool,
     /// Durable snapshot data by index (the metadata lives in `disk`); survives crashes.
-    pub snapshot_data: BTreeMap<Index, KvStateMachine>,
-    /// Index of the last snapshot taken or installed (for the snapshot policy).
-    pub last_snapshot_index: Index,
-    pub snapshot_in_progress: bool,
-    /// ReadIndex results waiting for the state machine to catch up: (ctx, index).
-    pub pending_reads: Vec<(u64, Index)>,
+    pub snapshot_data: BTreeMap<Index, Bytes>,
     /// Role and commit index after the last step, to notice elections and commits.
     pub last_role: Role,
     pub last_commit: Index,
-    /// Set by `RunConfig::break_replay` at a restart: the next command is not applied.
-    pub skip_next_command: bool,
     /// Shut down for good after its removal from the cluster (see `World::retire_removed`).
     pub retired: bool,
+}
+
+impl SimNode {
+    /// The applied index and state digest of a live node.
+    pub fn applied_state(&self) -> Option<(Index, u64)> {
+        let app = self.app.as_ref()?;
+        Some((app.applier.applied(), app.applier.state().digest()))
+    }
 }
 
 /// The outcome of one seed.
@@ -188,19 +179,12 @@ impl World {
                 SimNode {
                     id,
                     raft: None,
+                    app: None,
                     disk: SimDisk::new(params.use_wal, initial),
-                    sm: KvStateMachine::default(),
-                    applied: 0,
                     incarnation: 0,
-                    pending_reads: Vec::new(),
-                    apply_queue: VecDeque::new(),
-                    apply_scheduled: false,
                     snapshot_data: BTreeMap::new(),
-                    last_snapshot_index: 0,
-                    snapshot_in_progress: false,
                     last_role: Role::Follower,
                     last_commit: 0,
-                    skip_next_command: false,
                     retired: false,
                 }
             })
@@ -348,28 +332,29 @@ impl World {
                 // The state machine restarts from the durable snapshot; the node replays the log
                 // from there up to its persisted commit index.
                 let snapshot = raft.snapshot().last.index;
-                let sm = if snapshot == 0 {
-                    KvStateMachine::default()
-                } else {
+                let skip_next_command = self.break_replay && node.incarnation > 0;
+                let mut sm = App::state_machine(self.mutation, skip_next_command);
+                if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
-                        Some(sm) => sm.clone(),
+                        Some(data) => keel_engine::StateMachine::restore(&mut sm, data),
                         None => {
                             let detail = format!("node {id} has no data for snapshot {snapshot}");
                             self.violate("recovery", detail);
                             return;
                         }
                     }
-                };
+                }
+                let digest = sm.digest();
+                let replay_target = raft.commit_index();
+                node.app = Some(App::new(
+                    id,
+                    sm,
+                    snapshot,
+                    replay_target,
+                    self.params.snapshot_threshold,
+                    self.mutation,
+                ));
                 node.raft = Some(raft);
-                node.sm = sm;
-                node.applied = snapshot;
-                node.last_snapshot_index = snapshot;
-                node.snapshot_in_progress = false;
-                node.pending_reads.clear();
-                node.apply_queue.clear();
-                node.apply_scheduled = false;
-                node.skip_next_command = self.break_replay && node.incarnation > 0;
-                let digest = node.sm.digest();
                 self.checker.restarted(id, snapshot);
                 if let Err(v) = self.checker.state_digest(id, snapshot, digest) {
                     return self.fail(v);
@@ -388,13 +373,10 @@ impl World {
         let tear = self.rng.random_bool(self.params.torn_write_probability);
         let node = &mut self.nodes[idx];
         node.raft = None;
+        node.app = None;
         node.last_role = Role::Follower;
         node.last_commit = 0;
         node.incarnation += 1;
-        node.pending_reads.clear();
-        node.apply_queue.clear();
-        node.apply_scheduled = false;
-        node.snapshot_in_progress = false;
         node.disk.crash(tear, &mut self.rng);
         self.trace_line(|| format!("crash n{id}"));
         self.clients.node_lost(id);
@@ -492,8 +474,14 @@ impl World {
             if !raft.has_ready() {
                 break;
             }
-            let rd = raft.ready();
-            self.handle_ready(id, rd);
+            self.handle_ready(id);
+        }
+        let node = &mut self.nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_ref(), node.app.as_mut()) else {
+            return;
+        };
+        if app.engine.check_replay_done(raft) {
+            self.trace_line(|| format!("n{id} replayed; serving"));
         }
         let raft = self.nodes[idx].raft.as_ref().expect("checked above");
         if let Err(v) = self.checker.check_node(raft) {
@@ -550,64 +538,34 @@ impl World {
         }
     }
 
-    fn handle_ready(&mut self, id: NodeId, rd: Ready) {
-        let Ready {
-            messages,
-            write,
-            committed,
-            read_states,
-            failed_reads,
-            install_snapshot,
-            send_snapshots,
-        } = rd;
+    /// One `Ready` of node `id`, routed by its engine as the runtime routes it: messages out and
+    /// the write to the disk first, then committed entries, restores, reads and snapshot sends.
+    fn handle_ready(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        let node = &mut self.nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
+            return;
+        };
+        let mut ready = raft.ready();
+        let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
+        let write = engine.start_ready(&mut ready, &mut shell);
+        let sent = std::mem::take(&mut shell.effects);
+        engine.finish_ready(raft, ready, &mut shell);
+        let effects = shell.effects;
+        self.carry_out(id, sent);
         if let Some(w) = write {
             self.submit_write(id, w);
         }
-        for m in messages {
-            self.send(m);
-        }
-        let idx = (id - 1) as usize;
-        let node = &mut self.nodes[idx];
-        node.apply_queue
-            .extend(committed.into_iter().map(ApplyItem::Entry));
-        node.apply_queue
-            .extend(install_snapshot.map(ApplyItem::Restore));
-        for (to, meta) in send_snapshots {
-            self.start_transfer(id, to, meta);
-        }
-        for rs in read_states {
-            let max_commit_at_request = self.clients.read_floor(rs.ctx);
-            if rs.index < max_commit_at_request {
-                let detail = format!(
-                    "node {id} served read {} at index {} below commit {} reached before it started",
-                    rs.ctx, rs.index, max_commit_at_request
-                );
-                return self.violate("read index", detail);
-            }
-            self.nodes[idx].pending_reads.push((rs.ctx, rs.index));
-        }
-        for ctx in failed_reads {
-            self.clients.read_failed(ctx);
-        }
+        self.carry_out(id, effects);
         self.pump_apply(id);
     }
 
-    pub(crate) fn serve_reads(&mut self, idx: usize) {
-        let applied = self.nodes[idx].applied;
-        let id = self.nodes[idx].id;
-        let mut ready = Vec::new();
-        self.nodes[idx].pending_reads.retain(|&(ctx, index)| {
-            if index <= applied {
-                ready.push(ctx);
-                false
-            } else {
-                true
-            }
-        });
-        for ctx in ready {
-            self.clients
-                .read_served(id, ctx, &self.nodes[idx].sm, self.now, &mut self.history);
-        }
+    /// Whether node `id` is up and done replaying its log.
+    pub fn serving(&self, id: NodeId) -> bool {
+        self.nodes[(id - 1) as usize]
+            .app
+            .as_ref()
+            .is_some_and(|app| app.engine.serving())
     }
 
     /// Records a broken invariant (see [`World::fail`]).

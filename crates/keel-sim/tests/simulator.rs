@@ -146,6 +146,28 @@ fn catches_mutation_keep_conflicting_suffix() {
     assert_mutation_caught("keep-conflicting-suffix");
 }
 
+/// Runtime mutations: branches in keel-engine and keel-kv code the server runs, each caught within
+/// 500 seeds (`--fail-fast` makes where deterministic). A restore that overtakes queued entries
+/// is refused by the applier's order check (seed 34), which the server turns into a fail-stop;
+/// a state machine that ignores request ids applies a client's retry twice, which the
+/// linearizability checker reports (seed 6).
+fn assert_runtime_mutation_caught(name: &str) {
+    let (ok, stdout) = keel_sim(&["--mutation", name, "--seeds", "500", "--fail-fast"]);
+    assert!(!ok, "mutation {name} went unnoticed:\n{}", summary(&stdout));
+    assert!(stdout.contains(" violated "), "{stdout}");
+    assert!(stdout.contains(&format!("--mutation {name}")), "{stdout}");
+}
+
+#[test]
+fn catches_mutation_apply_snapshot_over_pending() {
+    assert_runtime_mutation_caught("apply-snapshot-over-pending");
+}
+
+#[test]
+fn catches_mutation_dedup_off() {
+    assert_runtime_mutation_caught("dedup-off");
+}
+
 /// S24: a state machine whose applied index ran ahead of its effects skips an entry on replay
 /// after a restart; the replicas' digests then differ at one applied index, which the simulator
 /// reports.

@@ -29,7 +29,6 @@
 //! unknown`. A forwarded write is proposed by the leader under the forwarding connection's id, and
 //! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
 
-mod adapter;
 mod buffers;
 pub mod config;
 mod connection;
@@ -49,7 +48,7 @@ use bytes::Bytes;
 use keel_runtime::{ClientError, Handle};
 use tokio::net::TcpListener;
 
-pub use adapter::{KvAdapter, SmStats, SmStatsValue};
+pub use crate::adapter::{KvAdapter, SmStats, SmStatsValue};
 pub use limits::ClientLimits;
 use limits::{AcceptErrors, ServerShared};
 

@@ -162,6 +162,9 @@ pub struct KvStateMachine {
     members: BTreeMap<u64, MemberAddrs>,
     /// Bumped on every change of `members`, so a reader republishes only what changed.
     members_version: ChangeCounter,
+    /// Test-only: a deliberately broken variant (`keel_core::Mutation::DedupOff`).
+    #[cfg(feature = "mutations")]
+    mutation: Option<keel_core::Mutation>,
 }
 
 /// A counter for readers of the state, not part of it: two states are equal whatever their
@@ -197,7 +200,15 @@ impl KvStateMachine {
             dedup: DedupTable::new(limits),
             members: BTreeMap::new(),
             members_version: ChangeCounter::default(),
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
+    }
+
+    /// Test-only: switches on a deliberately broken variant, kept across restores.
+    #[cfg(feature = "mutations")]
+    pub fn set_mutation(&mut self, mutation: Option<keel_core::Mutation>) {
+        self.mutation = mutation;
     }
 
     /// Every member's recorded addresses, by node id.
@@ -297,6 +308,11 @@ impl KvStateMachine {
     ) -> Result<ApplyReply, ApplyError> {
         self.check_index(index)?;
         self.applied_index = index;
+        #[cfg(feature = "mutations")]
+        if self.mutation == Some(keel_core::Mutation::DedupOff) {
+            // Broken on purpose: the request id is ignored, so a retried request applies again.
+            return Ok(self.execute_logged(&command.command).0);
+        }
         let reply = match self.dedup.check(command.client_id, command.request_seq) {
             Seen::Duplicate(reply) => {
                 self.dedup.touch(index, command.client_id);
@@ -309,20 +325,7 @@ impl KvStateMachine {
             }
             Seen::TooOld => ApplyReply::Write(WriteReply::Error(WriteError::RequestTooOld)),
             Seen::New => {
-                let (reply, remembered) = match &command.command {
-                    LoggedCommand::Write(write) => {
-                        let reply = self.execute(write);
-                        (ApplyReply::Write(reply), reply)
-                    }
-                    // Only "applied" is remembered (see apply_reply.rs).
-                    LoggedCommand::Exec(commands) => {
-                        (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
-                    }
-                    LoggedCommand::MemberAddrs(addrs) => {
-                        let reply = self.record_member_addrs(addrs);
-                        (ApplyReply::Write(reply), reply)
-                    }
-                };
+                let (reply, remembered) = self.execute_logged(&command.command);
                 self.dedup
                     .record(index, command.client_id, command.request_seq, remembered);
                 reply
@@ -440,6 +443,24 @@ impl KvStateMachine {
         }
     }
 
+    /// Runs a logged command; returns its reply and what deduplication remembers of it.
+    fn execute_logged(&mut self, command: &LoggedCommand) -> (ApplyReply, WriteReply) {
+        match command {
+            LoggedCommand::Write(write) => {
+                let reply = self.execute(write);
+                (ApplyReply::Write(reply), reply)
+            }
+            // Only "applied" is remembered (see apply_reply.rs).
+            LoggedCommand::Exec(commands) => {
+                (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
+            }
+            LoggedCommand::MemberAddrs(addrs) => {
+                let reply = self.record_member_addrs(addrs);
+                (ApplyReply::Write(reply), reply)
+            }
+        }
+    }
+
     /// Stores a copy of `value` under `key`: in place when the key holds an unshared value of the
     /// same length (see [`Stored`]).
     fn put(&mut self, key: &[u8], value: &[u8]) {
@@ -512,8 +533,14 @@ impl KvStateMachine {
     /// Replaces the whole state with a snapshot's. On error the state is unchanged.
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
         let version = self.members_version.0 + 1;
+        #[cfg(feature = "mutations")]
+        let mutation = self.mutation;
         *self = KvStateMachine::from_snapshot(snapshot)?;
         self.members_version.0 = version;
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation = mutation;
+        }
         Ok(())
     }
 
@@ -526,6 +553,8 @@ impl KvStateMachine {
             dedup: restored.dedup,
             members: restored.members,
             members_version: ChangeCounter::default(),
+            #[cfg(feature = "mutations")]
+            mutation: None,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! [`KvAdapter`]: the key-value state machine as the runtime's `StateMachine`.
+//! [`KvAdapter`]: the key-value state machine as `keel_engine::StateMachine`, the one the runtime
+//! runs and the simulator drives.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -56,7 +57,7 @@ impl SmStats {
     }
 }
 
-/// [`KvStateMachine`] behind `keel_runtime::StateMachine`: entries are encoded
+/// [`KvStateMachine`] behind `keel_engine::StateMachine`: entries are encoded
 /// [`crate::LogCommand`]s, results encoded [`crate::WriteReply`]s.
 #[derive(Debug)]
 pub struct KvAdapter {
@@ -92,13 +93,13 @@ fn fatal(what: std::fmt::Arguments<'_>) -> ! {
 /// A [`crate::state_machine::SnapshotView`] as the runtime's snapshot writer.
 struct KvSnapshotWriter(crate::state_machine::SnapshotView);
 
-impl keel_runtime::SnapshotWriter for KvSnapshotWriter {
+impl keel_engine::SnapshotWriter for KvSnapshotWriter {
     fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         self.0.write_to(out)
     }
 }
 
-impl keel_runtime::StateMachine for KvAdapter {
+impl keel_engine::StateMachine for KvAdapter {
     fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
         match self.sm.apply(index, data) {
             Ok(reply) => {
@@ -121,7 +122,7 @@ impl keel_runtime::StateMachine for KvAdapter {
 
     /// A copy of the map (reference-counted values: pointers are copied, not bytes),
     /// serialized by the runtime on a snapshot thread while this one keeps applying.
-    fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
+    fn snapshot_view(&self) -> Box<dyn keel_engine::SnapshotWriter> {
         Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
     }
 
@@ -137,7 +138,7 @@ impl keel_runtime::StateMachine for KvAdapter {
 mod tests {
     use super::*;
     use crate::command::{SetCondition, WriteCommand};
-    use keel_runtime::StateMachine;
+    use keel_engine::StateMachine;
 
     #[test]
     fn apply_returns_the_encoded_reply_and_snapshots_round_trip() {
@@ -193,5 +194,30 @@ mod tests {
             (after.state_digest, after.keys),
             (before.state_digest, before.keys)
         );
+    }
+
+    /// The simulator's `dedup-off` mutation: the same request id applies twice.
+    #[cfg(feature = "mutations")]
+    #[test]
+    fn the_dedup_off_mutation_applies_a_retry_again() {
+        let incr = |sm: KvStateMachine| {
+            let mut a = KvAdapter::new(sm);
+            let entry = LogCommand::new(
+                7,
+                1,
+                WriteCommand::IncrBy {
+                    key: Bytes::from_static(b"n"),
+                    delta: 1,
+                },
+            )
+            .encode();
+            a.apply(1, &entry);
+            a.apply(2, &entry);
+            a.state().get(b"n").map(<[u8]>::to_vec)
+        };
+        assert_eq!(incr(KvStateMachine::new()), Some(b"1".to_vec()));
+        let mut broken = KvStateMachine::new();
+        broken.set_mutation(Some(keel_core::Mutation::DedupOff));
+        assert_eq!(incr(broken), Some(b"2".to_vec()));
     }
 }

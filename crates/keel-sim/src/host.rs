@@ -1,0 +1,445 @@
+//! A node's application side as the server runs it, hosted in the simulated world: keel-engine
+//! routes the core's output and the clients' requests ([`NodeEngine`]), its ordered pipeline
+//! applies entries and restores ([`ApplyQueue`], [`Applier`]), and the state machine is keel-kv's
+//! ([`KvAdapter`]). What the shell does with the engine's effects — network, disk, clock — is the
+//! simulated world's.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use keel_core::{EntryPayload, Index, Message, NodeId, SnapshotMeta, Term};
+use keel_engine::{
+    Applier, ApplyItem, ApplyQueue, ClientError, EngineLimits, NodeEngine, Shell, SnapshotPolicy,
+    SnapshotWriter, SnapshotWriting, StateMachine,
+};
+use keel_kv::{KvAdapter, KvStateMachine};
+use rand::Rng;
+
+use crate::world::{Event, World};
+
+/// A client's proposal: answered by the entry it became, or refused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProposalToken {
+    pub client: usize,
+    pub history_index: usize,
+}
+
+/// A client's linearizable read. `floor` is the highest commit index any node had reached when it
+/// started: its read index may not be lower.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadToken {
+    pub client: usize,
+    pub history_index: usize,
+    pub floor: Index,
+}
+
+pub(crate) type SimEngine = NodeEngine<ProposalToken, ReadToken>;
+/// A restore reads the snapshot's bytes, looked up when it was queued (`None`: this node never
+/// received that snapshot, a violation found when the restore runs).
+type SimQueue = ApplyQueue<ProposalToken, ReadToken, Option<Bytes>>;
+type SimItem = ApplyItem<ProposalToken, ReadToken, Option<Bytes>>;
+
+/// keel-kv's state machine, with the simulator's one test-only switch: `RunConfig::break_replay`
+/// skips the first command a restarted node applies, as a state machine whose applied index was
+/// saved ahead of its effects would (S24).
+pub(crate) struct SimStateMachine {
+    kv: KvAdapter,
+    skip_next_command: bool,
+}
+
+impl SimStateMachine {
+    fn new(mutation: Option<keel_core::Mutation>, skip_next_command: bool) -> Self {
+        let mut sm = KvStateMachine::new();
+        sm.set_mutation(mutation);
+        SimStateMachine {
+            kv: KvAdapter::new(sm),
+            skip_next_command,
+        }
+    }
+
+    pub fn kv(&self) -> &KvStateMachine {
+        self.kv.state()
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.kv.state().state_digest()
+    }
+}
+
+impl StateMachine for SimStateMachine {
+    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes {
+        if std::mem::take(&mut self.skip_next_command) {
+            return Bytes::new();
+        }
+        self.kv.apply(index, data)
+    }
+    fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
+        self.kv.snapshot_view()
+    }
+    fn restore(&mut self, data: &[u8]) {
+        self.kv.restore(data)
+    }
+}
+
+/// What runs beside the core while a node is up (gone with a crash, rebuilt at restart).
+pub(crate) struct App {
+    pub engine: SimEngine,
+    pub applier: Applier<SimStateMachine>,
+    queue: SimQueue,
+    apply_scheduled: bool,
+    /// Snapshots taken here: one written at a time, the newest view waiting.
+    snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
+}
+
+/// Bounds on what a node holds for clients (the runtime's defaults are larger; these are never
+/// reached by the simulated clients, one operation each).
+fn limits() -> EngineLimits {
+    EngineLimits {
+        pending_proposals_max: 1024,
+        pending_reads_max: 1024,
+        entry_bytes_max: crate::disk::entry_bytes_max(),
+    }
+}
+
+impl App {
+    /// The application of a node that starts with its state machine at `applied` and must replay
+    /// to `replay_target`.
+    pub fn new(
+        id: NodeId,
+        sm: SimStateMachine,
+        applied: Index,
+        replay_target: Index,
+        snapshot_every_entries: u64,
+        mutation: Option<keel_core::Mutation>,
+    ) -> App {
+        let policy = SnapshotPolicy {
+            entries_max: snapshot_every_entries,
+            bytes_max: u64::MAX,
+            bytes_min: u64::MAX,
+            log_to_state_ratio: 0,
+        };
+        App {
+            engine: NodeEngine::new(id, limits(), applied, replay_target),
+            applier: Applier::new(sm, applied, policy),
+            queue: ApplyQueue::with_mutation(mutation),
+            apply_scheduled: false,
+            snapshot_writing: SnapshotWriting::default(),
+        }
+    }
+
+    pub fn state_machine(
+        mutation: Option<keel_core::Mutation>,
+        skip_next_command: bool,
+    ) -> SimStateMachine {
+        SimStateMachine::new(mutation, skip_next_command)
+    }
+}
+
+/// An effect of the engine, carried out by the world once the engine call returned.
+pub(crate) enum Effect {
+    Send(Message),
+    Refused(ProposalToken, ClientError),
+    ReadRefused(ReadToken, ClientError),
+    ReadIndexed(ReadToken, Index),
+    SendSnapshot(NodeId, Term, SnapshotMeta),
+}
+
+/// The simulated world's shell: the apply pipeline is the node's own queue; everything else is
+/// collected and carried out in order by [`World::carry_out`].
+pub(crate) struct SimShell<'a> {
+    snapshots: &'a BTreeMap<Index, Bytes>,
+    queue: &'a mut SimQueue,
+    pub effects: Vec<Effect>,
+}
+
+impl<'a> SimShell<'a> {
+    pub fn new(
+        app: &'a mut App,
+        snapshots: &'a BTreeMap<Index, Bytes>,
+    ) -> (Self, &'a mut SimEngine) {
+        (
+            SimShell {
+                snapshots,
+                queue: &mut app.queue,
+                effects: Vec::new(),
+            },
+            &mut app.engine,
+        )
+    }
+}
+
+impl Shell for SimShell<'_> {
+    type Reply = ProposalToken;
+    type Read = ReadToken;
+    type Snapshot = Option<Bytes>;
+
+    fn send(&mut self, msg: Message) {
+        self.effects.push(Effect::Send(msg));
+    }
+    fn open_snapshot(&mut self, meta: &SnapshotMeta) -> Option<Bytes> {
+        self.snapshots.get(&meta.last.index).cloned()
+    }
+    fn apply(&mut self, item: SimItem) {
+        self.queue.push(item);
+    }
+    fn answer(&mut self, reply: ProposalToken, error: ClientError) {
+        self.effects.push(Effect::Refused(reply, error));
+    }
+    fn refuse_read(&mut self, read: ReadToken, error: ClientError) {
+        self.effects.push(Effect::ReadRefused(read, error));
+    }
+    fn read_indexed(&mut self, read: &ReadToken, index: Index) {
+        self.effects.push(Effect::ReadIndexed(*read, index));
+    }
+    fn send_snapshot(&mut self, to: NodeId, term: Term, meta: SnapshotMeta) {
+        self.effects.push(Effect::SendSnapshot(to, term, meta));
+    }
+    fn leader_addr(&self, _node: NodeId) -> Option<std::net::SocketAddr> {
+        None
+    }
+}
+
+impl World {
+    /// Carries out what an engine call of node `id` decided, in the order it decided it.
+    pub(crate) fn carry_out(&mut self, id: NodeId, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(msg) => self.send(msg),
+                Effect::Refused(token, error) => self.proposal_refused(token, &error),
+                Effect::ReadRefused(token, error) => self.read_refused(token, &error),
+                Effect::ReadIndexed(token, index) => {
+                    if index < token.floor {
+                        let detail = format!(
+                            "node {id} served a read at index {index} below commit {} reached \
+                             before it started",
+                            token.floor
+                        );
+                        return self.violate("read index", detail);
+                    }
+                }
+                Effect::SendSnapshot(to, term, meta) => self.start_transfer(id, to, term, meta),
+            }
+        }
+    }
+
+    /// Applies what the pipeline holds: all of it at once, or one item per `apply_delay` when
+    /// the seed draws a slow state machine.
+    pub(crate) fn pump_apply(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        let Some(app) = self.nodes[idx].app.as_mut() else {
+            return;
+        };
+        if self.params.apply_delay == 0 || self.healing {
+            let n = app.queue.len();
+            self.apply_items(id, n);
+        } else if !app.apply_scheduled && !app.queue.is_empty() {
+            app.apply_scheduled = true;
+            let incarnation = self.nodes[idx].incarnation;
+            let delay = self.rng.random_range(1..=self.params.apply_delay);
+            self.schedule(
+                delay,
+                Event::Apply {
+                    node: id,
+                    incarnation,
+                },
+            );
+        }
+    }
+
+    /// The `Apply` event of a slow pipeline.
+    pub(crate) fn apply_batch(&mut self, id: NodeId, incarnation: u64) {
+        let idx = (id - 1) as usize;
+        if self.nodes[idx].incarnation != incarnation {
+            return;
+        }
+        let Some(app) = self.nodes[idx].app.as_mut() else {
+            return;
+        };
+        app.apply_scheduled = false;
+        self.apply_items(id, self.params.apply_batch);
+        self.pump_apply(id);
+        self.drive(id);
+    }
+
+    fn apply_items(&mut self, id: NodeId, count: usize) {
+        let idx = (id - 1) as usize;
+        for _ in 0..count {
+            if self.violation.is_some() {
+                return;
+            }
+            let Some(item) = self.nodes[idx].app.as_mut().and_then(|a| a.queue.pop()) else {
+                break;
+            };
+            match item {
+                ApplyItem::Entries(batch) => self.apply_entries(id, batch),
+                ApplyItem::Restore { meta, snapshot } => self.restore(id, meta, snapshot),
+                ApplyItem::Read(token) => self.read_served(id, token),
+                ApplyItem::Snapshot => self.take_snapshot(id),
+            }
+        }
+    }
+
+    fn apply_entries(&mut self, id: NodeId, batch: Vec<(keel_core::Entry, Option<ProposalToken>)>) {
+        let idx = (id - 1) as usize;
+        let World {
+            nodes,
+            checker,
+            membership,
+            clients,
+            history,
+            now,
+            ..
+        } = self;
+        let node = &mut nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
+            return;
+        };
+        let mut violation = None;
+        let mut answers = Vec::new();
+        let result = app
+            .applier
+            .apply_entries(batch, |entry, token, result, sm| {
+                if violation.is_some() {
+                    return;
+                }
+                if let Err(v) = checker.applied(id, entry) {
+                    violation = Some(v);
+                    return;
+                }
+                if let EntryPayload::Membership(m) = &entry.payload {
+                    let leader = checker.leader_of(entry.term);
+                    membership.applied(entry.index, m, leader);
+                }
+                if let Err(v) = checker.state_digest(id, entry.index, sm.digest()) {
+                    violation = Some(v);
+                    return;
+                }
+                if let Some(token) = token {
+                    answers.push((token, result));
+                }
+            });
+        let applied = app.applier.applied();
+        raft.applied(applied);
+        let snapshot_due = app.applier.snapshot_due(0);
+        if let Err(e) = result {
+            return self.violate("apply order", format!("node {id}: {e}"));
+        }
+        if let Some(v) = violation {
+            return self.fail(v);
+        }
+        for (token, result) in answers {
+            if let Err(detail) = clients.proposal_applied(id, token, &result, *now, history) {
+                return self.violate("client reply", detail);
+            }
+        }
+        if snapshot_due {
+            self.take_snapshot(id);
+        }
+    }
+
+    /// Replaces the state machine by the snapshot at `meta.last` (received and durable).
+    fn restore(&mut self, id: NodeId, meta: SnapshotMeta, snapshot: Option<Bytes>) {
+        let idx = (id - 1) as usize;
+        let index = meta.last.index;
+        let Some(data) = snapshot else {
+            let detail = format!("node {id} must restore snapshot {index} it never received");
+            return self.violate("snapshot install", detail);
+        };
+        if let Err(v) = self.checker.restored(id, index) {
+            return self.fail(v);
+        }
+        self.trace_line(|| format!("n{id} restores snapshot {}", meta.last));
+        self.membership.restored(&meta);
+        let node = &mut self.nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
+            return;
+        };
+        if let Err(e) = app.applier.restore(&meta, &data) {
+            return self.violate("apply order", format!("node {id}: {e}"));
+        }
+        raft.applied(index);
+        let digest = app.applier.state().digest();
+        if let Err(v) = self.checker.state_digest(id, index, digest) {
+            self.fail(v);
+        }
+    }
+
+    /// Captures a view of the state at the applied index and, unless one is being written,
+    /// writes it (it reaches the disk after a disk latency: `SnapshotSaved`).
+    fn take_snapshot(&mut self, id: NodeId) {
+        let idx = (id - 1) as usize;
+        let node = &mut self.nodes[idx];
+        let (Some(raft), Some(app)) = (node.raft.as_ref(), node.app.as_mut()) else {
+            return;
+        };
+        let (index, view) = app.applier.take_snapshot();
+        if index <= raft.snapshot().last.index {
+            return;
+        }
+        let Some(meta) = raft.snapshot_meta(index) else {
+            return; // overtaken by an install
+        };
+        if let Some((meta, view)) = app.snapshot_writing.offer((meta, view)) {
+            self.write_snapshot(id, meta, view);
+        }
+    }
+
+    fn write_snapshot(&mut self, id: NodeId, meta: SnapshotMeta, view: Box<dyn SnapshotWriter>) {
+        let mut data = Vec::new();
+        view.write_to(&mut data)
+            .expect("writing to memory does not fail");
+        let incarnation = self.nodes[(id - 1) as usize].incarnation;
+        let delay = 1 + self.rng.random_range(0..=self.params.disk_latency_max);
+        self.schedule(
+            delay,
+            Event::SnapshotSaved {
+                node: id,
+                incarnation,
+                meta,
+                data: Bytes::from(data),
+            },
+        );
+    }
+
+    pub(crate) fn snapshot_saved(
+        &mut self,
+        id: NodeId,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        data: Bytes,
+    ) {
+        let idx = (id - 1) as usize;
+        if self.nodes[idx].incarnation != incarnation || self.nodes[idx].raft.is_none() {
+            return;
+        }
+        let next = self.nodes[idx]
+            .app
+            .as_mut()
+            .and_then(|app| app.snapshot_writing.finished());
+        if let Some((next_meta, view)) = next {
+            self.write_snapshot(id, next_meta, view);
+        }
+        let node = &mut self.nodes[idx];
+        let index = meta.last.index;
+        if index < node.disk.snapshot_index() {
+            // A received snapshot (not necessarily installed) is newer: storage refuses an older
+            // one, as the runtime's `Wal::adopt_snapshot` does, and the core is not told.
+            self.trace_line(|| format!("n{id} drops its snapshot at {index}: storage has newer"));
+            return;
+        }
+        node.snapshot_data.insert(index, data);
+        if let Err(e) = node.disk.save_snapshot(&meta) {
+            let detail = format!("node {id}: {e}");
+            return self.violate("storage", detail);
+        }
+        let raft = node.raft.as_mut().expect("checked");
+        raft.snapshot_saved(meta);
+        // Keep the data of the core's snapshot (it may have to send it), of the one storage
+        // knows, and anything newer (a transfer may have brought one that is not installed
+        // yet); older data is never needed again.
+        let keep_from = node.disk.snapshot_index().min(raft.snapshot().last.index);
+        node.snapshot_data.retain(|i, _| *i >= keep_from);
+        self.trace_line(|| format!("n{id} saved snapshot at {index}"));
+        self.drive(id);
+    }
+}
