@@ -6,6 +6,8 @@
 //!   admin.
 //! - [`connection`]: one client connection's protocol state (HELLO, CLIENT, CONFIG GET, COMMAND,
 //!   INFO), handing writes, reads and admin commands back to the caller.
+//! - [`forwarding`]: when a follower retries a write it forwarded to the leader, under which
+//!   request id, and when it gives up (time as an input, no I/O).
 //! - [`state_machine`]: the replicated state machine (ordered map, incremental digest, request-id
 //!   deduplication, snapshots) and the log encoding of writes.
 //! - `bench` (feature `cli`): the closed-loop RESP load generator behind `keel bench`.
@@ -18,6 +20,7 @@
 
 pub mod command;
 pub mod connection;
+pub mod forwarding;
 mod number;
 pub mod resp;
 pub mod state_machine;
