@@ -6,6 +6,8 @@
 //!   admin.
 //! - [`connection`]: one client connection's protocol state (HELLO, CLIENT, CONFIG GET, COMMAND,
 //!   INFO), handing writes, reads and admin commands back to the caller.
+//! - [`forwarding`]: when a follower retries a write it forwarded to the leader, under which
+//!   request id, and when it gives up (time as an input, no I/O).
 //! - [`state_machine`]: the replicated state machine (ordered map, incremental digest, request-id
 //!   deduplication, snapshots) and the log encoding of writes.
 //! - [`adapter`]: the state machine behind `keel_engine::StateMachine`, which the runtime and the
@@ -21,6 +23,7 @@
 pub mod adapter;
 pub mod command;
 pub mod connection;
+pub mod forwarding;
 mod number;
 pub mod resp;
 pub mod state_machine;

@@ -10,9 +10,14 @@
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
+//!
+//! `RAFT.FORWARD` is not in the table: nodes send it to each other on forwarding connections
+//! (`forward.rs`), and to every other client it is an unknown command.
 
+mod forward;
 mod parse;
 
+pub use forward::{forward_request, is_forward, may_follow_forward, parse_forward, FORWARD};
 pub use parse::ADDR_BYTES_MAX;
 
 use bytes::Bytes;
@@ -303,6 +308,9 @@ pub enum CommandError {
     InvalidPeerAddr(String),
     #[error("ERR invalid client address '{0}': expected host:port")]
     InvalidClientAddr(String),
+    /// A malformed or misplaced `RAFT.FORWARD` (see `forward.rs`).
+    #[error("ERR RAFT.FORWARD: {0}")]
+    Forward(&'static str),
 }
 
 impl CommandError {

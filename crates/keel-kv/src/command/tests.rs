@@ -415,3 +415,90 @@ fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
         .count();
     assert_eq!(writes, 9);
 }
+
+fn args(line: &str) -> Vec<Bytes> {
+    line.split(' ').map(b).collect()
+}
+
+fn forward_error(line: &str) -> String {
+    parse_forward(&args(line)).expect_err(line).to_string()
+}
+
+#[test]
+fn raft_forward_carries_a_request_id() {
+    use crate::forwarding::RequestId;
+    let id = |client_id, seq| RequestId { client_id, seq };
+    assert_eq!(parse_forward(&args("RAFT.FORWARD 0 1")), Ok(id(0, 1)));
+    assert_eq!(
+        parse_forward(&args(
+            "raft.forward 18446744073709551615 18446744073709551615"
+        )),
+        Ok(id(u64::MAX, u64::MAX))
+    );
+    for sent in [id(0x5eed, 1), id(u64::MAX, 7), id(1, u64::MAX)] {
+        let request = forward_request(sent);
+        assert!(is_forward(&request));
+        assert_eq!(parse_forward(&request), Ok(sent));
+    }
+    assert!(!is_forward(&args("SET k v")));
+    assert!(!is_forward(&[]));
+}
+
+#[test]
+fn a_malformed_raft_forward_is_an_error() {
+    let arity = "ERR wrong number of arguments for 'raft.forward' command";
+    for line in ["RAFT.FORWARD", "RAFT.FORWARD 1", "RAFT.FORWARD 1 2 SET k v"] {
+        assert_eq!(forward_error(line), arity, "{line}");
+    }
+    let client_id = "ERR RAFT.FORWARD: the client id is not an unsigned 64-bit integer";
+    let seq = "ERR RAFT.FORWARD: the seq is not a positive 64-bit integer";
+    for bad in ["-1", "+1", "01", "1.5", "x", "0x10", "18446744073709551616"] {
+        assert_eq!(forward_error(&format!("RAFT.FORWARD {bad} 1")), client_id);
+        assert_eq!(forward_error(&format!("RAFT.FORWARD 1 {bad}")), seq);
+    }
+    assert_eq!(forward_error("RAFT.FORWARD 1 0"), seq, "seqs count from 1");
+    let empty = [b("RAFT.FORWARD"), Bytes::new(), b("1")];
+    assert_eq!(parse_forward(&empty).unwrap_err().to_string(), client_id);
+    // Oversize: a number far longer than any u64 is refused by its length, not parsed.
+    let long = "9".repeat(1 << 20);
+    let oversize = [b("RAFT.FORWARD"), b("1"), b(&long)];
+    assert_eq!(parse_forward(&oversize).unwrap_err().to_string(), seq);
+}
+
+#[test]
+fn only_a_write_or_a_transactions_exec_takes_a_forwarded_id() {
+    for line in ["SET k v", "incr n", "DEL a b", "CAS k a b", "MSET a 1"] {
+        assert_eq!(may_follow_forward(&args(line), false), Ok(()), "{line}");
+    }
+    assert_eq!(may_follow_forward(&args("exec"), true), Ok(()));
+    let refused = |line: &str, in_transaction| {
+        may_follow_forward(&args(line), in_transaction)
+            .expect_err(line)
+            .to_string()
+    };
+    let not_a_write = "ERR RAFT.FORWARD: only a write may follow it";
+    for line in [
+        "GET k",
+        "EXEC",
+        "MULTI",
+        "PING",
+        "RAFT.MEMBER REMOVE 2",
+        "NOSUCH x",
+        "",
+    ] {
+        assert_eq!(refused(line, false), not_a_write, "{line}");
+    }
+    let not_exec = "ERR RAFT.FORWARD: inside a transaction only EXEC may follow it";
+    for line in ["SET k v", "DISCARD", "GET k"] {
+        assert_eq!(refused(line, true), not_exec, "{line}");
+    }
+    let nested = "ERR RAFT.FORWARD: nested: a request id is already waiting for its write";
+    assert_eq!(refused("RAFT.FORWARD 1 2", false), nested);
+    assert_eq!(refused("raft.forward 1 2", true), nested);
+}
+
+#[test]
+fn raft_forward_is_no_command_clients_know() {
+    assert!(error("RAFT.FORWARD 1 2").starts_with("ERR unknown command 'RAFT.FORWARD'"));
+    assert!(CommandSpec::lookup(FORWARD.as_bytes()).is_none());
+}

@@ -11,6 +11,11 @@
 //! joins the write run like a write; a follower forwards it as the group `MULTI`, the queued
 //! requests, `EXEC` (see `forward.rs`).
 //!
+//! Request ids: a write (or EXEC) is proposed under the connection's random dedup client id and
+//! its next seq; refused as not the leader, it is forwarded under that same id. On another node's
+//! forwarding connection, a write announced by `RAFT.FORWARD <client-id> <seq>` is proposed under
+//! the id that node gave it instead (`command/forward.rs`).
+//!
 //! Bounds: at most [`PIPELINE_REQUESTS_MAX`] requests are in flight per connection; the input
 //! buffer holds at most one partial request (bounded by the decoder) plus one read, its size
 //! charged against the node's total (`buffers.rs`). Requests in flight are slices of the buffer
@@ -37,11 +42,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use super::buffers::QueryBuffer;
+use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
-use super::{admin, forward, random_client_id, wants_status, Fetched, ServerContext};
+use super::{admin, random_client_id, wants_status, Fetched, ServerContext};
 use super::{KvAdapter, FORWARD_CLIENT_NAME};
-use crate::command::QueuedCommand;
+use crate::command::{self, QueuedCommand};
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
+use crate::forwarding::RequestId;
 use crate::resp::{Decoder, Reply};
 use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
 
@@ -73,10 +80,12 @@ enum Kind {
 enum Slot {
     /// Answered already.
     Ready(Reply),
-    /// A write (or an EXEC: `queued` holds its queued requests, forwarded as a group): `pending`
-    /// is `None` until its run is proposed, and `entry` is empty from then on.
+    /// A write (or an EXEC: `queued` holds its queued requests, forwarded as a group) proposed
+    /// under `id`: `pending` is `None` until its run is proposed, and `entry` is empty from then
+    /// on.
     Write {
         entry: Bytes,
+        id: RequestId,
         args: Vec<Bytes>,
         queued: Option<Vec<Vec<Bytes>>>,
         pending: Option<Pending<Bytes>>,
@@ -94,6 +103,8 @@ struct Session<'a> {
     connection: ClientConnection,
     client_id: u64,
     seq: u64,
+    /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
+    forwarded_id: Option<RequestId>,
     forward: forward::Forwarder,
     slots: VecDeque<Slot>,
     /// The kind of the run in flight (`None`: only ready replies, or nothing).
@@ -132,7 +143,8 @@ pub(super) async fn serve_connection(
             .with_config(Arc::clone(&ctx.config)),
         client_id: random_client_id(),
         seq: 0,
-        forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone()),
+        forwarded_id: None,
+        forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         slots: VecDeque::new(),
         run: None,
         output: BytesMut::new(),
@@ -345,8 +357,48 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// The id another node gave the write `args` (see `command/forward.rs`): `Err` holds the
+    /// answer to a `RAFT.FORWARD`, or to a request that may not follow one. Only on a forwarding
+    /// connection; anywhere else `RAFT.FORWARD` goes on as an unknown command.
+    fn take_forwarded_id(&mut self, args: &[Bytes]) -> Result<Option<RequestId>, Reply> {
+        if let Some(id) = self.forwarded_id.take() {
+            return command::may_follow_forward(args, self.connection.in_transaction())
+                .map(|()| Some(id))
+                .map_err(|e| e.to_reply());
+        }
+        if self.is_forwarding() && command::is_forward(args) {
+            return Err(match command::parse_forward(args) {
+                Ok(id) => {
+                    self.forwarded_id = Some(id);
+                    Reply::OK
+                }
+                Err(e) => e.to_reply(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// The id a write is proposed under: the one another node gave it, else this connection's
+    /// next.
+    fn request_id(&mut self, forwarded: Option<RequestId>) -> RequestId {
+        forwarded.unwrap_or_else(|| {
+            self.seq += 1;
+            RequestId {
+                client_id: self.client_id,
+                seq: self.seq,
+            }
+        })
+    }
+
     /// Serves (or queues) one request. False when the connection must close.
     async fn request(&mut self, args: Vec<Bytes>) -> std::io::Result<bool> {
+        let forwarded_id = match self.take_forwarded_id(&args) {
+            Ok(id) => id,
+            Err(answer) => {
+                self.slots.push_back(Slot::Ready(answer));
+                return Ok(true);
+            }
+        };
         let status = if wants_status(&args) {
             // INFO reports the state after everything before it.
             self.finish_all().await?;
@@ -384,10 +436,11 @@ impl Session<'_> {
                     self.finish_all().await?;
                 }
                 self.run = Some(Kind::Write);
-                self.seq += 1;
-                let entry = LogCommand::new(self.client_id, self.seq, command).encode();
+                let id = self.request_id(forwarded_id);
+                let entry = LogCommand::new(id.client_id, id.seq, command).encode();
                 self.slots.push_back(Slot::Write {
                     entry,
+                    id,
                     args,
                     queued: None,
                     pending: None,
@@ -399,11 +452,12 @@ impl Session<'_> {
                     self.finish_all().await?;
                 }
                 self.run = Some(Kind::Write);
-                self.seq += 1;
+                let id = self.request_id(forwarded_id);
                 let command = LoggedCommand::Exec(transaction.commands);
-                let entry = LogCommand::new(self.client_id, self.seq, command).encode();
+                let entry = LogCommand::new(id.client_id, id.seq, command).encode();
                 self.slots.push_back(Slot::Write {
                     entry,
+                    id,
                     args,
                     queued: Some(transaction.requests),
                     pending: None,
@@ -424,7 +478,7 @@ impl Session<'_> {
             Dispatch::Admin(command) => {
                 self.finish_all().await?;
                 let result = admin(self.ctx, command).await;
-                let reply = self.resolve(result, Kind::Write, &args, None).await;
+                let reply = self.resolve(result, Relay::Once(&args, Kind::Write)).await;
                 self.push(&reply)?;
             }
         }
@@ -465,24 +519,24 @@ impl Session<'_> {
             let reply = match slot {
                 Slot::Ready(reply) => reply,
                 Slot::Write {
+                    id,
                     args,
                     queued,
                     pending,
                     ..
                 } => {
                     let pending = pending.expect("every write of the run was proposed");
-                    let result = pending.wait_with(&mut self.timer).await.map(|bytes| {
-                        ApplyReply::decode(&bytes).map_or_else(
-                            || Reply::error("ERR internal error: undecodable write result"),
-                            ApplyReply::into_reply,
-                        )
-                    });
-                    self.resolve(result, Kind::Write, &args, queued.as_deref())
-                        .await
+                    let result = pending.wait_with(&mut self.timer).await;
+                    let request = match &queued {
+                        Some(queued) => Forwarded::Exec(queued),
+                        None => Forwarded::Write(&args),
+                    };
+                    let result = result.map(|bytes| write_reply(&bytes));
+                    self.resolve(result, Relay::WithId(id, request)).await
                 }
                 Slot::Read { args, pending } => {
                     let result = pending.wait_with(&mut self.timer).await;
-                    self.resolve(result, Kind::Read, &args, None).await
+                    self.resolve(result, Relay::Once(&args, Kind::Read)).await
                 }
             };
             self.push(&reply)?;
@@ -492,15 +546,9 @@ impl Session<'_> {
     }
 
     /// The reply for a request's outcome: on `NotLeader` with a known leader, the request is
-    /// forwarded there once (unless it came from a forwarding node); a transaction (`queued`:
-    /// its queued requests) as `MULTI`, those, `EXEC`.
-    async fn resolve(
-        &mut self,
-        result: Result<Reply, ClientError>,
-        kind: Kind,
-        args: &[Bytes],
-        queued: Option<&[Vec<Bytes>]>,
-    ) -> Reply {
+    /// forwarded there (unless it came from a forwarding node): a write under its id, retried
+    /// until answered (`forward.rs`), anything else once.
+    async fn resolve(&mut self, result: Result<Reply, ClientError>, request: Relay<'_>) -> Reply {
         let ctx = self.ctx;
         match result {
             Ok(reply) => reply,
@@ -510,28 +558,39 @@ impl Session<'_> {
             }) if leader != ctx.node_id => {
                 let forwarded = self.is_forwarding();
                 match ctx.client_addr(leader) {
-                    Some(addr) if !forwarded => match queued {
-                        Some(queued) => {
+                    Some(addr) if !forwarded => match request {
+                        Relay::WithId(id, request) => {
                             self.forward
-                                .forward_transaction(leader, &addr, queued, &ctx.limits)
+                                .forward_write(ctx, leader, addr, id, request)
                                 .await
                         }
-                        None => {
+                        Relay::Once(args, kind) => {
                             self.forward
-                                .forward(leader, &addr, args, kind == Kind::Write, &ctx.limits)
+                                .forward(leader, &addr, args, kind == Kind::Write)
                                 .await
                         }
                     },
-                    Some(addr) => {
-                        Reply::error(format!("TRYAGAIN leader is node {leader} at {addr}"))
-                    }
-                    // Its peer address is of no use to a client: say what is known.
-                    None => Reply::error(format!(
-                        "TRYAGAIN leader is node {leader}; its client address is unknown"
-                    )),
+                    Some(addr) => forward::leader_elsewhere(leader, &addr),
+                    None => forward::leader_address_unknown(leader),
                 }
             }
             Err(e) => super::error_reply(&e),
         }
     }
+}
+
+/// How a request is forwarded if this node does not lead.
+enum Relay<'a> {
+    /// A write or transaction, under the id it was proposed with here.
+    WithId(RequestId, Forwarded<'a>),
+    /// A read or an admin command: once, as it is.
+    Once(&'a [Bytes], Kind),
+}
+
+/// The reply of an applied write, from what the state machine answered.
+pub(super) fn write_reply(applied: &Bytes) -> Reply {
+    ApplyReply::decode(applied).map_or_else(
+        || Reply::error("ERR internal error: undecodable write result"),
+        ApplyReply::into_reply,
+    )
 }

@@ -18,16 +18,15 @@
 //! handshakes of its peer connections, and a leader connects to every member), else what
 //! `RAFT.MEMBER ADD ... CLIENT` recorded here.
 //!
-//! ```text
-//! ```
-//!
 //! Replies of one connection leave in request order; pipelined requests overlap (runs of writes
 //! are proposed as one batch, runs of reads share ReadIndex rounds): see `connection.rs`.
 //!
 //! Request ids: every connection draws a random 64-bit client id and numbers its writes 1, 2, ...
-//! The server never proposes a write twice on its own: a timeout answers `-TRYAGAIN outcome
-//! unknown`. A forwarded write is proposed by the leader under the forwarding connection's id, and
-//! a forward that fails after sending is also answered `-TRYAGAIN outcome unknown`, never resent.
+//! A write on the leader is proposed once: a timeout answers `-TRYAGAIN outcome unknown`. A write
+//! a follower forwards keeps the id the follower gave it (`RAFT.FORWARD <client-id> <seq>` just
+//! before it): after a lost link, no reply in time or a not-leader answer it is sent again under
+//! that id until answered or its deadline passes (`forward.rs`, decided by `crate::forwarding`),
+//! and the state machine's deduplication applies it once.
 
 mod buffers;
 pub mod config;
