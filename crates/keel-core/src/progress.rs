@@ -36,6 +36,8 @@ pub struct Progress {
     /// Ticks since the follower last acknowledged progress while Appends were in flight; after
     /// a bound the leader assumes them lost and probes again.
     pub stalled_ticks: u32,
+    /// In Snapshot: the last index of the snapshot on its way.
+    pub pending_snapshot: Index,
 }
 
 impl Progress {
@@ -56,6 +58,7 @@ impl Progress {
             silent_ticks: u32::MAX,
             read_round_acked: 0,
             stalled_ticks: 0,
+            pending_snapshot: 0,
         }
     }
 
@@ -97,9 +100,22 @@ impl Progress {
         self.next_index = next_index.max(self.match_index + 1);
     }
 
-    /// A snapshot is on its way; no Appends until the follower answers or the transfer fails.
-    pub fn become_snapshot(&mut self) {
+    /// The snapshot transfer failed or timed out: probe from just after the snapshot that was on
+    /// its way. A follower that already holds it (received before, or its log reached that far,
+    /// so the receiver refused it as not needed) accepts the probe; one that does not rejects it
+    /// and is sent a snapshot again. Probing from the match index instead would ask a follower
+    /// the leader has heard nothing from for purged entries: the snapshot again, forever.
+    pub fn probe_after_snapshot(&mut self) {
+        debug_assert_eq!(self.state, ReplicationState::Snapshot);
+        let next = (self.match_index + 1).max(self.pending_snapshot + 1);
+        self.become_probe(next);
+    }
+
+    /// The snapshot ending at `snapshot_index` is on its way; no Appends until the follower
+    /// answers or the transfer fails.
+    pub fn become_snapshot(&mut self, snapshot_index: Index) {
         self.state = ReplicationState::Snapshot;
+        self.pending_snapshot = snapshot_index;
         self.probe_sent = false;
         self.inflight.clear();
         self.stalled_ticks = 0;

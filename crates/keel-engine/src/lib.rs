@@ -13,6 +13,8 @@
 //!   snapshot restores, reads, snapshot requests), its order checks and the snapshot policy.
 //! - [`StateMachine`] and [`SnapshotWriter`] (`state_machine.rs`): what the application supplies.
 //! - [`SnapshotWriting`] (`snapshot.rs`): one snapshot written at a time, the newest view waiting.
+//! - [`StorageWorker`] (`storage.rs`): group commit, completion reports, snapshot adoptions in
+//!   order with the writes, over a [`LogStore`].
 //!
 //! With the `mutations` feature, the runtime variants of `keel_core::Mutation` switch on
 //! deliberately broken branches of this code, so the simulator can show it catches them.
@@ -22,9 +24,11 @@ mod error;
 mod node;
 mod snapshot;
 mod state_machine;
+mod storage;
 
 pub use apply::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
 pub use error::ClientError;
 pub use node::{EngineLimits, NodeEngine, Shell};
 pub use snapshot::{adoption, install_message, Adoption, SnapshotWriting};
 pub use state_machine::{SnapshotWriter, StateMachine};
+pub use storage::{Completion, LogStore, StorageCommand, StorageWorker, GROUP_COMMIT_WRITES_MAX};

@@ -1,4 +1,5 @@
-//! The storage thread: owns the WAL and does group commit.
+//! The storage thread: owns the WAL and runs keel-engine's `StorageWorker` over it (the group
+//! commit and ordering decisions, which the simulator runs too).
 //!
 //! Writes arrive in `ready()` order. While one `write_batch` (and its fdatasync) runs, the node
 //! keeps queueing; the next batch takes everything queued, so one fsync covers many writes under
@@ -17,23 +18,19 @@
 use std::path::PathBuf;
 
 use keel_core::{NodeId, Term, Write};
+use keel_engine::{Completion, LogStore, StorageWorker};
 use keel_wal::{StdFs, Wal};
 use tokio::sync::mpsc;
 
 use crate::node::Event;
 
-/// Bound on the writes one group commit takes, so one batch's buffer stays bounded even when the
-/// node produces writes as fast as they are drained.
-const GROUP_COMMIT_WRITES_MAX: usize = 1024;
+pub(crate) type StorageCommand = keel_engine::StorageCommand<SnapshotAdoption>;
 
-pub(crate) enum StorageCommand {
-    Write(Write),
-    /// Make the complete, fsynced snapshot file at `temp` the newest snapshot. `from` names the
-    /// leader for a received one (`None`: taken locally).
-    AdoptSnapshot {
-        temp: PathBuf,
-        from: Option<(NodeId, Term)>,
-    },
+/// A complete, fsynced snapshot file at `temp`, to become the newest snapshot. `from` names the
+/// leader for a received one (`None`: taken locally).
+pub(crate) struct SnapshotAdoption {
+    pub temp: PathBuf,
+    pub from: Option<(NodeId, Term)>,
 }
 
 /// Logs and exits: the only safe reaction to a failed fsync or write (docs/DESIGN.md section 3).
@@ -43,71 +40,72 @@ pub(crate) fn fatal(what: &str, error: &dyn std::fmt::Display) -> ! {
     std::process::exit(70)
 }
 
+/// The WAL as keel-engine's log store, timing each group commit.
+struct WalStore {
+    wal: Wal<StdFs>,
+    metrics: crate::metrics::StorageMetrics,
+}
+
+impl LogStore for WalStore {
+    type Error = (&'static str, keel_wal::WalError);
+    type Adoption = SnapshotAdoption;
+    type Adopted = Event;
+
+    fn write_batch(&mut self, writes: &[Write]) -> Result<(), Self::Error> {
+        let timer = self.metrics.group_commit(writes);
+        // Even InvalidRequest means the core and the WAL disagree: continuing could lose data.
+        self.wal
+            .write_batch(writes)
+            .map_err(|e| ("write_batch", e))?;
+        timer.done();
+        Ok(())
+    }
+
+    fn adopt(&mut self, adoption: SnapshotAdoption) -> Result<Option<Event>, Self::Error> {
+        let SnapshotAdoption { temp, from } = adoption;
+        match self.wal.adopt_snapshot(&temp) {
+            Ok(meta) => {
+                let path = self.wal.dir().join(keel_wal::snapshot_file_name(meta.last));
+                Ok(Some(Event::SnapshotSaved { meta, path, from }))
+            }
+            Err(e) if e.is_fatal() => Err(("adopt_snapshot", e)),
+            // An older snapshot than one already saved (a received one overtook a local one, or
+            // the reverse), or a file that does not verify: nothing to do but drop it.
+            Err(e) => {
+                tracing::info!("snapshot {} not adopted: {e}", temp.display());
+                let _ = std::fs::remove_file(&temp);
+                Ok(None)
+            }
+        }
+    }
+}
+
 pub(crate) fn spawn(
-    mut wal: Wal<StdFs>,
+    wal: Wal<StdFs>,
     mut commands: mpsc::Receiver<StorageCommand>,
     events: mpsc::UnboundedSender<Event>,
     metrics: crate::metrics::StorageMetrics,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let mut worker = StorageWorker::new(WalStore { wal, metrics });
     std::thread::Builder::new()
         .name("keel-storage".into())
         .spawn(move || {
-            let mut writes = Vec::new();
             // Ends when the node task drops its sender.
             while let Some(first) = commands.blocking_recv() {
-                let mut next = Some(first);
-                while let Some(cmd) = next.take() {
-                    match cmd {
-                        StorageCommand::Write(w) => {
-                            writes.push(w);
-                            // Group commit: everything queued meanwhile, up to a snapshot save.
-                            if writes.len() < GROUP_COMMIT_WRITES_MAX {
-                                next = commands.try_recv().ok();
-                            }
-                            if !matches!(next, Some(StorageCommand::Write(_))) {
-                                let timer = metrics.group_commit(&writes);
-                                flush(&mut wal, &mut writes, &events);
-                                timer.done();
-                            }
-                        }
-                        StorageCommand::AdoptSnapshot { temp, from } => {
-                            adopt(&mut wal, temp, from, &events);
-                        }
-                    }
+                worker.submit(first);
+                // Group commit: everything queued meanwhile (the channel's bound bounds it).
+                while let Ok(next) = commands.try_recv() {
+                    worker.submit(next);
+                }
+                while let Some(done) = worker.run_next() {
+                    let event = match done {
+                        Ok(Completion::Persisted(id)) => Event::Persisted(id),
+                        Ok(Completion::Adopted(saved)) => saved,
+                        Ok(Completion::NotAdopted) => continue,
+                        Err((what, e)) => fatal(what, &e),
+                    };
+                    let _ = events.send(event);
                 }
             }
         })
-}
-
-fn flush(wal: &mut Wal<StdFs>, writes: &mut Vec<Write>, events: &mpsc::UnboundedSender<Event>) {
-    let Some(last_id) = writes.last().map(|w| w.id) else {
-        return;
-    };
-    if let Err(e) = wal.write_batch(writes) {
-        // Even InvalidRequest means the core and the WAL disagree: continuing could lose data.
-        fatal("write_batch", &e);
-    }
-    writes.clear();
-    let _ = events.send(Event::Persisted(last_id));
-}
-
-fn adopt(
-    wal: &mut Wal<StdFs>,
-    temp: PathBuf,
-    from: Option<(NodeId, Term)>,
-    events: &mpsc::UnboundedSender<Event>,
-) {
-    match wal.adopt_snapshot(&temp) {
-        Ok(meta) => {
-            let path = wal.dir().join(keel_wal::snapshot_file_name(meta.last));
-            let _ = events.send(Event::SnapshotSaved { meta, path, from });
-        }
-        Err(e) if e.is_fatal() => fatal("adopt_snapshot", &e),
-        // An older snapshot than one already saved (a received one overtook a local one, or
-        // the reverse), or a file that does not verify: nothing to do but drop it.
-        Err(e) => {
-            tracing::info!("snapshot {} not adopted: {e}", temp.display());
-            let _ = std::fs::remove_file(&temp);
-        }
-    }
 }

@@ -1,13 +1,16 @@
 //! The simulated disk of one node: either the in-memory storage or the real write-ahead log over
-//! the fault-injecting file layer (drawn per seed), plus the writes still in flight. A crash loses
-//! what is in flight; with the WAL it may also tear the oldest in-flight write at any file-system
-//! operation and byte, or write its sectors back out of order.
+//! the fault-injecting file layer (drawn per seed), behind keel-engine's storage worker (group
+//! commit, completion reports, snapshot adoptions in order with the writes), as the runtime's
+//! storage thread runs it. A crash loses what the worker still holds; with the WAL it may also
+//! tear the oldest such write at any file-system operation and byte, or write its sectors back
+//! out of order.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 
+use bytes::Bytes;
 use keel_core::storage::{MemStorage, Storage};
-use keel_core::{HardState, Index, NodeId, RecoveredState, SnapshotMeta, Write};
+use keel_core::{HardState, Index, NodeId, RecoveredState, SnapshotMeta, Term, Write};
+use keel_engine::{Completion, LogStore, StorageCommand, StorageWorker};
 use keel_wal::{bootstrap_meta, Crash, SimFs, Wal, WalConfig};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -21,9 +24,70 @@ enum Backend {
     },
 }
 
+/// A snapshot whose data is complete here (taken locally, `from: None`, or received from the
+/// leader `from`), to become this node's newest.
+pub(crate) struct SnapshotAdoption {
+    pub meta: SnapshotMeta,
+    pub data: Bytes,
+    pub from: Option<(NodeId, Term)>,
+}
+
+impl LogStore for Backend {
+    type Error = String;
+    type Adoption = SnapshotAdoption;
+    type Adopted = SnapshotAdoption;
+
+    fn write_batch(&mut self, writes: &[Write]) -> Result<(), String> {
+        match self {
+            Backend::Mem(m) => {
+                for w in writes {
+                    m.write(w).expect("memory storage");
+                }
+                Ok(())
+            }
+            Backend::Wal { wal, .. } => wal
+                .as_mut()
+                .expect("a live node has an open WAL")
+                .write_batch(writes)
+                .map_err(|e| format!("write failed: {e}")),
+        }
+    }
+
+    /// As `Wal::adopt_snapshot`: a snapshot older than the one saved is refused; the one saved
+    /// again is a no-op.
+    fn adopt(&mut self, adoption: SnapshotAdoption) -> Result<Option<SnapshotAdoption>, String> {
+        let meta = &adoption.meta;
+        let saved = self.snapshot_index();
+        if meta.last.index < saved {
+            return Ok(None);
+        }
+        if meta.last.index > saved {
+            match self {
+                Backend::Mem(m) => m.save_snapshot(meta),
+                Backend::Wal { wal, .. } => wal
+                    .as_mut()
+                    .expect("a live node has an open WAL")
+                    .save_snapshot(meta, &meta.last.index.to_le_bytes())
+                    .map_err(|e| format!("snapshot save failed: {e}"))?,
+            }
+        }
+        Ok(Some(adoption))
+    }
+}
+
+impl Backend {
+    fn snapshot_index(&self) -> Index {
+        match self {
+            Backend::Mem(m) => m.snapshot().index,
+            Backend::Wal { wal, .. } => wal.as_ref().map_or(0, |w| w.snapshot().index),
+        }
+    }
+}
+
 pub(crate) struct SimDisk {
-    backend: Backend,
-    pending: VecDeque<Write>,
+    /// `None` only during a crash.
+    worker: Option<StorageWorker<Backend>>,
+    mutation: Option<keel_core::Mutation>,
     pub last_completion: u64,
 }
 
@@ -49,7 +113,7 @@ fn wal_config() -> WalConfig {
 
 impl SimDisk {
     /// A disk for a node of a new cluster (`voters` non-empty) or a node that will join one.
-    pub fn new(use_wal: bool, voters: &[NodeId]) -> SimDisk {
+    pub fn new(use_wal: bool, voters: &[NodeId], mutation: Option<keel_core::Mutation>) -> SimDisk {
         let backend = if use_wal {
             let fs = SimFs::new();
             let (mut wal, _) = Wal::open(fs.clone(), wal_dir(), wal_config()).expect("new WAL");
@@ -64,15 +128,23 @@ impl SimDisk {
             Backend::Mem(MemStorage::new_cluster(voters.iter().copied()))
         };
         SimDisk {
-            backend,
-            pending: VecDeque::new(),
+            worker: Some(StorageWorker::with_mutation(backend, mutation)),
+            mutation,
             last_completion: 0,
         }
     }
 
+    fn worker(&self) -> &StorageWorker<Backend> {
+        self.worker.as_ref().expect("a disk between crashes")
+    }
+
+    fn worker_mut(&mut self) -> &mut StorageWorker<Backend> {
+        self.worker.as_mut().expect("a disk between crashes")
+    }
+
     /// Opens the storage after a (re)start and returns what the node recovers from.
     pub fn recover(&mut self) -> Result<RecoveredState, String> {
-        match &mut self.backend {
+        match self.worker_mut().store_mut() {
             Backend::Mem(m) => Ok(m.recover().expect("memory storage")),
             Backend::Wal { fs, wal } => {
                 let (opened, recovered) =
@@ -83,72 +155,39 @@ impl SimDisk {
         }
     }
 
-    pub fn push_pending(&mut self, write: Write) {
-        self.pending.push_back(write);
+    /// Hands a write or an adoption to the storage worker.
+    pub fn submit(&mut self, command: StorageCommand<SnapshotAdoption>) {
+        self.worker_mut().submit(command);
     }
 
-    /// Completes the oldest in-flight write, which must be `id` (storage completes in order).
-    pub fn complete(&mut self, id: u64) -> Result<(), String> {
-        let w = self
-            .pending
-            .pop_front()
-            .expect("a completion has a pending write");
-        assert_eq!(w.id, id, "disk completions are in order");
-        match &mut self.backend {
-            Backend::Mem(m) => {
-                m.write(&w).expect("memory storage");
-                Ok(())
-            }
-            Backend::Wal { wal, .. } => wal
-                .as_mut()
-                .expect("a live node has an open WAL")
-                .write_batch(std::slice::from_ref(&w))
-                .map_err(|e| format!("write {id} failed: {e}")),
-        }
-    }
-
-    /// A snapshot's data is durable (taken locally, or fully received from a leader).
-    pub fn save_snapshot(&mut self, meta: &SnapshotMeta) -> Result<(), String> {
-        if meta.last.index <= self.snapshot_index() {
-            return Ok(());
-        }
-        match &mut self.backend {
-            Backend::Mem(m) => {
-                m.save_snapshot(meta);
-                Ok(())
-            }
-            Backend::Wal { wal, .. } => wal
-                .as_mut()
-                .expect("a live node has an open WAL")
-                .save_snapshot(meta, &meta.last.index.to_le_bytes())
-                .map_err(|e| format!("snapshot save failed: {e}")),
-        }
+    /// Runs the worker's next unit of work (one group commit, or one adoption).
+    pub fn run_next(&mut self) -> Option<Result<Completion<SnapshotAdoption>, String>> {
+        self.worker_mut().run_next()
     }
 
     pub fn snapshot_index(&self) -> Index {
-        match &self.backend {
-            Backend::Mem(m) => m.snapshot().index,
-            Backend::Wal { wal, .. } => wal.as_ref().map_or(0, |w| w.snapshot().index),
-        }
+        self.worker().store().snapshot_index()
     }
 
     /// The hard state and last index on disk, for the persisted-commit invariant.
     pub fn durable_state(&self) -> Option<(HardState, Index)> {
-        match &self.backend {
+        match self.worker().store() {
             Backend::Mem(m) => Some((m.hard_state(), m.last_index())),
             Backend::Wal { wal, .. } => wal.as_ref().map(|w| (w.hard_state(), w.last_index())),
         }
     }
 
-    /// The node crashed. In-flight writes are lost; with `tear`, the oldest is cut short first.
+    /// The node crashed. What the worker held is lost; with `tear`, the oldest write it held is
+    /// cut short first.
     pub fn crash(&mut self, tear: bool, rng: &mut ChaCha8Rng) {
+        let worker = self.worker.take().expect("a disk between crashes");
         let oldest = if tear {
-            self.pending.front().cloned()
+            worker.in_flight().next().cloned()
         } else {
             None
         };
-        self.pending.clear();
-        match &mut self.backend {
+        let mut backend = worker.into_store();
+        match &mut backend {
             Backend::Mem(m) => {
                 if let Some(w) = oldest {
                     let keep = rng.random_range(0..=w.entries.len());
@@ -175,5 +214,6 @@ impl SimDisk {
                 fs.crash_with(crash);
             }
         }
+        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
     }
 }

@@ -10,11 +10,12 @@ use bytes::Bytes;
 use keel_core::{EntryPayload, Index, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::{
     Applier, ApplyItem, ApplyQueue, ClientError, EngineLimits, NodeEngine, Shell, SnapshotPolicy,
-    SnapshotWriter, SnapshotWriting, StateMachine,
+    SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
 };
 use keel_kv::{KvAdapter, KvStateMachine};
 use rand::Rng;
 
+use crate::disk::SnapshotAdoption;
 use crate::world::{Event, World};
 
 /// A client's proposal: answered by the entry it became, or refused.
@@ -401,6 +402,8 @@ impl World {
         );
     }
 
+    /// A snapshot this node took is written out: its adoption goes to the storage worker, in
+    /// order with the writes (as the runtime's snapshot thread hands it to the storage thread).
     pub(crate) fn snapshot_saved(
         &mut self,
         id: NodeId,
@@ -419,27 +422,56 @@ impl World {
         if let Some((next_meta, view)) = next {
             self.write_snapshot(id, next_meta, view);
         }
-        let node = &mut self.nodes[idx];
+        let adoption = SnapshotAdoption {
+            meta,
+            data,
+            from: None,
+        };
+        self.submit_storage(id, StorageCommand::Adopt(adoption));
+    }
+
+    /// A snapshot is this node's newest, durably. One taken here lets the core compact; one
+    /// received is stepped into the core, which decides whether to install it.
+    pub(crate) fn snapshot_adopted(&mut self, id: NodeId, adoption: SnapshotAdoption) {
+        let idx = (id - 1) as usize;
+        let SnapshotAdoption { meta, data, from } = adoption;
         let index = meta.last.index;
-        if index < node.disk.snapshot_index() {
-            // A received snapshot (not necessarily installed) is newer: storage refuses an older
-            // one, as the runtime's `Wal::adopt_snapshot` does, and the core is not told.
-            self.trace_line(|| format!("n{id} drops its snapshot at {index}: storage has newer"));
-            return;
-        }
+        let node = &mut self.nodes[idx];
         node.snapshot_data.insert(index, data);
-        if let Err(e) = node.disk.save_snapshot(&meta) {
-            let detail = format!("node {id}: {e}");
-            return self.violate("storage", detail);
+        let raft = node.raft.as_mut().expect("a worker reports on a live node");
+        match from {
+            None => {
+                raft.snapshot_saved(meta);
+                self.trace_line(|| format!("n{id} saved snapshot at {index}"));
+            }
+            Some((leader, term)) => {
+                let msg = keel_engine::install_message(id, leader, term, meta);
+                self.trace_line(|| format!("snapshot {index} n{leader}->n{id} adopted"));
+                // The transport may deliver its final message twice, the copy much later (a
+                // retransmission): the install rules must make the late copy harmless (S03, S13).
+                if !self.healing
+                    && self
+                        .rng
+                        .random_bool(self.params.duplicate_probability.max(0.05))
+                {
+                    let delay = self.rng.random_range(1..=20 * self.params.net_delay_max);
+                    self.schedule(delay, Event::Deliver(msg.clone()));
+                }
+                let raft = self.nodes[idx].raft.as_mut().expect("checked");
+                if let Err(e) = raft.validate(&msg) {
+                    let detail = format!("n{id} refused {msg:?}: {e}");
+                    return self.violate("peer message validation", detail);
+                }
+                raft.step(msg);
+            }
         }
-        let raft = node.raft.as_mut().expect("checked");
-        raft.snapshot_saved(meta);
         // Keep the data of the core's snapshot (it may have to send it), of the one storage
         // knows, and anything newer (a transfer may have brought one that is not installed
         // yet); older data is never needed again.
+        let node = &mut self.nodes[idx];
+        let raft = node.raft.as_ref().expect("checked");
         let keep_from = node.disk.snapshot_index().min(raft.snapshot().last.index);
         node.snapshot_data.retain(|i, _| *i >= keep_from);
-        self.trace_line(|| format!("n{id} saved snapshot at {index}"));
         self.drive(id);
     }
 }

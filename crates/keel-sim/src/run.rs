@@ -163,25 +163,7 @@ impl World {
                     }
                 }
             }
-            Event::DiskDone {
-                node,
-                incarnation,
-                write_id,
-            } => {
-                let idx = (node - 1) as usize;
-                let n = &mut self.nodes[idx];
-                if n.incarnation == incarnation && n.raft.is_some() {
-                    self.digest_event([3, node, write_id, 0]);
-                    let n = &mut self.nodes[idx];
-                    if let Err(e) = n.disk.complete(write_id) {
-                        let detail = format!("node {node}: {e}");
-                        self.violate("storage", detail);
-                    } else {
-                        n.raft.as_mut().expect("checked").persisted(write_id);
-                        self.drive(node);
-                    }
-                }
-            }
+            Event::DiskWork { node, incarnation } => self.disk_work(node, incarnation),
             Event::Crash(id) => self.crash(id),
             Event::Restart(id) => {
                 let idx = (id - 1) as usize;

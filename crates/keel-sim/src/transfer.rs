@@ -3,9 +3,11 @@
 //! leader, which probes again). The data is durable on the receiver before the core hears of it.
 
 use bytes::Bytes;
-use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
+use keel_core::{NodeId, SnapshotMeta, Term};
+use keel_engine::{Adoption, StorageCommand};
 use rand::Rng;
 
+use crate::disk::SnapshotAdoption;
 use crate::world::{Event, World};
 
 /// Bound on resends of one chunk before the transfer is abandoned.
@@ -95,37 +97,33 @@ impl World {
             self.schedule(delay, Event::SnapshotChunk(t));
             return;
         }
-        // Complete: durable on the receiver, then the core decides whether to install it.
-        let index = t.meta.last.index;
-        self.nodes[ti].snapshot_data.entry(index).or_insert(t.data);
-        if let Err(e) = self.nodes[ti].disk.save_snapshot(&t.meta) {
-            let detail = format!("node {}: {e}", t.to);
-            return self.violate("storage", detail);
+        // Complete: adopted on the receiver if worth it (as the runtime decides), durable, then
+        // the core decides whether to install it.
+        let (from, to, index) = (t.from, t.to, t.meta.last.index);
+        let raft = self.nodes[ti].raft.as_ref().expect("checked");
+        match keel_engine::adoption(raft, t.from, t.term, &t.meta) {
+            Adoption::Refused(e) => {
+                let detail = format!("n{to} refused the snapshot {index} of n{from}: {e}");
+                self.violate("peer message validation", detail);
+            }
+            Adoption::NotNeeded => {
+                // The runtime's receiver answers the leader's next offer of it "not needed",
+                // which the leader takes as a failed transfer and probes the follower at once.
+                self.trace_line(|| format!("snapshot {index} n{from}->n{to} not needed"));
+                if let Some(raft) = self.nodes[fi].raft.as_mut() {
+                    raft.snapshot_send_failed(to);
+                    self.drive(from);
+                }
+            }
+            Adoption::Adopt => {
+                self.trace_line(|| format!("snapshot {index} n{from}->n{to} delivered"));
+                let adoption = SnapshotAdoption {
+                    meta: t.meta,
+                    data: t.data,
+                    from: Some((t.from, t.term)),
+                };
+                self.submit_storage(to, StorageCommand::Adopt(adoption));
+            }
         }
-        let msg = Message {
-            from: t.from,
-            to: t.to,
-            term: t.term,
-            body: MessageBody::InstallSnapshot { meta: t.meta },
-        };
-        let (from, to) = (t.from, t.to);
-        self.trace_line(|| format!("snapshot {index} n{from}->n{to} delivered"));
-        // The transport may deliver its final message twice, the copy much later (a
-        // retransmission): the install rules must make the late copy harmless (S03, S13).
-        if !self.healing
-            && self
-                .rng
-                .random_bool(self.params.duplicate_probability.max(0.05))
-        {
-            let delay = self.rng.random_range(1..=20 * self.params.net_delay_max);
-            self.schedule(delay, Event::Deliver(msg.clone()));
-        }
-        let raft = self.nodes[ti].raft.as_mut().expect("checked");
-        if let Err(e) = raft.validate(&msg) {
-            let detail = format!("n{to} refused {msg:?}: {e}");
-            return self.violate("peer message validation", detail);
-        }
-        raft.step(msg);
-        self.drive(to);
     }
 }

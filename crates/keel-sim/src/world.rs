@@ -6,13 +6,14 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use bytes::Bytes;
-use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta, Write};
+use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta};
+use keel_engine::{Completion, StorageCommand};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::client::Clients;
 use crate::coverage::{MembershipCoverage, MembershipTracker};
-use crate::disk::SimDisk;
+use crate::disk::{SimDisk, SnapshotAdoption};
 use crate::history::History;
 use crate::host::{App, SimShell};
 use crate::invariants::{Checker, Violation};
@@ -37,10 +38,10 @@ pub struct RunConfig {
 pub(crate) enum Event {
     Tick(NodeId),
     Deliver(Message),
-    DiskDone {
+    /// The node's storage worker runs its next unit of work (a group commit or an adoption).
+    DiskWork {
         node: NodeId,
         incarnation: u64,
-        write_id: u64,
     },
     Crash(NodeId),
     Restart(NodeId),
@@ -180,7 +181,7 @@ impl World {
                     id,
                     raft: None,
                     app: None,
-                    disk: SimDisk::new(params.use_wal, initial),
+                    disk: SimDisk::new(params.use_wal, initial, cfg.mutation),
                     incarnation: 0,
                     snapshot_data: BTreeMap::new(),
                     last_role: Role::Follower,
@@ -393,7 +394,9 @@ impl World {
         self.schedule(delay, Event::Restart(id));
     }
 
-    pub(crate) fn submit_write(&mut self, id: NodeId, write: Write) {
+    /// Hands a write or an adoption to node `id`'s storage worker; the disk gets to it after a
+    /// latency, in order with what was handed before.
+    pub(crate) fn submit_storage(&mut self, id: NodeId, command: StorageCommand<SnapshotAdoption>) {
         let mut latency = 1 + self.rng.random_range(0..=self.params.disk_latency_max);
         if !self.healing && self.rng.random_bool(self.params.slow_disk_probability) {
             latency += self.params.slow_disk_latency;
@@ -402,18 +405,40 @@ impl World {
         let node = &mut self.nodes[idx];
         let done = (self.now + latency).max(node.disk.last_completion);
         node.disk.last_completion = done;
-        let write_id = write.id;
         let incarnation = node.incarnation;
-        node.disk.push_pending(write);
+        node.disk.submit(command);
         let delay = done - self.now;
         self.schedule(
             delay,
-            Event::DiskDone {
+            Event::DiskWork {
                 node: id,
                 incarnation,
-                write_id,
             },
         );
+    }
+
+    /// The storage worker of node `id` runs its next unit of work and reports it.
+    pub(crate) fn disk_work(&mut self, id: NodeId, incarnation: u64) {
+        let idx = (id - 1) as usize;
+        if self.nodes[idx].incarnation != incarnation || self.nodes[idx].raft.is_none() {
+            return;
+        }
+        let Some(done) = self.nodes[idx].disk.run_next() else {
+            return; // a group commit before took this one along
+        };
+        match done {
+            Err(e) => self.violate("storage", format!("node {id}: {e}")),
+            Ok(Completion::Persisted(write_id)) => {
+                self.digest_event([3, id, write_id, 0]);
+                let raft = self.nodes[idx].raft.as_mut().expect("checked");
+                raft.persisted(write_id);
+                self.drive(id);
+            }
+            Ok(Completion::Adopted(adoption)) => self.snapshot_adopted(id, adoption),
+            Ok(Completion::NotAdopted) => {
+                self.trace_line(|| format!("n{id} drops a snapshot: storage has a newer one"));
+            }
+        }
     }
 
     pub fn send(&mut self, msg: Message) {
@@ -554,7 +579,7 @@ impl World {
         let effects = shell.effects;
         self.carry_out(id, sent);
         if let Some(w) = write {
-            self.submit_write(id, w);
+            self.submit_storage(id, StorageCommand::Write(w));
         }
         self.carry_out(id, effects);
         self.pump_apply(id);

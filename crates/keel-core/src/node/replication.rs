@@ -297,8 +297,7 @@ impl RaftNode {
                 ReplicationState::Snapshot => {
                     pr.stalled_ticks += interval;
                     if pr.stalled_ticks >= snapshot_timeout_ticks {
-                        let next = pr.match_index + 1;
-                        pr.become_probe(next);
+                        pr.probe_after_snapshot();
                         resend.push(*id);
                     }
                 }

@@ -77,8 +77,7 @@ impl RaftNode {
         };
         if let Some(pr) = state.progress(to) {
             if pr.state == crate::progress::ReplicationState::Snapshot {
-                let next = pr.match_index + 1;
-                pr.become_probe(next);
+                pr.probe_after_snapshot();
             }
         }
     }
@@ -90,7 +89,7 @@ impl RaftNode {
             return;
         };
         debug_assert!(meta.last.index >= self.log.purged().index);
-        pr.become_snapshot();
+        pr.become_snapshot(meta.last.index);
         self.snapshot_sends.push((to, meta));
     }
 

@@ -16,7 +16,7 @@ use crate::apply::{
     ApplyItem, ApplyQueue, ProposalReply, ReadFn, SnapshotFile, SnapshotWriter, StateMachine,
 };
 use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
-use crate::storage::{fatal, StorageCommand};
+use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
 use crate::transport::{Inbound, Transport};
 
 /// Completions from the storage thread, the apply pipeline and snapshot transfers.
@@ -289,7 +289,7 @@ impl<S: StateMachine> Driver<S> {
             .await;
             match written {
                 Ok(Ok(temp)) => {
-                    let cmd = StorageCommand::AdoptSnapshot { temp, from: None };
+                    let cmd = StorageCommand::Adopt(SnapshotAdoption { temp, from: None });
                     if storage.send(cmd).await.is_err() {
                         return; // the node is stopping
                     }
@@ -393,10 +393,10 @@ impl<S: StateMachine> Driver<S> {
                     let _ = std::fs::remove_file(&path);
                 }
                 Adoption::Adopt => {
-                    let cmd = StorageCommand::AdoptSnapshot {
+                    let cmd = StorageCommand::Adopt(SnapshotAdoption {
                         temp: path,
                         from: Some((from, term)),
-                    };
+                    });
                     if self.storage.send(cmd).await.is_err() {
                         fatal("storage thread", &"stopped");
                     }

@@ -39,6 +39,34 @@ fn append_reply(out: &Out) -> AppendResult {
         .expect("an append response")
 }
 
+/// The `prev` of the Append `rd` sends to `to`, if it sends one.
+fn probe_to(rd: &crate::Ready, to: NodeId) -> Option<LogId> {
+    rd.messages.iter().find_map(|m| match &m.body {
+        MessageBody::Append { prev, .. } if m.to == to => Some(*prev),
+        _ => None,
+    })
+}
+
+/// A follower with an empty log rejecting the Append after `prev`.
+fn reject(prev: LogId) -> AppendResult {
+    AppendResult::Conflict {
+        rejected: prev.index,
+        hint_term: None,
+        hint_index: 1,
+    }
+}
+
+/// Steps follower `from`'s answer to an Append into the leader `n`.
+fn answer(n: &mut RaftNode, from: NodeId, term: Term, result: AppendResult) {
+    let to = n.id();
+    n.step(Message {
+        from,
+        to,
+        term,
+        body: MessageBody::AppendResponse(result),
+    });
+}
+
 #[test]
 fn s01_snapshot_at_or_below_commit_is_not_installed_and_entries_apply_once() {
     // Follower: log 1..=10, commit 8, nothing applied yet (its apply loop lags).
@@ -182,25 +210,9 @@ fn s11_leader_with_a_purged_log_sends_a_snapshot_when_it_loses_track_of_a_follow
             lagging: true,
         },
     });
-    let probe = n.ready().messages;
-    let prev = probe
-        .iter()
-        .find_map(|m| match &m.body {
-            MessageBody::Append { prev, .. } if m.to == 3 => Some(*prev),
-            _ => None,
-        })
-        .expect("a probe to node 3");
+    let prev = probe_to(&n.ready(), 3).expect("a probe to node 3");
     // ... and it rejects the probe: its log is empty.
-    n.step(Message {
-        from: 3,
-        to: leader,
-        term,
-        body: MessageBody::AppendResponse(AppendResult::Conflict {
-            rejected: prev.index,
-            hint_term: None,
-            hint_index: 1,
-        }),
-    });
+    answer(n, 3, term, reject(prev));
     let rd = n.ready();
     assert_eq!(
         rd.send_snapshots
@@ -210,17 +222,38 @@ fn s11_leader_with_a_purged_log_sends_a_snapshot_when_it_loses_track_of_a_follow
         vec![(3, m.last)],
         "the empty probe range must lead to a snapshot, not to silence"
     );
-    assert!(rd
-        .messages
-        .iter()
-        .all(|m| !(m.to == 3 && matches!(m.body, MessageBody::Append { .. }))));
-    // A failed transfer goes back to probing, which asks for the snapshot again.
+    assert!(probe_to(&rd, 3).is_none());
+    // A failed transfer goes back to probing from just after the snapshot; node 3 rejects the
+    // probe (it still holds nothing) and is sent the snapshot again.
     n.snapshot_send_failed(3);
-    let _ = n.ready();
     n.tick();
     n.tick();
-    let rd = n.ready();
-    assert_eq!(rd.send_snapshots.len(), 1, "retried after the failure");
+    let prev = probe_to(&n.ready(), 3).expect("a probe after the failed transfer");
+    assert_eq!(prev, m.last, "the probe starts after the snapshot");
+    answer(n, 3, term, reject(prev));
+    assert_eq!(n.ready().send_snapshots.len(), 1, "retried after the failure");
+    // This time the follower already holds the snapshot (the receiver refused it as not
+    // needed): it accepts the probe after the failure, and replication goes on from there.
+    n.snapshot_send_failed(3);
+    n.tick();
+    n.tick();
+    let prev = probe_to(&n.ready(), 3).expect("a probe after the failed transfer");
+    assert_eq!(prev, m.last);
+    answer(
+        n,
+        3,
+        term,
+        AppendResult::Success {
+            match_index: m.last.index,
+        },
+    );
+    assert!(n.ready().send_snapshots.is_empty());
+    let progress = n.progress();
+    let p3 = progress.iter().find(|p| p.id == 3).expect("node 3");
+    assert_eq!(
+        p3.match_index, m.last.index,
+        "replication goes on after the snapshot"
+    );
 }
 
 #[test]
