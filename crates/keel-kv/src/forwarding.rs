@@ -19,7 +19,31 @@
 //! the deterministic simulator: time comes in as milliseconds on any clock that only moves
 //! forward, and every call answers with the [`Next`] thing to do.
 
+use bytes::Bytes;
+use keel_engine::ClientError;
+
 use crate::resp::Reply;
+use crate::state_machine::ApplyReply;
+
+/// What a client is answered when the node could not produce a write's result: the runtime's
+/// reason in Redis's words (`-TRYAGAIN` when trying again may succeed).
+pub fn error_reply(error: &ClientError) -> Reply {
+    match error {
+        ClientError::NotLeader { .. } => Reply::error("TRYAGAIN no leader"),
+        ClientError::Unknown => Reply::error("TRYAGAIN outcome unknown"),
+        ClientError::Busy(what) => Reply::error(format!("TRYAGAIN busy: {what}")),
+        ClientError::Rejected(why) => Reply::error(format!("ERR rejected: {why}")),
+        ClientError::Shutdown => Reply::error("TRYAGAIN the node is shutting down"),
+    }
+}
+
+/// The reply to a write whose entry applied with `applied` (an encoded [`ApplyReply`]).
+pub fn write_reply(applied: &Bytes) -> Reply {
+    ApplyReply::decode(applied).map_or_else(
+        || Reply::error("ERR internal error: undecodable write result"),
+        ApplyReply::into_reply,
+    )
+}
 
 /// The request id a write is proposed under: the dedup session and the write's number in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

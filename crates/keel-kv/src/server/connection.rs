@@ -50,7 +50,7 @@ use crate::command::{self, QueuedCommand};
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::forwarding::RequestId;
 use crate::resp::{Decoder, Reply};
-use crate::state_machine::{ApplyReply, LogCommand, LoggedCommand};
+use crate::state_machine::{LogCommand, LoggedCommand};
 
 /// Bound on the requests of one connection in flight at once (decoded, not yet answered).
 pub(super) const PIPELINE_REQUESTS_MAX: usize = 256;
@@ -588,9 +588,4 @@ enum Relay<'a> {
 }
 
 /// The reply of an applied write, from what the state machine answered.
-pub(super) fn write_reply(applied: &Bytes) -> Reply {
-    ApplyReply::decode(applied).map_or_else(
-        || Reply::error("ERR internal error: undecodable write result"),
-        ApplyReply::into_reply,
-    )
-}
+pub(super) use crate::forwarding::write_reply;

@@ -405,15 +405,7 @@ const MAXCLIENTS_REACHED: &str = "ERR max number of clients reached";
 /// Pause after a failed accept.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
-fn error_reply(error: &ClientError) -> Reply {
-    match error {
-        ClientError::NotLeader { .. } => Reply::error("TRYAGAIN no leader"),
-        ClientError::Unknown => Reply::error("TRYAGAIN outcome unknown"),
-        ClientError::Busy(what) => Reply::error(format!("TRYAGAIN busy: {what}")),
-        ClientError::Rejected(why) => Reply::error(format!("ERR rejected: {why}")),
-        ClientError::Shutdown => Reply::error("TRYAGAIN the node is shutting down"),
-    }
-}
+use crate::forwarding::error_reply;
 
 async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, ClientError> {
     match command {

@@ -231,7 +231,11 @@ fn s11_leader_with_a_purged_log_sends_a_snapshot_when_it_loses_track_of_a_follow
     let prev = probe_to(&n.ready(), 3).expect("a probe after the failed transfer");
     assert_eq!(prev, m.last, "the probe starts after the snapshot");
     answer(n, 3, term, reject(prev));
-    assert_eq!(n.ready().send_snapshots.len(), 1, "retried after the failure");
+    assert_eq!(
+        n.ready().send_snapshots.len(),
+        1,
+        "retried after the failure"
+    );
     // This time the follower already holds the snapshot (the receiver refused it as not
     // needed): it accepts the probe after the failure, and replication goes on from there.
     n.snapshot_send_failed(3);
