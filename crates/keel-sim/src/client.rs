@@ -13,7 +13,7 @@ use bytes::Bytes;
 use keel_core::NodeId;
 use keel_engine::ClientError;
 use keel_kv::command::{SetCondition, WriteCommand};
-use keel_kv::{ApplyReply, KvStateMachine, LogCommand, WriteReply};
+use keel_kv::{KvStateMachine, LogCommand, Reply};
 use rand::Rng;
 
 use crate::history::{History, Key, OpKind, OpResult, Value};
@@ -121,30 +121,39 @@ impl Clients {
         (op.history_index == history_index && on_node).then_some(op)
     }
 
-    /// The entry `token` proposed on `node` applied there with `result` (an encoded keel-kv
-    /// reply). Returns a description of a reply no such command can produce.
-    pub fn proposal_applied(
+    /// Client `c`'s write `history_index`, proposed on (or forwarded by) `node`, was answered
+    /// `reply` — the server's reply to it. Returns a description of a reply no such command can
+    /// produce.
+    pub fn write_answered(
         &mut self,
         node: NodeId,
-        token: ProposalToken,
-        result: &Bytes,
+        c: usize,
+        history_index: usize,
+        reply: &Reply,
         now: u64,
         history: &mut History,
     ) -> Result<(), String> {
-        let c = token.client;
-        let Some(op) = self.waiting_on(node, c, token.history_index) else {
+        let Some(op) = self.waiting_on(node, c, history_index) else {
             return Ok(());
         };
-        let reply = match ApplyReply::decode(result) {
-            Some(ApplyReply::Write(reply)) => reply,
-            other => return Err(format!("client {c}: {:?} answered {other:?}", op.kind)),
-        };
         let result = match (op.kind, reply) {
-            (OpKind::Write(_), WriteReply::Ok) => OpResult::Written,
-            (OpKind::Cas { expected: None, .. }, WriteReply::Ok)
-            | (OpKind::Cas { .. }, WriteReply::Integer(1)) => OpResult::CasSwapped,
-            (OpKind::Cas { expected: None, .. }, WriteReply::Nil)
-            | (OpKind::Cas { .. }, WriteReply::Integer(0)) => OpResult::CasFailed,
+            (OpKind::Write(_), Reply::Simple(ok)) if ok == "OK" => OpResult::Written,
+            (OpKind::Cas { expected: None, .. }, Reply::Simple(ok)) if ok == "OK" => {
+                OpResult::CasSwapped
+            }
+            (
+                OpKind::Cas {
+                    expected: Some(_), ..
+                },
+                Reply::Integer(1),
+            ) => OpResult::CasSwapped,
+            (OpKind::Cas { expected: None, .. }, Reply::Null)
+            | (
+                OpKind::Cas {
+                    expected: Some(_), ..
+                },
+                Reply::Integer(0),
+            ) => OpResult::CasFailed,
             (kind, reply) => return Err(format!("client {c}: {kind:?} answered {reply:?}")),
         };
         let new_value = match (op.kind, result) {
@@ -156,6 +165,18 @@ impl Clients {
         }
         self.finish(c, result, now, history);
         Ok(())
+    }
+
+    /// Client `c`'s write `history_index` (key, kind and sequence number), if it is the one the
+    /// client waits for.
+    pub fn write_of(&self, c: usize, history_index: usize) -> Option<(Key, OpKind, u64)> {
+        let op = self.clients[c].op?;
+        (op.history_index == history_index && op.kind != OpKind::Read)
+            .then_some((op.key, op.kind, op.seq))
+    }
+
+    pub fn client_id(&self, c: usize) -> u64 {
+        self.clients[c].id
     }
 
     fn finish(&mut self, c: usize, result: OpResult, now: u64, history: &mut History) {
@@ -210,7 +231,7 @@ fn read_register(sm: &KvStateMachine, key: Key) -> Result<Option<Value>, String>
 }
 
 /// The keel-kv command a client's write or compare-and-set is.
-fn write_command(key: Key, kind: OpKind) -> WriteCommand {
+pub(crate) fn write_command(key: Key, kind: OpKind) -> WriteCommand {
     let key = register_key(key);
     match kind {
         OpKind::Write(v) => WriteCommand::Set {
@@ -336,7 +357,7 @@ impl World {
                 Attempt::Read { node: target }
             }
             kind => {
-                let token = ProposalToken {
+                let token = ProposalToken::Client {
                     client: c,
                     history_index: op.history_index,
                 };
@@ -356,16 +377,34 @@ impl World {
         self.drive(target);
     }
 
-    /// The engine refused a proposal or answered "outcome unknown".
-    pub(crate) fn proposal_refused(&mut self, token: ProposalToken, error: &ClientError) {
-        self.client_refused(token.client, token.history_index, error);
+    /// Node `node`'s engine refused client `c`'s write, or answered "outcome unknown". A
+    /// follower that knows the leader forwards it there instead, as the server does, in the seeds
+    /// that draw forwarding.
+    pub(crate) fn proposal_refused(
+        &mut self,
+        node: NodeId,
+        c: usize,
+        history_index: usize,
+        error: &ClientError,
+    ) {
+        let knows_leader = matches!(
+            error,
+            ClientError::NotLeader {
+                leader: Some(_),
+                ..
+            }
+        );
+        if self.params.forward_writes && knows_leader {
+            return self.start_forward(node, c, history_index);
+        }
+        self.client_refused(c, history_index, error);
     }
 
     pub(crate) fn read_refused(&mut self, token: ReadToken, error: &ClientError) {
         self.client_refused(token.client, token.history_index, error);
     }
 
-    fn client_refused(&mut self, c: usize, history_index: usize, error: &ClientError) {
+    pub(crate) fn client_refused(&mut self, c: usize, history_index: usize, error: &ClientError) {
         self.trace_line(|| format!("client {c} refused: {error}"));
         let node_count = self.params.node_count as NodeId;
         let hint = leader_hint(error).or_else(|| match error {

@@ -18,11 +18,12 @@ use rand::Rng;
 use crate::disk::SnapshotAdoption;
 use crate::world::{Event, World};
 
-/// A client's proposal: answered by the entry it became, or refused.
+/// A proposal: answered by the entry it became, or refused. A client's own, or an attempt of a
+/// write a follower forwarded.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ProposalToken {
-    pub client: usize,
-    pub history_index: usize,
+pub(crate) enum ProposalToken {
+    Client { client: usize, history_index: usize },
+    Forwarded { forward: u64, attempt: u32 },
 }
 
 /// A client's linearizable read. `floor` is the highest commit index any node had reached when it
@@ -206,7 +207,16 @@ impl World {
         for effect in effects {
             match effect {
                 Effect::Send(msg) => self.send(msg),
-                Effect::Refused(token, error) => self.proposal_refused(token, &error),
+                Effect::Refused(
+                    ProposalToken::Client {
+                        client,
+                        history_index,
+                    },
+                    error,
+                ) => self.proposal_refused(id, client, history_index, &error),
+                Effect::Refused(ProposalToken::Forwarded { forward, attempt }, error) => {
+                    self.forward_refused(id, forward, attempt, &error)
+                }
                 Effect::ReadRefused(token, error) => self.read_refused(token, &error),
                 Effect::ReadIndexed(token, index) => {
                     if index < token.floor {
@@ -286,9 +296,6 @@ impl World {
             nodes,
             checker,
             membership,
-            clients,
-            history,
-            now,
             ..
         } = self;
         let node = &mut nodes[idx];
@@ -329,8 +336,27 @@ impl World {
             return self.fail(v);
         }
         for (token, result) in answers {
-            if let Err(detail) = clients.proposal_applied(id, token, &result, *now, history) {
-                return self.violate("client reply", detail);
+            match token {
+                ProposalToken::Client {
+                    client,
+                    history_index,
+                } => {
+                    let reply = keel_kv::forwarding::write_reply(&result);
+                    let answered = self.clients.write_answered(
+                        id,
+                        client,
+                        history_index,
+                        &reply,
+                        self.now,
+                        &mut self.history,
+                    );
+                    if let Err(detail) = answered {
+                        return self.violate("client reply", detail);
+                    }
+                }
+                ProposalToken::Forwarded { forward, attempt } => {
+                    self.forward_applied(id, forward, attempt, &result)
+                }
             }
         }
         if snapshot_due {

@@ -8,6 +8,7 @@
 mod client;
 pub mod coverage;
 mod disk;
+mod forward;
 pub mod history;
 mod host;
 pub mod invariants;

@@ -48,6 +48,9 @@ pub struct Params {
     /// removes learners. Without it, the voters never drop below three and learners are only
     /// added and promoted.
     pub every_size: bool,
+    /// A follower asked for a write forwards it to the leader under the client's request id and
+    /// retries it there (keel-kv's forwarding decisions), instead of sending the client away.
+    pub forward_writes: bool,
     /// The nemesis never proposes a configuration with fewer voters than this (3 without
     /// `every_size`, 1 with it).
     pub min_voters: usize,
@@ -80,6 +83,8 @@ impl Params {
     pub fn draw(seed: u64, rng: &mut ChaCha8Rng) -> Params {
         let mut p = Params::draw_classic(rng);
         p.draw_every_size(seed);
+        // From the seed, not the generator: the draws above and the run replay as before.
+        p.forward_writes = seed % 3 != 0;
         p
     }
 
@@ -132,6 +137,7 @@ impl Params {
             // Drawn last: every parameter drawn before it keeps its value for a given seed.
             hold_partial_appends: rng.random_bool(0.5),
             every_size: false,
+            forward_writes: false,
             min_voters: 3,
         }
     }

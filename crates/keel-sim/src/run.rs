@@ -192,6 +192,7 @@ impl World {
                 data,
             } => self.snapshot_saved(node, incarnation, meta, data),
             Event::SnapshotChunk(t) => self.snapshot_chunk(t),
+            Event::Forward(event) => self.forward_event(event),
             Event::HealPartition { generation } => {
                 if generation == self.partition_generation && !self.blocked.is_empty() {
                     self.blocked.clear();

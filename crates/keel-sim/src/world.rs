@@ -71,6 +71,8 @@ pub(crate) enum Event {
     },
     /// The next chunk of a snapshot transfer arrives (or is lost).
     SnapshotChunk(Box<crate::transfer::Transfer>),
+    /// A forwarded write's request, reply or timer.
+    Forward(crate::forward::ForwardEvent),
 }
 
 struct Scheduled {
@@ -158,7 +160,10 @@ pub(crate) struct World {
     pub checker: Checker,
     pub membership: MembershipTracker,
     pub violation: Option<Violation>,
-    mutation: Option<keel_core::Mutation>,
+    /// Writes followers are forwarding, by number.
+    pub forwards: BTreeMap<u64, crate::forward::SimForward>,
+    pub next_forward: u64,
+    pub mutation: Option<keel_core::Mutation>,
     break_replay: bool,
     trace_on: bool,
     pub trace: Vec<String>,
@@ -208,6 +213,8 @@ impl World {
             checker: Checker::default(),
             membership: MembershipTracker::new(initial_voters),
             violation: None,
+            forwards: BTreeMap::new(),
+            next_forward: 1,
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,
             trace_on: cfg.trace,

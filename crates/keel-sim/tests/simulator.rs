@@ -150,8 +150,9 @@ fn catches_mutation_keep_conflicting_suffix() {
 /// 500 seeds (`--fail-fast` makes where deterministic). A restore that overtakes queued entries
 /// is refused by the applier's order check, which the server turns into a fail-stop; a state
 /// machine that ignores request ids applies a client's retry twice, which the linearizability
-/// checker reports; a storage worker that reports a write durable before writing it loses
-/// acknowledged entries in a crash, which leader completeness reports.
+/// checker reports, and so does a follower that retries a forwarded write under a new request id;
+/// a storage worker that reports a write durable before writing it loses acknowledged entries in
+/// a crash, which the checkers report.
 fn assert_runtime_mutation_caught(name: &str) {
     let (ok, stdout) = keel_sim(&["--mutation", name, "--seeds", "500", "--fail-fast"]);
     assert!(!ok, "mutation {name} went unnoticed:\n{}", summary(&stdout));
@@ -167,6 +168,11 @@ fn catches_mutation_apply_snapshot_over_pending() {
 #[test]
 fn catches_mutation_dedup_off() {
     assert_runtime_mutation_caught("dedup-off");
+}
+
+#[test]
+fn catches_mutation_forward_retry_new_id() {
+    assert_runtime_mutation_caught("forward-retry-new-id");
 }
 
 #[test]
