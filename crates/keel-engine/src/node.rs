@@ -115,6 +115,11 @@ impl<P, R> NodeEngine<P, R> {
         (self.replay_entries, self.replay_target)
     }
 
+    /// The highest index handed to the apply pipeline (an item queued now is applied after it).
+    pub fn handed_out(&self) -> Index {
+        self.apply_sent
+    }
+
     pub fn pending_proposals(&self) -> usize {
         self.pending_proposals.len()
     }

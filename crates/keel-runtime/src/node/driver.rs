@@ -58,7 +58,10 @@ pub(super) struct Driver<S> {
     pub storage: mpsc::Sender<StorageCommand>,
     /// A snapshot thread is writing a view; the newest view taken meanwhile waits.
     pub snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
-    pub snapshot_waiters: Vec<oneshot::Sender<Result<Index, ClientError>>>,
+    /// `RAFT.SNAPSHOT` requests, each with the lowest snapshot index that answers it: the
+    /// highest index handed to the apply pipeline when it was asked (its view is taken behind
+    /// those entries). An older snapshot still being written when it was asked does not answer it.
+    pub snapshot_waiters: Vec<(Index, oneshot::Sender<Result<Index, ClientError>>)>,
     pub replay_duration: std::time::Duration,
     /// Set by `Request::Shutdown`: the loop ends once the current step is handed out.
     pub stopping: bool,
@@ -310,7 +313,7 @@ impl<S: StateMachine> Driver<S> {
             }
             Event::SnapshotTaken { index, view } => {
                 if index <= self.raft.snapshot().last.index {
-                    self.resolve_snapshot_waiters(Ok(self.raft.snapshot().last.index));
+                    self.resolve_snapshot_waiters(self.raft.snapshot().last.index);
                     return;
                 }
                 let Some(meta) = self.raft.snapshot_meta(index) else {
@@ -338,7 +341,7 @@ impl<S: StateMachine> Driver<S> {
                 match from {
                     None => {
                         self.raft.snapshot_saved(meta);
-                        self.resolve_snapshot_waiters(Ok(last.index));
+                        self.resolve_snapshot_waiters(last.index);
                     }
                     Some((leader, term)) => self.step_peer(keel_engine::install_message(
                         self.config.id,
@@ -352,9 +355,14 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
-    fn resolve_snapshot_waiters(&mut self, result: Result<Index, ClientError>) {
-        for w in self.snapshot_waiters.drain(..) {
-            let _ = w.send(result.clone());
+    /// A snapshot at `index` is durable: it answers every request it covers.
+    fn resolve_snapshot_waiters(&mut self, index: Index) {
+        let (answered, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.snapshot_waiters)
+            .into_iter()
+            .partition(|(needed, _)| *needed <= index);
+        self.snapshot_waiters = waiting;
+        for (_, w) in answered {
+            let _ = w.send(Ok(index));
         }
     }
 
@@ -450,7 +458,8 @@ impl<S: StateMachine> Driver<S> {
                 let _ = reply.send(self.engine.transfer_leadership(raft, to, io));
             }
             Request::SnapshotNow(reply) => {
-                self.snapshot_waiters.push(reply);
+                self.snapshot_waiters
+                    .push((self.engine.handed_out(), reply));
                 io.apply.submit(ApplyItem::Snapshot);
             }
             Request::Shutdown => self.stopping = true,
