@@ -75,10 +75,15 @@ impl RaftNode {
         let Some(state) = self.leader_state.as_mut() else {
             return;
         };
-        if let Some(pr) = state.progress(to) {
-            if pr.state == crate::progress::ReplicationState::Snapshot {
-                pr.probe_after_snapshot();
-            }
+        let Some(pr) = state.progress(to) else {
+            return;
+        };
+        if pr.state == crate::progress::ReplicationState::Snapshot {
+            pr.probe_after_snapshot();
+            // At once: a follower that refused the snapshot as not needed answers this probe
+            // before its next "lagging" heartbeat answer sends the leader back to its match
+            // index, which asks for the snapshot again.
+            self.send_append(to);
         }
     }
 
