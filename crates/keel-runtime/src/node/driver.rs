@@ -435,11 +435,13 @@ impl<S: StateMachine> Driver<S> {
                     keel_core::MembershipChange::AddLearner(id) => Some(id),
                     _ => None,
                 };
-                let id = self.engine.propose_membership(raft, change, reply, io);
+                let Ok(id) = self.engine.propose_membership(raft, change, reply, io) else {
+                    return;
+                };
+                io.metrics.proposed(id.index);
                 // Only a learner really added is (re)addressed: a refused attempt, e.g. adding a
                 // voter, must not point the connection to a member at another address.
-                if let (Ok(id), Some(learner), Some(addr)) = (id, learner, addr) {
-                    io.metrics.proposed(id.index);
+                if let (Some(learner), Some(addr)) = (learner, addr) {
                     io.transport.set_peer(learner, addr);
                 }
             }
