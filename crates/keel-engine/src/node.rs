@@ -314,16 +314,7 @@ impl<P, R> NodeEngine<P, R> {
             raft.propose(data)
                 .map_err(|e| self.propose_error(raft, shell, e))
         };
-        match result {
-            Ok(id) => {
-                self.track(id, reply, shell);
-                Ok(id)
-            }
-            Err(error) => {
-                shell.answer(reply, error.clone());
-                Err(error)
-            }
-        }
+        self.settle(result, reply, shell)
     }
 
     /// Proposes a client's pipeline in order: after a refusal the rest is refused too, so no
@@ -363,13 +354,28 @@ impl<P, R> NodeEngine<P, R> {
     where
         T: Shell<Reply = P, Read = R>,
     {
-        match raft.propose_membership(change) {
+        let result = raft
+            .propose_membership(change)
+            .map_err(|e| self.propose_error(raft, shell, e));
+        self.settle(result, reply, shell)
+    }
+
+    /// Tracks an appended proposal until its entry applies, or answers its refusal at once.
+    fn settle<T>(
+        &mut self,
+        result: Result<LogId, ClientError>,
+        reply: P,
+        shell: &mut T,
+    ) -> Result<LogId, ClientError>
+    where
+        T: Shell<Reply = P, Read = R>,
+    {
+        match result {
             Ok(id) => {
                 self.track(id, reply, shell);
                 Ok(id)
             }
-            Err(e) => {
-                let error = self.propose_error(raft, shell, e);
+            Err(error) => {
                 shell.answer(reply, error.clone());
                 Err(error)
             }
