@@ -86,10 +86,6 @@ impl<P, R, F> ApplyQueue<P, R, F> {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
-
-    pub fn clear(&mut self) {
-        self.items.clear();
-    }
 }
 
 /// An item given to the [`Applier`] out of log order: applying it would make this replica

@@ -40,10 +40,6 @@ impl<V> SnapshotWriting<V> {
         self.writing = true;
         Some(next)
     }
-
-    pub fn is_writing(&self) -> bool {
-        self.writing
-    }
 }
 
 /// What to do with a snapshot received completely from `from` (leader of `term`).

@@ -101,11 +101,6 @@ impl<S: LogStore> StorageWorker<S> {
         self.queue.push_back(command);
     }
 
-    /// Commands queued and not yet run.
-    pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
     /// Writes handed to the worker and not yet durable, oldest first: what a crash may tear.
     pub fn in_flight(&self) -> impl Iterator<Item = &Write> {
         #[cfg(feature = "mutations")]
