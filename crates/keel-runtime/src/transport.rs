@@ -679,8 +679,9 @@ fn how_the_peer_ended(
     }
 }
 
-/// Aborts the task when dropped (the connection it watches is gone).
-struct AbortOnDrop<T>(JoinHandle<T>);
+/// Aborts the task when dropped: a task that serves a connection, a transfer or a node must
+/// not outlive its owner (a stopped node keeps no transfer running).
+pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {

@@ -332,7 +332,17 @@ async fn s35_a_leader_change_mid_transfer_resumes_the_same_snapshot() {
     c.start_node(follower, false).await;
     c.wait_partial(follower, 512 << 10).await;
     c.assert_untouched(follower, snap).await;
+    let stopped = c.nodes[&leader].snapshot_transfer_counters();
     c.stop(leader).await;
+    // A stopped node streams nothing more (its transfer was once left running, racing the new
+    // leader's resumed transfer into the same partial file).
+    let sent = stopped.get().bytes_sent;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stopped.get().bytes_sent,
+        sent,
+        "the stopped leader still sends"
+    );
 
     let new_leader = c.leader().await;
     assert_eq!(

@@ -17,7 +17,7 @@ use crate::apply::{
 };
 use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
 use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
-use crate::transport::{Inbound, Transport};
+use crate::transport::{AbortOnDrop, Inbound, Transport};
 
 /// Completions from the storage thread, the apply pipeline and snapshot transfers.
 #[derive(Debug)]
@@ -82,7 +82,9 @@ pub(super) struct Io<S> {
     /// The newest snapshot file's size, for the apply pipeline's snapshot policy.
     pub last_snapshot_bytes: Arc<AtomicU64>,
     /// Snapshot transfers in flight, per follower, with the snapshot each streams.
-    pub snapshot_sends: HashMap<NodeId, (LogId, tokio::task::JoinHandle<()>)>,
+    /// Running snapshot transfers, aborted when replaced or when the driver is dropped (a
+    /// stopped node streams nothing).
+    pub snapshot_sends: HashMap<NodeId, (LogId, AbortOnDrop<()>)>,
     pub metrics: crate::metrics::NodeMetrics,
 }
 
@@ -133,10 +135,9 @@ impl<S: StateMachine> Shell for Io<S> {
         // The core asks again after its own timeout; a transfer of the same snapshot still
         // running (resuming after dropped connections) is left alone.
         if let Some((last, task)) = self.snapshot_sends.get(&to) {
-            if *last == meta.last && !task.is_finished() {
+            if *last == meta.last && !task.0.is_finished() {
                 return;
             }
-            task.abort();
         }
         let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         let sent = self.metrics.snapshot_send(to, size_bytes);
@@ -151,14 +152,13 @@ impl<S: StateMachine> Shell for Io<S> {
                 sent.done();
             }
         });
-        self.snapshot_sends.insert(to, (last, task));
+        // Replacing an older transfer drops (aborts) it.
+        self.snapshot_sends.insert(to, (last, AbortOnDrop(task)));
     }
 
     fn not_leading(&mut self) {
         // A transfer of a deposed leader would be refused by the follower's core anyway.
-        for (_, (_, task)) in self.snapshot_sends.drain() {
-            task.abort();
-        }
+        self.snapshot_sends.clear();
     }
 
     fn leader_addr(&self, node: NodeId) -> Option<std::net::SocketAddr> {

@@ -307,6 +307,12 @@ impl<S: StateMachine> Node<S> {
         self.snapshot_counters.get()
     }
 
+    /// The live counters behind [`Node::snapshot_transfer_stats`]; they outlive the node (a
+    /// stopped node's must stand still: nothing of it keeps streaming).
+    pub fn snapshot_transfer_counters(&self) -> Arc<crate::transport::SnapshotCounters> {
+        self.snapshot_counters.clone()
+    }
+
     /// The bound address of the peer listener.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr

@@ -29,7 +29,7 @@ use tokio::time::{sleep, timeout};
 
 use super::partial::{self, Partial};
 use super::record::FrameWriter;
-use super::{read_frame, Inbound, TransportConfig, TransportError};
+use super::{read_frame, AbortOnDrop, Inbound, TransportConfig, TransportError};
 use crate::wire::{
     self, AckStatus, Body, ChunkHeader, PositionStatus, SnapshotAck, SnapshotId, SnapshotOffer,
     SnapshotPosition, SNAPSHOT_CHANNEL_VERSION, SNAPSHOT_CONTROL_FRAME_BYTES_MAX,
@@ -354,14 +354,6 @@ where
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The receiver's side, shared by its snapshot connections: the one partial transfer.
 #[derive(Default)]
 pub(super) struct ReceiverState {
@@ -370,13 +362,22 @@ pub(super) struct ReceiverState {
     /// The last snapshot received whole: offered again (the leader's core asked again before
     /// the install answer reached it), it is not needed.
     completed: Option<SnapshotId>,
+    /// The ticket of the connection that may write the partial file: the one whose offer came
+    /// last. An older connection still streaming the same snapshot (a deposed leader, or a
+    /// sender that reconnected while its old connection drained) is superseded, so exactly one
+    /// sender moves the file on and each sender's acknowledgements stay within what it sent.
+    owner: u64,
 }
 
 pub(super) type SharedReceiver = Arc<Mutex<ReceiverState>>;
 
 /// What the receiver decided for an offer.
 enum Decision {
-    Continue(u64),
+    /// Stream from this offset, writing under this ticket.
+    Continue {
+        offset: u64,
+        ticket: u64,
+    },
     Refuse(PositionStatus),
 }
 
@@ -404,7 +405,12 @@ fn decide(
             // Same snapshot, whichever leader sends it: resume from what is durable.
             p.sync()?;
             p.id.leader_term = p.id.leader_term.max(offer.id.leader_term);
-            return Ok(Decision::Continue(p.received));
+            let offset = p.received;
+            st.owner += 1;
+            return Ok(Decision::Continue {
+                offset,
+                ticket: st.owner,
+            });
         }
         if p.id.leader_term > offer.id.leader_term {
             return Ok(Decision::Refuse(PositionStatus::RefusedStale));
@@ -413,7 +419,11 @@ fn decide(
     }
     st.partial = None;
     st.partial = Some(Partial::create(dir, offer.id, offer.total_len_bytes)?);
-    Ok(Decision::Continue(0))
+    st.owner += 1;
+    Ok(Decision::Continue {
+        offset: 0,
+        ticket: st.owner,
+    })
 }
 
 /// What happened to one chunk.
@@ -422,11 +432,12 @@ enum Written {
         received: u64,
         durable: u64,
     },
-    /// Not at the offset held, or another snapshot took the slot.
+    /// Not at the offset held.
     Misplaced {
         received: u64,
         durable: u64,
     },
+    /// A later offer (another snapshot, or the same from a newer connection) took the slot.
     Superseded,
     Complete {
         path: PathBuf,
@@ -437,17 +448,19 @@ enum Written {
 
 fn write_chunk(
     state: &SharedReceiver,
+    ticket: u64,
     c: &TransportConfig,
     header: &ChunkHeader,
     data: &[u8],
 ) -> std::io::Result<Written> {
     let mut st = lock(state);
+    if st.owner != ticket {
+        return Ok(Written::Superseded);
+    }
     let Some(p) = st.partial.as_mut() else {
         return Ok(Written::Superseded);
     };
-    if !p.id.same_snapshot(&header.id) {
-        return Ok(Written::Superseded);
-    }
+    debug_assert!(p.id.same_snapshot(&header.id), "checked against the offer");
     if header.offset != p.received {
         return Ok(Written::Misplaced {
             received: p.received,
@@ -550,8 +563,8 @@ where
             .await
             .map_err(blocking_err)??
     };
-    let mut held = match decision {
-        Decision::Continue(offset) => offset,
+    let (mut held, ticket) = match decision {
+        Decision::Continue { offset, ticket } => (offset, ticket),
         Decision::Refuse(status) => {
             wire::encode_position(&position(status, 0), wr.buf());
             wr.send().await?;
@@ -625,7 +638,7 @@ where
         }
         let (st, cfg, h, buf) = (state.clone(), c.clone(), header, std::mem::take(&mut data));
         let (written, buf) = tokio::task::spawn_blocking(move || {
-            let w = write_chunk(&st, &cfg, &h, &buf);
+            let w = write_chunk(&st, ticket, &cfg, &h, &buf);
             (w, buf)
         })
         .await
@@ -654,7 +667,7 @@ where
                 wire::encode_ack(&ack(AckStatus::Accepted, received, durable), wr.buf());
             }
             Written::Misplaced { received, durable } => {
-                // Another connection moved the same transfer on: continue from there.
+                // Defensive: this connection is the only writer, so `held` is the file's end.
                 held = received;
                 refused_at = Some(held);
                 wire::encode_ack(&ack(AckStatus::Resend, received, durable), wr.buf());

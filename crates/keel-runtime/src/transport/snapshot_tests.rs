@@ -467,3 +467,54 @@ async fn a_whole_checksum_mismatch_fails_and_discards_the_partial() {
         "nothing handed to the node"
     );
 }
+
+/// Two connections stream the same snapshot (a deposed leader still sending while the new one
+/// resumes): the later offer owns the partial file, the earlier connection's next chunk is
+/// refused as superseded, and the owner's acknowledgements never run ahead of what it sent.
+#[tokio::test]
+async fn a_later_offer_of_the_same_snapshot_supersedes_the_earlier_connection() {
+    let src = temp_dir("src");
+    let (path, bytes) = snapshot_file(&src, 10, 9_000);
+    let dst = temp_dir("dst");
+    let mut r = Receiver::new(&dst);
+    let (old_id, new_id) = (id(10, 3), id(10, 4));
+    let total = bytes.len() as u64;
+    let (mut old, old_task) = r.connect();
+    offer(&mut old, old_id, total).await;
+    for i in 0..2 {
+        chunk(&mut old, old_id, &bytes, i * CHUNK as usize, false).await;
+        assert_eq!(ack(&mut old).await.0, AckStatus::Accepted);
+    }
+
+    // The new leader resumes at what the file holds.
+    let (mut new, new_task) = r.connect();
+    assert_eq!(
+        offer(&mut new, new_id, total).await,
+        (PositionStatus::Continue, 2 * CHUNK as u64)
+    );
+    // The old connection's next chunk, at the file's end, is not written.
+    chunk(&mut old, old_id, &bytes, 2 * CHUNK as usize, false).await;
+    match old_task.await.unwrap() {
+        Err(TransportError::Refused(why)) => assert!(why.contains("superseded"), "{why}"),
+        other => panic!("expected the old connection superseded, got {other:?}"),
+    }
+    assert_eq!(partial::peek(&r.dir).unwrap().1, 2 * CHUNK as u64);
+
+    // The owner goes on from where it was told and completes.
+    let mut at = 2 * CHUNK as usize;
+    while at < bytes.len() {
+        chunk(&mut new, new_id, &bytes, at, false).await;
+        let (status, received) = ack(&mut new).await;
+        at = (at + CHUNK as usize).min(bytes.len());
+        assert_eq!(received, at as u64);
+        let expected = if at == bytes.len() {
+            AckStatus::Complete
+        } else {
+            AckStatus::Accepted
+        };
+        assert_eq!(status, expected);
+    }
+    new_task.await.unwrap().unwrap();
+    expect_handed(&mut r, &bytes, 10).await;
+    drop(path);
+}
