@@ -15,6 +15,8 @@
 //! - [`SnapshotWriting`] (`snapshot.rs`): one snapshot written at a time, the newest view waiting.
 //! - [`StorageWorker`] (`storage.rs`): group commit, completion reports, snapshot adoptions in
 //!   order with the writes, over a [`LogStore`].
+//! - [`transfer`]: snapshot transfer, sender and receiver (offers, chunks, checksums, the
+//!   durable partial file, resume, abandonment), over any [`keel_wal::Fs`].
 //!
 //! With the `mutations` feature, the runtime variants of `keel_core::Mutation` switch on
 //! deliberately broken branches of this code, so the simulator can show it catches them.
@@ -25,6 +27,7 @@ mod node;
 mod snapshot;
 mod state_machine;
 mod storage;
+pub mod transfer;
 
 pub use apply::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
 pub use error::ClientError;

@@ -101,7 +101,7 @@ pub(crate) fn spawn(
                     let event = match done {
                         Ok(Completion::Persisted(id)) => Event::Persisted(id),
                         Ok(Completion::Adopted(saved)) => saved,
-                        Ok(Completion::NotAdopted) => continue,
+                        Ok(Completion::NotAdopted) => Event::SnapshotNotAdopted,
                         Err((what, e)) => fatal(what, &e),
                     };
                     let _ = events.send(event);

@@ -36,7 +36,6 @@ mod auth;
 mod client_addrs;
 mod inbound;
 mod incarnations;
-mod partial;
 mod record;
 mod snapshot;
 
@@ -293,13 +292,14 @@ impl Transport {
             }
             client_addrs.set(config.node_id, own);
         }
+        let receiver = snapshot::shared_receiver(&config);
         let shared = Arc::new(Shared {
             client_addrs,
             config: Arc::new(config),
             dropped_messages: AtomicU64::new(0),
             refused_connections: AtomicU64::new(0),
             snapshots: Arc::default(),
-            receiver: Arc::default(),
+            receiver,
             snapshot_floor: AtomicU64::new(0),
             incarnations: Mutex::new(known),
             refusals: Mutex::new(HashMap::new()),
@@ -395,6 +395,19 @@ impl Transport {
 
     /// Tells the receiving side the node's commit index: a snapshot offered at or below it is
     /// answered "not needed" (the core would ignore it) instead of being transferred.
+    /// The node finished handling the snapshot it was last handed (see
+    /// `SnapshotReceiver::settled`).
+    pub fn snapshot_settled(&self) {
+        let mut receiver = self
+            .shared
+            .receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = receiver.as_mut() {
+            r.settled();
+        }
+    }
+
     pub fn set_snapshot_floor(&self, commit: u64) {
         self.shared.snapshot_floor.store(commit, Ordering::Relaxed);
     }

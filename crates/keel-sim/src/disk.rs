@@ -11,7 +11,7 @@ use bytes::Bytes;
 use keel_core::storage::{MemStorage, Storage};
 use keel_core::{HardState, Index, NodeId, RecoveredState, SnapshotMeta, Term, Write};
 use keel_engine::{Completion, LogStore, StorageCommand, StorageWorker};
-use keel_wal::{bootstrap_meta, Crash, SimFs, Wal, WalConfig};
+use keel_wal::{bootstrap_meta, Crash, Fs, SimFs, Wal, WalConfig};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -87,6 +87,9 @@ impl Backend {
 pub(crate) struct SimDisk {
     /// `None` only during a crash.
     worker: Option<StorageWorker<Backend>>,
+    /// The file system snapshot transfers keep their partial file on: the WAL's, or one of its
+    /// own beside the in-memory storage (crashed with the node all the same).
+    transfer_fs: SimFs,
     mutation: Option<keel_core::Mutation>,
     pub last_completion: u64,
 }
@@ -114,8 +117,10 @@ fn wal_config() -> WalConfig {
 impl SimDisk {
     /// A disk for a node of a new cluster (`voters` non-empty) or a node that will join one.
     pub fn new(use_wal: bool, voters: &[NodeId], mutation: Option<keel_core::Mutation>) -> SimDisk {
+        let mut transfer_fs = SimFs::new();
         let backend = if use_wal {
             let fs = SimFs::new();
+            transfer_fs = fs.clone();
             let (mut wal, _) = Wal::open(fs.clone(), wal_dir(), wal_config()).expect("new WAL");
             if !voters.is_empty() {
                 wal.save_snapshot(&bootstrap_meta(voters.iter().copied()), &[])
@@ -127,11 +132,24 @@ impl SimDisk {
         } else {
             Backend::Mem(MemStorage::new_cluster(voters.iter().copied()))
         };
+        transfer_fs
+            .create_dir_all(&wal_dir())
+            .expect("simulated file system");
         SimDisk {
             worker: Some(StorageWorker::with_mutation(backend, mutation)),
+            transfer_fs,
             mutation,
             last_completion: 0,
         }
+    }
+
+    /// The file system and directory of the partial file of snapshot transfers.
+    pub fn transfer_fs(&self) -> SimFs {
+        self.transfer_fs.clone()
+    }
+
+    pub fn transfer_dir() -> PathBuf {
+        wal_dir()
     }
 
     fn worker(&self) -> &StorageWorker<Backend> {
@@ -194,6 +212,7 @@ impl SimDisk {
                     let keep_hs = rng.random_bool(0.5);
                     m.write_torn(&w, keep, keep_hs);
                 }
+                self.transfer_fs.crash_with(random_crash(rng));
             }
             Backend::Wal { fs, wal } => {
                 if let (Some(w), Some(open)) = (oldest, wal.as_mut()) {
@@ -203,17 +222,22 @@ impl SimDisk {
                     let _ = open.write_batch(std::slice::from_ref(&w));
                 }
                 *wal = None;
-                let crash = match rng.random_range(0..3) {
-                    0 => Crash::LoseUnsynced,
-                    1 => Crash::KeepPrefix {
-                        ops: rng.random_range(0..4),
-                        torn_bytes: rng.random_range(0..4096),
-                    },
-                    _ => Crash::Scramble { seed: rng.random() },
-                };
-                fs.crash_with(crash);
+                fs.crash_with(random_crash(rng));
             }
         }
         self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
+    }
+}
+
+/// What a crash does to the writes not yet synced: lost, a prefix kept (the last one torn), or
+/// written back out of order.
+fn random_crash(rng: &mut ChaCha8Rng) -> Crash {
+    match rng.random_range(0..3) {
+        0 => Crash::LoseUnsynced,
+        1 => Crash::KeepPrefix {
+            ops: rng.random_range(0..4),
+            torn_bytes: rng.random_range(0..4096),
+        },
+        _ => Crash::Scramble { seed: rng.random() },
     }
 }

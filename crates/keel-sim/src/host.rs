@@ -144,6 +144,7 @@ pub(crate) enum Effect {
     ReadRefused(ReadToken, ClientError),
     ReadIndexed(ReadToken, Index),
     SendSnapshot(NodeId, Term, SnapshotMeta),
+    NotLeading,
 }
 
 /// The simulated world's shell: the apply pipeline is the node's own queue; everything else is
@@ -196,6 +197,9 @@ impl Shell for SimShell<'_> {
     fn send_snapshot(&mut self, to: NodeId, term: Term, meta: SnapshotMeta) {
         self.effects.push(Effect::SendSnapshot(to, term, meta));
     }
+    fn not_leading(&mut self) {
+        self.effects.push(Effect::NotLeading);
+    }
     fn leader_addr(&self, _node: NodeId) -> Option<std::net::SocketAddr> {
         None
     }
@@ -229,6 +233,7 @@ impl World {
                     }
                 }
                 Effect::SendSnapshot(to, term, meta) => self.start_transfer(id, to, term, meta),
+                Effect::NotLeading => self.stop_sends(id),
             }
         }
     }
@@ -489,6 +494,7 @@ impl World {
                     return self.violate("peer message validation", detail);
                 }
                 raft.step(msg);
+                self.nodes[idx].receiver.settled();
             }
         }
         // Keep the data of the core's snapshot (it may have to send it), of the one storage

@@ -191,7 +191,7 @@ impl World {
                 meta,
                 data,
             } => self.snapshot_saved(node, incarnation, meta, data),
-            Event::SnapshotChunk(t) => self.snapshot_chunk(t),
+            Event::Transfer(event) => self.transfer_event(event),
             Event::Forward(event) => self.forward_event(event),
             Event::HealPartition { generation } => {
                 if generation == self.partition_generation && !self.blocked.is_empty() {

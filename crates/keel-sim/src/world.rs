@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use bytes::Bytes;
 use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta};
+use keel_engine::transfer::{self, SnapshotReceiver};
 use keel_engine::{Completion, StorageCommand};
+use keel_wal::SimFs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -69,8 +71,8 @@ pub(crate) enum Event {
         meta: SnapshotMeta,
         data: Bytes,
     },
-    /// The next chunk of a snapshot transfer arrives (or is lost).
-    SnapshotChunk(Box<crate::transfer::Transfer>),
+    /// A snapshot transfer's frame arrives, or its sender reconnects.
+    Transfer(crate::transfer::TransferEvent),
     /// A forwarded write's request, reply or timer.
     Forward(crate::forward::ForwardEvent),
 }
@@ -107,6 +109,9 @@ pub(crate) struct SimNode {
     pub incarnation: u64,
     /// Durable snapshot data by index (the metadata lives in `disk`); survives crashes.
     pub snapshot_data: BTreeMap<Index, Bytes>,
+    /// The receiving side of snapshot transfers; its partial file is on the node's disk, its
+    /// memory is lost in a crash.
+    pub receiver: SnapshotReceiver<SimFs>,
     /// Role and commit index after the last step, to notice elections and commits.
     pub last_role: Role,
     pub last_commit: Index,
@@ -163,6 +168,8 @@ pub(crate) struct World {
     /// Writes followers are forwarding, by number.
     pub forwards: BTreeMap<u64, crate::forward::SimForward>,
     pub next_forward: u64,
+    /// Snapshot transfers under way: sends and their connections.
+    pub transfers: crate::transfer::Transfers,
     pub mutation: Option<keel_core::Mutation>,
     break_replay: bool,
     trace_on: bool,
@@ -182,11 +189,14 @@ impl World {
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
                 let initial: &[NodeId] = if voters.contains(&id) { &voters } else { &[] };
+                let disk = SimDisk::new(params.use_wal, initial, cfg.mutation);
+                let receiver = new_receiver(&disk, cfg.mutation);
                 SimNode {
                     id,
                     raft: None,
                     app: None,
-                    disk: SimDisk::new(params.use_wal, initial, cfg.mutation),
+                    receiver,
+                    disk,
                     incarnation: 0,
                     snapshot_data: BTreeMap::new(),
                     last_role: Role::Follower,
@@ -215,6 +225,7 @@ impl World {
             violation: None,
             forwards: BTreeMap::new(),
             next_forward: 1,
+            transfers: Default::default(),
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,
             trace_on: cfg.trace,
@@ -354,6 +365,10 @@ impl World {
                 }
                 let digest = sm.digest();
                 let replay_target = raft.commit_index();
+                // As the runtime does at startup: a partial transfer the core would ignore goes.
+                let fs = node.disk.transfer_fs();
+                let _ =
+                    transfer::discard_stale_partial(&fs, &SimDisk::transfer_dir(), replay_target);
                 node.app = Some(App::new(
                     id,
                     sm,
@@ -386,6 +401,8 @@ impl World {
         node.last_commit = 0;
         node.incarnation += 1;
         node.disk.crash(tear, &mut self.rng);
+        node.receiver = new_receiver(&node.disk, self.mutation);
+        self.stop_sends(id);
         self.trace_line(|| format!("crash n{id}"));
         self.clients.node_lost(id);
         // Quick restarts matter: a node back within an election timeout meets the messages and
@@ -443,6 +460,7 @@ impl World {
             }
             Ok(Completion::Adopted(adoption)) => self.snapshot_adopted(id, adoption),
             Ok(Completion::NotAdopted) => {
+                self.nodes[idx].receiver.settled();
                 self.trace_line(|| format!("n{id} drops a snapshot: storage has a newer one"));
             }
         }
@@ -613,4 +631,11 @@ impl World {
             self.violation = Some(v);
         }
     }
+}
+
+/// A node's snapshot receiver as it starts: nothing in memory, its partial file (if any) on disk.
+fn new_receiver(disk: &SimDisk, mutation: Option<keel_core::Mutation>) -> SnapshotReceiver<SimFs> {
+    let mut receiver = SnapshotReceiver::new(disk.transfer_fs(), SimDisk::transfer_dir());
+    receiver.set_mutation(mutation);
+    receiver
 }

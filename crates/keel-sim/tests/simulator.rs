@@ -152,7 +152,9 @@ fn catches_mutation_keep_conflicting_suffix() {
 /// machine that ignores request ids applies a client's retry twice, which the linearizability
 /// checker reports, and so does a follower that retries a forwarded write under a new request id;
 /// a storage worker that reports a write durable before writing it loses acknowledged entries in
-/// a crash, which the checkers report.
+/// a crash, which the checkers report; a receiver that resumes a snapshot transfer one chunk past
+/// what it holds assembles a snapshot whose whole checksum fails, which nothing in the simulated
+/// world (no corrupting network, nothing lost below a synced offset) can explain.
 fn assert_runtime_mutation_caught(name: &str) {
     let (ok, stdout) = keel_sim(&["--mutation", name, "--seeds", "500", "--fail-fast"]);
     assert!(!ok, "mutation {name} went unnoticed:\n{}", summary(&stdout));
@@ -178,6 +180,11 @@ fn catches_mutation_forward_retry_new_id() {
 #[test]
 fn catches_mutation_storage_complete_before_sync() {
     assert_runtime_mutation_caught("storage-complete-before-sync");
+}
+
+#[test]
+fn catches_mutation_snapshot_resume_skips_chunk() {
+    assert_runtime_mutation_caught("snapshot-resume-skips-chunk");
 }
 
 /// S24: a state machine whose applied index ran ahead of its effects skips an entry on replay

@@ -38,6 +38,8 @@ pub enum Event {
         /// The leader (and its term) for a received snapshot; `None` for one taken here.
         from: Option<(NodeId, Term)>,
     },
+    /// The storage kept a newer snapshot than the one it was given to adopt.
+    SnapshotNotAdopted,
     SnapshotSendFailed(NodeId),
 }
 
@@ -132,12 +134,13 @@ impl<S: StateMachine> Shell for Io<S> {
                 return;
             }
         };
-        // The core asks again after its own timeout; a transfer of the same snapshot still
-        // running (resuming after dropped connections) is left alone.
-        if let Some((last, task)) = self.snapshot_sends.get(&to) {
-            if *last == meta.last && !task.0.is_finished() {
-                return;
-            }
+        let running = self
+            .snapshot_sends
+            .get(&to)
+            .filter(|(_, task)| !task.0.is_finished())
+            .map(|(last, _)| *last);
+        if !keel_engine::transfer::starts_transfer(running, meta.last) {
+            return;
         }
         let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         let sent = self.metrics.snapshot_send(to, size_bytes);
@@ -343,14 +346,18 @@ impl<S: StateMachine> Driver<S> {
                         self.raft.snapshot_saved(meta);
                         self.resolve_snapshot_waiters(last.index);
                     }
-                    Some((leader, term)) => self.step_peer(keel_engine::install_message(
-                        self.config.id,
-                        leader,
-                        term,
-                        meta,
-                    )),
+                    Some((leader, term)) => {
+                        self.step_peer(keel_engine::install_message(
+                            self.config.id,
+                            leader,
+                            term,
+                            meta,
+                        ));
+                        self.io.transport.snapshot_settled();
+                    }
                 }
             }
+            Event::SnapshotNotAdopted => self.io.transport.snapshot_settled(),
             Event::SnapshotSendFailed(to) => self.raft.snapshot_send_failed(to),
         }
     }
@@ -393,11 +400,13 @@ impl<S: StateMachine> Driver<S> {
                 path,
             } => match keel_engine::adoption(&self.raft, from, term, &meta) {
                 Adoption::Refused(why) => {
+                    self.io.transport.snapshot_settled();
                     let install = keel_engine::install_message(self.config.id, from, term, meta);
                     self.refused.refused(&install, why, Instant::now());
                     let _ = std::fs::remove_file(&path);
                 }
                 Adoption::NotNeeded => {
+                    self.io.transport.snapshot_settled();
                     let _ = std::fs::remove_file(&path);
                 }
                 Adoption::Adopt => {

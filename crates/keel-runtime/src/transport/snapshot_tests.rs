@@ -10,6 +10,8 @@ use keel_wal::{FileHandle, Fs, StdFs};
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 
+use keel_engine::transfer::partial;
+
 use super::snapshot::{self, SharedReceiver, SnapshotCounters};
 use super::*;
 use crate::wire::{
@@ -86,9 +88,9 @@ impl Receiver {
         config.snapshot_timeout_ms = 5_000;
         let (inbound, inbound_rx) = mpsc::channel(4);
         Receiver {
+            state: snapshot::shared_receiver(&config),
             config,
             dir: dir.to_owned(),
-            state: SharedReceiver::default(),
             counters: Arc::default(),
             floor: Arc::default(),
             inbound,
@@ -218,7 +220,10 @@ async fn expect_handed(r: &mut Receiver, bytes: &[u8], index: u64) {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert!(partial::peek(&r.dir).is_none(), "no partial left behind");
+    assert!(
+        partial::peek(&StdFs, &r.dir).is_none(),
+        "no partial left behind"
+    );
 }
 
 #[tokio::test]
@@ -257,7 +262,7 @@ async fn a_snapshot_at_or_below_the_commit_index_or_just_received_is_not_needed(
         PositionStatus::NotNeeded
     );
     task.await.unwrap().unwrap();
-    assert!(partial::peek(&r.dir).is_none());
+    assert!(partial::peek(&StdFs, &r.dir).is_none());
 }
 
 #[tokio::test]
@@ -383,7 +388,7 @@ async fn a_different_snapshot_discards_the_partial_and_a_stale_leader_is_refused
         (PositionStatus::RefusedStale, 0)
     );
     task.await.unwrap().unwrap();
-    assert_eq!(partial::peek(&r.dir).unwrap().0, id(10, 3));
+    assert_eq!(partial::peek(&StdFs, &r.dir).unwrap().0, id(10, 3));
 
     // A new leader's different snapshot: the partial is discarded, the new one starts at 0.
     let id20 = id(20, 4);
@@ -394,7 +399,7 @@ async fn a_different_snapshot_discards_the_partial_and_a_stale_leader_is_refused
     );
     drop(s);
     let _ = task.await.unwrap();
-    assert_eq!(partial::peek(&r.dir).unwrap(), (id20, 0));
+    assert_eq!(partial::peek(&StdFs, &r.dir).unwrap(), (id20, 0));
     assert_eq!(r.counters.get().partials_discarded, 1);
     send_with_sender(&r, &path20, id20).await;
     expect_handed(&mut r, &bytes20, 20).await;
@@ -461,7 +466,7 @@ async fn a_whole_checksum_mismatch_fails_and_discards_the_partial() {
     s.write_all(&buf).await.unwrap();
     assert_eq!(ack(&mut s).await.0, AckStatus::Failed);
     task.await.unwrap().unwrap();
-    assert!(partial::peek(&r.dir).is_none());
+    assert!(partial::peek(&StdFs, &r.dir).is_none());
     assert!(
         r.inbound_rx.try_recv().is_err(),
         "nothing handed to the node"
@@ -498,7 +503,7 @@ async fn a_later_offer_of_the_same_snapshot_supersedes_the_earlier_connection() 
         Err(TransportError::Refused(why)) => assert!(why.contains("superseded"), "{why}"),
         other => panic!("expected the old connection superseded, got {other:?}"),
     }
-    assert_eq!(partial::peek(&r.dir).unwrap().1, 2 * CHUNK as u64);
+    assert_eq!(partial::peek(&StdFs, &r.dir).unwrap().1, 2 * CHUNK as u64);
 
     // The owner goes on from where it was told and completes.
     let mut at = 2 * CHUNK as usize;

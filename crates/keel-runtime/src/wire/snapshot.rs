@@ -20,87 +20,11 @@ pub const BODY_SNAPSHOT_ACK: u8 = 7;
 
 const CHUNK_FLAG_FINAL: u8 = 1;
 
-/// Which snapshot a transfer carries: the sending leader's term and the snapshot's last entry.
-/// A receiver resumes a partial transfer only for the same `(index, term)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SnapshotId {
-    pub leader_term: u64,
-    pub index: u64,
-    pub term: u64,
-}
-
-impl SnapshotId {
-    /// Same snapshot (whichever leader sends it).
-    pub fn same_snapshot(&self, other: &SnapshotId) -> bool {
-        self.index == other.index && self.term == other.term
-    }
-}
-
-/// Sender → receiver, first frame after the handshake: "which offset do you hold for this?"
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotOffer {
-    pub version: u16,
-    pub id: SnapshotId,
-    /// Length of the whole snapshot file in bytes.
-    pub total_len_bytes: u64,
-}
-
-/// Receiver's answer to an offer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PositionStatus {
-    /// Send from `offset` (0: from the start); everything below it is durable here.
-    Continue = 0,
-    /// A transfer from a leader of a later term is in progress here.
-    RefusedStale = 1,
-    /// Larger than this receiver accepts.
-    RefusedTooLarge = 2,
-    /// The receiver already holds this snapshot's position (committed, or just received it).
-    NotNeeded = 3,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotPosition {
-    pub index: u64,
-    pub term: u64,
-    pub status: PositionStatus,
-    pub offset: u64,
-}
-
-/// Sender → receiver: the header of one chunk; `len_bytes` raw data bytes follow the frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkHeader {
-    pub id: SnapshotId,
-    pub offset: u64,
-    pub len_bytes: u32,
-    /// CRC32C of the chunk's data bytes.
-    pub crc: u32,
-    /// On the final chunk: the whole snapshot's length and CRC32C.
-    pub last: Option<(u64, u32)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AckStatus {
-    /// The chunk is written; `received` moved past it.
-    Accepted = 0,
-    /// The chunk was refused (bad checksum, or not at `received`): resend from `received`.
-    /// Chunks already sent after it are skipped silently.
-    Resend = 1,
-    /// The whole snapshot verified, is durable, and was handed to the node.
-    Complete = 2,
-    /// The whole snapshot failed verification: the partial file was discarded.
-    Failed = 3,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotAck {
-    pub index: u64,
-    pub term: u64,
-    pub status: AckStatus,
-    /// Bytes written contiguously from the start (what the sender continues from).
-    pub received: u64,
-    /// Bytes fsynced (what survives a crash of the receiver).
-    pub durable: u64,
-}
+// The frames are the engine's decision types; this module only lays them out in bytes.
+pub use keel_engine::transfer::{
+    AckStatus, ChunkHeader, PositionStatus, SnapshotAck, SnapshotId, SnapshotOffer,
+    SnapshotPosition,
+};
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());

@@ -23,13 +23,16 @@
 //! checksum and the snapshot file's own checksums are verified before anything is installed).
 //! Nothing here touches the log or the state machine; a node restarted mid-transfer comes back
 //! with its old log and state and resumes (or discards) the transfer.
+//!
+//! Generic over [`keel_wal::Fs`]: the runtime runs it on the real file system, the simulator on
+//! its fault-injecting one.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use keel_wal::{FileHandle, Fs, StdFs};
+use keel_wal::{FileHandle, Fs};
 
-use crate::wire::SnapshotId;
+use super::SnapshotId;
 
 pub const PART_FILE_NAME: &str = "incoming.snap.part";
 pub const STATE_FILE_NAME: &str = "incoming.snap.state";
@@ -37,15 +40,14 @@ const STATE_MAGIC: [u8; 8] = *b"KEELPART";
 const STATE_VERSION: u32 = 1;
 const STATE_SIZE_BYTES: usize = 60;
 
-type File = <StdFs as Fs>::File;
-
 /// A partial transfer on disk, open for appending.
-pub struct Partial {
+pub struct Partial<F: Fs> {
+    fs: F,
     dir: PathBuf,
     pub id: SnapshotId,
     pub total_len_bytes: u64,
-    part: File,
-    state: File,
+    part: F::File,
+    state: F::File,
     /// Bytes written contiguously from the start, and the CRC32C of them.
     pub received: u64,
     pub crc: u32,
@@ -85,75 +87,80 @@ fn decode_state(b: &[u8; STATE_SIZE_BYTES]) -> Option<(SnapshotId, u64, u64, u32
     Some((id, u64_at(36), u64_at(44), u32_at(52)))
 }
 
-fn remove_if_present(path: &Path) -> io::Result<bool> {
-    match std::fs::remove_file(path) {
+fn remove_if_present<F: Fs>(fs: &F, path: &Path) -> io::Result<bool> {
+    match fs.remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
 }
 
+fn open_if_present<F: Fs>(fs: &F, path: &Path) -> io::Result<Option<F::File>> {
+    match fs.open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The state file's contents, if it exists and verifies.
+fn read_state<F: Fs>(state: &F::File) -> io::Result<Option<(SnapshotId, u64, u64, u32)>> {
+    let mut bytes = [0u8; STATE_SIZE_BYTES];
+    let n = state.read_at(&mut bytes, 0)?;
+    Ok((n == STATE_SIZE_BYTES)
+        .then(|| decode_state(&bytes))
+        .flatten())
+}
+
 /// Deletes whatever partial transfer `dir` holds.
-pub fn discard(dir: &Path) -> io::Result<()> {
+pub fn discard<F: Fs>(fs: &F, dir: &Path) -> io::Result<()> {
     // The state first: a data file without a state is discarded on the next load.
-    let a = remove_if_present(&dir.join(STATE_FILE_NAME))?;
-    let b = remove_if_present(&dir.join(PART_FILE_NAME))?;
+    let a = remove_if_present(fs, &dir.join(STATE_FILE_NAME))?;
+    let b = remove_if_present(fs, &dir.join(PART_FILE_NAME))?;
     if a || b {
-        StdFs.sync_dir(dir)?;
+        fs.sync_dir(dir)?;
     }
     Ok(())
 }
 
-/// The snapshot a partial transfer in `dir` is for, if one verifies (without opening it for
-/// writing).
-pub fn peek(dir: &Path) -> Option<(SnapshotId, u64)> {
-    let bytes = std::fs::read(dir.join(STATE_FILE_NAME)).ok()?;
-    let bytes: [u8; STATE_SIZE_BYTES] = bytes.try_into().ok()?;
-    decode_state(&bytes).map(|(id, _, durable, _)| (id, durable))
+/// The snapshot a partial transfer in `dir` is for and its durable offset, if one verifies
+/// (without opening it for writing).
+pub fn peek<F: Fs>(fs: &F, dir: &Path) -> Option<(SnapshotId, u64)> {
+    let state = open_if_present(fs, &dir.join(STATE_FILE_NAME)).ok()??;
+    let (id, _, durable, _) = read_state::<F>(&state).ok()??;
+    Some((id, durable))
 }
 
-impl Partial {
+impl<F: Fs> Partial<F> {
     /// Loads the partial transfer `dir` holds, truncated to its durable offset; deletes
     /// leftovers that do not verify.
-    pub fn load(dir: &Path) -> io::Result<Option<Partial>> {
-        let state_path = dir.join(STATE_FILE_NAME);
-        let part_path = dir.join(PART_FILE_NAME);
-        let state = match StdFs.open(&state_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                discard(dir)?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        let mut bytes = [0u8; STATE_SIZE_BYTES];
-        let n = state.read_at(&mut bytes, 0)?;
-        let decoded = (n == STATE_SIZE_BYTES)
-            .then(|| decode_state(&bytes))
-            .flatten();
-        let Some((id, total, durable, crc)) = decoded else {
-            tracing::info!("discarding a partial snapshot whose state does not verify");
-            drop(state);
-            discard(dir)?;
+    pub fn load(fs: &F, dir: &Path) -> io::Result<Option<Partial<F>>>
+    where
+        F: Clone,
+    {
+        let Some(state) = open_if_present(fs, &dir.join(STATE_FILE_NAME))? else {
+            discard(fs, dir)?;
             return Ok(None);
         };
-        let mut part = match StdFs.open(&part_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                drop(state);
-                discard(dir)?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let Some((id, total, durable, crc)) = read_state::<F>(&state)? else {
+            drop(state);
+            discard(fs, dir)?;
+            return Ok(None);
+        };
+        let Some(mut part) = open_if_present(fs, &dir.join(PART_FILE_NAME))? else {
+            drop(state);
+            discard(fs, dir)?;
+            return Ok(None);
         };
         if part.len_bytes()? < durable || durable >= total {
             drop((state, part));
-            discard(dir)?;
+            discard(fs, dir)?;
             return Ok(None);
         }
         // Bytes past the durable offset may be torn: drop them.
         part.set_len(durable)?;
         Ok(Some(Partial {
+            fs: fs.clone(),
             dir: dir.to_owned(),
             id,
             total_len_bytes: total,
@@ -166,14 +173,18 @@ impl Partial {
     }
 
     /// Starts a new partial transfer, discarding any other.
-    pub fn create(dir: &Path, id: SnapshotId, total_len_bytes: u64) -> io::Result<Partial> {
-        discard(dir)?;
-        let part = StdFs.create(&dir.join(PART_FILE_NAME))?;
-        let mut state = StdFs.create(&dir.join(STATE_FILE_NAME))?;
+    pub fn create(fs: &F, dir: &Path, id: SnapshotId, total_len_bytes: u64) -> io::Result<Self>
+    where
+        F: Clone,
+    {
+        discard(fs, dir)?;
+        let part = fs.create(&dir.join(PART_FILE_NAME))?;
+        let mut state = fs.create(&dir.join(STATE_FILE_NAME))?;
         state.write_at(&encode_state(id, total_len_bytes, 0, 0), 0)?;
         state.sync_data()?;
-        StdFs.sync_dir(dir)?;
+        fs.sync_dir(dir)?;
         Ok(Partial {
+            fs: fs.clone(),
             dir: dir.to_owned(),
             id,
             total_len_bytes,
@@ -192,6 +203,13 @@ impl Partial {
         self.crc = crc32c::crc32c_append(self.crc, data);
         self.received += data.len() as u64;
         Ok(())
+    }
+
+    /// Test-only: the partial believes it holds `len` bytes more than were written (the
+    /// `snapshot-resume-skips-chunk` mutation).
+    #[cfg(feature = "mutations")]
+    pub(super) fn skip(&mut self, len: u64) {
+        self.received += len.min(self.total_len_bytes - self.received - 1);
     }
 
     /// Makes everything received durable and records it. Never records the whole length: a
@@ -220,11 +238,12 @@ impl Partial {
             "snapshot-{:020}-{:020}.received.snap.tmp",
             self.id.index, self.id.term
         ));
-        let _ = remove_if_present(&to)?;
+        remove_if_present(&self.fs, &to)?;
         drop(self.state);
-        remove_if_present(&self.dir.join(STATE_FILE_NAME))?;
-        StdFs.rename(&self.dir.join(PART_FILE_NAME), &to)?;
-        StdFs.sync_dir(&self.dir)?;
+        remove_if_present(&self.fs, &self.dir.join(STATE_FILE_NAME))?;
+        drop(self.part);
+        self.fs.rename(&self.dir.join(PART_FILE_NAME), &to)?;
+        self.fs.sync_dir(&self.dir)?;
         Ok(to)
     }
 }

@@ -1,0 +1,149 @@
+//! Snapshot transfer decisions: what a sender streams and resends, what a receiver accepts,
+//! writes, resumes, refuses and hands to its node. No sockets, no timers: keel-runtime's tokio
+//! shell (`transport/snapshot.rs`) moves the frames over TCP, the simulator over its simulated
+//! network, and both run this code. The frames' byte layout is keel-runtime's (`wire`, section
+//! "Snapshot channel"); the frames themselves are the types here.
+//!
+//! One transfer is one connection's worth of frames:
+//!
+//! ```text
+//! sender                                   receiver
+//!   Offer {id, total}           ─────▶     SnapshotReceiver::offer: not needed / too large /
+//!                                          stale leader / resume at the durable offset / new
+//!                               ◀─────     Position {status, offset}
+//!   SendSession::start(position)
+//!   Chunk {offset, crc, data} × window ─▶  ReceiveSession::chunk: check, write, sync
+//!                               ◀─────     Ack {Accepted | Resend | Complete | Failed}
+//!   SendSession::on_ack
+//! ```
+//!
+//! - **Receiver** ([`SnapshotReceiver`], shared by its connections; [`ReceiveSession`] per
+//!   connection): one partial transfer at a time in a durable partial file ([`partial`]); the
+//!   connection whose offer came last owns it. Chunks are checked (CRC32C) and written in order;
+//!   a corrupt or misplaced chunk is answered with the offset held. Whole, the file's checksum
+//!   and its own snapshot checksums are verified before the node hears of it.
+//! - **Sender** ([`SendSession`]): at most a window of chunks unacknowledged; a refusal rewinds
+//!   to the offset the receiver holds; a lost connection reconnects and resumes from the
+//!   receiver's durable offset, at most [`RESUME_ATTEMPTS_MAX`] times ([`resume_backoff_ms`]).
+
+pub mod partial;
+mod receiver;
+mod sender;
+#[cfg(test)]
+mod tests;
+
+pub use receiver::{
+    discard_stale_partial, ChunkAnswer, OfferDecision, ReceiveSession, ReceiverLimits,
+    SnapshotReceiver,
+};
+pub use sender::{resume_backoff_ms, AckStep, SendSession, RESUME_ATTEMPTS_MAX};
+
+/// Consecutive refused chunks before a side gives up the connection.
+pub const REFUSALS_MAX: u32 = 16;
+
+/// Whether the core's request to send snapshot `requested` to a follower starts a transfer,
+/// given the one `running` to it: not if it is the same snapshot (the core asks again after its
+/// own timeout, and the running transfer resumes across lost connections by itself); another
+/// snapshot replaces the running one.
+pub fn starts_transfer(running: Option<keel_core::LogId>, requested: keel_core::LogId) -> bool {
+    running != Some(requested)
+}
+
+/// Which snapshot a transfer carries: the sending leader's term and the snapshot's last entry.
+/// A receiver resumes a partial transfer only for the same `(index, term)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SnapshotId {
+    pub leader_term: u64,
+    pub index: u64,
+    pub term: u64,
+}
+
+impl SnapshotId {
+    /// Same snapshot (whichever leader sends it).
+    pub fn same_snapshot(&self, other: &SnapshotId) -> bool {
+        self.index == other.index && self.term == other.term
+    }
+}
+
+/// Sender → receiver, first frame after the handshake: "which offset do you hold for this?"
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotOffer {
+    pub version: u16,
+    pub id: SnapshotId,
+    /// Length of the whole snapshot file in bytes.
+    pub total_len_bytes: u64,
+}
+
+/// Receiver's answer to an offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PositionStatus {
+    /// Send from `offset` (0: from the start); everything below it is durable here.
+    Continue = 0,
+    /// A transfer from a leader of a later term is in progress here.
+    RefusedStale = 1,
+    /// Larger than this receiver accepts.
+    RefusedTooLarge = 2,
+    /// The receiver already holds this snapshot's position (committed, or just received it).
+    NotNeeded = 3,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotPosition {
+    pub index: u64,
+    pub term: u64,
+    pub status: PositionStatus,
+    pub offset: u64,
+}
+
+/// Sender → receiver: the header of one chunk; `len_bytes` raw data bytes follow the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub id: SnapshotId,
+    pub offset: u64,
+    pub len_bytes: u32,
+    /// CRC32C of the chunk's data bytes.
+    pub crc: u32,
+    /// On the final chunk: the whole snapshot's length and CRC32C.
+    pub last: Option<(u64, u32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckStatus {
+    /// The chunk is written; `received` moved past it.
+    Accepted = 0,
+    /// The chunk was refused (bad checksum, or not at `received`): resend from `received`.
+    /// Chunks already sent after it are skipped silently.
+    Resend = 1,
+    /// The whole snapshot verified, is durable, and was handed to the node.
+    Complete = 2,
+    /// The whole snapshot failed verification: the partial file was discarded.
+    Failed = 3,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotAck {
+    pub index: u64,
+    pub term: u64,
+    pub status: AckStatus,
+    /// Bytes written contiguously from the start (what the sender continues from).
+    pub received: u64,
+    /// Bytes fsynced (what survives a crash of the receiver).
+    pub durable: u64,
+}
+
+/// Why one side ends a transfer's connection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// The other side refused to go on (a definite answer: reconnecting does not help).
+    #[error("refused: {0}")]
+    Refused(&'static str),
+    /// The other side broke the protocol.
+    #[error("the peer sent a {0} where it was not expected")]
+    Unexpected(&'static str),
+    /// The receiver found the whole snapshot corrupt and discarded it: a retry starts from zero.
+    #[error("the receiver found the whole snapshot corrupt")]
+    CorruptWhole,
+    /// A chunk longer than this receiver takes, refused before anything is allocated for it.
+    #[error("a chunk of {len_bytes} bytes (at most {max_bytes})")]
+    OversizeChunk { len_bytes: u32, max_bytes: u32 },
+}
