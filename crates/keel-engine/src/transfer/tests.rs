@@ -150,6 +150,25 @@ fn an_offer_is_not_needed_at_or_below_the_floor_or_just_received() {
     );
 }
 
+/// A snapshot received whole is "not needed" again only until the node has handled it: one the
+/// node did not install (a stale leader's) is taken anew when a leader offers it again.
+#[test]
+fn the_snapshot_just_received_is_not_needed_only_until_the_node_settled_it() {
+    let bytes = snapshot_bytes(10, 300);
+    let (_, mut rx) = receiver();
+    connection(&mut rx, id(10, 3), &bytes, 100).expect("completes");
+    let again = offer(id(10, 4), &bytes);
+    assert_eq!(
+        rx.offer(&again, 0, &limits()).unwrap(),
+        OfferDecision::Refuse(PositionStatus::NotNeeded)
+    );
+    rx.settled();
+    assert!(matches!(
+        rx.offer(&again, 0, &limits()).unwrap(),
+        OfferDecision::Continue { offset: 0, .. }
+    ));
+}
+
 #[test]
 fn a_corrupt_chunk_is_refused_and_the_chunks_behind_it_skipped_until_the_resend() {
     let bytes = snapshot_bytes(10, 1_000);
