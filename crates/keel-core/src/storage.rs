@@ -90,6 +90,15 @@ impl MemStorage {
         self.snapshot
     }
 
+    /// The saved snapshot's position, configuration and term history.
+    pub fn snapshot_meta(&self) -> SnapshotMeta {
+        SnapshotMeta {
+            last: self.snapshot,
+            membership: std::sync::Arc::new(self.snapshot_membership.clone()),
+            term_history: self.snapshot_term_history.clone(),
+        }
+    }
+
     pub fn last_index(&self) -> Index {
         (self.log_start + self.entries.len() as Index).max(self.snapshot.index)
     }

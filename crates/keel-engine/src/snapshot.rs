@@ -1,7 +1,9 @@
 //! Snapshot bookkeeping: writing one local snapshot at a time, and whether a received one is
 //! worth adopting.
 
-use keel_core::{InvalidMessage, Message, MessageBody, NodeId, RaftNode, SnapshotMeta, Term};
+use keel_core::{
+    Index, InvalidMessage, Message, MessageBody, NodeId, RaftNode, SnapshotMeta, Term,
+};
 
 /// One snapshot is written at a time; the newest view taken meanwhile waits (an older waiting
 /// one is dropped: the newer covers it).
@@ -53,17 +55,35 @@ pub enum Adoption {
     /// Make it this node's newest snapshot; once durable, step `InstallSnapshot` into the core,
     /// which makes the final decision.
     Adopt,
+    /// Drop it, and step `InstallSnapshot` of the newer snapshot this node's storage already
+    /// holds (from this leader, of this term) instead: a snapshot adopted whose install the core
+    /// refused because the term moved on while it was being saved. Its content is committed
+    /// state whichever leader sent it (a leader snapshots only what it applied), so installing
+    /// it under the current leader is safe; without this, the storage would refuse every older
+    /// snapshot the current leader sends (it keeps only newer ones), and the follower would
+    /// wait until the leader's own snapshots overtake it.
+    InstallSaved,
 }
 
 /// Whether a fully received snapshot is worth adopting: only one the core could install (above
-/// its commit index), and never one no honest leader sends.
-pub fn adoption(raft: &RaftNode, from: NodeId, term: Term, meta: &SnapshotMeta) -> Adoption {
+/// its commit index), and never one no honest leader sends. `saved`: the index of the newest
+/// snapshot the node's storage holds.
+pub fn adoption(
+    raft: &RaftNode,
+    from: NodeId,
+    term: Term,
+    meta: &SnapshotMeta,
+    saved: Index,
+) -> Adoption {
     let install = install_message(raft.id(), from, term, meta.clone());
     if let Err(why) = raft.validate(&install) {
         return Adoption::Refused(why);
     }
     if meta.last.index <= raft.commit_index() || term < raft.term() {
         return Adoption::NotNeeded;
+    }
+    if saved > meta.last.index {
+        return Adoption::InstallSaved;
     }
     Adoption::Adopt
 }
@@ -75,5 +95,41 @@ pub fn install_message(to: NodeId, from: NodeId, term: Term, meta: SnapshotMeta)
         to,
         term,
         body: MessageBody::InstallSnapshot { meta },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use keel_core::storage::{MemStorage, Storage};
+    use keel_core::{Config, LogId, Membership};
+
+    use super::*;
+
+    fn meta(index: Index) -> SnapshotMeta {
+        SnapshotMeta {
+            last: LogId::new(1, index),
+            membership: Arc::new(Membership::new_voters([1, 2, 3])),
+            term_history: vec![LogId::new(1, 1)],
+        }
+    }
+
+    #[test]
+    fn a_received_snapshot_is_adopted_or_the_newer_one_saved_is_installed_instead() {
+        let state = MemStorage::new_cluster([1, 2, 3]).recover().unwrap();
+        let follower = RaftNode::new(Config::new(2), state).unwrap();
+        assert_eq!(adoption(&follower, 1, 1, &meta(10), 0), Adoption::Adopt);
+        assert_eq!(adoption(&follower, 1, 1, &meta(10), 10), Adoption::Adopt);
+        // The storage holds a newer snapshot the core never installed: install that one.
+        assert_eq!(
+            adoption(&follower, 1, 1, &meta(10), 12),
+            Adoption::InstallSaved
+        );
+        // A node cannot send itself a snapshot.
+        assert!(matches!(
+            adoption(&follower, 2, 1, &meta(10), 0),
+            Adoption::Refused(_)
+        ));
     }
 }

@@ -187,6 +187,17 @@ impl SimDisk {
         self.worker().store().snapshot_index()
     }
 
+    /// The newest snapshot saved, if it can be read.
+    pub fn snapshot_meta(&self) -> Option<SnapshotMeta> {
+        match self.worker().store() {
+            Backend::Mem(m) => Some(m.snapshot_meta()),
+            Backend::Wal { fs, .. } => keel_wal::snapshot::find_latest_snapshot(fs, &wal_dir())
+                .ok()?
+                .chosen
+                .map(|f| f.meta),
+        }
+    }
+
     /// The hard state and last index on disk, for the persisted-commit invariant.
     pub fn durable_state(&self) -> Option<(HardState, Index)> {
         match self.worker().store() {

@@ -488,22 +488,36 @@ impl World {
                     let delay = self.rng.random_range(1..=20 * self.params.net_delay_max);
                     self.schedule(delay, Event::Deliver(msg.clone()));
                 }
-                let raft = self.nodes[idx].raft.as_mut().expect("checked");
-                if let Err(e) = raft.validate(&msg) {
-                    let detail = format!("n{id} refused {msg:?}: {e}");
-                    return self.violate("peer message validation", detail);
-                }
-                raft.step(msg);
-                self.nodes[idx].receiver.settled();
+                self.step_install(id, msg);
+                return;
             }
         }
-        // Keep the data of the core's snapshot (it may have to send it), of the one storage
-        // knows, and anything newer (a transfer may have brought one that is not installed
-        // yet); older data is never needed again.
-        let node = &mut self.nodes[idx];
-        let raft = node.raft.as_ref().expect("checked");
+        self.prune_snapshot_data(id);
+        self.drive(id);
+    }
+
+    /// Steps a received snapshot's `InstallSnapshot` into node `id`'s core, as the runtime does
+    /// once the snapshot is durable; the receiver has then handled what it was handed.
+    pub(crate) fn step_install(&mut self, id: NodeId, msg: keel_core::Message) {
+        let idx = (id - 1) as usize;
+        let raft = self.nodes[idx].raft.as_mut().expect("a live node");
+        if let Err(e) = raft.validate(&msg) {
+            let detail = format!("n{id} refused {msg:?}: {e}");
+            return self.violate("peer message validation", detail);
+        }
+        raft.step(msg);
+        self.nodes[idx].receiver.settled();
+        self.prune_snapshot_data(id);
+        self.drive(id);
+    }
+
+    /// Keeps the data of the core's snapshot (it may have to send it), of the one storage knows,
+    /// and anything newer (a transfer may have brought one that is not installed yet); older
+    /// data is never needed again.
+    fn prune_snapshot_data(&mut self, id: NodeId) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        let raft = node.raft.as_ref().expect("a live node");
         let keep_from = node.disk.snapshot_index().min(raft.snapshot().last.index);
         node.snapshot_data.retain(|i, _| *i >= keep_from);
-        self.drive(id);
     }
 }

@@ -385,7 +385,8 @@ impl World {
         let meta = file.meta;
         let index = meta.last.index;
         let raft = node.raft.as_ref().expect("checked");
-        match keel_engine::adoption(raft, from, term, &meta) {
+        let saved = node.disk.snapshot_index();
+        match keel_engine::adoption(raft, from, term, &meta, saved) {
             Adoption::Refused(e) => {
                 let detail = format!("n{to} refused the snapshot {index} of n{from}: {e}");
                 self.violate("peer message validation", detail);
@@ -393,6 +394,21 @@ impl World {
             Adoption::NotNeeded => {
                 self.trace_line(|| format!("snapshot {index} n{from}->n{to} not needed"));
                 self.nodes[(to - 1) as usize].receiver.settled();
+            }
+            Adoption::InstallSaved => {
+                self.nodes[(to - 1) as usize].receiver.settled();
+                let Some(saved) = self.nodes[(to - 1) as usize].disk.snapshot_meta() else {
+                    let detail = format!("n{to} cannot read the snapshot its storage saved");
+                    return self.violate("recovery", detail);
+                };
+                self.trace_line(|| {
+                    format!(
+                        "snapshot {index} n{from}->n{to}: installs the newer {} saved",
+                        saved.last
+                    )
+                });
+                let msg = keel_engine::install_message(to, from, term, saved);
+                self.step_install(to, msg);
             }
             Adoption::Adopt => {
                 self.trace_line(|| format!("snapshot {index} n{from}->n{to} delivered"));

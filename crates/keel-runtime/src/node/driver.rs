@@ -398,27 +398,69 @@ impl<S: StateMachine> Driver<S> {
                 term,
                 meta,
                 path,
-            } => match keel_engine::adoption(&self.raft, from, term, &meta) {
-                Adoption::Refused(why) => {
-                    self.io.transport.snapshot_settled();
-                    let install = keel_engine::install_message(self.config.id, from, term, meta);
-                    self.refused.refused(&install, why, Instant::now());
-                    let _ = std::fs::remove_file(&path);
+            } => {
+                let saved = self.io.snapshot_data.as_ref().map_or(0, |(id, _)| id.index);
+                self.on_snapshot_received(from, term, meta, path, saved)
+                    .await
+            }
+        }
+    }
+
+    /// A snapshot arrived whole from `from` (leader of `term`), durable at `path`.
+    async fn on_snapshot_received(
+        &mut self,
+        from: NodeId,
+        term: Term,
+        meta: SnapshotMeta,
+        path: PathBuf,
+        saved: Index,
+    ) {
+        match keel_engine::adoption(&self.raft, from, term, &meta, saved) {
+            Adoption::Refused(why) => {
+                self.io.transport.snapshot_settled();
+                let install = keel_engine::install_message(self.config.id, from, term, meta);
+                self.refused.refused(&install, why, Instant::now());
+                let _ = std::fs::remove_file(&path);
+            }
+            Adoption::NotNeeded => {
+                self.io.transport.snapshot_settled();
+                let _ = std::fs::remove_file(&path);
+            }
+            Adoption::Adopt => {
+                let cmd = StorageCommand::Adopt(SnapshotAdoption {
+                    temp: path,
+                    from: Some((from, term)),
+                });
+                if self.storage.send(cmd).await.is_err() {
+                    fatal("storage thread", &"stopped");
                 }
-                Adoption::NotNeeded => {
-                    self.io.transport.snapshot_settled();
-                    let _ = std::fs::remove_file(&path);
-                }
-                Adoption::Adopt => {
-                    let cmd = StorageCommand::Adopt(SnapshotAdoption {
-                        temp: path,
-                        from: Some((from, term)),
-                    });
-                    if self.storage.send(cmd).await.is_err() {
-                        fatal("storage thread", &"stopped");
+            }
+            Adoption::InstallSaved => {
+                let _ = std::fs::remove_file(&path);
+                self.io.transport.snapshot_settled();
+                let Some((_, saved_path)) = self.io.snapshot_data.clone() else {
+                    return;
+                };
+                let header = keel_wal::Fs::open(&keel_wal::StdFs, &saved_path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| keel_wal::snapshot::verify_snapshot_header(&f, &saved_path));
+                match header {
+                    Ok(file) => {
+                        tracing::info!(
+                                "installing the snapshot {} saved here instead of the older {} from {from}",
+                                file.meta.last,
+                                meta.last
+                            );
+                        self.step_peer(keel_engine::install_message(
+                            self.config.id,
+                            from,
+                            term,
+                            file.meta,
+                        ));
                     }
+                    Err(e) => tracing::warn!("the snapshot saved here does not verify: {e}"),
                 }
-            },
+            }
         }
     }
 
