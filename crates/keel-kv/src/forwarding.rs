@@ -37,12 +37,50 @@ pub fn error_reply(error: &ClientError) -> Reply {
     }
 }
 
+/// `-TRYAGAIN` naming the leader, for a client that may go there itself.
+pub fn leader_elsewhere(leader: u64, addr: &str) -> Reply {
+    Reply::error(format!("TRYAGAIN leader is node {leader} at {addr}"))
+}
+
+/// `-TRYAGAIN` naming a leader whose client address this node does not know (its peer address is
+/// of no use to a client).
+pub fn leader_address_unknown(leader: u64) -> Reply {
+    Reply::error(format!(
+        "TRYAGAIN leader is node {leader}; its client address is unknown"
+    ))
+}
+
 /// The reply to a write whose entry applied with `applied` (an encoded [`ApplyReply`]).
 pub fn write_reply(applied: &Bytes) -> Reply {
     ApplyReply::decode(applied).map_or_else(
         || Reply::error("ERR internal error: undecodable write result"),
         ApplyReply::into_reply,
     )
+}
+
+pub(crate) static MULTI: [Bytes; 1] = [Bytes::from_static(b"MULTI")];
+pub(crate) static EXEC: [Bytes; 1] = [Bytes::from_static(b"EXEC")];
+
+/// A write to forward under its request id, as the client sent it.
+#[derive(Clone, Copy, Debug)]
+pub enum Forwarded<'a> {
+    /// One write's arguments.
+    Write(&'a [Bytes]),
+    /// A transaction: its queued requests.
+    Exec(&'a [Vec<Bytes>]),
+}
+
+/// The requests that carry `request` to the leader under the id of `prefix` (a `RAFT.FORWARD`
+/// request, see `command/forward.rs`), `RAFT.FORWARD` second to last: the write after it, or
+/// `MULTI`, the queued requests, `EXEC`. The client's requests go as they are.
+pub fn group_with_id<'a>(request: Forwarded<'a>, prefix: &'a [Bytes]) -> Vec<&'a [Bytes]> {
+    match request {
+        Forwarded::Write(args) => vec![prefix, args],
+        Forwarded::Exec(queued) => std::iter::once(&MULTI[..])
+            .chain(queued.iter().map(Vec::as_slice))
+            .chain([prefix, &EXEC[..]])
+            .collect(),
+    }
 }
 
 /// The request id a write is proposed under: the dedup session and the write's number in it.

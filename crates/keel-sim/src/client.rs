@@ -1,54 +1,112 @@
-//! Simulated clients: each runs one operation at a time against the node it believes leads, with
-//! retries on definite failures and a timeout after which the outcome is recorded as unknown.
+//! Simulated clients: each is a user of keel-kv's client port that sends a small pipeline of
+//! requests at once (1 to [`PIPELINE_OPS_MAX`] operations, drawn from the seed) on its connection
+//! to the node it believes leads, reads the replies in order, retries what was refused, and
+//! records every operation in the history for the linearizability check. The node serves the
+//! connection with the server's own code (`connection.rs`).
 //!
-//! They speak keel-kv: a write is a `SET`, a compare-and-set a `CAS` (or `SET ... NX` when the
-//! key is expected absent), each an encoded [`LogCommand`] under the client's id and sequence
-//! number, proposed through the node's engine exactly as the server proposes it; a read is a
-//! linearizable `GET` served by the engine's ReadIndex path and apply pipeline. A retry after an
-//! unknown outcome reuses the sequence number: keel-kv's deduplication must make it apply once.
+//! The operations, all on one key each so that the per-key checker can check them:
+//!
+//! | operation                  | requests                             | history            |
+//! |----------------------------|--------------------------------------|--------------------|
+//! | read                       | `GET k`                              | read               |
+//! | write                      | `SET k v`                            | write              |
+//! | compare-and-set            | `CAS k old v`, or `SET k v NX`       | cas                |
+//! | read-and-write transaction | `MULTI`, `GET k`, `SET k v`, `EXEC`  | swap (returns old) |
+//! | write transaction          | `MULTI`, `SET k v`, `EXEC`           | write              |
+//! | read transaction           | `MULTI`, `GET k`, `EXEC`             | read               |
+//!
+//! A refusal (`-TRYAGAIN ...`, including "outcome unknown") sends the operation into the next
+//! attempt, at the leader the refusal names if it names one, once the connection answered the
+//! whole attempt. A write (or EXEC) is retried under the request id of its first attempt: the
+//! state machine's deduplication must make it apply once (a transaction retried after it applied
+//! answers that its replies are not kept: applied, its old value unknown). An operation still
+//! unanswered when its pipeline's time is up is recorded with an unknown outcome.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use keel_core::NodeId;
-use keel_engine::ClientError;
-use keel_kv::command::{SetCondition, WriteCommand};
-use keel_kv::{KvStateMachine, LogCommand, Reply};
+use keel_kv::forwarding::RequestId;
+use keel_kv::{ApplyReply, Reply};
 use rand::Rng;
 
+use crate::connection::{Connections, Frame, Owner};
 use crate::history::{History, Key, OpKind, OpResult, Value};
-use crate::host::{ProposalToken, ReadToken, SimShell};
 use crate::world::{Event, World};
 
-#[derive(Clone, Copy, Debug)]
-enum Attempt {
-    /// Not submitted anywhere: waiting to (re)try.
-    Idle,
-    Proposal {
-        node: NodeId,
-    },
-    Read {
-        node: NodeId,
-    },
+/// Most operations a client sends in one pipeline.
+pub(crate) const PIPELINE_OPS_MAX: usize = 4;
+
+/// The sizes a pipeline is drawn from, equally likely.
+const PIPELINE_SIZES: [usize; 8] = [1, 1, 1, 1, 1, 1, 2, PIPELINE_OPS_MAX];
+
+/// The pause before a client tries again, doubled after each attempt in a row that got nothing
+/// but refusals, at most [`RETRY_DOUBLINGS_MAX`] times: while there is no leader, clients that
+/// retried at full speed would spend the run being refused.
+const RETRY_DELAY: u64 = 3;
+const RETRY_DOUBLINGS_MAX: u32 = 2;
+
+/// How an operation is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// One request.
+    Plain,
+    /// `MULTI`, its requests, `EXEC`: one log entry.
+    Transaction,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct CurrentOp {
+#[derive(Clone, Debug)]
+struct ClientOp {
     history_index: usize,
     key: Key,
     kind: OpKind,
-    seq: u64,
+    form: Form,
+    /// The id its write (or EXEC) is proposed under, in every attempt.
+    id: Option<RequestId>,
+    done: bool,
+    /// The key, the value written and the value a compare-and-set expects, as sent (made once,
+    /// shared by every attempt).
+    key_arg: Bytes,
+    value_arg: Option<Bytes>,
+    expected_arg: Option<Bytes>,
+}
+
+/// A reply the client waits for, in request order.
+#[derive(Clone, Copy, Debug)]
+enum Awaited {
+    /// `+OK` to MULTI.
+    Multi,
+    /// `+QUEUED` to a request inside a transaction.
+    Queued,
+    /// The answer of the operation at this position of the pipeline.
+    Answer(usize),
+}
+
+/// The operations a client sent together, until each is answered or their time is up.
+struct Pipeline {
+    /// The first operation's history index: names the pipeline in its deadline event.
+    first: usize,
     deadline: u64,
-    attempt: Attempt,
+    ops: Vec<ClientOp>,
+    /// The replies the attempt in flight still owes (empty: no attempt in flight).
+    awaited: VecDeque<Awaited>,
 }
 
 struct SimClient {
     id: u64,
+    /// Numbers the client's operations: their values and request ids.
     seq: u64,
     /// Wake-ups scheduled with an older generation are stale.
     generation: u64,
-    op: Option<CurrentOp>,
+    /// Attempts in a row that got nothing but refusals.
+    refused_attempts: u32,
+    pipeline: Option<Pipeline>,
     leader_guess: NodeId,
+    /// The client's open connections, by node: kept while the node is up, so that going back
+    /// to a node reuses its connection.
+    connections: Vec<(NodeId, u64)>,
+    /// The connection of the attempt in flight, or of the last one.
+    current: Option<u64>,
     /// The last value this client saw per key (for plausible compare-and-set expectations).
     seen: HashMap<Key, Option<Value>>,
 }
@@ -58,9 +116,9 @@ pub(crate) struct Clients {
     clients: Vec<SimClient>,
     /// Clients to wake soon: (client, delay).
     pub wake: Vec<(usize, u64)>,
+    /// Every connection the nodes serve: the clients', and forwarding nodes' at the leader.
+    pub connections: Connections,
 }
-
-const RETRY_DELAY: u64 = 3;
 
 impl Clients {
     pub fn new(count: usize, node_count: usize) -> Clients {
@@ -71,12 +129,16 @@ impl Clients {
                     id: i as u64 + 1,
                     seq: 0,
                     generation: 0,
-                    op: None,
+                    refused_attempts: 0,
+                    pipeline: None,
                     leader_guess: 1,
+                    connections: Vec::new(),
+                    current: None,
                     seen: HashMap::new(),
                 })
                 .collect(),
             wake: Vec::new(),
+            connections: Connections::default(),
         }
     }
 
@@ -84,179 +146,178 @@ impl Clients {
         self.clients[c].generation
     }
 
+    /// Clients with operations outstanding.
     pub fn pending_ops(&self) -> usize {
-        self.clients.iter().filter(|c| c.op.is_some()).count()
+        self.clients.iter().filter(|c| c.pipeline.is_some()).count()
     }
 
     fn retry_soon(&mut self, c: usize) {
         let client = &mut self.clients[c];
-        if let Some(op) = client.op.as_mut() {
-            op.attempt = Attempt::Idle;
-            client.generation += 1;
-            self.wake.push((c, RETRY_DELAY));
-        }
+        client.generation += 1;
+        let delay = RETRY_DELAY << client.refused_attempts.min(RETRY_DOUBLINGS_MAX);
+        client.refused_attempts += 1;
+        self.wake.push((c, delay));
     }
 
-    /// A node crashed: every attempt on it is lost; retry elsewhere.
+    /// A node crashed: its connections are closed, and an attempt on one is lost; its operations
+    /// are tried again elsewhere.
     pub fn node_lost(&mut self, node: NodeId) {
-        for c in 0..self.clients.len() {
-            let on_node = match self.clients[c].op.map(|o| o.attempt) {
-                Some(Attempt::Proposal { node: n }) | Some(Attempt::Read { node: n }) => n == node,
-                _ => false,
+        for (connection, owner) in self.connections.close_on(node) {
+            let Owner::Client(c) = owner else {
+                continue;
             };
-            if on_node {
-                self.clients[c].leader_guess = node % self.node_count + 1;
+            let client = &mut self.clients[c];
+            client.connections.retain(|(_, n)| *n != connection);
+            if client.current != Some(connection) {
+                continue;
+            }
+            client.current = None;
+            let Some(p) = client.pipeline.as_mut() else {
+                continue;
+            };
+            if !p.awaited.is_empty() {
+                p.awaited.clear();
+                client.leader_guess = node % self.node_count + 1;
                 self.retry_soon(c);
             }
         }
     }
 
-    /// The client's current operation, if `history_index` names it and it waits on `node`.
-    fn waiting_on(&self, node: NodeId, c: usize, history_index: usize) -> Option<CurrentOp> {
-        let op = self.clients[c].op?;
-        let on_node = match op.attempt {
-            Attempt::Proposal { node: n } | Attempt::Read { node: n } => n == node,
-            Attempt::Idle => false,
+    /// Records operation `at` of client `c`'s pipeline as answered with `result`.
+    fn finish(&mut self, c: usize, at: usize, result: OpResult, now: u64, history: &mut History) {
+        let client = &mut self.clients[c];
+        let Some(p) = client.pipeline.as_mut() else {
+            return;
         };
-        (op.history_index == history_index && on_node).then_some(op)
-    }
-
-    /// Client `c`'s write `history_index`, proposed on (or forwarded by) `node`, was answered
-    /// `reply` — the server's reply to it. Returns a description of a reply no such command can
-    /// produce.
-    pub fn write_answered(
-        &mut self,
-        node: NodeId,
-        c: usize,
-        history_index: usize,
-        reply: &Reply,
-        now: u64,
-        history: &mut History,
-    ) -> Result<(), String> {
-        let Some(op) = self.waiting_on(node, c, history_index) else {
-            return Ok(());
-        };
-        let result = match (op.kind, reply) {
-            (OpKind::Write(_), Reply::Simple(ok)) if ok == "OK" => OpResult::Written,
-            (OpKind::Cas { expected: None, .. }, Reply::Simple(ok)) if ok == "OK" => {
-                OpResult::CasSwapped
-            }
-            (
-                OpKind::Cas {
-                    expected: Some(_), ..
-                },
-                Reply::Integer(1),
-            ) => OpResult::CasSwapped,
-            (OpKind::Cas { expected: None, .. }, Reply::Null)
-            | (
-                OpKind::Cas {
-                    expected: Some(_), ..
-                },
-                Reply::Integer(0),
-            ) => OpResult::CasFailed,
-            (kind, reply) => return Err(format!("client {c}: {kind:?} answered {reply:?}")),
-        };
-        let new_value = match (op.kind, result) {
-            (OpKind::Write(v), _) | (OpKind::Cas { new: v, .. }, OpResult::CasSwapped) => Some(v),
+        let op = &mut p.ops[at];
+        op.done = true;
+        client.refused_attempts = 0;
+        history.complete(op.history_index, result, now);
+        let seen = match (op.kind, result) {
+            (_, OpResult::Read(v)) => Some(v),
+            (OpKind::Write(v) | OpKind::Swap(v), _) => Some(Some(v)),
+            (OpKind::Cas { new, .. }, OpResult::CasSwapped) => Some(Some(new)),
             _ => None,
         };
-        if let Some(v) = new_value {
-            self.clients[c].seen.insert(op.key, Some(v));
+        if let Some(v) = seen {
+            client.seen.insert(op.key, v);
         }
-        self.finish(c, result, now, history);
-        Ok(())
-    }
-
-    /// Client `c`'s write `history_index` (key, kind and sequence number), if it is the one the
-    /// client waits for.
-    pub fn write_of(&self, c: usize, history_index: usize) -> Option<(Key, OpKind, u64)> {
-        let op = self.clients[c].op?;
-        (op.history_index == history_index && op.kind != OpKind::Read)
-            .then_some((op.key, op.kind, op.seq))
-    }
-
-    pub fn client_id(&self, c: usize) -> u64 {
-        self.clients[c].id
-    }
-
-    fn finish(&mut self, c: usize, result: OpResult, now: u64, history: &mut History) {
-        let client = &mut self.clients[c];
-        let op = client.op.take().expect("finishing a pending op");
-        history.complete(op.history_index, result, now);
-        client.generation += 1;
-        self.wake.push((c, 1));
-    }
-
-    /// A request of client `c` was refused (or its outcome is unknown): try again, at the
-    /// leader the refusal names if it names one. A write is retried under the same sequence
-    /// number, which is safe only because the state machine deduplicates.
-    fn refused(&mut self, c: usize, history_index: usize, leader: Option<NodeId>) {
-        let client = &mut self.clients[c];
-        if client.op.is_none_or(|op| op.history_index != history_index) {
-            return;
-        }
-        if let Some(leader) = leader {
-            client.leader_guess = leader;
-        }
-        self.retry_soon(c);
     }
 }
 
-/// The leader a refusal points to, if any.
-fn leader_hint(error: &ClientError) -> Option<NodeId> {
-    match error {
-        ClientError::NotLeader { leader, .. } => *leader,
-        _ => None,
-    }
-}
-
-fn register_key(key: Key) -> Bytes {
-    Bytes::from(key.to_string())
-}
-
-fn register_value(value: Value) -> Bytes {
-    Bytes::from(value.to_string())
+fn decimal(n: u64) -> Bytes {
+    Bytes::from(n.to_string())
 }
 
 /// A register's value as the clients write them (decimal); `Err` for anything else.
-fn read_register(sm: &KvStateMachine, key: Key) -> Result<Option<Value>, String> {
-    let Some(bytes) = sm.get(register_key(key).as_ref()) else {
-        return Ok(None);
-    };
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .map(Some)
-        .ok_or_else(|| format!("key {key} holds {bytes:?}, which no client wrote"))
+fn register_value(key: Key, reply: &Reply) -> Result<Option<Value>, String> {
+    match reply {
+        Reply::Null => Ok(None),
+        Reply::Bulk(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .map(Some)
+            .ok_or_else(|| format!("key {key} holds {bytes:?}, which no client wrote")),
+        other => Err(format!("a GET of key {key} answered {other:?}")),
+    }
 }
 
-/// The keel-kv command a client's write or compare-and-set is.
-pub(crate) fn write_command(key: Key, kind: OpKind) -> WriteCommand {
-    let key = register_key(key);
-    match kind {
-        OpKind::Write(v) => WriteCommand::Set {
-            key,
-            value: register_value(v),
-            condition: SetCondition::Always,
-        },
-        OpKind::Cas {
-            expected: None,
-            new,
-        } => WriteCommand::Set {
-            key,
-            value: register_value(new),
-            condition: SetCondition::IfAbsent,
-        },
-        OpKind::Cas {
-            expected: Some(expected),
-            new,
-        } => WriteCommand::Cas {
-            key,
-            expected: register_value(expected),
-            new: register_value(new),
-        },
-        OpKind::Read => unreachable!("reads are not logged"),
+/// The requests of an operation (ids on its write or EXEC), and the replies they get.
+fn requests(
+    op: &ClientOp,
+    frames: &mut VecDeque<Frame>,
+    awaited: &mut VecDeque<Awaited>,
+    at: usize,
+) {
+    let word = |w: &'static str| Bytes::from_static(w.as_bytes());
+    let key = || op.key_arg.clone();
+    let value = || op.value_arg.clone().expect("a write has a value");
+    let write = match op.kind {
+        OpKind::Read => None,
+        OpKind::Write(_) | OpKind::Swap(_) => Some(vec![word("SET"), key(), value()]),
+        OpKind::Cas { expected: None, .. } => Some(vec![word("SET"), key(), value(), word("NX")]),
+        OpKind::Cas { .. } => {
+            let expected = op.expected_arg.clone().expect("a CAS expects a value");
+            Some(vec![word("CAS"), key(), expected, value()])
+        }
+    };
+    let read = matches!(op.kind, OpKind::Read | OpKind::Swap(_)).then(|| vec![word("GET"), key()]);
+    match op.form {
+        Form::Plain => {
+            let args = write.or(read).expect("an operation reads or writes");
+            frames.push_back(Frame {
+                args,
+                given_id: op.id,
+            });
+        }
+        Form::Transaction => {
+            frames.push_back(Frame::new(vec![Bytes::from_static(b"MULTI")]));
+            awaited.push_back(Awaited::Multi);
+            for args in read.into_iter().chain(write) {
+                frames.push_back(Frame::new(args));
+                awaited.push_back(Awaited::Queued);
+            }
+            frames.push_back(Frame {
+                args: vec![Bytes::from_static(b"EXEC")],
+                given_id: op.id,
+            });
+        }
     }
+    awaited.push_back(Awaited::Answer(at));
+}
+
+/// What an answer is checked against.
+#[derive(Clone, Copy)]
+struct Answered {
+    key: Key,
+    kind: OpKind,
+    form: Form,
+}
+
+impl Answered {
+    fn of(op: &ClientOp) -> Answered {
+        Answered {
+            key: op.key,
+            kind: op.kind,
+            form: op.form,
+        }
+    }
+}
+
+/// What an operation's answer says, if it is one it can get (a refusal is not an answer).
+fn result_of(op: &Answered, reply: &Reply) -> Result<OpResult, String> {
+    let ok = |r: &Reply| *r == Reply::OK;
+    let result = match (op.form, op.kind, reply) {
+        (Form::Plain, OpKind::Read, value) => Some(OpResult::Read(register_value(op.key, value)?)),
+        (Form::Plain, OpKind::Write(_), r) if ok(r) => Some(OpResult::Written),
+        (Form::Plain, OpKind::Cas { expected: None, .. }, r) if ok(r) => Some(OpResult::CasSwapped),
+        (Form::Plain, OpKind::Cas { expected: None, .. }, Reply::Null) => Some(OpResult::CasFailed),
+        (Form::Plain, OpKind::Cas { .. }, Reply::Integer(1)) => Some(OpResult::CasSwapped),
+        (Form::Plain, OpKind::Cas { .. }, Reply::Integer(0)) => Some(OpResult::CasFailed),
+        (Form::Transaction, kind, Reply::Array(replies)) => match (kind, &replies[..]) {
+            (OpKind::Read, [value]) => Some(OpResult::Read(register_value(op.key, value)?)),
+            (OpKind::Write(_), [r]) if ok(r) => Some(OpResult::Written),
+            (OpKind::Swap(_), [old, r]) if ok(r) => {
+                Some(OpResult::Swapped(register_value(op.key, old)?))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    result.ok_or_else(|| format!("{:?} {:?} answered {reply:?}", op.form, op.kind))
+}
+
+/// The leader a refusal names (`-TRYAGAIN leader is node N ...`), or `Err` if it names none
+/// because there is none known ("no leader").
+fn leader_named(error: &str) -> Result<Option<NodeId>, ()> {
+    if let Some(rest) = error.strip_prefix("TRYAGAIN leader is node ") {
+        let digits = rest.split(|ch: char| !ch.is_ascii_digit()).next();
+        return Ok(digits.and_then(|d| d.parse().ok()));
+    }
+    if error.starts_with("TRYAGAIN no leader") {
+        return Err(());
+    }
+    Ok(None)
 }
 
 impl World {
@@ -264,173 +325,236 @@ impl World {
         if self.clients.clients[c].generation != generation {
             return;
         }
-        let now = self.now;
-        if self.clients.clients[c].op.is_none() {
+        if self.clients.clients[c].pipeline.is_none() {
             if self.healing {
                 // Quiet down so the cluster can be seen to converge.
                 return;
             }
-            self.start_op(c);
+            self.start_pipeline(c);
         }
-        let op = self.clients.clients[c].op.expect("started above");
-        if matches!(op.attempt, Attempt::Idle) && now < op.deadline {
-            self.submit(c, op);
+        let p = self.clients.clients[c].pipeline.as_ref().expect("started");
+        if p.awaited.is_empty() && self.now < p.deadline {
+            self.submit(c);
         }
     }
 
-    /// The operation `history_index` of client `c` ran out of time: its outcome is unknown (and a
-    /// read's tells nothing).
+    /// The pipeline whose first operation is `history_index`, of client `c`, ran out of time:
+    /// the outcome of every operation not answered is unknown (and a read's tells nothing).
     pub(crate) fn client_deadline(&mut self, c: usize, history_index: usize) {
-        let Some(op) = self.clients.clients[c].op else {
-            return;
-        };
-        if op.history_index != history_index {
+        let client = &mut self.clients.clients[c];
+        if client.pipeline.as_ref().map(|p| p.first) != Some(history_index) {
             return;
         }
-        let client = &mut self.clients.clients[c];
-        client.op = None;
-        client.generation += 1;
-        self.history
-            .complete(op.history_index, OpResult::Unknown, self.now);
+        let p = client.pipeline.take().expect("checked");
+        let (unanswered, in_flight) = (p.ops.iter().filter(|op| !op.done).count(), p.awaited.len());
+        self.trace_line(|| {
+            format!("client {c} timed out: {unanswered} unanswered, {in_flight} replies owed")
+        });
+        for op in p.ops.iter().filter(|op| !op.done) {
+            self.history
+                .complete(op.history_index, OpResult::Unknown, self.now);
+        }
+        if !p.awaited.is_empty() {
+            // Replies still owed would be taken for the next pipeline's: a new connection.
+            let client = &mut self.clients.clients[c];
+            if let Some(connection) = client.current.take() {
+                client.connections.retain(|(_, n)| *n != connection);
+                self.clients.connections.close(connection);
+            }
+        }
+        self.clients.clients[c].generation += 1;
         self.clients.wake.push((c, 1));
     }
 
-    fn start_op(&mut self, c: usize) {
-        let key = self.rng.random_range(0..self.params.keys);
-        let roll = self.rng.random_range(0..10);
-        let client = &mut self.clients.clients[c];
-        client.seq += 1;
-        let unique = client.id * 1_000_000 + client.seq;
-        let kind = match roll {
-            0..=3 => OpKind::Read,
-            4..=7 => OpKind::Write(unique),
-            _ => OpKind::Cas {
-                expected: client.seen.get(&key).copied().flatten(),
-                new: unique,
-            },
-        };
-        let history_index = self.history.invoke(client.id, key, kind, self.now);
-        let deadline = self.now + self.params.client_timeout;
-        client.op = Some(CurrentOp {
-            history_index,
-            key,
-            kind,
-            seq: client.seq,
-            deadline,
-            attempt: Attempt::Idle,
+    /// Draws client `c`'s next pipeline of operations.
+    fn start_pipeline(&mut self, c: usize) {
+        // Mostly short: a client's pipeline loads the log as much as that many clients would.
+        let count = PIPELINE_SIZES[self.rng.random_range(0..PIPELINE_SIZES.len())];
+        let mut ops = Vec::with_capacity(count);
+        for _ in 0..count {
+            let key = self.rng.random_range(0..self.params.keys);
+            let roll = self.rng.random_range(0..20);
+            let client = &mut self.clients.clients[c];
+            client.seq += 1;
+            let unique = client.id * 1_000_000 + client.seq;
+            let (kind, form) = match roll {
+                0..=6 => (OpKind::Read, Form::Plain),
+                7..=12 => (OpKind::Write(unique), Form::Plain),
+                13..=15 => (
+                    OpKind::Cas {
+                        expected: client.seen.get(&key).copied().flatten(),
+                        new: unique,
+                    },
+                    Form::Plain,
+                ),
+                16..=17 => (OpKind::Swap(unique), Form::Transaction),
+                18 => (OpKind::Write(unique), Form::Transaction),
+                _ => (OpKind::Read, Form::Transaction),
+            };
+            // Everything that goes through the log is proposed under an id.
+            let logged = kind != OpKind::Read || form == Form::Transaction;
+            let id = logged.then_some(RequestId {
+                client_id: client.id,
+                seq: client.seq,
+            });
+            let (value_arg, expected_arg) = match kind {
+                OpKind::Read => (None, None),
+                OpKind::Write(v) | OpKind::Swap(v) => (Some(decimal(v)), None),
+                OpKind::Cas { expected, new } => (Some(decimal(new)), expected.map(decimal)),
+            };
+            let history_index = self.history.invoke(client.id, key, kind, self.now);
+            ops.push(ClientOp {
+                history_index,
+                key,
+                kind,
+                form,
+                id,
+                done: false,
+                key_arg: decimal(key),
+                value_arg,
+                expected_arg,
+            });
+        }
+        let first = ops[0].history_index;
+        self.clients.clients[c].pipeline = Some(Pipeline {
+            first,
+            deadline: self.now + self.params.client_timeout,
+            ops,
+            awaited: VecDeque::new(),
         });
         self.schedule(
             self.params.client_timeout,
             Event::ClientDeadline {
                 client: c,
-                history_index,
+                history_index: first,
             },
         );
     }
 
-    fn submit(&mut self, c: usize, op: CurrentOp) {
+    /// Sends the operations of client `c` not answered yet, together, on its connection to the
+    /// node it believes leads.
+    fn submit(&mut self, c: usize) {
         let node_count = self.params.node_count as NodeId;
         let target = self.clients.clients[c].leader_guess;
-        let idx = (target - 1) as usize;
-        let client_id = self.clients.clients[c].id;
-        let floor = self.checker.max_committed();
-        let node = &mut self.nodes[idx];
-        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
+        if self.nodes[(target - 1) as usize].raft.is_none() {
             self.clients.clients[c].leader_guess = target % node_count + 1;
-            self.clients.retry_soon(c);
-            return;
-        };
-        if !app.engine.serving() {
+            return self.clients.retry_soon(c);
+        }
+        if !self.serving(target) {
             // Still replaying: the runtime holds requests until it serves.
-            self.clients.retry_soon(c);
-            return;
+            return self.clients.retry_soon(c);
         }
-        let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
-        let attempt = match op.kind {
-            OpKind::Read => {
-                let token = ReadToken {
-                    client: c,
-                    history_index: op.history_index,
-                    floor,
-                };
-                engine.read(raft, token, &mut shell);
-                Attempt::Read { node: target }
-            }
-            kind => {
-                let token = ProposalToken::Client {
-                    client: c,
-                    history_index: op.history_index,
-                };
-                let entry =
-                    LogCommand::new(client_id, op.seq, write_command(op.key, kind)).encode();
-                let _ = engine.propose(raft, entry, token, &mut shell);
-                Attempt::Proposal { node: target }
+        let Clients {
+            clients,
+            connections,
+            ..
+        } = &mut self.clients;
+        let client = &mut clients[c];
+        let open = client.connections.iter().find(|(node, _)| *node == target);
+        let connection = match open {
+            Some((_, connection)) => *connection,
+            None => {
+                let connection = connections.open(target, Owner::Client(c), client.id);
+                client.connections.push((target, connection));
+                connection
             }
         };
-        let effects = shell.effects;
-        if let Some(cur) = self.clients.clients[c].op.as_mut() {
-            cur.attempt = attempt;
+        client.current = Some(connection);
+        let p = client.pipeline.as_mut().expect("submitting a pipeline");
+        let input = connections.input(connection).expect("open");
+        for (at, op) in p.ops.iter().enumerate().filter(|(_, op)| !op.done) {
+            requests(op, input, &mut p.awaited, at);
         }
-        self.trace_line(|| format!("client {c} {:?} on key {} at n{target}", op.kind, op.key));
-        // A refusal comes back among the effects and sends the client elsewhere.
-        self.carry_out(target, effects);
-        self.drive(target);
-    }
-
-    /// Node `node`'s engine refused client `c`'s write, or answered "outcome unknown". A
-    /// follower that knows the leader forwards it there instead, as the server does, in the seeds
-    /// that draw forwarding.
-    pub(crate) fn proposal_refused(
-        &mut self,
-        node: NodeId,
-        c: usize,
-        history_index: usize,
-        error: &ClientError,
-    ) {
-        let knows_leader = matches!(
-            error,
-            ClientError::NotLeader {
-                leader: Some(_),
-                ..
-            }
-        );
-        if self.params.forward_writes && knows_leader {
-            return self.start_forward(node, c, history_index);
+        // Copied, so that nothing is formatted unless tracing.
+        let mut sent = [None; PIPELINE_OPS_MAX];
+        for (slot, op) in sent.iter_mut().zip(p.ops.iter().filter(|op| !op.done)) {
+            *slot = Some((op.form, op.kind, op.key));
         }
-        self.client_refused(c, history_index, error);
-    }
-
-    pub(crate) fn read_refused(&mut self, token: ReadToken, error: &ClientError) {
-        self.client_refused(token.client, token.history_index, error);
-    }
-
-    pub(crate) fn client_refused(&mut self, c: usize, history_index: usize, error: &ClientError) {
-        self.trace_line(|| format!("client {c} refused: {error}"));
-        let node_count = self.params.node_count as NodeId;
-        let hint = leader_hint(error).or_else(|| match error {
-            // Busy, or the outcome is unknown: the same node may answer next time.
-            ClientError::NotLeader { .. } => Some(self.rng.random_range(1..=node_count)),
-            _ => None,
+        self.trace_line(|| {
+            let ops: Vec<String> = (sent.iter().flatten())
+                .map(|(form, kind, key)| format!("{form:?} {kind:?} k{key}"))
+                .collect();
+            format!("client {c} at n{target}: {}", ops.join(", "))
         });
-        self.clients.refused(c, history_index, hint);
+        self.serve(connection);
     }
 
-    /// A read's turn came in node `id`'s apply pipeline: it sees the state applied there.
-    pub(crate) fn read_served(&mut self, id: NodeId, token: ReadToken) {
-        let c = token.client;
-        let Some(op) = self.clients.waiting_on(id, c, token.history_index) else {
+    /// A reply to client `c` on `connection`, in request order.
+    pub(crate) fn client_reply(&mut self, c: usize, connection: u64, reply: Reply) {
+        let client = &mut self.clients.clients[c];
+        if client.current != Some(connection) {
+            return;
+        }
+        let Some(p) = client.pipeline.as_mut() else {
             return;
         };
-        let app = self.nodes[(id - 1) as usize]
-            .app
-            .as_ref()
-            .expect("a pipeline runs on a live node");
-        let value = match read_register(app.applier.state().kv(), op.key) {
-            Ok(value) => value,
-            Err(detail) => return self.violate("client reply", detail),
+        let Some(awaited) = p.awaited.pop_front() else {
+            return self.violate("client reply", format!("client {c}: unexpected {reply:?}"));
         };
-        self.clients.clients[c].seen.insert(op.key, value);
-        self.clients
-            .finish(c, OpResult::Read(value), self.now, &mut self.history);
+        let last = p.awaited.is_empty();
+        let fits = match awaited {
+            Awaited::Multi => reply == Reply::OK,
+            Awaited::Queued => reply == Reply::Simple("QUEUED".into()),
+            Awaited::Answer(at) => {
+                self.operation_answered(c, at, reply.clone());
+                true
+            }
+        };
+        if !fits {
+            let detail = format!("client {c}: {awaited:?} answered {reply:?}");
+            return self.violate("client reply", detail);
+        }
+        if !last || self.violation.is_some() {
+            return;
+        }
+        // The attempt is over: done, or what was refused goes again.
+        let client = &mut self.clients.clients[c];
+        let Some(p) = client.pipeline.as_ref() else {
+            return;
+        };
+        if p.ops.iter().all(|op| op.done) {
+            client.pipeline = None;
+            client.generation += 1;
+            self.clients.wake.push((c, 1));
+        } else {
+            self.clients.retry_soon(c);
+        }
+    }
+
+    /// The answer of operation `at` of client `c`'s pipeline.
+    fn operation_answered(&mut self, c: usize, at: usize, reply: Reply) {
+        let op = match self.clients.clients[c].pipeline.as_ref() {
+            Some(p) => Answered::of(&p.ops[at]),
+            None => return,
+        };
+        if let Reply::Error(error) = &reply {
+            if op.form == Form::Transaction && reply == ApplyReply::ExecDuplicate.into_reply() {
+                // A retry of a transaction that applied: it applied once, its replies are lost.
+                let result = match op.kind {
+                    OpKind::Read => OpResult::Unknown,
+                    _ => OpResult::Written,
+                };
+                return self
+                    .clients
+                    .finish(c, at, result, self.now, &mut self.history);
+            }
+            self.trace_line(|| format!("client {c} refused: {error}"));
+            let node_count = self.params.node_count as NodeId;
+            let hint = match leader_named(error) {
+                Ok(named) => named,
+                // No leader known there: any node may know better.
+                Err(()) => Some(self.rng.random_range(1..=node_count)),
+            };
+            if let Some(leader) = hint.filter(|l| (1..=node_count).contains(l)) {
+                self.clients.clients[c].leader_guess = leader;
+            }
+            return;
+        }
+        match result_of(&op, &reply) {
+            Ok(result) => self
+                .clients
+                .finish(c, at, result, self.now, &mut self.history),
+            Err(detail) => self.violate("client reply", format!("client {c}: {detail}")),
+        }
     }
 }

@@ -1,51 +1,75 @@
-//! Forwarding as the server does it, in the simulated world: a follower asked for a write it
-//! cannot propose forwards it to the leader under the client's request id, and retries under that
-//! id after a lost link, a reply that does not come in time or a "not the leader" answer — each
-//! decision made by keel-kv's [`ForwardedWrite`] (the server's code), on the simulated clock. The
-//! requests and replies travel the simulated network (lost, delayed, cut by partitions), and the
-//! leader proposes through its engine under the forwarded id, so a retry of a write that did
-//! apply is answered by keel-kv's deduplication, not applied again.
+//! Forwarding as the server does it, in the simulated world. A follower's connection whose write
+//! (or EXEC) the node refused as not the leader forwards it to the leader under the request id it
+//! was proposed with, and retries under that id after a lost link, a reply that does not come in
+//! time or a "not applied" answer — each decision made by keel-kv's [`ForwardedWrite`] (the
+//! server's code), on the simulated clock. A refused read is forwarded once, as it is. The
+//! requests and replies travel the simulated network (lost, delayed, cut by partitions).
+//!
+//! At the leader each attempt arrives on a forwarding connection of its own
+//! (`connection.rs`): `CLIENT SETNAME keel-forward`, then the group the server sends
+//! ([`group_with_id`]: `RAFT.FORWARD <id>` and the write, or `MULTI`, the queued requests,
+//! `RAFT.FORWARD <id>`, `EXEC`), dispatched and pipelined by the server's code and proposed
+//! through the leader's engine under the forwarded id. A retry of a write that did apply is
+//! answered by keel-kv's deduplication, not applied again.
 
+use bytes::Bytes;
 use keel_core::NodeId;
 use keel_engine::ClientError;
+use keel_kv::command::{forward_request, FORWARD_CLIENT_NAME};
+use keel_kv::connection::pipeline::{Relay, WriteRequest};
 use keel_kv::forwarding::{
-    error_reply, write_reply, ForwardedWrite, Next, Outcome, RequestId, RetryPolicy,
+    error_reply, group_with_id, ForwardedWrite, Next, Outcome, RequestId, RetryPolicy,
 };
-use keel_kv::{LogCommand, Reply};
+use keel_kv::Reply;
 use rand::Rng;
 
-use crate::history::{Key, OpKind};
-use crate::host::{ProposalToken, SimShell};
+use crate::connection::{ForwardLeg, Frame, Owner};
 use crate::world::{Event, World};
 
-/// One forwarded write, from the follower's first attempt to the answer it relays.
+/// One forwarded request, from the follower's first attempt to the answer it gives its client.
 pub(crate) struct SimForward {
     origin: NodeId,
     origin_incarnation: u64,
-    client: usize,
-    history_index: usize,
-    key: Key,
-    kind: OpKind,
-    write: ForwardedWrite,
+    /// The connection, and its refused request (slot), that this forward answers.
+    connection: u64,
+    slot: u64,
+    /// The leader the refusal named (where a read goes).
+    leader: NodeId,
+    how: How,
     /// The attempt in flight or last made: replies and timers of earlier attempts are stale.
     attempt: u32,
     awaiting_reply: bool,
+    /// The reply of the last attempt that got one: what the client is told if no attempt applied
+    /// the write.
+    answer: Reply,
+}
+
+enum How {
+    /// A write or transaction, under its id, retried as keel-kv decides.
+    Retried {
+        write: ForwardedWrite,
+        request: WriteRequest,
+    },
+    /// A read, sent once.
+    Once { args: Vec<Bytes> },
 }
 
 /// What travels between the follower and the leader.
 pub(crate) enum ForwardEvent {
-    /// An attempt's request reaches `to`.
+    /// An attempt's request reaches `to` (a write's under `id`).
     Arrive {
         forward: u64,
         attempt: u32,
         to: NodeId,
-        id: RequestId,
+        id: Option<RequestId>,
     },
-    /// An attempt's reply reaches the follower.
+    /// An attempt's reply reaches the follower; `id_refused`: the leader refused the id it
+    /// was announced under.
     Reply {
         forward: u64,
         attempt: u32,
         reply: Reply,
+        id_refused: bool,
     },
     /// The pause before the next attempt is over.
     Wake { forward: u64, attempt: u32 },
@@ -68,36 +92,67 @@ impl World {
         }
     }
 
-    /// Follower `origin` refused client `c`'s write as not the leader: forward it instead of
-    /// sending the client away, as the server does.
-    pub(crate) fn start_forward(&mut self, origin: NodeId, c: usize, history_index: usize) {
-        let Some((key, kind, seq)) = self.clients.write_of(c, history_index) else {
-            return;
-        };
-        let id = RequestId {
-            client_id: self.clients.client_id(c),
-            seq,
-        };
-        let (write, next) = ForwardedWrite::start(id, self.now, self.forward_policy());
+    /// Follower `origin` refused the request in slot `slot` of `connection` as not the leader,
+    /// naming `leader`: forward it instead of sending the client away, as the server does.
+    pub(crate) fn start_forward(
+        &mut self,
+        connection: u64,
+        slot: u64,
+        origin: NodeId,
+        leader: NodeId,
+        relay: Relay,
+    ) {
         let forward = self.next_forward;
         self.next_forward += 1;
-        self.trace_line(|| format!("n{origin} forwards client {c}'s write as f{forward}"));
+        let (how, next) = match relay {
+            Relay::WithId(id, request) => {
+                let (write, next) = ForwardedWrite::start(id, self.now, self.forward_policy());
+                (How::Retried { write, request }, Some(next))
+            }
+            Relay::Once(args) => (How::Once { args }, None),
+        };
+        self.trace_line(|| {
+            format!("n{origin} forwards conn {connection} slot {slot} as f{forward}")
+        });
         let origin_incarnation = self.nodes[(origin - 1) as usize].incarnation;
         self.forwards.insert(
             forward,
             SimForward {
                 origin,
                 origin_incarnation,
-                client: c,
-                history_index,
-                key,
-                kind,
-                write,
+                connection,
+                slot,
+                leader,
+                how,
                 attempt: 0,
                 awaiting_reply: false,
+                answer: Reply::error("TRYAGAIN no leader"),
             },
         );
-        self.forward_next(forward, next);
+        match next {
+            Some(next) => self.forward_next(forward, next),
+            None => self.forward_once(forward),
+        }
+    }
+
+    /// Sends a read to the leader its refusal named, once; the reply, or its absence by the
+    /// deadline, is the client's answer.
+    fn forward_once(&mut self, forward: u64) {
+        let deadline = self.params.client_timeout;
+        let Some(f) = self.forwards.get_mut(&forward) else {
+            return;
+        };
+        f.attempt = 1;
+        f.awaiting_reply = true;
+        let (origin, to) = (f.origin, f.leader);
+        self.schedule(
+            deadline,
+            Event::Forward(ForwardEvent::ReplyBy {
+                forward,
+                attempt: 1,
+            }),
+        );
+        self.send_attempt(forward, 1, origin, to, None);
     }
 
     /// Carries out what the forwarding decision says next.
@@ -122,22 +177,14 @@ impl World {
                     None => None,
                 };
                 match target {
-                    Some(to) if to == origin => self.forward_arrive(forward, attempt, to, id),
-                    Some(to) => {
-                        if let Some(delay) = self.link_delay(origin, to) {
-                            let arrive = ForwardEvent::Arrive {
-                                forward,
-                                attempt,
-                                to,
-                                id,
-                            };
-                            self.schedule(delay, Event::Forward(arrive));
-                        }
-                    }
+                    Some(to) => self.send_attempt(forward, attempt, origin, to, Some(id)),
                     None => {
-                        let next = self.forwards.get_mut(&forward).map(|f| {
+                        let next = self.forwards.get_mut(&forward).and_then(|f| {
                             f.awaiting_reply = false;
-                            f.write.on_not_sent(self.now)
+                            match &mut f.how {
+                                How::Retried { write, .. } => Some(write.on_not_sent(self.now)),
+                                How::Once { .. } => None,
+                            }
                         });
                         if let Some(next) = next {
                             self.forward_next(forward, next);
@@ -157,13 +204,35 @@ impl World {
             Next::GiveUp(outcome) => {
                 let f = self.forwards.remove(&forward).expect("checked");
                 self.trace_line(|| format!("f{forward} given up: {outcome:?}"));
-                // The client is answered `-TRYAGAIN ...` and tries again under the same id.
-                let error = match outcome {
-                    Outcome::Unknown => ClientError::Unknown,
-                    Outcome::NotApplied => ClientError::Busy("forwarding gave up"),
+                let reply = match outcome {
+                    Outcome::Unknown => error_reply(&ClientError::Unknown),
+                    Outcome::NotApplied => f.answer,
                 };
-                self.client_refused(f.client, f.history_index, &error);
+                self.connection_answered(f.connection, f.slot, reply);
             }
+        }
+    }
+
+    /// An attempt leaves `origin` for `to` (at once if `origin` leads itself by now).
+    fn send_attempt(
+        &mut self,
+        forward: u64,
+        attempt: u32,
+        origin: NodeId,
+        to: NodeId,
+        id: Option<RequestId>,
+    ) {
+        if to == origin {
+            return self.forward_arrive(forward, attempt, to, id);
+        }
+        if let Some(delay) = self.link_delay(origin, to) {
+            let arrive = ForwardEvent::Arrive {
+                forward,
+                attempt,
+                to,
+                id,
+            };
+            self.schedule(delay, Event::Forward(arrive));
         }
     }
 
@@ -179,38 +248,28 @@ impl World {
                 forward,
                 attempt,
                 reply,
-            } => {
-                let now = self.now;
-                let Some(f) = self.live_forward(forward, attempt) else {
-                    return;
-                };
-                f.awaiting_reply = false;
-                match f.write.on_reply(now, &reply) {
-                    Next::Relay => {
-                        let f = self.forwards.remove(&forward).expect("live");
-                        self.trace_line(|| format!("f{forward} answered {reply:?}"));
-                        if let Err(detail) = self.clients.write_answered(
-                            f.origin,
-                            f.client,
-                            f.history_index,
-                            &reply,
-                            now,
-                            &mut self.history,
-                        ) {
-                            self.violate("client reply", detail);
-                        }
-                    }
-                    next => self.forward_next(forward, next),
-                }
-            }
+                id_refused,
+            } => self.forward_reply(forward, attempt, reply, id_refused),
             ForwardEvent::ReplyBy { forward, attempt } => {
                 let now = self.now;
                 let Some(f) = self.live_forward(forward, attempt) else {
                     return;
                 };
                 f.awaiting_reply = false;
-                let next = f.write.on_lost_link(now);
-                self.forward_next(forward, next);
+                match &mut f.how {
+                    How::Retried { write, .. } => {
+                        let next = write.on_lost_link(now);
+                        self.forward_next(forward, next);
+                    }
+                    How::Once { .. } => {
+                        let f = self.forwards.remove(&forward).expect("live");
+                        let reply = Reply::error(format!(
+                            "TRYAGAIN forwarding to leader {} failed: no reply in time",
+                            f.leader
+                        ));
+                        self.connection_answered(f.connection, f.slot, reply);
+                    }
+                }
             }
             ForwardEvent::Wake { forward, attempt } => {
                 let now = self.now;
@@ -220,9 +279,39 @@ impl World {
                 if f.attempt != attempt || f.awaiting_reply {
                     return;
                 }
-                let next = f.write.on_wake(now);
-                self.forward_next(forward, next);
+                if let How::Retried { write, .. } = &mut f.how {
+                    let next = write.on_wake(now);
+                    self.forward_next(forward, next);
+                }
             }
+        }
+    }
+
+    /// An attempt's reply reached the follower.
+    fn forward_reply(&mut self, forward: u64, attempt: u32, reply: Reply, id_refused: bool) {
+        let now = self.now;
+        let Some(f) = self.live_forward(forward, attempt) else {
+            return;
+        };
+        f.awaiting_reply = false;
+        let next = match &mut f.how {
+            How::Retried { write, .. } => {
+                if id_refused {
+                    write.on_id_refused();
+                }
+                let next = write.on_reply(now, &reply);
+                f.answer = reply.clone();
+                next
+            }
+            How::Once { .. } => Next::Relay,
+        };
+        match next {
+            Next::Relay => {
+                let f = self.forwards.remove(&forward).expect("live");
+                self.trace_line(|| format!("f{forward} answered {reply:?}"));
+                self.connection_answered(f.connection, f.slot, reply);
+            }
+            next => self.forward_next(forward, next),
         }
     }
 
@@ -239,36 +328,83 @@ impl World {
         (f.attempt == attempt && f.awaiting_reply).then_some(f)
     }
 
-    /// An attempt reaches node `to`, which proposes the write under the attempt's id.
-    fn forward_arrive(&mut self, forward: u64, attempt: u32, to: NodeId, id: RequestId) {
+    /// An attempt reaches node `to`: it opens a forwarding connection there and sends the
+    /// group the server sends, which the node serves as any connection.
+    fn forward_arrive(&mut self, forward: u64, attempt: u32, to: NodeId, id: Option<RequestId>) {
         let Some(f) = self.forwards.get(&forward) else {
             return;
         };
-        let command = crate::client::write_command(f.key, f.kind);
-        let entry = LogCommand::new(id.client_id, id.seq, command).encode();
-        let node = &mut self.nodes[(to - 1) as usize];
-        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
+        let setname =
+            ["CLIENT", "SETNAME", FORWARD_CLIENT_NAME].map(|w| Bytes::from_static(w.as_bytes()));
+        let mut frames = vec![Frame::new(setname.to_vec())];
+        let mut until_id = None;
+        match (&f.how, id) {
+            (How::Retried { request, .. }, Some(id)) => {
+                let prefix = forward_request(id);
+                let group = group_with_id(request.forwarded(), &prefix);
+                // RAFT.FORWARD is second to last; SETNAME's reply comes first.
+                until_id = Some(group.len() - 1);
+                frames.extend(group.into_iter().map(|args| Frame::new(args.to_vec())));
+            }
+            (How::Once { args }, _) => frames.push(Frame::new(args.clone())),
+            (How::Retried { .. }, None) => unreachable!("a write is sent under its id"),
+        }
+        let node = &self.nodes[(to - 1) as usize];
+        let Some(app) = node.app.as_ref() else {
             return; // down: the attempt is lost with it
         };
         if !app.engine.serving() {
+            // Still replaying: the runtime answers that it is busy.
             let reply = error_reply(&ClientError::Busy("replaying"));
-            return self.forward_answered(to, forward, attempt, reply);
+            return self.forward_answered(to, forward, attempt, reply, false);
         }
-        let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
-        let token = ProposalToken::Forwarded { forward, attempt };
-        let _ = engine.propose(raft, entry, token, &mut shell);
-        let effects = shell.effects;
-        self.carry_out(to, effects);
-        self.drive(to);
+        let leg = ForwardLeg {
+            forward,
+            attempt,
+            replies_left: frames.len(),
+            until_id,
+            id_refused: false,
+        };
+        let connection = self.clients.connections.open(to, Owner::Forward(leg), 0);
+        self.clients.connections.send(connection, frames);
+        self.serve(connection);
+    }
+
+    /// A reply on a forwarding connection at the leader: the one to `RAFT.FORWARD` says whether
+    /// the id was taken; the last is the forwarded request's, sent back to the follower.
+    pub(crate) fn forward_leg_reply(&mut self, connection: u64, reply: Reply) {
+        let Some(c) = self.clients.connections.get_mut(connection) else {
+            return;
+        };
+        let at = c.node;
+        let Owner::Forward(leg) = &mut c.owner else {
+            return;
+        };
+        leg.replies_left -= 1;
+        match leg.until_id {
+            Some(0) => {
+                leg.id_refused = reply != Reply::OK;
+                leg.until_id = None;
+            }
+            Some(n) => leg.until_id = Some(n - 1),
+            None => {}
+        }
+        if leg.replies_left > 0 {
+            return;
+        }
+        let leg = *leg;
+        self.clients.connections.close(connection);
+        self.forward_answered(at, leg.forward, leg.attempt, reply, leg.id_refused);
     }
 
     /// Node `at` has the answer to an attempt: it travels back to the follower.
-    pub(crate) fn forward_answered(
+    fn forward_answered(
         &mut self,
         at: NodeId,
         forward: u64,
         attempt: u32,
         reply: Reply,
+        id_refused: bool,
     ) {
         let Some(origin) = self.forwards.get(&forward).map(|f| f.origin) else {
             return;
@@ -277,6 +413,7 @@ impl World {
             forward,
             attempt,
             reply,
+            id_refused,
         };
         if at == origin {
             return self.forward_event(event);
@@ -284,28 +421,6 @@ impl World {
         if let Some(delay) = self.link_delay(at, origin) {
             self.schedule(delay, Event::Forward(event));
         }
-    }
-
-    /// The reply of the leader `at` to an attempt whose entry applied with `result`.
-    pub(crate) fn forward_applied(
-        &mut self,
-        at: NodeId,
-        forward: u64,
-        attempt: u32,
-        result: &bytes::Bytes,
-    ) {
-        self.forward_answered(at, forward, attempt, write_reply(result));
-    }
-
-    /// The leader `at` refused an attempt (or its outcome is unknown there).
-    pub(crate) fn forward_refused(
-        &mut self,
-        at: NodeId,
-        forward: u64,
-        attempt: u32,
-        error: &ClientError,
-    ) {
-        self.forward_answered(at, forward, attempt, error_reply(error));
     }
 
     /// The delay of a message on the link `from` -> `to` under the seed's faults; `None` when

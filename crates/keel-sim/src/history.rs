@@ -9,7 +9,13 @@ pub type Value = u64;
 pub enum OpKind {
     Read,
     Write(Value),
-    Cas { expected: Option<Value>, new: Value },
+    Cas {
+        expected: Option<Value>,
+        new: Value,
+    },
+    /// Writes the value and returns the one it replaced, in one step: the transaction `MULTI`,
+    /// `GET k`, `SET k v`, `EXEC`.
+    Swap(Value),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +25,8 @@ pub enum OpResult {
     Written,
     CasSwapped,
     CasFailed,
+    /// A swap's replaced value.
+    Swapped(Option<Value>),
     /// Timed out: a write may or may not have taken effect; a read tells nothing.
     Unknown,
 }

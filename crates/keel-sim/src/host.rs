@@ -18,20 +18,20 @@ use rand::Rng;
 use crate::disk::SnapshotAdoption;
 use crate::world::{Event, World};
 
-/// A proposal: answered by the entry it became, or refused. A client's own, or an attempt of a
-/// write a follower forwarded.
+/// A proposal: answered by the entry it became, or refused. The write (or EXEC) in slot `slot` of
+/// the pipeline of connection `connection` (a client's, or a forwarding node's).
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum ProposalToken {
-    Client { client: usize, history_index: usize },
-    Forwarded { forward: u64, attempt: u32 },
+pub(crate) struct ProposalToken {
+    pub connection: u64,
+    pub slot: u64,
 }
 
-/// A client's linearizable read. `floor` is the highest commit index any node had reached when it
-/// started: its read index may not be lower.
+/// A linearizable read, in slot `slot` of connection `connection`. `floor` is the highest commit
+/// index any node had reached when it started: its read index may not be lower.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadToken {
-    pub client: usize,
-    pub history_index: usize,
+    pub connection: u64,
+    pub slot: u64,
     pub floor: Index,
 }
 
@@ -94,7 +94,7 @@ pub(crate) struct App {
 }
 
 /// Bounds on what a node holds for clients (the runtime's defaults are larger; these are never
-/// reached by the simulated clients, one operation each).
+/// reached by the simulated clients, a few requests each).
 fn limits() -> EngineLimits {
     EngineLimits {
         pending_proposals_max: 1024,
@@ -211,17 +211,8 @@ impl World {
         for effect in effects {
             match effect {
                 Effect::Send(msg) => self.send(msg),
-                Effect::Refused(
-                    ProposalToken::Client {
-                        client,
-                        history_index,
-                    },
-                    error,
-                ) => self.proposal_refused(id, client, history_index, &error),
-                Effect::Refused(ProposalToken::Forwarded { forward, attempt }, error) => {
-                    self.forward_refused(id, forward, attempt, &error)
-                }
-                Effect::ReadRefused(token, error) => self.read_refused(token, &error),
+                Effect::Refused(token, error) => self.write_settled(token, Err(error)),
+                Effect::ReadRefused(token, error) => self.read_refused(token, error),
                 Effect::ReadIndexed(token, index) => {
                     if index < token.floor {
                         let detail = format!(
@@ -341,28 +332,7 @@ impl World {
             return self.fail(v);
         }
         for (token, result) in answers {
-            match token {
-                ProposalToken::Client {
-                    client,
-                    history_index,
-                } => {
-                    let reply = keel_kv::forwarding::write_reply(&result);
-                    let answered = self.clients.write_answered(
-                        id,
-                        client,
-                        history_index,
-                        &reply,
-                        self.now,
-                        &mut self.history,
-                    );
-                    if let Err(detail) = answered {
-                        return self.violate("client reply", detail);
-                    }
-                }
-                ProposalToken::Forwarded { forward, attempt } => {
-                    self.forward_applied(id, forward, attempt, &result)
-                }
-            }
+            self.write_settled(token, Ok(result));
         }
         if snapshot_due {
             self.take_snapshot(id);

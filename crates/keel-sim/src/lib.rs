@@ -6,6 +6,7 @@
 //! the client history for linearizability.
 
 mod client;
+mod connection;
 pub mod coverage;
 mod disk;
 mod forward;

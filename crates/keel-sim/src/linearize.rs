@@ -14,14 +14,14 @@ const BUDGET_STEPS: u64 = 50_000_000;
 /// Stands for every value that no client ever observed.
 const UNOBSERVED: u64 = u64::MAX;
 
-/// Converts the history. Values that no read returned and no compare-and-set expected are all
-/// replaced by one sentinel: the register model only compares values for equality with observed
-/// ones, so such values are indistinguishable, and collapsing them lets the search treat the many
-/// timed-out writes of a faulty run as interchangeable instead of exploring each subset.
+/// Converts the history. Values that no read or swap returned and no compare-and-set expected are
+/// all replaced by one sentinel: the register model only compares values for equality with
+/// observed ones, so such values are indistinguishable, and collapsing them lets the search treat
+/// the many timed-out writes of a faulty run as interchangeable instead of exploring each subset.
 pub fn to_checker_history(history: &History) -> CheckHistory<Register> {
     let mut observed = std::collections::HashSet::new();
     for op in &history.ops {
-        if let Some(OpResult::Read(Some(v))) = op.result {
+        if let Some(OpResult::Read(Some(v)) | OpResult::Swapped(Some(v))) = op.result {
             observed.insert(v);
         }
         if let OpKind::Cas {
@@ -41,6 +41,7 @@ pub fn to_checker_history(history: &History) -> CheckHistory<Register> {
                 expected,
                 new: Some(canon(new)),
             },
+            OpKind::Swap(v) => RegisterOp::Swap(Some(canon(v))),
         };
         let key = op.key.to_string();
         let output = match op.result {
@@ -48,6 +49,7 @@ pub fn to_checker_history(history: &History) -> CheckHistory<Register> {
             Some(OpResult::Written) => Some(RegisterOutput::Written),
             Some(OpResult::CasSwapped) => Some(RegisterOutput::CasOk),
             Some(OpResult::CasFailed) => Some(RegisterOutput::CasFailed),
+            Some(OpResult::Swapped(v)) => Some(RegisterOutput::Swapped(v)),
             Some(OpResult::Unknown) | None => None,
         };
         let operation = match (output, op.complete_time) {

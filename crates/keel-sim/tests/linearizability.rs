@@ -725,6 +725,8 @@ fn gen_register_op() -> impl Strategy<Value = Operation<Register>> {
     let io = prop_oneof![
         small_value().prop_map(|v| (RegisterOp::Read, RegisterOutput::Read(v))),
         small_value().prop_map(|v| (RegisterOp::Write(v), RegisterOutput::Written)),
+        (small_value(), small_value())
+            .prop_map(|(new, old)| (RegisterOp::Swap(new), RegisterOutput::Swapped(old))),
         (small_value(), small_value(), any::<bool>()).prop_map(|(e, n, ok)| (
             RegisterOp::Cas {
                 expected: e,

@@ -39,6 +39,11 @@ use crate::number::parse_u64;
 /// The command's name (case-insensitive).
 pub const FORWARD: &str = "RAFT.FORWARD";
 
+/// The name a forwarding connection gives itself (`CLIENT SETNAME`): only there may `RAFT.FORWARD`
+/// be sent, and a node never forwards a request that arrived on such a connection again (no
+/// forwarding loops while leadership moves).
+pub const FORWARD_CLIENT_NAME: &str = "keel-forward";
+
 /// Whether `args` is a `RAFT.FORWARD` request (its arguments unchecked).
 pub fn is_forward(args: &[Bytes]) -> bool {
     args.first()

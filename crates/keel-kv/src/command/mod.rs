@@ -17,7 +17,9 @@
 mod forward;
 mod parse;
 
-pub use forward::{forward_request, is_forward, may_follow_forward, parse_forward, FORWARD};
+pub use forward::{
+    forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
+};
 pub use parse::ADDR_BYTES_MAX;
 
 use bytes::Bytes;

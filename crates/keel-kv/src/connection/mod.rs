@@ -25,9 +25,13 @@
 //!
 //! A protocol error from the decoder is answered with [`crate::resp::ProtocolError::to_reply`]
 //! and closes this connection only.
+//!
+//! [`pipeline`] orders a connection's dispatched requests: which are proposed together, what
+//! waits for what, and in which order the replies leave.
 
 mod info;
 mod introspection;
+pub mod pipeline;
 
 use std::sync::Arc;
 

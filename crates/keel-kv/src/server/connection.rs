@@ -1,24 +1,23 @@
 //! One client connection: decode, dispatch, and serve pipelined requests with overlap.
 //!
-//! Replies leave in request order. Requests are served in *runs*: consecutive writes are proposed
-//! together in one batch (one step of the node, so they reach the log in request order and a
-//! refused one is never overtaken by a later one), consecutive reads are queued together (their
-//! ReadIndex rounds are shared). A run ends where the kind changes: a read waits for every earlier
-//! write of the connection to be applied (so it sees them), and a write waits for every earlier
-//! read to be served (so no earlier read sees it). Answers the protocol layer gives locally (PING,
-//! ECHO, HELLO, ...) take their place in the order without waiting; INFO, admin commands and QUIT
-//! wait for everything before them. An EXEC is one log entry holding its whole transaction: it
-//! joins the write run like a write; a follower forwards it as the group `MULTI`, the queued
-//! requests, `EXEC` (see `forward.rs`).
+//! Which requests are proposed together, what waits for what and the order replies leave in are
+//! decided by [`Pipeline`] (`connection/pipeline.rs`, sans-IO, the code the simulator runs too):
+//! replies leave in request order; consecutive writes are proposed as one batch, consecutive
+//! reads queued together; a read waits for the connection's earlier writes, a write for its
+//! earlier reads; local answers take their place without waiting. This session owns the socket,
+//! the buffers and the timers, and does the waiting: it proposes, starts reads, awaits their
+//! outcomes in order and forwards what the node refused (`forward.rs`; an EXEC as the group
+//! `MULTI`, the queued requests, `EXEC`).
 //!
 //! Request ids: a write (or EXEC) is proposed under the connection's random dedup client id and
 //! its next seq; refused as not the leader, it is forwarded under that same id. On another node's
 //! forwarding connection, a write announced by `RAFT.FORWARD <client-id> <seq>` is proposed under
 //! the id that node gave it instead (`command/forward.rs`).
 //!
-//! Bounds: at most [`PIPELINE_REQUESTS_MAX`] requests are in flight per connection; the input
-//! buffer holds at most one partial request (bounded by the decoder) plus one read, its size
-//! charged against the node's total (`buffers.rs`). Requests in flight are slices of the buffer
+//! Bounds: at most [`PIPELINE_REQUESTS_MAX`](crate::connection::pipeline::PIPELINE_REQUESTS_MAX)
+//! requests are in flight per connection; the input buffer holds at most one partial request
+//! (bounded by the decoder) plus one read, its size charged against the node's total
+//! (`buffers.rs`). Requests in flight are slices of the buffer
 //! they were read into (no copy); they are all answered before the connection reads again.
 //!
 //! Output: replies are written as the socket takes them, without waiting; while some wait for
@@ -29,7 +28,6 @@
 //! an error. A connection idle (nothing read, nothing written) for `timeout` seconds is closed,
 //! except a forwarding connection of another node.
 
-use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -44,16 +42,14 @@ use tokio::net::TcpStream;
 use super::buffers::QueryBuffer;
 use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
-use super::{admin, random_client_id, wants_status, Fetched, ServerContext};
-use super::{KvAdapter, FORWARD_CLIENT_NAME};
-use crate::command::{self, QueuedCommand};
+use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
+use crate::connection::pipeline::{
+    is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
+    Pipeline, Redirect, Relay, Release, Request,
+};
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::forwarding::RequestId;
 use crate::resp::{Decoder, Reply};
-use crate::state_machine::{LogCommand, LoggedCommand};
-
-/// Bound on the requests of one connection in flight at once (decoded, not yet answered).
-pub(super) const PIPELINE_REQUESTS_MAX: usize = 256;
 
 /// Output is written once this much is buffered, even in the middle of a pipeline.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -69,46 +65,14 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 // descriptors).
 use super::limits::REFUSING_MAX;
 
-/// Whether a request changes state (so a failed forward leaves its outcome unknown).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Write,
-    Read,
-}
-
-/// A request waiting for its reply, in request order.
-enum Slot {
-    /// Answered already.
-    Ready(Reply),
-    /// A write (or an EXEC: `queued` holds its queued requests, forwarded as a group) proposed
-    /// under `id`: `pending` is `None` until its run is proposed, and `entry` is empty from then
-    /// on.
-    Write {
-        entry: Bytes,
-        id: RequestId,
-        args: Vec<Bytes>,
-        queued: Option<Vec<Vec<Bytes>>>,
-        pending: Option<Pending<Bytes>>,
-    },
-    Read {
-        args: Vec<Bytes>,
-        pending: Pending<Reply>,
-    },
-}
-
 /// One client connection's request state beyond the protocol layer's.
 struct Session<'a> {
     ctx: &'a ServerContext,
     stream: TcpStream,
     connection: ClientConnection,
-    client_id: u64,
-    seq: u64,
-    /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
-    forwarded_id: Option<RequestId>,
+    /// The requests in flight, and the connection's request ids.
+    pipeline: Pipeline<Pending<Bytes>, Pending<Reply>>,
     forward: forward::Forwarder,
-    slots: VecDeque<Slot>,
-    /// The kind of the run in flight (`None`: only ready replies, or nothing).
-    run: Option<Kind>,
     /// Encoded replies the socket has not taken yet.
     output: BytesMut,
     /// The most `output` held since it was last empty.
@@ -141,12 +105,8 @@ pub(super) async fn serve_connection(
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
             .with_requirepass(ctx.requirepass.clone())
             .with_config(Arc::clone(&ctx.config)),
-        client_id: random_client_id(),
-        seq: 0,
-        forwarded_id: None,
+        pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
-        slots: VecDeque::new(),
-        run: None,
         output: BytesMut::new(),
         output_peak: 0,
         peer,
@@ -237,9 +197,7 @@ async fn close_gracefully(stream: &mut TcpStream, last: &[u8]) {
 impl Session<'_> {
     /// Whether this connection is another node's forwarding connection.
     fn is_forwarding(&self) -> bool {
-        self.connection
-            .name()
-            .is_some_and(|n| n.as_ref() == FORWARD_CLIENT_NAME.as_bytes())
+        is_forwarding(&self.connection)
     }
 
     /// A forwarding connection is the other node's to close: it stays open while idle.
@@ -357,234 +315,146 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// The id another node gave the write `args` (see `command/forward.rs`): `Err` holds the
-    /// answer to a `RAFT.FORWARD`, or to a request that may not follow one. Only on a forwarding
-    /// connection; anywhere else `RAFT.FORWARD` goes on as an unknown command.
-    fn take_forwarded_id(&mut self, args: &[Bytes]) -> Result<Option<RequestId>, Reply> {
-        if let Some(id) = self.forwarded_id.take() {
-            return command::may_follow_forward(args, self.connection.in_transaction())
-                .map(|()| Some(id))
-                .map_err(|e| e.to_reply());
-        }
-        if self.is_forwarding() && command::is_forward(args) {
-            return Err(match command::parse_forward(args) {
-                Ok(id) => {
-                    self.forwarded_id = Some(id);
-                    Reply::OK
-                }
-                Err(e) => e.to_reply(),
-            });
-        }
-        Ok(None)
-    }
-
-    /// The id a write is proposed under: the one another node gave it, else this connection's
-    /// next.
-    fn request_id(&mut self, forwarded: Option<RequestId>) -> RequestId {
-        forwarded.unwrap_or_else(|| {
-            self.seq += 1;
-            RequestId {
-                client_id: self.client_id,
-                seq: self.seq,
-            }
-        })
-    }
-
     /// Serves (or queues) one request. False when the connection must close.
     async fn request(&mut self, args: Vec<Bytes>) -> std::io::Result<bool> {
-        let forwarded_id = match self.take_forwarded_id(&args) {
-            Ok(id) => id,
-            Err(answer) => {
-                self.slots.push_back(Slot::Ready(answer));
-                return Ok(true);
-            }
+        let given_id = match self.pipeline.intake(&args, &self.connection) {
+            Intake::Answered => return Ok(true),
+            Intake::Dispatch(id) => id,
         };
-        let status = if wants_status(&args) {
+        let status = if needs_node_status(&args) {
             // INFO reports the state after everything before it.
             self.finish_all().await?;
             self.ctx.node_status().await
         } else {
             NodeStatus::default()
         };
-        match self.connection.dispatch(&args, &Fetched(status)) {
-            Dispatch::Reply(reply) => self.slots.push_back(Slot::Ready(reply)),
-            Dispatch::ReplyAndClose(reply) => {
-                self.finish_all().await?;
-                self.push(&reply)?;
-                self.flush_all(self.idle_timeout()).await?;
-                return Ok(false);
-            }
-            Dispatch::Write(command) if self.ctx.out_of_memory(command.may_grow_memory()).await => {
-                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
-            }
-            Dispatch::Exec(transaction)
-                if self
-                    .ctx
-                    .out_of_memory(
-                        transaction
-                            .commands
-                            .iter()
-                            .any(|c| matches!(c, QueuedCommand::Write(w) if w.may_grow_memory())),
-                    )
-                    .await =>
-            {
-                // As Redis: the whole transaction is refused, nothing of it runs.
-                self.slots.push_back(Slot::Ready(Reply::error(super::OOM)));
-            }
-            Dispatch::Write(command) => {
-                if self.run == Some(Kind::Read) {
+        let mut dispatch = self.connection.dispatch(&args, &Fetched(status));
+        if self.ctx.out_of_memory(may_grow_memory(&dispatch)).await {
+            // As Redis: the write (or the whole transaction) is refused, nothing of it runs.
+            dispatch = Dispatch::Reply(Reply::error(super::OOM));
+        }
+        let mut request = Request {
+            dispatch,
+            args,
+            given_id,
+        };
+        loop {
+            match self.pipeline.admit(request) {
+                Admission::Queued => break,
+                Admission::AfterAll(waiting) => {
                     self.finish_all().await?;
+                    request = waiting;
                 }
-                self.run = Some(Kind::Write);
-                let id = self.request_id(forwarded_id);
-                let entry = LogCommand::new(id.client_id, id.seq, command).encode();
-                self.slots.push_back(Slot::Write {
-                    entry,
-                    id,
-                    args,
-                    queued: None,
-                    pending: None,
-                });
-            }
-            // A transaction is one log entry: it joins the write run like a write.
-            Dispatch::Exec(transaction) => {
-                if self.run == Some(Kind::Read) {
-                    self.finish_all().await?;
+                Admission::StartRead { slot, command } => {
+                    let pending = self
+                        .ctx
+                        .handle
+                        .start_read(move |sm: &KvAdapter| sm.state().read(&command))
+                        .await;
+                    self.pipeline.read_started(slot, pending);
+                    break;
                 }
-                self.run = Some(Kind::Write);
-                let id = self.request_id(forwarded_id);
-                let command = LoggedCommand::Exec(transaction.commands);
-                let entry = LogCommand::new(id.client_id, id.seq, command).encode();
-                self.slots.push_back(Slot::Write {
-                    entry,
-                    id,
-                    args,
-                    queued: Some(transaction.requests),
-                    pending: None,
-                });
-            }
-            Dispatch::Read(command) => {
-                if self.run == Some(Kind::Write) {
-                    self.finish_all().await?;
+                Admission::Close(reply) => {
+                    self.push(&reply)?;
+                    self.flush_all(self.idle_timeout()).await?;
+                    return Ok(false);
                 }
-                self.run = Some(Kind::Read);
-                let pending = self
-                    .ctx
-                    .handle
-                    .start_read(move |sm: &KvAdapter| sm.state().read(&command))
-                    .await;
-                self.slots.push_back(Slot::Read { args, pending });
-            }
-            Dispatch::Admin(command) => {
-                self.finish_all().await?;
-                let result = admin(self.ctx, command).await;
-                let reply = self.resolve(result, Relay::Once(&args, Kind::Write)).await;
-                self.push(&reply)?;
+                Admission::Admin(command, args) => {
+                    let result = admin(self.ctx, command).await;
+                    let reply = self.resolve(result, Forwarding::Once(&args, true)).await;
+                    self.push(&reply)?;
+                    break;
+                }
             }
         }
-        if self.slots.len() >= PIPELINE_REQUESTS_MAX {
+        if self.pipeline.is_full() {
             self.finish_all().await?;
         }
         Ok(true)
     }
 
-    /// Proposes the writes not proposed yet (one batch, in order), then answers every slot in
+    /// Proposes the writes not proposed yet (one batch, in order), then answers every request in
     /// order.
     async fn finish_all(&mut self) -> std::io::Result<()> {
-        // Moved out, not cloned: the slot needs only `args` once proposed, and a clone of an
-        // entry fresh from `encode` would allocate (it promotes the buffer to a shared one).
-        let unproposed: Vec<Bytes> = self
-            .slots
-            .iter_mut()
-            .filter_map(|slot| match slot {
-                Slot::Write {
-                    entry,
-                    pending: None,
-                    ..
-                } => Some(std::mem::take(entry)),
-                _ => None,
-            })
-            .collect();
-        if !unproposed.is_empty() {
-            let mut pendings = self.ctx.handle.propose_batch(unproposed).await.into_iter();
-            for slot in &mut self.slots {
-                if let Slot::Write { pending, .. } = slot {
-                    if pending.is_none() {
-                        *pending = pendings.next();
-                    }
+        let batch = self.pipeline.take_batch();
+        if !batch.is_empty() {
+            let entries = batch.into_iter().map(|(_, entry)| entry).collect();
+            let pendings = self.ctx.handle.propose_batch(entries).await;
+            self.pipeline.proposed(pendings);
+        }
+        loop {
+            match self.pipeline.release() {
+                Release::Idle => return Ok(()),
+                Release::Send(reply) => self.push(&reply)?,
+                Release::Await(slot, Some(Handle::Write(pending))) => {
+                    let outcome = pending.wait_with(&mut self.timer).await;
+                    self.pipeline.settle_write(slot, outcome);
+                }
+                Release::Await(slot, Some(Handle::Read(pending))) => {
+                    let outcome = pending.wait_with(&mut self.timer).await;
+                    self.pipeline.settle(slot, outcome);
+                }
+                Release::Await(slot, None) => {
+                    // Every handle is attached before replies are released; were one missing,
+                    // its outcome could not be known.
+                    debug_assert!(false, "request {slot} released without its handle");
+                    self.pipeline.settle(slot, Err(ClientError::Unknown));
+                }
+                Release::Resolve { slot, error, relay } => {
+                    let forwarding = match &relay {
+                        Relay::WithId(id, request) => Forwarding::WithId(*id, request.forwarded()),
+                        Relay::Once(args) => Forwarding::Once(args, false),
+                    };
+                    let reply = self.resolve(Err(error), forwarding).await;
+                    self.pipeline.answer(slot, reply);
                 }
             }
         }
-        while let Some(slot) = self.slots.pop_front() {
-            let reply = match slot {
-                Slot::Ready(reply) => reply,
-                Slot::Write {
-                    id,
-                    args,
-                    queued,
-                    pending,
-                    ..
-                } => {
-                    let pending = pending.expect("every write of the run was proposed");
-                    let result = pending.wait_with(&mut self.timer).await;
-                    let request = match &queued {
-                        Some(queued) => Forwarded::Exec(queued),
-                        None => Forwarded::Write(&args),
-                    };
-                    let result = result.map(|bytes| write_reply(&bytes));
-                    self.resolve(result, Relay::WithId(id, request)).await
-                }
-                Slot::Read { args, pending } => {
-                    let result = pending.wait_with(&mut self.timer).await;
-                    self.resolve(result, Relay::Once(&args, Kind::Read)).await
-                }
-            };
-            self.push(&reply)?;
-        }
-        self.run = None;
-        Ok(())
     }
 
     /// The reply for a request's outcome: on `NotLeader` with a known leader, the request is
-    /// forwarded there (unless it came from a forwarding node): a write under its id, retried
-    /// until answered (`forward.rs`), anything else once.
-    async fn resolve(&mut self, result: Result<Reply, ClientError>, request: Relay<'_>) -> Reply {
+    /// forwarded there (unless it came from a forwarding node, see [`redirect`]): a write under
+    /// its id, retried until answered (`forward.rs`), anything else once.
+    async fn resolve(
+        &mut self,
+        result: Result<Reply, ClientError>,
+        request: Forwarding<'_>,
+    ) -> Reply {
         let ctx = self.ctx;
-        match result {
-            Ok(reply) => reply,
-            Err(ClientError::NotLeader {
-                leader: Some(leader),
-                ..
-            }) if leader != ctx.node_id => {
-                let forwarded = self.is_forwarding();
-                match ctx.client_addr(leader) {
-                    Some(addr) if !forwarded => match request {
-                        Relay::WithId(id, request) => {
-                            self.forward
-                                .forward_write(ctx, leader, addr, id, request)
-                                .await
-                        }
-                        Relay::Once(args, kind) => {
-                            self.forward
-                                .forward(leader, &addr, args, kind == Kind::Write)
-                                .await
-                        }
-                    },
-                    Some(addr) => forward::leader_elsewhere(leader, &addr),
-                    None => forward::leader_address_unknown(leader),
-                }
-            }
-            Err(e) => super::error_reply(&e),
+        let error = match result {
+            Ok(reply) => return reply,
+            Err(error) => error,
+        };
+        match redirect(&error, ctx.node_id, self.is_forwarding()) {
+            Redirect::Forward(leader) => match ctx.client_addr(leader) {
+                Some(addr) => match request {
+                    Forwarding::WithId(id, request) => {
+                        self.forward
+                            .forward_write(ctx, leader, addr, id, request)
+                            .await
+                    }
+                    Forwarding::Once(args, may_change) => {
+                        self.forward.forward(leader, &addr, args, may_change).await
+                    }
+                },
+                None => forward::leader_address_unknown(leader),
+            },
+            Redirect::LeaderElsewhere(leader) => match ctx.client_addr(leader) {
+                Some(addr) => forward::leader_elsewhere(leader, &addr),
+                None => forward::leader_address_unknown(leader),
+            },
+            Redirect::Answer => super::error_reply(&error),
         }
     }
 }
 
 /// How a request is forwarded if this node does not lead.
-enum Relay<'a> {
+enum Forwarding<'a> {
     /// A write or transaction, under the id it was proposed with here.
     WithId(RequestId, Forwarded<'a>),
-    /// A read or an admin command: once, as it is.
-    Once(&'a [Bytes], Kind),
+    /// A read or an admin command: once, as it is (`true`: it may change state, so a failed
+    /// forward leaves its outcome unknown).
+    Once(&'a [Bytes], bool),
 }
 
 /// The reply of an applied write, from what the state machine answered.

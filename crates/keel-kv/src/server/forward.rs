@@ -40,17 +40,8 @@ use crate::state_machine::{LogCommand, LoggedCommand};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-static MULTI: [Bytes; 1] = [Bytes::from_static(b"MULTI")];
-static EXEC: [Bytes; 1] = [Bytes::from_static(b"EXEC")];
-
-/// A write to forward under its request id.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Forwarded<'a> {
-    /// One write, as the client sent it.
-    Write(&'a [Bytes]),
-    /// A transaction: its queued requests, as the client sent them.
-    Exec(&'a [Vec<Bytes>]),
-}
+pub(super) use crate::forwarding::Forwarded;
+use crate::forwarding::{group_with_id, EXEC, MULTI};
 
 /// What forwarding needs of this node.
 pub(super) trait Node {
@@ -105,18 +96,7 @@ enum Attempt {
     Lost,
 }
 
-/// `-TRYAGAIN` naming the leader, for a client that may go there itself.
-pub(super) fn leader_elsewhere(leader: u64, addr: &str) -> Reply {
-    Reply::error(format!("TRYAGAIN leader is node {leader} at {addr}"))
-}
-
-/// `-TRYAGAIN` naming a leader whose client address this node does not know (its peer address is
-/// of no use to a client).
-pub(super) fn leader_address_unknown(leader: u64) -> Reply {
-    Reply::error(format!(
-        "TRYAGAIN leader is node {leader}; its client address is unknown"
-    ))
-}
+pub(super) use crate::forwarding::{leader_address_unknown, leader_elsewhere};
 
 fn leader_unreachable(leader: u64, addr: &str, why: &str) -> Reply {
     Reply::error(format!(
@@ -339,18 +319,6 @@ impl Forwarder {
             return Err(format!("{reply:?}"));
         }
         Ok(link)
-    }
-}
-
-/// The requests that carry `request` under the id of `prefix` (a `RAFT.FORWARD` request),
-/// `RAFT.FORWARD` second to last. The client's requests go as they are.
-fn group_with_id<'a>(request: Forwarded<'a>, prefix: &'a [Bytes]) -> Vec<&'a [Bytes]> {
-    match request {
-        Forwarded::Write(args) => vec![prefix, args],
-        Forwarded::Exec(queued) => std::iter::once(&MULTI[..])
-            .chain(queued.iter().map(Vec::as_slice))
-            .chain([prefix, &EXEC[..]])
-            .collect(),
     }
 }
 

@@ -55,9 +55,7 @@ use crate::command::{AdminCommand, DebugCommand};
 use crate::connection::{ConfigValues, MemberInfo, NodeInfo, NodeStatus};
 use crate::resp::{Limits, Reply};
 
-/// The name a forwarding connection gives itself: a node never forwards a request that arrived on
-/// such a connection again (no forwarding loops while leadership moves).
-pub(crate) const FORWARD_CLIENT_NAME: &str = "keel-forward";
+pub(crate) use crate::command::FORWARD_CLIENT_NAME;
 
 /// Everything the connections of one node share.
 pub struct ServerContext {
@@ -310,11 +308,6 @@ impl NodeInfo for Fetched {
     fn status(&self) -> NodeStatus {
         self.0.clone()
     }
-}
-
-fn wants_status(args: &[Bytes]) -> bool {
-    let name = &args[0];
-    name.eq_ignore_ascii_case(b"info") || name.eq_ignore_ascii_case(b"raft.status")
 }
 
 /// A random 64-bit id per client connection (the request-id namespace in the log).

@@ -201,11 +201,13 @@ pub(super) fn blocks<M: Model>(
         let Outcome::Returned { output, .. } = &op.outcome else {
             continue;
         };
-        if let Effect::Set(_) = M::effect(&op.input) {
-            // Anything before a blind write is erased: the write alone does as well.
+        let required = M::required_state(&op.input, output);
+        if let (Effect::Set(_), None) = (M::effect(&op.input), &required) {
+            // Anything before a blind write is erased: the write alone does as well. (A swap
+            // that returned the old value needed that value: it has a required state.)
             continue;
         }
-        match M::required_state(&op.input, output) {
+        match required {
             Some(state) if state == *window.state => {}
             Some(state) => {
                 targets.insert(state);

@@ -105,7 +105,9 @@ pub trait Model: Clone + fmt::Debug + PartialEq + Eq {
 pub enum Effect<S> {
     /// Never changes the state.
     Keep,
-    /// Leaves this state whatever the state was before (a blind write).
+    /// Leaves this state whatever the state was before (a blind write). A returned operation
+    /// with this effect may still have needed a particular state to produce its output (a swap
+    /// that returned the old value): [`Model::required_state`] says which.
     Set(S),
     /// Changes the state to `to` if it was `from`, and otherwise leaves it unchanged (a
     /// compare-and-set).
@@ -141,6 +143,9 @@ pub enum RegisterOp {
         /// The value stored when the swap happens.
         new: Value,
     },
+    /// Replace the value and return the one replaced, in one step (a transaction that reads the
+    /// key and then writes it).
+    Swap(Value),
 }
 
 /// The result a client observed for a [`RegisterOp`].
@@ -155,6 +160,8 @@ pub enum RegisterOutput {
     /// A compare-and-set was rejected because the register did not hold `expected`; it is a
     /// read constraining the state, not a no-op.
     CasFailed,
+    /// A swap replaced this value.
+    Swapped(Value),
 }
 
 impl Model for Register {
@@ -176,6 +183,10 @@ impl Model for Register {
             (RegisterOp::Cas { expected, .. }, RegisterOutput::CasFailed) => {
                 (expected != state).then_some(*state)
             }
+            (RegisterOp::Swap(new), RegisterOutput::Swapped(old)) => (old == state).then_some(*new),
+            // A swap known to have taken effect whose old value nobody saw (its replies were
+            // lost): a write.
+            (RegisterOp::Swap(new), RegisterOutput::Written) => Some(*new),
             // An output of the wrong kind can never be explained.
             _ => None,
         }
@@ -184,7 +195,7 @@ impl Model for Register {
     fn step_unobserved(state: &Value, input: &RegisterOp) -> Option<Value> {
         match input {
             RegisterOp::Read => None,
-            RegisterOp::Write(v) => (v != state).then_some(*v),
+            RegisterOp::Write(v) | RegisterOp::Swap(v) => (v != state).then_some(*v),
             // A compare-and-set that does not swap leaves no trace.
             RegisterOp::Cas { expected, new } => {
                 (expected == state && new != state).then_some(*new)
@@ -195,7 +206,9 @@ impl Model for Register {
     fn effect(input: &RegisterOp) -> Effect<Value> {
         match *input {
             RegisterOp::Read => Effect::Keep,
-            RegisterOp::Write(v) => Effect::Set(v),
+            // A swap leaves its value whatever it replaced; what it returned needs a state
+            // (`required_state`).
+            RegisterOp::Write(v) | RegisterOp::Swap(v) => Effect::Set(v),
             RegisterOp::Cas { expected, new } => Effect::Swap {
                 from: expected,
                 to: new,
@@ -207,6 +220,7 @@ impl Model for Register {
         match (input, output) {
             (RegisterOp::Read, RegisterOutput::Read(v)) => Some(*v),
             (RegisterOp::Cas { expected, .. }, RegisterOutput::CasOk) => Some(*expected),
+            (RegisterOp::Swap(_), RegisterOutput::Swapped(old)) => Some(*old),
             _ => None,
         }
     }
@@ -214,7 +228,7 @@ impl Model for Register {
     fn is_read_only(input: &RegisterOp, output: Option<&RegisterOutput>) -> bool {
         match input {
             RegisterOp::Read => true,
-            RegisterOp::Write(_) => false,
+            RegisterOp::Write(_) | RegisterOp::Swap(_) => false,
             RegisterOp::Cas { expected, new } => {
                 expected == new || output == Some(&RegisterOutput::CasFailed)
             }
@@ -242,6 +256,7 @@ impl fmt::Display for RegisterOp {
             RegisterOp::Cas { expected, new } => {
                 write!(f, "cas {} -> {}", ShowValue(*expected), ShowValue(*new))
             }
+            RegisterOp::Swap(v) => write!(f, "swap {}", ShowValue(*v)),
         }
     }
 }
@@ -253,6 +268,7 @@ impl fmt::Display for RegisterOutput {
             RegisterOutput::Written => f.write_str("ok"),
             RegisterOutput::CasOk => f.write_str("swapped"),
             RegisterOutput::CasFailed => f.write_str("not swapped"),
+            RegisterOutput::Swapped(v) => write!(f, "replaced {}", ShowValue(*v)),
         }
     }
 }
@@ -412,6 +428,25 @@ mod tests {
         assert_eq!(Register::step_unobserved(&Some(2), &cas), None);
         assert_eq!(Register::step_unobserved(&Some(3), &cas), Some(Some(4)));
         assert_eq!(Register::step_unobserved(&Some(3), &r), None);
+        let swap = RegisterOp::Swap(Some(5));
+        assert_eq!(
+            Register::step(&Some(3), &swap, &RegisterOutput::Swapped(Some(3))),
+            Some(Some(5))
+        );
+        assert_eq!(
+            Register::step(&Some(3), &swap, &RegisterOutput::Swapped(None)),
+            None
+        );
+        assert_eq!(
+            Register::step(&Some(3), &swap, &RegisterOutput::Written),
+            Some(Some(5))
+        );
+        assert_eq!(
+            Register::required_state(&swap, &RegisterOutput::Swapped(None)),
+            Some(None)
+        );
+        assert_eq!(Register::step_unobserved(&Some(3), &swap), Some(Some(5)));
+        assert_eq!(Register::step_unobserved(&Some(5), &swap), None);
     }
 
     #[test]

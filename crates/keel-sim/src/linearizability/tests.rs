@@ -349,3 +349,99 @@ fn history_event_api_tracks_pending_operations() {
     assert_eq!(outcomes, vec![(1, Some(12)), (3, None), (4, None)]);
     assert!(check(&h, SearchBudget::default()).is_linearizable());
 }
+
+fn swap(v: u64) -> RegisterOp {
+    RegisterOp::Swap(Some(v))
+}
+
+fn replaced(v: Option<u64>) -> RegisterOutput {
+    RegisterOutput::Swapped(v)
+}
+
+fn linearizable(ops: impl IntoIterator<Item = Operation<Register>>) -> bool {
+    let verdict = check(&history(ops), SearchBudget::steps(1_000_000));
+    assert!(
+        verdict.is_linearizable() || verdict.is_not_linearizable(),
+        "decided"
+    );
+    verdict.is_linearizable()
+}
+
+#[test]
+fn two_concurrent_swaps_cannot_both_replace_the_same_value() {
+    assert!(!linearizable([
+        done(1, (0, 10), swap(1), replaced(None)),
+        done(2, (0, 10), swap(2), replaced(None)),
+    ]));
+    assert!(linearizable([
+        done(1, (0, 10), swap(1), replaced(None)),
+        done(2, (0, 10), swap(2), replaced(Some(1))),
+    ]));
+}
+
+#[test]
+fn a_swap_returns_what_the_write_before_it_left_and_a_read_after_it_sees_its_value() {
+    let written = RegisterOutput::Written;
+    assert!(!linearizable([
+        done(1, (0, 1), w(1), written),
+        done(2, (2, 3), swap(2), replaced(None)),
+    ]));
+    assert!(!linearizable([
+        done(1, (0, 1), swap(2), replaced(None)),
+        done(2, (2, 3), RegisterOp::Read, read(None)),
+    ]));
+    assert!(linearizable([
+        done(1, (0, 1), w(1), written),
+        done(2, (2, 3), swap(2), replaced(Some(1))),
+        done(3, (4, 5), RegisterOp::Read, read(Some(2))),
+    ]));
+}
+
+#[test]
+fn swaps_chain_in_one_order_only() {
+    // 1 replaced nothing, 2 replaced 1, 3 replaced 2: one order explains it.
+    assert!(linearizable([
+        done(3, (0, 10), swap(3), replaced(Some(2))),
+        done(2, (0, 10), swap(2), replaced(Some(1))),
+        done(1, (0, 10), swap(1), replaced(None)),
+    ]));
+    // A cycle: 2 replaced 3 and 3 replaced 2.
+    assert!(!linearizable([
+        done(1, (0, 10), swap(1), replaced(None)),
+        done(2, (0, 10), swap(2), replaced(Some(3))),
+        done(3, (0, 10), swap(3), replaced(Some(2))),
+    ]));
+}
+
+#[test]
+fn a_swap_may_replace_what_a_timed_out_write_left() {
+    // The search must try the timed-out write before the swap: a swap is a blind write in what
+    // it leaves, but not in what it returned.
+    assert!(linearizable([
+        Operation::unknown(1, "k", w(7), 0),
+        done(2, (5, 6), swap(2), replaced(Some(7))),
+    ]));
+    assert!(!linearizable([
+        Operation::unknown(1, "k", w(7), 8),
+        done(2, (5, 6), swap(2), replaced(Some(7))),
+    ]));
+    // Timed out itself, a swap may have taken effect (its value read later) or not.
+    assert!(linearizable([
+        Operation::unknown(1, "k", swap(4), 0),
+        done(2, (5, 6), RegisterOp::Read, read(Some(4))),
+        done(3, (7, 8), swap(5), replaced(Some(4))),
+    ]));
+}
+
+#[test]
+fn a_swap_whose_old_value_was_lost_counts_as_a_write() {
+    let written = RegisterOutput::Written;
+    assert!(linearizable([
+        done(1, (0, 1), swap(3), written),
+        done(2, (2, 3), RegisterOp::Read, read(Some(3))),
+    ]));
+    assert!(!linearizable([
+        done(1, (0, 1), swap(3), written),
+        done(2, (2, 3), RegisterOp::Read, read(None)),
+    ]));
+}

@@ -1,0 +1,517 @@
+//! One connection's pipelined requests, sans-IO: the order in which the server serves them and
+//! releases their replies. The tokio session (`server/connection.rs`) and the deterministic
+//! simulator (keel-sim's clients) both drive this code; they only propose, read, wait and write.
+//!
+//! Requests are served in *runs*:
+//!
+//! - Consecutive writes (an EXEC counts as one: its whole transaction is one log entry) form a
+//!   write run. Their entries are proposed together, in request order, as one batch
+//!   ([`Pipeline::take_batch`]) when the run ends: one step of the node, so they reach the log in
+//!   request order and a refused one is never overtaken by a later one (the engine refuses the
+//!   rest of a batch after a refusal).
+//! - Consecutive reads form a read run. Each is started as it is admitted (their ReadIndex rounds
+//!   are shared), in request order.
+//! - A run ends where the kind changes ([`Admission::AfterAll`]): a read waits until every earlier
+//!   write of the connection is answered (so it sees them), and a write waits until every earlier
+//!   read is answered (so no earlier read sees it).
+//! - Answers the protocol layer gives locally (PING, ECHO, HELLO, MULTI's `+OK`, `+QUEUED`, ...)
+//!   take their place in the order without waiting. QUIT and admin commands wait for everything
+//!   before them, and so does a request that reports the node's state (INFO: see
+//!   [`needs_node_status`]); a connection whose pipeline is full ([`Pipeline::is_full`]) waits too.
+//!
+//! Replies leave in request order ([`Pipeline::release`]): a request's outcome may come early (a
+//! read served before the write ahead of it was answered), but its reply waits for every reply
+//! before it. A refused request is resolved (forwarded to the leader, or its refusal answered)
+//! only once it is at the front: the writes of a refused batch are forwarded one after the other,
+//! in request order, each after everything before it was answered.
+//!
+//! Request ids: a write (or EXEC) is proposed under the connection's dedup session and its next
+//! seq, unless it was given one. A forwarding connection of another node gives the id of the
+//! write after it with `RAFT.FORWARD <client-id> <seq>` ([`Pipeline::intake`]); the simulator's
+//! clients give theirs to retry a write under its first id.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use keel_engine::ClientError;
+
+use super::{ClientConnection, Dispatch};
+use crate::command::{self, AdminCommand, QueuedCommand, ReadCommand};
+use crate::forwarding::{write_reply, Forwarded, RequestId};
+use crate::resp::Reply;
+use crate::state_machine::{LogCommand, LoggedCommand};
+
+/// Bound on the requests of one connection in flight at once (decoded, not yet answered).
+pub const PIPELINE_REQUESTS_MAX: usize = 256;
+
+/// The kind of the run in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    Write,
+    Read,
+}
+
+/// A write as the client sent it: what a node that does not lead forwards to the leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteRequest {
+    /// One write's arguments.
+    Write(Vec<Bytes>),
+    /// A transaction: each queued request's arguments (forwarded as `MULTI`, these, `EXEC`).
+    Exec(Vec<Vec<Bytes>>),
+}
+
+impl WriteRequest {
+    /// The request as the forwarding code takes it.
+    pub fn forwarded(&self) -> Forwarded<'_> {
+        match self {
+            WriteRequest::Write(args) => Forwarded::Write(args),
+            WriteRequest::Exec(queued) => Forwarded::Exec(queued),
+        }
+    }
+}
+
+/// A dispatched request on its way into the pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub dispatch: Dispatch,
+    /// The request's arguments as received.
+    pub args: Vec<Bytes>,
+    /// The id a write (or EXEC) must be proposed under, if it was given one.
+    pub given_id: Option<RequestId>,
+}
+
+/// What [`Pipeline::intake`] made of a request before it is dispatched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intake {
+    /// Answered here (a `RAFT.FORWARD`, or a request that may not follow one): its answer took its
+    /// place in the pipeline; do not dispatch it.
+    Answered,
+    /// Dispatch it; a write (or EXEC) it turns out to be is proposed under this id if given.
+    Dispatch(Option<RequestId>),
+}
+
+/// What to do with a request [`Pipeline::admit`] was given.
+#[derive(Debug)]
+pub enum Admission {
+    /// Queued in its place (a local answer, or a write joining the write run): nothing to do
+    /// now.
+    Queued,
+    /// A read joined the read run as slot `slot`: start it now (reads are served in the order
+    /// they start) and attach its handle with [`Pipeline::read_started`].
+    StartRead { slot: u64, command: ReadCommand },
+    /// Not queued: everything before it must be answered first. Propose the batch, release every
+    /// reply, then admit it again.
+    AfterAll(Request),
+    /// QUIT (everything before it is answered): send this reply, then close.
+    Close(Reply),
+    /// An admin command (everything before it is answered): run it and send its reply.
+    Admin(AdminCommand, Vec<Bytes>),
+}
+
+/// The handle of a proposal or a read, whose outcome the shell awaits.
+#[derive(Debug)]
+pub enum Handle<W, R> {
+    Write(W),
+    Read(R),
+}
+
+/// How a refused request may be sent to the leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Relay {
+    /// A write or transaction, under the id it was proposed with here, retried until answered.
+    WithId(RequestId, WriteRequest),
+    /// A read: once, as it is.
+    Once(Vec<Bytes>),
+}
+
+/// The next thing to do to release replies, from [`Pipeline::release`].
+#[derive(Debug)]
+pub enum Release<W, R> {
+    /// Nothing in flight.
+    Idle,
+    /// The front request's reply: send it.
+    Send(Reply),
+    /// The front request waits for its outcome. Its handle is handed out once (`Some`), for the
+    /// shell to wait on; report the outcome with [`Pipeline::settle_write`] /
+    /// [`Pipeline::settle`]. `None`: it was handed out before (or the write's batch was not
+    /// proposed yet, see [`Pipeline::take_batch`]).
+    Await(u64, Option<Handle<W, R>>),
+    /// The front request (slot `slot`) was refused with `error`, and every request before it is
+    /// answered: decide with [`redirect`] whether to forward it (`relay`) or answer the refusal,
+    /// and give its reply with [`Pipeline::answer`].
+    Resolve {
+        slot: u64,
+        error: ClientError,
+        relay: Relay,
+    },
+}
+
+/// Where a request a node refused goes, from [`redirect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redirect {
+    /// Forward it to the leader `leader` (if its client address is known).
+    Forward(u64),
+    /// It came from another node's forwarding connection: answer that `leader` leads, never
+    /// forward again (no loops while leadership moves).
+    LeaderElsewhere(u64),
+    /// Answer the refusal ([`crate::forwarding::error_reply`]).
+    Answer,
+}
+
+/// Whether a request refused with `error` by node `node_id` goes to the leader: only when the
+/// node knows another node leads, and the request did not come forwarded.
+pub fn redirect(error: &ClientError, node_id: u64, forwarding_connection: bool) -> Redirect {
+    match error {
+        ClientError::NotLeader {
+            leader: Some(leader),
+            ..
+        } if *leader != node_id => {
+            if forwarding_connection {
+                Redirect::LeaderElsewhere(*leader)
+            } else {
+                Redirect::Forward(*leader)
+            }
+        }
+        _ => Redirect::Answer,
+    }
+}
+
+/// Whether the request reports the node's state (INFO, RAFT.STATUS): it waits for everything
+/// before it, so that it reports the state after them.
+pub fn needs_node_status(args: &[Bytes]) -> bool {
+    let name = &args[0];
+    name.eq_ignore_ascii_case(b"info") || name.eq_ignore_ascii_case(b"raft.status")
+}
+
+/// Whether the dispatched request is a write that may make the data take more memory (refused
+/// past `maxmemory`); a transaction is if any of its writes is. As Redis: a refused transaction
+/// runs none of its commands.
+pub fn may_grow_memory(dispatch: &Dispatch) -> bool {
+    match dispatch {
+        Dispatch::Write(command) => command.may_grow_memory(),
+        Dispatch::Exec(transaction) => transaction
+            .commands
+            .iter()
+            .any(|c| matches!(c, QueuedCommand::Write(w) if w.may_grow_memory())),
+        _ => false,
+    }
+}
+
+/// What a slot is for, beyond its outcome.
+#[derive(Debug)]
+enum Origin {
+    /// Answered by the protocol layer, or a refused request whose forwarding data was handed
+    /// out with [`Release::Resolve`].
+    Local,
+    Write {
+        id: RequestId,
+        request: WriteRequest,
+    },
+    Read {
+        args: Vec<Bytes>,
+    },
+}
+
+/// Where a request is on its way to its reply.
+#[derive(Debug)]
+enum Progress<W, R> {
+    /// A write whose entry waits for its run's batch.
+    Unproposed(Bytes),
+    /// A write in the batch [`Pipeline::take_batch`] handed out, its handle not attached yet.
+    Proposing,
+    /// Proposed or started; the handle until the shell takes it (`None` before it is attached,
+    /// and after it was handed out).
+    Waiting(Option<Handle<W, R>>),
+    /// Refused; resolved once it is at the front.
+    Refused(ClientError),
+    /// Its refusal is being resolved (a forward in flight).
+    Resolving,
+    Answered(Reply),
+}
+
+#[derive(Debug)]
+struct Slot<W, R> {
+    origin: Origin,
+    progress: Progress<W, R>,
+}
+
+/// One connection's requests in flight, in request order. `W` and `R` are the shell's handles of
+/// a proposal and of a read (what it waits on; the simulator's are `()`).
+#[derive(Debug)]
+pub struct Pipeline<W, R> {
+    slots: VecDeque<Slot<W, R>>,
+    /// The number of `slots[0]`: slots are numbered from 0 in request order, so a number names
+    /// one request for the connection's whole life.
+    front: u64,
+    /// The kind of the run in flight (`None`: only local answers, or nothing).
+    run: Option<RunKind>,
+    /// The connection's dedup session and the seq of its last write.
+    client_id: u64,
+    seq: u64,
+    /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
+    announced_id: Option<RequestId>,
+}
+
+impl<W, R> Pipeline<W, R> {
+    /// A connection whose writes are proposed under the dedup session `client_id`.
+    pub fn new(client_id: u64) -> Self {
+        Pipeline {
+            slots: VecDeque::new(),
+            front: 0,
+            run: None,
+            client_id,
+            seq: 0,
+            announced_id: None,
+        }
+    }
+
+    /// Requests in flight (decoded, not yet answered).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Whether the pipeline holds as many requests as it may: answer everything in flight before
+    /// the next.
+    pub fn is_full(&self) -> bool {
+        self.slots.len() >= PIPELINE_REQUESTS_MAX
+    }
+
+    /// The kind of the run in flight.
+    pub fn run(&self) -> Option<RunKind> {
+        self.run
+    }
+
+    /// Takes a request before it is dispatched: on a forwarding connection, a `RAFT.FORWARD`
+    /// announces the id of the write after it (see `command/forward.rs`); anywhere else it goes on
+    /// as an unknown command.
+    pub fn intake(&mut self, args: &[Bytes], connection: &ClientConnection) -> Intake {
+        if let Some(id) = self.announced_id.take() {
+            return match command::may_follow_forward(args, connection.in_transaction()) {
+                Ok(()) => Intake::Dispatch(Some(id)),
+                Err(error) => self.answered(error.to_reply()),
+            };
+        }
+        if is_forwarding(connection) && command::is_forward(args) {
+            let answer = match command::parse_forward(args) {
+                Ok(id) => {
+                    self.announced_id = Some(id);
+                    Reply::OK
+                }
+                Err(error) => error.to_reply(),
+            };
+            return self.answered(answer);
+        }
+        Intake::Dispatch(None)
+    }
+
+    fn answered(&mut self, reply: Reply) -> Intake {
+        self.push_local(reply);
+        Intake::Answered
+    }
+
+    /// Queues a reply given without waiting (a local answer, or a refusal such as `-OOM`).
+    pub fn push_local(&mut self, reply: Reply) {
+        self.slots.push_back(Slot {
+            origin: Origin::Local,
+            progress: Progress::Answered(reply),
+        });
+    }
+
+    /// Queues a dispatched request, or says what must happen first.
+    pub fn admit(&mut self, request: Request) -> Admission {
+        let waits = match &request.dispatch {
+            Dispatch::Reply(_) => false,
+            Dispatch::Write(_) | Dispatch::Exec(_) => self.run == Some(RunKind::Read),
+            Dispatch::Read(_) => self.run == Some(RunKind::Write),
+            Dispatch::ReplyAndClose(_) | Dispatch::Admin(_) => !self.slots.is_empty(),
+        };
+        if waits {
+            return Admission::AfterAll(request);
+        }
+        let Request {
+            dispatch,
+            args,
+            given_id,
+        } = request;
+        match dispatch {
+            Dispatch::Reply(reply) => self.push_local(reply),
+            Dispatch::ReplyAndClose(reply) => return Admission::Close(reply),
+            Dispatch::Admin(command) => return Admission::Admin(command, args),
+            Dispatch::Write(command) => self.push_write(
+                LoggedCommand::Write(command),
+                WriteRequest::Write(args),
+                given_id,
+            ),
+            Dispatch::Exec(transaction) => self.push_write(
+                LoggedCommand::Exec(transaction.commands),
+                WriteRequest::Exec(transaction.requests),
+                given_id,
+            ),
+            Dispatch::Read(command) => {
+                self.run = Some(RunKind::Read);
+                let slot = self.next_slot();
+                self.slots.push_back(Slot {
+                    origin: Origin::Read { args },
+                    progress: Progress::Waiting(None),
+                });
+                return Admission::StartRead { slot, command };
+            }
+        }
+        Admission::Queued
+    }
+
+    /// The number the next queued request gets.
+    fn next_slot(&self) -> u64 {
+        self.front + self.slots.len() as u64
+    }
+
+    /// A write joins the write run under its given id, else the connection's next.
+    fn push_write(
+        &mut self,
+        command: LoggedCommand,
+        request: WriteRequest,
+        given_id: Option<RequestId>,
+    ) {
+        self.run = Some(RunKind::Write);
+        let id = given_id.unwrap_or_else(|| {
+            self.seq += 1;
+            RequestId {
+                client_id: self.client_id,
+                seq: self.seq,
+            }
+        });
+        let entry = LogCommand::new(id.client_id, id.seq, command).encode();
+        self.slots.push_back(Slot {
+            origin: Origin::Write { id, request },
+            progress: Progress::Unproposed(entry),
+        });
+    }
+
+    /// The entries of the writes not proposed yet, in request order with their slot numbers:
+    /// propose them as one batch, then attach their handles with [`Pipeline::proposed`].
+    pub fn take_batch(&mut self) -> Vec<(u64, Bytes)> {
+        let front = self.front;
+        let mut batch = Vec::new();
+        for (at, slot) in self.slots.iter_mut().enumerate() {
+            if let Progress::Unproposed(entry) = &mut slot.progress {
+                // Moved out, not cloned: a clone of an entry fresh from `encode` would allocate
+                // (it promotes the buffer to a shared one).
+                batch.push((front + at as u64, std::mem::take(entry)));
+                slot.progress = Progress::Proposing;
+            }
+        }
+        batch
+    }
+
+    /// Attaches the handles of the batch [`Pipeline::take_batch`] returned last, in its order.
+    pub fn proposed(&mut self, handles: impl IntoIterator<Item = W>) {
+        let mut handles = handles.into_iter();
+        for slot in &mut self.slots {
+            if matches!(slot.progress, Progress::Proposing) {
+                match handles.next() {
+                    Some(h) => slot.progress = Progress::Waiting(Some(Handle::Write(h))),
+                    None => return,
+                }
+            }
+        }
+    }
+
+    /// Attaches the handle of the read [`Admission::StartRead`] named.
+    pub fn read_started(&mut self, slot: u64, handle: R) {
+        if let Some(s) = self.slot_mut(slot) {
+            if let Progress::Waiting(none @ None) = &mut s.progress {
+                *none = Some(Handle::Read(handle));
+            }
+        }
+    }
+
+    fn slot_mut(&mut self, slot: u64) -> Option<&mut Slot<W, R>> {
+        let at = usize::try_from(slot.checked_sub(self.front)?).ok()?;
+        self.slots.get_mut(at)
+    }
+
+    /// The outcome of write `slot`: its entry applied with `Ok(result)`, or the node refused it.
+    /// Outcomes of requests no longer waiting are ignored.
+    pub fn settle_write(&mut self, slot: u64, outcome: Result<Bytes, ClientError>) {
+        self.settle(slot, outcome.map(|applied| write_reply(&applied)));
+    }
+
+    /// The outcome of request `slot` (a read's, or one whose handle was lost): its reply, or the
+    /// node refused it.
+    pub fn settle(&mut self, slot: u64, outcome: Result<Reply, ClientError>) {
+        let Some(s) = self.slot_mut(slot) else {
+            return;
+        };
+        if matches!(s.progress, Progress::Waiting(_) | Progress::Proposing) {
+            s.progress = match outcome {
+                Ok(reply) => Progress::Answered(reply),
+                Err(error) => Progress::Refused(error),
+            };
+        }
+    }
+
+    /// The reply of the refused request `slot` ([`Release::Resolve`]), resolved.
+    pub fn answer(&mut self, slot: u64, reply: Reply) {
+        if let Some(s) = self.slot_mut(slot) {
+            if matches!(s.progress, Progress::Resolving) {
+                s.progress = Progress::Answered(reply);
+            }
+        }
+    }
+
+    /// What the front request needs for its reply to leave. Call until it says
+    /// [`Release::Await`] or [`Release::Idle`].
+    pub fn release(&mut self) -> Release<W, R> {
+        let Some(front) = self.slots.front_mut() else {
+            self.run = None;
+            return Release::Idle;
+        };
+        let slot = self.front;
+        match &mut front.progress {
+            Progress::Answered(_) => {
+                let popped = self.slots.pop_front().expect("front checked");
+                self.front += 1;
+                if self.slots.is_empty() {
+                    self.run = None;
+                }
+                let Progress::Answered(reply) = popped.progress else {
+                    unreachable!("matched above")
+                };
+                Release::Send(reply)
+            }
+            Progress::Unproposed(_) | Progress::Proposing | Progress::Resolving => {
+                Release::Await(slot, None)
+            }
+            Progress::Waiting(handle) => Release::Await(slot, handle.take()),
+            Progress::Refused(_) => {
+                let Progress::Refused(error) =
+                    std::mem::replace(&mut front.progress, Progress::Resolving)
+                else {
+                    unreachable!("matched above")
+                };
+                // Moved out, not cloned: resolved, the request needs only its reply.
+                let relay = match std::mem::replace(&mut front.origin, Origin::Local) {
+                    Origin::Write { id, request } => Relay::WithId(id, request),
+                    Origin::Read { args } => Relay::Once(args),
+                    Origin::Local => unreachable!("a local answer is never refused"),
+                };
+                Release::Resolve { slot, error, relay }
+            }
+        }
+    }
+}
+
+/// Whether `connection` is another node's forwarding connection (it named itself so).
+pub fn is_forwarding(connection: &ClientConnection) -> bool {
+    connection
+        .name()
+        .is_some_and(|n| n.as_ref() == command::FORWARD_CLIENT_NAME.as_bytes())
+}
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
