@@ -132,4 +132,41 @@ mod tests {
             Adoption::Refused(_)
         ));
     }
+
+    /// The scenario fix E is for, scripted: a follower adopts leader 1's snapshot at 200 while
+    /// leader 3 of a later term takes over, so the core ignores the stale install and storage
+    /// keeps 200 uninstalled; leader 3 then sends its own, older snapshot at 190, which storage
+    /// would refuse. The follower installs the saved 200 under leader 3 instead and is caught up.
+    #[test]
+    fn a_follower_installs_the_newer_snapshot_its_storage_holds_under_the_current_leader() {
+        let state = MemStorage::new_cluster([1, 2, 3]).recover().unwrap();
+        let mut follower = RaftNode::new(Config::new(2), state).unwrap();
+        let heartbeat = |from, term| Message {
+            from,
+            to: 2,
+            term,
+            body: MessageBody::Heartbeat {
+                commit: 0,
+                read_round: 0,
+            },
+        };
+        follower.step(heartbeat(1, 2));
+        assert_eq!(adoption(&follower, 1, 2, &meta(200), 0), Adoption::Adopt);
+        // Leader 3 takes over while storage saves 200; then the install of leader 1 arrives.
+        follower.step(heartbeat(3, 3));
+        follower.step(install_message(2, 1, 2, meta(200)));
+        assert_eq!(
+            follower.commit_index(),
+            0,
+            "a stale leader's install is ignored"
+        );
+
+        assert_eq!(
+            adoption(&follower, 3, 3, &meta(190), 200),
+            Adoption::InstallSaved
+        );
+        follower.step(install_message(2, 3, 3, meta(200)));
+        assert_eq!(follower.commit_index(), 200);
+        assert_eq!(follower.snapshot().last, LogId::new(1, 200));
+    }
 }

@@ -29,7 +29,23 @@ impl RaftNode {
                         | MessageBody::TimeoutNow => Some(msg.from),
                         _ => None,
                     };
+                    let timer = (
+                        self.election_elapsed_ticks,
+                        self.randomized_election_timeout_ticks,
+                    );
                     self.become_follower(msg.term, leader);
+                    if matches!(msg.body, MessageBody::RequestVote { .. }) {
+                        // Only a current leader or a granted vote restarts the election timer
+                        // (thesis 3.4; a grant restarts it in `on_vote_request`). A candidate
+                        // whose log cannot win — a stale member that keeps campaigning — would
+                        // otherwise restart the timers of the nodes that could, so that it
+                        // always times out first and takes its own vote before their request
+                        // reaches it: no leader, ever (without pre-vote).
+                        (
+                            self.election_elapsed_ticks,
+                            self.randomized_election_timeout_ticks,
+                        ) = timer;
+                    }
                 }
             }
         } else if msg.term < self.term {

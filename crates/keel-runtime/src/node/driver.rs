@@ -83,9 +83,8 @@ pub(super) struct Io<S> {
     pub snapshot_data: SnapshotData,
     /// The newest snapshot file's size, for the apply pipeline's snapshot policy.
     pub last_snapshot_bytes: Arc<AtomicU64>,
-    /// Snapshot transfers in flight, per follower, with the snapshot each streams.
-    /// Running snapshot transfers, aborted when replaced or when the driver is dropped (a
-    /// stopped node streams nothing).
+    /// Snapshot transfers in flight, per follower, with the snapshot each streams; aborted when
+    /// replaced or when the driver is dropped (a stopped node streams nothing).
     pub snapshot_sends: HashMap<NodeId, (LogId, AbortOnDrop<()>)>,
     pub metrics: crate::metrics::NodeMetrics,
 }
