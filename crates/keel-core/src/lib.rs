@@ -70,10 +70,14 @@ pub enum Mutation {
     DedupOff,
     /// A forwarded request retried after a lost link is sent under a new request id.
     ForwardRetryNewId,
+    /// The handshake gate never forgets a member's storage incarnation when the member leaves
+    /// the configuration (nor after a snapshot skipped its history): a member added back with
+    /// a new disk is refused for good.
+    KeepDepartedIncarnations,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -85,6 +89,7 @@ impl Mutation {
         Mutation::SnapshotResumeSkipsChunk,
         Mutation::DedupOff,
         Mutation::ForwardRetryNewId,
+        Mutation::KeepDepartedIncarnations,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +105,7 @@ impl Mutation {
             Mutation::SnapshotResumeSkipsChunk => "snapshot-resume-skips-chunk",
             Mutation::DedupOff => "dedup-off",
             Mutation::ForwardRetryNewId => "forward-retry-new-id",
+            Mutation::KeepDepartedIncarnations => "keep-departed-incarnations",
         }
     }
 

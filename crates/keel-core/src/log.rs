@@ -256,11 +256,25 @@ impl RaftLog {
         }
     }
 
+    /// The effective configuration, shared: a caller that keeps it can tell a change by pointer.
+    pub fn membership_shared(&self) -> &Arc<Membership> {
+        match self.memberships.last() {
+            Some((_, m)) => m,
+            None => &self.base_membership,
+        }
+    }
+
     /// The index of the entry that set the effective configuration (the purged index if none).
     pub fn membership_index(&self) -> Index {
         self.memberships
             .last()
             .map_or(self.purged.index, |(i, _)| *i)
+    }
+
+    /// The configuration entries in the log after `index`, oldest first, with their indexes.
+    pub fn memberships_after(&self, index: Index) -> impl Iterator<Item = (Index, &Membership)> {
+        let start = self.memberships.partition_point(|(i, _)| *i <= index);
+        self.memberships[start..].iter().map(|(i, m)| (*i, &**m))
     }
 
     /// The latest configuration at or below `index`.

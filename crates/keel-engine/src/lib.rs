@@ -15,6 +15,8 @@
 //! - [`SnapshotWriting`] (`snapshot.rs`): one snapshot written at a time, the newest view waiting.
 //! - [`StorageWorker`] (`storage.rs`): group commit, completion reports, snapshot adoptions in
 //!   order with the writes, over a [`LogStore`].
+//! - [`handshake`]: whether a connected peer is heard (cluster id, storage incarnation) and the
+//!   addresses it announced that the node adopts; which members left the configuration.
 //! - [`transfer`]: snapshot transfer, sender and receiver (offers, chunks, checksums, the
 //!   durable partial file, resume, abandonment), over any [`keel_wal::Fs`].
 //!
@@ -23,6 +25,7 @@
 
 mod apply;
 mod error;
+pub mod handshake;
 mod node;
 mod snapshot;
 mod state_machine;

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use keel_core::LogId;
+use keel_engine::handshake::{Admission, ConfigurationChange, HandshakeGate, PeerHello};
 use keel_runtime::wire::{
     self, auth, decode_body, decode_frame, Body, Challenge, Channel, ClusterSecret, Handshake,
     Reassembly, Response, SnapshotOffer, FRAME_HEADER_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT,
@@ -101,7 +102,31 @@ fn encode_body(body: &Body) -> Option<Vec<u8>> {
 /// Everything the transport asks of a received handshake.
 fn inspect_handshake(h: &Handshake) {
     let _ = h.check_required_flags();
-    let _ = h.validate(7);
+    // The gate's decisions over what the handshake announced (in memory, a member seen before
+    // under another incarnation).
+    if let (Ok(incarnation), Ok(advertised_addr), Ok(client_addr)) =
+        (h.incarnation(), h.advertised_addr(), h.client_addr())
+    {
+        let mut gate = HandshakeGate::load(7, 1, SimFs::new(), None).expect("in memory");
+        gate.configuration_changed(&ConfigurationChange {
+            departed: Vec::new(),
+            members: [1, 2, 3].into_iter().collect(),
+            history_skipped: false,
+        });
+        gate.hears(2, 5);
+        let hello = PeerHello {
+            cluster_id: h.cluster_id,
+            node_id: h.node_id,
+            incarnation,
+            advertised_addr,
+            client_addr,
+        };
+        if let Ok(admitted) = gate.admit(&hello) {
+            assert!(h.cluster_id == 7, "another cluster admitted");
+            assert!(h.node_id != 2 || incarnation.is_none_or(|i| i == 5));
+            assert!(h.node_id != 1 || admitted == Admission::default());
+        }
+    }
     let _ = h.advertised_addr();
     let _ = h.incarnation();
     let _ = h.nonce();
@@ -149,7 +174,7 @@ pub fn handshake(data: &[u8]) {
                     bytes,
                     "handshake round trip"
                 );
-                if hello.validate(hello.cluster_id).is_err() {
+                if hello.check_required_flags().is_err() {
                     continue;
                 }
                 responder = auth::Responder::new(secret.clone(), &hello, bytes, 2, [3; 32]).ok();

@@ -18,8 +18,9 @@
 //!   fails is refused before anything it sent is read, and only then are its announced addresses
 //!   and incarnation adopted.
 //! - **Snapshots** travel on a connection of their own (handshake channel `Snapshot`), chunked,
-//!   checksummed and resumable (`transport/snapshot.rs`; the receiver's durable partial file in
-//!   `transport/partial.rs`), so a large transfer never delays heartbeats or Appends.
+//!   checksummed and resumable (`transport/snapshot.rs` moves the bytes; the decisions and the
+//!   receiver's durable partial file are keel-engine's `transfer` module), so a large transfer
+//!   never delays heartbeats or Appends.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -31,11 +32,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
+use keel_engine::handshake::{ConfigurationChange, HandshakeGate, Refusal};
+use keel_wal::StdFs;
 
 mod auth;
 mod client_addrs;
 mod inbound;
-mod incarnations;
 mod record;
 mod snapshot;
 
@@ -77,8 +79,9 @@ pub struct TransportConfig {
     pub message_size_bytes_max: u32,
     /// This node's storage incarnation, announced in every handshake (0: none).
     pub incarnation: u64,
-    /// Where the incarnations peers announced are remembered (`None`: in memory only).
-    pub incarnations_file: Option<PathBuf>,
+    /// The directory whose `peer-incarnations` file remembers the incarnations peers announced
+    /// (`None`: in memory only).
+    pub incarnations_dir: Option<PathBuf>,
     /// The peer address this node announces in its handshakes. `None`: the listener's address,
     /// unless it is a wildcard (0.0.0.0 / ::), in which case nothing is announced.
     pub advertise_addr: Option<SocketAddr>,
@@ -128,7 +131,7 @@ impl TransportConfig {
             advertise_addr: None,
             advertise_client_addr: None,
             incarnation: 0,
-            incarnations_file: None,
+            incarnations_dir: None,
             snapshot_dir: None,
             snapshot_size_bytes_max: 16 << 30,
             snapshot_chunk_size_bytes: 1 << 20,
@@ -207,6 +210,27 @@ impl From<io::Error> for TransportError {
     }
 }
 
+impl From<Refusal> for TransportError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::WrongCluster { expected, got } => {
+                TransportError::Wire(WireError::WrongClusterId { expected, got })
+            }
+            Refusal::StorageChanged { node, known, got } => {
+                TransportError::StorageChanged { node, known, got }
+            }
+        }
+    }
+}
+
+/// The peer-incarnations file could not be rewritten: still enforced in memory; only a restart
+/// of this node would forget it.
+fn report_persist_error(gate: &mut HandshakeGate<StdFs>) {
+    if let Some(e) = gate.incarnations().take_persist_error() {
+        tracing::error!("cannot record peer incarnations: {e}");
+    }
+}
+
 impl TransportError {
     /// What the refused peer is told. Never this cluster's id: an unauthenticated peer learns
     /// nothing it could use to pass the check next time (the refusing node logs the whole
@@ -242,7 +266,8 @@ struct Shared {
     receiver: snapshot::SharedReceiver,
     /// The node's commit index: offers of snapshots at or below it are not needed.
     snapshot_floor: AtomicU64,
-    incarnations: Mutex<incarnations::Incarnations>,
+    /// The handshake decisions (keel-engine's), with the incarnations peers announced.
+    gate: Mutex<HandshakeGate<StdFs>>,
     /// The last reason each peer gave for refusing this node's connections (one per peer).
     refusals: Mutex<HashMap<SocketAddr, String>>,
     client_addrs: Arc<ClientAddrs>,
@@ -275,7 +300,12 @@ impl Transport {
                 ),
             ));
         }
-        let known = incarnations::Incarnations::load(config.incarnations_file.clone())?;
+        let gate = HandshakeGate::load(
+            config.cluster_id,
+            config.node_id,
+            StdFs,
+            config.incarnations_dir.clone(),
+        )?;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let mut config = config;
@@ -301,7 +331,7 @@ impl Transport {
             snapshots: Arc::default(),
             receiver,
             snapshot_floor: AtomicU64::new(0),
-            incarnations: Mutex::new(known),
+            gate: Mutex::new(gate),
             refusals: Mutex::new(HashMap::new()),
         });
         let task = tokio::spawn(inbound::accept_loop(shared.clone(), listener, inbound));
@@ -337,13 +367,12 @@ impl Transport {
         }
     }
 
-    /// `id` left the configuration: it may come back (added anew) with new storage.
-    pub fn forget_incarnation(&self, id: NodeId) {
-        self.shared
-            .incarnations
-            .lock()
-            .expect("incarnations lock")
-            .forget(id);
+    /// The configuration changed: members that left may come back (added anew) with new
+    /// storage, and only members' storage incarnations are remembered.
+    pub fn configuration_changed(&self, change: &ConfigurationChange) {
+        let mut gate = self.shared.gate.lock().expect("gate lock");
+        gate.configuration_changed(change);
+        report_persist_error(&mut gate);
     }
 
     pub fn remove_peer(&self, id: NodeId) {

@@ -250,7 +250,7 @@ impl Drop for Cluster {
 }
 
 /// The durable offset recorded in a node's partial-transfer state file (layout in
-/// `transport/partial.rs`: durable offset at byte 44).
+/// keel-engine's `transfer/partial.rs`: durable offset at byte 44).
 fn partial_durable(dir: &std::path::Path) -> Option<u64> {
     let b = std::fs::read(dir.join("incoming.snap.state")).ok()?;
     (b.len() == 60).then(|| u64::from_le_bytes(b[44..52].try_into().unwrap()))

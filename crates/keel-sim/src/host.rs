@@ -456,7 +456,8 @@ impl World {
                         .random_bool(self.params.duplicate_probability.max(0.05))
                 {
                     let delay = self.rng.random_range(1..=20 * self.params.net_delay_max);
-                    self.schedule(delay, Event::Deliver(msg.clone()));
+                    let storage = self.nodes[(leader - 1) as usize].storage;
+                    self.schedule(delay, Event::Deliver(msg.clone(), storage));
                 }
                 self.step_install(id, msg);
                 return;

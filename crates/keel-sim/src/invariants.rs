@@ -83,8 +83,10 @@ pub struct Checker {
     entries: HashMap<LogId, (u64, Term)>,
     /// Committed entries by index. Index 0 unused.
     committed: Vec<Committed>,
-    /// Granted votes seen on the wire: (voter, term) -> candidate.
-    votes: HashMap<(NodeId, Term), NodeId>,
+    /// Granted votes seen on the wire: (voter, its storage incarnation, term) -> candidate. A
+    /// voter whose disk was wiped forgot its votes: the one-vote rule holds per incarnation,
+    /// and the peers' refusal of the new one is what keeps a second vote from counting.
+    votes: HashMap<(NodeId, u64, Term), NodeId>,
     watch: HashMap<NodeId, NodeWatch>,
     /// State-machine digest by applied index, as first observed on any node (S24).
     digests: HashMap<Index, (NodeId, u64)>,
@@ -156,14 +158,14 @@ impl Checker {
         }
     }
 
-    /// A granted vote left `voter` for `candidate` in `term`.
+    /// A granted vote left `voter` (node, storage incarnation) for `candidate` in `term`.
     pub fn vote_granted(
         &mut self,
-        voter: NodeId,
+        (voter, storage): (NodeId, u64),
         term: Term,
         candidate: NodeId,
     ) -> Result<(), Violation> {
-        match self.votes.insert((voter, term), candidate) {
+        match self.votes.insert((voter, storage, term), candidate) {
             Some(prev) if prev != candidate => violation(
                 "one vote per term",
                 format!("node {voter} voted for {prev} and {candidate} in term {term}"),
@@ -411,15 +413,18 @@ mod tests {
         c.check_node(&node(2, log[..1].to_vec(), 1, 1)).unwrap();
         c.applied(1, &log[0]).unwrap();
         c.applied(1, &log[1]).unwrap();
-        c.vote_granted(2, 5, 1).unwrap();
-        c.vote_granted(2, 5, 1).unwrap();
+        c.vote_granted((2, 1), 5, 1).unwrap();
+        c.vote_granted((2, 1), 5, 1).unwrap();
+        // Its disk wiped, node 2 has forgotten that vote: a second one is the new storage's
+        // (whether it counts is for the candidates' handshake gates).
+        c.vote_granted((2, 2), 5, 3).unwrap();
     }
 
     #[test]
     fn double_vote_is_caught() {
         let mut c = Checker::default();
-        c.vote_granted(2, 5, 1).unwrap();
-        let v = c.vote_granted(2, 5, 3).unwrap_err();
+        c.vote_granted((2, 1), 5, 1).unwrap();
+        let v = c.vote_granted((2, 1), 5, 3).unwrap_err();
         assert_eq!(v.invariant, "one vote per term");
     }
 

@@ -18,11 +18,12 @@ mod linearize;
 pub mod params;
 mod run;
 mod transfer;
+mod wipe;
 mod world;
 
 pub use coverage::MembershipCoverage;
 pub use run::{run, run_catching};
-pub use world::{RunConfig, RunReport};
+pub use world::{DiskReplacements, RunConfig, RunReport};
 
 /// The command that replays one seed, printed with every failure.
 pub fn replay_command(seed: u64, mutation: Option<keel_core::Mutation>, steps: u64) -> String {

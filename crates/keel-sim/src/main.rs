@@ -2,11 +2,12 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::time::Instant;
 
 use clap::Parser;
 use keel_core::Mutation;
-use keel_sim::{replay_command, run_catching, RunConfig, RunReport};
+use keel_sim::{replay_command, run_catching, DiskReplacements, RunConfig, RunReport};
 
 #[derive(Parser, Debug)]
 #[command(name = "keel-sim", about = "Deterministic cluster simulator for keel")]
@@ -29,7 +30,8 @@ struct Args {
     /// Switch on a deliberately broken variant: of the protocol (commit-old-term,
     /// vote-before-durable, ack-before-durable, read-without-term-commit, install-below-commit,
     /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
-    /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id).
+    /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id,
+    /// keep-departed-incarnations).
     #[arg(long)]
     mutation: Option<String>,
     /// Stop at the first violation.
@@ -39,6 +41,13 @@ struct Args {
     /// before membership of every size (replays seeds recorded then).
     #[arg(long)]
     classic_shapes: bool,
+    /// In the seeds that replace disks, wipe a member's disk while it is still a member (an
+    /// unplanned loss) instead of after its removal: shows a known limit, see SWEEPS.md.
+    #[arg(long)]
+    unplanned_wipes: bool,
+    /// No disk replacements (replays seeds recorded before they existed).
+    #[arg(long, conflicts_with = "unplanned_wipes")]
+    no_disk_replacements: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -95,6 +104,13 @@ fn main() -> ExitCode {
                             mutation,
                             break_replay: false,
                             classic_shapes: args.classic_shapes,
+                            disk_replacements: if args.no_disk_replacements {
+                                DiskReplacements::Off
+                            } else if args.unplanned_wipes {
+                                DiskReplacements::Unplanned
+                            } else {
+                                DiskReplacements::Planned
+                            },
                         });
                         if report.violation.is_some() && args.fail_fast {
                             stop.store(true, Ordering::Relaxed);
@@ -127,7 +143,18 @@ fn main() -> ExitCode {
         if let Some(v) = &r.violation {
             violations += 1;
             println!("seed {} violated {v}", r.seed);
-            println!("  replay: {}", replay_command(r.seed, mutation, args.steps));
+            let mut replay = replay_command(r.seed, mutation, args.steps);
+            for (flag, on) in [
+                ("--classic-shapes", args.classic_shapes),
+                ("--unplanned-wipes", args.unplanned_wipes),
+                ("--no-disk-replacements", args.no_disk_replacements),
+            ] {
+                if on {
+                    replay.push(' ');
+                    replay.push_str(flag);
+                }
+            }
+            println!("  replay: {replay}");
         }
     }
     if args.seed.is_some() {

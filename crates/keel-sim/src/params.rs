@@ -4,6 +4,9 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// The cluster id every simulated node and handshake carries.
+pub const CLUSTER_ID: u64 = 0x6b65_656c_5f73_696d;
+
 /// Simulated time is counted in abstract units; a node ticks every `TICK_INTERVAL` units.
 pub const TICK_INTERVAL: u64 = 10;
 
@@ -56,6 +59,9 @@ pub struct Params {
     pub min_voters: usize,
     pub transfer_weight: u32,
     pub clock_jump_weight: u32,
+    /// Weight of wiping a member's disk (scenario S37: it restarts empty under its id with a new
+    /// storage incarnation, and is removed and added back). 0 in most seeds.
+    pub wipe_weight: u32,
     /// Probability of crashing a node right after it sends a vote or an acknowledgement.
     pub crash_after_promise_probability: f64,
     /// Probability of crashing a node right after it becomes leader, before its first entries
@@ -85,6 +91,7 @@ impl Params {
         p.draw_every_size(seed);
         // From the seed, not the generator: the draws above and the run replay as before.
         p.forward_writes = seed % 3 != 0;
+        p.draw_wipes(seed);
         p
     }
 
@@ -138,7 +145,17 @@ impl Params {
             hold_partial_appends: rng.random_bool(0.5),
             every_size: false,
             forward_writes: false,
+            wipe_weight: 0,
             min_voters: 3,
+        }
+    }
+
+    /// Decides whether `seed` wipes disks, from a generator of its own (as `draw_every_size`): a
+    /// quarter of the seeds do.
+    fn draw_wipes(&mut self, seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7769_7065_5f64_6973);
+        if rng.random_bool(0.25) {
+            self.wipe_weight = rng.random_range(1..=2);
         }
     }
 

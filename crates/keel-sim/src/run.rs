@@ -1,7 +1,7 @@
 //! One seed from start to verdict: faults for a number of steps, then healing, then the liveness,
 //! convergence and linearizability checks.
 
-use keel_core::{MembershipChange, NodeId, RaftNode, Role};
+use keel_core::{InvalidMessage, MembershipChange, NodeId, RaftNode, Role};
 use rand::Rng;
 
 use crate::invariants::Violation;
@@ -67,6 +67,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             }
             if w.steps % 16 == 0 {
                 w.retire_removed();
+                w.repair_wiped();
                 if w.converged() {
                     converged = true;
                     break;
@@ -132,7 +133,7 @@ impl World {
                 }
                 self.schedule(TICK_INTERVAL, Event::Tick(id));
             }
-            Event::Deliver(msg) => {
+            Event::Deliver(msg, storage) => {
                 let to = msg.to;
                 let idx = (to - 1) as usize;
                 // A partition also drops what was in flight when it began.
@@ -143,8 +144,11 @@ impl World {
                 {
                     // Still replaying: the runtime leaves peer messages queued until it serves.
                     let delay = self.rng.random_range(1..=self.params.net_delay_max);
-                    self.schedule(delay, Event::Deliver(msg));
-                } else if !cut && self.nodes.get(idx).is_some_and(|n| n.raft.is_some()) {
+                    self.schedule(delay, Event::Deliver(msg, storage));
+                } else if !cut
+                    && self.nodes.get(idx).is_some_and(|n| n.raft.is_some())
+                    && self.hears(to, &msg, storage)
+                {
                     let (from, term) = (msg.from, msg.term);
                     self.digest_event([1, from, to, term]);
                     self.trace_line(|| format!("deliver n{from}->n{to} t{term} {}", short(&msg)));
@@ -155,6 +159,13 @@ impl World {
                         Ok(()) => {
                             raft.step(msg);
                             self.drive(to);
+                        }
+                        Err(e @ InvalidMessage::AnswerFromFutureTerm { .. })
+                            if self.nodes[idx].storage > 1 =>
+                        {
+                            // An answer to what the node asked before its disk was wiped: the
+                            // runtime's validator drops it, rightly.
+                            self.trace_line(|| format!("n{to} drops {msg:?}: {e} (wiped since)"));
                         }
                         Err(e) => {
                             let detail = format!("n{to} refused {msg:?}: {e}");
@@ -206,6 +217,23 @@ impl World {
             self.schedule(delay, Event::ClientWake { client, generation });
         }
         true
+    }
+
+    /// The receiver's handshake decision (keel-engine's gate, as the runtime's transport asks it
+    /// of each connection): a peer back with other storage is not heard.
+    fn hears(&mut self, to: NodeId, msg: &keel_core::Message, storage: u64) -> bool {
+        let from = msg.from;
+        let current = self.nodes[(from - 1) as usize].storage;
+        let gate = &mut self.nodes[(to - 1) as usize].gate;
+        let heard = if storage == current {
+            gate.hears_message(from, storage, &msg.body)
+        } else {
+            gate.hears_earlier_life(from, storage)
+        };
+        if !heard {
+            self.trace_line(|| format!("n{to} refuses n{from}: other storage"));
+        }
+        heard
     }
 
     /// Ends every fault: partitions heal, crashed nodes restart, the network stops losing.
@@ -366,6 +394,9 @@ impl World {
     /// A leader exists, every member of its configuration applied everything it committed, all
     /// state machines agree, and no client operation is outstanding.
     pub(crate) fn converged(&self) -> bool {
+        if self.wiped.is_some() {
+            return false; // a wiped member is not back yet
+        }
         let Some(leader) = self
             .nodes
             .iter()
@@ -420,7 +451,7 @@ impl World {
         out
     }
 
-    fn leader(&self) -> Option<NodeId> {
+    pub(crate) fn leader(&self) -> Option<NodeId> {
         self.nodes
             .iter()
             .filter_map(|n| n.raft.as_ref())
@@ -444,6 +475,7 @@ impl World {
 
     /// One adversarial action, chosen by the seed's weights.
     fn nemesis(&mut self) {
+        self.repair_wiped();
         let p = &self.params;
         let weights = [
             p.crash_weight,
@@ -451,6 +483,7 @@ impl World {
             p.membership_weight,
             p.transfer_weight,
             p.clock_jump_weight,
+            p.wipe_weight,
         ];
         let total: u32 = weights.iter().sum();
         if total == 0 {
@@ -474,7 +507,8 @@ impl World {
             1 => self.partition(),
             2 => self.change_membership(),
             3 => self.transfer(),
-            _ => self.clock_jump(),
+            4 => self.clock_jump(),
+            _ => self.wipe(),
         }
     }
 
@@ -594,7 +628,13 @@ impl World {
             .copied()
             .filter(|&id| id != leader)
             .collect();
-        let can_shrink = membership.voters.len() > self.params.min_voters;
+        // While a wiped member is on its way back, the others keep a majority without it.
+        let min_voters = if self.wiped.is_some() {
+            self.params.min_voters.max(3)
+        } else {
+            self.params.min_voters
+        };
+        let can_shrink = membership.voters.len() > min_voters;
         let leader_is_voter = membership.voters.contains(&leader);
         let kinds: Vec<u8> = [
             (0, !absent.is_empty()),
@@ -623,7 +663,7 @@ impl World {
         self.propose_membership(leader, change);
     }
 
-    fn propose_membership(&mut self, leader: NodeId, change: MembershipChange) {
+    pub(crate) fn propose_membership(&mut self, leader: NodeId, change: MembershipChange) {
         let raft = self.nodes[(leader - 1) as usize]
             .raft
             .as_mut()

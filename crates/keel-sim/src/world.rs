@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use bytes::Bytes;
 use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta};
+use keel_engine::handshake::{DepartedMembers, HandshakeGate};
 use keel_engine::transfer::{self, SnapshotReceiver};
 use keel_engine::{Completion, StorageCommand};
 use keel_wal::SimFs;
@@ -35,11 +36,27 @@ pub struct RunConfig {
     /// Draw only the three- and five-voter shapes (`Params::draw_classic`): replays a seed
     /// recorded before membership of every size existed.
     pub classic_shapes: bool,
+    /// How the seeds that draw disk replacements carry them out (`wipe.rs`).
+    pub disk_replacements: DiskReplacements,
+}
+
+/// Disk replacements (`wipe.rs`), drawn in a quarter of the seeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DiskReplacements {
+    /// None at all: replays a seed recorded before they existed.
+    Off,
+    /// Removed first, then wiped and added back.
+    #[default]
+    Planned,
+    /// Wiped while still a member, then removed and added back: shows a known limit.
+    Unplanned,
 }
 
 pub(crate) enum Event {
     Tick(NodeId),
-    Deliver(Message),
+    /// A peer message arrives, sent under this storage incarnation of its sender (whose disk
+    /// may be wiped while it travels).
+    Deliver(Message, u64),
     /// The node's storage worker runs its next unit of work (a group commit or an adoption).
     DiskWork {
         node: NodeId,
@@ -106,7 +123,14 @@ pub(crate) struct SimNode {
     /// The engine, apply pipeline and state machine beside the core (`None` while down).
     pub app: Option<App>,
     pub disk: SimDisk,
+    /// Counts the node's starts (events of an earlier life are ignored).
     pub incarnation: u64,
+    /// The storage incarnation it announces to peers: new when its disk is wiped.
+    pub storage: u64,
+    /// The handshake decisions about its peers (keel-engine's), remembered on its disk.
+    pub gate: HandshakeGate<SimFs>,
+    /// Which members left its configuration, to forget their storage (`None` while down).
+    pub departed: Option<DepartedMembers>,
     /// Durable snapshot data by index (the metadata lives in `disk`); survives crashes.
     pub snapshot_data: BTreeMap<Index, Bytes>,
     /// The receiving side of snapshot transfers; its partial file is on the node's disk, its
@@ -170,6 +194,9 @@ pub(crate) struct World {
     pub next_forward: u64,
     /// Snapshot transfers under way: sends and their connections.
     pub transfers: crate::transfer::Transfers,
+    /// A member whose disk is being replaced, until it is back (`wipe.rs`).
+    pub wiped: Option<crate::wipe::Wiped>,
+    pub unplanned_wipes: bool,
     pub mutation: Option<keel_core::Mutation>,
     break_replay: bool,
     trace_on: bool,
@@ -180,17 +207,21 @@ pub(crate) struct World {
 impl World {
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let params = if cfg.classic_shapes {
+        let mut params = if cfg.classic_shapes {
             Params::draw_classic(&mut rng)
         } else {
             Params::draw(cfg.seed, &mut rng)
         };
+        if cfg.disk_replacements == DiskReplacements::Off {
+            params.wipe_weight = 0;
+        }
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
                 let initial: &[NodeId] = if voters.contains(&id) { &voters } else { &[] };
                 let disk = SimDisk::new(params.use_wal, initial, cfg.mutation);
                 let receiver = new_receiver(&disk, cfg.mutation);
+                let gate = new_gate(&disk, id, cfg.mutation).expect("a new disk's gate");
                 SimNode {
                     id,
                     raft: None,
@@ -198,6 +229,9 @@ impl World {
                     receiver,
                     disk,
                     incarnation: 0,
+                    storage: 1,
+                    gate,
+                    departed: None,
                     snapshot_data: BTreeMap::new(),
                     last_role: Role::Follower,
                     last_commit: 0,
@@ -226,6 +260,8 @@ impl World {
             forwards: BTreeMap::new(),
             next_forward: 1,
             transfers: Default::default(),
+            wiped: None,
+            unplanned_wipes: cfg.disk_replacements == DiskReplacements::Unplanned,
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,
             trace_on: cfg.trace,
@@ -377,6 +413,9 @@ impl World {
                     self.params.snapshot_threshold,
                     self.mutation,
                 ));
+                let departed = DepartedMembers::new(raft.log());
+                node.gate.configuration_changed(&departed.current());
+                node.departed = Some(departed);
                 node.raft = Some(raft);
                 self.checker.restarted(id, snapshot);
                 if let Err(v) = self.checker.state_digest(id, snapshot, digest) {
@@ -402,6 +441,13 @@ impl World {
         node.incarnation += 1;
         node.disk.crash(tear, &mut self.rng);
         node.receiver = new_receiver(&node.disk, self.mutation);
+        node.departed = None;
+        match new_gate(&node.disk, id, self.mutation) {
+            Ok(gate) => node.gate = gate,
+            Err(e) => {
+                return self.violate("recovery", format!("node {id}: peer incarnations: {e}"))
+            }
+        }
         self.stop_sends(id);
         self.trace_line(|| format!("crash n{id}"));
         self.clients.node_lost(id);
@@ -468,7 +514,8 @@ impl World {
 
     pub fn send(&mut self, msg: Message) {
         if let MessageBody::VoteResponse { granted: true } = msg.body {
-            if let Err(v) = self.checker.vote_granted(msg.from, msg.term, msg.to) {
+            let voter = (msg.from, self.nodes[(msg.from - 1) as usize].storage);
+            if let Err(v) = self.checker.vote_granted(voter, msg.term, msg.to) {
                 self.fail(v);
             }
         }
@@ -503,11 +550,33 @@ impl World {
             return;
         }
         let copies = if self.rng.random_bool(dup) { 2 } else { 1 };
+        let storage = self.nodes[(msg.from - 1) as usize].storage;
         for _ in 0..copies {
             let delay = self
                 .rng
                 .random_range(self.params.net_delay_min..=self.params.net_delay_max);
-            self.schedule(delay, Event::Deliver(msg.clone()));
+            self.schedule(delay, Event::Deliver(msg.clone(), storage));
+        }
+    }
+
+    /// Node `id`'s configuration changed: its gate forgets the storage of members that left, so
+    /// that one added back with a wiped disk is heard again, and learns who the members are (as
+    /// the runtime's driver does).
+    fn forget_departed(&mut self, id: NodeId) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        let (Some(raft), Some(departed)) = (node.raft.as_ref(), node.departed.as_mut()) else {
+            return;
+        };
+        if let Some(change) = departed.observe(raft.log()) {
+            node.gate.configuration_changed(&change);
+            if !change.departed.is_empty() || change.history_skipped {
+                self.trace_line(|| format!("n{id} forgets the storage of {change:?}"));
+            }
+            let node = &mut self.nodes[(id - 1) as usize];
+            if let Some(e) = node.gate.incarnations().take_persist_error() {
+                let detail = format!("node {id} cannot record peer incarnations: {e}");
+                self.violate("storage", detail);
+            }
         }
     }
 
@@ -526,6 +595,7 @@ impl World {
             }
             self.handle_ready(id);
         }
+        self.forget_departed(id);
         let node = &mut self.nodes[idx];
         let (Some(raft), Some(app)) = (node.raft.as_ref(), node.app.as_mut()) else {
             return;
@@ -634,7 +704,22 @@ impl World {
 }
 
 /// A node's snapshot receiver as it starts: nothing in memory, its partial file (if any) on disk.
-fn new_receiver(disk: &SimDisk, mutation: Option<keel_core::Mutation>) -> SnapshotReceiver<SimFs> {
+/// The handshake gate of a node, with the peer incarnations its disk remembers.
+pub(crate) fn new_gate(
+    disk: &SimDisk,
+    id: NodeId,
+    mutation: Option<keel_core::Mutation>,
+) -> std::io::Result<HandshakeGate<SimFs>> {
+    let dir = Some(SimDisk::transfer_dir());
+    let mut gate = HandshakeGate::load(crate::params::CLUSTER_ID, id, disk.transfer_fs(), dir)?;
+    gate.set_mutation(mutation);
+    Ok(gate)
+}
+
+pub(crate) fn new_receiver(
+    disk: &SimDisk,
+    mutation: Option<keel_core::Mutation>,
+) -> SnapshotReceiver<SimFs> {
     let mut receiver = SnapshotReceiver::new(disk.transfer_fs(), SimDisk::transfer_dir());
     receiver.set_mutation(mutation);
     receiver

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use keel_core::{Index, LogId, Message, NodeId, RaftNode, SnapshotMeta, Term};
+use keel_engine::handshake::{adopts_peer_addr, DepartedMembers};
 use keel_engine::{Adoption, NodeEngine, Shell, SnapshotWriting};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{interval, MissedTickBehavior};
@@ -55,8 +56,8 @@ pub(super) struct Driver<S> {
     pub raft: RaftNode,
     pub engine: NodeEngine<ProposalReply, ReadFn<S>>,
     pub io: Io<S>,
-    /// The configuration last seen, to forget the storage incarnation of members that leave it.
-    pub membership: keel_core::Membership,
+    /// Which members left the configuration, to forget their storage incarnations.
+    pub departed: DepartedMembers,
     pub storage: mpsc::Sender<StorageCommand>,
     /// A snapshot thread is writing a view; the newest view taken meanwhile waits.
     pub snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
@@ -225,15 +226,9 @@ impl<S: StateMachine> Driver<S> {
     /// A member that left the configuration may be added back later with new storage: its old
     /// incarnation must not keep it out then (S37).
     fn note_membership(&mut self) {
-        if *self.raft.membership() == self.membership {
-            return;
+        if let Some(change) = self.departed.observe(self.raft.log()) {
+            self.io.transport.configuration_changed(&change);
         }
-        let now = self.raft.membership().clone();
-        let members = now.members();
-        for id in self.membership.members().difference(&members) {
-            self.io.transport.forget_incarnation(*id);
-        }
-        self.membership = now;
     }
 
     fn check_replay_done(&mut self) {
@@ -387,7 +382,8 @@ impl<S: StateMachine> Driver<S> {
             Inbound::PeerAddress { from, addr } => {
                 // Addresses this node was given (initial cluster, RAFT.MEMBER ADD here) win; an
                 // announced one fills a gap, so every member can answer a member added elsewhere.
-                if from != self.config.id && self.io.transport.peer_addr(from).is_none() {
+                let known = self.io.transport.peer_addr(from);
+                if adopts_peer_addr(self.config.id, from, known) {
                     tracing::info!(node = self.config.id, peer = from, %addr, "learned a peer address from its handshake");
                     self.io.transport.set_peer(from, addr);
                 }

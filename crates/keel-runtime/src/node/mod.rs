@@ -199,8 +199,8 @@ impl<S: StateMachine> Node<S> {
         if config.transport.incarnation == 0 {
             config.transport.incarnation = incarnation(&config.data_dir)?;
         }
-        if config.transport.incarnations_file.is_none() {
-            config.transport.incarnations_file = Some(config.data_dir.join("peer-incarnations"));
+        if config.transport.incarnations_dir.is_none() {
+            config.transport.incarnations_dir = Some(config.data_dir.clone());
         }
         tracing::info!(
             node = config.id,
@@ -266,8 +266,10 @@ impl<S: StateMachine> Node<S> {
             applied,
             replay_target,
         );
+        let departed = keel_engine::handshake::DepartedMembers::new(raft.log());
+        transport.configuration_changed(&departed.current());
         let driver = driver::Driver {
-            membership: raft.membership().clone(),
+            departed,
             raft,
             engine,
             io: driver::Io {

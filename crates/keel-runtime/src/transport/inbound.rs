@@ -15,10 +15,11 @@ use tokio::time::{sleep, timeout};
 
 use super::record::{FrameWriter, RecordReader};
 use super::{
-    auth, read_frame, record_to_responder_bytes_max, snapshot, ConnReader, ConnWriter, Inbound,
-    Shared, TransportError,
+    auth, read_frame, record_to_responder_bytes_max, report_persist_error, snapshot, ConnReader,
+    ConnWriter, Inbound, Shared, TransportError,
 };
 use crate::wire::{self, AuthError, Body, Channel};
+use keel_engine::handshake::{Admission, PeerHello, Refusal};
 
 /// Tells a refused peer why (sealed, if the connection authenticated), then closes without
 /// resetting the connection: the write side is shut down and what the peer still sends is read
@@ -106,26 +107,38 @@ async fn serve_connection(
         None => {}
     }
     // From here on the peer is authenticated (when this node has a secret): only now is
-    // anything its handshake says believed or adopted.
-    hello.validate(c.cluster_id)?;
-    if let Some(got) = hello.incarnation()? {
-        let checked = shared
-            .incarnations
-            .lock()
-            .expect("incarnations lock")
-            .check(hello.node_id, got);
-        if let Err(known) = checked {
-            return Err(TransportError::StorageChanged {
-                node: hello.node_id,
-                known,
-                got,
-            });
+    // anything its handshake says believed or adopted, by keel-engine's gate.
+    let peer = PeerHello {
+        cluster_id: hello.cluster_id,
+        node_id: hello.node_id,
+        incarnation: hello.incarnation()?,
+        advertised_addr: hello.advertised_addr()?,
+        client_addr: hello.client_addr()?,
+    };
+    let admitted = {
+        let mut gate = shared.gate.lock().expect("gate lock");
+        let admitted = gate.admit(&peer);
+        report_persist_error(&mut gate);
+        admitted
+    };
+    // A peer back with other storage: only what a leader sends is heard from it (the gate's
+    // `hears_message`); its first other message is refused with the reason.
+    let (admission, changed_storage) = match admitted {
+        Ok(admission) => (admission, None),
+        Err(refusal @ Refusal::StorageChanged { got, .. }) => {
+            tracing::warn!(
+                node = c.node_id,
+                peer = hello.node_id,
+                "{refusal}: only its leader messages are heard"
+            );
+            (Admission::default(), Some((got, refusal)))
         }
-    }
+        Err(refusal) => return Err(refusal.into()),
+    };
     match hello.channel {
         Channel::Messages => {
-            if let Some(addr) = hello.client_addr()? {
-                if hello.node_id != c.node_id && shared.client_addrs.set(hello.node_id, &addr) {
+            if let Some(addr) = admission.client_addr {
+                if shared.client_addrs.set(hello.node_id, &addr) {
                     tracing::info!(
                         node = c.node_id,
                         peer = hello.node_id,
@@ -134,7 +147,7 @@ async fn serve_connection(
                     );
                 }
             }
-            if let Some(addr) = hello.advertised_addr()? {
+            if let Some(addr) = admission.peer_addr {
                 let learned = Inbound::PeerAddress {
                     from: hello.node_id,
                     addr,
@@ -165,6 +178,14 @@ async fn serve_connection(
                 };
                 if msg.from != hello.node_id {
                     return Err(TransportError::Unexpected("message from another node id"));
+                }
+                if let Some((incarnation, refusal)) = &changed_storage {
+                    let mut gate = shared.gate.lock().expect("gate lock");
+                    let heard = gate.hears_message(hello.node_id, *incarnation, &msg.body);
+                    report_persist_error(&mut gate);
+                    if !heard {
+                        return Err(refusal.clone().into());
+                    }
                 }
                 if inbound.send(Inbound::Message(msg)).await.is_err() {
                     return Ok(()); // the node is gone

@@ -580,18 +580,6 @@ impl Handshake {
         Ok(found)
     }
 
-    /// Whether a peer saying this may talk to a node of `cluster_id`. The reason is logged by the
-    /// caller before it closes the connection.
-    pub fn validate(&self, cluster_id: u64) -> Result<(), WireError> {
-        if self.cluster_id != cluster_id {
-            return Err(WireError::WrongClusterId {
-                expected: cluster_id,
-                got: self.cluster_id,
-            });
-        }
-        self.check_required_flags()
-    }
-
     /// Refuses a required feature this build does not know (checked before anything else the
     /// handshake says is acted on: the rest may mean something else under that feature).
     pub fn check_required_flags(&self) -> Result<(), WireError> {

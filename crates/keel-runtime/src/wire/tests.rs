@@ -288,23 +288,20 @@ fn handshake_round_trips_and_is_validated() {
     encode_handshake(&h, &mut buf);
     let (body, _) = decode_one(buf).unwrap().unwrap();
     assert_eq!(body, Body::Handshake(h.clone()));
-    assert_eq!(h.validate(0xC1), Ok(()));
-    assert_eq!(
-        h.validate(0xC2),
-        Err(WireError::WrongClusterId {
-            expected: 0xC2,
-            got: 0xC1
-        })
-    );
+    assert_eq!(h.check_required_flags(), Ok(()));
+    // (The cluster id is keel-engine's handshake gate's to check.)
     // An optional flag is ignored; a required one this build lacks is refused.
     h.flags = 1 << 20;
-    assert_eq!(h.validate(0xC1), Ok(()));
+    assert_eq!(h.check_required_flags(), Ok(()));
     h.flags = FLAG_CHUNKED_SNAPSHOT;
-    assert_eq!(h.validate(0xC1), Ok(()));
+    assert_eq!(h.check_required_flags(), Ok(()));
     h.flags = FLAG_CHUNKED_SNAPSHOT | FLAG_AUTHENTICATED;
-    assert_eq!(h.validate(0xC1), Ok(()));
+    assert_eq!(h.check_required_flags(), Ok(()));
     h.flags = 1 << 2;
-    assert_eq!(h.validate(0xC1), Err(WireError::UnknownRequiredFlags(4)));
+    assert_eq!(
+        h.check_required_flags(),
+        Err(WireError::UnknownRequiredFlags(4))
+    );
 }
 
 #[test]
@@ -404,7 +401,8 @@ fn advertised_address_round_trips_and_unknown_records_are_skipped() {
         panic!("not a handshake");
     };
     assert_eq!(back.advertised_addr().unwrap(), Some(addr));
-    back.validate(1).expect("an optional flag never refuses");
+    back.check_required_flags()
+        .expect("an optional flag never refuses");
 
     // A record of a type this build does not know, before the address: skipped.
     let mut records = vec![200u8, 3, 0, b'x', b'y', b'z'];

@@ -1,0 +1,152 @@
+//! The wipe fault (scenario S37): a member's disk is replaced, and the node comes back under
+//! its id with empty storage and a new storage incarnation, as an operator rebuilds it.
+//!
+//! The planned replacement, drawn in a quarter of the seeds: the member is removed from the
+//! configuration first; once the removal is committed its disk is wiped and it restarts empty
+//! (without an initial cluster, as the README tells an operator); then it is added back, as a
+//! learner and then a voter if it was one. A peer that has not yet seen the removal still knows
+//! the old incarnation and refuses the new one (keel-engine's handshake gate, which the runtime's
+//! transport runs too); each peer forgets it when the removal reaches its log
+//! (`DepartedMembers`), so that the member is heard again once it is added back. Safety must
+//! hold throughout and, after healing, the member must be back and whole.
+//!
+//! The unplanned loss (`RunConfig::unplanned_wipes`, `keel-sim --unplanned-wipes`): the disk
+//! is wiped while the node is still a member, and it is removed and added back afterwards. The
+//! node has forgotten its votes and acknowledgements; the peers that knew its old storage refuse
+//! it, but a peer that never heard from it (one itself rebuilt, say) cannot tell it from a new
+//! member, counts its vote, and a committed entry can be lost. This mode shows that known limit
+//! (see SWEEPS.md); closing it is the work on storage faults, not a property claimed here.
+//!
+//! A wipe needs headroom: every node up, and every configuration of three voters or more and
+//! not joint, so that the others keep a majority throughout; one member at a time, and while
+//! one is on its way back the nemesis never shrinks the voters below three.
+
+use keel_core::{Membership, MembershipChange, NodeId};
+use rand::Rng;
+
+use crate::disk::SimDisk;
+use crate::world::{new_gate, new_receiver, World};
+
+/// A member whose disk is being replaced.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wiped {
+    pub id: NodeId,
+    /// Added back as a voter (else as a learner).
+    pub was_voter: bool,
+    /// Its disk was wiped (at once in the unplanned mode, else once its removal committed).
+    pub wiped: bool,
+    /// Its removal committed: peers forget its old storage as they see it.
+    pub removed: bool,
+}
+
+fn has_headroom(m: &Membership) -> bool {
+    !m.is_joint() && m.voters.len() >= 3
+}
+
+impl World {
+    /// Starts replacing a random member's disk, if the cluster has the headroom.
+    pub(crate) fn wipe(&mut self) {
+        if self.wiped.is_some() || self.nodes.iter().any(|n| n.raft.is_none() && !n.retired) {
+            return;
+        }
+        let committed = self.membership.committed().1.clone();
+        if !has_headroom(&committed) {
+            return;
+        }
+        let members: Vec<NodeId> = committed.members().into_iter().collect();
+        let headroom_everywhere = self
+            .nodes
+            .iter()
+            .filter(|n| members.contains(&n.id))
+            .filter_map(|n| n.raft.as_ref())
+            .all(|r| has_headroom(r.membership()));
+        if !headroom_everywhere {
+            return;
+        }
+        let id = members[self.rng.random_range(0..members.len())];
+        self.wiped = Some(Wiped {
+            id,
+            was_voter: committed.voters.contains(&id),
+            wiped: false,
+            removed: false,
+        });
+        self.trace_line(|| format!("replace the disk of n{id}"));
+        if self.unplanned_wipes {
+            self.wipe_disk(id);
+        } else {
+            self.repair_wiped();
+        }
+    }
+
+    /// The node loses its disk whole and restarts empty, waiting to be added.
+    fn wipe_disk(&mut self, id: NodeId) {
+        self.trace_line(|| format!("wipe n{id}"));
+        self.crash(id);
+        if self.violation.is_some() {
+            return;
+        }
+        let node = &mut self.nodes[(id - 1) as usize];
+        node.disk = SimDisk::new(self.params.use_wal, &[], self.mutation);
+        node.snapshot_data.clear();
+        node.storage += 1;
+        node.receiver = new_receiver(&node.disk, self.mutation);
+        node.gate = new_gate(&node.disk, id, self.mutation).expect("a new disk's gate");
+        if let Some(w) = self.wiped.as_mut() {
+            w.wiped = true;
+        }
+    }
+
+    /// Takes the replacement one step further through the leader: removed, wiped, added back
+    /// as a learner, promoted if it was a voter. A change the leader refuses (another one
+    /// pending) is asked again at the next call. Called at every nemesis step and while healing.
+    pub(crate) fn repair_wiped(&mut self) {
+        let Some(mut w) = self.wiped else {
+            return;
+        };
+        let id = w.id;
+        if self.nodes[(id - 1) as usize].retired {
+            self.wiped = None; // removed and shut down for good (see `retire_removed`)
+            return;
+        }
+        if !w.removed && !self.membership.committed().1.contains(id) {
+            w.removed = true;
+            self.wiped = Some(w);
+        }
+        if w.removed && !w.wiped {
+            // Down between the removal and the wipe: it restarts empty all the same (`crash`
+            // schedules the restart).
+            self.wipe_disk(id);
+        }
+        let committed = self.membership.committed().1;
+        let back = if w.was_voter {
+            committed.voters.contains(&id) && !committed.is_joint()
+        } else {
+            committed.learners.contains(&id)
+        };
+        if back && w.removed {
+            self.trace_line(|| format!("n{id} is back with its new disk"));
+            self.wiped = None;
+            return;
+        }
+        let Some(leader) = self.leader() else { return };
+        let latest = self.nodes[(leader - 1) as usize]
+            .raft
+            .as_ref()
+            .expect("leader is up")
+            .membership()
+            .clone();
+        let change = if !w.removed {
+            if !latest.contains(id) {
+                return; // removal proposed, not committed yet
+            }
+            MembershipChange::Remove(id)
+        } else if !latest.contains(id) {
+            MembershipChange::AddLearner(id)
+        } else if w.was_voter && latest.learners.contains(&id) {
+            MembershipChange::AddVoter(id)
+        } else {
+            return; // the change is under way
+        };
+        self.propose_membership(leader, change);
+    }
+}
