@@ -118,6 +118,12 @@ pub struct TransportConfig {
     pub connect_timeout_ms: u64,
     pub write_timeout_ms: u64,
     pub handshake_timeout_ms: u64,
+    /// Inbound connections still in their handshake (nothing about the peer is known yet): a
+    /// new one beyond this closes the oldest, so that connections that never finish their
+    /// handshake cannot keep a member's from getting through.
+    pub handshakes_pending_max: usize,
+    /// Inbound connections open at once; one more is closed at once.
+    pub inbound_connections_max: usize,
 }
 
 impl TransportConfig {
@@ -147,6 +153,8 @@ impl TransportConfig {
             connect_timeout_ms: 1000,
             write_timeout_ms: 5000,
             handshake_timeout_ms: 5000,
+            handshakes_pending_max: 64,
+            inbound_connections_max: 1024,
         }
     }
 }

@@ -2,15 +2,16 @@
 //! the authentication) of every inbound connection, then its messages or snapshot, and the
 //! refusal a failed connection is told.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::{sleep, timeout};
 
 use super::record::{FrameWriter, RecordReader};
@@ -41,6 +42,38 @@ async fn send_refusal(rd: &mut ConnReader, wr: &mut ConnWriter, error: &Transpor
     let _ = timeout(Duration::from_secs(1), tell).await;
 }
 
+/// The inbound connections still in their handshake, oldest first (ids in accept order).
+#[derive(Default)]
+struct Handshaking {
+    by_id: BTreeMap<u64, AbortHandle>,
+}
+
+type SharedHandshaking = Arc<Mutex<Handshaking>>;
+
+fn lock(handshaking: &SharedHandshaking) -> std::sync::MutexGuard<'_, Handshaking> {
+    // Every critical section is one map operation: a panic cannot leave it half done.
+    handshaking.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection's place among those in their handshake, given up when the handshake is over
+/// (or the connection ends).
+struct HandshakeSlot {
+    handshaking: SharedHandshaking,
+    id: u64,
+}
+
+impl HandshakeSlot {
+    fn done(&self) {
+        lock(&self.handshaking).by_id.remove(&self.id);
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
@@ -48,18 +81,37 @@ pub(super) async fn accept_loop(
 ) {
     // Connections live in this set so that aborting the listener ends them all.
     let mut connections = JoinSet::new();
+    let handshaking = SharedHandshaking::default();
+    let mut next_id = 0u64;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    if connections.len() >= shared.config.inbound_connections_max {
+                        shared.refused_connections.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "closing peer connection: too many open");
+                        continue;
+                    }
                     let shared = shared.clone();
                     let inbound = inbound.clone();
-                    connections.spawn(async move {
+                    next_id += 1;
+                    let slot = HandshakeSlot { handshaking: handshaking.clone(), id: next_id };
+                    // Held while the task is registered, so its slot cannot be given up before
+                    // it is taken.
+                    let mut pending = lock(&handshaking);
+                    if pending.by_id.len() >= shared.config.handshakes_pending_max {
+                        if let Some((_, oldest)) = pending.by_id.pop_first() {
+                            shared.refused_connections.fetch_add(1, Ordering::Relaxed);
+                            oldest.abort();
+                        }
+                    }
+                    let task = connections.spawn(async move {
                         let _ = stream.set_nodelay(true);
                         let (rd, wr) = stream.into_split();
                         let mut rd = RecordReader::plain(BufReader::new(rd));
                         let mut wr = FrameWriter::plain(wr);
-                        if let Err(e) = serve_connection(&shared, &mut rd, &mut wr, inbound).await {
+                        let served = serve_connection(&shared, &mut rd, &mut wr, inbound, &slot);
+                        if let Err(e) = served.await {
                             // Counted before the stream is dropped, so whoever sees the close
                             // also sees the count.
                             shared.refused_connections.fetch_add(1, Ordering::Relaxed);
@@ -67,6 +119,7 @@ pub(super) async fn accept_loop(
                             send_refusal(&mut rd, &mut wr, &e).await;
                         }
                     });
+                    pending.by_id.insert(next_id, task);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: wait rather than spin.
@@ -84,6 +137,7 @@ async fn serve_connection(
     rd: &mut ConnReader,
     wr: &mut ConnWriter,
     inbound: mpsc::Sender<Inbound>,
+    slot: &HandshakeSlot,
 ) -> Result<(), TransportError> {
     let c = &shared.config;
     let limit = Duration::from_millis(c.handshake_timeout_ms);
@@ -123,6 +177,7 @@ async fn serve_connection(
     };
     // A peer back with other storage: only what a leader sends is heard from it (the gate's
     // `hears_message`); its first other message is refused with the reason.
+    slot.done();
     let (admission, changed_storage) = match admitted {
         Ok(admission) => (admission, None),
         Err(refusal @ Refusal::StorageChanged { got, .. }) => {

@@ -401,3 +401,50 @@ async fn a_message_above_the_receivers_bound_is_refused() {
         assert!(tokio::time::Instant::now() < deadline, "nothing arrived");
     }
 }
+
+/// Connections that never finish their handshake (a port scanner, or someone holding
+/// connections open) cannot keep a member out: beyond `handshakes_pending_max` the oldest is
+/// closed, long before its handshake timeout, and a member's connection gets through.
+#[tokio::test]
+async fn idle_connections_cannot_crowd_out_a_member() {
+    let mut config = TransportConfig::new(CLUSTER, 2);
+    config.handshakes_pending_max = 4;
+    config.handshake_timeout_ms = 60_000;
+    let (b, mut b_rx) = start_with(config).await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(b.local_addr()).await.unwrap());
+    }
+    let (a, _a_rx) = start(1).await;
+    a.set_peer(2, b.local_addr());
+    a.send(heartbeat(1, 2, 7));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 7));
+    // The member's connection took the oldest idle one's place.
+    closed_by_peer(&mut idle[0]).await;
+    assert!(b.refused_connections() >= 1);
+    // More idle connections push out the others, never the member's finished handshake.
+    for _ in 0..8 {
+        idle.push(TcpStream::connect(b.local_addr()).await.unwrap());
+    }
+    for stream in &mut idle[1..4] {
+        closed_by_peer(stream).await;
+    }
+    a.send(heartbeat(1, 2, 8));
+    assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 8));
+}
+
+/// Beyond `inbound_connections_max` open connections a new one is closed at once.
+#[tokio::test]
+async fn open_connections_are_bounded() {
+    let mut config = TransportConfig::new(CLUSTER, 2);
+    config.inbound_connections_max = 3;
+    config.handshake_timeout_ms = 60_000;
+    let (b, _b_rx) = start_with(config).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(TcpStream::connect(b.local_addr()).await.unwrap());
+    }
+    let mut extra = TcpStream::connect(b.local_addr()).await.unwrap();
+    closed_by_peer(&mut extra).await;
+    assert!(b.refused_connections() >= 1);
+}
