@@ -91,9 +91,16 @@ impl<F: Fs> Incarnations<F> {
         }
     }
 
-    /// The configuration's members now (the caller also forgets those that left).
+    /// The configuration's members now. What is known of a node outside it is forgotten, so
+    /// that nothing known outlives a membership (a departure the node did not see leave, as in
+    /// a crash between a configuration entry's write and its observation, included).
     pub fn set_members(&mut self, members: BTreeSet<NodeId>) {
+        let before = self.known.len();
+        self.known.retain(|id, _| members.contains(id));
         self.members = members;
+        if self.known.len() != before {
+            self.persist();
+        }
     }
 
     /// `node` left the configuration: whatever storage it comes back with is new.
@@ -101,6 +108,12 @@ impl<F: Fs> Incarnations<F> {
         if self.known.remove(&node).is_some() {
             self.persist();
         }
+    }
+
+    /// The `keep-departed-incarnations` mutation: the members change, nothing is forgotten.
+    #[cfg(feature = "mutations")]
+    pub(super) fn set_members_forgetting_nothing(&mut self, members: BTreeSet<NodeId>) {
+        self.members = members;
     }
 
     /// Forgets every peer's incarnation (each is learned again as its member next connects).

@@ -169,17 +169,14 @@ impl<F: Fs> HandshakeGate<F> {
             .is_none_or(|known| known == incarnation)
     }
 
-    /// `node` left the configuration: whatever storage it comes back with is new.
-    pub fn forget(&mut self, node: NodeId) {
-        self.incarnations.forget(node);
-    }
-
-    /// The configuration changed: forgets the members that left and remembers who the members
-    /// are (only a member's first-seen incarnation is remembered).
+    /// The configuration changed: forgets the members that left (and whatever is known of a
+    /// node that is not a member) and remembers who the members are (only a member's
+    /// first-seen incarnation is remembered).
     pub fn configuration_changed(&mut self, change: &ConfigurationChange) {
         #[cfg(feature = "mutations")]
         if self.mutation == Some(keel_core::Mutation::KeepDepartedIncarnations) {
-            self.incarnations.set_members(change.members.clone());
+            let members = change.members.clone();
+            self.incarnations.set_members_forgetting_nothing(members);
             return;
         }
         if change.history_skipped {

@@ -61,7 +61,12 @@ fn first_seen_is_remembered_across_a_crash_and_a_change_is_refused() {
         }),
         "a wiped member is refused after a restart"
     );
-    b.forget(2);
+    b.configuration_changed(&ConfigurationChange {
+        departed: vec![2],
+        members: [1, 3].into_iter().collect(),
+        history_skipped: false,
+    });
+    b.configuration_changed(&members(&[1, 2, 3]));
     assert!(
         b.admit(&hello(2, 78)).is_ok(),
         "once removed, new storage is heard"
@@ -130,6 +135,21 @@ fn in_memory_gate_enforces_without_files() {
         .paths()
         .iter()
         .all(|p| !p.starts_with(Path::new("/node/peer"))));
+}
+
+#[test]
+fn nothing_is_known_of_a_node_outside_the_configuration() {
+    let fs = sim_fs();
+    let mut g = gate(&fs);
+    assert!(g.hears(3, 5));
+    // Restarted after a crash that came between the write of node 3's removal and its
+    // observation: the configuration the node starts with does not list 3.
+    let mut g = HandshakeGate::load(7, 1, fs.clone(), Some(dir())).unwrap();
+    assert_eq!(g.incarnations().known(3), Some(5));
+    g.configuration_changed(&members(&[1, 2]));
+    assert_eq!(g.incarnations().known(3), None);
+    let g = HandshakeGate::load(7, 1, fs, Some(dir())).unwrap();
+    assert!(g.hears_earlier_life(3, 6), "forgotten durably");
 }
 
 #[test]
