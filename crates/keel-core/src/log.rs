@@ -256,6 +256,14 @@ impl RaftLog {
         }
     }
 
+    /// [`RaftLog::membership`], shared.
+    pub fn membership_shared(&self) -> &Arc<Membership> {
+        match self.memberships.last() {
+            Some((_, m)) => m,
+            None => &self.base_membership,
+        }
+    }
+
     /// The index of the entry that set the effective configuration (the purged index if none).
     pub fn membership_index(&self) -> Index {
         self.memberships
