@@ -131,7 +131,7 @@ impl<P, R> NodeEngine<P, R> {
     /// Marks the node serving once the application applied up to the replay target. Returns
     /// whether it just started serving.
     pub fn check_replay_done(&mut self, raft: &RaftNode) -> bool {
-        if self.serving || raft.status().applied < self.replay_target {
+        if self.serving || raft.applied_index() < self.replay_target {
             return false;
         }
         self.serving = true;

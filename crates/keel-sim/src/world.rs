@@ -94,10 +94,11 @@ pub(crate) enum Event {
     Forward(crate::forward::ForwardEvent),
 }
 
+/// A queue entry: the event itself waits in `World::events`, so the heap moves 24 bytes.
 struct Scheduled {
     time: u64,
     seq: u64,
-    event: Event,
+    slot: u32,
 }
 
 impl PartialEq for Scheduled {
@@ -179,6 +180,9 @@ pub(crate) struct World {
     pub steps: u64,
     seq: u64,
     queue: BinaryHeap<Reverse<Scheduled>>,
+    /// The queued events, by slot; `free_slots` lists the empty ones.
+    events: Vec<Option<Event>>,
+    free_slots: Vec<u32>,
     pub nodes: Vec<SimNode>,
     /// Directed links that drop everything: (from, to).
     pub blocked: BTreeSet<(NodeId, NodeId)>,
@@ -248,6 +252,8 @@ impl World {
             steps: 0,
             seq: 0,
             queue: BinaryHeap::new(),
+            events: Vec::new(),
+            free_slots: Vec::new(),
             nodes,
             blocked: BTreeSet::new(),
             partition_generation: 0,
@@ -291,7 +297,12 @@ impl World {
     }
 
     pub fn pop(&mut self) -> Option<(u64, Event)> {
-        self.queue.pop().map(|Reverse(s)| (s.time, s.event))
+        let Reverse(s) = self.queue.pop()?;
+        let event = self.events[s.slot as usize]
+            .take()
+            .expect("a queued slot holds its event");
+        self.free_slots.push(s.slot);
+        Some((s.time, event))
     }
 
     pub fn trace_digest(&self) -> u64 {
@@ -300,10 +311,20 @@ impl World {
 
     pub fn schedule(&mut self, delay: u64, event: Event) {
         self.seq += 1;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.events[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                self.events.push(Some(event));
+                (self.events.len() - 1) as u32
+            }
+        };
         self.queue.push(Reverse(Scheduled {
             time: self.now + delay,
             seq: self.seq,
-            event,
+            slot,
         }));
     }
 

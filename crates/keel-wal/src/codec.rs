@@ -194,6 +194,19 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// Steps over `n` bytes: [`Reader::bytes`] without taking a reference to the buffer (same
+    /// check, same error).
+    pub fn skip(&mut self, n: usize, what: &str) -> Result<(), DecodeError> {
+        if n > self.remaining() {
+            return Err(format!(
+                "{what}: length {n} exceeds the {} bytes that remain",
+                self.remaining()
+            ));
+        }
+        self.pos += n;
+        Ok(())
+    }
+
     /// A count of `item_size_bytes`-sized items, checked against what remains before anyone
     /// allocates for it.
     pub fn count(&mut self, item_size_bytes: usize, what: &str) -> Result<usize, DecodeError> {

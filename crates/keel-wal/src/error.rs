@@ -89,12 +89,18 @@ pub type Result<T, E = WalError> = std::result::Result<T, E>;
 
 /// Attaches a path to an I/O error.
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> WalError {
-    let path = path.into();
-    move |source| WalError::Io { path, source }
+    // The path is converted (for a borrowed one: copied) only if there is an error: recovery
+    // attaches it to every read.
+    move |source| WalError::Io {
+        path: path.into(),
+        source,
+    }
 }
 
 /// Attaches a path to a failed fsync.
 pub(crate) fn sync_err(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> WalError {
-    let path = path.into();
-    move |source| WalError::SyncFailed { path, source }
+    move |source| WalError::SyncFailed {
+        path: path.into(),
+        source,
+    }
 }

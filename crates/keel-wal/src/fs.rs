@@ -36,6 +36,14 @@ pub trait FileHandle {
     fn len_bytes(&self) -> io::Result<u64>;
     /// Reads into `buf` from `offset` until `buf` is full or the file ends; returns the bytes read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Reads up to `len` bytes from `offset` into a new buffer, as [`FileHandle::read_at`]
+    /// does; shorter only where the file ends.
+    fn read_vec_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let n = self.read_at(&mut buf, offset)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
     /// Writes all of `buf` at `offset`, extending the file if needed.
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// An append at the end of what the file holds: writes `buf` at `offset`, then zeros up to

@@ -295,6 +295,9 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
     // End of the last frame that held more than a commit index: a supersede item may not reach
     // back past it.
     let mut floor = SEGMENT_HEADER_SIZE_BYTES;
+    // What `scan_rest` found from `pos`, when the loop ends at a bad or blank spot (it has
+    // looked already).
+    let mut rest = None;
     let check = loop {
         if pos + frame_size_bytes(0) as u64 > len {
             break None;
@@ -305,17 +308,19 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
         let header = read_frame_header(&head);
         let size = frame_size_bytes(header.body_len);
         let blank = head.iter().all(|b| *b == 0);
+        // The frame's bytes once they checked out valid (read below otherwise).
+        let mut valid_frame = None;
         let bad = if blank {
             None
         } else if !header.magic_ok || size > FRAME_SIZE_BYTES_LIMIT || pos + size as u64 > len {
             Some(FrameCheck::Torn)
         } else {
-            match check_frame(
-                &reader.window(pos, size).map_err(io_err(&path))?,
-                &header,
-                pos,
-            ) {
-                FrameCheck::Valid => None,
+            let frame = reader.window(pos, size).map_err(io_err(&path))?;
+            match check_frame(&frame, &header, pos) {
+                FrameCheck::Valid => {
+                    valid_frame = Some(frame);
+                    None
+                }
                 other => Some(other),
             }
         };
@@ -323,14 +328,20 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
             // Unsynced commit-only frames that a later frame (which reached the disk) supersedes
             // may be skipped; anything else ends the valid frames here.
             match superseding_frame(&mut reader, pos, floor).map_err(io_err(&path))? {
-                Some(next) => {
+                (Some(next), _) => {
                     pos = next;
                     continue;
                 }
-                None => break bad,
+                (None, rest_at_pos) => {
+                    rest = Some(rest_at_pos);
+                    break bad;
+                }
             }
         }
-        let frame = reader.window(pos, size).map_err(io_err(&path))?;
+        let frame = match valid_frame {
+            Some(frame) => frame,
+            None => reader.window(pos, size).map_err(io_err(&path))?,
+        };
         // A frame numbered u64::MAX leaves no number for the next frame (the writer never gets
         // near it: only a damaged or forged file holds one); refused like a number that does not
         // follow, before anything is repaired.
@@ -395,7 +406,10 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
         pos += size as u64;
         seg.end = pos;
     };
-    let (garbage_end, valid_after) = scan_rest(&mut reader, pos).map_err(io_err(&path))?;
+    let (garbage_end, valid_after) = match rest {
+        Some(rest) => rest,
+        None => scan_rest(&mut reader, pos).map_err(io_err(&path))?,
+    };
     if check.is_some() || garbage_end > pos {
         seg.tail = Tail::Dirty {
             check: check.unwrap_or(FrameCheck::Torn),
@@ -409,14 +423,16 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
 
 /// At a bad or blank spot at `at`: the offset of the next valid frame if it declares that
 /// everything from a point at or before `at` (and not before `floor`) up to it was unsynced
-/// commit-only frames, which it supersedes (write protocol, rule 1).
+/// commit-only frames, which it supersedes (write protocol, rule 1). Also returns what
+/// `scan_rest(reader, at)` found, which the caller needs when there is no such frame.
 fn superseding_frame<H: FileHandle>(
     reader: &mut SegmentReader<'_, H>,
     at: u64,
     floor: u64,
-) -> std::io::Result<Option<u64>> {
-    let (_, Some(next)) = scan_rest(reader, at)? else {
-        return Ok(None);
+) -> std::io::Result<(Option<u64>, RestScan)> {
+    let rest = scan_rest(reader, at)?;
+    let (_, Some(next)) = rest else {
+        return Ok((None, rest));
     };
     let header = read_frame_header(&reader.window(next, FRAME_HEADER_SIZE_BYTES)?);
     let frame = reader.window(next, frame_size_bytes(header.body_len))?;
@@ -425,25 +441,32 @@ fn superseding_frame<H: FileHandle>(
         Some([Item::Supersede { from }, ..]) => (floor..=at).contains(from),
         _ => false,
     };
-    Ok(superseded.then_some(next))
+    Ok((superseded.then_some(next), rest))
 }
+
+/// What [`scan_rest`] finds: the end of the non-zero bytes, and the first valid frame, if any.
+type RestScan = (u64, Option<u64>);
 
 /// Looks past a bad or blank spot at `from`: the end of any non-zero bytes, and the first valid
 /// frame (which would prove the bad spot was once followed by a completed, synced write).
 fn scan_rest<H: FileHandle>(
     reader: &mut SegmentReader<'_, H>,
     from: u64,
-) -> std::io::Result<(u64, Option<u64>)> {
+) -> std::io::Result<RestScan> {
     let len = reader.len_bytes();
     let mut garbage_end = from;
     let mut chunk_start = from;
     while chunk_start < len {
         let n = ((len - chunk_start) as usize).min(READ_CHUNK_SIZE_BYTES);
         let chunk = reader.window(chunk_start, n)?;
-        for (i, word) in chunk.chunks(FRAME_ALIGN_BYTES).enumerate() {
-            if word.iter().all(|b| *b == 0) {
-                continue;
-            }
+        // Words (of FRAME_ALIGN_BYTES, counted from `from`) that hold a non-zero byte; runs of
+        // zeros, the common case (a segment's unwritten tail), are skipped a block at a time.
+        let mut word_start = 0;
+        while let Some(nonzero) = first_nonzero(&chunk[word_start..]) {
+            let i = (word_start + nonzero) / FRAME_ALIGN_BYTES;
+            let word_end = ((i + 1) * FRAME_ALIGN_BYTES).min(chunk.len());
+            word_start = word_end;
+            let word = &chunk[i * FRAME_ALIGN_BYTES..word_end];
             let at = chunk_start + (i * FRAME_ALIGN_BYTES) as u64;
             garbage_end = at + word.len() as u64;
             if at > from
@@ -457,6 +480,23 @@ fn scan_rest<H: FileHandle>(
         chunk_start += n as u64;
     }
     Ok((garbage_end, None))
+}
+
+/// The position of the first non-zero byte of `bytes`.
+fn first_nonzero(bytes: &[u8]) -> Option<usize> {
+    const BLOCK_BYTES: usize = 64;
+    let mut skipped = 0;
+    for block in bytes.chunks_exact(BLOCK_BYTES) {
+        // An OR over the block vectorises; the byte is found below.
+        if block.iter().fold(0u8, |acc, b| acc | b) != 0 {
+            break;
+        }
+        skipped += BLOCK_BYTES;
+    }
+    bytes[skipped..]
+        .iter()
+        .position(|b| *b != 0)
+        .map(|p| skipped + p)
 }
 
 fn is_valid_frame_at<H: FileHandle>(
@@ -627,4 +667,29 @@ pub fn recover<F: Fs>(fs: &F, dir: &Path) -> Result<Recovered> {
     let mut scan = scan(fs, dir)?;
     let latest = snapshot::find_latest_snapshot(fs, dir)?;
     Ok(assemble(&mut scan, latest, started)?.recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_nonzero;
+
+    #[test]
+    fn first_nonzero_finds_the_first_set_byte_anywhere() {
+        for len in [0, 1, 7, 8, 63, 64, 65, 127, 128, 200] {
+            assert_eq!(
+                first_nonzero(&vec![0u8; len]),
+                None,
+                "all zeros, {len} bytes"
+            );
+            for at in 0..len {
+                let mut bytes = vec![0u8; len];
+                bytes[at] = 1 << (at % 8);
+                // Later non-zero bytes do not matter.
+                if at + 3 < len {
+                    bytes[at + 3] = 0xff;
+                }
+                assert_eq!(first_nonzero(&bytes), Some(at), "{len} bytes, set at {at}");
+            }
+        }
+    }
 }

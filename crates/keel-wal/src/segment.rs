@@ -315,7 +315,7 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
     let mut items = Vec::new();
     while r.remaining() > 0 {
         let kind = r.u8("item kind")?;
-        let _reserved = r.bytes(3, "item reserved")?;
+        r.skip(3, "item reserved")?;
         let len = r.u32("item length")? as usize;
         if len > r.remaining() {
             return Err(format!("item of kind {kind} longer than its frame"));
@@ -363,7 +363,7 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
                 p.remaining()
             ));
         }
-        let _ = r.bytes(len, "item payload")?;
+        r.skip(len, "item payload")?;
         items.push(item);
     }
     Ok(items)
@@ -408,8 +408,8 @@ impl<'f, H: FileHandle> SegmentReader<'f, H> {
             let want = len
                 .max(self.chunk_size_bytes)
                 .min((self.len_bytes - offset) as usize);
-            let mut buf = vec![0u8; want];
-            let n = self.file.read_at(&mut buf, offset)?;
+            let buf = self.file.read_vec_at(offset, want)?;
+            let n = buf.len();
             if n < want {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

@@ -227,21 +227,34 @@ impl State {
 
     /// Moves the queued changes selected by `pick` into the durable state, in order.
     fn make_durable(&mut self, pick: impl Fn(&Change) -> bool) {
-        let queue = std::mem::take(&mut self.unsynced);
-        let (synced, kept): (Vec<_>, Vec<_>) = queue.into_iter().partition(|c| pick(c));
-        for change in &synced {
-            self.apply(change, true);
-        }
-        self.unsynced = kept;
+        let mut queue = std::mem::take(&mut self.unsynced);
+        // In place: the picked changes are applied in order and leave the queue; the rest keep
+        // their order.
+        queue.retain(|change| {
+            if pick(change) {
+                self.apply(change, true);
+                false
+            } else {
+                true
+            }
+        });
+        self.unsynced = queue;
     }
 }
 
 fn write_into(content: &mut Vec<u8>, offset: u64, data: &[u8]) {
-    let end = offset as usize + data.len();
+    let offset = offset as usize;
+    let end = offset + data.len();
+    if content.len() <= offset {
+        // An append (after a gap of zeros, if any): no zero-fill of what `data` covers.
+        content.resize(offset, 0);
+        content.extend_from_slice(data);
+        return;
+    }
     if content.len() < end {
         content.resize(end, 0);
     }
-    content[offset as usize..end].copy_from_slice(data);
+    content[offset..end].copy_from_slice(data);
 }
 
 /// A small deterministic generator for [`Crash::Scramble`] (SplitMix64).
@@ -341,7 +354,8 @@ impl SimFs {
         let live: BTreeSet<u64> = st.durable_names.values().copied().collect();
         st.inodes.retain(|id, _| live.contains(id));
         for node in st.inodes.values_mut() {
-            node.current = node.durable.clone();
+            let Inode { current, durable } = node;
+            current.clone_from(durable);
         }
         st.names = st.durable_names.clone();
         st.generation += 1;
@@ -522,6 +536,16 @@ impl FileHandle for SimFile {
         let n = buf.len().min(content.len() - start);
         buf[..n].copy_from_slice(&content[start..start + n]);
         Ok(n)
+    }
+
+    fn read_vec_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let st = self.fs.lock();
+        st.check_alive(self.generation)?;
+        let content = &st.inodes[&self.inode].current;
+        let start = (offset as usize).min(content.len());
+        let n = len.min(content.len() - start);
+        // Copied straight out: no zero-filled buffer first.
+        Ok(content[start..start + n].to_vec())
     }
 
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {

@@ -103,7 +103,9 @@ pub struct Status {
     pub durable_index: Index,
     pub durable_hard_state: HardState,
     pub snapshot: LogId,
-    pub membership: Membership,
+    /// Shared with the log (a status is taken often, by checkers after every step: cloning the
+    /// configuration's sets each time was most of its cost).
+    pub membership: Arc<Membership>,
 }
 
 /// The leader's view of one follower, for status displays.
@@ -449,16 +451,12 @@ impl RaftNode {
     // ----- outputs -----
 
     pub fn has_ready(&self) -> bool {
+        // The cheap tests first, the write test last.
         !self.messages.is_empty()
             || self
                 .held
                 .front()
                 .is_some_and(|(w, _)| *w <= self.durability.completed_write_id())
-            || self.durability.is_dirty(
-                self.write_limit(),
-                self.hard_state(),
-                self.commit_flush_due,
-            )
             || self.apply_requested < self.apply_limit()
             || !self.read_states.is_empty()
             || !self.failed_reads.is_empty()
@@ -468,6 +466,20 @@ impl RaftNode {
                 .leader_state
                 .as_ref()
                 .is_some_and(|l| l.replicate_pending || l.reads.round_requested())
+            || self.is_write_due(self.commit_flush_due)
+    }
+
+    /// Whether storage has a write to do: `durability.is_dirty` at the write limit. On a leader
+    /// the limit (a quorum over its progress) is only computed when the whole log would be a
+    /// write: the limit is at most the last index, and `is_dirty` only turns false as its index
+    /// drops.
+    fn is_write_due(&self, include_commit: bool) -> bool {
+        let hard_state = self.hard_state();
+        self.durability
+            .is_dirty(self.log.last_index(), hard_state, include_commit)
+            && self
+                .durability
+                .is_dirty(self.write_limit(), hard_state, include_commit)
     }
 
     /// Drains everything produced since the last call.
@@ -548,6 +560,12 @@ impl RaftNode {
         self.commit
     }
 
+    /// The highest index the application reported applied ([`RaftNode::applied`]); the same as
+    /// `status().applied`, without building a [`Status`] (which clones the membership).
+    pub fn applied_index(&self) -> Index {
+        self.applied
+    }
+
     pub fn log(&self) -> &RaftLog {
         &self.log
     }
@@ -569,7 +587,7 @@ impl RaftNode {
             durable_index: self.durability.durable_index(),
             durable_hard_state: self.durability.durable_hard_state(),
             snapshot: self.snapshot.last,
-            membership: self.log.membership().clone(),
+            membership: self.log.membership_shared().clone(),
         }
     }
 
@@ -687,9 +705,7 @@ impl RaftNode {
     /// Queues a message that may leave only once everything decided so far is durable: votes,
     /// acknowledgements, and anything carrying a term this node just adopted.
     fn send_after_persist(&mut self, msg: Message) {
-        let dirty = self
-            .durability
-            .is_dirty(self.write_limit(), self.hard_state(), false);
+        let dirty = self.is_write_due(false);
         let barrier = self.durability.barrier(dirty);
         if barrier <= self.durability.completed_write_id() && self.held.is_empty() {
             self.messages.push(msg);

@@ -302,10 +302,9 @@ impl<F: Fs> Wal<F> {
     /// Makes the unsynced commit-only frames durable, if there are any.
     fn sync_pending(&mut self) -> Result<()> {
         if self.end > self.synced_end {
-            let path = self.active_path();
             if let Err(e) = self.active.sync_data() {
                 self.poisoned = true;
-                return Err(sync_err(path)(e));
+                return Err(sync_err(self.active_path())(e));
             }
             self.synced_end = self.end;
             self.synced_hard_state = self.hard_state;
@@ -338,7 +337,6 @@ impl<F: Fs> Wal<F> {
             self.end,
             self.active_size_bytes
         );
-        let path = self.active_path();
         let frame_end = self.end + size;
         let zeros_to = if self.config.zero_fill_segments && frame_end > self.zeroed_to {
             (frame_end + ZERO_AHEAD_BYTES).min(self.active_size_bytes)
@@ -348,7 +346,7 @@ impl<F: Fs> Wal<F> {
         // Everything after `end` is the log's to overwrite: zeros, or a torn tail open zeroed.
         if let Err(e) = self.active.write_at_end(&self.buf, self.end, zeros_to) {
             self.poisoned = true;
-            return Err(io_err(path)(e));
+            return Err(io_err(self.active_path())(e));
         }
         if self.buf.capacity() > 2 * self.config.frame_size_bytes_max {
             // A frame of one large entry: its buffer is not kept for the ordinary frames after it.
@@ -357,7 +355,7 @@ impl<F: Fs> Wal<F> {
         if sync {
             if let Err(e) = self.active.sync_data() {
                 self.poisoned = true;
-                return Err(sync_err(path)(e));
+                return Err(sync_err(self.active_path())(e));
             }
         }
         self.next_frame_seq += 1;
