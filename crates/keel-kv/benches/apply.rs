@@ -25,7 +25,7 @@ fn set_entry(client: u64, seq: u64, key: u64) -> Bytes {
         value: Bytes::from(vec![b'x'; 100]),
         condition: SetCondition::Always,
     };
-    LogCommand::new(client, seq, set).encode()
+    LogCommand::new(client, seq, 0, set).encode()
 }
 
 /// `n` entries from 50 clients on keys spread by a fixed xorshift.

@@ -25,6 +25,8 @@ pub struct SmStatsValue {
     /// not reach the state machine, so the node's applied index may be higher).
     pub applied_index: u64,
     pub state_digest: u64,
+    /// [`KvStateMachine::log_time_ms`]: the state machine's time at `applied_index`.
+    pub log_time_ms: u64,
     pub keys: u64,
     /// [`KvStateMachine::used_bytes`]: what `maxmemory` bounds.
     pub used_bytes: u64,
@@ -44,6 +46,7 @@ impl SmStats {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = SmStatsValue {
             applied_index: sm.applied_index(),
             state_digest: sm.state_digest(),
+            log_time_ms: sm.log_time_ms(),
             keys: sm.len() as u64,
             used_bytes: sm.used_bytes(),
         };
@@ -78,6 +81,13 @@ impl KvAdapter {
 
     pub fn state(&self) -> &KvStateMachine {
         &self.sm
+    }
+
+    /// The state machine's time: the highest entry stamp applied so far, in ms since the Unix
+    /// epoch (0: none), [`KvStateMachine::log_time_ms`]. Read-only: only applying entries moves
+    /// it.
+    pub fn log_time_ms(&self) -> u64 {
+        self.sm.log_time_ms()
     }
 }
 
@@ -148,11 +158,13 @@ mod tests {
             value: Bytes::from_static(b"v"),
             condition: SetCondition::Always,
         };
-        let entry = LogCommand::new(7, 1, set).encode();
+        let entry = LogCommand::new(7, 1, 1_700_000_000_000, set).encode();
         let result = a.apply(3, &entry);
         assert_eq!(WriteReply::decode(&result), Some(WriteReply::Ok));
         let stats = a.stats().get();
         assert_eq!(stats.applied_index, 3);
+        assert_eq!(stats.log_time_ms, 1_700_000_000_000);
+        assert_eq!(a.log_time_ms(), 1_700_000_000_000);
         assert_eq!(stats.keys, 1);
         assert_ne!(stats.state_digest, 0);
         // The same request id again is deduplicated: same reply, nothing changes.
@@ -169,6 +181,7 @@ mod tests {
         b.restore(&bytes);
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
+        assert_eq!(b.stats().get().log_time_ms, stats.log_time_ms);
     }
 
     #[test]
@@ -179,7 +192,7 @@ mod tests {
             value: Bytes::from_static(b"v"),
             condition: SetCondition::Always,
         };
-        a.apply(3, &LogCommand::new(7, 1, set).encode());
+        a.apply(3, &LogCommand::new(7, 1, 0, set).encode());
         let before = a.stats().get();
         let result = a.apply(4, &Bytes::from_static(b"not a command"));
         let reply = ApplyReply::decode(&result).expect("a reply for the proposer");
@@ -205,6 +218,7 @@ mod tests {
             let entry = LogCommand::new(
                 7,
                 1,
+                0,
                 WriteCommand::IncrBy {
                     key: Bytes::from_static(b"n"),
                     delta: 1,

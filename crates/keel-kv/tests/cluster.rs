@@ -1004,6 +1004,7 @@ fn real_redis_tools_work_against_the_cluster() {
             "leader_id:",
             "applied_index:",
             "state_digest:",
+            "log_time_ms:",
         ] {
             assert!(info.contains(field), "INFO raft lacks {field}: {info}");
         }

@@ -48,7 +48,7 @@ fn entry(index: Index) -> Entry {
     Entry {
         term: 1,
         index,
-        payload: EntryPayload::Normal(LogCommand::new(7, index, command).encode()),
+        payload: EntryPayload::Normal(LogCommand::new(7, index, 0, command).encode()),
     }
 }
 

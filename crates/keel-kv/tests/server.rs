@@ -318,6 +318,7 @@ fn one_node_pipelines_in_order_and_survives_bad_input() {
         "last_log_index",
         "members",
         "state_digest",
+        "log_time_ms",
     ] {
         assert!(status.iter().any(|(k, _)| k == key), "{key}: {status:?}");
     }

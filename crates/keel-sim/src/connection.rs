@@ -264,11 +264,17 @@ impl World {
     /// Ends the admission of requests: proposes the writes not proposed yet as one batch, and
     /// releases replies from now on.
     fn drain(&mut self, connection: u64) {
+        let Some(node) = self.clients.connections.get_mut(connection).map(|c| c.node) else {
+            return;
+        };
+        // Stamped with the proposing node's own wall clock, as the server stamps with its
+        // system clock.
+        let now_ms = self.wall_ms(node);
         let Some(c) = self.clients.connections.get_mut(connection) else {
             return;
         };
         c.draining = true;
-        let batch = c.pipeline.take_batch();
+        let batch = c.pipeline.take_batch(now_ms);
         if batch.is_empty() {
             return;
         }

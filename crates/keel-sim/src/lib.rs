@@ -6,6 +6,7 @@
 //! the client history for linearizability.
 
 mod client;
+pub mod clock;
 mod connection;
 pub mod coverage;
 mod disk;

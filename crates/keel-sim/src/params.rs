@@ -4,6 +4,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::clock::{draw_clocks, WallClock};
+
 /// The cluster id every simulated node and handshake carries.
 pub const CLUSTER_ID: u64 = 0x6b65_656c_5f73_696d;
 
@@ -82,6 +84,9 @@ pub struct Params {
     /// `apply_delay` units (a slow state machine, so apply lags commit).
     pub apply_delay: u64,
     pub apply_batch: usize,
+    /// Each node slot's wall clock (`clock.rs`), slot `id` at `clocks[id - 1]`: what it stamps
+    /// the entries it proposes with.
+    pub clocks: Vec<WallClock>,
 }
 
 impl Params {
@@ -92,7 +97,15 @@ impl Params {
         // From the seed, not the generator: the draws above and the run replay as before.
         p.forward_writes = seed % 3 != 0;
         p.draw_wipes(seed);
+        p.draw_clocks(seed);
         p
+    }
+
+    /// Draws every node slot's wall clock from a generator of its own (`clock.rs`): no other
+    /// parameter and nothing of the run's generator moves. `draw` calls it; a caller of
+    /// `draw_classic` calls it after.
+    pub fn draw_clocks(&mut self, seed: u64) {
+        self.clocks = draw_clocks(seed, self.node_count);
     }
 
     /// The parameters drawn before membership of every size existed: 3 or 5 voters, never
@@ -147,6 +160,7 @@ impl Params {
             forward_writes: false,
             wipe_weight: 0,
             min_voters: 3,
+            clocks: Vec::new(),
         }
     }
 

@@ -39,6 +39,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 trace_digest: 0,
                 every_size: false,
                 membership: Default::default(),
+                end_time: 0,
+                log_time_ms: 0,
             }
         }
     }
@@ -108,6 +110,13 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         trace: std::mem::take(&mut w.trace),
         every_size: w.params.every_size,
         membership: w.membership.coverage.clone(),
+        end_time: w.now,
+        log_time_ms: w
+            .nodes
+            .iter()
+            .filter_map(|n| n.log_time_ms())
+            .max()
+            .unwrap_or(0),
     }
 }
 

@@ -145,6 +145,11 @@ pub(crate) struct SimNode {
 }
 
 impl SimNode {
+    /// The state machine's time of a live node (`KvStateMachine::log_time_ms`).
+    pub fn log_time_ms(&self) -> Option<u64> {
+        Some(self.app.as_ref()?.applier.state().kv().log_time_ms())
+    }
+
     /// The applied index and state digest of a live node.
     pub fn applied_state(&self) -> Option<(Index, u64)> {
         let app = self.app.as_ref()?;
@@ -171,6 +176,11 @@ pub struct RunReport {
     /// membership changes covered.
     pub every_size: bool,
     pub membership: MembershipCoverage,
+    /// Simulated time when the run ended.
+    pub end_time: u64,
+    /// The highest state-machine time (`KvStateMachine::log_time_ms`) of any node up at the end:
+    /// the newest stamp that reached a state machine.
+    pub log_time_ms: u64,
 }
 
 pub(crate) struct World {
@@ -212,7 +222,9 @@ impl World {
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let mut params = if cfg.classic_shapes {
-            Params::draw_classic(&mut rng)
+            let mut p = Params::draw_classic(&mut rng);
+            p.draw_clocks(cfg.seed);
+            p
         } else {
             Params::draw(cfg.seed, &mut rng)
         };
@@ -307,6 +319,11 @@ impl World {
 
     pub fn trace_digest(&self) -> u64 {
         self.trace_digest
+    }
+
+    /// What node `id`'s wall clock reads now (`clock.rs`), in ms since the Unix epoch.
+    pub fn wall_ms(&self, id: NodeId) -> u64 {
+        self.params.clocks[(id - 1) as usize].wall_ms(self.now)
     }
 
     pub fn schedule(&mut self, delay: u64, event: Event) {

@@ -46,6 +46,54 @@ fn tracing_does_not_change_the_run() {
     assert!(quiet.trace.is_empty());
 }
 
+/// Every node reads its own skewed, drifting wall clock and stamps what it proposes with it;
+/// the state machines' time advanced with the run and stayed within what the clocks read (the
+/// state-digest invariant, checked at every applied index, covers the time: replicas agreed).
+#[test]
+fn nodes_clocks_differ_and_the_log_time_advances() {
+    use keel_sim::clock::{DRIFT_PPM_MAX, EPOCH_BASE_MS, OFFSET_MS_MAX};
+    for seed in [3, 7, 11] {
+        let p = params(seed);
+        assert_eq!(p.clocks.len(), p.node_count);
+        let at_start: Vec<u64> = p.clocks.iter().map(|c| c.wall_ms(0)).collect();
+        assert!(
+            at_start.iter().any(|&t| t != at_start[0]),
+            "seed {seed}: every clock reads the same: {:?}",
+            p.clocks
+        );
+        assert!(p
+            .clocks
+            .iter()
+            .all(|c| c.offset_ms.abs() <= OFFSET_MS_MAX && c.drift_ppm.abs() <= DRIFT_PPM_MAX));
+        let report = run(&config(seed, false));
+        assert!(
+            report.violation.is_none(),
+            "seed {seed}: {:?}",
+            report.violation
+        );
+        let end_max = p
+            .clocks
+            .iter()
+            .map(|c| c.wall_ms(report.end_time))
+            .max()
+            .unwrap();
+        let start_max = *at_start.iter().max().unwrap();
+        assert!(
+            report.log_time_ms > start_max,
+            "seed {seed}: the log time {} never passed what the clocks read at the start ({}, \
+             run ended at {})",
+            report.log_time_ms,
+            start_max,
+            report.end_time
+        );
+        assert!(
+            report.log_time_ms <= end_max,
+            "seed {seed}: a stamp from the future"
+        );
+        assert!(report.log_time_ms >= EPOCH_BASE_MS - OFFSET_MS_MAX as u64);
+    }
+}
+
 #[test]
 fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     let mut committed = 0;

@@ -35,6 +35,9 @@ pub struct NodeStatus {
     pub members: Vec<MemberInfo>,
     /// The state machine's digest at `applied_index`.
     pub state_digest: u64,
+    /// The state machine's time at `applied_index`: the highest entry stamp applied, in ms since
+    /// the Unix epoch (0: no entry carried one). The same on every node at the same index.
+    pub log_time_ms: u64,
     /// Keys in the state machine at `applied_index`.
     pub keys: u64,
     pub connected_clients: u64,
@@ -162,6 +165,7 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
         "state_digest",
         format_args!("{:016x}", status.state_digest),
     );
+    line(&mut out, "log_time_ms", status.log_time_ms);
     out
 }
 

@@ -4,12 +4,14 @@
 //! ```text
 //! read bytes -> Decoder::decode -> ClientConnection::dispatch(args, node)
 //!     Dispatch::Reply / ReplyAndClose   answered here (PING, HELLO, CLIENT, CONFIG GET, INFO, ...)
-//!     Dispatch::Write(cmd)              propose LogCommand { client_id, seq, cmd }, reply with the
-//!                                       state machine's WriteReply
+//!     Dispatch::Write(cmd)              propose LogCommand { client_id, seq, stamp_ms, cmd }
+//!                                       (stamped when its batch is proposed: `pipeline.rs`),
+//!                                       reply with the state machine's WriteReply
 //!     Dispatch::Read(cmd)               linearizable read, reply with KvStateMachine::read
 //!     Dispatch::Admin(cmd)              membership / transfer / snapshot, by the runtime
-//!     Dispatch::Exec(transaction)       propose LogCommand { client_id, seq, EXEC [commands] } (one
-//!                                       entry), reply with the state machine's array reply
+//!     Dispatch::Exec(transaction)       propose LogCommand { client_id, seq, stamp_ms,
+//!                                       EXEC [commands] } (one entry), reply with the state
+//!                                       machine's array reply
 //! -> ClientConnection::encode(reply) in this connection's protocol version -> write bytes
 //! ```
 //!

@@ -8,7 +8,9 @@
 //!   write run. Their entries are proposed together, in request order, as one batch
 //!   ([`Pipeline::take_batch`]) when the run ends: one step of the node, so they reach the log in
 //!   request order and a refused one is never overtaken by a later one (the engine refuses the
-//!   rest of a batch after a refusal).
+//!   rest of a batch after a refusal). The entries are encoded only then, each stamped with the
+//!   wall-clock time the shell passes to `take_batch` (the proposer's clock, an explicit input:
+//!   the server's system clock, the simulator's per-node clock; see `state_machine/log_command.rs`).
 //! - Consecutive reads form a read run. Each is started as it is admitted (their ReadIndex rounds
 //!   are shared), in request order.
 //! - A run ends where the kind changes ([`Admission::AfterAll`]): a read waits until every earlier
@@ -215,8 +217,8 @@ enum Origin {
 /// Where a request is on its way to its reply.
 #[derive(Debug)]
 enum Progress<W, R> {
-    /// A write whose entry waits for its run's batch.
-    Unproposed(Bytes),
+    /// A write whose entry waits for its run's batch (encoded, and stamped, when it is taken).
+    Unproposed(LoggedCommand),
     /// A write in the batch [`Pipeline::take_batch`] handed out, its handle not attached yet.
     Proposing,
     /// Proposed or started; the handle until the shell takes it (`None` before it is attached,
@@ -384,25 +386,38 @@ impl<W, R> Pipeline<W, R> {
                 seq: self.seq,
             }
         });
-        let entry = LogCommand::new(id.client_id, id.seq, command).encode();
         self.slots.push_back(Slot {
             origin: Origin::Write { id, request },
-            progress: Progress::Unproposed(entry),
+            progress: Progress::Unproposed(command),
         });
     }
 
-    /// The entries of the writes not proposed yet, in request order with their slot numbers:
-    /// propose them as one batch, then attach their handles with [`Pipeline::proposed`].
-    pub fn take_batch(&mut self) -> Vec<(u64, Bytes)> {
+    /// The entries of the writes not proposed yet, in request order with their slot numbers,
+    /// each encoded now and stamped `now_ms` (the proposer's wall clock, ms since the Unix epoch:
+    /// the time its leader proposes it, see `state_machine/log_command.rs`): propose them as one
+    /// batch, then attach their handles with [`Pipeline::proposed`].
+    pub fn take_batch(&mut self, now_ms: u64) -> Vec<(u64, Bytes)> {
         let front = self.front;
         let mut batch = Vec::new();
         for (at, slot) in self.slots.iter_mut().enumerate() {
-            if let Progress::Unproposed(entry) = &mut slot.progress {
-                // Moved out, not cloned: a clone of an entry fresh from `encode` would allocate
-                // (it promotes the buffer to a shared one).
-                batch.push((front + at as u64, std::mem::take(entry)));
-                slot.progress = Progress::Proposing;
+            if !matches!(slot.progress, Progress::Unproposed(_)) {
+                continue;
             }
+            let Progress::Unproposed(command) =
+                std::mem::replace(&mut slot.progress, Progress::Proposing)
+            else {
+                unreachable!("matched above")
+            };
+            let Origin::Write { id, .. } = &slot.origin else {
+                unreachable!("only a write waits for its batch")
+            };
+            let entry = LogCommand {
+                client_id: id.client_id,
+                request_seq: id.seq,
+                stamp_ms: now_ms,
+                command,
+            };
+            batch.push((front + at as u64, entry.encode()));
         }
         batch
     }

@@ -6,6 +6,9 @@ use crate::connection::{NodeInfo, NodeStatus};
 use crate::resp::Limits;
 use crate::state_machine::{ApplyReply, WriteReply};
 
+/// The wall clock the tests' batches are taken at.
+const NOW_MS: u64 = 1_700_000_000_000;
+
 struct NoNode;
 
 impl NodeInfo for NoNode {
@@ -95,7 +98,7 @@ fn consecutive_writes_are_one_batch_in_request_order_under_the_next_seqs() {
     queued(c.send("PING"));
     queued(c.send("CAS a 1 2"));
     assert_eq!(c.pipeline.run(), Some(RunKind::Write));
-    let batch = c.pipeline.take_batch();
+    let batch = c.pipeline.take_batch(NOW_MS);
     let slots: Vec<u64> = batch.iter().map(|(slot, _)| *slot).collect();
     assert_eq!(slots, [0, 2]);
     let ids: Vec<(u64, u64)> = batch
@@ -104,7 +107,7 @@ fn consecutive_writes_are_one_batch_in_request_order_under_the_next_seqs() {
         .map(|e| (e.client_id, e.request_seq))
         .collect();
     assert_eq!(ids, [(77, 1), (77, 2)]);
-    assert!(c.pipeline.take_batch().is_empty(), "proposed once");
+    assert!(c.pipeline.take_batch(NOW_MS).is_empty(), "proposed once");
     c.pipeline.proposed([10, 11]);
     let (sent, front) = c.released();
     assert!(sent.is_empty());
@@ -128,7 +131,7 @@ fn a_read_waits_for_the_earlier_writes_and_a_write_for_the_earlier_reads() {
     let Some(Admission::AfterAll(read)) = c.send("GET a") else {
         panic!("a read after a write must wait for it")
     };
-    let batch = c.pipeline.take_batch();
+    let batch = c.pipeline.take_batch(NOW_MS);
     assert_eq!(batch.len(), 1);
     c.pipeline.proposed([5]);
     assert!(matches!(
@@ -195,7 +198,7 @@ fn a_transaction_is_one_write_of_the_run_forwarded_as_its_requests() {
     queued(c.send("GET a"));
     queued(c.send("SET a 2"));
     queued(c.send("EXEC"));
-    let batch = c.pipeline.take_batch();
+    let batch = c.pipeline.take_batch(NOW_MS);
     assert_eq!(batch.len(), 2, "the SET and the whole transaction");
     let exec = decode(&batch[1].1);
     assert_eq!(exec.request_seq, 2);
@@ -233,7 +236,7 @@ fn a_refused_write_is_resolved_only_once_everything_before_it_is_answered() {
     queued(c.send("SET a 1"));
     queued(c.send("SET b 2"));
     queued(c.send("SET c 3"));
-    c.pipeline.take_batch();
+    c.pipeline.take_batch(NOW_MS);
     c.pipeline.proposed([1, 2, 3]);
     // The engine refused the batch from its second entry on.
     c.pipeline.settle_write(2, Err(not_leader(Some(3))));
@@ -289,7 +292,7 @@ fn a_given_id_is_used_and_takes_no_seq_of_the_connection() {
     };
     queued(c.send_with("SET a 1", Some(given)));
     queued(c.send("SET b 1"));
-    let batch = c.pipeline.take_batch();
+    let batch = c.pipeline.take_batch(NOW_MS);
     let ids: Vec<(u64, u64)> = batch
         .iter()
         .map(|(_, e)| decode(e))
@@ -315,7 +318,7 @@ fn raft_forward_announces_an_id_only_on_a_forwarding_connection() {
     queued(c.send("SET a 1"));
     assert!(c.send("RAFT.FORWARD 9 5").is_none());
     assert!(c.send("GET a").is_none(), "only a write may follow it");
-    let batch = c.pipeline.take_batch();
+    let batch = c.pipeline.take_batch(NOW_MS);
     let entry = decode(&batch[0].1);
     assert_eq!((entry.client_id, entry.request_seq), (9, 4));
     c.pipeline.proposed([1]);
@@ -397,4 +400,47 @@ fn memory_and_status_checks() {
     assert!(needs_node_status(&args("info")));
     assert!(needs_node_status(&args("RAFT.STATUS")));
     assert!(!needs_node_status(&args("PING")));
+}
+
+#[test]
+fn a_batch_is_stamped_with_the_time_it_is_taken_not_the_time_its_writes_came() {
+    let mut c = conn();
+    queued(c.send("SET a 1"));
+    queued(c.send("MULTI"));
+    queued(c.send("INCR n"));
+    queued(c.send("EXEC"));
+    queued(c.send("SET b 2"));
+    let batch = c.pipeline.take_batch(NOW_MS + 7);
+    let stamps: Vec<u64> = batch.iter().map(|(_, e)| decode(e).stamp_ms).collect();
+    assert_eq!(
+        stamps,
+        [NOW_MS + 7; 3],
+        "every entry of the batch, the EXEC's included"
+    );
+    assert!(batch.iter().all(|(_, e)| e[0] == 2), "format version 2");
+    c.pipeline.proposed([1, 2, 3]);
+    for (slot, _) in &batch {
+        c.pipeline.settle_write(*slot, Ok(applied(WriteReply::Ok)));
+    }
+    c.released();
+    // The next run's batch gets the time it is taken at, even an earlier one (the clock is the
+    // shell's: nothing here orders it).
+    queued(c.send("SET c 3"));
+    let later = c.pipeline.take_batch(NOW_MS - 5);
+    assert_eq!(decode(&later[0].1).stamp_ms, NOW_MS - 5);
+    assert_eq!(decode(&later[0].1).request_seq, 4);
+}
+
+#[test]
+fn a_forwarded_write_is_stamped_by_the_node_that_proposes_it() {
+    let mut c = conn();
+    queued(c.send(&format!("CLIENT SETNAME {}", command::FORWARD_CLIENT_NAME)));
+    assert!(c.send("RAFT.FORWARD 9 4").is_none());
+    queued(c.send("SET a 1"));
+    let batch = c.pipeline.take_batch(NOW_MS + 123);
+    let entry = decode(&batch[0].1);
+    assert_eq!(
+        (entry.client_id, entry.request_seq, entry.stamp_ms),
+        (9, 4, NOW_MS + 123)
+    );
 }

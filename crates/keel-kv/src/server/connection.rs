@@ -376,7 +376,7 @@ impl Session<'_> {
     /// Proposes the writes not proposed yet (one batch, in order), then answers every request in
     /// order.
     async fn finish_all(&mut self) -> std::io::Result<()> {
-        let batch = self.pipeline.take_batch();
+        let batch = self.pipeline.take_batch(super::wall_clock_ms());
         if !batch.is_empty() {
             let entries = batch.into_iter().map(|(_, entry)| entry).collect();
             let pendings = self.ctx.handle.propose_batch(entries).await;

@@ -214,7 +214,7 @@ impl Forwarder {
         request: Forwarded<'_>,
         reply_by: Instant,
     ) -> Attempt {
-        let Some(entry) = log_entry(id, request, &self.limits) else {
+        let Some(entry) = log_entry(id, request, &self.limits, super::wall_clock_ms()) else {
             return Attempt::Answered(Reply::error(
                 "ERR internal error: a forwarded request no longer parses",
             ));
@@ -324,8 +324,9 @@ impl Forwarder {
 
 /// The log entry of `request` under `id`, made as the client connection made it: its requests
 /// dispatched again through a fresh protocol state (with the same limits, they parse and queue
-/// as they did). `None` if they no longer make a write.
-fn log_entry(id: RequestId, request: Forwarded<'_>, limits: &Limits) -> Option<Bytes> {
+/// as they did), stamped `now_ms` (this node's wall clock as it proposes it again). `None` if
+/// they no longer make a write.
+fn log_entry(id: RequestId, request: Forwarded<'_>, limits: &Limits, now_ms: u64) -> Option<Bytes> {
     let mut protocol = ClientConnection::new(0, "", *limits);
     let node = super::Fetched(NodeStatus::default());
     let command = match request {
@@ -344,7 +345,7 @@ fn log_entry(id: RequestId, request: Forwarded<'_>, limits: &Limits) -> Option<B
             }
         }
     };
-    Some(LogCommand::new(id.client_id, id.seq, command).encode())
+    Some(LogCommand::new(id.client_id, id.seq, now_ms, command).encode())
 }
 
 impl Link {
@@ -728,20 +729,20 @@ mod tests {
     #[test]
     fn a_retry_proposes_the_entry_the_client_connection_proposed() {
         let limits = Limits::default();
-        let set = log_entry(ID, Forwarded::Write(&request("SET k v")), &limits).unwrap();
+        let set = log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234).unwrap();
         let decoded = LogCommand::decode(&set).unwrap();
         assert_eq!(
-            (decoded.client_id, decoded.request_seq),
-            (ID.client_id, ID.seq)
+            (decoded.client_id, decoded.request_seq, decoded.stamp_ms),
+            (ID.client_id, ID.seq, 1234)
         );
         let queued = vec![request("INCR n"), request("PING"), request("GET n")];
-        let exec = log_entry(ID, Forwarded::Exec(&queued), &limits).unwrap();
+        let exec = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234).unwrap();
         let LoggedCommand::Exec(commands) = LogCommand::decode(&exec).unwrap().command else {
             panic!("not a transaction")
         };
         assert_eq!(commands.len(), 3);
         assert_eq!(
-            log_entry(ID, Forwarded::Write(&request("GET k")), &limits),
+            log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234),
             None
         );
     }

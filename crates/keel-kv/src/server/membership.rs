@@ -249,7 +249,7 @@ async fn record_addrs(
         client: Bytes::copy_from_slice(client.as_bytes()),
     });
     // A request id of its own: one record, never re-proposed.
-    let entry = LogCommand::new(random_client_id(), 1, record).encode();
+    let entry = LogCommand::new(random_client_id(), 1, super::wall_clock_ms(), record).encode();
     let result = ctx.handle.propose(entry).await?;
     match ApplyReply::decode(&result) {
         Some(ApplyReply::Write(WriteReply::Ok)) => Ok(()),

@@ -3,7 +3,8 @@
 //! ```text
 //! socket -> Decoder -> ClientConnection::dispatch
 //!     Reply          sent as is (INFO / RAFT.STATUS get a fresh NodeStatus first)
-//!     Write          propose LogCommand { client_id, seq, cmd }; the result is a WriteReply
+//!     Write          propose LogCommand { client_id, seq, stamp_ms, cmd } (stamp_ms: this
+//!                    node's wall clock when the batch is proposed); the result is a WriteReply
 //!     Read           Handle::read (ReadIndex, linearizable)
 //!     Admin          Handle::add_learner / promote / remove / transfer_leadership / snapshot_now
 //!   NotLeader -> forward the request to the leader's client address over a per-connection RESP
@@ -133,6 +134,7 @@ impl ServerContext {
             role: "unknown".into(),
             applied_index: stats.applied_index,
             state_digest: stats.state_digest,
+            log_time_ms: stats.log_time_ms,
             keys: stats.keys,
             connected_clients: self.shared.clients.current() as u64,
             maxclients: self.client_limits.maxclients as u64,
@@ -308,6 +310,17 @@ impl NodeInfo for Fetched {
     fn status(&self) -> NodeStatus {
         self.0.clone()
     }
+}
+
+/// This node's wall clock in ms since the Unix epoch: the stamp of every entry it proposes
+/// (`state_machine/log_command.rs`), read when the entry is proposed. A clock set before the
+/// epoch reads 0, "no time" (the state machine's time then stays where the log left it).
+pub(crate) fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// A random 64-bit id per client connection (the request-id namespace in the log).

@@ -17,6 +17,14 @@
 //! collide; and it covers only the key-value pairs, not the request-id deduplication table (a
 //! snapshot's checksum covers that on the way to disk and over the wire).
 //!
+//! The state machine's log time (`log_time_ms`, see `mod.rs`) is replicated state too, so the
+//! digest covers it: `state_digest = pairs' XOR ^ log_time_hash(log_time_ms)`, where
+//! `log_time_hash(0) = 0` (no time: the digest of a state built from unstamped entries is what it
+//! was before stamps existed) and otherwise SipHash-2-4 under a key of its own (`TIME_KEY`) over
+//! the 8 bytes of the time, little-endian. A key of its own keeps it apart from every pair hash.
+//! It is folded in when the digest is read (one hash of 8 bytes), not kept in the pairs' XOR, so
+//! a snapshot's stored digest stays the pairs' alone and is recomputed from them on restore.
+//!
 //! SipHash-2-4 is written out here rather than taken from `std`: the standard library's hasher is
 //! documented as unstable across releases, and a digest that changed with the compiler would make
 //! two nodes built by different toolchains disagree. A test checks it against `std`'s (deprecated,
@@ -25,6 +33,22 @@
 /// The fixed SipHash key: the bytes of `"keel-kv digest 1"`. Changing it changes every digest, so
 /// it is part of the replicated format.
 const DIGEST_KEY: [u8; 16] = *b"keel-kv digest 1";
+
+/// The SipHash key of [`log_time_hash`]: the bytes of `"keel-kv logtime1"`. Part of the
+/// replicated format, as `DIGEST_KEY`.
+const TIME_KEY: [u8; 16] = *b"keel-kv logtime1";
+
+/// The log time's share of the digest: 0 for no time (0), else its SipHash under `TIME_KEY`.
+pub(crate) fn log_time_hash(log_time_ms: u64) -> u64 {
+    if log_time_ms == 0 {
+        return 0;
+    }
+    let k0 = u64::from_le_bytes(TIME_KEY[..8].try_into().expect("8 bytes"));
+    let k1 = u64::from_le_bytes(TIME_KEY[8..].try_into().expect("8 bytes"));
+    let mut hasher = SipHasher24::new_with_keys(k0, k1);
+    hasher.write(&log_time_ms.to_le_bytes());
+    hasher.finish()
+}
 
 /// The hash of one stored pair; the digest is the XOR of these.
 pub(crate) fn pair_hash(key: &[u8], value: &[u8]) -> u64 {
@@ -153,6 +177,16 @@ mod tests {
                 assert_eq!(ours.finish(), reference.finish(), "len {len} split {split}");
             }
         }
+    }
+
+    #[test]
+    fn log_time_hash_is_zero_only_for_no_time_and_differs_from_pair_hashes() {
+        assert_eq!(log_time_hash(0), 0);
+        let t = 1_700_000_000_000u64;
+        assert_ne!(log_time_hash(t), 0);
+        assert_ne!(log_time_hash(t), log_time_hash(t + 1));
+        // The same 8 bytes as a pair (empty key, the time as value) hash apart.
+        assert_ne!(log_time_hash(t), pair_hash(b"", &t.to_le_bytes()));
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! The log entry payload for a key-value write: the command plus the request id that makes a
-//! retry harmless.
+//! retry harmless, and the time its leader proposed it.
 //!
-//! Format, version 1. Integers little-endian; `bytes` is a `u32` length then that many bytes;
+//! Format, version 2. Integers little-endian; `bytes` is a `u32` length then that many bytes;
 //! `count` is a `u32`.
 //!
 //! ```text
 //! offset size  field
-//! 0      1     format version = 1
+//! 0      1     format version = 2 (1 is read too: see below)
 //! 1      8     client_id   u64   (who sent it; the dedup session)
 //! 9      8     request_seq u64   (per client, unique per request; a retry reuses it)
-//! 17     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS
-//! 18     ...   body, by op:
+//! 17     8     stamp_ms    u64   (the proposer's wall-clock time when it proposed the entry, in
+//!                                 ms since the Unix epoch; 0: no time information)
+//! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS
+//! 26     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
 //!              INCRBY  bytes key, delta i64
@@ -35,6 +37,22 @@
 //!                      inside an EXEC.
 //! ```
 //!
+//! Version 1 is the same without `stamp_ms` (op at offset 17, body from 18). It is still decoded,
+//! as `stamp_ms` = 0: entries written before version 2 keep applying exactly as they did, and
+//! carry no time. Encoding always writes version 2.
+//!
+//! The stamp is the leader's clock, taken when it proposes a batch (`connection/pipeline.rs`,
+//! `Pipeline::take_batch`); nothing orders it: a new leader's clock may be behind the old one's,
+//! so a later entry may carry a lower stamp. The state machine derives its time from the stamps
+//! so that it is monotone and the same on every replica (`log_time_ms` in `mod.rs`).
+//!
+//! Mixed-version clusters: a build that reads only version 1 cannot decode a version-2 entry; it
+//! applies it as the documented no-op (below) while newer replicas apply it, and they diverge. So
+//! every replica must run a build that reads version 2 before any of them proposes it. This build
+//! always writes version 2 (there is no negotiation): a cluster of builds that read only version 1
+//! is upgraded by stopping every node and starting them all on this build, not by a rolling
+//! upgrade, in which a node already upgraded could lead while others are not.
+//!
 //! Ops 7 (EXEC) and 8 (MEMBER ADDRS) were added without changing the version byte: every entry
 //! written before them decodes exactly as before, and a build that predates one does not decode it
 //! (an unknown op) rather than misreading it.
@@ -53,7 +71,11 @@ use bytes::{BufMut, Bytes};
 use super::wire::{put_bytes, Reader};
 use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
 
-const FORMAT_VERSION: u8 = 1;
+const FORMAT_VERSION: u8 = 2;
+/// The format before `stamp_ms`: read, never written.
+const FORMAT_VERSION_WITHOUT_STAMP: u8 = 1;
+/// Bytes before the op: version, client_id, request_seq, stamp_ms.
+const HEADER_BYTES: usize = 25;
 
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
@@ -85,10 +107,15 @@ const BYTES_FIELD_MIN: usize = 4;
 /// session's remembered replies without applying. A random 64-bit id per connection, or one built
 /// from (node id, a persisted incarnation counter, a connection counter), satisfies this.
 /// `request_seq` counts that client's writes from 1; a retry reuses the original's seq.
+///
+/// `stamp_ms` is the proposer's wall-clock time in ms since the Unix epoch, taken when it proposed
+/// the entry (0: no time information, as in a version-1 entry). A retry under the same request id
+/// is stamped again when it is proposed again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogCommand {
     pub client_id: u64,
     pub request_seq: u64,
+    pub stamp_ms: u64,
     pub command: LoggedCommand,
 }
 
@@ -120,7 +147,7 @@ impl From<WriteCommand> for LoggedCommand {
 /// Why a log entry is not a valid key-value command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("unsupported log command format version {0} (this build reads version 1)")]
+    #[error("unsupported log command format version {0} (this build reads versions 1 and 2)")]
     UnsupportedVersion(u8),
     #[error("unknown op {0}")]
     UnknownOp(u8),
@@ -141,10 +168,18 @@ pub enum DecodeError {
 }
 
 impl LogCommand {
-    pub fn new(client_id: u64, request_seq: u64, command: impl Into<LoggedCommand>) -> Self {
+    /// A command under the request id (`client_id`, `request_seq`), stamped `stamp_ms` (the
+    /// proposer's wall clock, ms since the Unix epoch; 0 for none).
+    pub fn new(
+        client_id: u64,
+        request_seq: u64,
+        stamp_ms: u64,
+        command: impl Into<LoggedCommand>,
+    ) -> Self {
         LogCommand {
             client_id,
             request_seq,
+            stamp_ms,
             command: command.into(),
         }
     }
@@ -159,10 +194,11 @@ impl LogCommand {
                 9 + field_len(&addrs.peer) + field_len(&addrs.client)
             }
         };
-        let mut out = Vec::with_capacity(18 + hint);
+        let mut out = Vec::with_capacity(HEADER_BYTES + hint);
         out.put_u8(FORMAT_VERSION);
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.request_seq);
+        out.put_u64_le(self.stamp_ms);
         match &self.command {
             LoggedCommand::Write(write) => put_write(&mut out, write),
             LoggedCommand::Exec(commands) => {
@@ -187,11 +223,16 @@ impl LogCommand {
         let mut r = Reader::new(entry.clone());
         let truncated = |r: &Reader| DecodeError::Truncated(r.position());
         let version = r.u8().ok_or(DecodeError::Truncated(0))?;
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_WITHOUT_STAMP {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let client_id = r.u64().ok_or_else(|| truncated(&r))?;
         let request_seq = r.u64().ok_or_else(|| truncated(&r))?;
+        let stamp_ms = if version == FORMAT_VERSION {
+            r.u64().ok_or_else(|| truncated(&r))?
+        } else {
+            0
+        };
         let op = r.u8().ok_or_else(|| truncated(&r))?;
         let command = if op == OP_EXEC {
             // Every queued command takes at least its op byte.
@@ -211,6 +252,7 @@ impl LogCommand {
         Ok(LogCommand {
             client_id,
             request_seq,
+            stamp_ms,
             command,
         })
     }

@@ -14,7 +14,15 @@
 //!   would skip what the newer ones apply.
 //! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE from the current state.
 //! - [`KvStateMachine::state_digest`] is maintained incrementally (see `digest.rs` for why XOR of
-//!   pair hashes, and what it cannot detect).
+//!   pair hashes, and what it cannot detect); it covers the log time below too.
+//! - [`KvStateMachine::log_time_ms`] is the state machine's time: the highest `stamp_ms` (the
+//!   proposing leader's wall clock, `log_command.rs`) among the entries applied so far. Derived
+//!   from the log alone, it is the same on every replica at every applied index (a replica's own
+//!   clock never enters it), and it never goes backwards, even when a new leader's clock is behind
+//!   the old one's: T(i) = max stamp at or below index i. Entries without a stamp (version 1, the
+//!   core's no-ops and configuration entries, which never reach the state machine, and entries
+//!   that do not decode) leave it unchanged; 0 means no entry carried a time yet. It is what
+//!   time-dependent decisions (expiry, built on it) must read, never a local clock.
 //! - Request ids are deduplicated over a bounded window (see `dedup.rs` for the bounds).
 //! - [`KvStateMachine::snapshot`] / [`KvStateMachine::restore`] use the versioned, checksummed
 //!   format documented in `snapshot.rs`.
@@ -44,7 +52,7 @@ use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
 use crate::number::parse_i64;
 use crate::resp::Reply;
 use dedup::{DedupTable, Seen};
-use digest::pair_hash;
+use digest::{log_time_hash, pair_hash};
 use map::Map;
 
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
@@ -154,8 +162,11 @@ impl Stored {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvStateMachine {
     data: Map,
+    /// XOR of the pair hashes (the log time is folded in when the digest is read).
     digest: u64,
     applied_index: u64,
+    /// The highest stamp among the entries applied so far (see the module documentation).
+    log_time_ms: u64,
     dedup: DedupTable,
     /// Where each member is reached (`RAFT.MEMBER ADD`): cluster metadata, not key-value state,
     /// so it is in snapshots but not in the digest.
@@ -197,6 +208,7 @@ impl KvStateMachine {
             data: Map::default(),
             digest: 0,
             applied_index: 0,
+            log_time_ms: 0,
             dedup: DedupTable::new(limits),
             members: BTreeMap::new(),
             members_version: ChangeCounter::default(),
@@ -239,9 +251,18 @@ impl KvStateMachine {
         self.applied_index
     }
 
-    /// XOR of the pair hashes of every stored (key, value); 0 for the empty map.
+    /// XOR of the pair hashes of every stored (key, value), and of the hash of
+    /// [`Self::log_time_ms`] when it is not 0 (see `digest.rs`); 0 for the empty map with no
+    /// time. One hash of 8 bytes more than the pairs' digest, computed here rather than kept.
     pub fn state_digest(&self) -> u64 {
-        self.digest
+        self.digest ^ log_time_hash(self.log_time_ms)
+    }
+
+    /// The state machine's time in ms since the Unix epoch: the highest stamp among the entries
+    /// applied so far (0: none carried one). The same on every replica at the same applied index,
+    /// and never decreasing (see the module documentation).
+    pub fn log_time_ms(&self) -> u64 {
+        self.log_time_ms
     }
 
     pub fn len(&self) -> usize {
@@ -308,6 +329,9 @@ impl KvStateMachine {
     ) -> Result<ApplyReply, ApplyError> {
         self.check_index(index)?;
         self.applied_index = index;
+        // Before the command runs (it runs at its own time), and whatever becomes of it: a
+        // duplicate or a too-old request is in the log with its stamp like any other entry.
+        self.log_time_ms = self.log_time_ms.max(command.stamp_ms);
         #[cfg(feature = "mutations")]
         if self.mutation == Some(keel_core::Mutation::DedupOff) {
             // Broken on purpose: the request id is ignored, so a retried request applies again.
@@ -550,6 +574,7 @@ impl KvStateMachine {
             data: restored.data,
             digest: restored.digest,
             applied_index: restored.applied_index,
+            log_time_ms: restored.log_time_ms,
             dedup: restored.dedup,
             members: restored.members,
             members_version: ChangeCounter::default(),
@@ -566,6 +591,10 @@ pub struct SnapshotView(KvStateMachine);
 impl SnapshotView {
     pub fn applied_index(&self) -> u64 {
         self.0.applied_index
+    }
+
+    pub fn log_time_ms(&self) -> u64 {
+        self.0.log_time_ms
     }
 
     pub fn encode(&self) -> Vec<u8> {

@@ -1,13 +1,14 @@
 //! The state machine's snapshot format.
 //!
-//! Format, version 2. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//! Format, version 3. Integers little-endian; `bytes` is a `u32` length then that many bytes.
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic b"KEELKVS\0"
-//! 8       4     format version u32 = 2 (1 is read too: it ends after the sessions)
+//! 8       4     format version u32 = 3 (1 and 2 are read too: see below)
 //! 12      8     applied_index u64
-//! 20      8     state_digest u64          (recomputed and compared on restore)
+//! 20      8     pairs digest u64          (the XOR of the pair hashes: `state_digest` without
+//!                                          the log time; recomputed and compared on restore)
 //! 28      4     dedup clients_max u32
 //! 32      4     dedup replies_per_client_max u32
 //! 36      8     key_count u64
@@ -19,11 +20,21 @@
 //!                 8  max_seq u64
 //!                 4  reply_count u32      (<= replies_per_client_max)
 //!                 reply_count x (seq u64, reply), seqs strictly ascending within the window
-//! ...     4     member_count u32          (<= MEMBER_ADDRS_MAX; version 2 only)
+//! ...     4     member_count u32          (<= MEMBER_ADDRS_MAX; versions 2 and 3)
 //! ...     ...   member_count x (node id u64, bytes peer addr, bytes client addr), ids strictly
 //!               ascending, each address at most MEMBER_ADDR_BYTES_MAX bytes, not both empty
+//! ...     8     log_time_ms u64           (version 3 only: the state machine's time at
+//!                                          applied_index, the highest entry stamp applied; 0
+//!                                          for none)
 //! end-4   4     crc32c of every byte before it
 //! ```
+//!
+//! Older versions, read and never written: version 2 ends after the member addresses and
+//! version 1 after the sessions (no member addresses); both restore with `log_time_ms` = 0, the
+//! state machine's time before entries carried stamps. A build that reads only versions 1 and 2
+//! refuses a version-3 snapshot (and stops rather than diverge): like version-2 log entries
+//! (`log_command.rs`), version 3 must not reach a node before every node runs a build that reads
+//! it.
 //!
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
 //! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members; 4 request too
@@ -49,7 +60,9 @@ use super::{
 };
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
+/// The format before the log time: read, never written.
+const FORMAT_VERSION_WITHOUT_TIME: u32 = 2;
 /// The format before member addresses: read, never written.
 const FORMAT_VERSION_WITHOUT_MEMBERS: u32 = 1;
 const HEADER_BYTES: usize = 44;
@@ -64,7 +77,7 @@ pub enum SnapshotError {
     ChecksumMismatch { stored: u32, computed: u32 },
     #[error("not a keel key-value snapshot (bad magic)")]
     BadMagic,
-    #[error("unsupported snapshot format version {0} (this build reads versions 1 and 2)")]
+    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 3)")]
     UnsupportedVersion(u32),
     #[error("snapshot truncated inside {0}")]
     Truncated(&'static str),
@@ -81,6 +94,7 @@ pub(crate) struct Restored {
     pub(crate) data: Map,
     pub(crate) dedup: DedupTable,
     pub(crate) members: BTreeMap<u64, MemberAddrs>,
+    pub(crate) log_time_ms: u64,
 }
 
 pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
@@ -211,6 +225,7 @@ pub(crate) fn encode_to(out: &mut dyn std::io::Write, sm: &KvStateMachine) -> st
         put_bytes(&mut buf, &addrs.peer);
         put_bytes(&mut buf, &addrs.client);
     }
+    buf.put_u64_le(sm.log_time_ms);
     flush(&mut buf, out)?;
     out.write_all(&crc.to_le_bytes())
 }
@@ -241,7 +256,13 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let mut r = Reader::new(Bytes::copy_from_slice(&body[8..]));
     let header = SnapshotError::Truncated("the header");
     let version = r.u32().ok_or(header.clone())?;
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_WITHOUT_MEMBERS {
+    if ![
+        FORMAT_VERSION,
+        FORMAT_VERSION_WITHOUT_TIME,
+        FORMAT_VERSION_WITHOUT_MEMBERS,
+    ]
+    .contains(&version)
+    {
         return Err(SnapshotError::UnsupportedVersion(version));
     }
     let applied_index = r.u64().ok_or(header.clone())?;
@@ -296,10 +317,15 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         previous_client = Some(client_id);
         sessions.insert(client_id, session);
     }
-    let members = if version == FORMAT_VERSION {
-        decode_members(&mut r)?
-    } else {
+    let members = if version == FORMAT_VERSION_WITHOUT_MEMBERS {
         BTreeMap::new()
+    } else {
+        decode_members(&mut r)?
+    };
+    let log_time_ms = if version == FORMAT_VERSION {
+        r.u64().ok_or(SnapshotError::Truncated("the log time"))?
+    } else {
+        0
     };
     if r.remaining() > 0 {
         return Err(SnapshotError::Malformed("bytes after the last section"));
@@ -317,6 +343,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         data,
         dedup,
         members,
+        log_time_ms,
     })
 }
 

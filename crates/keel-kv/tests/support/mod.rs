@@ -50,6 +50,7 @@ impl NodeInfo for Node<'_> {
             commit_index: sm.applied_index(),
             applied_index: sm.applied_index(),
             state_digest: sm.state_digest(),
+            log_time_ms: sm.log_time_ms(),
             keys: sm.len() as u64,
             connected_clients: self.0.connections.load(Ordering::Relaxed),
             ..NodeStatus::default()
@@ -152,7 +153,7 @@ async fn serve_connection(
                 }
                 Dispatch::Write(command) => {
                     seq += 1;
-                    let entry = LogCommand::new(id, seq, command).encode();
+                    let entry = LogCommand::new(id, seq, 0, command).encode();
                     let mut sm = state.sm.lock().unwrap();
                     let index = state.next_index.fetch_add(1, Ordering::Relaxed);
                     sm.apply(index, &entry).expect("valid entry").to_reply()
@@ -163,7 +164,7 @@ async fn serve_connection(
                 Dispatch::Exec(transaction) => {
                     seq += 1;
                     let command = LoggedCommand::Exec(transaction.commands);
-                    let entry = LogCommand::new(id, seq, command).encode();
+                    let entry = LogCommand::new(id, seq, 0, command).encode();
                     let mut sm = state.sm.lock().unwrap();
                     let index = state.next_index.fetch_add(1, Ordering::Relaxed);
                     sm.apply(index, &entry).expect("valid entry").into_reply()

@@ -190,7 +190,7 @@ fn a_retried_transaction_is_not_applied_twice() {
     );
     // The remembered "applied" survives a snapshot (whose format is unchanged).
     let mut restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
-    let entry = LogCommand::new(9, 2, LoggedCommand::Exec(vec![incr("n")])).encode();
+    let entry = LogCommand::new(9, 2, 0, LoggedCommand::Exec(vec![incr("n")])).encode();
     assert_eq!(restored.apply(10, &entry), Ok(ApplyReply::ExecDuplicate));
     assert_eq!(restored.get(b"n"), Some(&b"4"[..]));
 }
@@ -272,6 +272,7 @@ fn entries_written_before_exec_existed_still_decode() {
         LogCommand::new(
             7,
             3,
+            0,
             WriteCommand::Set {
                 key: b("k"),
                 value: b("v1"),
@@ -279,10 +280,15 @@ fn entries_written_before_exec_existed_still_decode() {
             }
         )
     );
+    // Encoded again it is a version-2 entry: the same fields with a stamp of 0 (no time).
+    let mut as_v2 = vec![2u8];
+    as_v2.extend_from_slice(&set_entry[1..17]);
+    as_v2.extend_from_slice(&0u64.to_le_bytes());
+    as_v2.extend_from_slice(&set_entry[17..]);
     assert_eq!(
         decoded.encode().as_ref(),
-        &set_entry[..],
-        "single writes encode as before"
+        &as_v2[..],
+        "single writes encode as before, with the stamp"
     );
     let mut del_entry = vec![1u8];
     del_entry.extend_from_slice(&1u64.to_le_bytes());
@@ -298,11 +304,13 @@ fn entries_written_before_exec_existed_still_decode() {
     let exec = LogCommand::new(
         1,
         2,
+        1_700_000_000_123,
         LoggedCommand::Exec(vec![get("k"), QueuedCommand::Ping]),
     );
-    let mut expected = vec![1u8];
+    let mut expected = vec![2u8];
     expected.extend_from_slice(&1u64.to_le_bytes());
     expected.extend_from_slice(&2u64.to_le_bytes());
+    expected.extend_from_slice(&1_700_000_000_123u64.to_le_bytes());
     expected.extend_from_slice(&[7, 2, 0, 0, 0, 16, 1, 0, 0, 0, b'k', 32]);
     assert_eq!(exec.encode().as_ref(), &expected[..]);
 }
@@ -312,6 +320,7 @@ fn exec_entry_decoding_is_strict() {
     let entry = LogCommand::new(
         1,
         2,
+        0,
         LoggedCommand::Exec(vec![
             w(set("k", "v")),
             r(ReadCommand::MGet {
@@ -323,7 +332,7 @@ fn exec_entry_decoding_is_strict() {
     .encode();
     assert_every_cut_is_truncated(&entry);
     let header = |op: u8| {
-        let mut e = entry[..17].to_vec();
+        let mut e = entry[..25].to_vec();
         e.push(op);
         e
     };
@@ -404,7 +413,7 @@ proptest! {
         seq in any::<u64>(),
         commands in prop::collection::vec(arb_queued(), 1..8),
     ) {
-        let log = LogCommand::new(client, seq, LoggedCommand::Exec(commands));
+        let log = LogCommand::new(client, seq, 0, LoggedCommand::Exec(commands));
         prop_assert_eq!(LogCommand::decode(&log.encode()), Ok(log));
     }
 
@@ -419,7 +428,7 @@ proptest! {
         let mut one = KvStateMachine::with_dedup_limits(limits);
         let mut two = KvStateMachine::with_dedup_limits(limits);
         for (i, (client, seq, commands)) in history.into_iter().enumerate() {
-            let entry = LogCommand::new(client, seq, LoggedCommand::Exec(commands)).encode();
+            let entry = LogCommand::new(client, seq, 0, LoggedCommand::Exec(commands)).encode();
             let a = one.apply(i as u64 + 1, &entry).unwrap();
             prop_assert_eq!(two.apply(i as u64 + 1, &entry).unwrap(), a.clone());
             let mut out = Vec::new();

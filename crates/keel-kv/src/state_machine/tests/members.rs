@@ -61,7 +61,7 @@ fn records_replace_and_forget_and_leave_the_digest_alone() {
     assert_eq!(log.sm.len(), 1);
 
     // A retried record (same request id) is not applied again.
-    let retry = LogCommand::new(1, log.seq, record(4, "other:1", "other:2")).encode();
+    let retry = LogCommand::new(1, log.seq, 0, record(4, "other:1", "other:2")).encode();
     log.index += 1;
     assert_eq!(log.sm.apply(log.index, &retry).unwrap(), ok);
     assert_eq!(addrs_of(&log.sm)[0].1, "node4:7379");
@@ -108,9 +108,10 @@ fn snapshots_carry_member_addresses_and_version_1_snapshots_still_restore() {
     // The same state without members, written in format version 1 (no members section).
     let mut plain = Log::new();
     plain.apply(set("k", "v"));
-    let v2 = plain.sm.snapshot();
-    let body_len = v2.len() - 4 - 4; // without the empty members count and the checksum
-    let mut v1 = v2[..body_len].to_vec();
+    let v3 = plain.sm.snapshot();
+    // Without the checksum, the log time and the empty members count.
+    let body_len = v3.len() - 4 - 8 - 4;
+    let mut v1 = v3[..body_len].to_vec();
     v1[8..12].copy_from_slice(&1u32.to_le_bytes());
     let crc = crc32c::crc32c(&v1);
     v1.extend_from_slice(&crc.to_le_bytes());
@@ -122,7 +123,7 @@ fn snapshots_carry_member_addresses_and_version_1_snapshots_still_restore() {
     let mut descending = Log::new();
     descending.record(3, "a:1", "");
     let mut bytes = descending.sm.snapshot();
-    let count_at = bytes.len() - 4 - (8 + 4 + 3 + 4) - 4;
+    let count_at = bytes.len() - 4 - 8 - (8 + 4 + 3 + 4) - 4;
     bytes[count_at..count_at + 4].copy_from_slice(&(MEMBER_ADDRS_MAX as u32 + 1).to_le_bytes());
     let crc_at = bytes.len() - 4;
     let crc = crc32c::crc32c(&bytes[..crc_at]);
@@ -135,24 +136,24 @@ fn snapshots_carry_member_addresses_and_version_1_snapshots_still_restore() {
 
 #[test]
 fn member_address_entries_decode_strictly() {
-    let entry = LogCommand::new(3, 4, record(4, "node4:7379", "node4:6379")).encode();
+    let entry = LogCommand::new(3, 4, 0, record(4, "node4:7379", "node4:6379")).encode();
     assert_eq!(
         LogCommand::decode(&entry).unwrap().command,
         record(4, "node4:7379", "node4:6379")
     );
-    let node_zero = LogCommand::new(3, 4, record(0, "a:1", "")).encode();
+    let node_zero = LogCommand::new(3, 4, 0, record(0, "a:1", "")).encode();
     assert!(matches!(
         LogCommand::decode(&node_zero),
         Err(DecodeError::InvalidMemberAddrs(_))
     ));
     let long = "h".repeat(log_command::MEMBER_ADDR_BYTES_MAX + 1);
-    let too_long = LogCommand::new(3, 4, record(4, &long, "")).encode();
+    let too_long = LogCommand::new(3, 4, 0, record(4, &long, "")).encode();
     assert!(matches!(
         LogCommand::decode(&too_long),
         Err(DecodeError::InvalidMemberAddrs(_))
     ));
     // Inside an EXEC the op is unknown: a transaction never changes membership metadata.
-    let mut exec = LogCommand::new(3, 4, LoggedCommand::Exec(vec![QueuedCommand::Ping]))
+    let mut exec = LogCommand::new(3, 4, 0, LoggedCommand::Exec(vec![QueuedCommand::Ping]))
         .encode()
         .to_vec();
     let op_at = exec.len() - 1;

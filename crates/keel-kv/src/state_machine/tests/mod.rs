@@ -16,11 +16,13 @@ fn set(key: &str, value: &str) -> WriteCommand {
     }
 }
 
-/// Applies commands as a log would: consecutive indexes, one client, consecutive seqs.
+/// Applies commands as a log would: consecutive indexes, one client, consecutive seqs, each
+/// entry stamped `stamp_ms` (0, no time, unless a test sets it).
 struct Log {
     sm: KvStateMachine,
     index: u64,
     seq: u64,
+    stamp_ms: u64,
 }
 
 impl Log {
@@ -29,6 +31,7 @@ impl Log {
             sm: KvStateMachine::new(),
             index: 0,
             seq: 0,
+            stamp_ms: 0,
         }
     }
 
@@ -46,7 +49,7 @@ impl Log {
 
     fn apply_logged(&mut self, client: u64, seq: u64, command: LoggedCommand) -> ApplyReply {
         self.index += 1;
-        let entry = LogCommand::new(client, seq, command).encode();
+        let entry = LogCommand::new(client, seq, self.stamp_ms, command).encode();
         self.sm.apply(self.index, &entry).expect("valid entry")
     }
 
@@ -325,6 +328,7 @@ fn snapshot_round_trips_with_digest_and_dedup() {
         sm: restored,
         index: log.index + 5,
         seq: log.seq,
+        stamp_ms: 0,
     };
     let retry = WriteCommand::IncrBy {
         key: b("n"),
@@ -373,10 +377,10 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         body
     };
     let mut wrong_version = good.clone();
-    wrong_version[8] = 3;
+    wrong_version[8] = 4;
     assert_eq!(
         target.restore(&reseal(wrong_version)),
-        Err(SnapshotError::UnsupportedVersion(3))
+        Err(SnapshotError::UnsupportedVersion(4))
     );
     let mut wrong_magic = good.clone();
     wrong_magic[0] = b'X';
@@ -396,8 +400,8 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         target.restore(&reseal(huge_count)),
         Err(SnapshotError::Truncated(_))
     ));
-    // Cut inside the session table (before the members count and the checksum).
-    let mut short = good[..good.len() - 4 - 4 - 8].to_vec();
+    // Cut inside the session table (before the members count, the log time and the checksum).
+    let mut short = good[..good.len() - 4 - 8 - 4 - 8].to_vec();
     short.extend_from_slice(&[0; 4]);
     assert!(matches!(
         target.restore(&reseal(short)),
@@ -431,7 +435,7 @@ fn write_replies_encode_for_relaying() {
 #[test]
 fn apply_rejects_old_indexes() {
     let mut sm = KvStateMachine::new();
-    let entry = LogCommand::new(1, 1, set("a", "1")).encode();
+    let entry = LogCommand::new(1, 1, 0, set("a", "1")).encode();
     sm.apply(5, &entry).unwrap();
     assert_eq!(
         sm.apply(5, &entry),
@@ -445,18 +449,30 @@ fn apply_rejects_old_indexes() {
 #[test]
 fn an_undecodable_entry_is_the_same_no_op_on_every_replica() {
     let mut replicas = [KvStateMachine::new(), KvStateMachine::new()];
-    let entry = LogCommand::new(1, 1, set("a", "1")).encode();
+    let entry = LogCommand::new(1, 1, 1_000, set("a", "1")).encode();
     let mut future_version = entry.to_vec();
-    future_version[0] = 2;
+    future_version[0] = 3;
+    // A version-2 entry with a later stamp and an op this build does not know: its stamp is not
+    // taken either.
+    let mut unknown_op = LogCommand::new(1, 2, 5_000, set("a", "2"))
+        .encode()
+        .to_vec();
+    unknown_op[25] = 99;
     let garbage = [
         Bytes::from(future_version),
+        Bytes::from(unknown_op),
         Bytes::new(),
         entry.slice(..entry.len() - 1),
         Bytes::from_static(b"\x01\xff\xff"),
     ];
     for sm in &mut replicas {
         sm.apply(5, &entry).unwrap();
-        let before = (sm.state_digest(), sm.len(), sm.dedup_sessions());
+        let before = (
+            sm.state_digest(),
+            sm.len(),
+            sm.dedup_sessions(),
+            sm.log_time_ms(),
+        );
         for (i, bad) in garbage.iter().enumerate() {
             let index = 6 + i as u64;
             assert_eq!(
@@ -469,13 +485,19 @@ fn an_undecodable_entry_is_the_same_no_op_on_every_replica() {
             assert_eq!(sm.applied_index(), index, "the applied index advances");
         }
         assert_eq!(
-            (sm.state_digest(), sm.len(), sm.dedup_sessions()),
+            (
+                sm.state_digest(),
+                sm.len(),
+                sm.dedup_sessions(),
+                sm.log_time_ms()
+            ),
             before,
             "nothing else changed"
         );
+        assert_eq!(sm.log_time_ms(), 1_000);
         // The next good entry applies as usual.
-        let next = LogCommand::new(1, 2, set("b", "2")).encode();
-        assert_eq!(sm.apply(10, &next), Ok(ApplyReply::Write(WriteReply::Ok)));
+        let next = LogCommand::new(1, 2, 0, set("b", "2")).encode();
+        assert_eq!(sm.apply(11, &next), Ok(ApplyReply::Write(WriteReply::Ok)));
     }
     assert_eq!(replicas[0], replicas[1]);
     assert_eq!(replicas[0].snapshot(), replicas[1].snapshot());
@@ -496,7 +518,7 @@ fn assert_every_cut_is_truncated(entry: &Bytes) {
 
 #[test]
 fn log_command_decoding_is_strict() {
-    let entry = LogCommand::new(1, 2, set("k", "v")).encode();
+    let entry = LogCommand::new(1, 2, 0, set("k", "v")).encode();
     assert_every_cut_is_truncated(&entry);
     let mut trailing = entry.to_vec();
     trailing.push(0);
@@ -505,13 +527,13 @@ fn log_command_decoding_is_strict() {
         Err(DecodeError::TrailingBytes(1))
     );
     let mut bad_op = entry.to_vec();
-    bad_op[17] = 99;
+    bad_op[25] = 99;
     assert_eq!(
         LogCommand::decode(&Bytes::from(bad_op)),
         Err(DecodeError::UnknownOp(99))
     );
     // A DEL claiming four billion keys is refused before anything is allocated.
-    let mut huge = entry[..17].to_vec();
+    let mut huge = entry[..25].to_vec();
     huge.push(2);
     huge.extend_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
@@ -551,7 +573,7 @@ fn arb_write() -> impl Strategy<Value = WriteCommand> {
 proptest! {
     #[test]
     fn log_commands_round_trip(client in any::<u64>(), seq in any::<u64>(), command in arb_write()) {
-        let log = LogCommand::new(client, seq, command);
+        let log = LogCommand::new(client, seq, 0, command);
         prop_assert_eq!(LogCommand::decode(&log.encode()), Ok(log));
     }
 
@@ -561,7 +583,7 @@ proptest! {
     ) {
         let mut sm = KvStateMachine::with_dedup_limits(DedupLimits { clients_max: 3, replies_per_client_max: 3 });
         for (i, (client, seq, command)) in commands.into_iter().enumerate() {
-            let entry = LogCommand::new(client, seq, command).encode();
+            let entry = LogCommand::new(client, seq, 0, command).encode();
             sm.apply(i as u64 + 1, &entry).unwrap();
         }
         let restored = KvStateMachine::from_snapshot(&sm.snapshot()).unwrap();
@@ -579,6 +601,7 @@ proptest! {
 
 mod exec;
 mod members;
+mod time;
 
 #[test]
 fn stored_keys_and_values_do_not_keep_the_received_frame_alive() {
@@ -587,6 +610,7 @@ fn stored_keys_and_values_do_not_keep_the_received_frame_alive() {
     let entry = LogCommand::new(
         1,
         1,
+        0,
         set("a-key-longer-than-the-inline-limit-of-38", "value"),
     );
     let mut frame = Vec::from(&b"other entries"[..]);
