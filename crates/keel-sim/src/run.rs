@@ -232,6 +232,14 @@ impl World {
     /// of each connection): a peer back with other storage is not heard.
     fn hears(&mut self, to: NodeId, msg: &keel_core::Message, storage: u64) -> bool {
         let from = msg.from;
+        if let keel_core::MessageBody::InstallSnapshot { meta } = &msg.body {
+            // The transport hands the core an install only with the snapshot durable beside it:
+            // a late copy (see `snapshot_adopted`) for a disk wiped since has nothing beside it.
+            if self.nodes[(to - 1) as usize].disk.snapshot_index() < meta.last.index {
+                self.trace_line(|| format!("n{to} drops an install of a snapshot it lacks"));
+                return false;
+            }
+        }
         let current = self.nodes[(from - 1) as usize].storage;
         let gate = &mut self.nodes[(to - 1) as usize].gate;
         let heard = if storage == current {
@@ -594,7 +602,10 @@ impl World {
         if self.params.every_size {
             return self.change_membership_any_size(leader, &membership);
         }
+        // The member whose disk is being replaced is moved by `repair_wiped` alone.
+        let replacing = self.wiped.map(|w| w.id);
         let candidates: Vec<MembershipChange> = (1..=n)
+            .filter(|&id| Some(id) != replacing)
             .filter_map(|id| {
                 if membership.learners.contains(&id) {
                     Some(MembershipChange::AddVoter(id))
@@ -629,13 +640,19 @@ impl World {
     fn change_membership_any_size(&mut self, leader: NodeId, membership: &keel_core::Membership) {
         use MembershipChange::{AddLearner, AddVoter, Remove};
         let n = self.params.node_count as NodeId;
-        let absent: Vec<NodeId> = (1..=n).filter(|&id| !membership.contains(id)).collect();
-        let learners: Vec<NodeId> = membership.learners.iter().copied().collect();
+        // The member whose disk is being replaced is moved by `repair_wiped` alone.
+        let free = |id: &NodeId| self.wiped.is_none_or(|w| w.id != *id);
+        let absent: Vec<NodeId> = (1..=n)
+            .filter(|&id| !membership.contains(id))
+            .filter(free)
+            .collect();
+        let learners: Vec<NodeId> = membership.learners.iter().copied().filter(free).collect();
         let followers: Vec<NodeId> = membership
             .voters
             .iter()
             .copied()
             .filter(|&id| id != leader)
+            .filter(free)
             .collect();
         // While a wiped member is on its way back, the others keep a majority without it.
         let min_voters = if self.wiped.is_some() {
@@ -644,7 +661,7 @@ impl World {
             self.params.min_voters
         };
         let can_shrink = membership.voters.len() > min_voters;
-        let leader_is_voter = membership.voters.contains(&leader);
+        let leader_is_voter = membership.voters.contains(&leader) && free(&leader);
         let kinds: Vec<u8> = [
             (0, !absent.is_empty()),
             (1, !absent.is_empty()),

@@ -78,6 +78,14 @@ impl World {
         }
     }
 
+    /// Whether node `by`'s latest configuration lists `id`.
+    fn listed_by(&self, by: NodeId, id: NodeId) -> bool {
+        self.nodes[(by - 1) as usize]
+            .raft
+            .as_ref()
+            .is_some_and(|r| r.membership().contains(id))
+    }
+
     /// The node loses its disk whole and restarts empty, waiting to be added.
     fn wipe_disk(&mut self, id: NodeId) {
         self.trace_line(|| format!("wipe n{id}"));
@@ -113,8 +121,13 @@ impl World {
             self.wiped = Some(w);
         }
         if w.removed && !w.wiped {
-            // Down between the removal and the wipe: it restarts empty all the same (`crash`
+            // The operator wipes a node no configuration lists any more (its removal may still
+            // be reaching a lagging node: that one refuses the new disk until it learns of it).
+            // Down between the removal and the wipe, it restarts empty all the same (`crash`
             // schedules the restart).
+            if self.leader().is_some_and(|l| self.listed_by(l, id)) {
+                return;
+            }
             self.wipe_disk(id);
         }
         let committed = self.membership.committed().1;

@@ -9,7 +9,8 @@
 //! 2. the peer's storage incarnation must be the one known for it, or the first one seen
 //!    ([`Incarnations`], scenario S37): a member that comes back with a wiped disk has forgotten
 //!    its votes and acknowledgements, and they are not heard until it was removed and added
-//!    back ([`HandshakeGate::hears_message`]: only what a leader sends passes meanwhile);
+//!    back ([`HandshakeGate::hears_message`]: meanwhile only what promises nothing passes —
+//!    a leader's entries, a candidate's request for votes — never an answer);
 //! 3. only then are its announced addresses adopted: its peer address fills a gap in this
 //!    node's address book (an address this node was given wins), its client address replaces
 //!    the one known (latest wins).
@@ -73,15 +74,18 @@ pub fn adopts_peer_addr(own_id: NodeId, peer: NodeId, known: Option<SocketAddr>)
     peer != own_id && known.is_none()
 }
 
-/// What only a leader sends: its entries, heartbeats, snapshots and a leadership handoff. None
-/// of it carries a promise of the sender that a quorum could count.
-pub fn leader_message(msg: &MessageBody) -> bool {
+/// What promises nothing of its sender that a quorum could count: a leader's entries,
+/// heartbeats, snapshots and leadership handoff, and a candidate's request for votes. Every
+/// answer (a vote, an acknowledgement, a heartbeat's echo) is a promise.
+pub fn promises_nothing(msg: &MessageBody) -> bool {
     matches!(
         msg,
         MessageBody::Append { .. }
             | MessageBody::Heartbeat { .. }
             | MessageBody::InstallSnapshot { .. }
             | MessageBody::TimeoutNow
+            | MessageBody::PreVote { .. }
+            | MessageBody::RequestVote { .. }
     )
 }
 
@@ -150,14 +154,15 @@ impl<F: Fs> HandshakeGate<F> {
     }
 
     /// Whether `msg`, from `node` under storage `incarnation`, is heard. From storage other than
-    /// the one known, only what a leader sends passes ([`leader_message`]): what the node
-    /// promised before its disk was lost (votes, acknowledgements) must not count, but once it
-    /// was removed and added back it may lead, and a member that missed its removal (it was cut
-    /// off, or was itself out of the configuration meanwhile) must still follow it, or it could
-    /// never catch up and learn of the removal. The simulator asks this per message; the
-    /// runtime per message of a connection whose handshake announced changed storage.
+    /// the one known, only what promises nothing passes ([`promises_nothing`]): the votes and
+    /// acknowledgements of a node that forgot what it promised before its disk was lost must
+    /// not count; but once it was removed and added back it may campaign and lead, and a member
+    /// that missed its removal (it was cut off, or was itself out of the configuration
+    /// meanwhile) must still vote for it and follow it, or neither might ever catch up. The
+    /// simulator asks this per message; the runtime per message of a connection whose
+    /// handshake announced changed storage.
     pub fn hears_message(&mut self, node: NodeId, incarnation: u64, msg: &MessageBody) -> bool {
-        self.hears(node, incarnation) || leader_message(msg)
+        self.hears(node, incarnation) || promises_nothing(msg)
     }
 
     /// Whether a message from an earlier life of `node` (storage `incarnation`, its process

@@ -238,12 +238,12 @@ fn a_snapshot_that_skipped_history_forgets_every_incarnation() {
 }
 
 #[test]
-fn from_changed_storage_only_what_a_leader_sends_is_heard() {
+fn from_changed_storage_only_what_promises_nothing_is_heard() {
     use keel_core::{AppendResult, LogId, MessageBody};
     let fs = sim_fs();
     let mut g = gate(&fs);
     assert!(g.hears(2, 77));
-    let leader_says = [
+    let asks = [
         MessageBody::Heartbeat {
             commit: 3,
             read_round: 1,
@@ -254,8 +254,15 @@ fn from_changed_storage_only_what_a_leader_sends_is_heard() {
             commit: 3,
         },
         MessageBody::TimeoutNow,
+        MessageBody::RequestVote {
+            last_log_id: LogId::default(),
+            transfer: false,
+        },
+        MessageBody::PreVote {
+            last_log_id: LogId::default(),
+        },
     ];
-    for body in &leader_says {
+    for body in &asks {
         assert!(g.hears_message(2, 78, body), "{body:?}");
     }
     let promises = [
@@ -265,13 +272,6 @@ fn from_changed_storage_only_what_a_leader_sends_is_heard() {
         MessageBody::HeartbeatResponse {
             read_round: 1,
             lagging: false,
-        },
-        MessageBody::RequestVote {
-            last_log_id: LogId::default(),
-            transfer: false,
-        },
-        MessageBody::PreVote {
-            last_log_id: LogId::default(),
         },
     ];
     for body in &promises {

@@ -175,7 +175,7 @@ async fn serve_connection(
         report_persist_error(&mut gate);
         admitted
     };
-    // A peer back with other storage: only what a leader sends is heard from it (the gate's
+    // A peer back with other storage: only what promises nothing is heard from it (the gate's
     // `hears_message`); its first other message is refused with the reason.
     slot.done();
     let (admission, changed_storage) = match admitted {
@@ -184,7 +184,7 @@ async fn serve_connection(
             tracing::warn!(
                 node = c.node_id,
                 peer = hello.node_id,
-                "{refusal}: only its leader messages are heard"
+                "{refusal}: only what promises nothing is heard from it"
             );
             (Admission::default(), Some((got, refusal)))
         }

@@ -249,7 +249,7 @@ async fn a_member_back_with_other_storage_is_not_heard_and_is_told_why() {
     assert_eq!(a.refusal_from(b.local_addr()), None);
     drop(a);
 
-    // Node 1 again, with other storage: its heartbeat (what a leader sends) is heard...
+    // Node 1 again, with other storage: its heartbeat (it promises nothing) is heard...
     let a = node_1(8).await;
     a.set_peer(2, b.local_addr());
     a.send(heartbeat(1, 2, 2));
