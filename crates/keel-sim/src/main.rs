@@ -41,13 +41,13 @@ struct Args {
     /// before membership of every size (replays seeds recorded then).
     #[arg(long)]
     classic_shapes: bool,
-    /// In the seeds that replace disks, wipe a member's disk while it is still a member (an
-    /// unplanned loss) instead of after its removal: shows a known limit, see SWEEPS.md.
+    /// In a quarter of the seeds, replace a member's disk under the same node id: removed,
+    /// wiped, added back (`wipe.rs`). Shows the limits of a same-id rebuild (SWEEPS.md).
     #[arg(long)]
+    disk_replacements: bool,
+    /// Like --disk-replacements, but the disk is wiped while its node is still a member.
+    #[arg(long, conflicts_with = "disk_replacements")]
     unplanned_wipes: bool,
-    /// No disk replacements (replays seeds recorded before they existed).
-    #[arg(long, conflicts_with = "unplanned_wipes")]
-    no_disk_replacements: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -104,12 +104,12 @@ fn main() -> ExitCode {
                             mutation,
                             break_replay: false,
                             classic_shapes: args.classic_shapes,
-                            disk_replacements: if args.no_disk_replacements {
-                                DiskReplacements::Off
-                            } else if args.unplanned_wipes {
+                            disk_replacements: if args.unplanned_wipes {
                                 DiskReplacements::Unplanned
-                            } else {
+                            } else if args.disk_replacements {
                                 DiskReplacements::Planned
+                            } else {
+                                DiskReplacements::Off
                             },
                         });
                         if report.violation.is_some() && args.fail_fast {
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
             for (flag, on) in [
                 ("--classic-shapes", args.classic_shapes),
                 ("--unplanned-wipes", args.unplanned_wipes),
-                ("--no-disk-replacements", args.no_disk_replacements),
+                ("--disk-replacements", args.disk_replacements),
             ] {
                 if on {
                     replay.push(' ');

@@ -1,21 +1,23 @@
 //! The wipe fault (scenario S37): a member's disk is replaced, and the node comes back under
-//! its id with empty storage and a new storage incarnation, as an operator rebuilds it.
+//! its id with empty storage and a new storage incarnation. Off unless asked for
+//! (`--disk-replacements`, `--unplanned-wipes`): a same-id rebuild is not safe in general, and
+//! the README's procedure brings a rebuilt disk back under a new node id, which is an ordinary
+//! membership change. These modes show what the handshake gate (keel-engine's, which the
+//! runtime's transport runs too) does and does not catch.
 //!
-//! The planned replacement, drawn in a quarter of the seeds: the member is removed from the
-//! configuration first; once the removal is committed its disk is wiped and it restarts empty
-//! (without an initial cluster, as the README tells an operator); then it is added back, as a
-//! learner and then a voter if it was one. A peer that has not yet seen the removal still knows
-//! the old incarnation and refuses the new one (keel-engine's handshake gate, which the runtime's
-//! transport runs too); each peer forgets it when the removal reaches its log
-//! (`DepartedMembers`), so that the member is heard again once it is added back. Safety must
-//! hold throughout and, after healing, the member must be back and whole.
+//! Planned (`--disk-replacements`, a quarter of the seeds): the member is removed first; once the
+//! removal is committed and no configuration lists it, its disk is wiped and it restarts empty
+//! (without an initial cluster); then it is added back, as a learner and then a voter if it was
+//! one. A peer that has not yet seen the removal refuses the new storage's answers; each peer
+//! forgets the old one when the removal reaches its log (`DepartedMembers`). Liveness held
+//! after the gate's fixes; safety failed twice in 30,000 seeds (SWEEPS.md, sweep 33): a peer
+//! that caught up from a snapshot older than the removal counted the new storage's vote in the
+//! old configuration, and a rebuilt node received an old snapshot in whose configuration it
+//! alone was a quorum.
 //!
-//! The unplanned loss (`RunConfig::unplanned_wipes`, `keel-sim --unplanned-wipes`): the disk
-//! is wiped while the node is still a member, and it is removed and added back afterwards. The
-//! node has forgotten its votes and acknowledgements; the peers that knew its old storage refuse
-//! it, but a peer that never heard from it (one itself rebuilt, say) cannot tell it from a new
-//! member, counts its vote, and a committed entry can be lost. This mode shows that known limit
-//! (see SWEEPS.md); closing it is the work on storage faults, not a property claimed here.
+//! Unplanned (`--unplanned-wipes`): the disk is wiped while the node is still a member. A peer
+//! that never heard the old storage (one itself rebuilt, say) cannot tell it from a new member
+//! and counts its vote: committed entries are lost in a few percent of the seeds.
 //!
 //! A wipe needs headroom: every node up, and every configuration of three voters or more and
 //! not joint, so that the others keep a majority throughout; one member at a time, and while

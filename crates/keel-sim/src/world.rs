@@ -40,15 +40,16 @@ pub struct RunConfig {
     pub disk_replacements: DiskReplacements,
 }
 
-/// Disk replacements (`wipe.rs`), drawn in a quarter of the seeds.
+/// Disk replacements under the same node id (`wipe.rs`): off unless asked for, then drawn in a
+/// quarter of the seeds. Both modes show limits of a same-id rebuild (SWEEPS.md); the
+/// supported way to replace a disk is a new node id, which is an ordinary membership change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DiskReplacements {
-    /// None at all: replays a seed recorded before they existed.
+    #[default]
     Off,
     /// Removed first, then wiped and added back.
-    #[default]
     Planned,
-    /// Wiped while still a member, then removed and added back: shows a known limit.
+    /// Wiped while still a member, then removed and added back.
     Unplanned,
 }
 

@@ -15,7 +15,7 @@ fn config(seed: u64, trace: bool) -> RunConfig {
         mutation: None,
         break_replay: false,
         classic_shapes: false,
-        disk_replacements: DiskReplacements::Planned,
+        disk_replacements: DiskReplacements::Off,
     }
 }
 
@@ -205,7 +205,13 @@ fn catches_mutation_keep_conflicting_suffix() {
 /// what it holds assembles a snapshot whose whole checksum fails, which nothing in the simulated
 /// world (no corrupting network, nothing lost below a synced offset) can explain.
 fn assert_runtime_mutation_caught(name: &str) {
-    let (ok, stdout) = keel_sim(&["--mutation", name, "--seeds", "500", "--fail-fast"]);
+    assert_runtime_mutation_caught_with(name, &[]);
+}
+
+fn assert_runtime_mutation_caught_with(name: &str, extra: &[&str]) {
+    let mut args = vec!["--mutation", name, "--seeds", "500", "--fail-fast"];
+    args.extend_from_slice(extra);
+    let (ok, stdout) = keel_sim(&args);
     assert!(!ok, "mutation {name} went unnoticed:\n{}", summary(&stdout));
     assert!(stdout.contains(" violated "), "{stdout}");
     assert!(stdout.contains(&format!("--mutation {name}")), "{stdout}");
@@ -236,9 +242,11 @@ fn catches_mutation_snapshot_resume_skips_chunk() {
     assert_runtime_mutation_caught("snapshot-resume-skips-chunk");
 }
 
+/// A gate that never forgets a departed member's storage refuses it for good once it is added
+/// back with a new disk: shown with same-id disk replacements on.
 #[test]
 fn catches_mutation_keep_departed_incarnations() {
-    assert_runtime_mutation_caught("keep-departed-incarnations");
+    assert_runtime_mutation_caught_with("keep-departed-incarnations", &["--disk-replacements"]);
 }
 
 /// S24: a state machine whose applied index ran ahead of its effects skips an entry on replay
@@ -299,7 +307,6 @@ fn regression_seeds_pass() {
     ] {
         let report = run(&RunConfig {
             classic_shapes: true,
-            disk_replacements: DiskReplacements::Planned,
             ..config(seed, false)
         });
         assert!(!report.every_size);
@@ -365,7 +372,10 @@ fn disk_replacement_regression_seeds_pass() {
         3, 15, 547, 834, 1226, 1346, 12_002_654, 12_015_520, 12_005_276,
     ] {
         assert!(params(seed).wipe_weight > 0, "seed {seed} replaces no disk");
-        let report = run(&config(seed, false));
+        let report = run(&RunConfig {
+            disk_replacements: DiskReplacements::Planned,
+            ..config(seed, false)
+        });
         assert!(
             report.violation.is_none(),
             "seed {seed}: {:?}",
