@@ -217,8 +217,8 @@ enum Origin {
 /// Where a request is on its way to its reply.
 #[derive(Debug)]
 enum Progress<W, R> {
-    /// A write whose entry waits for its run's batch (encoded, and stamped, when it is taken).
-    Unproposed(LoggedCommand),
+    /// A write whose entry (encoded on arrival) waits for its run's batch to be stamped.
+    Unproposed(Vec<u8>),
     /// A write in the batch [`Pipeline::take_batch`] handed out, its handle not attached yet.
     Proposing,
     /// Proposed or started; the handle until the shell takes it (`None` before it is attached,
@@ -386,9 +386,18 @@ impl<W, R> Pipeline<W, R> {
                 seq: self.seq,
             }
         });
+        // Encoded now, so that the key and value are copied out and the client's input buffer
+        // is free again; stamped when the batch is taken.
+        let entry = LogCommand {
+            client_id: id.client_id,
+            request_seq: id.seq,
+            stamp_ms: 0,
+            command,
+        }
+        .encode_to_vec();
         self.slots.push_back(Slot {
             origin: Origin::Write { id, request },
-            progress: Progress::Unproposed(command),
+            progress: Progress::Unproposed(entry),
         });
     }
 
@@ -403,21 +412,13 @@ impl<W, R> Pipeline<W, R> {
             if !matches!(slot.progress, Progress::Unproposed(_)) {
                 continue;
             }
-            let Progress::Unproposed(command) =
+            let Progress::Unproposed(mut entry) =
                 std::mem::replace(&mut slot.progress, Progress::Proposing)
             else {
                 unreachable!("matched above")
             };
-            let Origin::Write { id, .. } = &slot.origin else {
-                unreachable!("only a write waits for its batch")
-            };
-            let entry = LogCommand {
-                client_id: id.client_id,
-                request_seq: id.seq,
-                stamp_ms: now_ms,
-                command,
-            };
-            batch.push((front + at as u64, entry.encode()));
+            LogCommand::restamp(&mut entry, now_ms);
+            batch.push((front + at as u64, Bytes::from(entry)));
         }
         batch
     }

@@ -76,6 +76,8 @@ const FORMAT_VERSION: u8 = 2;
 const FORMAT_VERSION_WITHOUT_STAMP: u8 = 1;
 /// Bytes before the op: version, client_id, request_seq, stamp_ms.
 const HEADER_BYTES: usize = 25;
+/// Where format 2 keeps the stamp.
+const STAMP_OFFSET: usize = 17;
 
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
@@ -185,6 +187,12 @@ impl LogCommand {
     }
 
     pub fn encode(&self) -> Bytes {
+        Bytes::from(self.encode_to_vec())
+    }
+
+    /// [`LogCommand::encode`] into a buffer the caller may still stamp
+    /// ([`LogCommand::restamp`]) before freezing it.
+    pub fn encode_to_vec(&self) -> Vec<u8> {
         let hint = match &self.command {
             LoggedCommand::Write(write) => write_len_hint(write),
             LoggedCommand::Exec(commands) => {
@@ -215,7 +223,15 @@ impl LogCommand {
                 put_bytes(&mut out, &addrs.client);
             }
         }
-        Bytes::from(out)
+        out
+    }
+
+    /// Rewrites the stamp of an entry [`LogCommand::encode_to_vec`] wrote (format 2: the stamp
+    /// is bytes 17..25). Lets a proposer encode a write as soon as it arrives — its key and value
+    /// copied out, so the client's input buffer is free again — and stamp it when it is proposed.
+    pub fn restamp(entry: &mut [u8], stamp_ms: u64) {
+        assert_eq!(entry[0], FORMAT_VERSION, "only an entry this build wrote");
+        entry[STAMP_OFFSET..STAMP_OFFSET + 8].copy_from_slice(&stamp_ms.to_le_bytes());
     }
 
     /// Decodes an entry; keys and values are zero-copy slices of `entry`.

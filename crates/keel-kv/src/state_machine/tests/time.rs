@@ -187,3 +187,14 @@ fn a_version_2_snapshot_restores_with_no_time() {
         Err(SnapshotError::Truncated("the log time"))
     );
 }
+
+#[test]
+fn an_entry_encoded_early_is_stamped_when_proposed() {
+    let mut entry = LogCommand::new(7, 3, 0, set("k", "v")).encode_to_vec();
+    LogCommand::restamp(&mut entry, T0 + 9);
+    let entry = bytes::Bytes::from(entry);
+    assert_eq!(
+        LogCommand::decode(&entry).unwrap(),
+        LogCommand::new(7, 3, T0 + 9, set("k", "v"))
+    );
+}
