@@ -100,6 +100,25 @@ fn keys_expire_on_every_node_and_ticks_remove_them_from_every_replica() {
         });
         assert_eq!(integer(port, &["PTTL", "lock"]), -2);
     }
+    // A transaction through a follower, with a command Redis queues that this node answers
+    // (SELECT) between the data commands: forwarded whole, its replies in order.
+    let mut con = cluster.node(follower).connect().expect("connect");
+    let (selected, set, ttl): (String, String, i64) = process::eventually("a transaction", || {
+        redis::pipe()
+            .atomic()
+            .cmd("SELECT")
+            .arg(0)
+            .cmd("SET")
+            .arg("tx")
+            .arg("1")
+            .arg("EX")
+            .arg(100)
+            .cmd("TTL")
+            .arg("tx")
+            .query(&mut con)
+            .ok()
+    });
+    assert_eq!((selected.as_str(), set.as_str(), ttl), ("OK", "OK", 100));
     // The lock is free again.
     assert_eq!(
         request(
@@ -126,7 +145,7 @@ fn keys_expire_on_every_node_and_ticks_remove_them_from_every_replica() {
         let ttl = integer(port, &["TTL", "later"]);
         assert!((3_500..=3_600).contains(&ttl), "TTL {ttl}");
         assert_eq!(request(port, &["GET", "lock"]), Reply::bulk("other"));
-        assert_eq!(keyspace(port).1, 2, "two keys with deadlines");
+        assert_eq!(keyspace(port).1, 3, "three keys with deadlines");
     }
     assert!(info_field(ports[0], "raft", "log_time_ms") > 0);
 }

@@ -462,6 +462,9 @@ pub enum CommandError {
     NotAllowedInMulti,
     #[error("ERR WATCH is not supported: keel has no optimistic locking; use CAS key expected new for a conditional update")]
     WatchUnsupported,
+    /// Redis's wording; the transaction goes on.
+    #[error("ERR WATCH inside MULTI is not allowed")]
+    WatchInMulti,
     #[error("ERR transaction too large: more than {max} queued commands (multi-commands-max); the transaction is discarded at EXEC")]
     TooManyQueued { max: usize },
     #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]

@@ -16,14 +16,18 @@
 //! ```
 //!
 //! Transactions (MULTI ... EXEC) are queued here, as Redis does: after `MULTI` (`+OK`) every
-//! command is parsed and checked at once; a valid data command (or PING / ECHO) is queued and
-//! answered `+QUEUED`; an invalid one (unknown, wrong arity, syntax), one not allowed inside a
-//! transaction (HELLO, CLIENT, CONFIG, COMMAND, INFO, SELECT, RAFT.*, WATCH, UNWATCH), or one over
-//! the queue bounds ([`Limits::multi_commands_max`], [`Limits::multi_bytes_max`]) is answered with
+//! command is parsed and checked at once and answered `+QUEUED`: a data command (or PING / ECHO)
+//! joins the log entry EXEC proposes; a command this node answers by itself (SELECT, INFO,
+//! CONFIG GET, COMMAND, CLIENT GETNAME / ID / INFO, RAFT.STATUS, UNWATCH) is answered now and its
+//! reply takes its place in EXEC's array ([`Transaction::local_replies`]). An invalid one
+//! (unknown, wrong arity, syntax), one not allowed inside a transaction (HELLO, AUTH, CLIENT
+//! SETNAME / SETINFO, RAFT.*, DEBUG: they change the connection or the cluster), or one over the
+//! queue bounds ([`Limits::multi_commands_max`], [`Limits::multi_bytes_max`]) is answered with
 //! its error and aborts the transaction: `EXEC` then answers `-EXECABORT` and nothing runs.
-//! `DISCARD` drops the queue; a nested `MULTI` is an error that leaves the transaction as it was;
-//! `QUIT` closes the connection, queue and all. `EXEC` of an empty queue answers an empty array
-//! here; otherwise it becomes [`Dispatch::Exec`]. WATCH is not supported (an error, no locking).
+//! `WATCH` inside a transaction is an error that leaves it as it was, as is a nested `MULTI`.
+//! `DISCARD` drops the queue; `QUIT` closes the connection, queue and all. `EXEC` of a queue with
+//! no data command answers the local replies here; otherwise it becomes [`Dispatch::Exec`]. WATCH
+//! outside a transaction is not supported yet (an error, no locking).
 //!
 //! A protocol error from the decoder is answered with [`crate::resp::ProtocolError::to_reply`]
 //! and closes this connection only.
@@ -82,9 +86,27 @@ pub enum Dispatch {
 pub struct Transaction {
     /// What the log entry carries, in order.
     pub commands: Vec<QueuedCommand>,
-    /// Each queued request's arguments as received (same order): a follower forwards the
-    /// transaction to the leader as `MULTI`, these, `EXEC`.
+    /// Each queued request's arguments as received (same order, local ones included): a
+    /// follower forwards the transaction to the leader as `MULTI`, these, `EXEC` (and the
+    /// leader answers the local ones itself).
     pub requests: Vec<Vec<Bytes>>,
+    /// The replies of the queued commands this node answered itself, each with its position in
+    /// EXEC's array (ascending): spliced into the state machine's array ([`splice`]).
+    pub local_replies: Vec<(usize, Reply)>,
+}
+
+/// EXEC's reply: the state machine's array of the logged commands' replies, with the local
+/// replies put back at their positions. Anything else (an error) is returned as it is.
+pub fn splice(applied: Reply, local_replies: &[(usize, Reply)]) -> Reply {
+    match applied {
+        Reply::Array(mut replies) if !local_replies.is_empty() => {
+            for (position, reply) in local_replies {
+                replies.insert((*position).min(replies.len()), reply.clone());
+            }
+            Reply::Array(replies)
+        }
+        other => other,
+    }
 }
 
 /// A connection's state between MULTI and EXEC / DISCARD.
@@ -132,6 +154,29 @@ pub struct ClientConnection {
     authenticated: bool,
     /// What CONFIG GET reports of the node's settings.
     config: Arc<ConfigValues>,
+}
+
+/// Whether a command this node answers may be queued in a transaction (answered at once, its
+/// reply kept for EXEC's array). Those that change the connection (HELLO, AUTH, CLIENT SETNAME,
+/// CLIENT SETINFO) are refused there: their effect would come before EXEC, not at it.
+fn answered_in_transaction(command: &LocalCommand) -> bool {
+    match command {
+        LocalCommand::Select
+        | LocalCommand::Info(_)
+        | LocalCommand::ConfigGet(_)
+        | LocalCommand::Command(_)
+        | LocalCommand::RaftStatus => true,
+        LocalCommand::Client(client) => matches!(
+            client,
+            ClientCommand::GetName | ClientCommand::Id | ClientCommand::Info
+        ),
+        // PING and ECHO join the log entry; QUIT closes the connection.
+        LocalCommand::Ping(_)
+        | LocalCommand::Echo(_)
+        | LocalCommand::Quit
+        | LocalCommand::Hello(_)
+        | LocalCommand::Auth { .. } => false,
+    }
 }
 
 /// Redis's words for a command before AUTH.
@@ -220,7 +265,7 @@ impl ClientConnection {
             }
         }
         if self.queue.is_some() {
-            return self.dispatch_queued(parsed, args);
+            return self.dispatch_queued(parsed, args, node);
         }
         match parsed {
             Err(error) => Dispatch::Reply(error.to_reply()),
@@ -252,7 +297,16 @@ impl ClientConnection {
         &mut self,
         parsed: Result<Command, CommandError>,
         args: &[Bytes],
+        node: &dyn NodeInfo,
     ) -> Dispatch {
+        // Answered now, its reply kept for EXEC's array.
+        let local_reply = match &parsed {
+            Ok(Command::Transaction(TransactionCommand::Unwatch)) => Some(Reply::OK),
+            Ok(Command::Local(command)) if answered_in_transaction(command) => {
+                Some(self.answer(command.clone(), node))
+            }
+            _ => None,
+        };
         let queue = self.queue.as_mut().expect("called in a transaction");
         let command = match parsed {
             Ok(Command::Transaction(TransactionCommand::Exec)) => {
@@ -260,7 +314,8 @@ impl ClientConnection {
                 return if queue.aborted {
                     Dispatch::Reply(CommandError::ExecAbort.to_reply())
                 } else if queue.transaction.commands.is_empty() {
-                    Dispatch::Reply(Reply::Array(Vec::new()))
+                    let replies = queue.transaction.local_replies.into_iter();
+                    Dispatch::Reply(Reply::Array(replies.map(|(_, reply)| reply).collect()))
                 } else {
                     Dispatch::Exec(queue.transaction)
                 };
@@ -273,15 +328,19 @@ impl ClientConnection {
             Ok(Command::Transaction(TransactionCommand::Multi)) => {
                 return Dispatch::Reply(CommandError::NestedMulti.to_reply())
             }
+            Ok(Command::Transaction(TransactionCommand::Watch(_))) => {
+                return Dispatch::Reply(CommandError::WatchInMulti.to_reply())
+            }
             Ok(Command::Local(LocalCommand::Quit)) => {
                 self.queue = None;
                 return Dispatch::ReplyAndClose(Reply::OK);
             }
-            Ok(Command::Write(command)) => QueuedCommand::Write(command),
-            Ok(Command::Read(command)) => QueuedCommand::Read(command),
-            Ok(Command::Local(LocalCommand::Ping(None))) => QueuedCommand::Ping,
+            Ok(Command::Write(command)) => Some(QueuedCommand::Write(command)),
+            Ok(Command::Read(command)) => Some(QueuedCommand::Read(command)),
+            Ok(Command::Local(LocalCommand::Ping(None))) => Some(QueuedCommand::Ping),
             Ok(Command::Local(LocalCommand::Ping(Some(message))))
-            | Ok(Command::Local(LocalCommand::Echo(message))) => QueuedCommand::Echo(message),
+            | Ok(Command::Local(LocalCommand::Echo(message))) => Some(QueuedCommand::Echo(message)),
+            Ok(_) if local_reply.is_some() => None,
             Ok(Command::Local(_) | Command::Admin(_) | Command::Transaction(_)) => {
                 return queue.abort(CommandError::NotAllowedInMulti)
             }
@@ -296,7 +355,7 @@ impl ClientConnection {
             .map(|a| a.len() + QUEUED_ARG_OVERHEAD_BYTES)
             .sum();
         let max = &self.limits;
-        if queue.transaction.commands.len() >= max.multi_commands_max {
+        if queue.transaction.requests.len() >= max.multi_commands_max {
             return queue.abort(CommandError::TooManyQueued {
                 max: max.multi_commands_max,
             });
@@ -307,12 +366,24 @@ impl ClientConnection {
             });
         }
         queue.bytes += bytes;
-        queue.transaction.commands.push(command);
-        queue.transaction.requests.push(args.to_vec());
+        let transaction = &mut queue.transaction;
+        match (command, local_reply) {
+            (_, Some(reply)) => {
+                let position = transaction.requests.len();
+                transaction.local_replies.push((position, reply));
+            }
+            (Some(command), None) => transaction.commands.push(command),
+            (None, None) => unreachable!("every queued request is logged or answered here"),
+        }
+        transaction.requests.push(args.to_vec());
         Dispatch::Reply(QUEUED)
     }
 
     fn answer(&mut self, command: LocalCommand, node: &dyn NodeInfo) -> Reply {
+        debug_assert!(
+            self.queue.is_none() || answered_in_transaction(&command),
+            "a command that changes the connection is not answered inside a transaction"
+        );
         match command {
             LocalCommand::Ping(None) => Reply::PONG,
             LocalCommand::Ping(Some(message)) | LocalCommand::Echo(message) => Reply::Bulk(message),

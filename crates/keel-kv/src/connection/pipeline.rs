@@ -208,6 +208,8 @@ enum Origin {
     Write {
         id: RequestId,
         request: WriteRequest,
+        /// An EXEC's replies answered by this node, spliced into the applied array.
+        local_replies: Vec<(usize, Reply)>,
     },
     Read {
         args: Vec<Bytes>,
@@ -346,11 +348,13 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Write(command) => self.push_write(
                 LoggedCommand::Write(command),
                 WriteRequest::Write(args),
+                Vec::new(),
                 given_id,
             ),
             Dispatch::Exec(transaction) => self.push_write(
                 LoggedCommand::Exec(transaction.commands),
                 WriteRequest::Exec(transaction.requests),
+                transaction.local_replies,
                 given_id,
             ),
             Dispatch::Read(command) => {
@@ -376,6 +380,7 @@ impl<W, R> Pipeline<W, R> {
         &mut self,
         command: LoggedCommand,
         request: WriteRequest,
+        local_replies: Vec<(usize, Reply)>,
         given_id: Option<RequestId>,
     ) {
         self.run = Some(RunKind::Write);
@@ -396,7 +401,11 @@ impl<W, R> Pipeline<W, R> {
         }
         .encode_to_vec();
         self.slots.push_back(Slot {
-            origin: Origin::Write { id, request },
+            origin: Origin::Write {
+                id,
+                request,
+                local_replies,
+            },
             progress: Progress::Unproposed(entry),
         });
     }
@@ -453,7 +462,12 @@ impl<W, R> Pipeline<W, R> {
     /// The outcome of write `slot`: its entry applied with `Ok(result)`, or the node refused it.
     /// Outcomes of requests no longer waiting are ignored.
     pub fn settle_write(&mut self, slot: u64, outcome: Result<Bytes, ClientError>) {
-        self.settle(slot, outcome.map(|applied| write_reply(&applied)));
+        let local_replies = match self.slot_mut(slot).map(|s| &s.origin) {
+            Some(Origin::Write { local_replies, .. }) => local_replies.as_slice(),
+            _ => &[],
+        };
+        let outcome = outcome.map(|applied| super::splice(write_reply(&applied), local_replies));
+        self.settle(slot, outcome);
     }
 
     /// The outcome of request `slot` (a read's, or one whose handle was lost): its reply, or the
@@ -511,7 +525,7 @@ impl<W, R> Pipeline<W, R> {
                 };
                 // Moved out, not cloned: resolved, the request needs only its reply.
                 let relay = match std::mem::replace(&mut front.origin, Origin::Local) {
-                    Origin::Write { id, request } => Relay::WithId(id, request),
+                    Origin::Write { id, request, .. } => Relay::WithId(id, request),
                     Origin::Read { args } => Relay::Once(args),
                     Origin::Local => unreachable!("a local answer is never refused"),
                 };

@@ -499,16 +499,13 @@ fn transaction_errors_abort_with_execabort() {
         assert_eq!(reply(&mut c, "EXEC"), execabort, "{bad}");
         assert!(!c.in_transaction());
     }
-    // Commands not allowed inside a transaction abort it too.
+    // Commands not allowed inside a transaction (they change the connection or the cluster)
+    // abort it too.
     for not_allowed in [
         "HELLO 3",
         "CLIENT SETNAME x",
-        "CONFIG GET maxmemory",
-        "INFO",
-        "SELECT 0",
+        "AUTH secret",
         "RAFT.SNAPSHOT",
-        "WATCH k",
-        "UNWATCH",
     ] {
         assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
         assert_eq!(
@@ -520,6 +517,64 @@ fn transaction_errors_abort_with_execabort() {
     }
     // HELLO inside MULTI changed nothing.
     assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+}
+
+/// What Redis queues, keel queues: commands this node answers are answered at once and their
+/// replies take their places in EXEC's array, around the state machine's; WATCH inside a
+/// transaction is an error that keeps it.
+#[test]
+fn local_commands_are_queued_and_spliced_into_exec_s_reply() {
+    let mut c = conn();
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(
+        reply(&mut c, "WATCH k"),
+        Reply::error("ERR WATCH inside MULTI is not allowed")
+    );
+    for line in [
+        "SELECT 0",
+        "SET k 1",
+        "CONFIG GET maxmemory",
+        "GET k",
+        "UNWATCH",
+    ] {
+        assert_eq!(reply(&mut c, line), QUEUED_REPLY, "{line}");
+    }
+    let Dispatch::Exec(tx) = run(&mut c, "EXEC") else {
+        panic!("a transaction with data commands is proposed")
+    };
+    assert_eq!(tx.commands.len(), 2, "only the data commands are logged");
+    assert_eq!(tx.requests.len(), 5, "all are forwarded");
+    let positions: Vec<usize> = tx.local_replies.iter().map(|(p, _)| *p).collect();
+    assert_eq!(positions, [0, 2, 4]);
+    // The state machine answers the two data commands; the local replies go back in place.
+    let applied = Reply::Array(vec![Reply::OK, Reply::bulk("1")]);
+    let Reply::Array(all) = crate::connection::splice(applied, &tx.local_replies) else {
+        panic!()
+    };
+    assert_eq!(all.len(), 5);
+    assert_eq!(
+        (&all[0], &all[1], &all[3], &all[4]),
+        (&Reply::OK, &Reply::OK, &Reply::bulk("1"), &Reply::OK)
+    );
+    assert!(
+        matches!(&all[2], Reply::Map(pair) if pair.len() == 1),
+        "CONFIG GET's reply: {:?}",
+        all[2]
+    );
+    // An error instead of the array (a duplicate, say) is answered as it is.
+    let error = Reply::error("ERR x");
+    assert_eq!(
+        crate::connection::splice(error.clone(), &tx.local_replies),
+        error
+    );
+    // Only local commands: answered at once, nothing proposed.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "CLIENT ID"), QUEUED_REPLY);
+    assert!(matches!(
+        reply(&mut c, "EXEC"),
+        Reply::Array(replies) if replies.len() == 2 && replies[0] == Reply::OK
+    ));
 }
 
 #[test]

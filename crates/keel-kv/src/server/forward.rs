@@ -214,14 +214,19 @@ impl Forwarder {
         request: Forwarded<'_>,
         reply_by: Instant,
     ) -> Attempt {
-        let Some(entry) = log_entry(id, request, &self.limits, super::wall_clock_ms()) else {
+        let Some((entry, local_replies)) =
+            log_entry(id, request, &self.limits, super::wall_clock_ms())
+        else {
             return Attempt::Answered(Reply::error(
                 "ERR internal error: a forwarded request no longer parses",
             ));
         };
         match timeout_at(reply_by, node.propose(entry)).await {
             Err(_) => Attempt::Lost,
-            Ok(Ok(result)) => Attempt::Answered(super::connection::write_reply(&result)),
+            Ok(Ok(result)) => Attempt::Answered(crate::connection::splice(
+                super::connection::write_reply(&result),
+                &local_replies,
+            )),
             Ok(Err(ClientError::NotLeader {
                 leader: Some(leader),
                 ..
@@ -325,13 +330,19 @@ impl Forwarder {
 /// The log entry of `request` under `id`, made as the client connection made it: its requests
 /// dispatched again through a fresh protocol state (with the same limits, they parse and queue
 /// as they did), stamped `now_ms` (this node's wall clock as it proposes it again). `None` if
-/// they no longer make a write.
-fn log_entry(id: RequestId, request: Forwarded<'_>, limits: &Limits, now_ms: u64) -> Option<Bytes> {
+/// they no longer make a write. With it, the replies a transaction's local commands got here, to
+/// splice into the applied array (`crate::connection::splice`).
+fn log_entry(
+    id: RequestId,
+    request: Forwarded<'_>,
+    limits: &Limits,
+    now_ms: u64,
+) -> Option<(Bytes, Vec<(usize, Reply)>)> {
     let mut protocol = ClientConnection::new(0, "", *limits);
     let node = super::Fetched(NodeStatus::default());
     let command = match request {
         Forwarded::Write(args) => match protocol.dispatch(args, &node) {
-            Dispatch::Write(command) => LoggedCommand::Write(command),
+            Dispatch::Write(command) => (LoggedCommand::Write(command), Vec::new()),
             _ => return None,
         },
         Forwarded::Exec(queued) => {
@@ -340,12 +351,19 @@ fn log_entry(id: RequestId, request: Forwarded<'_>, limits: &Limits, now_ms: u64
                 protocol.dispatch(args, &node);
             }
             match protocol.dispatch(&EXEC, &node) {
-                Dispatch::Exec(transaction) => LoggedCommand::Exec(transaction.commands),
+                Dispatch::Exec(transaction) => (
+                    LoggedCommand::Exec(transaction.commands),
+                    transaction.local_replies,
+                ),
                 _ => return None,
             }
         }
     };
-    Some(LogCommand::new(id.client_id, id.seq, now_ms, command).encode())
+    let (command, local_replies) = command;
+    Some((
+        LogCommand::new(id.client_id, id.seq, now_ms, command).encode(),
+        local_replies,
+    ))
 }
 
 impl Link {
@@ -729,18 +747,26 @@ mod tests {
     #[test]
     fn a_retry_proposes_the_entry_the_client_connection_proposed() {
         let limits = Limits::default();
-        let set = log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234).unwrap();
+        let (set, none) =
+            log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234).unwrap();
+        assert!(none.is_empty());
         let decoded = LogCommand::decode(&set).unwrap();
         assert_eq!(
             (decoded.client_id, decoded.request_seq, decoded.stamp_ms),
             (ID.client_id, ID.seq, 1234)
         );
-        let queued = vec![request("INCR n"), request("PING"), request("GET n")];
-        let exec = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234).unwrap();
+        let queued = vec![
+            request("INCR n"),
+            request("SELECT 0"),
+            request("PING"),
+            request("GET n"),
+        ];
+        let (exec, local) = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234).unwrap();
         let LoggedCommand::Exec(commands) = LogCommand::decode(&exec).unwrap().command else {
             panic!("not a transaction")
         };
         assert_eq!(commands.len(), 3);
+        assert_eq!(local, vec![(1, Reply::OK)], "SELECT's reply, answered here");
         assert_eq!(
             log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234),
             None
