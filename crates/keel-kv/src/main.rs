@@ -295,6 +295,13 @@ struct BenchArgs {
     /// Fraction of GETs (the rest are SETs), 0.0 to 1.0.
     #[arg(long, default_value_t = 0.0)]
     read_ratio: f64,
+    /// Give every SET a TTL of this many ms (`SET key value PX ms`); 0: none.
+    #[arg(long, default_value_t = 0)]
+    ttl_ms: u64,
+    /// Fraction of the writes that are `PEXPIRE key ttl` instead of SET (needs --ttl-ms),
+    /// 0.0 to 1.0; counted with the SETs as writes.
+    #[arg(long, default_value_t = 0.0)]
+    expire_ratio: f64,
     /// How long to measure, e.g. 10s, 500ms, 2m (ignored with --requests).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     duration: Duration,
@@ -664,6 +671,8 @@ fn run_bench(args: BenchArgs) -> ExitCode {
         value_size_bytes: args.value_size,
         keys: args.keys,
         read_ratio: args.read_ratio,
+        ttl_ms: args.ttl_ms,
+        expire_ratio: args.expire_ratio,
         stop: match args.requests {
             Some(n) => Stop::Requests(n),
             None => Stop::After(args.duration),

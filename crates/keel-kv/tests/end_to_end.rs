@@ -166,6 +166,29 @@ async fn bench_warmup_and_duration() {
     );
 }
 
+/// `--ttl-ms` and `--expire-ratio`: SETs with a TTL and PEXPIREs among the writes, all answered
+/// without errors, and the keys written have deadlines.
+#[tokio::test]
+async fn bench_writes_with_ttls_and_expires() {
+    let server = TestServer::start(ServerOptions::default()).await;
+    let config = BenchConfig {
+        ttl_ms: 60_000,
+        expire_ratio: 0.3,
+        ..config(&server)
+    };
+    let report = bench::run(&config).await.unwrap();
+    assert_eq!(report.all.errors, 0, "{:?}", report.first_error);
+    assert!(report.set.replies > 0);
+    assert!(report.to_json().contains("\"ttl_ms\":60000"));
+    let sm = server.state.sm.lock().unwrap();
+    assert!(sm.keys_with_deadline() > 0);
+    assert_eq!(
+        sm.keys_with_deadline(),
+        sm.len(),
+        "every key was SET with a TTL"
+    );
+}
+
 #[tokio::test]
 async fn bench_counts_error_replies_without_stopping() {
     let options = ServerOptions {
@@ -221,6 +244,10 @@ async fn bench_rejects_unbounded_or_invalid_settings() {
         },
         BenchConfig {
             read_ratio: 1.5,
+            ..config(&server)
+        },
+        BenchConfig {
+            expire_ratio: 0.5,
             ..config(&server)
         },
         BenchConfig {

@@ -29,6 +29,8 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
 pub(crate) enum Op {
     Get,
     Set,
+    /// `PEXPIRE key ttl` (recorded with the SETs, as a write).
+    Expire,
 }
 
 /// What one connection does.
@@ -39,6 +41,10 @@ pub(crate) struct Plan {
     keys: u64,
     /// GET when a uniform draw in [0, 2^53) is below this.
     read_threshold: u64,
+    /// A write is a PEXPIRE when a second draw is below this.
+    expire_threshold: u64,
+    expire_template: Vec<u8>,
+    expire_key_at: usize,
     /// A complete GET request; the key digits start at `get_key_at`.
     get_template: Vec<u8>,
     get_key_at: usize,
@@ -53,7 +59,13 @@ impl Plan {
         let key = [KEY_PREFIX, &[b'0'; KEY_DIGITS][..]].concat();
         let value = vec![b'x'; config.value_size_bytes];
         let (get_template, get_key_at) = template(&[b"GET", &key]);
-        let (set_template, set_key_at) = template(&[b"SET", &key, &value]);
+        let ttl = config.ttl_ms.to_string();
+        let (set_template, set_key_at) = if config.ttl_ms > 0 {
+            template(&[b"SET", &key, &value, b"PX", ttl.as_bytes()])
+        } else {
+            template(&[b"SET", &key, &value])
+        };
+        let (expire_template, expire_key_at) = template(&[b"PEXPIRE", &key, ttl.as_bytes()]);
         let reply_limits = Limits {
             // GET replies carry values written by anyone, not only by us: accept what a server
             // may hold, bounded all the same.
@@ -68,6 +80,9 @@ impl Plan {
             reply_timeout: config.reply_timeout,
             keys: config.keys,
             read_threshold: (config.read_ratio * (1u64 << 53) as f64) as u64,
+            expire_threshold: (config.expire_ratio * (1u64 << 53) as f64) as u64,
+            expire_template,
+            expire_key_at,
             get_template,
             get_key_at,
             set_template,
@@ -90,6 +105,8 @@ impl Plan {
     fn push_request(&mut self, out: &mut BytesMut) -> Op {
         let op = if (self.next_random() >> 11) < self.read_threshold {
             Op::Get
+        } else if self.expire_threshold > 0 && (self.next_random() >> 11) < self.expire_threshold {
+            Op::Expire
         } else {
             Op::Set
         };
@@ -97,6 +114,7 @@ impl Plan {
         let (template, key_at) = match op {
             Op::Get => (&self.get_template, self.get_key_at),
             Op::Set => (&self.set_template, self.set_key_at),
+            Op::Expire => (&self.expire_template, self.expire_key_at),
         };
         let start = out.len();
         out.extend_from_slice(template);
@@ -272,7 +290,7 @@ fn record(outcome: &mut Outcome, request: &InFlight, kind: ReplyKind, reply: &[u
         .clamp(1, LATENCY_US_MAX);
     let (histogram, errors) = match request.op {
         Op::Get => (&mut outcome.get_latency, &mut outcome.get_errors),
-        Op::Set => (&mut outcome.set_latency, &mut outcome.set_errors),
+        Op::Set | Op::Expire => (&mut outcome.set_latency, &mut outcome.set_errors),
     };
     histogram.saturating_record(micros);
     if kind == ReplyKind::Error {

@@ -50,8 +50,12 @@ pub struct BenchConfig {
     pub value_size_bytes: usize,
     /// Size of the key space.
     pub keys: u64,
-    /// Fraction of requests that are GET (the rest are SET), 0.0..=1.0.
+    /// Fraction of requests that are GET (the rest are writes), 0.0..=1.0.
     pub read_ratio: f64,
+    /// SETs carry `PX ttl_ms` when above 0.
+    pub ttl_ms: u64,
+    /// Fraction of the writes that are `PEXPIRE key ttl_ms` (needs `ttl_ms`), 0.0..=1.0.
+    pub expire_ratio: f64,
     pub stop: Stop,
     pub warmup: Duration,
     /// A connection fails when it has neither received nor sent anything for this long.
@@ -72,6 +76,8 @@ impl Default for BenchConfig {
             value_size_bytes: 100,
             keys: 100_000,
             read_ratio: 0.0,
+            ttl_ms: 0,
+            expire_ratio: 0.0,
             stop: Stop::After(Duration::from_secs(10)),
             warmup: Duration::ZERO,
             reply_timeout: Duration::from_secs(10),
@@ -112,6 +118,11 @@ impl BenchConfig {
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
             return invalid("read ratio must be between 0.0 and 1.0".into());
+        }
+        if !(0.0..=1.0).contains(&self.expire_ratio)
+            || (self.expire_ratio > 0.0 && self.ttl_ms == 0)
+        {
+            return invalid("expire ratio must be between 0.0 and 1.0, and needs a TTL".into());
         }
         match self.stop {
             Stop::After(d) if d.is_zero() || d > DURATION_MAX => {

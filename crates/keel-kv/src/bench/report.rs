@@ -67,6 +67,9 @@ pub struct BenchReport {
     pub value_size_bytes: usize,
     pub keys: u64,
     pub read_ratio: f64,
+    /// SETs' TTL (0: none) and the fraction of writes that are PEXPIRE.
+    pub ttl_ms: u64,
+    pub expire_ratio: f64,
     /// From the end of the warmup to the last reply.
     pub elapsed: Duration,
     pub get: OpStats,
@@ -111,6 +114,8 @@ impl BenchReport {
             value_size_bytes: config.value_size_bytes,
             keys: config.keys,
             read_ratio: config.read_ratio,
+            ttl_ms: config.ttl_ms,
+            expire_ratio: config.expire_ratio,
             elapsed: finished.saturating_duration_since(measure_start),
             get: OpStats::of(&get, get_errors),
             set: OpStats::of(&set, set_errors),
@@ -155,13 +160,15 @@ impl BenchReport {
             column.set_cell_alignment(CellAlignment::Right);
         }
         let mut out = format!(
-            "keel bench: {} | {} connections, pipeline {}, {}-byte values, {} keys, read ratio {} | {:.3} s measured\n",
+            "keel bench: {} | {} connections, pipeline {}, {}-byte values, {} keys, read ratio {}, TTL {} ms, expire ratio {} | {:.3} s measured\n",
             self.targets.join(","),
             self.connections,
             self.pipeline,
             self.value_size_bytes,
             self.keys,
             self.read_ratio,
+            self.ttl_ms,
+            self.expire_ratio,
             self.elapsed.as_secs_f64(),
         );
         let _ = writeln!(out, "{table}");
@@ -190,6 +197,8 @@ impl BenchReport {
             ("value_size_bytes".into(), self.value_size_bytes.to_string()),
             ("keys".into(), self.keys.to_string()),
             ("read_ratio".into(), json_number(self.read_ratio)),
+            ("ttl_ms".into(), self.ttl_ms.to_string()),
+            ("expire_ratio".into(), json_number(self.expire_ratio)),
             ("elapsed_s".into(), json_number(self.elapsed.as_secs_f64())),
             ("requests".into(), self.all.replies.to_string()),
             ("errors".into(), self.all.errors.to_string()),

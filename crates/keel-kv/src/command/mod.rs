@@ -327,6 +327,11 @@ pub enum LocalCommand {
     /// `INFO [section ...]`, sections as given.
     Info(Vec<Bytes>),
     RaftStatus,
+    /// `FUNCTION FLUSH [ASYNC | SYNC]`: keel has no functions, so there is nothing to flush
+    /// (`+OK`; Redis's test suite sends it before every group of tests).
+    FunctionFlush,
+    /// `FUNCTION LIST`: always empty.
+    FunctionList,
     /// `AUTH [username] password`.
     Auth {
         user: Option<Bytes>,
@@ -632,6 +637,7 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             Local,
         ),
         spec("raft.status", 1, &["loading", "stale"], NO_KEYS, Local),
+        spec("function", -2, &["noscript"], NO_KEYS, Local),
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),
         spec("raft.snapshot", 1, &["admin"], NO_KEYS, Admin),

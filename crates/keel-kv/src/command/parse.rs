@@ -128,6 +128,21 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             _ => return Err(CommandError::Syntax),
         },
         "raft.status" => local(LocalCommand::RaftStatus),
+        "function" => match rest {
+            [sub] if is(sub, "FLUSH") => local(LocalCommand::FunctionFlush),
+            [sub, mode] if is(sub, "FLUSH") && (is(mode, "ASYNC") || is(mode, "SYNC")) => {
+                local(LocalCommand::FunctionFlush)
+            }
+            [sub] if is(sub, "LIST") => local(LocalCommand::FunctionList),
+            [sub, ..] if is(sub, "FLUSH") => return Err(CommandError::Syntax),
+            [sub, ..] => {
+                return Err(CommandError::UnknownSubcommand {
+                    command: "FUNCTION",
+                    subcommand: lossy(sub),
+                })
+            }
+            [] => unreachable!("arity checked: at least one"),
+        },
         "raft.member" => Command::Admin(parse_member(rest)?),
         "raft.transfer" => Command::Admin(AdminCommand::Transfer {
             id: node_id(&rest[0])?,

@@ -677,3 +677,27 @@ fn raft_forward_is_no_command_clients_know() {
     assert!(error("RAFT.FORWARD 1 2").starts_with("ERR unknown command 'RAFT.FORWARD'"));
     assert!(CommandSpec::lookup(FORWARD.as_bytes()).is_none());
 }
+
+#[test]
+fn function_flush_and_list_answer_that_there_are_no_functions() {
+    for line in [
+        "FUNCTION FLUSH",
+        "function flush async",
+        "FUNCTION FLUSH SYNC",
+    ] {
+        assert_eq!(
+            parse(line),
+            Ok(Command::Local(LocalCommand::FunctionFlush)),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        parse("FUNCTION LIST"),
+        Ok(Command::Local(LocalCommand::FunctionList))
+    );
+    assert_eq!(error("FUNCTION FLUSH now"), "ERR syntax error");
+    assert_eq!(
+        error("FUNCTION LOAD x"),
+        "ERR unknown subcommand 'LOAD'. Try FUNCTION HELP."
+    );
+}

@@ -107,6 +107,9 @@ fn summary(name: &str) -> &'static str {
         "quit" => "Closes the connection.",
         "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
         "raft.status" => "Reports the node's Raft state (the INFO raft section).",
+        "function" => {
+            "FUNCTION FLUSH / LIST: keel has no functions (nothing to flush, none listed)."
+        }
         "raft.member" => {
             "RAFT.MEMBER ADD id addr [LEARNER] [CLIENT addr] | RAFT.MEMBER REMOVE id [FORCE]."
         }

@@ -165,7 +165,9 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::Info(_)
         | LocalCommand::ConfigGet(_)
         | LocalCommand::Command(_)
-        | LocalCommand::RaftStatus => true,
+        | LocalCommand::RaftStatus
+        | LocalCommand::FunctionFlush
+        | LocalCommand::FunctionList => true,
         LocalCommand::Client(client) => matches!(
             client,
             ClientCommand::GetName | ClientCommand::Id | ClientCommand::Info
@@ -397,6 +399,8 @@ impl ClientConnection {
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),
             LocalCommand::RaftStatus => Reply::text(info::render_raft(&node.status())),
+            LocalCommand::FunctionFlush => Reply::OK,
+            LocalCommand::FunctionList => Reply::Array(Vec::new()),
             LocalCommand::Auth { user, password } => {
                 match self.check_password(user.as_deref(), &password) {
                     Ok(()) => {
