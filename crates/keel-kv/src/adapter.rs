@@ -28,6 +28,8 @@ pub struct SmStatsValue {
     /// [`KvStateMachine::log_time_ms`]: the state machine's time at `applied_index`.
     pub log_time_ms: u64,
     pub keys: u64,
+    /// Keys with a deadline (`KvStateMachine::keys_with_deadline`).
+    pub expires: u64,
     /// [`KvStateMachine::used_bytes`]: what `maxmemory` bounds.
     pub used_bytes: u64,
 }
@@ -48,6 +50,7 @@ impl SmStats {
             state_digest: sm.state_digest(),
             log_time_ms: sm.log_time_ms(),
             keys: sm.len() as u64,
+            expires: sm.keys_with_deadline() as u64,
             used_bytes: sm.used_bytes(),
         };
         let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());

@@ -23,6 +23,7 @@
 pub mod adapter;
 pub mod command;
 pub mod connection;
+pub mod expiry;
 pub mod forwarding;
 mod number;
 pub mod resp;

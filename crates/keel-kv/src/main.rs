@@ -200,6 +200,10 @@ struct Tunables {
     /// Leader heartbeat interval.
     #[arg(long)]
     heartbeat_ms: Option<u64>,
+    /// The leader commits a tick entry when the log's time is this far behind its clock (the
+    /// log's time is what expiry is judged by) [default: 100].
+    #[arg(long)]
+    time_tick_ms: Option<u64>,
     /// Take a snapshot after at most this many entries applied since the last one [default:
     /// 1000000].
     #[arg(long)]
@@ -454,6 +458,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         requirepass: args.requirepass,
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
+        time_tick_ms: args.tunables.time_tick_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
         snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
         snapshot_log_ratio: args.tunables.snapshot_log_ratio,
@@ -591,6 +596,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 requirepass: None,
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
+                time_tick_ms: args.tunables.time_tick_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_log_ratio: args.tunables.snapshot_log_ratio,

@@ -356,6 +356,11 @@ impl World {
         token: ProposalToken,
         outcome: Result<Bytes, ClientError>,
     ) {
+        match token.connection {
+            crate::time::TICKS_CONNECTION => return self.tick_settled(token.slot, outcome),
+            crate::time::EXPIRING_WRITES_CONNECTION => return,
+            _ => {}
+        }
         let Some(c) = self.clients.connections.get_mut(token.connection) else {
             return;
         };

@@ -91,6 +91,8 @@ pub(crate) struct App {
     apply_scheduled: bool,
     /// Snapshots taken here: one written at a time, the newest view waiting.
     snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
+    /// When this node, leading, proposes a tick entry (`time.rs`).
+    pub time_keeper: keel_kv::expiry::TimeKeeper,
 }
 
 /// Bounds on what a node holds for clients (the runtime's defaults are larger; these are never
@@ -126,6 +128,7 @@ impl App {
             queue: ApplyQueue::with_mutation(mutation),
             apply_scheduled: false,
             snapshot_writing: SnapshotWriting::default(),
+            time_keeper: keel_kv::expiry::TimeKeeper::new(keel_kv::expiry::TIME_TICK_MS_DEFAULT),
         }
     }
 

@@ -18,6 +18,7 @@ pub mod linearizability;
 mod linearize;
 pub mod params;
 mod run;
+mod time;
 mod transfer;
 mod wipe;
 mod world;

@@ -130,13 +130,14 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let mut steps = 0;
     let mut violations = 0;
-    let mut ops = 0;
+    let (mut ops, mut expired) = (0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
     let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
         membership.add(&r.membership);
         steps += r.steps;
         ops += r.ops_completed;
+        expired += r.keys_expired_by_ticks;
         for line in &r.trace {
             println!("{line}");
         }
@@ -176,7 +177,8 @@ fn main() -> ExitCode {
     println!("membership: every_size_seeds={every_size} {membership}");
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
-        "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} jobs={jobs}",
+        "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} \
+         keys_expired_by_ticks={expired} jobs={jobs}",
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs

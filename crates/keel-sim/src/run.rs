@@ -41,6 +41,7 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 membership: Default::default(),
                 end_time: 0,
                 log_time_ms: 0,
+                keys_expired_by_ticks: 0,
             }
         }
     }
@@ -117,6 +118,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             .filter_map(|n| n.log_time_ms())
             .max()
             .unwrap_or(0),
+        keys_expired_by_ticks: w.keys_expired_by_ticks,
     }
 }
 
@@ -139,6 +141,7 @@ impl World {
                     raft.tick();
                     self.digest_event([2, id, 0, 0]);
                     self.drive(id);
+                    self.keep_time(id);
                 }
                 self.schedule(TICK_INTERVAL, Event::Tick(id));
             }

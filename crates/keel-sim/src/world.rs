@@ -182,6 +182,8 @@ pub struct RunReport {
     /// The highest state-machine time (`KvStateMachine::log_time_ms`) of any node up at the end:
     /// the newest stamp that reached a state machine.
     pub log_time_ms: u64,
+    /// Expired keys the leaders' tick entries removed (as their replies counted them).
+    pub keys_expired_by_ticks: u64,
 }
 
 pub(crate) struct World {
@@ -199,6 +201,10 @@ pub(crate) struct World {
     pub blocked: BTreeSet<(NodeId, NodeId)>,
     pub partition_generation: u64,
     pub healing: bool,
+    /// Writes of short-lived keys proposed so far (`time.rs`).
+    pub expiring_writes: u64,
+    /// Expired keys removed by tick entries, as their replies say.
+    pub keys_expired_by_ticks: u64,
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
@@ -271,6 +277,8 @@ impl World {
             blocked: BTreeSet::new(),
             partition_generation: 0,
             healing: false,
+            expiring_writes: 0,
+            keys_expired_by_ticks: 0,
             clients,
             history: History::default(),
             checker: Checker::default(),

@@ -34,13 +34,20 @@ impl RaftNode {
                         self.randomized_election_timeout_ticks,
                     );
                     self.become_follower(msg.term, leader);
-                    if matches!(msg.body, MessageBody::RequestVote { .. }) {
+                    if matches!(
+                        msg.body,
+                        MessageBody::RequestVote { .. } | MessageBody::VoteResponse { .. }
+                    ) {
                         // Only a current leader or a granted vote restarts the election timer
                         // (thesis 3.4; a grant restarts it in `on_vote_request`). A candidate
                         // whose log cannot win — a stale member that keeps campaigning — would
                         // otherwise restart the timers of the nodes that could, so that it
                         // always times out first and takes its own vote before their request
-                        // reaches it: no leader, ever (without pre-vote).
+                        // reaches it: no leader, ever (without pre-vote). Its refusal carries
+                        // its newer term back to the candidate that could win: adopting that
+                        // term must not restart that candidate's timer either, or it would
+                        // always campaign just after the stale one again (simulator seed 1029:
+                        // the stale member ran one term ahead for eighteen elections).
                         (
                             self.election_elapsed_ticks,
                             self.randomized_election_timeout_ticks,

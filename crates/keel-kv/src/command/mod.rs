@@ -5,8 +5,8 @@
 //!
 //! | class | commands | where |
 //! |---|---|---|
-//! | [`CommandClass::Write`] | SET, DEL, INCR, INCRBY, DECR, DECRBY, MSET, APPEND, CAS | proposed to the Raft log, applied by every replica's state machine |
-//! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE | linearizable read: served after a ReadIndex round, from the state machine |
+//! | [`CommandClass::Write`] | SET, DEL, INCR, INCRBY, DECR, DECRBY, MSET, APPEND, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, FLUSHDB, FLUSHALL | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE, TTL, PTTL, EXPIRETIME, PEXPIRETIME | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
@@ -16,6 +16,7 @@
 
 mod forward;
 mod parse;
+mod parse_keys;
 
 pub use forward::{
     forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
@@ -93,13 +94,161 @@ pub enum WriteCommand {
         expected: Bytes,
         new: Bytes,
     },
+    /// SET with an expiry option or GET (a plain SET is [`WriteCommand::Set`]), SETEX, PSETEX,
+    /// GETSET.
+    SetWith {
+        key: Bytes,
+        value: Bytes,
+        condition: SetCondition,
+        expiry: Expiry,
+        /// GET: reply with the value replaced (or null), whether or not the condition held.
+        get: bool,
+        /// Which command it came from: named in an "invalid expire time" error.
+        command: TtlCommand,
+    },
+    /// SETNX (one pair) and MSETNX: every pair is set if no key exists, else none; 1 or 0.
+    MSetNx {
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    /// GETDEL: the value, and the key deleted.
+    GetDel {
+        key: Bytes,
+    },
+    /// GETEX with an option: the value, and the key's expiry changed ([`Expiry::Clear`] is
+    /// PERSIST; without an option GETEX is a read, [`ReadCommand::Get`]).
+    GetEx {
+        key: Bytes,
+        expiry: Expiry,
+    },
+    /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: 1 if the deadline was set (or the key deleted, for
+    /// a deadline already past), 0 if the key does not exist or the condition did not hold.
+    Expire {
+        key: Bytes,
+        /// [`Expiry::AfterMs`] or [`Expiry::AtMs`]; may be zero or negative (deletes the key).
+        deadline: Expiry,
+        condition: ExpireCondition,
+        command: TtlCommand,
+    },
+    /// PERSIST: 1 if a deadline was removed.
+    Persist {
+        key: Bytes,
+    },
+    /// FLUSHDB and FLUSHALL (one database): every key removed.
+    FlushAll,
+}
+
+/// A key's expiry as a write sets it. Deadlines are absolute: milliseconds since the Unix epoch
+/// on the state machine's clock (the log time, `state_machine/mod.rs`), never a node's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expiry {
+    /// No deadline: what a plain SET leaves (any deadline the key had is removed).
+    #[default]
+    Clear,
+    /// KEEPTTL: the deadline the key had, if any.
+    Keep,
+    /// EX, PX, EXPIRE, PEXPIRE: this many ms after the time of the entry that applies it
+    /// (T(i), computed when the entry applies, identical on every replica).
+    AfterMs(i64),
+    /// EXAT, PXAT, EXPIREAT, PEXPIREAT: this absolute deadline.
+    AtMs(i64),
+}
+
+/// EXPIRE's NX / XX / GT / LT. A key without a deadline counts as expiring never (GT fails, LT
+/// holds), as in Redis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpireCondition {
+    #[default]
+    Always,
+    /// NX: only if the key has no deadline.
+    IfNone,
+    /// XX: only if the key has a deadline.
+    IfSome,
+    /// GT: only if the new deadline is later than the current one.
+    IfLater,
+    /// LT: only if the new deadline is earlier than the current one.
+    IfEarlier,
+    /// XX LT: only if the key has a deadline and the new one is earlier.
+    IfEarlierWithDeadline,
+}
+
+/// The command a deadline came from, for Redis's "invalid expire time in '<name>' command".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlCommand {
+    Set,
+    SetEx,
+    PSetEx,
+    GetSet,
+    GetEx,
+    Expire,
+    PExpire,
+    ExpireAt,
+    PExpireAt,
+}
+
+impl TtlCommand {
+    pub const ALL: [TtlCommand; 9] = [
+        TtlCommand::Set,
+        TtlCommand::SetEx,
+        TtlCommand::PSetEx,
+        TtlCommand::GetSet,
+        TtlCommand::GetEx,
+        TtlCommand::Expire,
+        TtlCommand::PExpire,
+        TtlCommand::ExpireAt,
+        TtlCommand::PExpireAt,
+    ];
+
+    /// Lowercase, as Redis names it in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            TtlCommand::Set => "set",
+            TtlCommand::SetEx => "setex",
+            TtlCommand::PSetEx => "psetex",
+            TtlCommand::GetSet => "getset",
+            TtlCommand::GetEx => "getex",
+            TtlCommand::Expire => "expire",
+            TtlCommand::PExpire => "pexpire",
+            TtlCommand::ExpireAt => "expireat",
+            TtlCommand::PExpireAt => "pexpireat",
+        }
+    }
+
+    /// Its code in the log and in remembered replies (`log_command.rs`, `snapshot.rs`).
+    pub fn code(self) -> u8 {
+        Self::ALL.iter().position(|&c| c == self).expect("in ALL") as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<TtlCommand> {
+        Self::ALL.get(usize::from(code)).copied()
+    }
+}
+
+/// What TTL, PTTL, EXPIRETIME and PEXPIRETIME report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlForm {
+    /// TTL: seconds left (rounded as Redis rounds: to the nearest).
+    RemainingSeconds,
+    /// PTTL.
+    RemainingMs,
+    /// EXPIRETIME: the deadline in seconds since the epoch.
+    AtSeconds,
+    /// PEXPIRETIME.
+    AtMs,
 }
 
 impl WriteCommand {
     /// Whether the command may make the data take more memory: refused past `maxmemory`, as
-    /// Redis refuses the commands it flags `denyoom` (everything but DEL here).
+    /// Redis refuses the commands it flags `denyoom`.
     pub fn may_grow_memory(&self) -> bool {
-        !matches!(self, WriteCommand::Del { .. })
+        !matches!(
+            self,
+            WriteCommand::Del { .. }
+                | WriteCommand::GetDel { .. }
+                | WriteCommand::Expire { .. }
+                | WriteCommand::Persist { .. }
+                | WriteCommand::GetEx { .. }
+                | WriteCommand::FlushAll
+        )
     }
 }
 
@@ -117,11 +266,24 @@ pub enum SetCondition {
 /// The commands that only read the key-value state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReadCommand {
-    Get { key: Bytes },
-    MGet { keys: Vec<Bytes> },
-    Exists { keys: Vec<Bytes> },
-    StrLen { key: Bytes },
+    Get {
+        key: Bytes,
+    },
+    MGet {
+        keys: Vec<Bytes>,
+    },
+    Exists {
+        keys: Vec<Bytes>,
+    },
+    StrLen {
+        key: Bytes,
+    },
     DbSize,
+    /// TTL, PTTL, EXPIRETIME, PEXPIRETIME: -2 for no such key, -1 for no deadline.
+    Ttl {
+        key: Bytes,
+        form: TtlForm,
+    },
 }
 
 /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: handled by the connection's transaction state.
@@ -304,6 +466,15 @@ pub enum CommandError {
     TooManyQueued { max: usize },
     #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]
     QueuedTooLarge { max: usize },
+    /// Redis's wording; the name is the command's, lowercase.
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpireTime(&'static str),
+    #[error("ERR Unsupported option {0}")]
+    UnsupportedExpireOption(String),
+    #[error("ERR NX and XX, GT or LT options at the same time are not compatible")]
+    ExpireNxAndOthers,
+    #[error("ERR GT and LT options at the same time are not compatible")]
+    ExpireGtAndLt,
     #[error("ERR invalid node id '{0}': expected a positive integer")]
     InvalidNodeId(String),
     #[error("ERR invalid peer address '{0}': expected host:port")]
@@ -399,6 +570,24 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("strlen", 2, READ_FLAGS, ONE_KEY, Read),
         spec("dbsize", 1, READ_FLAGS, NO_KEYS, Read),
         spec("cas", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("setex", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("psetex", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("setnx", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("msetnx", -3, WRITE_FLAGS, (1, -1, 2), Write),
+        spec("getset", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("getdel", 2, &["write", "fast"], ONE_KEY, Write),
+        spec("getex", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("expire", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("pexpire", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("expireat", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("pexpireat", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("persist", 2, &["write", "fast"], ONE_KEY, Write),
+        spec("ttl", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("pttl", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("expiretime", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("pexpiretime", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("flushdb", -1, &["write"], NO_KEYS, Write),
+        spec("flushall", -1, &["write"], NO_KEYS, Write),
         spec("ping", -1, &["fast", "stale"], NO_KEYS, Local),
         spec("echo", 2, &["fast"], NO_KEYS, Local),
         spec(

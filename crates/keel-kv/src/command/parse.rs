@@ -2,10 +2,11 @@
 
 use bytes::Bytes;
 
+use super::parse_keys::{parse_expire, parse_getex, parse_set, parse_setex};
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
-    DebugCommand, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
-    WriteCommand,
+    DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
+    TtlCommand, TtlForm, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -47,16 +48,9 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             // -i64::MIN does not exist; Redis reports it as an overflow too.
             incr_by(key(), amount.checked_neg().ok_or(CommandError::Overflow)?)
         }
-        "mset" => {
-            if rest.len() % 2 != 0 {
-                return Err(CommandError::WrongArity(spec.name.to_string()));
-            }
-            let pairs = rest
-                .chunks_exact(2)
-                .map(|p| (p[0].clone(), p[1].clone()))
-                .collect();
-            Command::Write(WriteCommand::MSet { pairs })
-        }
+        "mset" => Command::Write(WriteCommand::MSet {
+            pairs: pairs(rest, spec)?,
+        }),
         "append" => Command::Write(WriteCommand::Append {
             key: key(),
             value: rest[1].clone(),
@@ -66,6 +60,44 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             expected: rest[1].clone(),
             new: rest[2].clone(),
         }),
+        "setex" => Command::Write(parse_setex(rest, false)?),
+        "psetex" => Command::Write(parse_setex(rest, true)?),
+        "setnx" => Command::Write(WriteCommand::MSetNx {
+            pairs: vec![(key(), rest[1].clone())],
+        }),
+        "msetnx" => Command::Write(WriteCommand::MSetNx {
+            pairs: pairs(rest, spec)?,
+        }),
+        "getset" => Command::Write(WriteCommand::SetWith {
+            key: key(),
+            value: rest[1].clone(),
+            condition: SetCondition::Always,
+            expiry: Expiry::Clear,
+            get: true,
+            command: TtlCommand::GetSet,
+        }),
+        "getdel" => Command::Write(WriteCommand::GetDel { key: key() }),
+        "getex" => match parse_getex(rest)? {
+            Some(write) => Command::Write(write),
+            None => Command::Read(ReadCommand::Get { key: key() }),
+        },
+        "expire" => Command::Write(parse_expire(rest, TtlCommand::Expire)?),
+        "pexpire" => Command::Write(parse_expire(rest, TtlCommand::PExpire)?),
+        "expireat" => Command::Write(parse_expire(rest, TtlCommand::ExpireAt)?),
+        "pexpireat" => Command::Write(parse_expire(rest, TtlCommand::PExpireAt)?),
+        "persist" => Command::Write(WriteCommand::Persist { key: key() }),
+        "ttl" => ttl(key(), TtlForm::RemainingSeconds),
+        "pttl" => ttl(key(), TtlForm::RemainingMs),
+        "expiretime" => ttl(key(), TtlForm::AtSeconds),
+        "pexpiretime" => ttl(key(), TtlForm::AtMs),
+        "flushdb" | "flushall" => match rest {
+            [] => Command::Write(WriteCommand::FlushAll),
+            // Both run as one entry of the log: SYNC and ASYNC mean the same here.
+            [mode] if is(mode, "SYNC") || is(mode, "ASYNC") => {
+                Command::Write(WriteCommand::FlushAll)
+            }
+            _ => return Err(CommandError::Syntax),
+        },
         "ping" => match rest {
             [] => local(LocalCommand::Ping(None)),
             [message] => local(LocalCommand::Ping(Some(message.clone()))),
@@ -121,19 +153,34 @@ fn local(command: LocalCommand) -> Command {
     Command::Local(command)
 }
 
+/// `key value [key value ...]` (MSET, MSETNX).
+fn pairs(rest: &[Bytes], spec: &CommandSpec) -> Result<Vec<(Bytes, Bytes)>, CommandError> {
+    if rest.len() % 2 != 0 {
+        return Err(CommandError::WrongArity(spec.name.to_string()));
+    }
+    Ok(rest
+        .chunks_exact(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect())
+}
+
+fn ttl(key: Bytes, form: TtlForm) -> Command {
+    Command::Read(ReadCommand::Ttl { key, form })
+}
+
 fn incr_by(key: Bytes, delta: i64) -> Command {
     Command::Write(WriteCommand::IncrBy { key, delta })
 }
 
-fn integer(arg: &[u8]) -> Result<i64, CommandError> {
+pub(super) fn integer(arg: &[u8]) -> Result<i64, CommandError> {
     parse_i64(arg).ok_or(CommandError::NotInteger)
 }
 
-fn is(arg: &[u8], word: &str) -> bool {
+pub(super) fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
-fn lossy(arg: &[u8]) -> String {
+pub(super) fn lossy(arg: &[u8]) -> String {
     String::from_utf8_lossy(arg).into_owned()
 }
 
@@ -161,53 +208,6 @@ fn truncate(text: &mut String, bytes_max: usize) {
             end -= 1;
         }
         text.truncate(end);
-    }
-}
-
-/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL]`.
-fn parse_set(rest: &[Bytes]) -> Result<WriteCommand, CommandError> {
-    let mut condition = SetCondition::Always;
-    let mut options = rest[2..].iter();
-    while let Some(option) = options.next() {
-        if is(option, "NX") || is(option, "XX") {
-            let wanted = if is(option, "NX") {
-                SetCondition::IfAbsent
-            } else {
-                SetCondition::IfPresent
-            };
-            if condition != SetCondition::Always && condition != wanted {
-                return Err(CommandError::Syntax);
-            }
-            condition = wanted;
-        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|o| is(option, o)) {
-            // Redis checks the argument first; a missing one is a syntax error there too.
-            if options.next().is_none() {
-                return Err(CommandError::Syntax);
-            }
-            return Err(unsupported_set_option(option, "keys never expire in keel"));
-        } else if is(option, "GET") {
-            return Err(unsupported_set_option(
-                option,
-                "use GET, then CAS to replace a value conditionally",
-            ));
-        } else if is(option, "KEEPTTL") {
-            // Keeping the TTL of a key that cannot have one: accepted, changes nothing.
-        } else {
-            return Err(CommandError::Syntax);
-        }
-    }
-    Ok(WriteCommand::Set {
-        key: rest[0].clone(),
-        value: rest[1].clone(),
-        condition,
-    })
-}
-
-fn unsupported_set_option(option: &[u8], reason: &'static str) -> CommandError {
-    CommandError::UnsupportedOption {
-        command: "set",
-        option: lossy(option).to_uppercase(),
-        reason,
     }
 }
 

@@ -38,8 +38,11 @@ pub struct NodeStatus {
     /// The state machine's time at `applied_index`: the highest entry stamp applied, in ms since
     /// the Unix epoch (0: no entry carried one). The same on every node at the same index.
     pub log_time_ms: u64,
-    /// Keys in the state machine at `applied_index`.
+    /// Keys in the state machine at `applied_index` (expired ones not yet removed included, as
+    /// Redis counts them).
     pub keys: u64,
+    /// How many of them have a deadline.
+    pub expires: u64,
     pub connected_clients: u64,
     /// `maxclients` (0: not reported).
     pub maxclients: u64,
@@ -101,7 +104,7 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
                     line(
                         &mut out,
                         "db0",
-                        format_args!("keys={},expires=0,avg_ttl=0", status.keys),
+                        format_args!("keys={},expires={},avg_ttl=0", status.keys, status.expires),
                     );
                 }
             }

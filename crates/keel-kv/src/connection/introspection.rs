@@ -67,7 +67,25 @@ fn command_info(spec: &CommandSpec) -> Reply {
 fn summary(name: &str) -> &'static str {
     match name {
         "get" => "Returns the value of a key (linearizable read).",
-        "set" => "Sets a key to a value; NX only if absent, XX only if present.",
+        "set" => {
+            "Sets a key to a value; NX only if absent, XX only if present; EX, PX, EXAT, PXAT, \
+             KEEPTTL for its expiry; GET returns the old value."
+        }
+        "setex" | "psetex" => "Sets a key to a value that expires after seconds (ms for PSETEX).",
+        "setnx" => "Sets a key only if it does not exist; 1 if set.",
+        "msetnx" => "Sets several keys only if none exists; 1 if set.",
+        "getset" => "Sets a key and returns its old value.",
+        "getdel" => "Returns the value of a key and deletes it.",
+        "getex" => {
+            "Returns the value of a key and changes its expiry (EX, PX, EXAT, PXAT, PERSIST)."
+        }
+        "expire" | "pexpire" | "expireat" | "pexpireat" => {
+            "Sets a key's deadline (NX, XX, GT, LT); 1 if set. Judged by the log's time."
+        }
+        "persist" => "Removes a key's deadline; 1 if it had one.",
+        "ttl" | "pttl" => "Time left before a key expires (-1: never, -2: no such key).",
+        "expiretime" | "pexpiretime" => "When a key expires, since the epoch (-1, -2 as TTL).",
+        "flushdb" | "flushall" => "Removes every key.",
         "del" => "Deletes keys; returns how many existed.",
         "exists" => "Counts how many of the given keys exist.",
         "incr" | "incrby" | "decr" | "decrby" => {

@@ -148,6 +148,8 @@ pub struct ServeSettings {
     pub requirepass: Option<String>,
     pub election_timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
+    /// How far the log's time may lag the leader's clock before it commits a tick entry.
+    pub time_tick_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
     pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_log_ratio: Option<u64>,
@@ -204,6 +206,7 @@ impl ServeSettings {
             requirepass: self.requirepass.or(file.requirepass),
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
+            time_tick_ms: self.time_tick_ms.or(file.time_tick_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
             snapshot_threshold_bytes: self
                 .snapshot_threshold_bytes
@@ -302,6 +305,7 @@ impl ServeSettings {
             requirepass: self.requirepass.clone(),
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
+            time_tick_ms: self.time_tick_ms,
             snapshot_threshold: self.snapshot_threshold,
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_log_ratio: self.snapshot_log_ratio,

@@ -70,6 +70,8 @@ pub struct NodeOptions {
     pub protected_mode: bool,
     /// `--maxmemory` in bytes (0: no limit).
     pub maxmemory: u64,
+    /// `--time-tick-ms` (`crate::expiry`); None: the default.
+    pub time_tick_ms: Option<u64>,
 }
 
 /// A running node and its client listener.
@@ -408,6 +410,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     if let Some(ms) = options.heartbeat_ms {
         config.raft.heartbeat_interval_ticks = ticks(ms, config.tick_ms)?;
     }
+    let tick_ms = time_tick_ms(options)?;
     if let Some(n) = options.snapshot_threshold_bytes {
         config.snapshot_threshold_bytes = n.max(1);
     }
@@ -467,6 +470,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
     ctx.protected_mode = options.protected_mode;
     ctx.maxmemory = options.maxmemory;
+    ctx.time_tick_ms = tick_ms;
     if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
         tracing::warn!(
             node = options.id,
@@ -485,6 +489,19 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         node,
         accept,
     })
+}
+
+/// Longest `--time-tick-ms`: expiry may be late by about this much on an idle cluster.
+const TIME_TICK_MS_MAX: u64 = 60_000;
+
+fn time_tick_ms(options: &NodeOptions) -> Result<u64, String> {
+    match options.time_tick_ms {
+        None => Ok(crate::expiry::TIME_TICK_MS_DEFAULT),
+        Some(ms) if (1..=TIME_TICK_MS_MAX).contains(&ms) => Ok(ms),
+        Some(ms) => Err(format!(
+            "--time-tick-ms {ms}: must be between 1 and {TIME_TICK_MS_MAX}"
+        )),
+    }
 }
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.

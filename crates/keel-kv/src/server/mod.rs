@@ -38,6 +38,7 @@ pub mod launch;
 pub mod limits;
 mod membership;
 pub mod protected;
+mod time;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -81,6 +82,8 @@ pub struct ServerContext {
     pub protected_mode: bool,
     /// `--maxmemory` (0: no limit): past it the leader refuses writes that may grow memory.
     pub maxmemory: u64,
+    /// `--time-tick-ms`: how far the log's time may lag the leader's clock (`crate::expiry`).
+    pub time_tick_ms: u64,
     /// Members' host names, resolved (for protected mode).
     member_hosts: protected::ResolvedHosts,
     /// What CONFIG GET reports; set once the settings above are.
@@ -111,6 +114,7 @@ impl ServerContext {
             client_limits: ClientLimits::default(),
             protected_mode: true,
             maxmemory: 0,
+            time_tick_ms: crate::expiry::TIME_TICK_MS_DEFAULT,
             member_hosts: protected::ResolvedHosts::default(),
             config: Arc::default(),
             shared: Arc::default(),
@@ -136,6 +140,7 @@ impl ServerContext {
             state_digest: stats.state_digest,
             log_time_ms: stats.log_time_ms,
             keys: stats.keys,
+            expires: stats.expires,
             connected_clients: self.shared.clients.current() as u64,
             maxclients: self.client_limits.maxclients as u64,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
@@ -340,7 +345,11 @@ fn random_client_id() -> u64 {
 /// is told so and closed; failed accepts (out of file descriptors, ...) are retried after a
 /// pause and logged at most once a second.
 pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
-    tokio::join!(accept(listener, &ctx), ctx.resolve_member_hosts());
+    tokio::join!(
+        accept(listener, &ctx),
+        ctx.resolve_member_hosts(),
+        time::keep_time(&ctx)
+    );
 }
 
 async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {

@@ -9,11 +9,14 @@
 //! 0    -                     +OK                      \
 //! 1    -                     nil                       | a single write: exactly the remembered-
 //! 2    i64                   integer                   | reply encoding of snapshot.rs, so a
-//! 3    u8 error code         error (1 not an integer,  | single write's result is unchanged
-//!                            2 overflow, 3 too large,  | by EXEC's addition
-//!                            4 request too old)       /
+//! 3    u8 error code         error (the codes of       | single write's result is unchanged
+//!      [u8 command]          snapshot.rs; 7 invalid    | by EXEC's addition
+//!                            expire time, then the     |
+//!                            command's code)          /
 //! 5    count n, n x value    EXEC: one reply per queued command, in order
-//! 6    -                     EXEC whose request id was applied before (see below)
+//! 6    -                     a request whose id was applied before and whose reply is not kept
+//!                            (EXEC, or a write that answers a value; see below)
+//! 7    value                 a write that answers a value (SET ... GET, GETDEL, GETEX)
 //!
 //! value (an element of an EXEC reply; nested for MGET):
 //! 0    bytes text            simple string (+OK, +PONG)
@@ -32,9 +35,10 @@
 //!
 //! A transaction is deduplicated like a write (one request id for the whole transaction), but the
 //! deduplication table remembers only *that* it was applied (as `+OK`, the compact replies of
-//! `dedup.rs`: an EXEC's reply may hold large values read from the store). A retried transaction
-//! whose first copy applied is therefore not run again and answers [`ApplyReply::ExecDuplicate`]
-//! (tag 6), an error that says so.
+//! `dedup.rs`: an EXEC's reply may hold large values read from the store). So does a write that
+//! answers a stored value. A retried transaction or such write whose first copy applied is
+//! therefore not run again and answers [`ApplyReply::AppliedBefore`] (tag 6), an error that says
+//! so.
 
 use std::borrow::Cow;
 
@@ -48,7 +52,8 @@ use crate::resp::Reply;
 pub const VALUE_DEPTH_MAX: usize = 4;
 
 const TAG_EXEC: u8 = 5;
-const TAG_EXEC_DUPLICATE: u8 = 6;
+const TAG_APPLIED_BEFORE: u8 = 6;
+const TAG_VALUE: u8 = 7;
 
 const VALUE_SIMPLE: u8 = 0;
 const VALUE_ERROR: u8 = 1;
@@ -66,8 +71,11 @@ pub enum ApplyReply {
     /// EXEC: one reply per queued command, in order. A command that failed (not an integer, too
     /// large, ...) has its error in its place; the others still applied, as in Redis.
     Exec(Vec<Reply>),
-    /// EXEC whose request id was applied before: not run again; its replies are not kept.
-    ExecDuplicate,
+    /// A write that answers a stored value (SET ... GET, GETDEL, GETEX).
+    Value(Reply),
+    /// A request whose id was applied before and whose reply is not kept (EXEC, or a write that
+    /// answers a value): not run again.
+    AppliedBefore,
 }
 
 impl From<WriteReply> for ApplyReply {
@@ -85,9 +93,10 @@ impl ApplyReply {
         match self {
             ApplyReply::Write(reply) => reply.to_reply(),
             ApplyReply::Exec(replies) => Reply::Array(replies),
-            ApplyReply::ExecDuplicate => Reply::error(
-                "ERR this transaction's request id was applied already: it is not run again, \
-                 and its replies are not kept",
+            ApplyReply::Value(reply) => reply,
+            ApplyReply::AppliedBefore => Reply::error(
+                "ERR this request id was applied already: it is not run again, and its reply \
+                 is not kept",
             ),
         }
     }
@@ -103,7 +112,11 @@ impl ApplyReply {
                     put_value(out, reply);
                 }
             }
-            ApplyReply::ExecDuplicate => out.put_u8(TAG_EXEC_DUPLICATE),
+            ApplyReply::Value(reply) => {
+                out.put_u8(TAG_VALUE);
+                put_value(out, reply);
+            }
+            ApplyReply::AppliedBefore => out.put_u8(TAG_APPLIED_BEFORE),
         }
     }
 
@@ -131,7 +144,12 @@ impl ApplyReply {
                     .collect::<Option<Vec<_>>>()?;
                 (r.remaining() == 0).then_some(ApplyReply::Exec(replies))
             }
-            TAG_EXEC_DUPLICATE => (data.len() == 1).then_some(ApplyReply::ExecDuplicate),
+            TAG_VALUE => {
+                let mut r = Reader::new(data.slice(1..));
+                let reply = read_value(&mut r, 1)?;
+                (r.remaining() == 0).then_some(ApplyReply::Value(reply))
+            }
+            TAG_APPLIED_BEFORE => (data.len() == 1).then_some(ApplyReply::AppliedBefore),
             _ => WriteReply::decode(data).map(ApplyReply::Write),
         }
     }

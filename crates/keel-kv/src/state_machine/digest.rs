@@ -17,6 +17,12 @@
 //! collide; and it covers only the key-value pairs, not the request-id deduplication table (a
 //! snapshot's checksum covers that on the way to disk and over the wire).
 //!
+//! A key's deadline (expiry) is replicated state too: every key with one adds
+//! `expiry_hash(key, deadline)` (below) to the XOR, so the digest depends on the set of (key,
+//! value, deadline) triples. Versions and tombstones (what WATCH compares, `keyspace.rs`) are not
+//! in the digest: they are functions of the log indexes at which keys changed, checked by the
+//! snapshot round trips and the transaction tests instead.
+//!
 //! The state machine's log time (`log_time_ms`, see `mod.rs`) is replicated state too, so the
 //! digest covers it: `state_digest = pairs' XOR ^ log_time_hash(log_time_ms)`, where
 //! `log_time_hash(0) = 0` (no time: the digest of a state built from unstamped entries is what it
@@ -37,6 +43,26 @@ const DIGEST_KEY: [u8; 16] = *b"keel-kv digest 1";
 /// The SipHash key of [`log_time_hash`]: the bytes of `"keel-kv logtime1"`. Part of the
 /// replicated format, as `DIGEST_KEY`.
 const TIME_KEY: [u8; 16] = *b"keel-kv logtime1";
+
+/// The SipHash key of [`expiry_hash`]: the bytes of `"keel-kv expiry 1"`. Part of the replicated
+/// format, as `DIGEST_KEY`.
+const EXPIRY_KEY: [u8; 16] = *b"keel-kv expiry 1";
+
+/// A key's deadline's share of the digest: 0 for none (0), else SipHash-2-4 under `EXPIRY_KEY`
+/// over `len(key) as u64 LE || key || deadline_ms as u64 LE`. Kept beside the pair hash (not
+/// folded into it) so that changing a deadline does not rehash the value.
+pub(crate) fn expiry_hash(key: &[u8], deadline_ms: u64) -> u64 {
+    if deadline_ms == 0 {
+        return 0;
+    }
+    let k0 = u64::from_le_bytes(EXPIRY_KEY[..8].try_into().expect("8 bytes"));
+    let k1 = u64::from_le_bytes(EXPIRY_KEY[8..].try_into().expect("8 bytes"));
+    let mut hasher = SipHasher24::new_with_keys(k0, k1);
+    hasher.write(&(key.len() as u64).to_le_bytes());
+    hasher.write(key);
+    hasher.write(&deadline_ms.to_le_bytes());
+    hasher.finish()
+}
 
 /// The log time's share of the digest: 0 for no time (0), else its SipHash under `TIME_KEY`.
 pub(crate) fn log_time_hash(log_time_ms: u64) -> u64 {

@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn stored_copies_do_not_keep_the_source_buffer() {
         let frame = Bytes::from(vec![7u8; 4096]);
-        let value = super::super::Stored::new(&frame[10..20], 0);
+        let value = super::super::Stored::new(&frame[10..20], 0, 0, 0);
         let key = Key::new(&frame[..INLINE_BYTES_MAX + 5]);
         // The only reference left to the frame's allocation is `frame` itself.
         assert!(frame.is_unique());

@@ -11,7 +11,9 @@
 //! 9      8     request_seq u64   (per client, unique per request; a retry reuses it)
 //! 17     8     stamp_ms    u64   (the proposer's wall-clock time when it proposed the entry, in
 //!                                 ms since the Unix epoch; 0: no time information)
-//! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS
+//! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
+//!              9 SET WITH, 10 MSETNX, 11 GETDEL, 12 GETEX, 13 EXPIRE, 14 PERSIST, 15 FLUSHALL,
+//!              48 TICK
 //! 26     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -19,17 +21,37 @@
 //!              MSET    count n >= 1, then n x (bytes key, bytes value)
 //!              APPEND  bytes key, bytes value
 //!              CAS     bytes key, bytes expected, bytes new
+//!              SET WITH  condition u8, get u8 (0 or 1), expiry, command u8, bytes key,
+//!                      bytes value: SET with EX/PX/EXAT/PXAT/KEEPTTL/GET, SETEX, PSETEX, GETSET
+//!              MSETNX  count n >= 1, then n x (bytes key, bytes value) (SETNX: n = 1)
+//!              GETDEL  bytes key
+//!              GETEX   expiry, bytes key (expiry kind 0: PERSIST)
+//!              EXPIRE  expiry (kind 2 or 3), condition u8 (0 always, 1 NX, 2 XX, 3 GT, 4 LT, 5 XX LT),
+//!                      command u8, bytes key
+//!              PERSIST bytes key
+//!              FLUSHALL  (no body)
 //!              EXEC    count n >= 1, then n x (op u8, body): a MULTI ... EXEC transaction, run
 //!                      in order as this one entry under this one request id. op is one of
-//!                        1..6    a write, its body as above
+//!                        1..6, 9..15  a write, its body as above
 //!                        16 GET     bytes key
 //!                        17 MGET    count n >= 1, then n x bytes key
 //!                        18 EXISTS  count n >= 1, then n x bytes key
 //!                        19 STRLEN  bytes key
 //!                        20 DBSIZE  (no body)
+//!                        21 TTL     form u8 (0 TTL, 1 PTTL, 2 EXPIRETIME, 3 PEXPIRETIME),
+//!                                   bytes key
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
 //!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
+//!              TICK    count n >= 0, then n x bytes key: the leader's tick (the log's time moves
+//!                      on) naming keys to remove if they have expired (active expiry). Its
+//!                      client_id and request_seq are 0: a tick is not deduplicated. Not valid
+//!                      inside an EXEC.
+//!
+//!              expiry  kind u8 (0 none, 1 keep, 2 ms after the entry's time, 3 at this time in
+//!                      ms since the epoch), then ms i64 (0 for kinds 0 and 1)
+//!              command u8: the command named in an "invalid expire time" error
+//!                      (`TtlCommand::code`)
 //!              MEMBER ADDRS  node id u64 (> 0), bytes peer addr, bytes client addr: where a
 //!                      member is reached, recorded with a membership change so that every
 //!                      replica knows it; each address is `host:port` or empty (unknown), at
@@ -53,9 +75,9 @@
 //! is upgraded by stopping every node and starting them all on this build, not by a rolling
 //! upgrade, in which a node already upgraded could lead while others are not.
 //!
-//! Ops 7 (EXEC) and 8 (MEMBER ADDRS) were added without changing the version byte: every entry
-//! written before them decodes exactly as before, and a build that predates one does not decode it
-//! (an unknown op) rather than misreading it.
+//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21 and 48 were added without changing the version
+//! byte: every entry written before them decodes exactly as before, and a build that predates one
+//! does not decode it (an unknown op) rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
@@ -69,7 +91,10 @@
 use bytes::{BufMut, Bytes};
 
 use super::wire::{put_bytes, Reader};
-use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
+use crate::command::{
+    ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
+    WriteCommand,
+};
 
 const FORMAT_VERSION: u8 = 2;
 /// The format before `stamp_ms`: read, never written.
@@ -87,6 +112,16 @@ const OP_APPEND: u8 = 5;
 const OP_CAS: u8 = 6;
 const OP_EXEC: u8 = 7;
 const OP_MEMBER_ADDRS: u8 = 8;
+const OP_SET_WITH: u8 = 9;
+const OP_MSETNX: u8 = 10;
+const OP_GETDEL: u8 = 11;
+const OP_GETEX: u8 = 12;
+const OP_EXPIRE: u8 = 13;
+const OP_PERSIST: u8 = 14;
+const OP_FLUSHALL: u8 = 15;
+const OP_TICK: u8 = 48;
+/// Bytes of an encoded expiry: kind and ms.
+const EXPIRY_BYTES: usize = 9;
 /// Longest address in a MEMBER ADDRS entry (the admin command's bound,
 /// `crate::command::ADDR_BYTES_MAX`).
 pub const MEMBER_ADDR_BYTES_MAX: usize = crate::command::ADDR_BYTES_MAX;
@@ -96,6 +131,7 @@ const OP_MGET: u8 = 17;
 const OP_EXISTS: u8 = 18;
 const OP_STRLEN: u8 = 19;
 const OP_DBSIZE: u8 = 20;
+const OP_TTL: u8 = 21;
 const OP_PING: u8 = 32;
 const OP_ECHO: u8 = 33;
 
@@ -129,6 +165,9 @@ pub enum LoggedCommand {
     Exec(Vec<QueuedCommand>),
     /// Where a member is reached (cluster metadata kept beside the key-value state).
     MemberAddrs(MemberAddrs),
+    /// The leader's tick: moves the log's time on and names keys to remove if they have expired
+    /// (active expiry; may be empty). Proposed with request id (0, 0), never deduplicated.
+    Tick(Vec<Bytes>),
 }
 
 /// A member's addresses as `RAFT.MEMBER ADD` recorded them: `host:port` each, empty when not
@@ -167,6 +206,8 @@ pub enum DecodeError {
     NestedExec,
     #[error("invalid member addresses: {0}")]
     InvalidMemberAddrs(&'static str),
+    #[error("unknown {0} {1}")]
+    UnknownCode(&'static str, u8),
 }
 
 impl LogCommand {
@@ -201,6 +242,7 @@ impl LogCommand {
             LoggedCommand::MemberAddrs(addrs) => {
                 9 + field_len(&addrs.peer) + field_len(&addrs.client)
             }
+            LoggedCommand::Tick(keys) => 5 + keys.iter().map(field_len).sum::<usize>(),
         };
         let mut out = Vec::with_capacity(HEADER_BYTES + hint);
         out.put_u8(FORMAT_VERSION);
@@ -221,6 +263,13 @@ impl LogCommand {
                 out.put_u64_le(addrs.id);
                 put_bytes(&mut out, &addrs.peer);
                 put_bytes(&mut out, &addrs.client);
+            }
+            LoggedCommand::Tick(keys) => {
+                out.put_u8(OP_TICK);
+                out.put_u32_le(count(keys.len()));
+                for key in keys {
+                    put_bytes(&mut out, key);
+                }
             }
         }
         out
@@ -259,6 +308,11 @@ impl LogCommand {
             LoggedCommand::Exec(commands)
         } else if op == OP_MEMBER_ADDRS {
             LoggedCommand::MemberAddrs(decode_member_addrs(&mut r)?)
+        } else if op == OP_TICK {
+            let n = r
+                .count(BYTES_FIELD_MIN)
+                .ok_or_else(|| DecodeError::Truncated(r.position()))?;
+            LoggedCommand::Tick((0..n).map(|_| bytes(&mut r)).collect::<Result<_, _>>()?)
         } else {
             LoggedCommand::Write(decode_write(op, &mut r)?)
         };
@@ -294,6 +348,19 @@ fn write_len_hint(command: &WriteCommand) -> usize {
         WriteCommand::Cas { key, expected, new } => {
             field_len(key) + field_len(expected) + field_len(new)
         }
+        WriteCommand::SetWith { key, value, .. } => {
+            3 + EXPIRY_BYTES + field_len(key) + field_len(value)
+        }
+        WriteCommand::MSetNx { pairs } => {
+            4 + pairs
+                .iter()
+                .map(|(k, v)| field_len(k) + field_len(v))
+                .sum::<usize>()
+        }
+        WriteCommand::GetDel { key } | WriteCommand::Persist { key } => field_len(key),
+        WriteCommand::GetEx { key, .. } => EXPIRY_BYTES + field_len(key),
+        WriteCommand::Expire { key, .. } => EXPIRY_BYTES + 2 + field_len(key),
+        WriteCommand::FlushAll => 0,
     }
 }
 
@@ -307,6 +374,7 @@ fn queued_len_hint(command: &QueuedCommand) -> usize {
             5 + keys.iter().map(field_len).sum::<usize>()
         }
         QueuedCommand::Read(ReadCommand::DbSize) | QueuedCommand::Ping => 1,
+        QueuedCommand::Read(ReadCommand::Ttl { key, .. }) => 2 + field_len(key),
         QueuedCommand::Echo(message) => 1 + field_len(message),
     }
 }
@@ -320,14 +388,63 @@ fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
             condition,
         } => {
             out.put_u8(OP_SET);
-            out.put_u8(match condition {
-                SetCondition::Always => 0,
-                SetCondition::IfAbsent => 1,
-                SetCondition::IfPresent => 2,
-            });
+            out.put_u8(set_condition_code(*condition));
             put_bytes(out, key);
             put_bytes(out, value);
         }
+        WriteCommand::SetWith {
+            key,
+            value,
+            condition,
+            expiry,
+            get,
+            command,
+        } => {
+            out.put_u8(OP_SET_WITH);
+            out.put_u8(set_condition_code(*condition));
+            out.put_u8(u8::from(*get));
+            put_expiry(out, *expiry);
+            out.put_u8(command.code());
+            put_bytes(out, key);
+            put_bytes(out, value);
+        }
+        WriteCommand::MSetNx { pairs } => {
+            out.put_u8(OP_MSETNX);
+            put_pairs(out, pairs);
+        }
+        WriteCommand::GetDel { key } => {
+            out.put_u8(OP_GETDEL);
+            put_bytes(out, key);
+        }
+        WriteCommand::GetEx { key, expiry } => {
+            out.put_u8(OP_GETEX);
+            put_expiry(out, *expiry);
+            put_bytes(out, key);
+        }
+        WriteCommand::Expire {
+            key,
+            deadline,
+            condition,
+            command,
+        } => {
+            out.put_u8(OP_EXPIRE);
+            put_expiry(out, *deadline);
+            out.put_u8(match condition {
+                ExpireCondition::Always => 0,
+                ExpireCondition::IfNone => 1,
+                ExpireCondition::IfSome => 2,
+                ExpireCondition::IfLater => 3,
+                ExpireCondition::IfEarlier => 4,
+                ExpireCondition::IfEarlierWithDeadline => 5,
+            });
+            out.put_u8(command.code());
+            put_bytes(out, key);
+        }
+        WriteCommand::Persist { key } => {
+            out.put_u8(OP_PERSIST);
+            put_bytes(out, key);
+        }
+        WriteCommand::FlushAll => out.put_u8(OP_FLUSHALL),
         WriteCommand::Del { keys } => {
             out.put_u8(OP_DEL);
             put_list(out, keys);
@@ -339,11 +456,7 @@ fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
         }
         WriteCommand::MSet { pairs } => {
             out.put_u8(OP_MSET);
-            out.put_u32_le(count(pairs.len()));
-            for (key, value) in pairs {
-                put_bytes(out, key);
-                put_bytes(out, value);
-            }
+            put_pairs(out, pairs);
         }
         WriteCommand::Append { key, value } => {
             out.put_u8(OP_APPEND);
@@ -380,12 +493,36 @@ fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
             put_bytes(out, key);
         }
         QueuedCommand::Read(ReadCommand::DbSize) => out.put_u8(OP_DBSIZE),
+        QueuedCommand::Read(ReadCommand::Ttl { key, form }) => {
+            out.put_u8(OP_TTL);
+            out.put_u8(match form {
+                TtlForm::RemainingSeconds => 0,
+                TtlForm::RemainingMs => 1,
+                TtlForm::AtSeconds => 2,
+                TtlForm::AtMs => 3,
+            });
+            put_bytes(out, key);
+        }
         QueuedCommand::Ping => out.put_u8(OP_PING),
         QueuedCommand::Echo(message) => {
             out.put_u8(OP_ECHO);
             put_bytes(out, message);
         }
     }
+}
+
+fn put_pairs(out: &mut Vec<u8>, pairs: &[(Bytes, Bytes)]) {
+    out.put_u32_le(count(pairs.len()));
+    for (key, value) in pairs {
+        put_bytes(out, key);
+        put_bytes(out, value);
+    }
+}
+
+/// A `count n >= 1, then n x (bytes key, bytes value)` list.
+fn pairs(r: &mut Reader) -> Result<Vec<(Bytes, Bytes)>, DecodeError> {
+    let n = list_count(r, 2 * BYTES_FIELD_MIN)?;
+    (0..n).map(|_| Ok((bytes(r)?, bytes(r)?))).collect()
 }
 
 fn put_list(out: &mut Vec<u8>, items: &[Bytes]) {
@@ -404,6 +541,19 @@ fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError> {
         OP_EXISTS => QueuedCommand::Read(ReadCommand::Exists { keys: list(r)? }),
         OP_STRLEN => QueuedCommand::Read(ReadCommand::StrLen { key: bytes(r)? }),
         OP_DBSIZE => QueuedCommand::Read(ReadCommand::DbSize),
+        OP_TTL => {
+            let form = match u8_field(r)? {
+                0 => TtlForm::RemainingSeconds,
+                1 => TtlForm::RemainingMs,
+                2 => TtlForm::AtSeconds,
+                3 => TtlForm::AtMs,
+                other => return Err(DecodeError::UnknownCode("TTL form", other)),
+            };
+            QueuedCommand::Read(ReadCommand::Ttl {
+                key: bytes(r)?,
+                form,
+            })
+        }
         OP_PING => QueuedCommand::Ping,
         OP_ECHO => QueuedCommand::Echo(bytes(r)?),
         write => QueuedCommand::Write(decode_write(write, r)?),
@@ -422,31 +572,71 @@ fn count(n: usize) -> u32 {
 fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
     Ok(match op {
         OP_SET => {
-            let condition = match r.u8().ok_or(DecodeError::Truncated(r.position()))? {
-                0 => SetCondition::Always,
-                1 => SetCondition::IfAbsent,
-                2 => SetCondition::IfPresent,
-                other => return Err(DecodeError::UnknownCondition(other)),
-            };
+            let condition = set_condition(r)?;
             WriteCommand::Set {
                 key: bytes(r)?,
                 value: bytes(r)?,
                 condition,
             }
         }
+        OP_SET_WITH => {
+            let condition = set_condition(r)?;
+            let get = match u8_field(r)? {
+                0 => false,
+                1 => true,
+                other => return Err(DecodeError::UnknownCode("GET flag", other)),
+            };
+            let expiry = expiry(r)?;
+            let command = ttl_command(r)?;
+            WriteCommand::SetWith {
+                key: bytes(r)?,
+                value: bytes(r)?,
+                condition,
+                expiry,
+                get,
+                command,
+            }
+        }
+        OP_MSETNX => WriteCommand::MSetNx { pairs: pairs(r)? },
+        OP_GETDEL => WriteCommand::GetDel { key: bytes(r)? },
+        OP_GETEX => {
+            let expiry = expiry(r)?;
+            WriteCommand::GetEx {
+                key: bytes(r)?,
+                expiry,
+            }
+        }
+        OP_EXPIRE => {
+            let deadline = expiry(r)?;
+            if !matches!(deadline, Expiry::AfterMs(_) | Expiry::AtMs(_)) {
+                return Err(DecodeError::UnknownCode("EXPIRE deadline kind", 0));
+            }
+            let condition = match u8_field(r)? {
+                0 => ExpireCondition::Always,
+                1 => ExpireCondition::IfNone,
+                2 => ExpireCondition::IfSome,
+                3 => ExpireCondition::IfLater,
+                4 => ExpireCondition::IfEarlier,
+                5 => ExpireCondition::IfEarlierWithDeadline,
+                other => return Err(DecodeError::UnknownCode("EXPIRE condition", other)),
+            };
+            let command = ttl_command(r)?;
+            WriteCommand::Expire {
+                key: bytes(r)?,
+                deadline,
+                condition,
+                command,
+            }
+        }
+        OP_PERSIST => WriteCommand::Persist { key: bytes(r)? },
+        OP_FLUSHALL => WriteCommand::FlushAll,
         OP_DEL => WriteCommand::Del { keys: list(r)? },
         OP_INCRBY => {
             let key = bytes(r)?;
             let delta = r.i64().ok_or(DecodeError::Truncated(r.position()))?;
             WriteCommand::IncrBy { key, delta }
         }
-        OP_MSET => {
-            let n = list_count(r, 2 * BYTES_FIELD_MIN)?;
-            let pairs = (0..n)
-                .map(|_| Ok((bytes(r)?, bytes(r)?)))
-                .collect::<Result<_, DecodeError>>()?;
-            WriteCommand::MSet { pairs }
-        }
+        OP_MSET => WriteCommand::MSet { pairs: pairs(r)? },
         OP_APPEND => WriteCommand::Append {
             key: bytes(r)?,
             value: bytes(r)?,
@@ -457,8 +647,8 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
             new: bytes(r)?,
         },
         OP_EXEC => return Err(DecodeError::NestedExec),
-        OP_MEMBER_ADDRS => return Err(DecodeError::UnknownOp(op)),
-        OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_PING | OP_ECHO => {
+        OP_MEMBER_ADDRS | OP_TICK => return Err(DecodeError::UnknownOp(op)),
+        OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_TTL | OP_PING | OP_ECHO => {
             return Err(DecodeError::OnlyInExec(op))
         }
         other => return Err(DecodeError::UnknownOp(other)),
@@ -475,6 +665,55 @@ fn decode_member_addrs(r: &mut Reader) -> Result<MemberAddrs, DecodeError> {
         return Err(DecodeError::InvalidMemberAddrs("address too long"));
     }
     Ok(MemberAddrs { id, peer, client })
+}
+
+fn set_condition_code(condition: SetCondition) -> u8 {
+    match condition {
+        SetCondition::Always => 0,
+        SetCondition::IfAbsent => 1,
+        SetCondition::IfPresent => 2,
+    }
+}
+
+fn set_condition(r: &mut Reader) -> Result<SetCondition, DecodeError> {
+    Ok(match u8_field(r)? {
+        0 => SetCondition::Always,
+        1 => SetCondition::IfAbsent,
+        2 => SetCondition::IfPresent,
+        other => return Err(DecodeError::UnknownCondition(other)),
+    })
+}
+
+fn put_expiry(out: &mut Vec<u8>, expiry: Expiry) {
+    let (kind, ms) = match expiry {
+        Expiry::Clear => (0, 0),
+        Expiry::Keep => (1, 0),
+        Expiry::AfterMs(ms) => (2, ms),
+        Expiry::AtMs(ms) => (3, ms),
+    };
+    out.put_u8(kind);
+    out.put_i64_le(ms);
+}
+
+fn expiry(r: &mut Reader) -> Result<Expiry, DecodeError> {
+    let kind = u8_field(r)?;
+    let ms = r.i64().ok_or(DecodeError::Truncated(r.position()))?;
+    Ok(match (kind, ms) {
+        (0, 0) => Expiry::Clear,
+        (1, 0) => Expiry::Keep,
+        (2, ms) => Expiry::AfterMs(ms),
+        (3, ms) => Expiry::AtMs(ms),
+        _ => return Err(DecodeError::UnknownCode("expiry kind", kind)),
+    })
+}
+
+fn ttl_command(r: &mut Reader) -> Result<TtlCommand, DecodeError> {
+    let code = u8_field(r)?;
+    TtlCommand::from_code(code).ok_or(DecodeError::UnknownCode("expire command", code))
+}
+
+fn u8_field(r: &mut Reader) -> Result<u8, DecodeError> {
+    r.u8().ok_or(DecodeError::Truncated(r.position()))
 }
 
 /// A `bytes` field; failing means the input ended early.

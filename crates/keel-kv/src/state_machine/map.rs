@@ -81,6 +81,11 @@ impl Map {
         Some(removed)
     }
 
+    /// Runs `f` on every stored value (in no particular order: `f` must not depend on it).
+    pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(&mut Stored)) {
+        self.values.values_mut().for_each(&mut f);
+    }
+
     /// Every pair, in ascending key order (sorted now: see the module documentation).
     pub(crate) fn sorted(&self) -> Vec<(&Key, &Stored)> {
         let mut pairs: Vec<(&Key, &Stored)> = self.values.iter().collect();
@@ -100,7 +105,7 @@ mod tests {
     use super::*;
 
     fn stored(v: &str) -> Stored {
-        Stored::new(v.as_bytes(), v.len() as u64)
+        Stored::new(v.as_bytes(), v.len() as u64, 0, 0)
     }
 
     #[test]

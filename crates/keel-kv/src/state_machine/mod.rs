@@ -1,5 +1,5 @@
-//! The replicated key-value state machine: an ordered map of bytes to bytes, fed committed log
-//! entries in order.
+//! The replicated key-value state machine: a map of keys to values with optional deadlines, fed
+//! committed log entries in order.
 //!
 //! - [`KvStateMachine::apply`] runs one logged write or transaction ([`LogCommand`]) at its log
 //!   index and returns the client's reply as an [`ApplyReply`] (a [`WriteReply`], or EXEC's array
@@ -12,7 +12,11 @@
 //!   build skipping the same entry keeps them equal. The cost: a new operation must not be
 //!   proposed before every replica runs a build that decodes it, or replicas of the older build
 //!   would skip what the newer ones apply.
-//! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE from the current state.
+//! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE, TTL and its family from
+//!   the current state.
+//! - Keys may have a deadline (EXPIRE, SET ... PX, ...), judged at the log time below: how, and
+//!   how expired keys are removed on every replica alike, is in `execute.rs`; the index of
+//!   deadlines and what WATCH compares are in `keyspace.rs`.
 //! - [`KvStateMachine::state_digest`] is maintained incrementally (see `digest.rs` for why XOR of
 //!   pair hashes, and what it cannot detect); it covers the log time below too.
 //! - [`KvStateMachine::log_time_ms`] is the state machine's time: the highest `stamp_ms` (the
@@ -22,7 +26,7 @@
 //!   the old one's: T(i) = max stamp at or below index i. Entries without a stamp (version 1, the
 //!   core's no-ops and configuration entries, which never reach the state machine, and entries
 //!   that do not decode) leave it unchanged; 0 means no entry carried a time yet. It is what
-//!   time-dependent decisions (expiry, built on it) must read, never a local clock.
+//!   time-dependent decisions (expiry) read, never a local clock.
 //! - Request ids are deduplicated over a bounded window (see `dedup.rs` for the bounds).
 //! - [`KvStateMachine::snapshot`] / [`KvStateMachine::restore`] use the versioned, checksummed
 //!   format documented in `snapshot.rs`.
@@ -32,7 +36,9 @@
 mod apply_reply;
 mod dedup;
 mod digest;
+mod execute;
 mod key;
+mod keyspace;
 mod log_command;
 mod map;
 mod snapshot;
@@ -45,14 +51,15 @@ use bytes::Bytes;
 
 pub use apply_reply::ApplyReply;
 pub use dedup::DedupLimits;
+pub use keyspace::TOMBSTONES_MAX;
 pub use log_command::{DecodeError, LogCommand, LoggedCommand, MemberAddrs};
 pub use snapshot::SnapshotError;
 
-use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
-use crate::number::parse_i64;
+use crate::command::TtlCommand;
 use crate::resp::Reply;
 use dedup::{DedupTable, Seen};
-use digest::{log_time_hash, pair_hash};
+use digest::log_time_hash;
+use keyspace::{Deadlines, Tombstones};
 use map::Map;
 
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
@@ -99,6 +106,9 @@ pub enum WriteError {
     UndecodableEntry,
     #[error("ERR too many members with recorded addresses (1024): remove members first")]
     TooManyMembers,
+    /// A relative deadline that overflows once added to the entry's time (Redis's wording).
+    #[error("ERR invalid expire time in '{}' command", .0.name())]
+    InvalidExpireTime(TtlCommand),
 }
 
 impl WriteReply {
@@ -133,7 +143,8 @@ pub enum ApplyError {
     IndexNotIncreasing { index: u64, applied_index: u64 },
 }
 
-/// A stored value with its pair hash, so that replacing a large value does not rehash the old one.
+/// A stored value with its pair hash, so that replacing a large value does not rehash the old one,
+/// its deadline and its version.
 ///
 /// The value is an exact-size copy (see `key.rs` for why a copy), reference-counted so that a
 /// snapshot view or a GET reply shares it instead of copying it. While nothing shares it, a value
@@ -143,14 +154,26 @@ pub enum ApplyError {
 pub(crate) struct Stored {
     value: Arc<[u8]>,
     pair_hash: u64,
+    /// When the key expires, in ms since the Unix epoch on the log's clock; 0: never.
+    expire_at_ms: u64,
+    /// The log index of the key's last change (value or deadline): what WATCH compares
+    /// (`keyspace.rs`).
+    version: u64,
 }
 
 impl Stored {
-    pub(crate) fn new(value: &[u8], pair_hash: u64) -> Stored {
+    pub(crate) fn new(value: &[u8], pair_hash: u64, expire_at_ms: u64, version: u64) -> Stored {
         Stored {
             value: Arc::from(value),
             pair_hash,
+            expire_at_ms,
+            version,
         }
+    }
+
+    /// Whether the key still exists at `now_ms` (a deadline at or before now has passed).
+    fn alive_at(&self, now_ms: u64) -> bool {
+        self.expire_at_ms == 0 || self.expire_at_ms > now_ms
     }
 
     pub(crate) fn value(&self) -> &[u8] {
@@ -162,8 +185,16 @@ impl Stored {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvStateMachine {
     data: Map,
-    /// XOR of the pair hashes (the log time is folded in when the digest is read).
+    /// XOR of the pair hashes and the deadlines' hashes (the log time is folded in when the
+    /// digest is read).
     digest: u64,
+    /// The keys of `data` that have a deadline, in deadline order.
+    deadlines: Deadlines,
+    /// What WATCH compares absent keys by (`keyspace.rs`).
+    tombstones: Tombstones,
+    /// False after restoring a snapshot of a format without versions, until the next tick entry
+    /// numbers every key again (`execute.rs`): until then a transaction that watches keys aborts.
+    versions_valid: bool,
     applied_index: u64,
     /// The highest stamp among the entries applied so far (see the module documentation).
     log_time_ms: u64,
@@ -207,6 +238,9 @@ impl KvStateMachine {
         KvStateMachine {
             data: Map::default(),
             digest: 0,
+            deadlines: Deadlines::default(),
+            tombstones: Tombstones::default(),
+            versions_valid: true,
             applied_index: 0,
             log_time_ms: 0,
             dedup: DedupTable::new(limits),
@@ -279,8 +313,36 @@ impl KvStateMachine {
         self.data.is_empty()
     }
 
+    /// The value of `key` if it exists (not expired) at the state machine's time.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.data.get(key).map(Stored::value)
+        self.live(key).map(Stored::value)
+    }
+
+    /// The stored entry of `key` if it exists at the state machine's time: what every command
+    /// sees. An expired key stays in the map until a write or a tick entry removes it (every
+    /// replica at the same index), but no command sees it.
+    fn live(&self, key: &[u8]) -> Option<&Stored> {
+        self.data
+            .get(key)
+            .filter(|stored| stored.alive_at(self.log_time_ms))
+    }
+
+    /// How many keys have a deadline (expired ones not yet removed included).
+    pub fn keys_with_deadline(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    /// Up to `max` keys whose deadline is at or before `now_ms`, earliest first: what a leader
+    /// proposes to remove in a tick entry (active expiry). `now_ms` may be ahead of the log's
+    /// time (the leader's clock, about to stamp the tick); the tick removes only what has expired
+    /// at its own time.
+    pub fn keys_due(&self, now_ms: u64, max: usize) -> Vec<Bytes> {
+        self.deadlines.due(now_ms, max)
+    }
+
+    /// The earliest deadline of any key, expired or not.
+    pub fn earliest_deadline(&self) -> Option<u64> {
+        self.deadlines.earliest()
     }
 
     /// Number of client sessions in the deduplication table.
@@ -332,6 +394,10 @@ impl KvStateMachine {
         // Before the command runs (it runs at its own time), and whatever becomes of it: a
         // duplicate or a too-old request is in the log with its stamp like any other entry.
         self.log_time_ms = self.log_time_ms.max(command.stamp_ms);
+        if let LoggedCommand::Tick(keys) = &command.command {
+            // No request id: a tick is the leader's, proposed once, never retried.
+            return Ok(ApplyReply::Write(self.apply_tick(keys)));
+        }
         #[cfg(feature = "mutations")]
         if self.mutation == Some(keel_core::Mutation::DedupOff) {
             // Broken on purpose: the request id is ignored, so a retried request applies again.
@@ -340,11 +406,10 @@ impl KvStateMachine {
         let reply = match self.dedup.check(command.client_id, command.request_seq) {
             Seen::Duplicate(reply) => {
                 self.dedup.touch(index, command.client_id);
-                match command.command {
-                    LoggedCommand::Write(_) | LoggedCommand::MemberAddrs(_) => {
-                        ApplyReply::Write(reply)
-                    }
-                    LoggedCommand::Exec(_) => ApplyReply::ExecDuplicate,
+                if command.command.reply_is_remembered() {
+                    ApplyReply::Write(reply)
+                } else {
+                    ApplyReply::AppliedBefore
                 }
             }
             Seen::TooOld => ApplyReply::Write(WriteReply::Error(WriteError::RequestTooOld)),
@@ -356,190 +421,6 @@ impl KvStateMachine {
             }
         };
         Ok(reply)
-    }
-
-    /// Runs a transaction's commands in order: one reply each. A failing command answers its
-    /// error and the others still run (no rollback, as in Redis). Reads see the writes before
-    /// them; their replies are bounded by [`EXEC_REPLY_BYTES_MAX`] in all.
-    fn execute_all(&mut self, commands: &[QueuedCommand]) -> Vec<Reply> {
-        let mut reply_bytes = 0usize;
-        let mut replies = Vec::with_capacity(commands.len());
-        for command in commands {
-            let reply = match command {
-                QueuedCommand::Write(write) => self.execute(write).to_reply(),
-                QueuedCommand::Read(read) => {
-                    let reply = self.read(read);
-                    if reply_bytes + apply_reply::reply_bytes(&reply) > EXEC_REPLY_BYTES_MAX {
-                        Reply::error(format!(
-                            "ERR EXEC reply would exceed {EXEC_REPLY_BYTES_MAX} bytes: this read \
-                             is not answered (the transaction's writes still apply)"
-                        ))
-                    } else {
-                        reply
-                    }
-                }
-                QueuedCommand::Ping => Reply::PONG,
-                QueuedCommand::Echo(message) => Reply::Bulk(message.clone()),
-            };
-            reply_bytes += apply_reply::reply_bytes(&reply);
-            replies.push(reply);
-        }
-        replies
-    }
-
-    fn execute(&mut self, command: &WriteCommand) -> WriteReply {
-        match command {
-            WriteCommand::Set {
-                key,
-                value,
-                condition,
-            } => {
-                if too_large(key) || too_large(value) {
-                    return WriteReply::Error(WriteError::StringTooLarge);
-                }
-                // A plain SET needs no lookup before its insert (one tree walk, the hot path).
-                let allowed = match condition {
-                    SetCondition::Always => true,
-                    SetCondition::IfAbsent => !self.data.contains_key(&key[..]),
-                    SetCondition::IfPresent => self.data.contains_key(&key[..]),
-                };
-                if !allowed {
-                    return WriteReply::Nil;
-                }
-                self.put(key, value);
-                WriteReply::Ok
-            }
-            WriteCommand::Del { keys } => {
-                let removed = keys.iter().filter(|key| self.remove(key)).count();
-                WriteReply::Integer(removed as i64)
-            }
-            WriteCommand::IncrBy { key, delta } => {
-                if too_large(key) {
-                    return WriteReply::Error(WriteError::StringTooLarge);
-                }
-                let current = match self.get(key) {
-                    None => 0,
-                    Some(value) => match parse_i64(value) {
-                        Some(n) => n,
-                        None => return WriteReply::Error(WriteError::NotInteger),
-                    },
-                };
-                let Some(new) = current.checked_add(*delta) else {
-                    return WriteReply::Error(WriteError::Overflow);
-                };
-                self.put(key, new.to_string().as_bytes());
-                WriteReply::Integer(new)
-            }
-            WriteCommand::MSet { pairs } => {
-                // All or nothing: check every pair before changing anything.
-                if pairs.iter().any(|(k, v)| too_large(k) || too_large(v)) {
-                    return WriteReply::Error(WriteError::StringTooLarge);
-                }
-                for (key, value) in pairs {
-                    self.put(key, value);
-                }
-                WriteReply::Ok
-            }
-            WriteCommand::Append { key, value } => {
-                let old = self.get(key).unwrap_or_default();
-                let new_len = old.len() + value.len();
-                if too_large(key) || new_len > STRING_BYTES_MAX {
-                    return WriteReply::Error(WriteError::StringTooLarge);
-                }
-                // Values are exact-size: an append copies the value (O(length), unlike Redis's
-                // amortised O(1)); the 64 MiB bound keeps that finite.
-                let mut joined = Vec::with_capacity(new_len);
-                joined.extend_from_slice(old);
-                joined.extend_from_slice(value);
-                self.put(key, &joined);
-                WriteReply::Integer(new_len as i64)
-            }
-            WriteCommand::Cas { key, expected, new } => {
-                if too_large(key) || too_large(new) {
-                    return WriteReply::Error(WriteError::StringTooLarge);
-                }
-                if self.get(key) != Some(&expected[..]) {
-                    return WriteReply::Integer(0);
-                }
-                self.put(key, new);
-                WriteReply::Integer(1)
-            }
-        }
-    }
-
-    /// Runs a logged command; returns its reply and what deduplication remembers of it.
-    fn execute_logged(&mut self, command: &LoggedCommand) -> (ApplyReply, WriteReply) {
-        match command {
-            LoggedCommand::Write(write) => {
-                let reply = self.execute(write);
-                (ApplyReply::Write(reply), reply)
-            }
-            // Only "applied" is remembered (see apply_reply.rs).
-            LoggedCommand::Exec(commands) => {
-                (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
-            }
-            LoggedCommand::MemberAddrs(addrs) => {
-                let reply = self.record_member_addrs(addrs);
-                (ApplyReply::Write(reply), reply)
-            }
-        }
-    }
-
-    /// Stores a copy of `value` under `key`: in place when the key holds an unshared value of the
-    /// same length (see [`Stored`]).
-    fn put(&mut self, key: &[u8], value: &[u8]) {
-        let hash = pair_hash(key, value);
-        self.digest ^= hash;
-        match self.data.get_mut(key) {
-            Some(stored) => {
-                self.digest ^= stored.pair_hash;
-                stored.pair_hash = hash;
-                let old_len = stored.value.len();
-                match Arc::get_mut(&mut stored.value) {
-                    Some(buffer) if buffer.len() == value.len() => buffer.copy_from_slice(value),
-                    _ => stored.value = Arc::from(value),
-                }
-                self.data.value_resized(old_len, value.len());
-            }
-            None => self.data.insert_new(key, Stored::new(value, hash)),
-        }
-    }
-
-    fn remove(&mut self, key: &[u8]) -> bool {
-        match self.data.remove(key) {
-            Some(old) => {
-                self.digest ^= old.pair_hash;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Answers a read from the current state. Linearizability is the caller's job (serve it only
-    /// once this state machine has applied the read index).
-    pub fn read(&self, command: &ReadCommand) -> Reply {
-        // The reply shares the stored value (which is then copied, not overwritten, by a later
-        // write of the key while the reply is alive).
-        let value = |key: &Bytes| match self.data.get(key) {
-            Some(stored) => Reply::Bulk(Bytes::from_owner(Arc::clone(&stored.value))),
-            None => Reply::Null,
-        };
-        match command {
-            ReadCommand::Get { key } => value(key),
-            ReadCommand::MGet { keys } => Reply::Array(keys.iter().map(value).collect()),
-            ReadCommand::Exists { keys } => {
-                // Redis counts a key named twice twice.
-                Reply::Integer(
-                    keys.iter()
-                        .filter(|k| self.data.contains_key(&k[..]))
-                        .count() as i64,
-                )
-            }
-            ReadCommand::StrLen { key } => {
-                Reply::Integer(self.get(key).map_or(0, |v| v.len()) as i64)
-            }
-            ReadCommand::DbSize => Reply::Integer(self.data.len() as i64),
-        }
     }
 
     /// Encodes the whole state at `applied_index` (format in `snapshot.rs`).
@@ -573,6 +454,9 @@ impl KvStateMachine {
         Ok(KvStateMachine {
             data: restored.data,
             digest: restored.digest,
+            deadlines: restored.deadlines,
+            tombstones: restored.tombstones,
+            versions_valid: restored.versions_valid,
             applied_index: restored.applied_index,
             log_time_ms: restored.log_time_ms,
             dedup: restored.dedup,
@@ -602,7 +486,7 @@ impl SnapshotView {
     }
 }
 
-fn too_large(data: &Bytes) -> bool {
+fn too_large(data: &[u8]) -> bool {
     data.len() > STRING_BYTES_MAX
 }
 

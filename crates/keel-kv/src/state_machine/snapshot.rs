@@ -1,18 +1,23 @@
 //! The state machine's snapshot format.
 //!
-//! Format, version 3. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//! Format, version 4. Integers little-endian; `bytes` is a `u32` length then that many bytes.
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic b"KEELKVS\0"
-//! 8       4     format version u32 = 3 (1 and 2 are read too: see below)
+//! 8       4     format version u32 = 4 (1 to 3 are read too: see below)
 //! 12      8     applied_index u64
-//! 20      8     pairs digest u64          (the XOR of the pair hashes: `state_digest` without
-//!                                          the log time; recomputed and compared on restore)
+//! 20      8     pairs digest u64          (the XOR of the pair and deadline hashes:
+//!                                          `state_digest` without the log time; recomputed and
+//!                                          compared on restore)
 //! 28      4     dedup clients_max u32
 //! 32      4     dedup replies_per_client_max u32
 //! 36      8     key_count u64
-//! 44      ...   key_count x (bytes key, bytes value), keys strictly ascending bytewise
+//! 44      ...   key_count x key entry, keys strictly ascending bytewise:
+//!                 bytes key, bytes value,
+//!                 8  expire_at_ms u64     (0: no deadline; version 4 only)
+//!                 8  version u64          (log index of the key's last change, at most
+//!                                          applied_index; version 4 only)
 //! ...     8     session_count u64         (<= clients_max)
 //! ...     ...   session_count x session, client ids strictly ascending:
 //!                 8  client_id u64
@@ -23,22 +28,31 @@
 //! ...     4     member_count u32          (<= MEMBER_ADDRS_MAX; versions 2 and 3)
 //! ...     ...   member_count x (node id u64, bytes peer addr, bytes client addr), ids strictly
 //!               ascending, each address at most MEMBER_ADDR_BYTES_MAX bytes, not both empty
-//! ...     8     log_time_ms u64           (version 3 only: the state machine's time at
+//! ...     8     log_time_ms u64           (versions 3 and 4: the state machine's time at
 //!                                          applied_index, the highest entry stamp applied; 0
 //!                                          for none)
+//! ...     1     versions_valid u8         (version 4 only: 1, or 0 while the versions are the
+//!                                          placeholders a restore of version 3 or older gave,
+//!                                          `execute.rs`)
+//! ...     8     tombstone horizon u64     (version 4 only, at most applied_index)
+//! ...     4     tombstone_count u32       (version 4 only, <= TOMBSTONES_MAX)
+//! ...     ...   tombstone_count x (bytes key, tombstone u64 <= applied_index), keys strictly
+//!               ascending, none of them a key of the map (`keyspace.rs`)
 //! end-4   4     crc32c of every byte before it
 //! ```
 //!
-//! Older versions, read and never written: version 2 ends after the member addresses and
-//! version 1 after the sessions (no member addresses); both restore with `log_time_ms` = 0, the
-//! state machine's time before entries carried stamps. A build that reads only versions 1 and 2
-//! refuses a version-3 snapshot (and stops rather than diverge): like version-2 log entries
-//! (`log_command.rs`), version 3 must not reach a node before every node runs a build that reads
-//! it.
+//! Older versions, read and never written: version 3 has no deadlines, versions or tombstones;
+//! version 2 also ends after the member addresses and version 1 after the sessions (no member
+//! addresses). They restore with no deadlines, every version at applied_index, no tombstones,
+//! `versions_valid` = 0, and version 1 and 2 with `log_time_ms` = 0, the state machine's time
+//! before entries carried stamps. A build that reads only older versions refuses a newer
+//! snapshot (and stops rather than diverge): like new log operations (`log_command.rs`), a new
+//! version must not reach a node before every node runs a build that reads it.
 //!
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
-//! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members; 4 request too
-//! old and 5 undecodable entry exist only in relayed replies, never in a snapshot).
+//! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members, 7 invalid
+//! expire time followed by the command's code byte, `TtlCommand::code`; 4 request too old and 5
+//! undecodable entry exist only in relayed replies, never in a snapshot).
 //!
 //! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
 //! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
@@ -51,16 +65,21 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::{BufMut, Bytes};
 
 use super::dedup::{DedupLimits, DedupTable, Session};
-use super::digest::pair_hash;
+use super::digest::{expiry_hash, pair_hash};
+use super::key::Key;
+use super::keyspace::{Deadlines, Tombstones, TOMBSTONES_MAX};
 use super::log_command::MEMBER_ADDR_BYTES_MAX;
 use super::map::Map;
 use super::wire::{put_bytes, Reader};
 use super::{
     KvStateMachine, MemberAddrs, Stored, WriteError, WriteReply, MEMBER_ADDRS_MAX, STRING_BYTES_MAX,
 };
+use crate::command::TtlCommand;
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";
-const FORMAT_VERSION: u32 = 3;
+const FORMAT_VERSION: u32 = 4;
+/// The format before deadlines, versions and tombstones: read, never written.
+const FORMAT_VERSION_WITHOUT_EXPIRY: u32 = 3;
 /// The format before the log time: read, never written.
 const FORMAT_VERSION_WITHOUT_TIME: u32 = 2;
 /// The format before member addresses: read, never written.
@@ -77,7 +96,7 @@ pub enum SnapshotError {
     ChecksumMismatch { stored: u32, computed: u32 },
     #[error("not a keel key-value snapshot (bad magic)")]
     BadMagic,
-    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 3)")]
+    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 4)")]
     UnsupportedVersion(u32),
     #[error("snapshot truncated inside {0}")]
     Truncated(&'static str),
@@ -92,6 +111,9 @@ pub(crate) struct Restored {
     pub(crate) applied_index: u64,
     pub(crate) digest: u64,
     pub(crate) data: Map,
+    pub(crate) deadlines: Deadlines,
+    pub(crate) tombstones: Tombstones,
+    pub(crate) versions_valid: bool,
     pub(crate) dedup: DedupTable,
     pub(crate) members: BTreeMap<u64, MemberAddrs>,
     pub(crate) log_time_ms: u64,
@@ -114,12 +136,17 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::RequestTooOld => 4,
                 WriteError::UndecodableEntry => 5,
                 WriteError::TooManyMembers => 6,
+                WriteError::InvalidExpireTime(_) => 7,
             });
+            if let WriteError::InvalidExpireTime(command) = error {
+                out.put_u8(command.code());
+            }
         }
     }
 }
 
 /// Why a reply could not be read.
+#[derive(Clone, Copy)]
 pub(crate) enum ReplyDecodeError {
     Truncated,
     Unknown,
@@ -139,6 +166,9 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             4 => WriteError::RequestTooOld,
             5 => WriteError::UndecodableEntry,
             6 => WriteError::TooManyMembers,
+            7 => WriteError::InvalidExpireTime(
+                TtlCommand::from_code(r.u8().ok_or(truncated)?).ok_or(ReplyDecodeError::Unknown)?,
+            ),
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),
@@ -172,7 +202,25 @@ const ENCODE_BUFFER_BYTES: usize = 256 << 10;
 /// Streams the encoding of [`encode`] into `out` through a bounded buffer, computing the trailing
 /// checksum on the way: a large state is never serialized whole in memory.
 pub(crate) fn encode_to(out: &mut dyn std::io::Write, sm: &KvStateMachine) -> std::io::Result<()> {
+    encode_version_to(out, sm, FORMAT_VERSION)
+}
+
+/// The state in an older format (what an older build wrote), for the tests that show this one
+/// still reads it. Whatever the older format cannot hold is left out.
+#[cfg(test)]
+pub(crate) fn encode_version(sm: &KvStateMachine, version: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_version_to(&mut out, sm, version).expect("writing to a Vec");
+    out
+}
+
+fn encode_version_to(
+    out: &mut dyn std::io::Write,
+    sm: &KvStateMachine,
+    version: u32,
+) -> std::io::Result<()> {
     let (data, dedup) = (&sm.data, &sm.dedup);
+    let with_expiry = version >= FORMAT_VERSION;
     let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
     let mut crc = 0u32;
     let mut flush = |buf: &mut Vec<u8>, out: &mut dyn std::io::Write| -> std::io::Result<()> {
@@ -182,28 +230,41 @@ pub(crate) fn encode_to(out: &mut dyn std::io::Write, sm: &KvStateMachine) -> st
         Ok(())
     };
     buf.put_slice(MAGIC);
-    buf.put_u32_le(FORMAT_VERSION);
+    buf.put_u32_le(version);
     buf.put_u64_le(sm.applied_index);
-    buf.put_u64_le(sm.digest);
+    buf.put_u64_le(if with_expiry {
+        sm.digest
+    } else {
+        data.sorted()
+            .iter()
+            .fold(0, |digest, (_, stored)| digest ^ stored.pair_hash)
+    });
     let limits = dedup.limits();
     buf.put_u32_le(limits.clients_max);
     buf.put_u32_le(limits.replies_per_client_max);
     buf.put_u64_le(data.len() as u64);
     debug_assert_eq!(buf.len(), HEADER_BYTES);
+    let put_key_entry = |out: &mut Vec<u8>, key: &Key, stored: &Stored| {
+        put_bytes(out, key);
+        put_bytes(out, stored.value());
+        if with_expiry {
+            out.put_u64_le(stored.expire_at_ms);
+            out.put_u64_le(stored.version);
+        }
+    };
     for (key, stored) in data.sorted() {
-        if buf.len() + key.len() + stored.value().len() + 8 > ENCODE_BUFFER_BYTES {
+        let entry_bytes = key.len() + stored.value().len() + KEY_ENTRY_FIXED_BYTES;
+        if buf.len() + entry_bytes > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
-        if key.len() + stored.value().len() + 8 > ENCODE_BUFFER_BYTES {
-            // A pair larger than the buffer goes straight through.
-            let mut pair = Vec::with_capacity(key.len() + stored.value().len() + 8);
-            put_bytes(&mut pair, key);
-            put_bytes(&mut pair, stored.value());
-            flush(&mut pair, out)?;
+        if entry_bytes > ENCODE_BUFFER_BYTES {
+            // An entry larger than the buffer goes straight through.
+            let mut entry = Vec::with_capacity(entry_bytes);
+            put_key_entry(&mut entry, key, stored);
+            flush(&mut entry, out)?;
             continue;
         }
-        put_bytes(&mut buf, key);
-        put_bytes(&mut buf, stored.value());
+        put_key_entry(&mut buf, key, stored);
     }
     buf.put_u64_le(dedup.len() as u64);
     for (client_id, session) in dedup.sorted_sessions() {
@@ -219,13 +280,32 @@ pub(crate) fn encode_to(out: &mut dyn std::io::Write, sm: &KvStateMachine) -> st
             encode_reply(&mut buf, reply);
         }
     }
-    buf.put_u32_le(u32::try_from(sm.members.len()).expect("bounded by MEMBER_ADDRS_MAX"));
-    for (id, addrs) in &sm.members {
-        buf.put_u64_le(*id);
-        put_bytes(&mut buf, &addrs.peer);
-        put_bytes(&mut buf, &addrs.client);
+    if version >= FORMAT_VERSION_WITHOUT_TIME {
+        buf.put_u32_le(u32::try_from(sm.members.len()).expect("bounded by MEMBER_ADDRS_MAX"));
+        for (id, addrs) in &sm.members {
+            buf.put_u64_le(*id);
+            put_bytes(&mut buf, &addrs.peer);
+            put_bytes(&mut buf, &addrs.client);
+        }
     }
-    buf.put_u64_le(sm.log_time_ms);
+    if version >= FORMAT_VERSION_WITHOUT_EXPIRY {
+        buf.put_u64_le(sm.log_time_ms);
+    }
+    if !with_expiry {
+        flush(&mut buf, out)?;
+        return out.write_all(&crc.to_le_bytes());
+    }
+    buf.put_u8(u8::from(sm.versions_valid));
+    buf.put_u64_le(sm.tombstones.horizon());
+    let tombstones = sm.tombstones.sorted();
+    buf.put_u32_le(u32::try_from(tombstones.len()).expect("bounded by TOMBSTONES_MAX"));
+    for (key, tombstone) in tombstones {
+        if buf.len() > ENCODE_BUFFER_BYTES {
+            flush(&mut buf, out)?;
+        }
+        put_bytes(&mut buf, key);
+        buf.put_u64_le(tombstone);
+    }
     flush(&mut buf, out)?;
     out.write_all(&crc.to_le_bytes())
 }
@@ -258,6 +338,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let version = r.u32().ok_or(header.clone())?;
     if ![
         FORMAT_VERSION,
+        FORMAT_VERSION_WITHOUT_EXPIRY,
         FORMAT_VERSION_WITHOUT_TIME,
         FORMAT_VERSION_WITHOUT_MEMBERS,
     ]
@@ -273,7 +354,9 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     };
     let key_count = r.u64().ok_or(header)?;
 
+    let has_expiry = version == FORMAT_VERSION;
     let mut data = Map::default();
+    let mut deadlines = Deadlines::default();
     let mut digest = 0u64;
     let mut previous: Option<Bytes> = None;
     for _ in 0..key_count {
@@ -281,16 +364,29 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         // out of memory: nothing is preallocated from it.
         let pair = SnapshotError::Truncated("a key-value pair");
         let key = r.bytes().ok_or(pair.clone())?;
-        let value = r.bytes().ok_or(pair)?;
+        let value = r.bytes().ok_or(pair.clone())?;
+        let (expire_at_ms, key_version) = if has_expiry {
+            (r.u64().ok_or(pair.clone())?, r.u64().ok_or(pair)?)
+        } else {
+            (0, applied_index)
+        };
         if previous.as_ref().is_some_and(|p| *p >= key) {
             return Err(SnapshotError::Malformed("keys not strictly ascending"));
         }
         if key.len() > STRING_BYTES_MAX || value.len() > STRING_BYTES_MAX {
             return Err(SnapshotError::Malformed("key or value over the size limit"));
         }
+        if key_version > applied_index {
+            return Err(SnapshotError::Malformed(
+                "a key changed after the applied index",
+            ));
+        }
         let hash = pair_hash(&key, &value);
-        digest ^= hash;
-        data.insert_new(&key, Stored::new(&value, hash));
+        digest ^= hash ^ expiry_hash(&key, expire_at_ms);
+        if expire_at_ms != 0 {
+            deadlines.insert(expire_at_ms, &key);
+        }
+        data.insert_new(&key, Stored::new(&value, hash, expire_at_ms, key_version));
         previous = Some(key);
     }
 
@@ -322,10 +418,15 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     } else {
         decode_members(&mut r)?
     };
-    let log_time_ms = if version == FORMAT_VERSION {
+    let log_time_ms = if version >= FORMAT_VERSION_WITHOUT_EXPIRY {
         r.u64().ok_or(SnapshotError::Truncated("the log time"))?
     } else {
         0
+    };
+    let (versions_valid, tombstones) = if has_expiry {
+        decode_tombstones(&mut r, &data, applied_index)?
+    } else {
+        (false, Tombstones::default())
     };
     if r.remaining() > 0 {
         return Err(SnapshotError::Malformed("bytes after the last section"));
@@ -341,10 +442,51 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         applied_index,
         digest,
         data,
+        deadlines,
+        tombstones,
+        versions_valid,
         dedup,
         members,
         log_time_ms,
     })
+}
+
+/// Bytes of a key entry besides its key and value: two lengths, the deadline and the version.
+const KEY_ENTRY_FIXED_BYTES: usize = 4 + 4 + 8 + 8;
+
+fn decode_tombstones(
+    r: &mut Reader,
+    data: &Map,
+    applied_index: u64,
+) -> Result<(bool, Tombstones), SnapshotError> {
+    let truncated = SnapshotError::Truncated("the tombstones");
+    let versions_valid = match r.u8().ok_or(truncated.clone())? {
+        0 => false,
+        1 => true,
+        _ => return Err(SnapshotError::Malformed("versions_valid is not 0 or 1")),
+    };
+    let horizon = r.u64().ok_or(truncated.clone())?;
+    let count = r.u32().ok_or(truncated.clone())? as usize;
+    if count > TOMBSTONES_MAX || horizon > applied_index {
+        return Err(SnapshotError::Malformed("tombstones out of bounds"));
+    }
+    let mut removed_at = std::collections::HashMap::with_capacity(count.min(r.remaining() / 12));
+    let mut previous: Option<Bytes> = None;
+    for _ in 0..count {
+        let key = r.bytes().ok_or(truncated.clone())?;
+        let tombstone = r.u64().ok_or(truncated.clone())?;
+        if previous.as_ref().is_some_and(|p| *p >= key) {
+            return Err(SnapshotError::Malformed(
+                "tombstones not strictly ascending",
+            ));
+        }
+        if tombstone > applied_index || data.contains_key(&key) || key.len() > STRING_BYTES_MAX {
+            return Err(SnapshotError::Malformed("a tombstone out of bounds"));
+        }
+        removed_at.insert(Key::new(&key), tombstone);
+        previous = Some(key);
+    }
+    Ok((versions_valid, Tombstones::from_parts(removed_at, horizon)))
 }
 
 fn decode_members(r: &mut Reader) -> Result<BTreeMap<u64, MemberAddrs>, SnapshotError> {

@@ -221,6 +221,41 @@ fn sec5_2_election_timeout_randomized_and_campaign() {
     assert_eq!(settle(&mut n).messages, [pre_vote(2), pre_vote(3)]);
 }
 
+/// A candidate refused by a node in a newer term adopts the term, but keeps its own election
+/// timer: restarting it would let a stale member that keeps campaigning (and whose newer term
+/// comes back in every refusal) always time out first (simulator seed 1029).
+#[test]
+fn a_refusal_in_a_newer_term_does_not_restart_the_candidate_s_timer() {
+    let ticks_to_campaign = |refused_at: Option<u32>| {
+        let config = Config {
+            seed: 11,
+            pre_vote: false,
+            ..test_config(1)
+        };
+        let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
+        settle(&mut n);
+        n.campaign();
+        settle(&mut n);
+        assert_eq!((n.role(), n.term()), (Role::Candidate, 2));
+        let mut ticks = 0;
+        loop {
+            if Some(ticks) == refused_at {
+                n.step(msg(2, 1, 7, MessageBody::VoteResponse { granted: false }));
+                assert_eq!((n.role(), n.term()), (Role::Follower, 7));
+            }
+            n.tick();
+            ticks += 1;
+            if n.role() == Role::Candidate && n.term() > 2 {
+                return ticks;
+            }
+            assert!(ticks < 10 * ET, "never campaigned again");
+        }
+    };
+    let unrefused = ticks_to_campaign(None);
+    assert!(unrefused > 2, "{unrefused}");
+    assert_eq!(ticks_to_campaign(Some(2)), unrefused);
+}
+
 #[test]
 fn prevote_does_not_bump_terms() {
     // A partitioned node campaigns over and over: its pre-votes go nowhere, its term stays.

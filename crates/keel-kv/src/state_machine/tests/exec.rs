@@ -103,7 +103,7 @@ fn exec_replies_encode_and_decode() {
     for reply in [
         exec.clone(),
         ApplyReply::Exec(vec![]),
-        ApplyReply::ExecDuplicate,
+        ApplyReply::AppliedBefore,
         ApplyReply::Write(WriteReply::Ok),
         ApplyReply::Write(WriteReply::Integer(i64::MIN)),
         ApplyReply::Write(WriteReply::Error(WriteError::RequestTooOld)),
@@ -173,7 +173,7 @@ fn a_retried_transaction_is_not_applied_twice() {
     let digest = log.sm.state_digest();
     // The same request id again (a retry whose first copy committed): not run again.
     let again = log.apply_logged(9, 1, LoggedCommand::Exec(tx.clone()));
-    assert_eq!(again, ApplyReply::ExecDuplicate);
+    assert_eq!(again, ApplyReply::AppliedBefore);
     assert!(again.to_reply().is_error());
     assert_eq!(log.get("n"), Some(&b"2"[..]));
     assert_eq!(log.sm.state_digest(), digest);
@@ -191,7 +191,7 @@ fn a_retried_transaction_is_not_applied_twice() {
     // The remembered "applied" survives a snapshot (whose format is unchanged).
     let mut restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
     let entry = LogCommand::new(9, 2, 0, LoggedCommand::Exec(vec![incr("n")])).encode();
-    assert_eq!(restored.apply(10, &entry), Ok(ApplyReply::ExecDuplicate));
+    assert_eq!(restored.apply(10, &entry), Ok(ApplyReply::AppliedBefore));
     assert_eq!(restored.get(b"n"), Some(&b"4"[..]));
 }
 

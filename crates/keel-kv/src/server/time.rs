@@ -1,0 +1,49 @@
+//! The leader's tick entries: the tokio shell around `crate::expiry::TimeKeeper`, which decides.
+
+use std::time::Duration;
+
+use keel_runtime::ClientError;
+
+use super::{wall_clock_ms, ServerContext};
+use crate::expiry::{TimeKeeper, TICK_KEYS_MAX};
+
+/// Runs for as long as the node serves. On the leader, asks the time keeper twice per tick
+/// interval and proposes what it decides; on any other node the read that feeds it is refused
+/// (not the leader) and nothing is proposed.
+pub(super) async fn keep_time(ctx: &ServerContext) {
+    let mut keeper = TimeKeeper::new(ctx.time_tick_ms);
+    let mut poll = tokio::time::interval(Duration::from_millis(keeper.poll_interval_ms()));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        poll.tick().await;
+        let now_ms = wall_clock_ms();
+        // Linearizable: only a leader whose term has committed answers, so a deposed leader
+        // does not propose ticks (which would be refused anyway).
+        let seen = ctx
+            .handle
+            .read(move |sm| {
+                let state = sm.state();
+                (
+                    state.log_time_ms(),
+                    state.keys_with_deadline() > 0,
+                    state.keys_due(now_ms, TICK_KEYS_MAX),
+                )
+            })
+            .await;
+        let (log_time_ms, has_deadlines, due) = match seen {
+            Ok(seen) => seen,
+            Err(ClientError::NotLeader { .. }) | Err(ClientError::Shutdown) => continue,
+            Err(e) => {
+                tracing::debug!("tick: the leader's read failed: {e}");
+                continue;
+            }
+        };
+        let Some(tick) = keeper.next_tick(wall_clock_ms(), log_time_ms, has_deadlines, due) else {
+            continue;
+        };
+        if let Err(e) = ctx.handle.propose(tick.encode()).await {
+            tracing::debug!("tick: not committed: {e}");
+        }
+        keeper.tick_done();
+    }
+}

@@ -1,0 +1,488 @@
+//! Expiry: deadlines computed in apply from the log's time, commands judged at T(i), tick
+//! entries, WATCH tokens, and deadlines in the digest and in snapshots.
+
+use super::*;
+use crate::command::{ExpireCondition, Expiry, TtlCommand, TtlForm};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn set_px(key: &str, value: &str, ms: i64) -> WriteCommand {
+    WriteCommand::SetWith {
+        key: b(key),
+        value: b(value),
+        condition: SetCondition::Always,
+        expiry: Expiry::AfterMs(ms),
+        get: false,
+        command: TtlCommand::Set,
+    }
+}
+
+fn expire(key: &str, deadline: Expiry, condition: ExpireCondition) -> WriteCommand {
+    WriteCommand::Expire {
+        key: b(key),
+        deadline,
+        condition,
+        command: TtlCommand::PExpire,
+    }
+}
+
+fn incr(key: &str) -> WriteCommand {
+    WriteCommand::IncrBy {
+        key: b(key),
+        delta: 1,
+    }
+}
+
+fn pttl(sm: &KvStateMachine, key: &str) -> Reply {
+    sm.read(&ReadCommand::Ttl {
+        key: b(key),
+        form: TtlForm::RemainingMs,
+    })
+}
+
+impl Log {
+    fn tick(&mut self, keys: &[&str]) -> WriteReply {
+        let keys = keys.iter().map(|k| b(k)).collect();
+        match self.apply_logged(0, 0, LoggedCommand::Tick(keys)) {
+            ApplyReply::Write(reply) => reply,
+            other => panic!("a tick answered {other:?}"),
+        }
+    }
+
+    fn value(&mut self, command: WriteCommand) -> Reply {
+        self.seq += 1;
+        match self.apply_logged(1, self.seq, command.into()) {
+            ApplyReply::Value(reply) => reply,
+            other => panic!("expected a value, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_key_exists_until_the_log_time_reaches_its_deadline() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    assert_eq!(log.apply(set_px("k", "v", 100)), WriteReply::Ok);
+    assert_eq!(pttl(&log.sm, "k"), Reply::Integer(100));
+    // An entry stamped 99 ms later: still there, 1 ms left.
+    log.stamp_ms = T0 + 99;
+    log.tick(&[]);
+    assert_eq!(log.get("k"), Some(&b"v"[..]));
+    assert_eq!(pttl(&log.sm, "k"), Reply::Integer(1));
+    let ttl = log.sm.read(&ReadCommand::Ttl {
+        key: b("k"),
+        form: TtlForm::RemainingSeconds,
+    });
+    assert_eq!(ttl, Reply::Integer(0), "TTL rounds to the nearest second");
+    // At the deadline it is gone for every command, though not yet removed.
+    log.stamp_ms = T0 + 100;
+    log.tick(&[]);
+    assert_eq!(log.get("k"), None);
+    assert_eq!(pttl(&log.sm, "k"), Reply::Integer(-2));
+    let exists = log.sm.read(&ReadCommand::Exists { keys: vec![b("k")] });
+    assert_eq!(exists, Reply::Integer(0));
+    assert_eq!(
+        log.sm.len(),
+        1,
+        "still held until a write or a tick removes it"
+    );
+    assert_eq!(log.sm.keys_due(T0 + 100, 10), vec![b("k")]);
+    // The leader's tick names it: removed.
+    assert_eq!(log.tick(&["k"]), WriteReply::Integer(1));
+    assert_eq!(log.sm.len(), 0);
+    assert_eq!(log.sm.keys_with_deadline(), 0);
+    assert_eq!(log.sm.state_digest(), log_time_hash(T0 + 100));
+}
+
+#[test]
+fn a_stamp_behind_the_log_time_never_shortens_or_stretches_a_ttl() {
+    let mut log = Log::new();
+    log.stamp_ms = T0 + 1_000;
+    log.tick(&[]);
+    // A new leader whose clock is 1 s behind: the TTL counts from the log's time, T0 + 1000.
+    log.stamp_ms = T0;
+    log.apply(set_px("k", "v", 500));
+    let stamped = log.sm.read(&ReadCommand::Ttl {
+        key: b("k"),
+        form: TtlForm::AtMs,
+    });
+    assert_eq!(stamped, Reply::Integer((T0 + 1_500) as i64));
+}
+
+#[test]
+fn a_tick_removes_only_what_has_expired_at_its_own_time() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set_px("a", "1", 10));
+    log.apply(set_px("b", "2", 10));
+    log.stamp_ms = T0 + 10;
+    // "b" written again since the leader chose it: not expired, not removed.
+    log.apply(set("b", "3"));
+    assert_eq!(log.tick(&["a", "b", "missing"]), WriteReply::Integer(1));
+    assert_eq!(log.get("a"), None);
+    assert_eq!(log.get("b"), Some(&b"3"[..]));
+    assert_eq!(pttl(&log.sm, "b"), Reply::Integer(-1));
+    // A tick stamped before a deadline removes nothing.
+    log.apply(set_px("c", "4", 50));
+    log.stamp_ms = T0 + 20;
+    assert_eq!(log.tick(&["c"]), WriteReply::Integer(0));
+    assert_eq!(log.get("c"), Some(&b"4"[..]));
+}
+
+#[test]
+fn writes_see_an_expired_key_as_absent_and_remove_it_first() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set_px("n", "41", 10));
+    log.apply(set_px("s", "ab", 10));
+    log.stamp_ms = T0 + 10;
+    assert_eq!(log.apply(incr("n")), WriteReply::Integer(1));
+    let append = WriteCommand::Append {
+        key: b("s"),
+        value: b("c"),
+    };
+    assert_eq!(log.apply(append), WriteReply::Integer(1));
+    // Neither keeps the old deadline.
+    assert_eq!(pttl(&log.sm, "n"), Reply::Integer(-1));
+    assert_eq!(pttl(&log.sm, "s"), Reply::Integer(-1));
+    log.apply(set_px("x", "1", 10));
+    log.stamp_ms = T0 + 20;
+    let nx = WriteCommand::Set {
+        key: b("x"),
+        value: b("2"),
+        condition: SetCondition::IfAbsent,
+    };
+    assert_eq!(log.apply(nx), WriteReply::Ok);
+    let del = WriteCommand::Del {
+        keys: vec![b("gone")],
+    };
+    log.apply(set_px("gone", "1", 5));
+    log.stamp_ms = T0 + 30;
+    assert_eq!(
+        log.apply(del),
+        WriteReply::Integer(0),
+        "DEL does not count it"
+    );
+    assert_eq!(log.sm.len(), 3);
+}
+
+#[test]
+fn incr_and_append_keep_a_live_deadline_set_clears_it_and_keepttl_keeps_it() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set_px("n", "1", 1_000));
+    log.apply(incr("n"));
+    assert_eq!(pttl(&log.sm, "n"), Reply::Integer(1_000));
+    let keep = WriteCommand::SetWith {
+        key: b("n"),
+        value: b("7"),
+        condition: SetCondition::Always,
+        expiry: Expiry::Keep,
+        get: false,
+        command: TtlCommand::Set,
+    };
+    log.apply(keep);
+    assert_eq!(pttl(&log.sm, "n"), Reply::Integer(1_000));
+    log.apply(set("n", "8"));
+    assert_eq!(pttl(&log.sm, "n"), Reply::Integer(-1));
+}
+
+#[test]
+fn expire_conditions_past_deadlines_and_persist() {
+    use ExpireCondition::*;
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    assert_eq!(
+        log.apply(expire("k", Expiry::AfterMs(100), Always)),
+        WriteReply::Integer(0),
+        "no such key"
+    );
+    log.apply(set("k", "v"));
+    let cases = [
+        (Expiry::AfterMs(100), IfSome, 0, -1),
+        (Expiry::AfterMs(100), IfLater, 0, -1),
+        (Expiry::AfterMs(100), IfEarlierWithDeadline, 0, -1),
+        (Expiry::AfterMs(100), IfNone, 1, 100),
+        (Expiry::AfterMs(200), IfNone, 0, 100),
+        (Expiry::AfterMs(200), IfEarlier, 0, 100),
+        (Expiry::AfterMs(200), IfLater, 1, 200),
+        (Expiry::AfterMs(50), IfEarlierWithDeadline, 1, 50),
+        (Expiry::AtMs((T0 + 70) as i64), IfSome, 1, 70),
+    ];
+    for (deadline, condition, answer, ttl) in cases {
+        assert_eq!(
+            log.apply(expire("k", deadline, condition)),
+            WriteReply::Integer(answer),
+            "{deadline:?} {condition:?}"
+        );
+        assert_eq!(pttl(&log.sm, "k"), Reply::Integer(ttl));
+    }
+    assert_eq!(
+        log.apply(WriteCommand::Persist { key: b("k") }),
+        WriteReply::Integer(1)
+    );
+    assert_eq!(
+        log.apply(WriteCommand::Persist { key: b("k") }),
+        WriteReply::Integer(0)
+    );
+    // LT on a key without a deadline holds; a negative TTL deletes the key.
+    assert_eq!(
+        log.apply(expire("k", Expiry::AfterMs(-10), IfEarlier)),
+        WriteReply::Integer(1)
+    );
+    assert_eq!(log.get("k"), None);
+    assert_eq!(log.sm.len(), 0);
+}
+
+#[test]
+fn a_deadline_that_overflows_at_apply_is_redis_s_error_and_changes_nothing() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set("k", "v"));
+    let digest = log.sm.state_digest();
+    let too_far = WriteCommand::Expire {
+        key: b("k"),
+        deadline: Expiry::AfterMs(i64::MAX - 1_000),
+        condition: ExpireCondition::Always,
+        command: TtlCommand::PExpire,
+    };
+    let reply = log.apply(too_far);
+    assert_eq!(
+        reply,
+        WriteReply::Error(WriteError::InvalidExpireTime(TtlCommand::PExpire))
+    );
+    assert_eq!(
+        reply.to_reply(),
+        Reply::error("ERR invalid expire time in 'pexpire' command")
+    );
+    assert_eq!(log.sm.state_digest(), digest);
+    // The error is remembered for a retry like any compact reply, and relays intact.
+    let mut relayed = Vec::new();
+    reply.encode(&mut relayed);
+    assert_eq!(WriteReply::decode(&relayed), Some(reply));
+}
+
+#[test]
+fn value_writes_answer_the_old_value_and_a_retry_says_it_applied() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set_px("k", "old", 1_000));
+    let getset = WriteCommand::SetWith {
+        key: b("k"),
+        value: b("new"),
+        condition: SetCondition::Always,
+        expiry: Expiry::Clear,
+        get: true,
+        command: TtlCommand::GetSet,
+    };
+    assert_eq!(log.value(getset.clone()), Reply::Bulk(b("old")));
+    assert_eq!(pttl(&log.sm, "k"), Reply::Integer(-1));
+    // The same request id again: not run again, and the reply was not kept.
+    let again = log.apply_logged(1, log.seq, getset.into());
+    assert_eq!(again, ApplyReply::AppliedBefore);
+    assert_eq!(log.get("k"), Some(&b"new"[..]));
+    let getex = WriteCommand::GetEx {
+        key: b("k"),
+        expiry: Expiry::AfterMs(300),
+    };
+    assert_eq!(log.value(getex), Reply::Bulk(b("new")));
+    assert_eq!(pttl(&log.sm, "k"), Reply::Integer(300));
+    assert_eq!(
+        log.value(WriteCommand::GetDel { key: b("k") }),
+        Reply::Bulk(b("new"))
+    );
+    assert_eq!(log.value(WriteCommand::GetDel { key: b("k") }), Reply::Null);
+    let nx_get = WriteCommand::SetWith {
+        key: b("k"),
+        value: b("v"),
+        condition: SetCondition::IfPresent,
+        expiry: Expiry::Clear,
+        get: true,
+        command: TtlCommand::Set,
+    };
+    assert_eq!(log.value(nx_get), Reply::Null);
+    assert_eq!(log.get("k"), None, "XX did not hold: nothing set");
+}
+
+#[test]
+fn msetnx_sets_all_or_nothing_and_flushall_empties_everything() {
+    let mut log = Log::new();
+    let pairs = |list: &[(&str, &str)]| WriteCommand::MSetNx {
+        pairs: list.iter().map(|(k, v)| (b(k), b(v))).collect(),
+    };
+    assert_eq!(
+        log.apply(pairs(&[("a", "1"), ("b", "2")])),
+        WriteReply::Integer(1)
+    );
+    assert_eq!(
+        log.apply(pairs(&[("b", "9"), ("c", "3")])),
+        WriteReply::Integer(0)
+    );
+    assert_eq!(log.get("c"), None);
+    log.stamp_ms = T0;
+    log.apply(set_px("t", "1", 10));
+    assert_eq!(log.apply(WriteCommand::FlushAll), WriteReply::Ok);
+    assert!(log.sm.is_empty());
+    assert_eq!(log.sm.keys_with_deadline(), 0);
+    assert_eq!(log.sm.used_bytes(), 0);
+    assert_eq!(log.sm.state_digest(), log_time_hash(T0));
+}
+
+#[test]
+fn watch_tokens_change_with_every_change_and_expiry_but_not_removal_of_an_expired_key() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    let token = |log: &Log| log.sm.watch_token(b"k");
+    let absent = token(&log);
+    log.apply(set("other", "1"));
+    assert_eq!(
+        token(&log),
+        absent,
+        "another key's change is not this one's"
+    );
+    log.apply(set_px("k", "v", 10));
+    let alive = token(&log);
+    assert_ne!(alive, absent);
+    log.apply(set_px("k", "v", 10));
+    let rewritten = token(&log);
+    assert_ne!(rewritten, alive, "the same value written again is a change");
+    log.stamp_ms = T0 + 10;
+    log.tick(&[]);
+    let expired = token(&log);
+    assert_ne!(expired, rewritten, "expiring is a change");
+    log.tick(&["k"]);
+    assert_eq!(token(&log), expired, "removing an expired key is not");
+    log.apply(set("k", "v"));
+    let alive = token(&log);
+    log.apply(WriteCommand::Del { keys: vec![b("k")] });
+    let deleted = token(&log);
+    assert_ne!(deleted, alive);
+    log.apply(WriteCommand::FlushAll);
+    assert_ne!(
+        token(&log),
+        deleted,
+        "FLUSHALL changes every absent key's token"
+    );
+}
+
+#[test]
+fn replicas_with_different_histories_agree_on_deadlines_versions_and_tombstones() {
+    // Leaders' clocks 2 s apart stamp the entries; one replica applies the whole log, others
+    // restore a snapshot midway and apply the rest: the same state, digest and snapshot bytes.
+    let mut stamps = [T0, T0 + 2_000, T0 - 1_500, T0 + 40, T0 + 2_500]
+        .into_iter()
+        .cycle();
+    let entries: Vec<Bytes> = (0..80u64)
+        .map(|i| {
+            let key = b(&format!("k{}", i % 7));
+            let command: LoggedCommand = match i % 6 {
+                0 => set_px(&format!("k{}", i % 7), "v", 1_000 + i as i64).into(),
+                1 => expire(
+                    &format!("k{}", i % 7),
+                    Expiry::AfterMs(10),
+                    ExpireCondition::Always,
+                )
+                .into(),
+                2 => WriteCommand::Del { keys: vec![key] }.into(),
+                3 => LoggedCommand::Tick(vec![b("k0"), b("k1"), b("k2"), b("k3")]),
+                4 => WriteCommand::GetDel { key }.into(),
+                _ => WriteCommand::Set {
+                    key,
+                    value: b("w"),
+                    condition: SetCondition::IfAbsent,
+                }
+                .into(),
+            };
+            let seq = if matches!(command, LoggedCommand::Tick(_)) {
+                0
+            } else {
+                i + 1
+            };
+            let client = u64::from(seq != 0);
+            LogCommand::new(client, seq, stamps.next().unwrap(), command).encode()
+        })
+        .collect();
+    let mut full = KvStateMachine::new();
+    let mut snapshots = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        full.apply(i as u64 + 1, entry).unwrap();
+        if i % 25 == 10 {
+            snapshots.push(full.snapshot());
+        }
+    }
+    assert!(full.keys_with_deadline() > 0 || !full.is_empty());
+    for bytes in &snapshots {
+        let mut replica = KvStateMachine::from_snapshot(bytes).unwrap();
+        for index in replica.applied_index() + 1..=entries.len() as u64 {
+            replica.apply(index, &entries[index as usize - 1]).unwrap();
+        }
+        assert_eq!(replica, full);
+        assert_eq!(replica.state_digest(), full.state_digest());
+        assert_eq!(replica.snapshot(), full.snapshot());
+    }
+}
+
+#[test]
+fn the_digest_covers_deadlines() {
+    let mut a = Log::new();
+    let mut b_log = Log::new();
+    a.stamp_ms = T0;
+    b_log.stamp_ms = T0;
+    a.apply(set_px("k", "v", 100));
+    b_log.apply(set_px("k", "v", 200));
+    assert_ne!(a.sm.state_digest(), b_log.sm.state_digest());
+    b_log.apply(expire("k", Expiry::AfterMs(100), ExpireCondition::Always));
+    assert_eq!(a.sm.state_digest(), b_log.sm.state_digest());
+    a.apply(WriteCommand::Persist { key: b("k") });
+    b_log.apply(set("k", "v"));
+    assert_eq!(a.sm.state_digest(), b_log.sm.state_digest());
+    assert_eq!(
+        a.sm.state_digest(),
+        digest::pair_hash(b"k", b"v") ^ log_time_hash(T0)
+    );
+}
+
+#[test]
+fn an_old_format_snapshot_restores_without_deadlines_and_a_tick_numbers_every_key() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set("a", "1"));
+    log.apply(set("b", "2"));
+    let v3 = snapshot::encode_version(&log.sm, 3);
+    let mut old = KvStateMachine::from_snapshot(&v3).expect("version 3 is read");
+    assert!(!old.versions_valid);
+    assert_eq!(old.get(b"a"), Some(&b"1"[..]));
+    assert_eq!(old.state_digest(), log.sm.state_digest());
+    let tick = LogCommand::new(0, 0, T0 + 1, LoggedCommand::Tick(Vec::new())).encode();
+    old.apply(log.index + 1, &tick).unwrap();
+    assert!(old.versions_valid);
+    assert_eq!(old.watch_token(b"a"), 2 * (log.index + 1) + 1);
+    assert_eq!(old.watch_token(b"never"), 2 * (log.index + 1));
+    // The flag travels in snapshots.
+    let again = KvStateMachine::from_snapshot(&old.snapshot()).unwrap();
+    assert_eq!(again, old);
+}
+
+#[test]
+fn snapshots_refuse_tombstones_and_versions_out_of_bounds() {
+    let mut log = Log::new();
+    log.apply(set("a", "1"));
+    log.apply(WriteCommand::Del { keys: vec![b("a")] });
+    log.apply(set("b", "2"));
+    let good = log.sm.snapshot();
+    let restored = KvStateMachine::from_snapshot(&good).unwrap();
+    assert_eq!(restored, log.sm);
+    assert_eq!(restored.watch_token(b"a"), log.sm.watch_token(b"a"));
+    // The tombstone of "a" is the last 4 + 1 + 8 bytes before the checksum: make it 99, past
+    // the applied index.
+    let mut bad = good.clone();
+    let at = bad.len() - 4 - 8;
+    bad[at..at + 8].copy_from_slice(&99u64.to_le_bytes());
+    let crc_at = bad.len() - 4;
+    let crc = crc32c::crc32c(&bad[..crc_at]);
+    bad[crc_at..].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        KvStateMachine::from_snapshot(&bad),
+        Err(SnapshotError::Malformed("a tombstone out of bounds"))
+    );
+}
