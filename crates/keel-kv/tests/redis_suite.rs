@@ -442,11 +442,19 @@ fn table(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str], targets: &[Ta
         write!(out, "{:>18}", format!("{passed}/{failed}/{skipped}")).unwrap();
     }
     out.push('\n');
+    // The same reason is told once, with every run it stopped.
+    let mut stopped_runs: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for ((target, unit), run) in runs {
         for reason in &run.stopped {
             let first_line = reason.lines().next().unwrap_or_default();
-            writeln!(out, "* {unit} on {}: {first_line}", target.heading()).unwrap();
+            stopped_runs
+                .entry(first_line)
+                .or_default()
+                .push(format!("{unit} on {}", target.heading()));
         }
+    }
+    for (reason, stopped) in stopped_runs {
+        writeln!(out, "* {reason}\n    ({})", stopped.join(", ")).unwrap();
     }
     writeln!(
         out,
