@@ -87,6 +87,17 @@ impl TimeKeeper {
     pub fn poll_interval_ms(&self) -> u64 {
         (self.tick_ms / 2).max(1)
     }
+
+    /// How long the caller may wait before asking again: the poll interval, or less when the
+    /// earliest deadline comes sooner, so that a key is removed (and seen gone) about one commit
+    /// after its deadline on the leader's clock rather than up to a poll interval later.
+    pub fn wait_ms(&self, now_ms: u64, earliest_deadline_ms: Option<u64>) -> u64 {
+        let poll = self.poll_interval_ms();
+        match earliest_deadline_ms {
+            Some(deadline) => deadline.saturating_sub(now_ms).clamp(1, poll),
+            None => poll,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -145,5 +156,13 @@ mod tests {
             .unwrap();
         assert_eq!(keys(&tick).len(), 2);
         assert_eq!(keeper.poll_interval_ms(), 50);
+        assert_eq!(keeper.wait_ms(1_000, None), 50);
+        assert_eq!(keeper.wait_ms(1_000, Some(1_020)), 20);
+        assert_eq!(keeper.wait_ms(1_000, Some(5_000)), 50);
+        assert_eq!(
+            keeper.wait_ms(1_000, Some(900)),
+            1,
+            "due already: soon, never 0"
+        );
     }
 }

@@ -207,6 +207,11 @@ impl World {
                     let owner = c.owner;
                     self.deliver(connection, owner, reply);
                 }
+                Release::Watched { keys, point } => {
+                    let reply = c.protocol.watch_point(&keys, &point);
+                    let owner = c.owner;
+                    self.deliver(connection, owner, reply);
+                }
                 Release::Resolve { slot, error, relay } => {
                     self.resolve(connection, slot, error, relay)
                 }

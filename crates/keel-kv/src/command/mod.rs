@@ -284,6 +284,19 @@ pub enum ReadCommand {
         key: Bytes,
         form: TtlForm,
     },
+    /// `RAFT.WATCHPOINT` (what WATCH reads; a follower forwards it for its client's WATCH): the
+    /// applied index and the log's time of the state read, `[index, time_ms]`.
+    WatchPoint,
+}
+
+/// A key a transaction watches, and the state it was watched at: the applied index and the
+/// log's time of a linearizable read made by WATCH. EXEC aborts if the key changed after that
+/// index or expired after that time (decided by the state machine: `state_machine/keyspace.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchedKey {
+    pub key: Bytes,
+    pub index: u64,
+    pub time_ms: u64,
 }
 
 /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: handled by the connection's transaction state.
@@ -292,10 +305,13 @@ pub enum TransactionCommand {
     Multi,
     Exec,
     Discard,
-    /// `WATCH key [key ...]`: not supported (answered with an error).
+    /// `WATCH key [key ...]`: a linearizable read of the watch point, then the keys watched.
     Watch(Vec<Bytes>),
-    /// `UNWATCH`: nothing can be watched, so it has nothing to undo (`+OK`).
+    /// `UNWATCH`: forgets the watched keys (`+OK`).
     Unwatch,
+    /// `RAFT.WATCHED key index time_ms [...]` inside MULTI: the keys a follower's client
+    /// watched, sent with the transaction it forwards (`forwarding.rs`).
+    Watched(Vec<WatchedKey>),
 }
 
 /// A command queued between MULTI and EXEC: what a transaction log entry carries, executed in
@@ -465,11 +481,11 @@ pub enum CommandError {
     /// Redis's wording for commands flagged `no-multi`.
     #[error("ERR Command not allowed inside a transaction")]
     NotAllowedInMulti,
-    #[error("ERR WATCH is not supported: keel has no optimistic locking; use CAS key expected new for a conditional update")]
-    WatchUnsupported,
     /// Redis's wording; the transaction goes on.
     #[error("ERR WATCH inside MULTI is not allowed")]
     WatchInMulti,
+    #[error("ERR RAFT.WATCHED without MULTI")]
+    WatchedWithoutMulti,
     #[error("ERR transaction too large: more than {max} queued commands (multi-commands-max); the transaction is discarded at EXEC")]
     TooManyQueued { max: usize },
     #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]
@@ -659,6 +675,8 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("discard", 1, TX_FLAGS, NO_KEYS, Transaction),
         spec("watch", -2, TX_FLAGS, ALL_KEYS, Transaction),
         spec("unwatch", 1, TX_FLAGS, NO_KEYS, Transaction),
+        spec("raft.watchpoint", 1, READ_FLAGS, NO_KEYS, Read),
+        spec("raft.watched", -4, TX_FLAGS, NO_KEYS, Transaction),
     ]
 };
 

@@ -6,7 +6,7 @@ use super::parse_keys::{parse_expire, parse_getex, parse_set, parse_setex};
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
     DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
-    TtlCommand, TtlForm, WriteCommand,
+    TtlCommand, TtlForm, WatchedKey, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -160,6 +160,8 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "discard" => Command::Transaction(TransactionCommand::Discard),
         "watch" => Command::Transaction(TransactionCommand::Watch(rest.to_vec())),
         "unwatch" => Command::Transaction(TransactionCommand::Unwatch),
+        "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
+        "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
         other => unreachable!("command {other} is in the table but has no parser"),
     })
 }
@@ -177,6 +179,23 @@ fn pairs(rest: &[Bytes], spec: &CommandSpec) -> Result<Vec<(Bytes, Bytes)>, Comm
         .chunks_exact(2)
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect())
+}
+
+/// `key index time_ms [key index time_ms ...]`.
+fn watched(rest: &[Bytes]) -> Result<Vec<WatchedKey>, CommandError> {
+    if rest.len() % 3 != 0 {
+        return Err(CommandError::WrongArity("raft.watched".to_string()));
+    }
+    rest.chunks_exact(3)
+        .map(|w| {
+            let number = |arg: &[u8]| parse_u64(arg).ok_or(CommandError::NotInteger);
+            Ok(WatchedKey {
+                key: w[0].clone(),
+                index: number(&w[1])?,
+                time_ms: number(&w[2])?,
+            })
+        })
+        .collect()
 }
 
 fn ttl(key: Bytes, form: TtlForm) -> Command {

@@ -120,8 +120,12 @@ fn summary(name: &str) -> &'static str {
         "multi" => "Starts a transaction: later commands are queued until EXEC.",
         "exec" => "Runs the queued commands atomically, as one log entry; one reply per command.",
         "discard" => "Drops the queued commands and leaves the transaction.",
-        "watch" => "Not supported (no optimistic locking): use CAS.",
-        "unwatch" => "Does nothing (nothing can be watched); +OK.",
+        "watch" => "Watches keys: EXEC aborts (null) if one changed since (decided in the log).",
+        "unwatch" => "Forgets the watched keys.",
+        "raft.watchpoint" => "The applied index and log time of a linearizable read (for WATCH).",
+        "raft.watched" => {
+            "Inside MULTI: keys a follower's client watched, with their watch points."
+        }
         _ => "",
     }
 }

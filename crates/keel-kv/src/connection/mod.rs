@@ -26,8 +26,9 @@
 //! its error and aborts the transaction: `EXEC` then answers `-EXECABORT` and nothing runs.
 //! `WATCH` inside a transaction is an error that leaves it as it was, as is a nested `MULTI`.
 //! `DISCARD` drops the queue; `QUIT` closes the connection, queue and all. `EXEC` of a queue with
-//! no data command answers the local replies here; otherwise it becomes [`Dispatch::Exec`]. WATCH
-//! outside a transaction is not supported yet (an error, no locking).
+//! neither a data command nor a watched key answers the local replies here; otherwise it becomes
+//! [`Dispatch::Exec`]. WATCH outside a transaction is a read of the watch point
+//! ([`ClientConnection::watch_point`] records it; `state_machine/keyspace.rs` decides).
 //!
 //! A protocol error from the decoder is answered with [`crate::resp::ProtocolError::to_reply`]
 //! and closes this connection only.
@@ -48,9 +49,10 @@ pub use introspection::ConfigValues;
 
 use crate::command::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, TransactionCommand, WriteCommand,
+    QueuedCommand, ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
 };
 use crate::resp::{encode, Limits, ProtocolVersion, Reply};
+use crate::state_machine::LoggedCommand;
 
 /// The Redis version keel reports in HELLO and INFO: the command semantics it follows, so that
 /// clients which gate features on a version treat it as a modern server. keel's own version is in
@@ -93,6 +95,40 @@ pub struct Transaction {
     /// The replies of the queued commands this node answered itself, each with its position in
     /// EXEC's array (ascending): spliced into the state machine's array ([`splice`]).
     pub local_replies: Vec<(usize, Reply)>,
+    /// The keys the connection watched (WATCH before MULTI, or `RAFT.WATCHED` inside it from a
+    /// follower): the state machine aborts the transaction if one changed since.
+    pub watched: Vec<WatchedKey>,
+}
+
+impl Transaction {
+    /// What the log entry carries: the commands, and the watched keys if any.
+    pub fn logged(&self) -> LoggedCommand {
+        if self.watched.is_empty() {
+            LoggedCommand::Exec(self.commands.clone())
+        } else {
+            LoggedCommand::WatchedExec {
+                watched: self.watched.clone(),
+                commands: self.commands.clone(),
+            }
+        }
+    }
+
+    /// The requests a follower forwards between `MULTI` and `EXEC`: the watched keys first
+    /// (`RAFT.WATCHED key index time_ms ...`), then the queued requests.
+    pub fn forwarded_requests(&self) -> Vec<Vec<Bytes>> {
+        let mut requests = Vec::with_capacity(self.requests.len() + 1);
+        if !self.watched.is_empty() {
+            let mut watched = vec![Bytes::from_static(b"RAFT.WATCHED")];
+            for w in &self.watched {
+                watched.push(w.key.clone());
+                watched.push(Bytes::from(w.index.to_string()));
+                watched.push(Bytes::from(w.time_ms.to_string()));
+            }
+            requests.push(watched);
+        }
+        requests.extend(self.requests.iter().cloned());
+        requests
+    }
 }
 
 /// EXEC's reply: the state machine's array of the logged commands' replies, with the local
@@ -154,6 +190,8 @@ pub struct ClientConnection {
     authenticated: bool,
     /// What CONFIG GET reports of the node's settings.
     config: Arc<ConfigValues>,
+    /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
+    watched: Vec<WatchedKey>,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -205,6 +243,7 @@ impl ClientConnection {
             requirepass: None,
             authenticated: true,
             config: Arc::default(),
+            watched: Vec::new(),
         }
     }
 
@@ -278,8 +317,13 @@ impl ClientConnection {
                 }
                 TransactionCommand::Exec => CommandError::ExecWithoutMulti.to_reply(),
                 TransactionCommand::Discard => CommandError::DiscardWithoutMulti.to_reply(),
-                TransactionCommand::Watch(_) => CommandError::WatchUnsupported.to_reply(),
-                TransactionCommand::Unwatch => Reply::OK,
+                // A linearizable read of the watch point; `watch_point` records the keys.
+                TransactionCommand::Watch(_) => return Dispatch::Read(ReadCommand::WatchPoint),
+                TransactionCommand::Unwatch => {
+                    self.watched.clear();
+                    Reply::OK
+                }
+                TransactionCommand::Watched(_) => CommandError::WatchedWithoutMulti.to_reply(),
             }),
             Ok(Command::Write(command)) => Dispatch::Write(command),
             Ok(Command::Read(command)) => Dispatch::Read(command),
@@ -312,18 +356,33 @@ impl ClientConnection {
         let queue = self.queue.as_mut().expect("called in a transaction");
         let command = match parsed {
             Ok(Command::Transaction(TransactionCommand::Exec)) => {
-                let queue = self.queue.take().expect("in a transaction");
+                let mut queue = self.queue.take().expect("in a transaction");
+                // EXEC ends the watch, whatever becomes of the transaction (as in Redis).
+                let mut watched = std::mem::take(&mut self.watched);
+                watched.append(&mut queue.transaction.watched);
+                queue.transaction.watched = watched;
+                let transaction = queue.transaction;
                 return if queue.aborted {
                     Dispatch::Reply(CommandError::ExecAbort.to_reply())
-                } else if queue.transaction.commands.is_empty() {
-                    let replies = queue.transaction.local_replies.into_iter();
+                } else if transaction.commands.is_empty() && transaction.watched.is_empty() {
+                    let replies = transaction.local_replies.into_iter();
                     Dispatch::Reply(Reply::Array(replies.map(|(_, reply)| reply).collect()))
                 } else {
-                    Dispatch::Exec(queue.transaction)
+                    Dispatch::Exec(transaction)
                 };
             }
             Ok(Command::Transaction(TransactionCommand::Discard)) => {
                 self.queue = None;
+                self.watched.clear();
+                return Dispatch::Reply(Reply::OK);
+            }
+            // A follower's client's watched keys, sent with the transaction it forwards.
+            Ok(Command::Transaction(TransactionCommand::Watched(watched))) => {
+                let max = self.limits.multi_commands_max;
+                if queue.transaction.watched.len() + watched.len() > max {
+                    return queue.abort(CommandError::TooManyQueued { max });
+                }
+                queue.transaction.watched.extend(watched);
                 return Dispatch::Reply(Reply::OK);
             }
             // As Redis: an error, but the transaction goes on.
@@ -379,6 +438,38 @@ impl ClientConnection {
         }
         transaction.requests.push(args.to_vec());
         Dispatch::Reply(QUEUED)
+    }
+
+    /// WATCH's read came back: `point` is `[applied index, log time]` of the state it read (or
+    /// the error that kept it from being read). Records `keys` as watched from that point and
+    /// answers WATCH's reply.
+    pub fn watch_point(&mut self, keys: &[Bytes], point: &Reply) -> Reply {
+        let Reply::Array(fields) = point else {
+            return point.clone();
+        };
+        let (Some(Reply::Integer(index)), Some(Reply::Integer(time_ms))) =
+            (fields.first(), fields.get(1))
+        else {
+            return Reply::error("ERR internal error: WATCH read no watch point");
+        };
+        // Bounded as a transaction is: a key watched counts as a queued command.
+        if self.watched.len() + keys.len() > self.limits.multi_commands_max {
+            return CommandError::TooManyQueued {
+                max: self.limits.multi_commands_max,
+            }
+            .to_reply();
+        }
+        self.watched.extend(keys.iter().map(|key| WatchedKey {
+            key: key.clone(),
+            index: *index as u64,
+            time_ms: *time_ms as u64,
+        }));
+        Reply::OK
+    }
+
+    /// How many keys are watched now.
+    pub fn watched_keys(&self) -> usize {
+        self.watched.len()
     }
 
     fn answer(&mut self, command: LocalCommand, node: &dyn NodeInfo) -> Reply {

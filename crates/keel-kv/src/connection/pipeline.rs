@@ -133,6 +133,9 @@ pub enum Release<W, R> {
     Idle,
     /// The front request's reply: send it.
     Send(Reply),
+    /// WATCH's read came back (`point`: the watch point, or an error): record it with
+    /// `ClientConnection::watch_point(keys, point)` and send what that answers.
+    Watched { keys: Vec<Bytes>, point: Reply },
     /// The front request waits for its outcome. Its handle is handed out once (`Some`), for the
     /// shell to wait on; report the outcome with [`Pipeline::settle_write`] /
     /// [`Pipeline::settle`]. `None`: it was handed out before (or the write's batch was not
@@ -352,8 +355,8 @@ impl<W, R> Pipeline<W, R> {
                 given_id,
             ),
             Dispatch::Exec(transaction) => self.push_write(
-                LoggedCommand::Exec(transaction.commands),
-                WriteRequest::Exec(transaction.requests),
+                transaction.logged(),
+                WriteRequest::Exec(transaction.forwarded_requests()),
                 transaction.local_replies,
                 given_id,
             ),
@@ -511,7 +514,16 @@ impl<W, R> Pipeline<W, R> {
                 let Progress::Answered(reply) = popped.progress else {
                     unreachable!("matched above")
                 };
-                Release::Send(reply)
+                match popped.origin {
+                    Origin::Read { mut args } if is_watch(&args) => {
+                        args.remove(0);
+                        Release::Watched {
+                            keys: args,
+                            point: reply,
+                        }
+                    }
+                    _ => Release::Send(reply),
+                }
             }
             Progress::Unproposed(_) | Progress::Proposing | Progress::Resolving => {
                 Release::Await(slot, None)
@@ -523,6 +535,12 @@ impl<W, R> Pipeline<W, R> {
                 else {
                     unreachable!("matched above")
                 };
+                if matches!(&front.origin, Origin::Read { args } if is_watch(args)) {
+                    // The leader reads the watch point; this node records the keys when it
+                    // comes back (the slot keeps its WATCH).
+                    let relay = Relay::Once(vec![Bytes::from_static(b"RAFT.WATCHPOINT")]);
+                    return Release::Resolve { slot, error, relay };
+                }
                 // Moved out, not cloned: resolved, the request needs only its reply.
                 let relay = match std::mem::replace(&mut front.origin, Origin::Local) {
                     Origin::Write { id, request, .. } => Relay::WithId(id, request),
@@ -533,6 +551,12 @@ impl<W, R> Pipeline<W, R> {
             }
         }
     }
+}
+
+/// Whether a read's arguments are a WATCH's (whose reply is the watch point).
+fn is_watch(args: &[Bytes]) -> bool {
+    args.first()
+        .is_some_and(|name| name.eq_ignore_ascii_case(b"watch"))
 }
 
 /// Whether `connection` is another node's forwarding connection (it named itself so).

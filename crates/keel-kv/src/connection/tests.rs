@@ -4,6 +4,10 @@ use super::introspection::glob_match;
 use super::*;
 use crate::resp::{parse_reply, ProtocolVersion};
 
+fn b(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
 struct FakeNode(NodeStatus);
 
 impl NodeInfo for FakeNode {
@@ -577,6 +581,73 @@ fn local_commands_are_queued_and_spliced_into_exec_s_reply() {
     ));
 }
 
+/// WATCH reads a watch point (a linearizable read); the keys are watched from it; EXEC carries
+/// them in its log entry and ends the watch; UNWATCH and DISCARD forget them; a follower
+/// forwards them ahead of the queued requests, and the leader takes them inside MULTI.
+#[test]
+fn watch_reads_a_watch_point_and_exec_carries_the_watched_keys() {
+    let mut c = conn();
+    assert_eq!(
+        run(&mut c, "WATCH a b"),
+        Dispatch::Read(ReadCommand::WatchPoint)
+    );
+    let point = Reply::Array(vec![Reply::Integer(7), Reply::Integer(1_000)]);
+    assert_eq!(c.watch_point(&[b("a"), b("b")], &point), Reply::OK);
+    assert_eq!(c.watched_keys(), 2);
+    // An error instead of the point is WATCH's reply, and nothing is watched.
+    let refused = Reply::error("TRYAGAIN no leader");
+    assert_eq!(c.watch_point(&[b("c")], &refused), refused);
+    assert_eq!(c.watched_keys(), 2);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SET a 1"), QUEUED_REPLY);
+    let Dispatch::Exec(tx) = run(&mut c, "EXEC") else {
+        panic!("EXEC proposes")
+    };
+    assert_eq!(c.watched_keys(), 0, "EXEC ends the watch");
+    let watched = |key: &str| WatchedKey {
+        key: b(key),
+        index: 7,
+        time_ms: 1_000,
+    };
+    assert_eq!(tx.watched, vec![watched("a"), watched("b")]);
+    assert!(
+        matches!(tx.logged(), LoggedCommand::WatchedExec { watched, commands }
+        if watched.len() == 2 && commands.len() == 1)
+    );
+    let forwarded = tx.forwarded_requests();
+    assert_eq!(forwarded.len(), 2);
+    let line = |args: &Vec<Bytes>| {
+        args.iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line(&forwarded[0]), "RAFT.WATCHED a 7 1000 b 7 1000");
+    assert_eq!(line(&forwarded[1]), "SET a 1");
+    // The leader's side: RAFT.WATCHED inside MULTI sets the transaction's watched keys.
+    let mut leader = conn();
+    assert_eq!(reply(&mut leader, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut leader, &line(&forwarded[0])), Reply::OK);
+    assert_eq!(reply(&mut leader, "SET a 1"), QUEUED_REPLY);
+    let Dispatch::Exec(at_leader) = run(&mut leader, "EXEC") else {
+        panic!("EXEC proposes")
+    };
+    assert_eq!(at_leader.watched, tx.watched);
+    assert_eq!(at_leader.logged(), tx.logged());
+    // UNWATCH and DISCARD forget; a transaction of local commands with watches still proposes.
+    assert_eq!(c.watch_point(&[b("a")], &point), Reply::OK);
+    assert_eq!(reply(&mut c, "UNWATCH"), Reply::OK);
+    assert_eq!(c.watched_keys(), 0);
+    assert_eq!(c.watch_point(&[b("a")], &point), Reply::OK);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "DISCARD"), Reply::OK);
+    assert_eq!(c.watched_keys(), 0);
+    assert_eq!(c.watch_point(&[b("a")], &point), Reply::OK);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert!(matches!(run(&mut c, "EXEC"), Dispatch::Exec(tx) if tx.commands.is_empty()));
+}
+
 #[test]
 fn discard_nesting_and_control_outside_multi() {
     let mut c = conn();
@@ -588,15 +659,11 @@ fn discard_nesting_and_control_outside_multi() {
         reply(&mut c, "DISCARD"),
         Reply::error("ERR DISCARD without MULTI")
     );
-    assert!(
-        reply(&mut c, "WATCH k").is_error(),
-        "WATCH is not supported"
-    );
     assert_eq!(
-        reply(&mut c, "UNWATCH"),
-        Reply::OK,
-        "nothing is ever watched"
+        reply(&mut c, "RAFT.WATCHED k 1 2"),
+        Reply::error("ERR RAFT.WATCHED without MULTI")
     );
+    assert_eq!(reply(&mut c, "UNWATCH"), Reply::OK);
     assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
     assert_eq!(reply(&mut c, "SET k 1"), QUEUED_REPLY);
     // A nested MULTI is an error but does not abort the transaction.

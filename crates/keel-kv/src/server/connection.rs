@@ -386,6 +386,10 @@ impl Session<'_> {
             match self.pipeline.release() {
                 Release::Idle => return Ok(()),
                 Release::Send(reply) => self.push(&reply)?,
+                Release::Watched { keys, point } => {
+                    let reply = self.connection.watch_point(&keys, &point);
+                    self.push(&reply)?
+                }
                 Release::Await(slot, Some(Handle::Write(pending))) => {
                     let outcome = pending.wait_with(&mut self.timer).await;
                     self.pipeline.settle_write(slot, outcome);

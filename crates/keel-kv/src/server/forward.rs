@@ -351,10 +351,7 @@ fn log_entry(
                 protocol.dispatch(args, &node);
             }
             match protocol.dispatch(&EXEC, &node) {
-                Dispatch::Exec(transaction) => (
-                    LoggedCommand::Exec(transaction.commands),
-                    transaction.local_replies,
-                ),
+                Dispatch::Exec(transaction) => (transaction.logged(), transaction.local_replies),
                 _ => return None,
             }
         }

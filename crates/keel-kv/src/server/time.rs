@@ -8,14 +8,14 @@ use super::{wall_clock_ms, ServerContext};
 use crate::expiry::{TimeKeeper, TICK_KEYS_MAX};
 
 /// Runs for as long as the node serves. On the leader, asks the time keeper twice per tick
-/// interval and proposes what it decides; on any other node the read that feeds it is refused
-/// (not the leader) and nothing is proposed.
+/// interval, or at the earliest deadline if sooner, and proposes what it decides; on any other
+/// node the read that feeds it is refused (not the leader) and nothing is proposed.
 pub(super) async fn keep_time(ctx: &ServerContext) {
     let mut keeper = TimeKeeper::new(ctx.time_tick_ms);
-    let mut poll = tokio::time::interval(Duration::from_millis(keeper.poll_interval_ms()));
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait_ms = keeper.poll_interval_ms();
     loop {
-        poll.tick().await;
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        wait_ms = keeper.poll_interval_ms();
         let now_ms = wall_clock_ms();
         // Linearizable: only a leader whose term has committed answers, so a deposed leader
         // does not propose ticks (which would be refused anyway).
@@ -25,12 +25,12 @@ pub(super) async fn keep_time(ctx: &ServerContext) {
                 let state = sm.state();
                 (
                     state.log_time_ms(),
-                    state.keys_with_deadline() > 0,
+                    state.earliest_deadline(),
                     state.keys_due(now_ms, TICK_KEYS_MAX),
                 )
             })
             .await;
-        let (log_time_ms, has_deadlines, due) = match seen {
+        let (log_time_ms, earliest_deadline, due) = match seen {
             Ok(seen) => seen,
             Err(ClientError::NotLeader { .. }) | Err(ClientError::Shutdown) => continue,
             Err(e) => {
@@ -38,7 +38,10 @@ pub(super) async fn keep_time(ctx: &ServerContext) {
                 continue;
             }
         };
-        let Some(tick) = keeper.next_tick(wall_clock_ms(), log_time_ms, has_deadlines, due) else {
+        let now_ms = wall_clock_ms();
+        wait_ms = keeper.wait_ms(now_ms, earliest_deadline);
+        let has_deadlines = earliest_deadline.is_some();
+        let Some(tick) = keeper.next_tick(now_ms, log_time_ms, has_deadlines, due) else {
             continue;
         };
         if let Err(e) = ctx.handle.propose(tick.encode()).await {

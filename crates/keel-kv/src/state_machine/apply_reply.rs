@@ -17,6 +17,7 @@
 //! 6    -                     a request whose id was applied before and whose reply is not kept
 //!                            (EXEC, or a write that answers a value; see below)
 //! 7    value                 a write that answers a value (SET ... GET, GETDEL, GETEX)
+//! 8    -                     EXEC aborted: a watched key changed (nothing ran; null)
 //!
 //! value (an element of an EXEC reply; nested for MGET):
 //! 0    bytes text            simple string (+OK, +PONG)
@@ -54,6 +55,7 @@ pub const VALUE_DEPTH_MAX: usize = 4;
 const TAG_EXEC: u8 = 5;
 const TAG_APPLIED_BEFORE: u8 = 6;
 const TAG_VALUE: u8 = 7;
+const TAG_EXEC_ABORTED: u8 = 8;
 
 const VALUE_SIMPLE: u8 = 0;
 const VALUE_ERROR: u8 = 1;
@@ -76,6 +78,9 @@ pub enum ApplyReply {
     /// A request whose id was applied before and whose reply is not kept (EXEC, or a write that
     /// answers a value): not run again.
     AppliedBefore,
+    /// EXEC of a transaction a watched key of which changed since WATCH: nothing ran (Redis's
+    /// null reply).
+    ExecAborted,
 }
 
 impl From<WriteReply> for ApplyReply {
@@ -94,6 +99,7 @@ impl ApplyReply {
             ApplyReply::Write(reply) => reply.to_reply(),
             ApplyReply::Exec(replies) => Reply::Array(replies),
             ApplyReply::Value(reply) => reply,
+            ApplyReply::ExecAborted => Reply::Null,
             ApplyReply::AppliedBefore => Reply::error(
                 "ERR this request id was applied already: it is not run again, and its reply \
                  is not kept",
@@ -117,6 +123,7 @@ impl ApplyReply {
                 put_value(out, reply);
             }
             ApplyReply::AppliedBefore => out.put_u8(TAG_APPLIED_BEFORE),
+            ApplyReply::ExecAborted => out.put_u8(TAG_EXEC_ABORTED),
         }
     }
 
@@ -150,6 +157,7 @@ impl ApplyReply {
                 (r.remaining() == 0).then_some(ApplyReply::Value(reply))
             }
             TAG_APPLIED_BEFORE => (data.len() == 1).then_some(ApplyReply::AppliedBefore),
+            TAG_EXEC_ABORTED => (data.len() == 1).then_some(ApplyReply::ExecAborted),
             _ => WriteReply::decode(data).map(ApplyReply::Write),
         }
     }

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::command::{
     ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
-    WriteCommand,
+    WatchedKey, WriteCommand,
 };
 use crate::number::parse_i64;
 use crate::resp::Reply;
@@ -63,7 +63,9 @@ impl LoggedCommand {
         match self {
             LoggedCommand::Write(write) => !write.replies_with_value(),
             LoggedCommand::MemberAddrs(_) => true,
-            LoggedCommand::Exec(_) | LoggedCommand::Tick(_) => false,
+            LoggedCommand::Exec(_) | LoggedCommand::WatchedExec { .. } | LoggedCommand::Tick(_) => {
+                false
+            }
         }
     }
 }
@@ -110,6 +112,14 @@ impl KvStateMachine {
             },
             LoggedCommand::Exec(commands) => {
                 (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
+            }
+            LoggedCommand::WatchedExec { watched, commands } => {
+                // Decided here, at this index, so every replica decides the same.
+                if watched.iter().any(|w| self.watched_changed(w)) {
+                    (ApplyReply::ExecAborted, WriteReply::Ok)
+                } else {
+                    (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
+                }
             }
             LoggedCommand::MemberAddrs(addrs) => {
                 let reply = self.record_member_addrs(addrs);
@@ -454,10 +464,8 @@ impl KvStateMachine {
     pub(super) fn expire_if_due(&mut self, key: &[u8]) -> bool {
         match self.data.get(key) {
             Some(stored) if !stored.alive_at(self.log_time_ms) => {
-                let version = stored.version;
                 self.remove_stored(key);
-                // Removing an expired key is not a change for WATCH (`keyspace.rs`).
-                self.tombstones.record(key, version, self.applied_index);
+                self.tombstones.record(key, self.applied_index);
                 true
             }
             _ => false,
@@ -471,8 +479,7 @@ impl KvStateMachine {
             return false;
         }
         self.remove_stored(key);
-        let index = self.applied_index;
-        self.tombstones.record(key, index, index);
+        self.tombstones.record(key, self.applied_index);
         true
     }
 
@@ -492,12 +499,19 @@ impl KvStateMachine {
         self.tombstones.clear_at(self.applied_index);
     }
 
-    /// The WATCH token of `key` now (`keyspace.rs`).
-    pub fn watch_token(&self, key: &[u8]) -> u64 {
-        match self.data.get(key) {
-            Some(stored) if stored.alive_at(self.log_time_ms) => 2 * stored.version + 1,
-            Some(stored) => 2 * stored.version,
-            None => self.tombstones.absent_token(key),
+    /// Whether `watched` changed since it was watched (`keyspace.rs`). Every key counts as
+    /// changed while versions are placeholders (`versions_valid`).
+    pub fn watched_changed(&self, watched: &WatchedKey) -> bool {
+        if !self.versions_valid {
+            return true;
+        }
+        match self.data.get(&watched.key[..]) {
+            Some(stored) => {
+                let expired_since =
+                    stored.expire_at_ms > watched.time_ms && !stored.alive_at(self.log_time_ms);
+                stored.version > watched.index || expired_since
+            }
+            None => self.tombstones.removed_at(&watched.key) > watched.index,
         }
     }
 
@@ -523,6 +537,10 @@ impl KvStateMachine {
             // Expired keys not yet removed count, as in Redis.
             ReadCommand::DbSize => Reply::Integer(self.data.len() as i64),
             ReadCommand::Ttl { key, form } => Reply::Integer(self.ttl(key, *form)),
+            ReadCommand::WatchPoint => Reply::Array(vec![
+                Reply::Integer(self.applied_index as i64),
+                Reply::Integer(self.log_time_ms as i64),
+            ]),
         }
     }
 

@@ -4,26 +4,25 @@
 //! Both are functions of the log alone (the indexes and log times at which keys changed), so they
 //! are the same on every replica at the same applied index, and both travel in snapshots.
 //!
-//! ## WATCH tokens
+//! ## What WATCH compares
 //!
-//! WATCH remembers a token per key; EXEC aborts when a watched key's token changed. The token is
-//! derived from the log index of the key's last change:
+//! WATCH reads, linearizably, the applied index w and the log's time t_w of the state it saw
+//! (`RAFT.WATCHPOINT`); the transaction carries (key, w, t_w) for each watched key, and the
+//! state machine aborts it when applying EXEC finds that a watched key changed since:
 //!
-//! | the key is | token |
+//! | the key is now | it changed since w if |
 //! |---|---|
-//! | present, not expired, last changed at index v | 2v + 1 |
-//! | present but expired (not yet removed) | 2v |
-//! | absent, with a tombstone t | 2t |
-//! | absent, no tombstone | 2 * horizon |
+//! | present, last changed at index v (its version) | v > w, or it has a deadline d with t_w < d <= now (it expired since) |
+//! | absent, with a tombstone t (the index that removed it) | t > w |
+//! | absent, no tombstone | horizon > w |
 //!
-//! A key removed while alive (DEL, GETDEL, RENAME's source, ...) gets the tombstone of the
-//! removing entry's index: its token changes. A key removed because it had expired gets the
-//! tombstone v: its token stays what it was while it sat expired, so removing an expired key
-//! (lazily, or by active expiry) is not a change, while expiring is one (2v + 1 to 2v), as in
-//! Redis. Tombstones are bounded ([`TOMBSTONES_MAX`]): when the table is full it is cleared and
-//! the horizon moves to the current index, so the token of every absent key changes and any
-//! transaction watching one aborts: a spurious abort, never a missed change. FLUSHALL does the
-//! same.
+//! Every removal (DEL, GETDEL, a write or tick that removes an expired key, ...) records the
+//! removing entry's index as the key's tombstone. Removing a key that had already expired before
+//! w therefore also counts as a change: a spurious abort, never a missed change. Tombstones are
+//! bounded ([`TOMBSTONES_MAX`]): when the table is full it is cleared and the horizon moves to
+//! the current index, so every absent key counts as changed for transactions watching from
+//! before: again spurious aborts only. FLUSHALL does the same. Versions and tombstones are
+//! functions of the log, the same on every replica, so every replica decides the same.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -103,12 +102,12 @@ impl Tombstones {
         }
     }
 
-    /// Records that `key` was removed with tombstone `tombstone`, by the entry at `index`.
-    pub(crate) fn record(&mut self, key: &[u8], tombstone: u64, index: u64) {
+    /// Records that the entry at `index` removed `key`.
+    pub(crate) fn record(&mut self, key: &[u8], index: u64) {
         if self.removed_at.len() >= TOMBSTONES_MAX && !self.removed_at.contains_key(key) {
             self.clear_at(index);
         }
-        self.removed_at.insert(Key::new(key), tombstone);
+        self.removed_at.insert(Key::new(key), index);
     }
 
     /// The key exists again: its token comes from its version now.
@@ -124,9 +123,9 @@ impl Tombstones {
         self.horizon = index;
     }
 
-    /// The WATCH token of an absent key.
-    pub(crate) fn absent_token(&self, key: &[u8]) -> u64 {
-        2 * self.removed_at.get(key).copied().unwrap_or(self.horizon)
+    /// The index at or before which an absent key last changed: its tombstone, or the horizon.
+    pub(crate) fn removed_at(&self, key: &[u8]) -> u64 {
+        self.removed_at.get(key).copied().unwrap_or(self.horizon)
     }
 
     pub(crate) fn horizon(&self) -> u64 {
@@ -169,20 +168,19 @@ mod tests {
     #[test]
     fn a_full_tombstone_table_moves_the_horizon_and_changes_every_absent_token() {
         let mut tombstones = Tombstones::default();
-        assert_eq!(tombstones.absent_token(b"never"), 0);
+        assert_eq!(tombstones.removed_at(b"never"), 0);
         for i in 0..TOMBSTONES_MAX as u64 {
-            tombstones.record(format!("k{i}").as_bytes(), i + 1, i + 1);
+            tombstones.record(format!("k{i}").as_bytes(), i + 1);
         }
-        assert_eq!(tombstones.absent_token(b"k7"), 16);
+        assert_eq!(tombstones.removed_at(b"k7"), 8);
         assert_eq!(tombstones.len(), TOMBSTONES_MAX);
         // One more: the table is cleared first, and the horizon is the removing entry's index.
-        tombstones.record(b"one-more", 99_999, 100_000);
+        tombstones.record(b"one-more", 100_000);
         assert_eq!(tombstones.len(), 1);
         assert_eq!(tombstones.horizon(), 100_000);
-        assert_eq!(tombstones.absent_token(b"k7"), 200_000);
-        assert_eq!(tombstones.absent_token(b"never"), 200_000);
-        assert_eq!(tombstones.absent_token(b"one-more"), 199_998);
+        assert_eq!(tombstones.removed_at(b"k7"), 100_000);
+        assert_eq!(tombstones.removed_at(b"never"), 100_000);
         tombstones.forget(b"one-more");
-        assert_eq!(tombstones.absent_token(b"one-more"), 200_000);
+        assert_eq!(tombstones.removed_at(b"one-more"), 100_000);
     }
 }

@@ -13,7 +13,7 @@
 //!                                 ms since the Unix epoch; 0: no time information)
 //! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
 //!              9 SET WITH, 10 MSETNX, 11 GETDEL, 12 GETEX, 13 EXPIRE, 14 PERSIST, 15 FLUSHALL,
-//!              48 TICK
+//!              48 TICK, 49 EXEC WATCHED
 //! 26     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -40,9 +40,14 @@
 //!                        20 DBSIZE  (no body)
 //!                        21 TTL     form u8 (0 TTL, 1 PTTL, 2 EXPIRETIME, 3 PEXPIRETIME),
 //!                                   bytes key
+//!                        22 WATCHPOINT  (no body; replies [applied index, log time])
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
 //!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
+//!              EXEC WATCHED  count w >= 1, then w x (bytes key, index u64, time_ms u64): the
+//!                      keys the transaction watches and the applied index and log time they
+//!                      were watched at; then count n >= 0 and n x (op u8, body) as EXEC. Aborted,
+//!                      nothing run, if a watched key changed since (`keyspace.rs`).
 //!              TICK    count n >= 0, then n x bytes key: the leader's tick (the log's time moves
 //!                      on) naming keys to remove if they have expired (active expiry). Its
 //!                      client_id and request_seq are 0: a tick is not deduplicated. Not valid
@@ -75,7 +80,7 @@
 //! is upgraded by stopping every node and starting them all on this build, not by a rolling
 //! upgrade, in which a node already upgraded could lead while others are not.
 //!
-//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21 and 48 were added without changing the version
+//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21, 22, 48 and 49 were added without changing the version
 //! byte: every entry written before them decodes exactly as before, and a build that predates one
 //! does not decode it (an unknown op) rather than misreading it.
 //!
@@ -93,7 +98,7 @@ use bytes::{BufMut, Bytes};
 use super::wire::{put_bytes, Reader};
 use crate::command::{
     ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
-    WriteCommand,
+    WatchedKey, WriteCommand,
 };
 
 const FORMAT_VERSION: u8 = 2;
@@ -120,6 +125,7 @@ const OP_EXPIRE: u8 = 13;
 const OP_PERSIST: u8 = 14;
 const OP_FLUSHALL: u8 = 15;
 const OP_TICK: u8 = 48;
+const OP_EXEC_WATCHED: u8 = 49;
 /// Bytes of an encoded expiry: kind and ms.
 const EXPIRY_BYTES: usize = 9;
 /// Longest address in a MEMBER ADDRS entry (the admin command's bound,
@@ -132,6 +138,7 @@ const OP_EXISTS: u8 = 18;
 const OP_STRLEN: u8 = 19;
 const OP_DBSIZE: u8 = 20;
 const OP_TTL: u8 = 21;
+const OP_WATCHPOINT: u8 = 22;
 const OP_PING: u8 = 32;
 const OP_ECHO: u8 = 33;
 
@@ -168,6 +175,13 @@ pub enum LoggedCommand {
     /// The leader's tick: moves the log's time on and names keys to remove if they have expired
     /// (active expiry; may be empty). Proposed with request id (0, 0), never deduplicated.
     Tick(Vec<Bytes>),
+    /// A transaction with watched keys (at least one): aborted, nothing run, if any of them
+    /// changed since it was watched; else run as [`LoggedCommand::Exec`] (its commands may be
+    /// none: a transaction of local commands only still checks its watches).
+    WatchedExec {
+        watched: Vec<WatchedKey>,
+        commands: Vec<QueuedCommand>,
+    },
 }
 
 /// A member's addresses as `RAFT.MEMBER ADD` recorded them: `host:port` each, empty when not
@@ -243,6 +257,13 @@ impl LogCommand {
                 9 + field_len(&addrs.peer) + field_len(&addrs.client)
             }
             LoggedCommand::Tick(keys) => 5 + keys.iter().map(field_len).sum::<usize>(),
+            LoggedCommand::WatchedExec { watched, commands } => {
+                8 + watched
+                    .iter()
+                    .map(|w| field_len(&w.key) + 16)
+                    .sum::<usize>()
+                    + commands.iter().map(queued_len_hint).sum::<usize>()
+            }
         };
         let mut out = Vec::with_capacity(HEADER_BYTES + hint);
         out.put_u8(FORMAT_VERSION);
@@ -263,6 +284,19 @@ impl LogCommand {
                 out.put_u64_le(addrs.id);
                 put_bytes(&mut out, &addrs.peer);
                 put_bytes(&mut out, &addrs.client);
+            }
+            LoggedCommand::WatchedExec { watched, commands } => {
+                out.put_u8(OP_EXEC_WATCHED);
+                out.put_u32_le(count(watched.len()));
+                for w in watched {
+                    put_bytes(&mut out, &w.key);
+                    out.put_u64_le(w.index);
+                    out.put_u64_le(w.time_ms);
+                }
+                out.put_u32_le(count(commands.len()));
+                for command in commands {
+                    put_queued(&mut out, command);
+                }
             }
             LoggedCommand::Tick(keys) => {
                 out.put_u8(OP_TICK);
@@ -308,6 +342,26 @@ impl LogCommand {
             LoggedCommand::Exec(commands)
         } else if op == OP_MEMBER_ADDRS {
             LoggedCommand::MemberAddrs(decode_member_addrs(&mut r)?)
+        } else if op == OP_EXEC_WATCHED {
+            // Each watched key takes at least its length, index and time.
+            let w = list_count(&mut r, BYTES_FIELD_MIN + 16)?;
+            let watched = (0..w)
+                .map(|_| {
+                    let key = bytes(&mut r)?;
+                    let index = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
+                    let time_ms = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
+                    Ok(WatchedKey {
+                        key,
+                        index,
+                        time_ms,
+                    })
+                })
+                .collect::<Result<_, DecodeError>>()?;
+            let n = r.count(1).ok_or_else(|| truncated(&r))?;
+            let commands = (0..n)
+                .map(|_| decode_queued(&mut r))
+                .collect::<Result<_, _>>()?;
+            LoggedCommand::WatchedExec { watched, commands }
         } else if op == OP_TICK {
             let n = r
                 .count(BYTES_FIELD_MIN)
@@ -373,7 +427,8 @@ fn queued_len_hint(command: &QueuedCommand) -> usize {
         QueuedCommand::Read(ReadCommand::MGet { keys } | ReadCommand::Exists { keys }) => {
             5 + keys.iter().map(field_len).sum::<usize>()
         }
-        QueuedCommand::Read(ReadCommand::DbSize) | QueuedCommand::Ping => 1,
+        QueuedCommand::Read(ReadCommand::DbSize | ReadCommand::WatchPoint)
+        | QueuedCommand::Ping => 1,
         QueuedCommand::Read(ReadCommand::Ttl { key, .. }) => 2 + field_len(key),
         QueuedCommand::Echo(message) => 1 + field_len(message),
     }
@@ -493,6 +548,7 @@ fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
             put_bytes(out, key);
         }
         QueuedCommand::Read(ReadCommand::DbSize) => out.put_u8(OP_DBSIZE),
+        QueuedCommand::Read(ReadCommand::WatchPoint) => out.put_u8(OP_WATCHPOINT),
         QueuedCommand::Read(ReadCommand::Ttl { key, form }) => {
             out.put_u8(OP_TTL);
             out.put_u8(match form {
@@ -541,6 +597,7 @@ fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError> {
         OP_EXISTS => QueuedCommand::Read(ReadCommand::Exists { keys: list(r)? }),
         OP_STRLEN => QueuedCommand::Read(ReadCommand::StrLen { key: bytes(r)? }),
         OP_DBSIZE => QueuedCommand::Read(ReadCommand::DbSize),
+        OP_WATCHPOINT => QueuedCommand::Read(ReadCommand::WatchPoint),
         OP_TTL => {
             let form = match u8_field(r)? {
                 0 => TtlForm::RemainingSeconds,
@@ -647,10 +704,9 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
             new: bytes(r)?,
         },
         OP_EXEC => return Err(DecodeError::NestedExec),
-        OP_MEMBER_ADDRS | OP_TICK => return Err(DecodeError::UnknownOp(op)),
-        OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_TTL | OP_PING | OP_ECHO => {
-            return Err(DecodeError::OnlyInExec(op))
-        }
+        OP_MEMBER_ADDRS | OP_TICK | OP_EXEC_WATCHED => return Err(DecodeError::UnknownOp(op)),
+        OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_TTL | OP_WATCHPOINT | OP_PING
+        | OP_ECHO => return Err(DecodeError::OnlyInExec(op)),
         other => return Err(DecodeError::UnknownOp(other)),
     })
 }

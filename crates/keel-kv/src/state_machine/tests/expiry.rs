@@ -2,7 +2,7 @@
 //! entries, WATCH tokens, and deadlines in the digest and in snapshots.
 
 use super::*;
-use crate::command::{ExpireCondition, Expiry, TtlCommand, TtlForm};
+use crate::command::{ExpireCondition, Expiry, TtlCommand, TtlForm, WatchedKey};
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -328,40 +328,104 @@ fn msetnx_sets_all_or_nothing_and_flushall_empties_everything() {
     assert_eq!(log.sm.state_digest(), log_time_hash(T0));
 }
 
+/// A watch point as WATCH reads it: the applied index and log time now.
+fn watched_now(log: &Log, key: &str) -> WatchedKey {
+    WatchedKey {
+        key: b(key),
+        index: log.sm.applied_index(),
+        time_ms: log.sm.log_time_ms(),
+    }
+}
+
 #[test]
-fn watch_tokens_change_with_every_change_and_expiry_but_not_removal_of_an_expired_key() {
+fn a_watched_key_changed_by_any_write_removal_or_expiry_but_not_by_others() {
     let mut log = Log::new();
     log.stamp_ms = T0;
-    let token = |log: &Log| log.sm.watch_token(b"k");
-    let absent = token(&log);
+    let absent = watched_now(&log, "k");
     log.apply(set("other", "1"));
-    assert_eq!(
-        token(&log),
-        absent,
-        "another key's change is not this one's"
+    assert!(!log.sm.watched_changed(&absent), "another key's change");
+    log.apply(set_px("k", "v", 10));
+    assert!(log.sm.watched_changed(&absent), "created since");
+    let alive = watched_now(&log, "k");
+    assert!(!log.sm.watched_changed(&alive));
+    log.apply(set_px("k", "v", 10));
+    assert!(
+        log.sm.watched_changed(&alive),
+        "the same value written again"
     );
-    log.apply(set_px("k", "v", 10));
-    let alive = token(&log);
-    assert_ne!(alive, absent);
-    log.apply(set_px("k", "v", 10));
-    let rewritten = token(&log);
-    assert_ne!(rewritten, alive, "the same value written again is a change");
+    let alive = watched_now(&log, "k");
     log.stamp_ms = T0 + 10;
     log.tick(&[]);
-    let expired = token(&log);
-    assert_ne!(expired, rewritten, "expiring is a change");
+    assert!(log.sm.watched_changed(&alive), "expired since");
+    let expired = watched_now(&log, "k");
+    assert!(
+        !log.sm.watched_changed(&expired),
+        "already expired when watched"
+    );
     log.tick(&["k"]);
-    assert_eq!(token(&log), expired, "removing an expired key is not");
+    // Removing a key that had expired before the watch counts too: a spurious abort only.
+    assert!(log.sm.watched_changed(&expired));
     log.apply(set("k", "v"));
-    let alive = token(&log);
+    let alive = watched_now(&log, "k");
     log.apply(WriteCommand::Del { keys: vec![b("k")] });
-    let deleted = token(&log);
-    assert_ne!(deleted, alive);
+    assert!(log.sm.watched_changed(&alive), "deleted since");
+    let gone = watched_now(&log, "k");
+    assert!(!log.sm.watched_changed(&gone));
     log.apply(WriteCommand::FlushAll);
-    assert_ne!(
-        token(&log),
-        deleted,
-        "FLUSHALL changes every absent key's token"
+    assert!(
+        log.sm.watched_changed(&gone),
+        "FLUSHALL moves every absent key's horizon"
+    );
+}
+
+#[test]
+fn exec_with_watches_aborts_on_every_replica_alike_and_runs_nothing() {
+    let mut log = Log::new();
+    log.stamp_ms = T0;
+    log.apply(set("k", "1"));
+    let watched = vec![watched_now(&log, "k")];
+    let transaction = |watched: &Vec<WatchedKey>| LoggedCommand::WatchedExec {
+        watched: watched.clone(),
+        commands: vec![QueuedCommand::Write(set("k", "from-tx"))],
+    };
+    // Unchanged: it runs.
+    log.seq += 1;
+    let ran = log.apply_logged(1, log.seq, transaction(&watched));
+    assert_eq!(ran, ApplyReply::Exec(vec![Reply::OK]));
+    assert_eq!(log.get("k"), Some(&b"from-tx"[..]));
+    // Changed since (by the transaction itself, here): aborted, nothing ran, null reply.
+    log.seq += 1;
+    let entry = LogCommand::new(1, log.seq, T0, transaction(&watched));
+    let mut replica = log.sm.clone();
+    let aborted = log.apply_logged(1, log.seq, transaction(&watched));
+    assert_eq!(aborted, ApplyReply::ExecAborted);
+    assert_eq!(aborted.into_reply(), Reply::Null);
+    assert_eq!(log.get("k"), Some(&b"from-tx"[..]));
+    // The entry round-trips, and a replica decides the same.
+    let bytes = entry.encode();
+    assert_eq!(LogCommand::decode(&bytes), Ok(entry));
+    assert_eq!(
+        replica.apply(log.index, &bytes),
+        Ok(ApplyReply::ExecAborted)
+    );
+    assert_eq!(replica.state_digest(), log.sm.state_digest());
+    // A transaction of watches only (its commands answered by the node) still checks them.
+    let only_watches = LoggedCommand::WatchedExec {
+        watched: vec![watched_now(&log, "k")],
+        commands: Vec::new(),
+    };
+    log.seq += 1;
+    assert_eq!(
+        log.apply_logged(1, log.seq, only_watches),
+        ApplyReply::Exec(Vec::new())
+    );
+    // A watch point in the log is read by RAFT.WATCHPOINT.
+    assert_eq!(
+        log.sm.read(&ReadCommand::WatchPoint),
+        Reply::Array(vec![
+            Reply::Integer(log.index as i64),
+            Reply::Integer(T0 as i64)
+        ])
     );
 }
 
@@ -456,8 +520,16 @@ fn an_old_format_snapshot_restores_without_deadlines_and_a_tick_numbers_every_ke
     let tick = LogCommand::new(0, 0, T0 + 1, LoggedCommand::Tick(Vec::new())).encode();
     old.apply(log.index + 1, &tick).unwrap();
     assert!(old.versions_valid);
-    assert_eq!(old.watch_token(b"a"), 2 * (log.index + 1) + 1);
-    assert_eq!(old.watch_token(b"never"), 2 * (log.index + 1));
+    let at = |key: &str, index| WatchedKey {
+        key: b(key),
+        index,
+        time_ms: T0,
+    };
+    // Every key numbered at the tick: watched from before it, changed; from it on, not.
+    assert!(old.watched_changed(&at("a", log.index)));
+    assert!(!old.watched_changed(&at("a", log.index + 1)));
+    assert!(old.watched_changed(&at("never", log.index)));
+    assert!(!old.watched_changed(&at("never", log.index + 1)));
     // The flag travels in snapshots.
     let again = KvStateMachine::from_snapshot(&old.snapshot()).unwrap();
     assert_eq!(again, old);
@@ -472,7 +544,16 @@ fn snapshots_refuse_tombstones_and_versions_out_of_bounds() {
     let good = log.sm.snapshot();
     let restored = KvStateMachine::from_snapshot(&good).unwrap();
     assert_eq!(restored, log.sm);
-    assert_eq!(restored.watch_token(b"a"), log.sm.watch_token(b"a"));
+    let watched = WatchedKey {
+        key: b("a"),
+        index: 1,
+        time_ms: 0,
+    };
+    assert!(restored.watched_changed(&watched), "deleted at 2");
+    assert_eq!(
+        restored.watched_changed(&watched),
+        log.sm.watched_changed(&watched)
+    );
     // The tombstone of "a" is the last 4 + 1 + 8 bytes before the checksum: make it 99, past
     // the applied index.
     let mut bad = good.clone();
