@@ -25,6 +25,7 @@ pub mod command;
 pub mod connection;
 pub mod expiry;
 pub mod forwarding;
+mod glob;
 mod number;
 pub mod resp;
 pub mod state_machine;

@@ -5,8 +5,8 @@
 //!
 //! | class | commands | where |
 //! |---|---|---|
-//! | [`CommandClass::Write`] | SET, DEL, INCR, INCRBY, DECR, DECRBY, MSET, APPEND, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, FLUSHDB, FLUSHALL | proposed to the Raft log, applied by every replica's state machine |
-//! | [`CommandClass::Read`] | GET, MGET, EXISTS, STRLEN, DBSIZE, TTL, PTTL, EXPIRETIME, PEXPIRETIME | linearizable read: served after a ReadIndex round, from the state machine |
+//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
@@ -14,10 +14,14 @@
 //! `RAFT.FORWARD` is not in the table: nodes send it to each other on forwarding connections
 //! (`forward.rs`), and to every other client it is an unknown command.
 
+mod arguments;
 mod forward;
 mod parse;
 mod parse_keys;
+mod parse_keyspace;
+mod parse_strings;
 
+pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs};
 pub use forward::{
     forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
 };
@@ -135,6 +139,39 @@ pub enum WriteCommand {
     },
     /// FLUSHDB and FLUSHALL (one database): every key removed.
     FlushAll,
+    /// INCRBYFLOAT: the new value, as a bulk string; the deadline is kept.
+    IncrByFloat {
+        key: Bytes,
+        delta: FloatBits,
+    },
+    /// SETRANGE: `value` written at byte `offset`, zero-padded; the new length. The deadline is
+    /// kept.
+    SetRange {
+        key: Bytes,
+        offset: u64,
+        value: Bytes,
+    },
+    /// SETBIT: the bit at `offset` (bit 0 is the most significant bit of byte 0) set or
+    /// cleared, zero-padded; the old bit. The deadline is kept.
+    SetBit {
+        key: Bytes,
+        offset: u64,
+        bit: bool,
+    },
+    /// RENAME (`+OK`) and RENAMENX (`only_if_absent`: 1 renamed, 0 `new_key` exists): the value
+    /// and its deadline move to `new_key`.
+    Rename {
+        key: Bytes,
+        new_key: Bytes,
+        only_if_absent: bool,
+    },
+    /// COPY: 1 if copied (with its deadline), 0 if `source` does not exist or `destination` does
+    /// and `replace` is false.
+    Copy {
+        source: Bytes,
+        destination: Bytes,
+        replace: bool,
+    },
 }
 
 /// A key's expiry as a write sets it. Deadlines are absolute: milliseconds since the Unix epoch
@@ -247,6 +284,7 @@ impl WriteCommand {
                 | WriteCommand::Expire { .. }
                 | WriteCommand::Persist { .. }
                 | WriteCommand::GetEx { .. }
+                | WriteCommand::Rename { .. }
                 | WriteCommand::FlushAll
         )
     }
@@ -284,6 +322,40 @@ pub enum ReadCommand {
         key: Bytes,
         form: TtlForm,
     },
+    /// GETRANGE and SUBSTR: the bytes from `start` to `end` inclusive (negative: from the end).
+    GetRange {
+        key: Bytes,
+        start: i64,
+        end: i64,
+    },
+    /// GETBIT: the bit at `offset` (0 past the end).
+    GetBit {
+        key: Bytes,
+        offset: u64,
+    },
+    /// BITCOUNT: the set bits of the value, or of a range of it.
+    BitCount {
+        key: Bytes,
+        range: Option<BitRange>,
+    },
+    /// LCS: the longest common subsequence of two values (a missing key is the empty string).
+    Lcs {
+        key1: Bytes,
+        key2: Bytes,
+        form: LcsForm,
+    },
+    /// TYPE: `string`, or `none` for no such key.
+    Type {
+        key: Bytes,
+    },
+    /// RANDOMKEY: any key, or null when there is none.
+    RandomKey,
+    /// KEYS: every key matching a glob pattern.
+    Keys {
+        pattern: Bytes,
+    },
+    /// SCAN: one step of an iteration over the keys (`state_machine/keys.rs`).
+    Scan(ScanArgs),
     /// `RAFT.WATCHPOINT` (what WATCH reads; a follower forwards it for its client's WATCH): the
     /// applied index and the log's time of the state read, `[index, time_ms]`.
     WatchPoint,
@@ -490,6 +562,20 @@ pub enum CommandError {
     TooManyQueued { max: usize },
     #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]
     QueuedTooLarge { max: usize },
+    #[error("ERR value is not a valid float")]
+    NotFloat,
+    #[error("ERR offset is out of range")]
+    OffsetOutOfRange,
+    #[error("ERR bit offset is not an integer or out of range")]
+    BitOffsetOutOfRange,
+    #[error("ERR bit is not an integer or out of range")]
+    BitOutOfRange,
+    #[error("ERR source and destination objects are the same")]
+    SameObject,
+    #[error("ERR If you want both the length and indexes, please just use IDX.")]
+    LcsLengthAndRanges,
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
     /// Redis's wording; the name is the command's, lowercase.
     #[error("ERR invalid expire time in '{0}' command")]
     InvalidExpireTime(&'static str),
@@ -573,6 +659,9 @@ const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 const WRITE_FLAGS: &[&str] = &["write", "denyoom"];
 const WRITE_FAST_FLAGS: &[&str] = &["write", "denyoom", "fast"];
 const READ_FLAGS: &[&str] = &["readonly", "fast"];
+/// Reads that take more than O(1) (a range, a scan of the keys).
+const SLOW_READ_FLAGS: &[&str] = &["readonly"];
+const TWO_KEYS: (i32, i32, i32) = (1, 2, 1);
 const CONN_FLAGS: &[&str] = &["loading", "stale", "fast"];
 const TX_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 
@@ -610,6 +699,23 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("pttl", 2, READ_FLAGS, ONE_KEY, Read),
         spec("expiretime", 2, READ_FLAGS, ONE_KEY, Read),
         spec("pexpiretime", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("incrbyfloat", 3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("setrange", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("setbit", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("getrange", 4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("substr", 4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("getbit", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("bitcount", -2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("lcs", -3, SLOW_READ_FLAGS, TWO_KEYS, Read),
+        spec("rename", 3, &["write"], TWO_KEYS, Write),
+        spec("renamenx", 3, &["write", "fast"], TWO_KEYS, Write),
+        spec("copy", -3, WRITE_FLAGS, TWO_KEYS, Write),
+        spec("unlink", -2, &["write", "fast"], ALL_KEYS, Write),
+        spec("touch", -2, READ_FLAGS, ALL_KEYS, Read),
+        spec("type", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("randomkey", 1, SLOW_READ_FLAGS, NO_KEYS, Read),
+        spec("keys", 2, SLOW_READ_FLAGS, NO_KEYS, Read),
+        spec("scan", -2, SLOW_READ_FLAGS, NO_KEYS, Read),
         spec("flushdb", -1, &["write"], NO_KEYS, Write),
         spec("flushall", -1, &["write"], NO_KEYS, Write),
         spec("ping", -1, &["fast", "stale"], NO_KEYS, Local),

@@ -3,6 +3,11 @@
 use bytes::Bytes;
 
 use super::parse_keys::{parse_expire, parse_getex, parse_set, parse_setex};
+use super::parse_keyspace::{parse_copy, parse_scan};
+use super::parse_strings::{
+    bit_offset, parse_bitcount, parse_getrange, parse_incr_by_float, parse_lcs, parse_setbit,
+    parse_setrange,
+};
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
     DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
@@ -31,13 +36,15 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "mget" => Command::Read(ReadCommand::MGet {
             keys: rest.to_vec(),
         }),
-        "exists" => Command::Read(ReadCommand::Exists {
+        // TOUCH only counts the keys that exist here: there is no access time to update.
+        "exists" | "touch" => Command::Read(ReadCommand::Exists {
             keys: rest.to_vec(),
         }),
         "strlen" => Command::Read(ReadCommand::StrLen { key: key() }),
         "dbsize" => Command::Read(ReadCommand::DbSize),
         "set" => Command::Write(parse_set(rest)?),
-        "del" => Command::Write(WriteCommand::Del {
+        // A removal is one step of the log either way: UNLINK is DEL.
+        "del" | "unlink" => Command::Write(WriteCommand::Del {
             keys: rest.to_vec(),
         }),
         "incr" => incr_by(key(), 1),
@@ -90,6 +97,28 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "pttl" => ttl(key(), TtlForm::RemainingMs),
         "expiretime" => ttl(key(), TtlForm::AtSeconds),
         "pexpiretime" => ttl(key(), TtlForm::AtMs),
+        "incrbyfloat" => Command::Write(parse_incr_by_float(rest)?),
+        "setrange" => Command::Write(parse_setrange(rest)?),
+        "setbit" => Command::Write(parse_setbit(rest)?),
+        "getrange" | "substr" => Command::Read(parse_getrange(rest)?),
+        "getbit" => Command::Read(ReadCommand::GetBit {
+            key: key(),
+            offset: bit_offset(&rest[1])?,
+        }),
+        "bitcount" => Command::Read(parse_bitcount(rest)?),
+        "lcs" => Command::Read(parse_lcs(rest)?),
+        "rename" | "renamenx" => Command::Write(WriteCommand::Rename {
+            key: key(),
+            new_key: rest[1].clone(),
+            only_if_absent: spec.name == "renamenx",
+        }),
+        "copy" => Command::Write(parse_copy(rest)?),
+        "type" => Command::Read(ReadCommand::Type { key: key() }),
+        "randomkey" => Command::Read(ReadCommand::RandomKey),
+        "keys" => Command::Read(ReadCommand::Keys {
+            pattern: rest[0].clone(),
+        }),
+        "scan" => Command::Read(ReadCommand::Scan(parse_scan(rest)?)),
         "flushdb" | "flushall" => match rest {
             [] => Command::Write(WriteCommand::FlushAll),
             // Both run as one entry of the log: SYNC and ASYNC mean the same here.

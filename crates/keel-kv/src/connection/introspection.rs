@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use crate::command::{CommandClass, CommandQuery, CommandSpec, COMMAND_TABLE};
+use crate::glob::Case;
 use crate::resp::{Limits, Reply};
 
 pub(crate) fn command_reply(query: &CommandQuery) -> Reply {
@@ -97,6 +98,32 @@ fn summary(name: &str) -> &'static str {
         "strlen" => "Returns the length of a value.",
         "dbsize" => "Returns the number of keys.",
         "cas" => "CAS key expected new: sets key to new if its value is expected; 1 if swapped.",
+        "incrbyfloat" => "Adds a float to the value of a key; returns the new value.",
+        "setrange" => {
+            "Overwrites part of a value at an offset, zero-padded; returns the new length."
+        }
+        "setbit" => "Sets or clears the bit at an offset; returns the old bit.",
+        "getrange" | "substr" => "Returns the bytes of a value between two offsets (inclusive).",
+        "getbit" => "Returns the bit at an offset (0 past the end).",
+        "bitcount" => {
+            "Counts the set bits of a value, or of a range of bytes (BYTE) or bits (BIT)."
+        }
+        "lcs" => {
+            "Longest common subsequence of two values (LEN: its length; IDX: the matching ranges)."
+        }
+        "rename" => "Renames a key (with its deadline), replacing any key of the new name.",
+        "renamenx" => "Renames a key only if the new name does not exist; 1 if renamed.",
+        "copy" => {
+            "Copies a key's value and deadline to another key (REPLACE to overwrite); 1 if copied."
+        }
+        "unlink" => "Deletes keys (as DEL); returns how many existed.",
+        "touch" => "Counts how many of the given keys exist.",
+        "type" => "Returns the type of a key: string, or none.",
+        "randomkey" => "Returns a random key, or nil when there is none.",
+        "keys" => "Returns every key matching a glob pattern (scans every key).",
+        "scan" => {
+            "Iterates over the keys (MATCH, COUNT, TYPE); each call costs O(keys), see the README."
+        }
         "ping" => "Returns PONG, or the message given.",
         "echo" => "Returns the message given.",
         "hello" => "Switches the protocol (HELLO 3 for RESP3) and describes the server.",
@@ -205,93 +232,7 @@ pub(crate) fn config_get(patterns: &[Bytes], limits: &Limits, config: &ConfigVal
     Reply::Map(pairs)
 }
 
-/// Redis-style glob, case-insensitive: `*`, `?`, `[abc]`, `[a-z]`, `[^...]`, `\x`.
-/// Iterative with one backtrack point for the last `*`, so it is linear-ish, never exponential.
+/// CONFIG GET's matching: Redis-style glob, case-insensitive (`crate::glob`).
 pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        if p < pattern.len() {
-            match pattern[p] {
-                b'*' => {
-                    star = Some((p, t));
-                    p += 1;
-                    continue;
-                }
-                b'?' => {
-                    p += 1;
-                    t += 1;
-                    continue;
-                }
-                b'[' => {
-                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
-                        if matched {
-                            p = next;
-                            t += 1;
-                            continue;
-                        }
-                    }
-                }
-                b'\\' if p + 1 < pattern.len() => {
-                    if pattern[p + 1].eq_ignore_ascii_case(&text[t]) {
-                        p += 2;
-                        t += 1;
-                        continue;
-                    }
-                }
-                c => {
-                    if c.eq_ignore_ascii_case(&text[t]) {
-                        p += 1;
-                        t += 1;
-                        continue;
-                    }
-                }
-            }
-        }
-        // Mismatch: let the last `*` swallow one more byte, or fail.
-        match star {
-            Some((star_p, star_t)) => {
-                star = Some((star_p, star_t + 1));
-                p = star_p + 1;
-                t = star_t + 1;
-            }
-            None => return false,
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
-}
-
-/// Matches `c` against the class starting at `pattern[open] == '['`. Returns whether it matched
-/// and where the pattern continues, or None for an unterminated class (treated as a mismatch).
-fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<(bool, usize)> {
-    let c = c.to_ascii_lowercase();
-    let mut i = open + 1;
-    let negate = pattern.get(i) == Some(&b'^');
-    if negate {
-        i += 1;
-    }
-    let mut matched = false;
-    while i < pattern.len() && pattern[i] != b']' {
-        if pattern[i] == b'\\' && i + 1 < pattern.len() {
-            matched |= pattern[i + 1].to_ascii_lowercase() == c;
-            i += 2;
-        } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
-            let (mut lo, mut hi) = (
-                pattern[i].to_ascii_lowercase(),
-                pattern[i + 2].to_ascii_lowercase(),
-            );
-            if lo > hi {
-                std::mem::swap(&mut lo, &mut hi);
-            }
-            matched |= (lo..=hi).contains(&c);
-            i += 3;
-        } else {
-            matched |= pattern[i].to_ascii_lowercase() == c;
-            i += 1;
-        }
-    }
-    if i >= pattern.len() {
-        return None;
-    }
-    Some((matched != negate, i + 1))
+    crate::glob::glob_match(pattern, text, Case::Insensitive)
 }

@@ -16,7 +16,8 @@
 //! 5    count n, n x value    EXEC: one reply per queued command, in order
 //! 6    -                     a request whose id was applied before and whose reply is not kept
 //!                            (EXEC, or a write that answers a value; see below)
-//! 7    value                 a write that answers a value (SET ... GET, GETDEL, GETEX)
+//! 7    value                 a write that answers a value (SET ... GET, GETDEL, GETEX,
+//!                            INCRBYFLOAT)
 //! 8    -                     EXEC aborted: a watched key changed (nothing ran; null)
 //!
 //! value (an element of an EXEC reply; nested for MGET):
@@ -49,8 +50,9 @@ use super::wire::{put_bytes, Reader};
 use super::WriteReply;
 use crate::resp::Reply;
 
-/// Deepest nesting of values decoded in an EXEC reply (EXEC's array holds MGET's arrays: 2).
-pub const VALUE_DEPTH_MAX: usize = 4;
+/// Deepest nesting of values decoded in an EXEC reply: EXEC's array holds LCS IDX's map, which
+/// holds the array of matches, each an array holding two ranges, arrays of integers: 5.
+pub const VALUE_DEPTH_MAX: usize = 5;
 
 const TAG_EXEC: u8 = 5;
 const TAG_APPLIED_BEFORE: u8 = 6;
@@ -73,7 +75,7 @@ pub enum ApplyReply {
     /// EXEC: one reply per queued command, in order. A command that failed (not an integer, too
     /// large, ...) has its error in its place; the others still applied, as in Redis.
     Exec(Vec<Reply>),
-    /// A write that answers a stored value (SET ... GET, GETDEL, GETEX).
+    /// A write that answers a stored value (SET ... GET, GETDEL, GETEX, INCRBYFLOAT).
     Value(Reply),
     /// A request whose id was applied before and whose reply is not kept (EXEC, or a write that
     /// answers a value): not run again.

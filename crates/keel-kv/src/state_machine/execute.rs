@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use super::apply_reply::{self, ApplyReply};
 use super::digest::{expiry_hash, pair_hash};
+use super::lcs;
 use super::{
     too_large, KvStateMachine, LoggedCommand, Stored, WriteError, WriteReply, EXEC_REPLY_BYTES_MAX,
     STRING_BYTES_MAX,
@@ -29,8 +30,8 @@ use crate::resp::Reply;
 use std::sync::Arc;
 
 /// What a write answers: compact (remembered by deduplication as it is), or a value (SET GET,
-/// GETDEL, GETEX), of which deduplication remembers only that it applied.
-enum Outcome {
+/// GETDEL, GETEX, INCRBYFLOAT), of which deduplication remembers only that it applied.
+pub(super) enum Outcome {
     Compact(WriteReply),
     Value(Reply),
 }
@@ -78,6 +79,7 @@ impl WriteCommand {
             WriteCommand::SetWith { get: true, .. }
                 | WriteCommand::GetDel { .. }
                 | WriteCommand::GetEx { .. }
+                | WriteCommand::IncrByFloat { .. }
         )
     }
 }
@@ -209,16 +211,9 @@ impl KvStateMachine {
                 WriteReply::Integer(removed as i64).into()
             }
             WriteCommand::IncrBy { key, delta } => {
-                if too_large(key) {
-                    return WriteError::StringTooLarge.into();
-                }
-                self.expire_if_due(key);
-                let current = match self.get(key) {
-                    None => 0,
-                    Some(value) => match parse_i64(value) {
-                        Some(n) => n,
-                        None => return WriteError::NotInteger.into(),
-                    },
+                let current = match self.counter(key, parse_i64, 0, WriteError::NotInteger) {
+                    Ok(current) => current,
+                    Err(error) => return error.into(),
                 };
                 let Some(new) = current.checked_add(*delta) else {
                     return WriteError::Overflow.into();
@@ -305,6 +300,19 @@ impl KvStateMachine {
                 self.flush();
                 WriteReply::Ok.into()
             }
+            WriteCommand::IncrByFloat { key, delta } => self.incr_by_float(key, delta.0),
+            WriteCommand::SetRange { key, offset, value } => self.set_range(key, *offset, value),
+            WriteCommand::SetBit { key, offset, bit } => self.set_bit(key, *offset, *bit),
+            WriteCommand::Rename {
+                key,
+                new_key,
+                only_if_absent,
+            } => self.rename(key, new_key, *only_if_absent),
+            WriteCommand::Copy {
+                source,
+                destination,
+                replace,
+            } => self.copy(source, destination, *replace),
         }
     }
 
@@ -410,6 +418,25 @@ impl KvStateMachine {
         WriteReply::Integer(1).into()
     }
 
+    /// The number `key` holds for INCRBY and INCRBYFLOAT to add to (`zero` for no key), once an
+    /// expired entry is removed; `not_a_number` if the value does not `parse`.
+    pub(super) fn counter<T>(
+        &mut self,
+        key: &[u8],
+        parse: impl Fn(&[u8]) -> Option<T>,
+        zero: T,
+        not_a_number: WriteError,
+    ) -> Result<T, WriteError> {
+        if too_large(key) {
+            return Err(WriteError::StringTooLarge);
+        }
+        self.expire_if_due(key);
+        match self.get(key) {
+            None => Ok(zero),
+            Some(value) => parse(value).ok_or(not_a_number),
+        }
+    }
+
     /// Stores a copy of `value` under `key` with deadline `expire_at_ms` (0: none), changed at
     /// the current index: in place when the key holds an unshared value of the same length (see
     /// [`Stored`]).
@@ -442,9 +469,9 @@ impl KvStateMachine {
         }
     }
 
-    /// [`Self::put`] keeping the deadline the key has (INCR, APPEND: they change the value, not
-    /// the expiry, as in Redis). The caller removed it first if it had expired.
-    fn put_keeping_deadline(&mut self, key: &[u8], value: &[u8]) {
+    /// [`Self::put`] keeping the deadline the key has (INCR, APPEND, SETRANGE, ...: they change
+    /// the value, not the expiry, as in Redis). The caller removed it first if it had expired.
+    pub(super) fn put_keeping_deadline(&mut self, key: &[u8], value: &[u8]) {
         let deadline = self.data.get(key).map_or(0, |stored| stored.expire_at_ms);
         self.put(key, value, deadline);
     }
@@ -474,7 +501,7 @@ impl KvStateMachine {
 
     /// Removes `key` if it exists (not expired); true if it did. An expired key is removed too,
     /// but does not count.
-    fn remove_live(&mut self, key: &[u8]) -> bool {
+    pub(super) fn remove_live(&mut self, key: &[u8]) -> bool {
         if self.expire_if_due(key) || self.data.get(key).is_none() {
             return false;
         }
@@ -518,11 +545,9 @@ impl KvStateMachine {
     /// Answers a read from the current state, at the state's time. Linearizability is the
     /// caller's job (serve it only once this state machine has applied the read index).
     pub fn read(&self, command: &ReadCommand) -> Reply {
-        // The reply shares the stored value (which is then copied, not overwritten, by a later
-        // write of the key while the reply is alive).
-        let value = |key: &Bytes| match self.live(key) {
-            Some(stored) => Reply::Bulk(Bytes::from_owner(Arc::clone(&stored.value))),
-            None => Reply::Null,
+        let value = |key: &Bytes| {
+            self.live(key)
+                .map_or(Reply::Null, |stored| Reply::Bulk(stored.shared_value()))
         };
         match command {
             ReadCommand::Get { key } => value(key),
@@ -541,6 +566,18 @@ impl KvStateMachine {
                 Reply::Integer(self.applied_index as i64),
                 Reply::Integer(self.log_time_ms as i64),
             ]),
+            ReadCommand::GetRange { key, start, end } => self.get_range(key, *start, *end),
+            ReadCommand::GetBit { key, offset } => self.get_bit(key, *offset),
+            ReadCommand::BitCount { key, range } => self.bit_count(key, *range),
+            ReadCommand::Lcs { key1, key2, form } => lcs::longest_common_subsequence(
+                self.get(key1).unwrap_or_default(),
+                self.get(key2).unwrap_or_default(),
+                *form,
+            ),
+            ReadCommand::Type { key } => self.key_type(key),
+            ReadCommand::RandomKey => self.random_key(),
+            ReadCommand::Keys { pattern } => self.keys(pattern),
+            ReadCommand::Scan(args) => self.scan(args),
         }
     }
 

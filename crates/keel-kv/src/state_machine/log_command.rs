@@ -13,7 +13,8 @@
 //!                                 ms since the Unix epoch; 0: no time information)
 //! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
 //!              9 SET WITH, 10 MSETNX, 11 GETDEL, 12 GETEX, 13 EXPIRE, 14 PERSIST, 15 FLUSHALL,
-//!              48 TICK, 49 EXEC WATCHED
+//!              48 TICK, 49 EXEC WATCHED, 64 INCRBYFLOAT, 65 SETRANGE, 66 SETBIT, 67 RENAME,
+//!              68 RENAMENX, 69 COPY (64..=95 are for writes, 96..=127 for reads inside an EXEC)
 //! 26     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -30,9 +31,15 @@
 //!                      command u8, bytes key
 //!              PERSIST bytes key
 //!              FLUSHALL  (no body)
+//!              INCRBYFLOAT  bytes key, delta u64 (the f64's IEEE 754 bits)
+//!              SETRANGE  bytes key, offset u64, bytes value
+//!              SETBIT  bytes key, offset u64 (bit offset), bit u8 (0 or 1)
+//!              RENAME  bytes key, bytes new key
+//!              RENAMENX  bytes key, bytes new key
+//!              COPY    replace u8 (0 or 1), bytes source, bytes destination
 //!              EXEC    count n >= 1, then n x (op u8, body): a MULTI ... EXEC transaction, run
 //!                      in order as this one entry under this one request id. op is one of
-//!                        1..6, 9..15  a write, its body as above
+//!                        1..6, 9..15, 64..69  a write, its body as above
 //!                        16 GET     bytes key
 //!                        17 MGET    count n >= 1, then n x bytes key
 //!                        18 EXISTS  count n >= 1, then n x bytes key
@@ -41,6 +48,20 @@
 //!                        21 TTL     form u8 (0 TTL, 1 PTTL, 2 EXPIRETIME, 3 PEXPIRETIME),
 //!                                   bytes key
 //!                        22 WATCHPOINT  (no body; replies [applied index, log time])
+//!                        96 GETRANGE  bytes key, start i64, end i64 (also SUBSTR)
+//!                        97 GETBIT  bytes key, offset u64
+//!                        98 BITCOUNT  range u8 (0 the whole value, 1 a byte range, 2 a
+//!                                   bit range), start i64, end i64 (both 0 for range 0),
+//!                                   bytes key
+//!                        99 LCS     form u8 (0 the subsequence, 1 LEN, 2 IDX, 3 IDX
+//!                                   WITHMATCHLEN), min match len u64 (0 for forms 0 and 1),
+//!                                   bytes key1, bytes key2
+//!                        100 TYPE   bytes key
+//!                        101 RANDOMKEY  (no body)
+//!                        102 KEYS   bytes pattern
+//!                        103 SCAN   cursor u64, count u32 (>= 1; above SCAN_COUNT_MAX it
+//!                                   counts as that), strings u8 (1, or 0 when TYPE names
+//!                                   another type), pattern u8 (0 none, 1: then bytes pattern)
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
 //!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
@@ -80,9 +101,9 @@
 //! is upgraded by stopping every node and starting them all on this build, not by a rolling
 //! upgrade, in which a node already upgraded could lead while others are not.
 //!
-//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21, 22, 48 and 49 were added without changing the version
-//! byte: every entry written before them decodes exactly as before, and a build that predates one
-//! does not decode it (an unknown op) rather than misreading it.
+//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21, 22, 48, 49, 64 to 69 and 96 to 103 were added
+//! without changing the version byte: every entry written before them decodes exactly as before,
+//! and a build that predates one does not decode it (an unknown op) rather than misreading it.
 //!
 //! Nothing may follow the body. INCR, DECR and DECRBY are logged as INCRBY with their delta. The
 //! entry has no checksum of its own: the WAL and the peer transport checksum every entry.
@@ -100,6 +121,9 @@ use crate::command::{
     ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
     WatchedKey, WriteCommand,
 };
+use strings_and_keys::{READ_OPS, WRITE_OPS};
+
+mod strings_and_keys;
 
 const FORMAT_VERSION: u8 = 2;
 /// The format before `stamp_ms`: read, never written.
@@ -415,20 +439,41 @@ fn write_len_hint(command: &WriteCommand) -> usize {
         WriteCommand::GetEx { key, .. } => EXPIRY_BYTES + field_len(key),
         WriteCommand::Expire { key, .. } => EXPIRY_BYTES + 2 + field_len(key),
         WriteCommand::FlushAll => 0,
+        WriteCommand::IncrByFloat { key, .. } => field_len(key) + 8,
+        WriteCommand::SetRange { key, value, .. } => field_len(key) + 8 + field_len(value),
+        WriteCommand::SetBit { key, .. } => field_len(key) + 9,
+        WriteCommand::Rename { key, new_key, .. } => field_len(key) + field_len(new_key),
+        WriteCommand::Copy {
+            source,
+            destination,
+            ..
+        } => 1 + field_len(source) + field_len(destination),
     }
 }
 
 fn queued_len_hint(command: &QueuedCommand) -> usize {
     match command {
         QueuedCommand::Write(write) => write_len_hint(write),
-        QueuedCommand::Read(ReadCommand::Get { key } | ReadCommand::StrLen { key }) => {
-            1 + field_len(key)
-        }
+        QueuedCommand::Read(
+            ReadCommand::Get { key } | ReadCommand::StrLen { key } | ReadCommand::Type { key },
+        ) => 1 + field_len(key),
         QueuedCommand::Read(ReadCommand::MGet { keys } | ReadCommand::Exists { keys }) => {
             5 + keys.iter().map(field_len).sum::<usize>()
         }
-        QueuedCommand::Read(ReadCommand::DbSize | ReadCommand::WatchPoint)
+        QueuedCommand::Read(
+            ReadCommand::DbSize | ReadCommand::RandomKey | ReadCommand::WatchPoint,
+        )
         | QueuedCommand::Ping => 1,
+        QueuedCommand::Read(ReadCommand::GetRange { key, .. }) => 17 + field_len(key),
+        QueuedCommand::Read(ReadCommand::GetBit { key, .. }) => 9 + field_len(key),
+        QueuedCommand::Read(ReadCommand::BitCount { key, .. }) => 18 + field_len(key),
+        QueuedCommand::Read(ReadCommand::Lcs { key1, key2, .. }) => {
+            10 + field_len(key1) + field_len(key2)
+        }
+        QueuedCommand::Read(ReadCommand::Keys { pattern }) => 1 + field_len(pattern),
+        QueuedCommand::Read(ReadCommand::Scan(scan)) => {
+            15 + scan.pattern.as_ref().map_or(0, field_len)
+        }
         QueuedCommand::Read(ReadCommand::Ttl { key, .. }) => 2 + field_len(key),
         QueuedCommand::Echo(message) => 1 + field_len(message),
     }
@@ -524,6 +569,11 @@ fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
             put_bytes(out, expected);
             put_bytes(out, new);
         }
+        WriteCommand::IncrByFloat { .. }
+        | WriteCommand::SetRange { .. }
+        | WriteCommand::SetBit { .. }
+        | WriteCommand::Rename { .. }
+        | WriteCommand::Copy { .. } => strings_and_keys::put_write(out, command),
     }
 }
 
@@ -559,6 +609,16 @@ fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
             });
             put_bytes(out, key);
         }
+        QueuedCommand::Read(
+            read @ (ReadCommand::GetRange { .. }
+            | ReadCommand::GetBit { .. }
+            | ReadCommand::BitCount { .. }
+            | ReadCommand::Lcs { .. }
+            | ReadCommand::Type { .. }
+            | ReadCommand::RandomKey
+            | ReadCommand::Keys { .. }
+            | ReadCommand::Scan(_)),
+        ) => strings_and_keys::put_read(out, read),
         QueuedCommand::Ping => out.put_u8(OP_PING),
         QueuedCommand::Echo(message) => {
             out.put_u8(OP_ECHO);
@@ -613,6 +673,9 @@ fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError> {
         }
         OP_PING => QueuedCommand::Ping,
         OP_ECHO => QueuedCommand::Echo(bytes(r)?),
+        read if READ_OPS.contains(&read) => {
+            QueuedCommand::Read(strings_and_keys::decode_read(read, r)?)
+        }
         write => QueuedCommand::Write(decode_write(write, r)?),
     })
 }
@@ -638,11 +701,7 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
         }
         OP_SET_WITH => {
             let condition = set_condition(r)?;
-            let get = match u8_field(r)? {
-                0 => false,
-                1 => true,
-                other => return Err(DecodeError::UnknownCode("GET flag", other)),
-            };
+            let get = flag(r, "GET flag")?;
             let expiry = expiry(r)?;
             let command = ttl_command(r)?;
             WriteCommand::SetWith {
@@ -707,6 +766,8 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
         OP_MEMBER_ADDRS | OP_TICK | OP_EXEC_WATCHED => return Err(DecodeError::UnknownOp(op)),
         OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_TTL | OP_WATCHPOINT | OP_PING
         | OP_ECHO => return Err(DecodeError::OnlyInExec(op)),
+        write if WRITE_OPS.contains(&write) => strings_and_keys::decode_write(write, r)?,
+        read if READ_OPS.contains(&read) => return Err(DecodeError::OnlyInExec(read)),
         other => return Err(DecodeError::UnknownOp(other)),
     })
 }
@@ -770,6 +831,15 @@ fn ttl_command(r: &mut Reader) -> Result<TtlCommand, DecodeError> {
 
 fn u8_field(r: &mut Reader) -> Result<u8, DecodeError> {
     r.u8().ok_or(DecodeError::Truncated(r.position()))
+}
+
+/// A `u8` that is 0 (false) or 1 (true).
+fn flag(r: &mut Reader, what: &'static str) -> Result<bool, DecodeError> {
+    match u8_field(r)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(DecodeError::UnknownCode(what, other)),
+    }
 }
 
 /// A `bytes` field; failing means the input ended early.

@@ -81,6 +81,13 @@ impl Map {
         Some(removed)
     }
 
+    /// Every pair, in no particular order: what the caller makes of them must not depend on it.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &Stored)> {
+        self.values
+            .iter()
+            .map(|(key, stored)| (key.as_bytes(), stored))
+    }
+
     /// Runs `f` on every stored value (in no particular order: `f` must not depend on it).
     pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(&mut Stored)) {
         self.values.values_mut().for_each(&mut f);

@@ -12,8 +12,8 @@
 //!   build skipping the same entry keeps them equal. The cost: a new operation must not be
 //!   proposed before every replica runs a build that decodes it, or replicas of the older build
 //!   would skip what the newer ones apply.
-//! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE, TTL and its family from
-//!   the current state.
+//! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE, TTL and its family, and
+//!   the reads of `strings.rs` and `keys.rs`, from the current state.
 //! - Keys may have a deadline (EXPIRE, SET ... PX, ...), judged at the log time below: how, and
 //!   how expired keys are removed on every replica alike, is in `execute.rs`; the index of
 //!   deadlines and what WATCH compares are in `keyspace.rs`.
@@ -38,10 +38,13 @@ mod dedup;
 mod digest;
 mod execute;
 mod key;
+mod keys;
 mod keyspace;
+mod lcs;
 mod log_command;
 mod map;
 mod snapshot;
+mod strings;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -51,7 +54,9 @@ use bytes::Bytes;
 
 pub use apply_reply::ApplyReply;
 pub use dedup::DedupLimits;
+pub use keys::SCAN_COUNT_MAX;
 pub use keyspace::TOMBSTONES_MAX;
+pub use lcs::LCS_CELLS_MAX;
 pub use log_command::{DecodeError, LogCommand, LoggedCommand, MemberAddrs};
 pub use snapshot::SnapshotError;
 
@@ -109,6 +114,18 @@ pub enum WriteError {
     /// A relative deadline that overflows once added to the entry's time (Redis's wording).
     #[error("ERR invalid expire time in '{}' command", .0.name())]
     InvalidExpireTime(TtlCommand),
+    /// INCRBYFLOAT of a value that is not a float.
+    #[error("ERR value is not a valid float")]
+    NotFloat,
+    #[error("ERR increment would produce NaN or Infinity")]
+    NanOrInfinity,
+    /// SETRANGE (or SETBIT) past [`STRING_BYTES_MAX`], in Redis's words, which name Redis's own
+    /// bound: here the bound is [`STRING_BYTES_MAX`].
+    #[error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")]
+    StringExceedsMaxSize,
+    /// RENAME or RENAMENX of a key that does not exist.
+    #[error("ERR no such key")]
+    NoSuchKey,
 }
 
 impl WriteReply {
@@ -179,6 +196,12 @@ impl Stored {
     pub(crate) fn value(&self) -> &[u8] {
         &self.value
     }
+
+    /// The value for a reply, sharing it rather than copying it (a later write of the key then
+    /// copies instead of overwriting in place while the reply is alive).
+    pub(crate) fn shared_value(&self) -> Bytes {
+        Bytes::from_owner(Arc::clone(&self.value))
+    }
 }
 
 /// The key-value state machine. See the module documentation.
@@ -204,6 +227,8 @@ pub struct KvStateMachine {
     members: BTreeMap<u64, MemberAddrs>,
     /// Bumped on every change of `members`, so a reader republishes only what changed.
     members_version: ChangeCounter,
+    /// RANDOMKEY's draws (`keys.rs`): not replicated state.
+    random_draws: keys::Draws,
     /// Test-only: a deliberately broken variant (`keel_core::Mutation::DedupOff`).
     #[cfg(feature = "mutations")]
     mutation: Option<keel_core::Mutation>,
@@ -246,6 +271,7 @@ impl KvStateMachine {
             dedup: DedupTable::new(limits),
             members: BTreeMap::new(),
             members_version: ChangeCounter::default(),
+            random_draws: keys::Draws::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         }
@@ -462,6 +488,7 @@ impl KvStateMachine {
             dedup: restored.dedup,
             members: restored.members,
             members_version: ChangeCounter::default(),
+            random_draws: keys::Draws::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         })

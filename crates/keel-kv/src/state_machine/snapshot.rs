@@ -51,8 +51,11 @@
 //!
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
 //! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members, 7 invalid
-//! expire time followed by the command's code byte, `TtlCommand::code`; 4 request too old and 5
-//! undecodable entry exist only in relayed replies, never in a snapshot).
+//! expire time followed by the command's code byte, `TtlCommand::code`, 8 not a valid float, 9
+//! NaN or infinity, 10 string exceeds maximum allowed size, 11 no such key; 4 request too old and
+//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 11 came
+//! with the log ops that produce them (`log_command.rs`): a snapshot holds one only once such an
+//! op applied, which every replica must decode first anyway, so the format version is unchanged.
 //!
 //! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
 //! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
@@ -137,6 +140,10 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::UndecodableEntry => 5,
                 WriteError::TooManyMembers => 6,
                 WriteError::InvalidExpireTime(_) => 7,
+                WriteError::NotFloat => 8,
+                WriteError::NanOrInfinity => 9,
+                WriteError::StringExceedsMaxSize => 10,
+                WriteError::NoSuchKey => 11,
             });
             if let WriteError::InvalidExpireTime(command) = error {
                 out.put_u8(command.code());
@@ -169,6 +176,10 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             7 => WriteError::InvalidExpireTime(
                 TtlCommand::from_code(r.u8().ok_or(truncated)?).ok_or(ReplyDecodeError::Unknown)?,
             ),
+            8 => WriteError::NotFloat,
+            9 => WriteError::NanOrInfinity,
+            10 => WriteError::StringExceedsMaxSize,
+            11 => WriteError::NoSuchKey,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),

@@ -359,10 +359,10 @@ fn exec_entry_decoding_is_strict() {
     );
     let mut unknown_inside = header(7);
     unknown_inside.extend_from_slice(&1u32.to_le_bytes());
-    unknown_inside.push(99);
+    unknown_inside.push(200);
     assert_eq!(
         LogCommand::decode(&Bytes::from(unknown_inside)),
-        Err(DecodeError::UnknownOp(99))
+        Err(DecodeError::UnknownOp(200))
     );
 }
 
@@ -403,6 +403,7 @@ fn arb_queued() -> impl Strategy<Value = QueuedCommand> {
         Just(r(ReadCommand::DbSize)),
         Just(QueuedCommand::Ping),
         arb_bytes().prop_map(QueuedCommand::Echo),
+        super::string_key_ops::arb_read(),
     ]
 }
 

@@ -4,9 +4,9 @@
 use super::*;
 use crate::command::{ExpireCondition, Expiry, TtlCommand, TtlForm, WatchedKey};
 
-const T0: u64 = 1_700_000_000_000;
+pub(super) const T0: u64 = 1_700_000_000_000;
 
-fn set_px(key: &str, value: &str, ms: i64) -> WriteCommand {
+pub(super) fn set_px(key: &str, value: &str, ms: i64) -> WriteCommand {
     WriteCommand::SetWith {
         key: b(key),
         value: b(value),
@@ -33,7 +33,7 @@ fn incr(key: &str) -> WriteCommand {
     }
 }
 
-fn pttl(sm: &KvStateMachine, key: &str) -> Reply {
+pub(super) fn pttl(sm: &KvStateMachine, key: &str) -> Reply {
     sm.read(&ReadCommand::Ttl {
         key: b(key),
         form: TtlForm::RemainingMs,
@@ -41,7 +41,7 @@ fn pttl(sm: &KvStateMachine, key: &str) -> Reply {
 }
 
 impl Log {
-    fn tick(&mut self, keys: &[&str]) -> WriteReply {
+    pub(super) fn tick(&mut self, keys: &[&str]) -> WriteReply {
         let keys = keys.iter().map(|k| b(k)).collect();
         match self.apply_logged(0, 0, LoggedCommand::Tick(keys)) {
             ApplyReply::Write(reply) => reply,
@@ -49,7 +49,7 @@ impl Log {
         }
     }
 
-    fn value(&mut self, command: WriteCommand) -> Reply {
+    pub(super) fn value(&mut self, command: WriteCommand) -> Reply {
         self.seq += 1;
         match self.apply_logged(1, self.seq, command.into()) {
             ApplyReply::Value(reply) => reply,
@@ -329,7 +329,7 @@ fn msetnx_sets_all_or_nothing_and_flushall_empties_everything() {
 }
 
 /// A watch point as WATCH reads it: the applied index and log time now.
-fn watched_now(log: &Log, key: &str) -> WatchedKey {
+pub(super) fn watched_now(log: &Log, key: &str) -> WatchedKey {
     WatchedKey {
         key: b(key),
         index: log.sm.applied_index(),
@@ -466,24 +466,8 @@ fn replicas_with_different_histories_agree_on_deadlines_versions_and_tombstones(
             LogCommand::new(client, seq, stamps.next().unwrap(), command).encode()
         })
         .collect();
-    let mut full = KvStateMachine::new();
-    let mut snapshots = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
-        full.apply(i as u64 + 1, entry).unwrap();
-        if i % 25 == 10 {
-            snapshots.push(full.snapshot());
-        }
-    }
+    let full = assert_replicas_agree(&entries, |i| i % 25 == 10);
     assert!(full.keys_with_deadline() > 0 || !full.is_empty());
-    for bytes in &snapshots {
-        let mut replica = KvStateMachine::from_snapshot(bytes).unwrap();
-        for index in replica.applied_index() + 1..=entries.len() as u64 {
-            replica.apply(index, &entries[index as usize - 1]).unwrap();
-        }
-        assert_eq!(replica, full);
-        assert_eq!(replica.state_digest(), full.state_digest());
-        assert_eq!(replica.snapshot(), full.snapshot());
-    }
 }
 
 #[test]

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
-use crate::command::{QueuedCommand, ReadCommand, SetCondition, WriteCommand};
+use crate::command::{FloatBits, QueuedCommand, ReadCommand, SetCondition, WriteCommand};
 
 fn b(text: &str) -> Bytes {
     Bytes::copy_from_slice(text.as_bytes())
@@ -457,7 +457,7 @@ fn an_undecodable_entry_is_the_same_no_op_on_every_replica() {
     let mut unknown_op = LogCommand::new(1, 2, 5_000, set("a", "2"))
         .encode()
         .to_vec();
-    unknown_op[25] = 99;
+    unknown_op[25] = 200;
     let garbage = [
         Bytes::from(future_version),
         Bytes::from(unknown_op),
@@ -503,6 +503,34 @@ fn an_undecodable_entry_is_the_same_no_op_on_every_replica() {
     assert_eq!(replicas[0].snapshot(), replicas[1].snapshot());
 }
 
+/// Applies `entries` (from index 1) on one replica, and on others that restore a snapshot taken
+/// after each entry `snapshot_after` picks, then apply the rest: all end equal, with the same
+/// digest and snapshot bytes. Returns the first replica.
+fn assert_replicas_agree(
+    entries: &[Bytes],
+    snapshot_after: impl Fn(usize) -> bool,
+) -> KvStateMachine {
+    let mut full = KvStateMachine::new();
+    let mut snapshots = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        full.apply(i as u64 + 1, entry).unwrap();
+        if snapshot_after(i) {
+            snapshots.push(full.snapshot());
+        }
+    }
+    assert!(!snapshots.is_empty());
+    for bytes in &snapshots {
+        let mut replica = KvStateMachine::from_snapshot(bytes).unwrap();
+        for index in replica.applied_index() + 1..=entries.len() as u64 {
+            replica.apply(index, &entries[index as usize - 1]).unwrap();
+        }
+        assert_eq!(replica, full);
+        assert_eq!(replica.state_digest(), full.state_digest());
+        assert_eq!(replica.snapshot(), full.snapshot());
+    }
+    full
+}
+
 /// Every proper prefix of an encoded entry decodes as `Truncated`, never as something else.
 fn assert_every_cut_is_truncated(entry: &Bytes) {
     for cut in 0..entry.len() {
@@ -527,10 +555,10 @@ fn log_command_decoding_is_strict() {
         Err(DecodeError::TrailingBytes(1))
     );
     let mut bad_op = entry.to_vec();
-    bad_op[25] = 99;
+    bad_op[25] = 200;
     assert_eq!(
         LogCommand::decode(&Bytes::from(bad_op)),
-        Err(DecodeError::UnknownOp(99))
+        Err(DecodeError::UnknownOp(200))
     );
     // A DEL claiming four billion keys is refused before anything is allocated.
     let mut huge = entry[..25].to_vec();
@@ -567,6 +595,28 @@ fn arb_write() -> impl Strategy<Value = WriteCommand> {
         (arb_bytes(), arb_bytes()).prop_map(|(key, value)| WriteCommand::Append { key, value }),
         (arb_bytes(), arb_bytes(), arb_bytes())
             .prop_map(|(key, expected, new)| WriteCommand::Cas { key, expected, new }),
+        (arb_bytes(), any::<f64>()).prop_map(|(key, delta)| WriteCommand::IncrByFloat {
+            key,
+            delta: FloatBits(delta)
+        }),
+        (arb_bytes(), 0u64..64, arb_bytes())
+            .prop_map(|(key, offset, value)| WriteCommand::SetRange { key, offset, value }),
+        (arb_bytes(), 0u64..512, any::<bool>())
+            .prop_map(|(key, offset, bit)| WriteCommand::SetBit { key, offset, bit }),
+        (arb_bytes(), arb_bytes(), any::<bool>()).prop_map(|(key, new_key, only_if_absent)| {
+            WriteCommand::Rename {
+                key,
+                new_key,
+                only_if_absent,
+            }
+        }),
+        (arb_bytes(), arb_bytes(), any::<bool>()).prop_map(|(source, destination, replace)| {
+            WriteCommand::Copy {
+                source,
+                destination,
+                replace,
+            }
+        }),
     ]
 }
 
@@ -601,7 +651,10 @@ proptest! {
 
 mod exec;
 mod expiry;
+mod keys;
 mod members;
+mod string_key_ops;
+mod strings;
 mod time;
 
 #[test]
