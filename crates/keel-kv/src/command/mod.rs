@@ -558,6 +558,8 @@ pub enum CommandError {
     WatchInMulti,
     #[error("ERR RAFT.WATCHED without MULTI")]
     WatchedWithoutMulti,
+    #[error("EXECABORT EXEC sent before WATCH was answered (in the same pipeline): the transaction is discarded; wait for WATCH's reply before EXEC")]
+    ExecBeforeWatchAnswered,
     #[error("ERR transaction too large: more than {max} queued commands (multi-commands-max); the transaction is discarded at EXEC")]
     TooManyQueued { max: usize },
     #[error("ERR transaction too large: queued commands exceed {max} bytes (multi-bytes-max); the transaction is discarded at EXEC")]

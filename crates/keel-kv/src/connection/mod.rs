@@ -192,6 +192,8 @@ pub struct ClientConnection {
     config: Arc<ConfigValues>,
     /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
     watched: Vec<WatchedKey>,
+    /// WATCHes dispatched whose watch point has not come back yet ([`Self::watch_point`]).
+    watches_pending: usize,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -244,6 +246,7 @@ impl ClientConnection {
             authenticated: true,
             config: Arc::default(),
             watched: Vec::new(),
+            watches_pending: 0,
         }
     }
 
@@ -318,7 +321,10 @@ impl ClientConnection {
                 TransactionCommand::Exec => CommandError::ExecWithoutMulti.to_reply(),
                 TransactionCommand::Discard => CommandError::DiscardWithoutMulti.to_reply(),
                 // A linearizable read of the watch point; `watch_point` records the keys.
-                TransactionCommand::Watch(_) => return Dispatch::Read(ReadCommand::WatchPoint),
+                TransactionCommand::Watch(_) => {
+                    self.watches_pending += 1;
+                    return Dispatch::Read(ReadCommand::WatchPoint);
+                }
                 TransactionCommand::Unwatch => {
                     self.watched.clear();
                     Reply::OK
@@ -357,6 +363,13 @@ impl ClientConnection {
         let command = match parsed {
             Ok(Command::Transaction(TransactionCommand::Exec)) => {
                 let mut queue = self.queue.take().expect("in a transaction");
+                if self.watches_pending > 0 {
+                    // A WATCH sent in the same pipeline, not answered yet: its keys are not
+                    // watched yet, and running the transaction without them could miss a
+                    // change. Refused (and the watch ended), never run unwatched.
+                    self.watched.clear();
+                    return Dispatch::Reply(CommandError::ExecBeforeWatchAnswered.to_reply());
+                }
                 // EXEC ends the watch, whatever becomes of the transaction (as in Redis).
                 let mut watched = std::mem::take(&mut self.watched);
                 watched.append(&mut queue.transaction.watched);
@@ -444,6 +457,7 @@ impl ClientConnection {
     /// the error that kept it from being read). Records `keys` as watched from that point and
     /// answers WATCH's reply.
     pub fn watch_point(&mut self, keys: &[Bytes], point: &Reply) -> Reply {
+        self.watches_pending = self.watches_pending.saturating_sub(1);
         let Reply::Array(fields) = point else {
             return point.clone();
         };

@@ -587,11 +587,24 @@ fn local_commands_are_queued_and_spliced_into_exec_s_reply() {
 #[test]
 fn watch_reads_a_watch_point_and_exec_carries_the_watched_keys() {
     let mut c = conn();
+    // EXEC pipelined behind a WATCH not answered yet is refused, never run unwatched.
+    assert_eq!(
+        run(&mut c, "WATCH a"),
+        Dispatch::Read(ReadCommand::WatchPoint)
+    );
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SET a 1"), QUEUED_REPLY);
+    assert!(matches!(
+        reply(&mut c, "EXEC"),
+        Reply::Error(e) if e.starts_with("EXECABORT EXEC sent before WATCH")
+    ));
+    let point = Reply::Array(vec![Reply::Integer(7), Reply::Integer(1_000)]);
+    assert_eq!(c.watch_point(&[b("a")], &point), Reply::OK);
+    assert_eq!(reply(&mut c, "UNWATCH"), Reply::OK);
     assert_eq!(
         run(&mut c, "WATCH a b"),
         Dispatch::Read(ReadCommand::WatchPoint)
     );
-    let point = Reply::Array(vec![Reply::Integer(7), Reply::Integer(1_000)]);
     assert_eq!(c.watch_point(&[b("a"), b("b")], &point), Reply::OK);
     assert_eq!(c.watched_keys(), 2);
     // An error instead of the point is WATCH's reply, and nothing is watched.
