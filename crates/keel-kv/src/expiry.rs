@@ -47,7 +47,8 @@ impl TimeKeeper {
     }
 
     /// The tick to propose now, if any: `now_ms` is the leader's clock, `log_time_ms` the state
-    /// machine's time, `has_deadlines` whether any key has a deadline, `due` the keys whose
+    /// machine's time, `has_deadlines` whether idle ticks are wanted (some key has a deadline:
+    /// `KvStateMachine::wants_ticks`), `due` the keys whose
     /// deadline is at or before `now_ms`, earliest first (`KvStateMachine::keys_due`). The caller
     /// proposes it and reports [`Self::tick_done`] once it has an outcome, whatever it is.
     pub fn next_tick(

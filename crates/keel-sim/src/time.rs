@@ -41,7 +41,7 @@ impl World {
             return;
         }
         let state = app.applier.state().kv();
-        let (log_time_ms, has_deadlines) = (state.log_time_ms(), state.keys_with_deadline() > 0);
+        let (log_time_ms, has_deadlines) = (state.log_time_ms(), state.wants_ticks());
         let due = state.keys_due(now_ms, TICK_KEYS_MAX);
         // After healing, only ticks that remove keys: the liveness check waits for a cluster
         // at rest, and idle ticks never let it rest (the server ticks for as long as it runs).

@@ -25,12 +25,13 @@ pub(super) async fn keep_time(ctx: &ServerContext) {
                 let state = sm.state();
                 (
                     state.log_time_ms(),
+                    state.wants_ticks(),
                     state.earliest_deadline(),
                     state.keys_due(now_ms, TICK_KEYS_MAX),
                 )
             })
             .await;
-        let (log_time_ms, earliest_deadline, due) = match seen {
+        let (log_time_ms, wants_ticks, earliest_deadline, due) = match seen {
             Ok(seen) => seen,
             Err(ClientError::NotLeader { .. }) | Err(ClientError::Shutdown) => continue,
             Err(e) => {
@@ -40,8 +41,7 @@ pub(super) async fn keep_time(ctx: &ServerContext) {
         };
         let now_ms = wall_clock_ms();
         wait_ms = keeper.wait_ms(now_ms, earliest_deadline);
-        let has_deadlines = earliest_deadline.is_some();
-        let Some(tick) = keeper.next_tick(now_ms, log_time_ms, has_deadlines, due) else {
+        let Some(tick) = keeper.next_tick(now_ms, log_time_ms, wants_ticks, due) else {
             continue;
         };
         if let Err(e) = ctx.handle.propose(tick.encode()).await {

@@ -353,6 +353,13 @@ impl KvStateMachine {
             .filter(|stored| stored.alive_at(self.log_time_ms))
     }
 
+    /// Whether the leader should tick while idle (`crate::expiry`): some key has a deadline, or
+    /// the versions are placeholders from an older snapshot, which the next tick numbers (until
+    /// then every transaction that watches keys aborts).
+    pub fn wants_ticks(&self) -> bool {
+        self.deadlines.len() > 0 || !self.versions_valid
+    }
+
     /// How many keys have a deadline (expired ones not yet removed included).
     pub fn keys_with_deadline(&self) -> usize {
         self.deadlines.len()

@@ -499,11 +499,17 @@ fn an_old_format_snapshot_restores_without_deadlines_and_a_tick_numbers_every_ke
     let v3 = snapshot::encode_version(&log.sm, 3);
     let mut old = KvStateMachine::from_snapshot(&v3).expect("version 3 is read");
     assert!(!old.versions_valid);
+    assert!(
+        old.wants_ticks(),
+        "no deadline, but the versions need a tick"
+    );
+    assert!(!log.sm.wants_ticks());
     assert_eq!(old.get(b"a"), Some(&b"1"[..]));
     assert_eq!(old.state_digest(), log.sm.state_digest());
     let tick = LogCommand::new(0, 0, T0 + 1, LoggedCommand::Tick(Vec::new())).encode();
     old.apply(log.index + 1, &tick).unwrap();
     assert!(old.versions_valid);
+    assert!(!old.wants_ticks());
     let at = |key: &str, index| WatchedKey {
         key: b(key),
         index,
