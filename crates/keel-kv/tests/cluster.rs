@@ -1049,7 +1049,8 @@ fn real_redis_tools_work_against_the_cluster() {
 
 /// redis-py's `pipeline()` with its default `transaction=True` sends MULTI ... EXEC: on the
 /// leader, and on a follower (which forwards the whole transaction to the leader); reads, a
-/// failing command, an aborted transaction, RESP3.
+/// failing command, an aborted transaction, RESP3; `transaction()` with WATCH retrying after
+/// another client's change; a lock with SET NX PX released by its holder under WATCH.
 #[test]
 fn redis_py_default_transactional_pipeline() {
     let cluster = Cluster::new("multi", &[1, 2, 3], &[], &[]);
@@ -1096,6 +1097,33 @@ r3 = redis.Redis(port=port, protocol=3)
 with r3.pipeline() as pipe:
     pipe.incr(p + "t").get(p + "none").get(p + "s")
     assert pipe.execute() == [4, None, b"text"]
+# Optimistic locking with WATCH: redis-py's transaction() retries until EXEC runs; a change by
+# another client between WATCH and EXEC makes EXEC abort (WatchError) and the function run again.
+r.set(p + "counter", "10")
+calls = []
+def double(pipe):
+    calls.append(1)
+    value = int(pipe.get(p + "counter"))
+    if len(calls) == 1:
+        redis.Redis(port=port).set(p + "counter", "20")  # another client, after WATCH
+    pipe.multi()
+    pipe.set(p + "counter", value * 2)
+assert r.transaction(double, p + "counter") == [True]
+assert len(calls) == 2, calls
+assert r.get(p + "counter") == b"40"
+# A lock with SET NX PX, released only by its holder (WATCH, then MULTI DEL).
+assert r.set(p + "lock", "me", nx=True, px=30000) is True
+assert r.set(p + "lock", "you", nx=True, px=30000) is None
+assert 0 < r.pttl(p + "lock") <= 30000
+with r.pipeline() as pipe:
+    pipe.watch(p + "lock")
+    assert pipe.get(p + "lock") == b"me"
+    pipe.multi()
+    pipe.delete(p + "lock")
+    assert pipe.execute() == [1]
+assert r.set(p + "lock", "you", nx=True, px=100) is True
+time.sleep(0.5)
+assert r.get(p + "lock") is None, "the lock expired"
 print("redis-py ok")
 "#;
     for (id, prefix) in [(leader, "leader:"), (follower, "follower:")] {
