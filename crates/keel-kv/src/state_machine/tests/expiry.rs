@@ -557,3 +557,45 @@ fn snapshots_refuse_tombstones_and_versions_out_of_bounds() {
         Err(SnapshotError::Malformed("a tombstone out of bounds"))
     );
 }
+
+/// What a lock holder gets across a failover, as the README states it: the log's time follows
+/// the leader's clock, so a new leader whose clock is E ahead makes a lock expire up to E early
+/// in real time, and one whose clock is E behind leaves the log's time where it was until its
+/// clock catches up, so the lock lasts up to E longer. Here E = 2 s, the simulator's bound.
+#[test]
+fn a_lease_across_a_failover_to_a_clock_two_seconds_off_ends_within_two_seconds_of_its_deadline() {
+    const E: u64 = 2_000;
+    const LEASE: i64 = 30_000;
+    // The real time (ms after the lock was taken) at which the lock is gone for every command,
+    // when a leader whose clock reads `real + offset` ticks every 100 ms of real time from 1 s
+    // on (the first leader, whose clock is right, took the lock at real time 0).
+    let gone_at = |offset: i64| {
+        let mut log = Log::new();
+        log.stamp_ms = T0;
+        log.apply(set_px("lock", "holder", LEASE));
+        let mut real: i64 = 1_000;
+        loop {
+            log.stamp_ms = (T0 as i64 + real + offset) as u64;
+            log.tick(&[]);
+            if log.get("lock").is_none() {
+                return real;
+            }
+            real += 100;
+            assert!(real < 2 * LEASE, "the lock never ended");
+        }
+    };
+    let on_time = gone_at(0);
+    assert_eq!(on_time, LEASE);
+    let ahead = gone_at(E as i64);
+    assert_eq!(ahead, LEASE - E as i64, "a leader 2 s ahead: 2 s early");
+    let behind = gone_at(-(E as i64));
+    assert_eq!(behind, LEASE + E as i64, "a leader 2 s behind: 2 s late");
+    // Never earlier or later than the offset allows.
+    for offset in [-1_500, -700, 0, 300, 1_999] {
+        let gone = gone_at(offset);
+        assert!(
+            (gone - (LEASE - offset)).abs() < 100,
+            "offset {offset}: gone at {gone}"
+        );
+    }
+}
