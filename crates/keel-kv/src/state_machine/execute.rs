@@ -520,10 +520,19 @@ impl KvStateMachine {
 
     /// FLUSHALL: every key removed; every absent key's WATCH token changes.
     fn flush(&mut self) {
-        self.data = super::map::Map::default();
+        let index = self.applied_index;
+        let data = std::mem::take(&mut self.data);
+        if self.tombstones.len() + data.len() <= super::keyspace::TOMBSTONES_MAX {
+            // Every key removed gets its tombstone; a key that did not exist is untouched (a
+            // transaction watching it still runs, as in Redis).
+            for key in data.keys() {
+                self.tombstones.record(key, index);
+            }
+        } else {
+            self.tombstones.clear_at(index);
+        }
         self.digest = 0;
         self.deadlines.clear();
-        self.tombstones.clear_at(self.applied_index);
     }
 
     /// Whether `watched` changed since it was watched (`keyspace.rs`). Every key counts as

@@ -21,7 +21,8 @@
 //! w therefore also counts as a change: a spurious abort, never a missed change. Tombstones are
 //! bounded ([`TOMBSTONES_MAX`]): when the table is full it is cleared and the horizon moves to
 //! the current index, so every absent key counts as changed for transactions watching from
-//! before: again spurious aborts only. FLUSHALL does the same. Versions and tombstones are
+//! before: again spurious aborts only. FLUSHALL gives every key it removes a tombstone (a key
+//! that did not exist is untouched, as in Redis), or, when they would not fit, does the same. Versions and tombstones are
 //! functions of the log, the same on every replica, so every replica decides the same.
 
 use std::collections::{BTreeSet, HashMap};
@@ -132,7 +133,6 @@ impl Tombstones {
         self.horizon
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.removed_at.len()
     }

@@ -88,6 +88,11 @@ impl Map {
             .map(|(key, stored)| (key.as_bytes(), stored))
     }
 
+    /// Every key, in no particular order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.values.keys()
+    }
+
     /// Runs `f` on every stored value (in no particular order: `f` must not depend on it).
     pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(&mut Stored)) {
         self.values.values_mut().for_each(&mut f);
