@@ -409,6 +409,10 @@ pub enum LocalCommand {
     Client(ClientCommand),
     /// `CONFIG GET pattern [pattern ...]`.
     ConfigGet(Vec<Bytes>),
+    /// `CONFIG SET name value [name value ...]`, as given (checked when answered).
+    ConfigSet(Vec<(Bytes, Bytes)>),
+    /// `CONFIG RESETSTAT`: zeroes the counters INFO reports.
+    ConfigResetStat,
     /// `SELECT 0` (any other index is rejected while parsing).
     Select,
     Quit,

@@ -387,9 +387,25 @@ fn parse_config(rest: &[Bytes]) -> Result<Command, CommandError> {
             return Err(CommandError::WrongArity("config|get".to_string()));
         }
         Ok(local(LocalCommand::ConfigGet(patterns.to_vec())))
-    } else if ["SET", "RESETSTAT", "REWRITE"].iter().any(|s| is(sub, s)) {
+    } else if is(sub, "SET") {
+        // Redis checks the count before the names.
+        if patterns.len() < 2 || patterns.len() % 2 != 0 {
+            return Err(CommandError::WrongArity("config|set".to_string()));
+        }
+        let pairs = patterns
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect();
+        Ok(local(LocalCommand::ConfigSet(pairs)))
+    } else if is(sub, "RESETSTAT") {
+        if !patterns.is_empty() {
+            return Err(CommandError::WrongArity("config|resetstat".to_string()));
+        }
+        Ok(local(LocalCommand::ConfigResetStat))
+    } else if is(sub, "REWRITE") {
         Err(CommandError::Unsupported(
-            "CONFIG SET, RESETSTAT and REWRITE are not supported: keel is configured by its command line and config file",
+            "CONFIG REWRITE is not supported: keel is configured by its command line and config \
+             file, which it never rewrites",
         ))
     } else {
         Err(CommandError::UnknownSubcommand {

@@ -431,7 +431,22 @@ fn connection_subcommands() {
             b("appendonly")
         ])))
     );
-    assert!(error("CONFIG SET save x").starts_with("ERR CONFIG SET"));
+    assert_eq!(
+        parse("CONFIG SET save x timeout 3"),
+        Ok(Command::Local(LocalCommand::ConfigSet(vec![
+            (b("save"), b("x")),
+            (b("timeout"), b("3"))
+        ])))
+    );
+    assert_eq!(
+        error("CONFIG SET save"),
+        "ERR wrong number of arguments for 'config|set' command"
+    );
+    assert_eq!(
+        parse("CONFIG RESETSTAT"),
+        Ok(Command::Local(LocalCommand::ConfigResetStat))
+    );
+    assert!(error("CONFIG REWRITE").starts_with("ERR CONFIG REWRITE is not supported"));
 }
 
 #[test]

@@ -21,7 +21,7 @@
 //! CONFIG GET, COMMAND, CLIENT GETNAME / ID / INFO, RAFT.STATUS, UNWATCH) is answered now and its
 //! reply takes its place in EXEC's array ([`Transaction::local_replies`]). An invalid one
 //! (unknown, wrong arity, syntax), one not allowed inside a transaction (HELLO, AUTH, CLIENT
-//! SETNAME / SETINFO, RAFT.*, DEBUG: they change the connection or the cluster), or one over the
+//! SETNAME / SETINFO, CONFIG SET, RAFT.*, DEBUG: they change the connection, node or cluster), or one over the
 //! queue bounds ([`Limits::multi_commands_max`], [`Limits::multi_bytes_max`]) is answered with
 //! its error and aborts the transaction: `EXEC` then answers `-EXECABORT` and nothing runs.
 //! `WATCH` inside a transaction is an error that leaves it as it was, as is a nested `MULTI`.
@@ -36,6 +36,7 @@
 //! [`pipeline`] orders a connection's dispatched requests: which are proposed together, what
 //! waits for what, and in which order the replies leave.
 
+mod config;
 mod info;
 mod introspection;
 pub mod pipeline;
@@ -44,8 +45,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+pub use config::{ConfigValues, SharedConfig};
 pub use info::{MemberInfo, NodeStatus};
-pub use introspection::ConfigValues;
 
 use crate::command::{
     AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
@@ -188,8 +189,8 @@ pub struct ClientConnection {
     requirepass: Option<Bytes>,
     /// Whether commands other than AUTH, HELLO ... AUTH and QUIT may run.
     authenticated: bool,
-    /// What CONFIG GET reports of the node's settings.
-    config: Arc<ConfigValues>,
+    /// The node's settings, as CONFIG GET reports them and CONFIG SET changes them.
+    config: Arc<SharedConfig>,
     /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
     watched: Vec<WatchedKey>,
 }
@@ -210,6 +211,8 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
             client,
             ClientCommand::GetName | ClientCommand::Id | ClientCommand::Info
         ),
+        // Its effect would come before EXEC, not at it.
+        LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
         | LocalCommand::Echo(_)
@@ -247,8 +250,8 @@ impl ClientConnection {
         }
     }
 
-    /// Reports `config` in CONFIG GET.
-    pub fn with_config(mut self, config: Arc<ConfigValues>) -> Self {
+    /// Reports `config` in CONFIG GET and changes it with CONFIG SET.
+    pub fn with_config(mut self, config: Arc<SharedConfig>) -> Self {
         self.config = config;
         self
     }
@@ -484,8 +487,13 @@ impl ClientConnection {
             LocalCommand::Command(query) => introspection::command_reply(&query),
             LocalCommand::Client(client) => self.client(client),
             LocalCommand::ConfigGet(patterns) => {
-                introspection::config_get(&patterns, &self.limits, &self.config)
+                config::config_get(&patterns, &self.limits, &self.config.read())
             }
+            LocalCommand::ConfigSet(pairs) => {
+                config::config_set(&pairs, &self.limits, &self.config)
+            }
+            // No counter is kept yet: there is nothing to zero.
+            LocalCommand::ConfigResetStat => Reply::OK,
             LocalCommand::Select => Reply::OK,
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),

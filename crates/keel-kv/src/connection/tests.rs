@@ -1,6 +1,6 @@
 use bytes::{Bytes, BytesMut};
 
-use super::introspection::glob_match;
+use super::config::glob_match;
 use super::*;
 use crate::resp::{parse_reply, ProtocolVersion};
 
@@ -351,12 +351,15 @@ fn config_get_reports_the_node_settings() {
             "{name}"
         );
     }
-    let mut c = conn().with_config(std::sync::Arc::new(super::ConfigValues {
-        maxclients: 900,
-        timeout_seconds: 30,
-        maxmemory: 100 * 1024 * 1024,
-        protected_mode: false,
-    }));
+    let mut c = conn().with_config(std::sync::Arc::new(super::SharedConfig::new(
+        super::ConfigValues {
+            maxclients: 900,
+            timeout_seconds: 30,
+            maxmemory: 100 * 1024 * 1024,
+            protected_mode: false,
+            ..super::ConfigValues::default()
+        },
+    )));
     let set = reply(&mut c, "CONFIG GET *");
     for (name, value) in [
         ("maxmemory", "104857600"),

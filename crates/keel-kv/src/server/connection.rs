@@ -202,10 +202,9 @@ impl Session<'_> {
 
     /// A forwarding connection is the other node's to close: it stays open while idle.
     fn idle_timeout(&self) -> Option<Duration> {
-        self.ctx
-            .client_limits
-            .idle_timeout
-            .filter(|_| !self.is_forwarding())
+        // CONFIG SET timeout may have changed it since the last wait.
+        let seconds = self.ctx.config.read().timeout_seconds;
+        (seconds > 0 && !self.is_forwarding()).then(|| Duration::from_secs(seconds))
     }
 
     /// Waits until the client sends more (read into `input`), writing pending output whenever
