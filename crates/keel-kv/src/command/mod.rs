@@ -462,6 +462,29 @@ pub enum ClientCommand {
     },
     Id,
     Info,
+    /// `CLIENT LIST [TYPE type] [ID id ...]`.
+    List(ClientFilter),
+}
+
+/// Which connections CLIENT LIST shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClientFilter {
+    #[default]
+    All,
+    /// `TYPE master | replica | pubsub`: keel has no such connections.
+    None,
+    /// `ID id ...`.
+    Ids(Vec<u64>),
+}
+
+impl ClientFilter {
+    pub fn admits(&self, id: u64) -> bool {
+        match self {
+            ClientFilter::All => true,
+            ClientFilter::None => false,
+            ClientFilter::Ids(ids) => ids.contains(&id),
+        }
+    }
 }
 
 /// `CLIENT SETINFO LIB-NAME | LIB-VER`.
@@ -544,6 +567,10 @@ pub enum CommandError {
     HelloSyntax(String),
     #[error("ERR Client names cannot contain spaces, newlines or special characters.")]
     InvalidClientName,
+    #[error("ERR Unknown client type '{0}'")]
+    UnknownClientType(String),
+    #[error("ERR Invalid client ID")]
+    InvalidClientId,
     #[error("ERR Unrecognized option '{0}'")]
     UnrecognizedOption(String),
     #[error("ERR MULTI calls can not be nested")]

@@ -9,9 +9,9 @@ use super::parse_strings::{
     parse_setrange,
 };
 use super::{
-    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
-    DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
-    TtlCommand, TtlForm, WatchedKey, WriteCommand,
+    AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
+    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand,
+    SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -372,11 +372,42 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
     } else if is(sub, "INFO") {
         exact(0, "info")?;
         Ok(ClientCommand::Info)
+    } else if is(sub, "LIST") {
+        parse_client_list(args).map(ClientCommand::List)
     } else {
         Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
             subcommand: lossy(sub),
         })
+    }
+}
+
+/// `CLIENT LIST [TYPE normal | master | replica | slave | pubsub] [ID id [id ...]]`.
+fn parse_client_list(args: &[Bytes]) -> Result<ClientFilter, CommandError> {
+    match args {
+        [] => Ok(ClientFilter::All),
+        [option, kind] if is(option, "TYPE") => {
+            if is(kind, "NORMAL") {
+                Ok(ClientFilter::All)
+            } else if ["MASTER", "REPLICA", "SLAVE", "PUBSUB"]
+                .iter()
+                .any(|k| is(kind, k))
+            {
+                Ok(ClientFilter::None)
+            } else {
+                Err(CommandError::UnknownClientType(lossy(kind)))
+            }
+        }
+        [option, ids @ ..] if is(option, "ID") && !ids.is_empty() => ids
+            .iter()
+            .map(|id| {
+                parse_u64(id)
+                    .filter(|&id| id > 0)
+                    .ok_or(CommandError::InvalidClientId)
+            })
+            .collect::<Result<_, _>>()
+            .map(ClientFilter::Ids),
+        _ => Err(CommandError::Syntax),
     }
 }
 

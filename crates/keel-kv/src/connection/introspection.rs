@@ -125,7 +125,10 @@ fn summary(name: &str) -> &'static str {
         "echo" => "Returns the message given.",
         "hello" => "Switches the protocol (HELLO 3 for RESP3) and describes the server.",
         "command" => "Describes the commands keel knows.",
-        "client" => "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO).",
+        "client" => {
+            "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO); LIST \
+             describes the node's connections."
+        }
         "config" => {
             "CONFIG GET / SET: the node's settings in Redis terms (SET: maxmemory, timeout, \
              maxclients, save); RESETSTAT zeroes INFO's counters."

@@ -36,6 +36,7 @@
 //! [`pipeline`] orders a connection's dispatched requests: which are proposed together, what
 //! waits for what, and in which order the replies leave.
 
+mod clients;
 mod config;
 mod info;
 mod introspection;
@@ -45,12 +46,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+pub use clients::{ClientRecord, ClientRegistry, Registration};
 pub use config::{ConfigValues, SharedConfig};
 pub use info::{MemberInfo, NodeStatus};
 
 use crate::command::{
-    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
+    AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
+    ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
 };
 use crate::resp::{encode, Limits, ProtocolVersion, Reply};
 use crate::state_machine::LoggedCommand;
@@ -177,11 +179,8 @@ impl Queue {
 #[derive(Clone, Debug)]
 pub struct ClientConnection {
     id: u64,
-    peer_addr: String,
     protocol: ProtocolVersion,
     name: Option<Bytes>,
-    lib_name: Option<Bytes>,
-    lib_version: Option<Bytes>,
     limits: Limits,
     /// `Some` between MULTI and EXEC / DISCARD.
     queue: Option<Queue>,
@@ -193,6 +192,12 @@ pub struct ClientConnection {
     config: Arc<SharedConfig>,
     /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
     watched: Vec<WatchedKey>,
+    /// What CLIENT LIST shows of this connection.
+    record: Arc<ClientRecord>,
+    /// The node's connections, for CLIENT LIST (`None`: this one only).
+    registry: Option<Arc<ClientRegistry>>,
+    /// The request being answered: its bytes as received and its arguments' bytes.
+    current_request: (usize, usize),
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -209,7 +214,10 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::FunctionList => true,
         LocalCommand::Client(client) => matches!(
             client,
-            ClientCommand::GetName | ClientCommand::Id | ClientCommand::Info
+            ClientCommand::GetName
+                | ClientCommand::Id
+                | ClientCommand::Info
+                | ClientCommand::List(_)
         ),
         // Its effect would come before EXEC, not at it.
         LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
@@ -236,11 +244,11 @@ impl ClientConnection {
     pub fn new(id: u64, peer_addr: impl Into<String>, limits: Limits) -> Self {
         ClientConnection {
             id,
-            peer_addr: peer_addr.into(),
+            record: Arc::new(ClientRecord::new(id, peer_addr.into(), String::new(), -1)),
+            registry: None,
+            current_request: (0, 0),
             protocol: ProtocolVersion::Resp2,
             name: None,
-            lib_name: None,
-            lib_version: None,
             limits,
             queue: None,
             requirepass: None,
@@ -253,6 +261,17 @@ impl ClientConnection {
     /// Reports `config` in CONFIG GET and changes it with CONFIG SET.
     pub fn with_config(mut self, config: Arc<SharedConfig>) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Shows this connection as `record` (same id) and lists `registry`'s in CLIENT LIST.
+    pub fn with_registry(
+        mut self,
+        record: Arc<ClientRecord>,
+        registry: Arc<ClientRegistry>,
+    ) -> Self {
+        self.record = record;
+        self.registry = Some(registry);
         self
     }
 
@@ -307,6 +326,9 @@ impl ClientConnection {
                 // Before AUTH nothing else is told, not even whether a command exists.
                 _ => return Dispatch::Reply(Reply::error(NOAUTH)),
             }
+        }
+        if parsed.is_ok() {
+            self.note_request(args);
         }
         if self.queue.is_some() {
             return self.dispatch_queued(parsed, args, node);
@@ -522,6 +544,7 @@ impl ClientConnection {
         }
         if let Some(version) = hello.protover {
             self.protocol = version;
+            self.record.state().resp = version.number();
         }
         if let Some(name) = hello.setname {
             self.set_name(name);
@@ -540,51 +563,6 @@ impl ClientConnection {
             field("role", Reply::text("master")),
             field("modules", Reply::Array(Vec::new())),
         ])
-    }
-
-    fn set_name(&mut self, name: Bytes) {
-        self.name = (!name.is_empty()).then_some(name);
-    }
-
-    fn client(&mut self, command: ClientCommand) -> Reply {
-        match command {
-            ClientCommand::SetName(name) => {
-                self.set_name(name);
-                Reply::OK
-            }
-            ClientCommand::GetName => match &self.name {
-                Some(name) => Reply::Bulk(name.clone()),
-                None => Reply::Null,
-            },
-            ClientCommand::SetInfo { attribute, value } => {
-                let slot = match attribute {
-                    ClientAttribute::LibName => &mut self.lib_name,
-                    ClientAttribute::LibVersion => &mut self.lib_version,
-                };
-                *slot = (!value.is_empty()).then_some(value);
-                Reply::OK
-            }
-            ClientCommand::Id => Reply::Integer(self.id as i64),
-            ClientCommand::Info => Reply::text(self.client_line()),
-        }
-    }
-
-    /// A `CLIENT INFO` line, with the fields of Redis's that mean something here.
-    fn client_line(&self) -> String {
-        let text = |b: &Option<Bytes>| {
-            b.as_ref()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
-        format!(
-            "id={} addr={} name={} db=0 user=default lib-name={} lib-ver={} resp={}\n",
-            self.id,
-            self.peer_addr,
-            text(&self.name),
-            text(&self.lib_name),
-            text(&self.lib_version),
-            self.protocol.number(),
-        )
     }
 }
 

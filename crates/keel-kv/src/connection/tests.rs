@@ -227,9 +227,56 @@ fn client_subcommands() {
     let Reply::Bulk(info) = reply(&mut c, "CLIENT INFO") else {
         panic!()
     };
+    let info = String::from_utf8(info.to_vec()).unwrap();
+    assert!(
+        info.starts_with("id=9 addr=127.0.0.1:5555 laddr= fd=-1 name=app age=0 idle=0 flags=N"),
+        "{info}"
+    );
+    assert!(
+        info.ends_with(
+            "cmd=client|info user=default redir=-1 resp=2 lib-name=redis-py lib-ver=5.0.1\n"
+        ),
+        "{info}"
+    );
+}
+
+#[test]
+fn client_list_shows_every_registered_connection_and_filters_by_id() {
+    use super::{ClientRecord, ClientRegistry};
+    use std::sync::Arc;
+    let registry = Arc::new(ClientRegistry::default());
+    let record = |id| {
+        Arc::new(ClientRecord::new(
+            id,
+            format!("10.0.0.1:{id}"),
+            String::new(),
+            3,
+        ))
+    };
+    let (mine, other) = (record(9), record(12));
+    let _registrations = [
+        registry.register(Arc::clone(&mine)),
+        registry.register(Arc::clone(&other)),
+    ];
+    other.state().name = "worker".into();
+    let mut c = conn().with_registry(mine, registry);
+    let Reply::Bulk(list) = reply(&mut c, "CLIENT LIST") else {
+        panic!()
+    };
+    let list = String::from_utf8(list.to_vec()).unwrap();
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(lines[0].starts_with("id=9 ") && lines[0].contains("cmd=client|list"));
+    assert!(lines[1].starts_with("id=12 ") && lines[1].contains(" name=worker "));
+    assert!(lines[1].contains(" qbuf=0 ") && lines[1].contains(" cmd=NULL "));
+    let Reply::Bulk(only) = reply(&mut c, "CLIENT LIST ID 12 99") else {
+        panic!()
+    };
+    assert!(only.starts_with(b"id=12 ") && only.iter().filter(|&&b| b == b'\n').count() == 1);
+    assert_eq!(reply(&mut c, "CLIENT LIST TYPE pubsub"), Reply::text(""));
     assert_eq!(
-        info,
-        "id=9 addr=127.0.0.1:5555 name=app db=0 user=default lib-name=redis-py lib-ver=5.0.1 resp=2\n"
+        reply(&mut c, "CLIENT LIST ID x"),
+        Reply::error("ERR Invalid client ID")
     );
 }
 

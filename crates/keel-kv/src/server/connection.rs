@@ -30,6 +30,7 @@
 
 use std::io::ErrorKind;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request,
 };
-use crate::connection::{ClientConnection, Dispatch, NodeStatus};
+use crate::connection::{ClientConnection, ClientRecord, Dispatch, NodeStatus};
 use crate::forwarding::RequestId;
 use crate::resp::{Decoder, Reply};
 
@@ -99,12 +100,25 @@ pub(super) async fn serve_connection(
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let id = ctx.next_connection_id.fetch_add(1, Ordering::Relaxed);
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let record = Arc::new(ClientRecord::new(
+        id,
+        peer.to_string(),
+        laddr,
+        stream.as_raw_fd().into(),
+    ));
+    // Listed in CLIENT LIST until this function returns.
+    let _registration = ctx.client_registry.register(Arc::clone(&record));
     let mut session = Session {
         ctx,
         stream,
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
             .with_requirepass(ctx.requirepass.clone())
-            .with_config(Arc::clone(&ctx.config)),
+            .with_config(Arc::clone(&ctx.config))
+            .with_registry(record, Arc::clone(&ctx.client_registry)),
         pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),

@@ -54,7 +54,9 @@ pub use limits::ClientLimits;
 use limits::{AcceptErrors, ServerShared};
 
 use crate::command::{AdminCommand, DebugCommand};
-use crate::connection::{ConfigValues, MemberInfo, NodeInfo, NodeStatus, SharedConfig};
+use crate::connection::{
+    ClientRegistry, ConfigValues, MemberInfo, NodeInfo, NodeStatus, SharedConfig,
+};
 use crate::resp::{Limits, Reply};
 
 pub(crate) use crate::command::FORWARD_CLIENT_NAME;
@@ -92,6 +94,8 @@ pub struct ServerContext {
     pub config: Arc<SharedConfig>,
     /// Connections and their buffers, as the bounds count them.
     shared: Arc<ServerShared>,
+    /// What CLIENT LIST shows of each connection.
+    client_registry: Arc<ClientRegistry>,
     next_connection_id: AtomicU64,
 }
 
@@ -120,6 +124,7 @@ impl ServerContext {
             member_hosts: protected::ResolvedHosts::default(),
             config: Arc::default(),
             shared: Arc::default(),
+            client_registry: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
     }
