@@ -464,6 +464,22 @@ pub enum ClientCommand {
     Info,
     /// `CLIENT LIST [TYPE type] [ID id ...]`.
     List(ClientFilter),
+    /// `CLIENT KILL ip:port` (`+OK`, or an error if no connection has that address).
+    KillAddr(String),
+    /// `CLIENT KILL filter value [filter value ...]` (the number killed).
+    Kill(KillFilters),
+}
+
+/// CLIENT KILL's filters, all of which a connection must match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillFilters {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    /// `TYPE master | replica | pubsub`: keel has no such connections, so none matches.
+    pub matches_none: bool,
+    /// `SKIPME yes` (the default): the connection sending it is spared.
+    pub skip_me: bool,
 }
 
 /// Which connections CLIENT LIST shows.
@@ -571,6 +587,10 @@ pub enum CommandError {
     UnknownClientType(String),
     #[error("ERR Invalid client ID")]
     InvalidClientId,
+    #[error("ERR client-id should be greater than 0")]
+    KillClientId,
+    #[error("ERR No such user '{0}'")]
+    NoSuchUser(String),
     #[error("ERR Unrecognized option '{0}'")]
     UnrecognizedOption(String),
     #[error("ERR MULTI calls can not be nested")]

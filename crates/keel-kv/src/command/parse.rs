@@ -10,8 +10,8 @@ use super::parse_strings::{
 };
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
-    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand,
-    SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey, WriteCommand,
+    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, LocalCommand,
+    ReadCommand, SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -374,6 +374,8 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
         Ok(ClientCommand::Info)
     } else if is(sub, "LIST") {
         parse_client_list(args).map(ClientCommand::List)
+    } else if is(sub, "KILL") {
+        parse_client_kill(args)
     } else {
         Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
@@ -409,6 +411,56 @@ fn parse_client_list(args: &[Bytes]) -> Result<ClientFilter, CommandError> {
             .map(ClientFilter::Ids),
         _ => Err(CommandError::Syntax),
     }
+}
+
+/// `CLIENT KILL ip:port`, or `CLIENT KILL [ID id] [TYPE type] [USER user] [ADDR ip:port]
+/// [LADDR ip:port] [SKIPME yes | no]` (Redis's checks and words).
+fn parse_client_kill(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
+    match args {
+        [] => return Err(CommandError::WrongArity("client|kill".to_string())),
+        [addr] => return Ok(ClientCommand::KillAddr(lossy(addr))),
+        _ if args.len() % 2 != 0 => return Err(CommandError::Syntax),
+        _ => {}
+    }
+    let mut filters = KillFilters {
+        id: None,
+        addr: None,
+        laddr: None,
+        matches_none: false,
+        skip_me: true,
+    };
+    for pair in args.chunks(2) {
+        let (option, value) = (&pair[0], &pair[1]);
+        if is(option, "ID") {
+            let id = parse_u64(value).filter(|&id| id > 0);
+            filters.id = Some(id.ok_or(CommandError::KillClientId)?);
+        } else if is(option, "TYPE") {
+            filters.matches_none = match parse_client_list(&[option.clone(), value.clone()])? {
+                ClientFilter::None => true,
+                _ => filters.matches_none,
+            };
+        } else if is(option, "USER") {
+            // The default user is the only one: it is every connection's.
+            if !is(value, "default") {
+                return Err(CommandError::NoSuchUser(lossy(value)));
+            }
+        } else if is(option, "ADDR") {
+            filters.addr = Some(lossy(value));
+        } else if is(option, "LADDR") {
+            filters.laddr = Some(lossy(value));
+        } else if is(option, "SKIPME") {
+            filters.skip_me = if is(value, "YES") {
+                true
+            } else if is(value, "NO") {
+                false
+            } else {
+                return Err(CommandError::Syntax);
+            };
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Kill(filters))
 }
 
 fn parse_config(rest: &[Bytes]) -> Result<Command, CommandError> {

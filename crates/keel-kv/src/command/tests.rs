@@ -419,8 +419,8 @@ fn connection_subcommands() {
         "ERR Unrecognized option 'color'"
     );
     assert_eq!(
-        error("CLIENT KILL x"),
-        "ERR unknown subcommand 'KILL'. Try CLIENT HELP."
+        error("CLIENT NOSUCH x"),
+        "ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP."
     );
     let bad_name = Command::parse(&[b("CLIENT"), b("SETNAME"), b("a b")]);
     assert_eq!(bad_name, Err(CommandError::InvalidClientName));

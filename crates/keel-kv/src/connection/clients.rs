@@ -6,13 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use super::ClientConnection;
-use crate::command::{ClientAttribute, ClientCommand, ClientFilter};
+use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters};
 use crate::resp::Reply;
 
 /// What one connection shows in CLIENT LIST.
@@ -27,6 +29,9 @@ pub struct ClientRecord {
     pub fd: i64,
     created: Instant,
     state: Mutex<ClientState>,
+    /// Set by CLIENT KILL; the connection's task waits on `kill_signal` to close.
+    kill_flag: AtomicBool,
+    kill_signal: Notify,
 }
 
 /// The fields a connection changes as it runs.
@@ -49,6 +54,8 @@ impl ClientRecord {
             addr,
             laddr,
             fd,
+            kill_flag: AtomicBool::new(false),
+            kill_signal: Notify::new(),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -58,6 +65,20 @@ impl ClientRecord {
                 last_active: now,
                 resp: 2,
             }),
+        }
+    }
+
+    /// Tells the connection's task to close once it has sent what it was answered.
+    pub fn kill(&self) {
+        self.kill_flag.store(true, Ordering::Release);
+        // A permit is kept if the task is not waiting now.
+        self.kill_signal.notify_one();
+    }
+
+    /// Returns once [`Self::kill`] was called (at once if it was already).
+    pub async fn killed(&self) {
+        if !self.kill_flag.load(Ordering::Acquire) {
+            self.kill_signal.notified().await;
         }
     }
 
@@ -173,6 +194,11 @@ impl ClientConnection {
         state.last_active = Instant::now();
     }
 
+    /// What CLIENT LIST shows of this connection (the server waits on its kill signal).
+    pub fn record(&self) -> &Arc<ClientRecord> {
+        &self.record
+    }
+
     pub(super) fn set_name(&mut self, name: Bytes) {
         self.record.state().name = String::from_utf8_lossy(&name).into_owned();
         self.name = (!name.is_empty()).then_some(name);
@@ -202,7 +228,45 @@ impl ClientConnection {
                 Reply::text(self.client_line(&self.record, Instant::now()) + "\n")
             }
             ClientCommand::List(filter) => Reply::text(self.client_list(&filter)),
+            ClientCommand::KillAddr(addr) => {
+                let filters = KillFilters {
+                    id: None,
+                    addr: Some(addr),
+                    laddr: None,
+                    matches_none: false,
+                    skip_me: false,
+                };
+                match self.kill(&filters) {
+                    0 => Reply::error("ERR No such client"),
+                    _ => Reply::OK,
+                }
+            }
+            ClientCommand::Kill(filters) => Reply::Integer(self.kill(&filters) as i64),
         }
+    }
+
+    /// Kills the node's connections that match `filters` (this one's task closes it after
+    /// sending this reply); returns how many.
+    fn kill(&self, filters: &KillFilters) -> usize {
+        let records = match &self.registry {
+            Some(registry) => registry.records(),
+            None => vec![Arc::clone(&self.record)],
+        };
+        let spared = |record: &ClientRecord| {
+            filters.matches_none || (filters.skip_me && record.id == self.id)
+        };
+        let matching = records.iter().filter(|record| {
+            !spared(record)
+                && filters.id.is_none_or(|id| id == record.id)
+                && filters.addr.as_ref().is_none_or(|a| *a == record.addr)
+                && filters.laddr.as_ref().is_none_or(|a| *a == record.laddr)
+        });
+        let mut killed = 0;
+        for record in matching {
+            record.kill();
+            killed += 1;
+        }
+        killed
     }
 
     /// The line of `record`, with this connection's request when it is this connection's.

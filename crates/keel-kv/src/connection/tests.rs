@@ -240,19 +240,17 @@ fn client_subcommands() {
     );
 }
 
+/// A connection's record as the server makes it, at `10.0.0.1:<id>`.
+fn record(id: u64) -> std::sync::Arc<super::ClientRecord> {
+    let addr = format!("10.0.0.1:{id}");
+    std::sync::Arc::new(super::ClientRecord::new(id, addr, String::new(), 3))
+}
+
 #[test]
 fn client_list_shows_every_registered_connection_and_filters_by_id() {
-    use super::{ClientRecord, ClientRegistry};
+    use super::ClientRegistry;
     use std::sync::Arc;
     let registry = Arc::new(ClientRegistry::default());
-    let record = |id| {
-        Arc::new(ClientRecord::new(
-            id,
-            format!("10.0.0.1:{id}"),
-            String::new(),
-            3,
-        ))
-    };
     let (mine, other) = (record(9), record(12));
     let _registrations = [
         registry.register(Arc::clone(&mine)),
@@ -278,6 +276,52 @@ fn client_list_shows_every_registered_connection_and_filters_by_id() {
         reply(&mut c, "CLIENT LIST ID x"),
         Reply::error("ERR Invalid client ID")
     );
+}
+
+#[test]
+fn client_kill_marks_the_matching_connections_and_counts_them() {
+    use super::{ClientRecord, ClientRegistry};
+    use std::sync::Arc;
+    let registry = Arc::new(ClientRegistry::default());
+    let (mine, first, second) = (record(9), record(12), record(13));
+    let _registrations = [&mine, &first, &second].map(|r| registry.register(Arc::clone(r)));
+    let mut c = conn().with_registry(Arc::clone(&mine), registry);
+    let killed = |r: &ClientRecord| {
+        let waiting = std::pin::pin!(r.killed());
+        std::future::Future::poll(
+            waiting,
+            &mut std::task::Context::from_waker(std::task::Waker::noop()),
+        )
+        .is_ready()
+    };
+    assert_eq!(reply(&mut c, "CLIENT KILL ID 12"), Reply::Integer(1));
+    assert!(killed(&first) && !killed(&second) && !killed(&mine));
+    assert_eq!(reply(&mut c, "CLIENT KILL 10.0.0.1:13"), Reply::OK);
+    assert_eq!(
+        reply(&mut c, "CLIENT KILL 10.0.0.1:99"),
+        Reply::error("ERR No such client")
+    );
+    assert_eq!(
+        reply(&mut c, "CLIENT KILL TYPE pubsub SKIPME no"),
+        Reply::Integer(0)
+    );
+    assert_eq!(reply(&mut c, "CLIENT KILL SKIPME yes"), Reply::Integer(2));
+    assert!(!killed(&mine));
+    assert_eq!(reply(&mut c, "CLIENT KILL SKIPME no"), Reply::Integer(3));
+    assert!(killed(&mine));
+    for (request, error) in [
+        (
+            "CLIENT KILL",
+            "ERR wrong number of arguments for 'client|kill' command",
+        ),
+        ("CLIENT KILL ID 10 wrong_arg", "ERR syntax error"),
+        ("CLIENT KILL ID 0", "ERR client-id should be greater than 0"),
+        ("CLIENT KILL TYPE wrong", "ERR Unknown client type 'wrong'"),
+        ("CLIENT KILL USER someone", "ERR No such user 'someone'"),
+        ("CLIENT KILL SKIPME maybe", "ERR syntax error"),
+    ] {
+        assert_eq!(reply(&mut c, request), Reply::error(error), "{request}");
+    }
 }
 
 #[test]

@@ -91,6 +91,8 @@ enum Io {
     Closed,
     /// Nothing read or written for the idle timeout.
     Idle,
+    /// CLIENT KILL named this connection: what it was answered is sent, then it closes.
+    Killed,
 }
 
 pub(super) async fn serve_connection(
@@ -151,7 +153,7 @@ pub(super) async fn serve_connection(
         }
         match session.wait_io(&mut input.bytes).await? {
             Io::Read => {}
-            Io::Closed => return session.flush_all(session.idle_timeout()).await,
+            Io::Closed | Io::Killed => return session.flush_all(session.idle_timeout()).await,
             Io::Idle => {
                 tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
                 return Ok(());
@@ -230,12 +232,23 @@ impl Session<'_> {
             } else {
                 Interest::READABLE | Interest::WRITABLE
             };
-            let ready = match self.idle_timeout() {
-                Some(idle) => match tokio::time::timeout(idle, self.stream.ready(interest)).await {
-                    Ok(ready) => ready?,
-                    Err(_) => return Ok(Io::Idle),
+            let record = Arc::clone(self.connection.record());
+            let idle = self.idle_timeout();
+            let readiness = async {
+                match idle {
+                    Some(idle) => tokio::time::timeout(idle, self.stream.ready(interest))
+                        .await
+                        .ok(),
+                    None => Some(self.stream.ready(interest).await),
+                }
+            };
+            let ready = tokio::select! {
+                // CLIENT KILL from any connection of the node (this one's included).
+                () = record.killed() => return Ok(Io::Killed),
+                ready = readiness => match ready {
+                    Some(ready) => ready?,
+                    None => return Ok(Io::Idle),
                 },
-                None => self.stream.ready(interest).await?,
             };
             if ready.is_writable() && !self.output.is_empty() {
                 self.flush_some()?;
