@@ -141,7 +141,32 @@ pub(crate) fn config_set(
     shared: &SharedConfig,
 ) -> Reply {
     let mut lock = shared.0.write().unwrap_or_else(|e| e.into_inner());
-    let mut values = lock.clone();
+    match with_set(pairs, limits, &lock) {
+        Ok(values) => {
+            *lock = values;
+            Reply::OK
+        }
+        Err(error) => error,
+    }
+}
+
+/// CONFIG SET's error if `pairs` cannot be set whatever the current values (inside MULTI, where
+/// a valid CONFIG SET is refused but an invalid one is answered with its error, as at EXEC).
+pub(crate) fn config_set_error(
+    pairs: &[(Bytes, Bytes)],
+    limits: &Limits,
+    shared: &SharedConfig,
+) -> Option<Reply> {
+    with_set(pairs, limits, &shared.read()).err()
+}
+
+/// `current` with `pairs` set, or the error of the first that cannot be.
+fn with_set(
+    pairs: &[(Bytes, Bytes)],
+    limits: &Limits,
+    current: &ConfigValues,
+) -> Result<ConfigValues, Reply> {
+    let mut values = current.clone();
     let mut seen: Vec<String> = Vec::with_capacity(pairs.len());
     for (name, value) in pairs {
         let name = String::from_utf8_lossy(name).to_ascii_lowercase();
@@ -151,7 +176,7 @@ pub(crate) fn config_set(
             ))
         };
         if seen.contains(&name) {
-            return failed("duplicate parameter");
+            return Err(failed("duplicate parameter"));
         }
         let value = String::from_utf8_lossy(value);
         let outcome = if IMMUTABLE.contains(&name.as_str()) {
@@ -160,19 +185,18 @@ pub(crate) fn config_set(
             match set_one(&name, &value, limits, &mut values) {
                 Some(outcome) => outcome,
                 None => {
-                    return Reply::error(format!(
+                    return Err(Reply::error(format!(
                         "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-                    ))
+                    )))
                 }
             }
         };
         if let Err(reason) = outcome {
-            return failed(&reason);
+            return Err(failed(&reason));
         }
         seen.push(name);
     }
-    *lock = values;
-    Reply::OK
+    Ok(values)
 }
 
 /// Checks one parameter and writes it to `values`; `None` for a name keel does not know.

@@ -219,7 +219,8 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
                 | ClientCommand::Info
                 | ClientCommand::List(_)
         ),
-        // Its effect would come before EXEC, not at it.
+        // Its effect would come before EXEC, not at it (an invalid CONFIG SET, which has none,
+        // is answered with its error: `dispatch_queued`).
         LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
@@ -375,6 +376,10 @@ impl ClientConnection {
             Ok(Command::Transaction(TransactionCommand::Unwatch)) => Some(Reply::OK),
             Ok(Command::Local(command)) if answered_in_transaction(command) => {
                 Some(self.answer(command.clone(), node))
+            }
+            // It would fail at EXEC too: its error takes its place there, as in Redis.
+            Ok(Command::Local(LocalCommand::ConfigSet(pairs))) => {
+                config::config_set_error(pairs, &self.limits, &self.config)
             }
             _ => None,
         };

@@ -604,6 +604,7 @@ fn transaction_errors_abort_with_execabort() {
         "CLIENT SETNAME x",
         "AUTH secret",
         "RAFT.SNAPSHOT",
+        "CONFIG SET maxmemory 10",
     ] {
         assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
         assert_eq!(
@@ -615,6 +616,16 @@ fn transaction_errors_abort_with_execabort() {
     }
     // HELLO inside MULTI changed nothing.
     assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+    // An invalid CONFIG SET is queued with its error, which EXEC answers in its place.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "CONFIG SET maxmemory bla"), QUEUED_REPLY);
+    let Reply::Array(replies) = reply(&mut c, "EXEC") else {
+        panic!()
+    };
+    assert!(
+        matches!(&replies[..], [Reply::Error(e)] if e.starts_with("ERR CONFIG SET failed")),
+        "{replies:?}"
+    );
 }
 
 /// What Redis queues, keel queues: commands this node answers are answered at once and their
