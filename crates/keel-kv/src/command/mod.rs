@@ -409,6 +409,10 @@ pub enum LocalCommand {
     Client(ClientCommand),
     /// `CONFIG GET pattern [pattern ...]`.
     ConfigGet(Vec<Bytes>),
+    /// `CONFIG SET name value [name value ...]`, as given (checked when answered).
+    ConfigSet(Vec<(Bytes, Bytes)>),
+    /// `CONFIG RESETSTAT`: zeroes the counters INFO reports.
+    ConfigResetStat,
     /// `SELECT 0` (any other index is rejected while parsing).
     Select,
     Quit,
@@ -458,6 +462,45 @@ pub enum ClientCommand {
     },
     Id,
     Info,
+    /// `CLIENT LIST [TYPE type] [ID id ...]`.
+    List(ClientFilter),
+    /// `CLIENT KILL ip:port` (`+OK`, or an error if no connection has that address).
+    KillAddr(String),
+    /// `CLIENT KILL filter value [filter value ...]` (the number killed).
+    Kill(KillFilters),
+}
+
+/// CLIENT KILL's filters, all of which a connection must match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillFilters {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    /// `TYPE master | replica | pubsub`: keel has no such connections, so none matches.
+    pub matches_none: bool,
+    /// `SKIPME yes` (the default): the connection sending it is spared.
+    pub skip_me: bool,
+}
+
+/// Which connections CLIENT LIST shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClientFilter {
+    #[default]
+    All,
+    /// `TYPE master | replica | pubsub`: keel has no such connections.
+    None,
+    /// `ID id ...`.
+    Ids(Vec<u64>),
+}
+
+impl ClientFilter {
+    pub fn admits(&self, id: u64) -> bool {
+        match self {
+            ClientFilter::All => true,
+            ClientFilter::None => false,
+            ClientFilter::Ids(ids) => ids.contains(&id),
+        }
+    }
 }
 
 /// `CLIENT SETINFO LIB-NAME | LIB-VER`.
@@ -540,6 +583,14 @@ pub enum CommandError {
     HelloSyntax(String),
     #[error("ERR Client names cannot contain spaces, newlines or special characters.")]
     InvalidClientName,
+    #[error("ERR Unknown client type '{0}'")]
+    UnknownClientType(String),
+    #[error("ERR Invalid client ID")]
+    InvalidClientId,
+    #[error("ERR client-id should be greater than 0")]
+    KillClientId,
+    #[error("ERR No such user '{0}'")]
+    NoSuchUser(String),
     #[error("ERR Unrecognized option '{0}'")]
     UnrecognizedOption(String),
     #[error("ERR MULTI calls can not be nested")]

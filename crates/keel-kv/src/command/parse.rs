@@ -9,9 +9,9 @@ use super::parse_strings::{
     parse_setrange,
 };
 use super::{
-    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, CommandQuery, CommandSpec,
-    DebugCommand, Expiry, HelloArgs, LocalCommand, ReadCommand, SetCondition, TransactionCommand,
-    TtlCommand, TtlForm, WatchedKey, WriteCommand,
+    AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
+    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, LocalCommand,
+    ReadCommand, SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -372,12 +372,95 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
     } else if is(sub, "INFO") {
         exact(0, "info")?;
         Ok(ClientCommand::Info)
+    } else if is(sub, "LIST") {
+        parse_client_list(args).map(ClientCommand::List)
+    } else if is(sub, "KILL") {
+        parse_client_kill(args)
     } else {
         Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
             subcommand: lossy(sub),
         })
     }
+}
+
+/// `CLIENT LIST [TYPE normal | master | replica | slave | pubsub] [ID id [id ...]]`.
+fn parse_client_list(args: &[Bytes]) -> Result<ClientFilter, CommandError> {
+    match args {
+        [] => Ok(ClientFilter::All),
+        [option, kind] if is(option, "TYPE") => {
+            if is(kind, "NORMAL") {
+                Ok(ClientFilter::All)
+            } else if ["MASTER", "REPLICA", "SLAVE", "PUBSUB"]
+                .iter()
+                .any(|k| is(kind, k))
+            {
+                Ok(ClientFilter::None)
+            } else {
+                Err(CommandError::UnknownClientType(lossy(kind)))
+            }
+        }
+        [option, ids @ ..] if is(option, "ID") && !ids.is_empty() => ids
+            .iter()
+            .map(|id| {
+                parse_u64(id)
+                    .filter(|&id| id > 0)
+                    .ok_or(CommandError::InvalidClientId)
+            })
+            .collect::<Result<_, _>>()
+            .map(ClientFilter::Ids),
+        _ => Err(CommandError::Syntax),
+    }
+}
+
+/// `CLIENT KILL ip:port`, or `CLIENT KILL [ID id] [TYPE type] [USER user] [ADDR ip:port]
+/// [LADDR ip:port] [SKIPME yes | no]` (Redis's checks and words).
+fn parse_client_kill(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
+    match args {
+        [] => return Err(CommandError::WrongArity("client|kill".to_string())),
+        [addr] => return Ok(ClientCommand::KillAddr(lossy(addr))),
+        _ if args.len() % 2 != 0 => return Err(CommandError::Syntax),
+        _ => {}
+    }
+    let mut filters = KillFilters {
+        id: None,
+        addr: None,
+        laddr: None,
+        matches_none: false,
+        skip_me: true,
+    };
+    for pair in args.chunks(2) {
+        let (option, value) = (&pair[0], &pair[1]);
+        if is(option, "ID") {
+            let id = parse_u64(value).filter(|&id| id > 0);
+            filters.id = Some(id.ok_or(CommandError::KillClientId)?);
+        } else if is(option, "TYPE") {
+            filters.matches_none = match parse_client_list(&[option.clone(), value.clone()])? {
+                ClientFilter::None => true,
+                _ => filters.matches_none,
+            };
+        } else if is(option, "USER") {
+            // The default user is the only one: it is every connection's.
+            if !is(value, "default") {
+                return Err(CommandError::NoSuchUser(lossy(value)));
+            }
+        } else if is(option, "ADDR") {
+            filters.addr = Some(lossy(value));
+        } else if is(option, "LADDR") {
+            filters.laddr = Some(lossy(value));
+        } else if is(option, "SKIPME") {
+            filters.skip_me = if is(value, "YES") {
+                true
+            } else if is(value, "NO") {
+                false
+            } else {
+                return Err(CommandError::Syntax);
+            };
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Kill(filters))
 }
 
 fn parse_config(rest: &[Bytes]) -> Result<Command, CommandError> {
@@ -387,9 +470,25 @@ fn parse_config(rest: &[Bytes]) -> Result<Command, CommandError> {
             return Err(CommandError::WrongArity("config|get".to_string()));
         }
         Ok(local(LocalCommand::ConfigGet(patterns.to_vec())))
-    } else if ["SET", "RESETSTAT", "REWRITE"].iter().any(|s| is(sub, s)) {
+    } else if is(sub, "SET") {
+        // Redis checks the count before the names.
+        if patterns.len() < 2 || patterns.len() % 2 != 0 {
+            return Err(CommandError::WrongArity("config|set".to_string()));
+        }
+        let pairs = patterns
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect();
+        Ok(local(LocalCommand::ConfigSet(pairs)))
+    } else if is(sub, "RESETSTAT") {
+        if !patterns.is_empty() {
+            return Err(CommandError::WrongArity("config|resetstat".to_string()));
+        }
+        Ok(local(LocalCommand::ConfigResetStat))
+    } else if is(sub, "REWRITE") {
         Err(CommandError::Unsupported(
-            "CONFIG SET, RESETSTAT and REWRITE are not supported: keel is configured by its command line and config file",
+            "CONFIG REWRITE is not supported: keel is configured by its command line and config \
+             file, which it never rewrites",
         ))
     } else {
         Err(CommandError::UnknownSubcommand {

@@ -419,8 +419,8 @@ fn connection_subcommands() {
         "ERR Unrecognized option 'color'"
     );
     assert_eq!(
-        error("CLIENT KILL x"),
-        "ERR unknown subcommand 'KILL'. Try CLIENT HELP."
+        error("CLIENT NOSUCH x"),
+        "ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP."
     );
     let bad_name = Command::parse(&[b("CLIENT"), b("SETNAME"), b("a b")]);
     assert_eq!(bad_name, Err(CommandError::InvalidClientName));
@@ -431,7 +431,22 @@ fn connection_subcommands() {
             b("appendonly")
         ])))
     );
-    assert!(error("CONFIG SET save x").starts_with("ERR CONFIG SET"));
+    assert_eq!(
+        parse("CONFIG SET save x timeout 3"),
+        Ok(Command::Local(LocalCommand::ConfigSet(vec![
+            (b("save"), b("x")),
+            (b("timeout"), b("3"))
+        ])))
+    );
+    assert_eq!(
+        error("CONFIG SET save"),
+        "ERR wrong number of arguments for 'config|set' command"
+    );
+    assert_eq!(
+        parse("CONFIG RESETSTAT"),
+        Ok(Command::Local(LocalCommand::ConfigResetStat))
+    );
+    assert!(error("CONFIG REWRITE").starts_with("ERR CONFIG REWRITE is not supported"));
 }
 
 #[test]

@@ -1,14 +1,11 @@
-//! COMMAND and CONFIG GET: what clients ask about the server when they connect.
+//! COMMAND: what clients ask about the server's commands when they connect.
 //!
 //! `redis-cli` asks `COMMAND DOCS` for its help and hints; `redis-benchmark` asks
 //! `CONFIG GET save` and `CONFIG GET appendonly`; cluster-aware libraries ask `COMMAND` for key
 //! positions. The answers come from the same table the parser enforces arity with.
 
-use bytes::Bytes;
-
 use crate::command::{CommandClass, CommandQuery, CommandSpec, COMMAND_TABLE};
-use crate::glob::Case;
-use crate::resp::{Limits, Reply};
+use crate::resp::Reply;
 
 pub(crate) fn command_reply(query: &CommandQuery) -> Reply {
     match query {
@@ -128,8 +125,14 @@ fn summary(name: &str) -> &'static str {
         "echo" => "Returns the message given.",
         "hello" => "Switches the protocol (HELLO 3 for RESP3) and describes the server.",
         "command" => "Describes the commands keel knows.",
-        "client" => "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO).",
-        "config" => "CONFIG GET: reports configuration in Redis terms.",
+        "client" => {
+            "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO); LIST \
+             describes the node's connections, KILL closes them (ID, ADDR, LADDR, SKIPME)."
+        }
+        "config" => {
+            "CONFIG GET / SET: the node's settings in Redis terms (SET: maxmemory, timeout, \
+             maxclients, save); RESETSTAT zeroes INFO's counters."
+        }
         "select" => "Selects database 0 (the only one).",
         "quit" => "Closes the connection.",
         "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
@@ -169,70 +172,4 @@ fn command_docs(spec: &CommandSpec) -> Reply {
         (Reply::text("since"), Reply::text("0.1.0")),
         (Reply::text("group"), Reply::text(group)),
     ])
-}
-
-/// The node's settings CONFIG GET reports (the server fills it in; the defaults are keel's).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigValues {
-    /// The effective `maxclients` (lowered at start if the file descriptors do not fit it).
-    pub maxclients: u64,
-    /// `timeout`: seconds a client may stay idle; 0: forever.
-    pub timeout_seconds: u64,
-    /// `maxmemory` in bytes; 0: no limit.
-    pub maxmemory: u64,
-    pub protected_mode: bool,
-}
-
-impl Default for ConfigValues {
-    fn default() -> Self {
-        ConfigValues {
-            maxclients: 10_000,
-            timeout_seconds: 0,
-            maxmemory: 0,
-            protected_mode: true,
-        }
-    }
-}
-
-/// The parameters CONFIG GET knows, with values that describe keel truthfully in Redis terms.
-fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, String)> {
-    vec![
-        // Every acknowledged write is in the fsynced Raft log: the equivalent of an AOF with
-        // `appendfsync always`. Snapshots are taken by log size, not on a `save` schedule.
-        ("appendonly", "yes".to_string()),
-        ("appendfsync", "always".to_string()),
-        ("save", String::new()),
-        ("databases", "1".to_string()),
-        ("maxmemory", config.maxmemory.to_string()),
-        // The only policy keel has: a write that may grow memory is refused past maxmemory.
-        ("maxmemory-policy", "noeviction".to_string()),
-        ("maxclients", config.maxclients.to_string()),
-        ("timeout", config.timeout_seconds.to_string()),
-        (
-            "protected-mode",
-            if config.protected_mode { "yes" } else { "no" }.to_string(),
-        ),
-        ("cluster-enabled", "no".to_string()),
-        ("proto-max-bulk-len", limits.bulk_bytes_max.to_string()),
-        (
-            "client-query-buffer-limit",
-            limits.request_bytes_max.to_string(),
-        ),
-    ]
-}
-
-/// `CONFIG GET pattern...`: every parameter matching any pattern (glob, case-insensitive), each
-/// once, as a map (RESP3) or a flat name/value array (RESP2).
-pub(crate) fn config_get(patterns: &[Bytes], limits: &Limits, config: &ConfigValues) -> Reply {
-    let pairs = config_table(limits, config)
-        .into_iter()
-        .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
-        .map(|(name, value)| (Reply::text(name), Reply::text(value)))
-        .collect();
-    Reply::Map(pairs)
-}
-
-/// CONFIG GET's matching: Redis-style glob, case-insensitive (`crate::glob`).
-pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    crate::glob::glob_match(pattern, text, Case::Insensitive)
 }

@@ -21,7 +21,7 @@
 //! CONFIG GET, COMMAND, CLIENT GETNAME / ID / INFO, RAFT.STATUS, UNWATCH) is answered now and its
 //! reply takes its place in EXEC's array ([`Transaction::local_replies`]). An invalid one
 //! (unknown, wrong arity, syntax), one not allowed inside a transaction (HELLO, AUTH, CLIENT
-//! SETNAME / SETINFO, RAFT.*, DEBUG: they change the connection or the cluster), or one over the
+//! SETNAME / SETINFO, CONFIG SET, RAFT.*, DEBUG: they change the connection, node or cluster), or one over the
 //! queue bounds ([`Limits::multi_commands_max`], [`Limits::multi_bytes_max`]) is answered with
 //! its error and aborts the transaction: `EXEC` then answers `-EXECABORT` and nothing runs.
 //! `WATCH` inside a transaction is an error that leaves it as it was, as is a nested `MULTI`.
@@ -36,6 +36,8 @@
 //! [`pipeline`] orders a connection's dispatched requests: which are proposed together, what
 //! waits for what, and in which order the replies leave.
 
+mod clients;
+mod config;
 mod info;
 mod introspection;
 pub mod pipeline;
@@ -44,12 +46,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+pub use clients::{ClientRecord, ClientRegistry, Registration};
+pub use config::{ConfigValues, SharedConfig};
 pub use info::{MemberInfo, NodeStatus};
-pub use introspection::ConfigValues;
 
 use crate::command::{
-    AdminCommand, ClientAttribute, ClientCommand, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
+    AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
+    ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
 };
 use crate::resp::{encode, Limits, ProtocolVersion, Reply};
 use crate::state_machine::LoggedCommand;
@@ -176,11 +179,8 @@ impl Queue {
 #[derive(Clone, Debug)]
 pub struct ClientConnection {
     id: u64,
-    peer_addr: String,
     protocol: ProtocolVersion,
     name: Option<Bytes>,
-    lib_name: Option<Bytes>,
-    lib_version: Option<Bytes>,
     limits: Limits,
     /// `Some` between MULTI and EXEC / DISCARD.
     queue: Option<Queue>,
@@ -188,12 +188,18 @@ pub struct ClientConnection {
     requirepass: Option<Bytes>,
     /// Whether commands other than AUTH, HELLO ... AUTH and QUIT may run.
     authenticated: bool,
-    /// What CONFIG GET reports of the node's settings.
-    config: Arc<ConfigValues>,
+    /// The node's settings, as CONFIG GET reports them and CONFIG SET changes them.
+    config: Arc<SharedConfig>,
     /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
     watched: Vec<WatchedKey>,
     /// WATCHes dispatched whose watch point has not come back yet ([`Self::watch_point`]).
     watches_pending: usize,
+    /// What CLIENT LIST shows of this connection.
+    record: Arc<ClientRecord>,
+    /// The node's connections, for CLIENT LIST (`None`: this one only).
+    registry: Option<Arc<ClientRegistry>>,
+    /// The request being answered: its bytes as received and its arguments' bytes.
+    current_request: (usize, usize),
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -210,8 +216,14 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::FunctionList => true,
         LocalCommand::Client(client) => matches!(
             client,
-            ClientCommand::GetName | ClientCommand::Id | ClientCommand::Info
+            ClientCommand::GetName
+                | ClientCommand::Id
+                | ClientCommand::Info
+                | ClientCommand::List(_)
         ),
+        // Its effect would come before EXEC, not at it (an invalid CONFIG SET, which has none,
+        // is answered with its error: `dispatch_queued`).
+        LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
         | LocalCommand::Echo(_)
@@ -235,11 +247,11 @@ impl ClientConnection {
     pub fn new(id: u64, peer_addr: impl Into<String>, limits: Limits) -> Self {
         ClientConnection {
             id,
-            peer_addr: peer_addr.into(),
+            record: Arc::new(ClientRecord::new(id, peer_addr.into(), String::new(), -1)),
+            registry: None,
+            current_request: (0, 0),
             protocol: ProtocolVersion::Resp2,
             name: None,
-            lib_name: None,
-            lib_version: None,
             limits,
             queue: None,
             requirepass: None,
@@ -250,9 +262,20 @@ impl ClientConnection {
         }
     }
 
-    /// Reports `config` in CONFIG GET.
-    pub fn with_config(mut self, config: Arc<ConfigValues>) -> Self {
+    /// Reports `config` in CONFIG GET and changes it with CONFIG SET.
+    pub fn with_config(mut self, config: Arc<SharedConfig>) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Shows this connection as `record` (same id) and lists `registry`'s in CLIENT LIST.
+    pub fn with_registry(
+        mut self,
+        record: Arc<ClientRecord>,
+        registry: Arc<ClientRegistry>,
+    ) -> Self {
+        self.record = record;
+        self.registry = Some(registry);
         self
     }
 
@@ -308,6 +331,9 @@ impl ClientConnection {
                 _ => return Dispatch::Reply(Reply::error(NOAUTH)),
             }
         }
+        if parsed.is_ok() {
+            self.note_request(args);
+        }
         if self.queue.is_some() {
             return self.dispatch_queued(parsed, args, node);
         }
@@ -356,6 +382,10 @@ impl ClientConnection {
             Ok(Command::Transaction(TransactionCommand::Unwatch)) => Some(Reply::OK),
             Ok(Command::Local(command)) if answered_in_transaction(command) => {
                 Some(self.answer(command.clone(), node))
+            }
+            // It would fail at EXEC too: its error takes its place there, as in Redis.
+            Ok(Command::Local(LocalCommand::ConfigSet(pairs))) => {
+                config::config_set_error(pairs, &self.limits, &self.config)
             }
             _ => None,
         };
@@ -498,8 +528,13 @@ impl ClientConnection {
             LocalCommand::Command(query) => introspection::command_reply(&query),
             LocalCommand::Client(client) => self.client(client),
             LocalCommand::ConfigGet(patterns) => {
-                introspection::config_get(&patterns, &self.limits, &self.config)
+                config::config_get(&patterns, &self.limits, &self.config.read())
             }
+            LocalCommand::ConfigSet(pairs) => {
+                config::config_set(&pairs, &self.limits, &self.config)
+            }
+            // No counter is kept yet: there is nothing to zero.
+            LocalCommand::ConfigResetStat => Reply::OK,
             LocalCommand::Select => Reply::OK,
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),
@@ -528,6 +563,7 @@ impl ClientConnection {
         }
         if let Some(version) = hello.protover {
             self.protocol = version;
+            self.record.state().resp = version.number();
         }
         if let Some(name) = hello.setname {
             self.set_name(name);
@@ -546,51 +582,6 @@ impl ClientConnection {
             field("role", Reply::text("master")),
             field("modules", Reply::Array(Vec::new())),
         ])
-    }
-
-    fn set_name(&mut self, name: Bytes) {
-        self.name = (!name.is_empty()).then_some(name);
-    }
-
-    fn client(&mut self, command: ClientCommand) -> Reply {
-        match command {
-            ClientCommand::SetName(name) => {
-                self.set_name(name);
-                Reply::OK
-            }
-            ClientCommand::GetName => match &self.name {
-                Some(name) => Reply::Bulk(name.clone()),
-                None => Reply::Null,
-            },
-            ClientCommand::SetInfo { attribute, value } => {
-                let slot = match attribute {
-                    ClientAttribute::LibName => &mut self.lib_name,
-                    ClientAttribute::LibVersion => &mut self.lib_version,
-                };
-                *slot = (!value.is_empty()).then_some(value);
-                Reply::OK
-            }
-            ClientCommand::Id => Reply::Integer(self.id as i64),
-            ClientCommand::Info => Reply::text(self.client_line()),
-        }
-    }
-
-    /// A `CLIENT INFO` line, with the fields of Redis's that mean something here.
-    fn client_line(&self) -> String {
-        let text = |b: &Option<Bytes>| {
-            b.as_ref()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
-        format!(
-            "id={} addr={} name={} db=0 user=default lib-name={} lib-ver={} resp={}\n",
-            self.id,
-            self.peer_addr,
-            text(&self.name),
-            text(&self.lib_name),
-            text(&self.lib_version),
-            self.protocol.number(),
-        )
     }
 }
 

@@ -1,6 +1,6 @@
 use bytes::{Bytes, BytesMut};
 
-use super::introspection::glob_match;
+use super::config::glob_match;
 use super::*;
 use crate::resp::{parse_reply, ProtocolVersion};
 
@@ -227,10 +227,101 @@ fn client_subcommands() {
     let Reply::Bulk(info) = reply(&mut c, "CLIENT INFO") else {
         panic!()
     };
-    assert_eq!(
-        info,
-        "id=9 addr=127.0.0.1:5555 name=app db=0 user=default lib-name=redis-py lib-ver=5.0.1 resp=2\n"
+    let info = String::from_utf8(info.to_vec()).unwrap();
+    assert!(
+        info.starts_with("id=9 addr=127.0.0.1:5555 laddr= fd=-1 name=app age=0 idle=0 flags=N"),
+        "{info}"
     );
+    assert!(
+        info.ends_with(
+            "cmd=client|info user=default redir=-1 resp=2 lib-name=redis-py lib-ver=5.0.1\n"
+        ),
+        "{info}"
+    );
+}
+
+/// A connection's record as the server makes it, at `10.0.0.1:<id>`.
+fn record(id: u64) -> std::sync::Arc<super::ClientRecord> {
+    let addr = format!("10.0.0.1:{id}");
+    std::sync::Arc::new(super::ClientRecord::new(id, addr, String::new(), 3))
+}
+
+#[test]
+fn client_list_shows_every_registered_connection_and_filters_by_id() {
+    use super::ClientRegistry;
+    use std::sync::Arc;
+    let registry = Arc::new(ClientRegistry::default());
+    let (mine, other) = (record(9), record(12));
+    let _registrations = [
+        registry.register(Arc::clone(&mine)),
+        registry.register(Arc::clone(&other)),
+    ];
+    other.state().name = "worker".into();
+    let mut c = conn().with_registry(mine, registry);
+    let Reply::Bulk(list) = reply(&mut c, "CLIENT LIST") else {
+        panic!()
+    };
+    let list = String::from_utf8(list.to_vec()).unwrap();
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(lines[0].starts_with("id=9 ") && lines[0].contains("cmd=client|list"));
+    assert!(lines[1].starts_with("id=12 ") && lines[1].contains(" name=worker "));
+    assert!(lines[1].contains(" qbuf=0 ") && lines[1].contains(" cmd=NULL "));
+    let Reply::Bulk(only) = reply(&mut c, "CLIENT LIST ID 12 99") else {
+        panic!()
+    };
+    assert!(only.starts_with(b"id=12 ") && only.iter().filter(|&&b| b == b'\n').count() == 1);
+    assert_eq!(reply(&mut c, "CLIENT LIST TYPE pubsub"), Reply::text(""));
+    assert_eq!(
+        reply(&mut c, "CLIENT LIST ID x"),
+        Reply::error("ERR Invalid client ID")
+    );
+}
+
+#[test]
+fn client_kill_marks_the_matching_connections_and_counts_them() {
+    use super::{ClientRecord, ClientRegistry};
+    use std::sync::Arc;
+    let registry = Arc::new(ClientRegistry::default());
+    let (mine, first, second) = (record(9), record(12), record(13));
+    let _registrations = [&mine, &first, &second].map(|r| registry.register(Arc::clone(r)));
+    let mut c = conn().with_registry(Arc::clone(&mine), registry);
+    let killed = |r: &ClientRecord| {
+        let waiting = std::pin::pin!(r.killed());
+        std::future::Future::poll(
+            waiting,
+            &mut std::task::Context::from_waker(std::task::Waker::noop()),
+        )
+        .is_ready()
+    };
+    assert_eq!(reply(&mut c, "CLIENT KILL ID 12"), Reply::Integer(1));
+    assert!(killed(&first) && !killed(&second) && !killed(&mine));
+    assert_eq!(reply(&mut c, "CLIENT KILL 10.0.0.1:13"), Reply::OK);
+    assert_eq!(
+        reply(&mut c, "CLIENT KILL 10.0.0.1:99"),
+        Reply::error("ERR No such client")
+    );
+    assert_eq!(
+        reply(&mut c, "CLIENT KILL TYPE pubsub SKIPME no"),
+        Reply::Integer(0)
+    );
+    assert_eq!(reply(&mut c, "CLIENT KILL SKIPME yes"), Reply::Integer(2));
+    assert!(!killed(&mine));
+    assert_eq!(reply(&mut c, "CLIENT KILL SKIPME no"), Reply::Integer(3));
+    assert!(killed(&mine));
+    for (request, error) in [
+        (
+            "CLIENT KILL",
+            "ERR wrong number of arguments for 'client|kill' command",
+        ),
+        ("CLIENT KILL ID 10 wrong_arg", "ERR syntax error"),
+        ("CLIENT KILL ID 0", "ERR client-id should be greater than 0"),
+        ("CLIENT KILL TYPE wrong", "ERR Unknown client type 'wrong'"),
+        ("CLIENT KILL USER someone", "ERR No such user 'someone'"),
+        ("CLIENT KILL SKIPME maybe", "ERR syntax error"),
+    ] {
+        assert_eq!(reply(&mut c, request), Reply::error(error), "{request}");
+    }
 }
 
 #[test]
@@ -351,12 +442,15 @@ fn config_get_reports_the_node_settings() {
             "{name}"
         );
     }
-    let mut c = conn().with_config(std::sync::Arc::new(super::ConfigValues {
-        maxclients: 900,
-        timeout_seconds: 30,
-        maxmemory: 100 * 1024 * 1024,
-        protected_mode: false,
-    }));
+    let mut c = conn().with_config(std::sync::Arc::new(super::SharedConfig::new(
+        super::ConfigValues {
+            maxclients: 900,
+            timeout_seconds: 30,
+            maxmemory: 100 * 1024 * 1024,
+            protected_mode: false,
+            ..super::ConfigValues::default()
+        },
+    )));
     let set = reply(&mut c, "CONFIG GET *");
     for (name, value) in [
         ("maxmemory", "104857600"),
@@ -510,6 +604,7 @@ fn transaction_errors_abort_with_execabort() {
         "CLIENT SETNAME x",
         "AUTH secret",
         "RAFT.SNAPSHOT",
+        "CONFIG SET maxmemory 10",
     ] {
         assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
         assert_eq!(
@@ -521,6 +616,16 @@ fn transaction_errors_abort_with_execabort() {
     }
     // HELLO inside MULTI changed nothing.
     assert_eq!(c.protocol(), ProtocolVersion::Resp2);
+    // An invalid CONFIG SET is queued with its error, which EXEC answers in its place.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "CONFIG SET maxmemory bla"), QUEUED_REPLY);
+    let Reply::Array(replies) = reply(&mut c, "EXEC") else {
+        panic!()
+    };
+    assert!(
+        matches!(&replies[..], [Reply::Error(e)] if e.starts_with("ERR CONFIG SET failed")),
+        "{replies:?}"
+    );
 }
 
 /// What Redis queues, keel queues: commands this node answers are answered at once and their

@@ -30,6 +30,7 @@
 
 use std::io::ErrorKind;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request,
 };
-use crate::connection::{ClientConnection, Dispatch, NodeStatus};
+use crate::connection::{ClientConnection, ClientRecord, Dispatch, NodeStatus};
 use crate::forwarding::RequestId;
 use crate::resp::{Decoder, Reply};
 
@@ -90,6 +91,8 @@ enum Io {
     Closed,
     /// Nothing read or written for the idle timeout.
     Idle,
+    /// CLIENT KILL named this connection: what it was answered is sent, then it closes.
+    Killed,
 }
 
 pub(super) async fn serve_connection(
@@ -99,12 +102,25 @@ pub(super) async fn serve_connection(
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let id = ctx.next_connection_id.fetch_add(1, Ordering::Relaxed);
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let record = Arc::new(ClientRecord::new(
+        id,
+        peer.to_string(),
+        laddr,
+        stream.as_raw_fd().into(),
+    ));
+    // Listed in CLIENT LIST until this function returns.
+    let _registration = ctx.client_registry.register(Arc::clone(&record));
     let mut session = Session {
         ctx,
         stream,
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
             .with_requirepass(ctx.requirepass.clone())
-            .with_config(Arc::clone(&ctx.config)),
+            .with_config(Arc::clone(&ctx.config))
+            .with_registry(record, Arc::clone(&ctx.client_registry)),
         pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),
@@ -137,7 +153,7 @@ pub(super) async fn serve_connection(
         }
         match session.wait_io(&mut input.bytes).await? {
             Io::Read => {}
-            Io::Closed => return session.flush_all(session.idle_timeout()).await,
+            Io::Closed | Io::Killed => return session.flush_all(session.idle_timeout()).await,
             Io::Idle => {
                 tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
                 return Ok(());
@@ -202,10 +218,9 @@ impl Session<'_> {
 
     /// A forwarding connection is the other node's to close: it stays open while idle.
     fn idle_timeout(&self) -> Option<Duration> {
-        self.ctx
-            .client_limits
-            .idle_timeout
-            .filter(|_| !self.is_forwarding())
+        // CONFIG SET timeout may have changed it since the last wait.
+        let seconds = self.ctx.config.read().timeout_seconds;
+        (seconds > 0 && !self.is_forwarding()).then(|| Duration::from_secs(seconds))
     }
 
     /// Waits until the client sends more (read into `input`), writing pending output whenever
@@ -217,12 +232,23 @@ impl Session<'_> {
             } else {
                 Interest::READABLE | Interest::WRITABLE
             };
-            let ready = match self.idle_timeout() {
-                Some(idle) => match tokio::time::timeout(idle, self.stream.ready(interest)).await {
-                    Ok(ready) => ready?,
-                    Err(_) => return Ok(Io::Idle),
+            let record = Arc::clone(self.connection.record());
+            let idle = self.idle_timeout();
+            let readiness = async {
+                match idle {
+                    Some(idle) => tokio::time::timeout(idle, self.stream.ready(interest))
+                        .await
+                        .ok(),
+                    None => Some(self.stream.ready(interest).await),
+                }
+            };
+            let ready = tokio::select! {
+                // CLIENT KILL from any connection of the node (this one's included).
+                () = record.killed() => return Ok(Io::Killed),
+                ready = readiness => match ready {
+                    Some(ready) => ready?,
+                    None => return Ok(Io::Idle),
                 },
-                None => self.stream.ready(interest).await?,
             };
             if ready.is_writable() && !self.output.is_empty() {
                 self.flush_some()?;

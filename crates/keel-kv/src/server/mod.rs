@@ -54,7 +54,9 @@ pub use limits::ClientLimits;
 use limits::{AcceptErrors, ServerShared};
 
 use crate::command::{AdminCommand, DebugCommand};
-use crate::connection::{ConfigValues, MemberInfo, NodeInfo, NodeStatus};
+use crate::connection::{
+    ClientRegistry, ConfigValues, MemberInfo, NodeInfo, NodeStatus, SharedConfig,
+};
 use crate::resp::{Limits, Reply};
 
 pub(crate) use crate::command::FORWARD_CLIENT_NAME;
@@ -81,15 +83,19 @@ pub struct ServerContext {
     /// members' are refused (`protected.rs`).
     pub protected_mode: bool,
     /// `--maxmemory` (0: no limit): past it the leader refuses writes that may grow memory.
+    /// The value at start: CONFIG SET changes [`Self::config`]'s, which is the one in force.
     pub maxmemory: u64,
     /// `--time-tick-ms`: how far the log's time may lag the leader's clock (`crate::expiry`).
     pub time_tick_ms: u64,
     /// Members' host names, resolved (for protected mode).
     member_hosts: protected::ResolvedHosts,
-    /// What CONFIG GET reports; set once the settings above are.
-    pub config: Arc<ConfigValues>,
+    /// The settings in force: CONFIG GET reports them, CONFIG SET changes them (`maxmemory`,
+    /// `timeout`, `maxclients`); filled from the ones above by [`Self::report_config`].
+    pub config: Arc<SharedConfig>,
     /// Connections and their buffers, as the bounds count them.
     shared: Arc<ServerShared>,
+    /// What CLIENT LIST shows of each connection.
+    client_registry: Arc<ClientRegistry>,
     next_connection_id: AtomicU64,
 }
 
@@ -118,6 +124,7 @@ impl ServerContext {
             member_hosts: protected::ResolvedHosts::default(),
             config: Arc::default(),
             shared: Arc::default(),
+            client_registry: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
     }
@@ -142,12 +149,12 @@ impl ServerContext {
             keys: stats.keys,
             expires: stats.expires,
             connected_clients: self.shared.clients.current() as u64,
-            maxclients: self.client_limits.maxclients as u64,
+            maxclients: self.config.read().maxclients,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,
             used_memory: stats.used_bytes,
             used_memory_rss: resident_bytes().unwrap_or(0),
-            maxmemory: self.maxmemory,
+            maxmemory: self.config.read().maxmemory,
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -186,12 +193,15 @@ impl ServerContext {
 impl ServerContext {
     /// Fills [`Self::config`] from the settings (call once they are all set).
     pub fn report_config(&mut self) {
-        self.config = Arc::new(ConfigValues {
-            maxclients: self.client_limits.maxclients as u64,
+        let maxclients = self.client_limits.maxclients as u64;
+        self.config = Arc::new(SharedConfig::new(ConfigValues {
+            maxclients,
+            maxclients_max: maxclients,
             timeout_seconds: self.client_limits.idle_timeout.map_or(0, |t| t.as_secs()),
             maxmemory: self.maxmemory,
             protected_mode: self.protected_mode,
-        });
+            save: String::new(),
+        }));
     }
 
     /// Whether a write that may grow memory (`may_grow`) is refused here: past `maxmemory`, on
@@ -200,7 +210,8 @@ impl ServerContext {
     /// who leads only when this node's data is past the limit, so writes cost nothing extra
     /// below it.
     async fn out_of_memory(&self, may_grow: bool) -> bool {
-        if self.maxmemory == 0 || !may_grow || self.stats.get().used_bytes <= self.maxmemory {
+        let maxmemory = self.config.read().maxmemory;
+        if maxmemory == 0 || !may_grow || self.stats.get().used_bytes <= maxmemory {
             return false;
         }
         self.handle
@@ -371,7 +382,7 @@ async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
                     connection::refuse(stream, &ctx.shared, protected::DENIED);
                     continue;
                 }
-                let Some(slot) = ctx.shared.admit(ctx.client_limits.maxclients) else {
+                let Some(slot) = ctx.shared.admit(ctx.config.read().maxclients as usize) else {
                     connection::refuse(stream, &ctx.shared, MAXCLIENTS_REACHED);
                     continue;
                 };

@@ -1,0 +1,337 @@
+//! CLIENT LIST / CLIENT INFO: each connection's record, in Redis's line format.
+//!
+//! A connection publishes what CLIENT LIST reports of it (name, last command, last activity) in
+//! its [`ClientRecord`]; the node's [`ClientRegistry`] holds the records of the connections it
+//! serves, so any connection can list them all. The list is bounded by `maxclients`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::ClientConnection;
+use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters};
+use crate::resp::Reply;
+
+/// What one connection shows in CLIENT LIST.
+#[derive(Debug)]
+pub struct ClientRecord {
+    pub id: u64,
+    /// The client's address, `ip:port`.
+    pub addr: String,
+    /// The address it connected to, `ip:port` (empty when unknown).
+    pub laddr: String,
+    /// The socket's file descriptor (-1 when unknown).
+    pub fd: i64,
+    created: Instant,
+    state: Mutex<ClientState>,
+    /// Set by CLIENT KILL; the connection's task waits on `kill_signal` to close.
+    kill_flag: AtomicBool,
+    kill_signal: Notify,
+}
+
+/// The fields a connection changes as it runs.
+#[derive(Clone, Debug)]
+pub struct ClientState {
+    pub name: String,
+    pub lib_name: String,
+    pub lib_version: String,
+    /// The last command run, as Redis names it (`client|list`; empty before the first).
+    pub last_command: String,
+    pub last_active: Instant,
+    pub resp: i64,
+}
+
+impl ClientRecord {
+    pub fn new(id: u64, addr: String, laddr: String, fd: i64) -> Self {
+        let now = Instant::now();
+        ClientRecord {
+            id,
+            addr,
+            laddr,
+            fd,
+            kill_flag: AtomicBool::new(false),
+            kill_signal: Notify::new(),
+            created: now,
+            state: Mutex::new(ClientState {
+                name: String::new(),
+                lib_name: String::new(),
+                lib_version: String::new(),
+                last_command: String::new(),
+                last_active: now,
+                resp: 2,
+            }),
+        }
+    }
+
+    /// Tells the connection's task to close once it has sent what it was answered.
+    pub fn kill(&self) {
+        self.kill_flag.store(true, Ordering::Release);
+        // A permit is kept if the task is not waiting now.
+        self.kill_signal.notify_one();
+    }
+
+    /// Returns once [`Self::kill`] was called (at once if it was already).
+    pub async fn killed(&self) {
+        if !self.kill_flag.load(Ordering::Acquire) {
+            self.kill_signal.notified().await;
+        }
+    }
+
+    /// The changing fields (nothing panics while holding the lock, so poisoning is ignored).
+    pub fn state(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Redis's CLIENT LIST line (without its newline). `current` is the request being answered
+    /// when the line describes the connection answering it: its bytes are in the query buffer
+    /// (`qbuf`) and its arguments in `argv-mem`; `multi` is the queued commands' count, -1
+    /// outside a transaction.
+    pub fn line(&self, now: Instant, current: Option<(usize, usize)>, multi: i64) -> String {
+        let state = self.state().clone();
+        let (qbuf, argv_mem) = current.unwrap_or((0, 0));
+        let mut line = String::with_capacity(320);
+        let _ = write!(
+            line,
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 \
+             ssub=0 multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem={argv_mem} multi-mem=0 rbs=0 \
+             rbp=0 obl=0 oll=0 omem=0 tot-mem={qbuf} events=r cmd={} user=default redir=-1 \
+             resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.fd,
+            state.name,
+            now.duration_since(self.created).as_secs(),
+            now.duration_since(state.last_active).as_secs(),
+            if multi >= 0 { "x" } else { "N" },
+            if state.last_command.is_empty() {
+                "NULL"
+            } else {
+                &state.last_command
+            },
+            state.resp,
+            state.lib_name,
+            state.lib_version,
+        );
+        line
+    }
+}
+
+/// The records of the connections a node serves, by id.
+#[derive(Debug, Default)]
+pub struct ClientRegistry {
+    clients: Mutex<BTreeMap<u64, Arc<ClientRecord>>>,
+}
+
+/// A registered connection: dropping it removes the record.
+pub struct Registration {
+    registry: Arc<ClientRegistry>,
+    id: u64,
+}
+
+impl ClientRegistry {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<ClientRecord>>> {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn register(self: &Arc<Self>, record: Arc<ClientRecord>) -> Registration {
+        let id = record.id;
+        self.lock().insert(id, record);
+        Registration {
+            registry: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The records, by id (the order Redis lists them in).
+    pub fn records(&self) -> Vec<Arc<ClientRecord>> {
+        self.lock().values().cloned().collect()
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.id);
+    }
+}
+
+/// What a request takes in Redis's query buffer: its RESP array encoding.
+pub fn request_bytes(args: &[Bytes]) -> usize {
+    let digits = |n: usize| n.to_string().len();
+    let header = 3 + digits(args.len());
+    header
+        + args
+            .iter()
+            .map(|a| 1 + digits(a.len()) + 2 + a.len() + 2)
+            .sum::<usize>()
+}
+
+/// Commands whose first argument is a subcommand, which Redis names with them (`client|list`).
+const CONTAINERS: [&str; 5] = ["client", "config", "command", "function", "debug"];
+
+/// Redis's name of the command `args` run: `get`, `client|list`.
+fn command_name(args: &[Bytes]) -> String {
+    let mut name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    if let Some(sub) = args.get(1).filter(|_| CONTAINERS.contains(&name.as_str())) {
+        name.push('|');
+        name.push_str(&String::from_utf8_lossy(sub).to_ascii_lowercase());
+    }
+    name
+}
+
+impl ClientConnection {
+    /// Records a valid request as the one being answered (`cmd`, `idle`, `qbuf`).
+    pub(super) fn note_request(&mut self, args: &[Bytes]) {
+        let argv_bytes = args.iter().map(Bytes::len).sum();
+        self.current_request = (request_bytes(args), argv_bytes);
+        let mut state = self.record.state();
+        state.last_command = command_name(args);
+        state.last_active = Instant::now();
+    }
+
+    /// What CLIENT LIST shows of this connection (the server waits on its kill signal).
+    pub fn record(&self) -> &Arc<ClientRecord> {
+        &self.record
+    }
+
+    pub(super) fn set_name(&mut self, name: Bytes) {
+        self.record.state().name = String::from_utf8_lossy(&name).into_owned();
+        self.name = (!name.is_empty()).then_some(name);
+    }
+
+    pub(super) fn client(&mut self, command: ClientCommand) -> Reply {
+        match command {
+            ClientCommand::SetName(name) => {
+                self.set_name(name);
+                Reply::OK
+            }
+            ClientCommand::GetName => match &self.name {
+                Some(name) => Reply::Bulk(name.clone()),
+                None => Reply::Null,
+            },
+            ClientCommand::SetInfo { attribute, value } => {
+                let value = String::from_utf8_lossy(&value).into_owned();
+                let mut state = self.record.state();
+                match attribute {
+                    ClientAttribute::LibName => state.lib_name = value,
+                    ClientAttribute::LibVersion => state.lib_version = value,
+                }
+                Reply::OK
+            }
+            ClientCommand::Id => Reply::Integer(self.id as i64),
+            ClientCommand::Info => {
+                Reply::text(self.client_line(&self.record, Instant::now()) + "\n")
+            }
+            ClientCommand::List(filter) => Reply::text(self.client_list(&filter)),
+            ClientCommand::KillAddr(addr) => {
+                let filters = KillFilters {
+                    id: None,
+                    addr: Some(addr),
+                    laddr: None,
+                    matches_none: false,
+                    skip_me: false,
+                };
+                match self.kill(&filters) {
+                    0 => Reply::error("ERR No such client"),
+                    _ => Reply::OK,
+                }
+            }
+            ClientCommand::Kill(filters) => Reply::Integer(self.kill(&filters) as i64),
+        }
+    }
+
+    /// Kills the node's connections that match `filters` (this one's task closes it after
+    /// sending this reply); returns how many.
+    fn kill(&self, filters: &KillFilters) -> usize {
+        let records = match &self.registry {
+            Some(registry) => registry.records(),
+            None => vec![Arc::clone(&self.record)],
+        };
+        let spared = |record: &ClientRecord| {
+            filters.matches_none || (filters.skip_me && record.id == self.id)
+        };
+        let matching = records.iter().filter(|record| {
+            !spared(record)
+                && filters.id.is_none_or(|id| id == record.id)
+                && filters.addr.as_ref().is_none_or(|a| *a == record.addr)
+                && filters.laddr.as_ref().is_none_or(|a| *a == record.laddr)
+        });
+        let mut killed = 0;
+        for record in matching {
+            record.kill();
+            killed += 1;
+        }
+        killed
+    }
+
+    /// The line of `record`, with this connection's request when it is this connection's.
+    fn client_line(&self, record: &ClientRecord, now: Instant) -> String {
+        if record.id != self.id {
+            return record.line(now, None, -1);
+        }
+        let multi = self
+            .queue
+            .as_ref()
+            .map_or(-1, |q| q.transaction.requests.len() as i64);
+        record.line(now, Some(self.current_request), multi)
+    }
+
+    /// CLIENT LIST: one line per connection of the node (bounded by `maxclients`), each ended
+    /// by a newline.
+    fn client_list(&self, filter: &ClientFilter) -> String {
+        let records = match &self.registry {
+            Some(registry) => registry.records(),
+            None => vec![Arc::clone(&self.record)],
+        };
+        let now = Instant::now();
+        let mut list = String::new();
+        for record in records.iter().filter(|r| filter.admits(r.id)) {
+            list.push_str(&self.client_line(record, now));
+            list.push('\n');
+        }
+        list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_has_redis_s_fields_in_redis_s_order() {
+        let record = ClientRecord::new(7, "127.0.0.1:5000".into(), "127.0.0.1:6379".into(), 9);
+        record.state().last_command = "client|list".into();
+        let args = [Bytes::from_static(b"client"), Bytes::from_static(b"list")];
+        assert_eq!(request_bytes(&args), 26);
+        let line = record.line(Instant::now(), Some((26, 10)), -1);
+        assert!(
+            line.starts_with(
+                "id=7 addr=127.0.0.1:5000 laddr=127.0.0.1:6379 fd=9 name= age=0 idle=0 flags=N \
+                 db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=26 qbuf-free=0 argv-mem=10 multi-mem=0"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("events=r cmd=client|list user=default redir=-1 resp=2"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_dropped_registration_removes_the_record() {
+        let registry = Arc::new(ClientRegistry::default());
+        let first = registry.register(Arc::new(ClientRecord::new(1, "a".into(), "".into(), -1)));
+        let second = registry.register(Arc::new(ClientRecord::new(2, "b".into(), "".into(), -1)));
+        assert_eq!(registry.records().len(), 2);
+        drop(first);
+        let ids: Vec<u64> = registry.records().iter().map(|r| r.id).collect();
+        assert_eq!(ids, [2]);
+        drop(second);
+        assert!(registry.records().is_empty());
+    }
+}
