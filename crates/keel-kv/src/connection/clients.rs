@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::Notify;
 
 use super::ClientConnection;
 use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters};
@@ -29,9 +28,10 @@ pub struct ClientRecord {
     pub fd: i64,
     created: Instant,
     state: Mutex<ClientState>,
-    /// Set by CLIENT KILL; the connection's task waits on `kill_signal` to close.
+    /// Set by CLIENT KILL; the connection's task waits for it ([`Self::killed`]), woken through
+    /// the waker it left (std only: this module is built without tokio for the simulator).
     kill_flag: AtomicBool,
-    kill_signal: Notify,
+    kill_waker: Mutex<Option<std::task::Waker>>,
 }
 
 /// The fields a connection changes as it runs.
@@ -55,7 +55,7 @@ impl ClientRecord {
             laddr,
             fd,
             kill_flag: AtomicBool::new(false),
-            kill_signal: Notify::new(),
+            kill_waker: Mutex::new(None),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -71,15 +71,31 @@ impl ClientRecord {
     /// Tells the connection's task to close once it has sent what it was answered.
     pub fn kill(&self) {
         self.kill_flag.store(true, Ordering::Release);
-        // A permit is kept if the task is not waiting now.
-        self.kill_signal.notify_one();
+        let waker = self
+            .kill_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// Returns once [`Self::kill`] was called (at once if it was already).
     pub async fn killed(&self) {
-        if !self.kill_flag.load(Ordering::Acquire) {
-            self.kill_signal.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            if self.kill_flag.load(Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            *self.kill_waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+            // Checked again once the waker is in place: a kill in between is not lost.
+            if self.kill_flag.load(Ordering::Acquire) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
     }
 
     /// The changing fields (nothing panics while holding the lock, so poisoning is ignored).
