@@ -931,20 +931,7 @@ fn tool(program: &str, install: &str) {
 }
 
 fn run(program: &str, args: &[&str]) -> (String, String) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}\nstdout: {stdout}\nstderr: {stderr}",
-        out.status
-    );
-    (stdout, stderr)
+    process::run_program(program, args, None)
 }
 
 const PY_CLIENT: &str = r#"

@@ -6,8 +6,6 @@
 
 mod process;
 
-use std::process::Command;
-
 use process::{Cluster, TempDir};
 
 /// ioredis's major version: its API for what the script uses is stable across it.
@@ -80,21 +78,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 "#;
 
 fn run(program: &str, args: &[&str], dir: &std::path::Path) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e} (scripts/test installs nodejs and npm)"));
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}\nstdout: {stdout}\nstderr: {stderr}",
-        out.status
-    );
-    stdout
+    process::run_program(program, args, Some(dir)).0
 }
 
 #[test]

@@ -114,6 +114,29 @@ pub fn info_field(port: u16, section: &str, key: &str) -> u64 {
     })
 }
 
+/// Runs `program` (in `dir`, if given) to completion and returns its stdout and stderr; fails
+/// the test, showing both, if it cannot start or exits unsuccessfully.
+pub fn run_program(program: &str, args: &[&str], dir: Option<&Path>) -> (String, String) {
+    let mut command = Command::new(program);
+    command.args(args);
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let out = command.output().unwrap_or_else(|e| {
+        panic!("run {program}: {e} (scripts/test installs the tools tests run)")
+    });
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
 /// SET over [`raw_request`] until acknowledged (TRYAGAIN while leadership settles is fine;
 /// nothing else is).
 pub fn raw_set(port: u16, key: &str, value: &str) {
