@@ -464,10 +464,23 @@ pub enum ClientCommand {
     Info,
     /// `CLIENT LIST [TYPE type] [ID id ...]`.
     List(ClientFilter),
+    /// `CLIENT REPLY ON | OFF | SKIP`: which of the connection's replies are sent.
+    Reply(ReplyMode),
     /// `CLIENT KILL ip:port` (`+OK`, or an error if no connection has that address).
     KillAddr(String),
     /// `CLIENT KILL filter value [filter value ...]` (the number killed).
     Kill(KillFilters),
+}
+
+/// `CLIENT REPLY`'s modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every reply is sent (the default).
+    On,
+    /// No reply is sent, this one's included, until `CLIENT REPLY ON`.
+    Off,
+    /// This one's reply and the next request's are not sent.
+    Skip,
 }
 
 /// CLIENT KILL's filters, all of which a connection must match.

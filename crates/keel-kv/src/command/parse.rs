@@ -11,7 +11,8 @@ use super::parse_strings::{
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
     CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, LocalCommand,
-    ReadCommand, SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey, WriteCommand,
+    ReadCommand, ReplyMode, SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey,
+    WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -376,6 +377,16 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
         parse_client_list(args).map(ClientCommand::List)
     } else if is(sub, "KILL") {
         parse_client_kill(args)
+    } else if is(sub, "REPLY") {
+        exact(1, "reply")?;
+        let modes = [
+            ("ON", ReplyMode::On),
+            ("OFF", ReplyMode::Off),
+            ("SKIP", ReplyMode::Skip),
+        ];
+        let mode = modes.iter().find(|(word, _)| is(&args[0], word));
+        mode.map(|&(_, mode)| ClientCommand::Reply(mode))
+            .ok_or(CommandError::Syntax)
     } else {
         Err(CommandError::UnknownSubcommand {
             command: "CLIENT",

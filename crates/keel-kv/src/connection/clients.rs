@@ -13,7 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::ClientConnection;
-use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters};
+use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters, ReplyMode};
 use crate::resp::Reply;
 
 /// What one connection shows in CLIENT LIST.
@@ -215,6 +215,12 @@ impl ClientConnection {
         &self.record
     }
 
+    /// The mode a CLIENT REPLY answered since the last call asked for: the server applies it
+    /// once every earlier reply is sent, before this one's.
+    pub fn take_reply_mode(&mut self) -> Option<ReplyMode> {
+        self.reply_mode.take()
+    }
+
     pub(super) fn set_name(&mut self, name: Bytes) {
         self.record.state().name = String::from_utf8_lossy(&name).into_owned();
         self.name = (!name.is_empty()).then_some(name);
@@ -244,6 +250,10 @@ impl ClientConnection {
                 Reply::text(self.client_line(&self.record, Instant::now()) + "\n")
             }
             ClientCommand::List(filter) => Reply::text(self.client_list(&filter)),
+            ClientCommand::Reply(mode) => {
+                self.reply_mode = Some(mode);
+                Reply::OK
+            }
             ClientCommand::KillAddr(addr) => {
                 let filters = KillFilters {
                     id: None,

@@ -127,7 +127,8 @@ fn summary(name: &str) -> &'static str {
         "command" => "Describes the commands keel knows.",
         "client" => {
             "Names the connection and describes it (SETNAME, GETNAME, SETINFO, ID, INFO); LIST \
-             describes the node's connections, KILL closes them (ID, ADDR, LADDR, SKIPME)."
+             describes the node's connections, KILL closes them (ID, ADDR, LADDR, SKIPME), REPLY \
+             ON | OFF | SKIP silences replies."
         }
         "config" => {
             "CONFIG GET / SET: the node's settings in Redis terms (SET: maxmemory, timeout, \

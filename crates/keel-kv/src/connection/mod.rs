@@ -200,6 +200,8 @@ pub struct ClientConnection {
     registry: Option<Arc<ClientRegistry>>,
     /// The request being answered: its bytes as received and its arguments' bytes.
     current_request: (usize, usize),
+    /// Set by CLIENT REPLY, taken by the server ([`Self::take_reply_mode`]).
+    reply_mode: Option<crate::command::ReplyMode>,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -250,6 +252,7 @@ impl ClientConnection {
             record: Arc::new(ClientRecord::new(id, peer_addr.into(), String::new(), -1)),
             registry: None,
             current_request: (0, 0),
+            reply_mode: None,
             protocol: ProtocolVersion::Resp2,
             name: None,
             limits,

@@ -855,3 +855,24 @@ fn transaction_commands_are_in_command_info() {
     assert_eq!(info.len(), 5);
     assert!(info.iter().all(|i| matches!(i, Reply::Array(_))));
 }
+
+#[test]
+fn client_reply_hands_its_mode_to_the_server_once() {
+    use crate::command::ReplyMode;
+    let mut c = conn();
+    assert_eq!(c.take_reply_mode(), None);
+    for (request, mode) in [
+        ("CLIENT REPLY OFF", ReplyMode::Off),
+        ("CLIENT REPLY skip", ReplyMode::Skip),
+        ("CLIENT REPLY ON", ReplyMode::On),
+    ] {
+        assert_eq!(reply(&mut c, request), Reply::OK);
+        assert_eq!(c.take_reply_mode(), Some(mode), "{request}");
+        assert_eq!(c.take_reply_mode(), None);
+    }
+    assert_eq!(
+        reply(&mut c, "CLIENT REPLY MAYBE"),
+        Reply::error("ERR syntax error")
+    );
+    assert_eq!(c.take_reply_mode(), None);
+}

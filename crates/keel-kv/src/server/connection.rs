@@ -44,6 +44,7 @@ use super::buffers::QueryBuffer;
 use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
 use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
+use crate::command::ReplyMode;
 use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request,
@@ -78,9 +79,21 @@ struct Session<'a> {
     output: BytesMut,
     /// The most `output` held since it was last empty.
     output_peak: usize,
+    /// Which replies CLIENT REPLY keeps from the client.
+    silence: Silence,
     peer: SocketAddr,
     /// The deadlines of the requests awaited in `finish_all`, one timer for all.
     timer: DeadlineTimer,
+}
+
+/// Replies not sent, after CLIENT REPLY OFF or SKIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Silence {
+    None,
+    /// Every reply (OFF).
+    All,
+    /// The next this many (SKIP: its own and the next request's).
+    Next(u8),
 }
 
 /// What waiting on the socket ended with.
@@ -125,6 +138,7 @@ pub(super) async fn serve_connection(
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),
         output_peak: 0,
+        silence: Silence::None,
         peer,
         timer: DeadlineTimer::new(),
     };
@@ -268,6 +282,18 @@ impl Session<'_> {
     /// read past the output limit: then the connection must close (an error). A reply larger
     /// than the limit by itself is replaced by an error.
     fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
+        match self.silence {
+            Silence::None => {}
+            Silence::All => return Ok(()),
+            Silence::Next(n) => {
+                self.silence = if n > 1 {
+                    Silence::Next(n - 1)
+                } else {
+                    Silence::None
+                };
+                return Ok(());
+            }
+        }
         let limit = self.ctx.client_limits.output_buffer_bytes;
         let size = reply.encoded_len_max();
         if size > limit {
@@ -355,6 +381,16 @@ impl Session<'_> {
             NodeStatus::default()
         };
         let mut dispatch = self.connection.dispatch(&args, &Fetched(status));
+        if let Some(mode) = self.connection.take_reply_mode() {
+            // Every earlier reply is sent (or not) under the mode before; this one's is not
+            // pushed yet.
+            self.finish_all().await?;
+            self.silence = match mode {
+                ReplyMode::On => Silence::None,
+                ReplyMode::Off => Silence::All,
+                ReplyMode::Skip => Silence::Next(2),
+            };
+        }
         if self.ctx.out_of_memory(may_grow_memory(&dispatch)).await {
             // As Redis: the write (or the whole transaction) is refused, nothing of it runs.
             dispatch = Dispatch::Reply(Reply::error(super::OOM));
