@@ -20,7 +20,7 @@ mod validate;
 pub use config::Config;
 pub use durability::Write;
 pub use membership::{Membership, MembershipChange};
-pub use message::{AppendResult, Message, MessageBody};
+pub use message::{AppendResult, FollowerClock, LeaderClock, Message, MessageBody};
 pub use node::{
     CommitStatus, FollowerProgress, ProposeError, RaftNode, ReadError, ReadState, Ready,
     RecoveredState, Role, Status,
@@ -74,10 +74,14 @@ pub enum Mutation {
     /// the configuration (nor after a snapshot skipped its history): a member added back with
     /// a new disk is refused for good.
     KeepDepartedIncarnations,
+    /// The leader reports a follower's clock offset as the middle of its measured interval,
+    /// which a slow or lopsided network can move beyond the truth, instead of the value nearest
+    /// zero.
+    ClockOffsetMidpoint,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -90,6 +94,7 @@ impl Mutation {
         Mutation::DedupOff,
         Mutation::ForwardRetryNewId,
         Mutation::KeepDepartedIncarnations,
+        Mutation::ClockOffsetMidpoint,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +111,7 @@ impl Mutation {
             Mutation::DedupOff => "dedup-off",
             Mutation::ForwardRetryNewId => "forward-retry-new-id",
             Mutation::KeepDepartedIncarnations => "keep-departed-incarnations",
+            Mutation::ClockOffsetMidpoint => "clock-offset-midpoint",
         }
     }
 

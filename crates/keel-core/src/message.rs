@@ -42,6 +42,7 @@ pub enum MessageBody {
     Heartbeat {
         commit: Index,
         read_round: u64,
+        clock: LeaderClock,
     },
     /// `lagging`: the heartbeat's commit index is beyond what this node has proven to match
     /// the leader in this term (it restarted, or lost entries it had acknowledged, S29); the
@@ -49,6 +50,7 @@ pub enum MessageBody {
     HeartbeatResponse {
         read_round: u64,
         lagging: bool,
+        clock: FollowerClock,
     },
     /// Tells the leadership-transfer target to campaign at once.
     TimeoutNow,
@@ -58,6 +60,29 @@ pub enum MessageBody {
     InstallSnapshot {
         meta: SnapshotMeta,
     },
+}
+
+/// The wall-clock readings a heartbeat carries, in ms since the Unix epoch, from which the leader
+/// measures each follower's clock offset (keel-engine's `clock` module). The core has no wall
+/// clock: it sends zeros, the runtime writes the readings on the way out, and the core only
+/// echoes `sent_at_ms` in the response. Zero means "not measured".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaderClock {
+    /// The leader's clock when it sent the heartbeat.
+    pub sent_at_ms: u64,
+    /// The leader's latest measurement of the receiver's clock minus its own, the value of the
+    /// measurement's interval nearest zero (so it never overstates an offset); `None` when it has
+    /// none, or when its own clock is the one a majority of voters disagree with.
+    pub your_offset_ms: Option<i64>,
+}
+
+/// The readings a heartbeat's response carries (see [`LeaderClock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowerClock {
+    /// The heartbeat's `sent_at_ms`, echoed by the core.
+    pub echo_sent_at_ms: u64,
+    /// The follower's clock when it sent the response.
+    pub answered_at_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

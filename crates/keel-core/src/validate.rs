@@ -152,6 +152,7 @@ impl RaftNode {
             MessageBody::HeartbeatResponse {
                 read_round,
                 lagging,
+                ..
             } => msg.term > local_term && (read_round != 0 || lagging),
             _ => false,
         };

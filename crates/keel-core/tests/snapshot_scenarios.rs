@@ -412,6 +412,7 @@ fn s22_paginated_apply_never_lowers_commit_and_hands_out_each_entry_once() {
                 MessageBody::Heartbeat {
                     commit: 150,
                     read_round: 0,
+                    clock: Default::default(),
                 },
             );
             assert_eq!(s.node.commit_index(), 260);

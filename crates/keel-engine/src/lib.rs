@@ -9,6 +9,8 @@
 //! - [`NodeEngine`] (`node.rs`): a `Ready` routed to a [`Shell`] in two phases (messages out and
 //!   the write to persist, then committed entries, restores, reads and snapshot sends), proposals
 //!   with their bounds and their answers, ReadIndex reads, startup replay.
+//! - [`ClockWatch`] (`clock.rs`): each follower's clock offset from the leader's, measured on
+//!   heartbeats, and the hold on the campaigns of a node whose clock is too far off.
 //! - [`Applier`] and [`ApplyQueue`] (`apply.rs`): the one ordered apply pipeline (entries,
 //!   snapshot restores, reads, snapshot requests), its order checks and the snapshot policy.
 //! - [`StateMachine`] and [`SnapshotWriter`] (`state_machine.rs`): what the application supplies.
@@ -24,6 +26,7 @@
 //! deliberately broken branches of this code, so the simulator can show it catches them.
 
 mod apply;
+mod clock;
 mod error;
 pub mod handshake;
 mod node;
@@ -33,6 +36,7 @@ mod storage;
 pub mod transfer;
 
 pub use apply::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
+pub use clock::{ClockEvent, ClockPolicy, ClockReading, ClockStatus, ClockWatch};
 pub use error::ClientError;
 pub use node::{EngineLimits, NodeEngine, Shell};
 pub use snapshot::{adoption, install_message, Adoption, SnapshotWriting};

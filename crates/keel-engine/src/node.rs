@@ -27,6 +27,7 @@ use keel_core::{
 };
 
 use crate::apply::ApplyItem;
+use crate::clock::{ClockPolicy, ClockWatch};
 use crate::error::ClientError;
 
 /// The effects of the engine's decisions. `Reply` answers a proposer, `Read` is a read waiting
@@ -85,12 +86,19 @@ pub struct NodeEngine<P, R> {
     replay_target: Index,
     replay_entries: u64,
     serving: bool,
+    clock: ClockWatch,
 }
 
 impl<P, R> NodeEngine<P, R> {
     /// A node whose state machine holds the log up to `applied` and that must replay up to
     /// `replay_target` (its persisted commit index) before it serves.
-    pub fn new(id: NodeId, limits: EngineLimits, applied: Index, replay_target: Index) -> Self {
+    pub fn new(
+        id: NodeId,
+        limits: EngineLimits,
+        clock: ClockPolicy,
+        applied: Index,
+        replay_target: Index,
+    ) -> Self {
         NodeEngine {
             id,
             limits,
@@ -102,6 +110,7 @@ impl<P, R> NodeEngine<P, R> {
             replay_target,
             replay_entries: 0,
             serving: false,
+            clock: ClockWatch::new(clock),
         }
     }
 
@@ -138,15 +147,23 @@ impl<P, R> NodeEngine<P, R> {
         true
     }
 
-    /// Phase 1 of a `Ready`: sends its messages and returns its write, for storage.
-    pub fn start_ready<T>(&mut self, ready: &mut Ready, shell: &mut T) -> Option<Write>
+    /// Phase 1 of a `Ready`: sends its messages, with this node's clock `now_ms` written into
+    /// heartbeats and their responses, and returns its write, for storage.
+    pub fn start_ready<T>(&mut self, ready: &mut Ready, now_ms: u64, shell: &mut T) -> Option<Write>
     where
         T: Shell<Reply = P, Read = R>,
     {
-        for msg in ready.messages.drain(..) {
+        for mut msg in ready.messages.drain(..) {
+            self.clock.stamp(&mut msg, now_ms);
             shell.send(msg);
         }
         ready.write.take()
+    }
+
+    /// This node's clock measurements and campaign hold: the shell hands it the readings of
+    /// stepped messages (`ClockWatch::heard`) and its clock at every tick (`ClockWatch::tick`).
+    pub fn clock(&mut self) -> &mut ClockWatch {
+        &mut self.clock
     }
 
     /// Phase 2 of a `Ready` (after [`Self::start_ready`] and the write handed to storage).

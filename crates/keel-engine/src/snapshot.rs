@@ -148,6 +148,7 @@ mod tests {
             body: MessageBody::Heartbeat {
                 commit: 0,
                 read_round: 0,
+                clock: Default::default(),
             },
         };
         follower.step(heartbeat(1, 2));

@@ -354,6 +354,7 @@ impl Harness {
             MessageBody::Heartbeat { read_round, .. } => MessageBody::HeartbeatResponse {
                 read_round: *read_round,
                 lagging: !granted,
+                clock: Default::default(),
             },
             MessageBody::TimeoutNow => return,
             _ => return,
@@ -407,10 +408,12 @@ impl Harness {
             6 => MessageBody::Heartbeat {
                 commit: self.index(input),
                 read_round: number(input, 0),
+                clock: Default::default(),
             },
             7 => MessageBody::HeartbeatResponse {
                 read_round: number(input, 0),
                 lagging: input.bool(),
+                clock: Default::default(),
             },
             8 => MessageBody::TimeoutNow,
             _ => MessageBody::InstallSnapshot {
@@ -551,6 +554,7 @@ fn heartbeat(from: NodeId, term: Term) -> Message {
         MessageBody::Heartbeat {
             commit: 0,
             read_round: 0,
+            clock: Default::default(),
         },
     )
 }

@@ -134,10 +134,12 @@ fn sample_messages() -> Vec<Message> {
         MessageBody::Heartbeat {
             commit: 7,
             read_round: 3,
+            clock: Default::default(),
         },
         MessageBody::HeartbeatResponse {
             read_round: 3,
             lagging: true,
+            clock: Default::default(),
         },
         MessageBody::TimeoutNow,
         MessageBody::InstallSnapshot {

@@ -115,7 +115,8 @@ fn fields(text: &str) -> Vec<(&str, &str)> {
 }
 
 /// One row per node given: role, term, leader, commit, applied, lag behind the highest commit
-/// index seen, digest.
+/// index seen, clock offset from the leader's (`held` when it keeps the node from campaigning,
+/// `outlier` for a leader a majority's clocks disagree with), digest.
 pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
     let mut rows = Vec::new();
     for addr in addrs {
@@ -135,7 +136,7 @@ pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
         .unwrap_or(0);
     let mut table = Table::new();
     table.set_header([
-        "address", "node", "role", "term", "leader", "commit", "applied", "lag", "digest",
+        "address", "node", "role", "term", "leader", "commit", "applied", "lag", "clock", "digest",
     ]);
     let mut ok = true;
     for (addr, reply) in rows {
@@ -162,6 +163,7 @@ pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
                     get("commit_index"),
                     applied,
                     lag,
+                    clock_cell(&get),
                     get("state_digest"),
                 ]);
             }
@@ -181,4 +183,20 @@ pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The clock column of `keel status`: the offset from the leader's clock in ms, with what it
+/// means for the node.
+fn clock_cell(get: &dyn Fn(&str) -> String) -> String {
+    let mut cell = match get("clock_offset_ms").as_str() {
+        "" | "?" => "-".to_string(),
+        ms => format!("{ms} ms"),
+    };
+    if get("campaigns_held") == "1" {
+        cell.push_str(" held");
+    }
+    if get("clock_outlier") == "1" {
+        cell.push_str(" outlier");
+    }
+    cell
 }

@@ -204,6 +204,10 @@ struct Tunables {
     /// log's time is what expiry is judged by) [default: 100].
     #[arg(long)]
     time_tick_ms: Option<u64>,
+    /// A node whose clock is further than this from its leader's (measured on heartbeats) does
+    /// not campaign; 0 only measures [default: 500].
+    #[arg(long)]
+    max_clock_offset_ms: Option<u64>,
     /// Take a snapshot after at most this many entries applied since the last one [default:
     /// 1000000].
     #[arg(long)]
@@ -466,6 +470,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         time_tick_ms: args.tunables.time_tick_ms,
+        max_clock_offset_ms: args.tunables.max_clock_offset_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
         snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
         snapshot_log_ratio: args.tunables.snapshot_log_ratio,
@@ -604,6 +609,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 time_tick_ms: args.tunables.time_tick_ms,
+                max_clock_offset_ms: args.tunables.max_clock_offset_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_log_ratio: args.tunables.snapshot_log_ratio,

@@ -78,6 +78,7 @@ fn heartbeat(from: u64, to: u64, term: u64) -> Message {
         body: MessageBody::Heartbeat {
             commit: 0,
             read_round: 0,
+            clock: Default::default(),
         },
     }
 }

@@ -27,6 +27,8 @@ pub struct NodeStatus {
     pub dropped_messages: u64,
     /// Peer messages dropped because no honest peer sends them (`RaftNode::validate`).
     pub refused_messages: u64,
+    /// Clock offsets measured on heartbeats and whether this node's campaigns are held.
+    pub clock: keel_engine::ClockStatus,
 }
 
 /// What startup replayed through the apply pipeline before serving.

@@ -125,6 +125,7 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
     let heartbeat = MessageBody::Heartbeat {
         commit: 0,
         read_round: 0,
+        clock: Default::default(),
     };
     send_as(
         c.addrs[&leader],

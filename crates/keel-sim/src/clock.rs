@@ -7,12 +7,13 @@
 //! ```
 //!
 //! computed in integers (the drift term rounded down), so every run of a seed reads the same
-//! times. Offsets are drawn in `[-OFFSET_MS_MAX, OFFSET_MS_MAX]` and drifts in
-//! `[-DRIFT_PPM_MAX, DRIFT_PPM_MAX]`, per node slot, from a generator of their own derived from
+//! times. Offsets are drawn in `[-spread, spread]`, the spread one of `OFFSET_SPREADS_MS` per
+//! seed (at most `OFFSET_MS_MAX`), and drifts in `[-DRIFT_PPM_MAX, DRIFT_PPM_MAX]`, per node slot, from a generator of their own derived from
 //! the seed (as `Params::draw_every_size` does): the run's generator is not touched, so adding
 //! clocks shifted no other draw. A clock is hardware: a crash or a wiped disk keeps it.
 //!
-//! The clock is what a node stamps the entries it proposes with (keel-kv's
+//! The clock is what heartbeats carry for measuring offsets (`clock_watch.rs`) and what a node
+//! stamps the entries it proposes with (keel-kv's
 //! `Pipeline::take_batch`): the state machine's time (`KvStateMachine::log_time_ms`) is derived
 //! from the stamps in the log, so it must agree on every replica whatever their clocks say, and
 //! the state-digest invariant (which covers it) checks that at every applied index.
@@ -46,14 +47,20 @@ impl WallClock {
     }
 }
 
-/// The clocks of node slots 1..=`nodes` of `seed`: slot i's clock is the i-th draw, whatever the
-/// number of slots.
+/// How far apart a seed's clocks may be: each seed draws one of these as its offsets' bound, so
+/// that some seeds keep every clock within the nodes' 500 ms bound on offsets
+/// (`ClockPolicy::MAX_OFFSET_MS_DEFAULT`), some have a few pairs beyond it, and some most.
+pub const OFFSET_SPREADS_MS: [i64; 3] = [100, 400, OFFSET_MS_MAX];
+
+/// The clocks of node slots 1..=`nodes` of `seed`: slot i's clock is the i-th draw after the
+/// seed's spread, whatever the number of slots.
 pub fn draw_clocks(seed: u64, nodes: usize) -> Vec<WallClock> {
     // "clock_sk": a generator of its own (see the module documentation).
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636c_6f63_6b5f_736b);
+    let spread_ms = OFFSET_SPREADS_MS[rng.random_range(0..OFFSET_SPREADS_MS.len())];
     (0..nodes)
         .map(|_| WallClock {
-            offset_ms: rng.random_range(-OFFSET_MS_MAX..=OFFSET_MS_MAX),
+            offset_ms: rng.random_range(-spread_ms..=spread_ms),
             drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
         })
         .collect()

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use keel_core::{EntryPayload, Index, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::{
-    Applier, ApplyItem, ApplyQueue, ClientError, EngineLimits, NodeEngine, Shell, SnapshotPolicy,
-    SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
+    Applier, ApplyItem, ApplyQueue, ClientError, ClockPolicy, EngineLimits, NodeEngine, Shell,
+    SnapshotPolicy, SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
 };
 use keel_kv::{KvAdapter, KvStateMachine};
 use rand::Rng;
@@ -114,6 +114,7 @@ impl App {
         applied: Index,
         replay_target: Index,
         snapshot_every_entries: u64,
+        clock: ClockPolicy,
         mutation: Option<keel_core::Mutation>,
     ) -> App {
         let policy = SnapshotPolicy {
@@ -122,8 +123,10 @@ impl App {
             bytes_min: u64::MAX,
             log_to_state_ratio: 0,
         };
+        let mut engine = NodeEngine::new(id, limits(), clock, applied, replay_target);
+        engine.clock().set_mutation(mutation);
         App {
-            engine: NodeEngine::new(id, limits(), applied, replay_target),
+            engine,
             applier: Applier::new(sm, applied, policy),
             queue: ApplyQueue::with_mutation(mutation),
             apply_scheduled: false,

@@ -7,6 +7,7 @@
 
 mod client;
 pub mod clock;
+mod clock_watch;
 mod connection;
 pub mod coverage;
 mod disk;

@@ -130,7 +130,7 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let mut steps = 0;
     let mut violations = 0;
-    let (mut ops, mut expired) = (0, 0);
+    let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
     let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
@@ -138,6 +138,8 @@ fn main() -> ExitCode {
         steps += r.steps;
         ops += r.ops_completed;
         expired += r.keys_expired_by_ticks;
+        holds += r.clock_holds;
+        outliers += r.clock_outliers;
         for line in &r.trace {
             println!("{line}");
         }
@@ -178,7 +180,7 @@ fn main() -> ExitCode {
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} \
-         keys_expired_by_ticks={expired} jobs={jobs}",
+         keys_expired_by_ticks={expired} clock_holds={holds} clock_outliers={outliers} jobs={jobs}",
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs

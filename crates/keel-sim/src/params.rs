@@ -108,6 +108,16 @@ impl Params {
         self.clocks = draw_clocks(seed, self.node_count);
     }
 
+    /// The bound on clock offsets the nodes enforce (the server's default) and how long a
+    /// measurement holds campaigns: twenty election timeouts, as the runtime's ten of its longest
+    /// (twice the base) ones.
+    pub fn clock_policy(&self) -> keel_engine::ClockPolicy {
+        keel_engine::ClockPolicy {
+            max_offset_ms: keel_engine::ClockPolicy::MAX_OFFSET_MS_DEFAULT,
+            hold_ms: 20 * u64::from(self.election_timeout_ticks) * TICK_INTERVAL,
+        }
+    }
+
     /// The parameters drawn before membership of every size existed: 3 or 5 voters, never
     /// fewer than three. Regression seeds recorded before then replay their runs with these.
     pub fn draw_classic(rng: &mut ChaCha8Rng) -> Params {

@@ -42,6 +42,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 end_time: 0,
                 log_time_ms: 0,
                 keys_expired_by_ticks: 0,
+                clock_holds: 0,
+                clock_outliers: 0,
             }
         }
     }
@@ -119,6 +121,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             .max()
             .unwrap_or(0),
         keys_expired_by_ticks: w.keys_expired_by_ticks,
+        clock_holds: w.clock_holds,
+        clock_outliers: w.clock_outliers,
     }
 }
 
@@ -139,6 +143,7 @@ impl World {
                 let serving = self.serving(id);
                 if let (Some(raft), true) = (self.nodes[idx].raft.as_mut(), serving) {
                     raft.tick();
+                    self.clock_tick(id);
                     self.digest_event([2, id, 0, 0]);
                     self.drive(id);
                     self.keep_time(id);
@@ -169,7 +174,11 @@ impl World {
                     // never be sent, however the network delays, duplicates or reorders it.
                     match raft.validate(&msg) {
                         Ok(()) => {
+                            let reading = keel_engine::ClockWatch::reading(&msg);
                             raft.step(msg);
+                            if let Some(reading) = reading {
+                                self.clock_heard(to, from, term, reading);
+                            }
                             self.drive(to);
                         }
                         Err(e @ InvalidMessage::AnswerFromFutureTerm { .. })
@@ -390,7 +399,8 @@ impl World {
     /// one any node holds, committed or not: a leader commits nothing of its term until a
     /// majority holds its entries up to its no-op, however many uncommitted ones come before
     /// it (seed 3001668 at 100,000 steps: two voters, 65 entries committed, and a leader with
-    /// 690 more to ship one per round trip).
+    /// 690 more to ship one per round trip). Nodes whose clocks a leader that then died found too
+    /// far from its own hold their campaigns for the clock policy's `hold_ms` at most.
     pub(crate) fn heal_bound(&self) -> u64 {
         let p = &self.params;
         let et = u64::from(p.election_timeout_ticks) * TICK_INTERVAL;
@@ -406,6 +416,7 @@ impl World {
             .max(self.checker.max_committed());
         let messages = longest_log / p.max_entries_per_message as u64 + 1;
         HEAL_BOUND_ELECTION_TIMEOUTS * et
+            + p.clock_policy().hold_ms
             + snapshot_timeout * TICK_INTERVAL
             + p.client_timeout
             + messages * round_trip

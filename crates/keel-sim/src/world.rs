@@ -184,6 +184,10 @@ pub struct RunReport {
     pub log_time_ms: u64,
     /// Expired keys the leaders' tick entries removed (as their replies counted them).
     pub keys_expired_by_ticks: u64,
+    /// Campaign holds for a clock too far from the leader's, and leaders that found their own
+    /// clock the outlier.
+    pub clock_holds: u64,
+    pub clock_outliers: u64,
 }
 
 pub(crate) struct World {
@@ -205,6 +209,10 @@ pub(crate) struct World {
     pub expiring_writes: u64,
     /// Expired keys removed by tick entries, as their replies say.
     pub keys_expired_by_ticks: u64,
+    /// Times a node held its campaigns because of its clock, and a leader found its own clock
+    /// the outlier (`clock_watch.rs`).
+    pub clock_holds: u64,
+    pub clock_outliers: u64,
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
@@ -279,6 +287,8 @@ impl World {
             healing: false,
             expiring_writes: 0,
             keys_expired_by_ticks: 0,
+            clock_holds: 0,
+            clock_outliers: 0,
             clients,
             history: History::default(),
             checker: Checker::default(),
@@ -458,6 +468,7 @@ impl World {
                     snapshot,
                     replay_target,
                     self.params.snapshot_threshold,
+                    self.params.clock_policy(),
                     self.mutation,
                 ));
                 let departed = DepartedMembers::new(raft.log());
@@ -709,13 +720,14 @@ impl World {
     /// the write to the disk first, then committed entries, restores, reads and snapshot sends.
     fn handle_ready(&mut self, id: NodeId) {
         let idx = (id - 1) as usize;
+        let now_ms = self.wall_ms(id);
         let node = &mut self.nodes[idx];
         let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
             return;
         };
         let mut ready = raft.ready();
         let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
-        let write = engine.start_ready(&mut ready, &mut shell);
+        let write = engine.start_ready(&mut ready, now_ms, &mut shell);
         let sent = std::mem::take(&mut shell.effects);
         engine.finish_ready(raft, ready, &mut shell);
         let effects = shell.effects;

@@ -96,7 +96,7 @@ fn nodes_clocks_differ_and_the_log_time_advances() {
 
 #[test]
 fn sweep_of_seeds_has_no_violation_and_makes_progress() {
-    let (mut committed, mut expired) = (0, 0);
+    let (mut committed, mut expired, mut holds) = (0, 0, 0);
     for seed in 1000..1030 {
         let report = run(&config(seed, false));
         if let Some(v) = &report.violation {
@@ -111,6 +111,7 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
         );
         committed += report.max_commit;
         expired += report.keys_expired_by_ticks;
+        holds += report.clock_holds;
     }
     assert!(
         committed > 30 * 20,
@@ -120,6 +121,11 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     assert!(
         expired > 30,
         "ticks removed {expired} expired keys over 30 seeds"
+    );
+    // Clocks drawn apart: some nodes hold their campaigns, and the cluster stays live.
+    assert!(
+        holds > 10,
+        "{holds} campaign holds for clock offsets over 30 seeds"
     );
 }
 
@@ -246,6 +252,13 @@ fn catches_mutation_storage_complete_before_sync() {
 #[test]
 fn catches_mutation_snapshot_resume_skips_chunk() {
     assert_runtime_mutation_caught("snapshot-resume-skips-chunk");
+}
+
+/// A leader that reports the middle of a follower's measured clock-offset interval overstates
+/// the offset whenever delays are lopsided (`clock_watch.rs`).
+#[test]
+fn catches_mutation_clock_offset_midpoint() {
+    assert_runtime_mutation_caught("clock-offset-midpoint");
 }
 
 /// A gate that never forgets a departed member's storage refuses it for good once it is added

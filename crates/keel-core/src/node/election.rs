@@ -3,7 +3,7 @@
 
 use super::{LeaderState, RaftNode, Role};
 use crate::membership::VoteResult;
-use crate::message::{Message, MessageBody};
+use crate::message::{FollowerClock, Message, MessageBody};
 use crate::progress::Progress;
 use crate::types::{EntryPayload, NodeId, Term};
 
@@ -63,6 +63,7 @@ impl RaftNode {
                     Some(MessageBody::HeartbeatResponse {
                         read_round: 0,
                         lagging: false,
+                        clock: FollowerClock::default(),
                     })
                 }
                 MessageBody::PreVote { .. } => {
@@ -93,8 +94,7 @@ impl RaftNode {
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed_ticks += 1;
         if self.election_elapsed_ticks >= self.randomized_election_timeout_ticks
-            && self.may_campaign()
-            && !self.is_replaying()
+            && self.may_start_election()
         {
             self.start_election(false);
         }
@@ -276,7 +276,7 @@ impl RaftNode {
     }
 
     pub(super) fn on_timeout_now(&mut self) {
-        if self.role != Role::Leader && self.may_campaign() && !self.is_replaying() {
+        if self.role != Role::Leader && self.may_start_election() {
             self.start_election(true);
         }
     }

@@ -203,6 +203,9 @@ pub struct RaftNode {
     /// The commit index recovered at start: until the application has applied it, the node
     /// replays and neither campaigns nor should serve clients (docs/DESIGN.md section 1.3).
     replay_to: Index,
+    /// Set by the runtime while this node must not start elections (its clock is too far from
+    /// the leader's: keel-engine's `clock` module). It still votes.
+    campaigns_held: bool,
     durability: Durability,
 
     election_elapsed_ticks: u32,
@@ -344,6 +347,7 @@ impl RaftNode {
             applied,
             apply_requested: applied,
             replay_to: commit,
+            campaigns_held: false,
             election_elapsed_ticks: 0,
             heartbeat_elapsed_ticks: 0,
             randomized_election_timeout_ticks: timeout,
@@ -405,6 +409,7 @@ impl RaftNode {
                 MessageBody::HeartbeatResponse {
                     read_round,
                     lagging,
+                    ..
                 } => self.on_heartbeat_response(msg.from, read_round, lagging),
                 MessageBody::TimeoutNow => self.on_timeout_now(),
             }
@@ -443,9 +448,20 @@ impl RaftNode {
 
     /// Starts an election at once (used to bootstrap a cluster quickly; normally timeouts do it).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader && self.may_campaign() && !self.is_replaying() {
+        if self.role != Role::Leader && self.may_start_election() {
             self.start_election(false);
         }
+    }
+
+    /// Holds (or releases) this node's campaigns: while held it starts no election, not even
+    /// for a leadership transfer, and still votes and replicates as a follower. A leader keeps
+    /// leading. The runtime holds campaigns while the node's clock is too far from the leader's.
+    pub fn hold_campaigns(&mut self, held: bool) {
+        self.campaigns_held = held;
+    }
+
+    pub fn campaigns_held(&self) -> bool {
+        self.campaigns_held
     }
 
     // ----- outputs -----
@@ -660,6 +676,11 @@ impl RaftNode {
     /// itself and steps down — it stops.
     fn may_campaign(&self) -> bool {
         self.is_voter() || self.log.membership_at(self.commit).is_voter(self.id)
+    }
+
+    /// A voter that has replayed its log and whose campaigns are not held.
+    pub(super) fn may_start_election(&self) -> bool {
+        self.may_campaign() && !self.is_replaying() && !self.campaigns_held
     }
 
     fn committed_and_durable(&self) -> Index {

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::{RaftNode, Role};
-use crate::message::MessageBody;
+use crate::message::{LeaderClock, MessageBody};
 use crate::types::{Index, NodeId};
 
 /// A read that may be served once the state machine has applied `index`.
@@ -107,6 +107,7 @@ impl RaftNode {
                     MessageBody::Heartbeat {
                         commit: commit.min(pr.match_index),
                         read_round: round,
+                        clock: LeaderClock::default(),
                     },
                 )
             })

@@ -2,7 +2,7 @@
 //! check (Raft paper section 5.3, Figure 2) and heartbeats.
 
 use super::{RaftNode, Role};
-use crate::message::{AppendResult, Message, MessageBody};
+use crate::message::{AppendResult, FollowerClock, LeaderClock, Message, MessageBody};
 use crate::progress::ReplicationState;
 use crate::types::{Entry, Index, LogId, NodeId};
 
@@ -28,7 +28,11 @@ impl RaftNode {
                 entries,
                 commit,
             } => self.on_append(msg.from, prev, entries, commit),
-            MessageBody::Heartbeat { commit, read_round } => {
+            MessageBody::Heartbeat {
+                commit,
+                read_round,
+                clock,
+            } => {
                 // The leader sends min(match, commit), a prefix it believes this node holds. Trust
                 // only the prefix an Append of this term proved: after a restart or a disk that
                 // lost acknowledged writes, the log beyond it may hold stale entries (S29).
@@ -39,6 +43,10 @@ impl RaftNode {
                     MessageBody::HeartbeatResponse {
                         read_round,
                         lagging: commit > proven,
+                        clock: FollowerClock {
+                            echo_sent_at_ms: clock.sent_at_ms,
+                            answered_at_ms: 0,
+                        },
                     },
                 );
                 self.send_after_term_persisted(reply);
@@ -277,6 +285,7 @@ impl RaftNode {
                 MessageBody::Heartbeat {
                     commit: commit.min(pr.match_index),
                     read_round: round,
+                    clock: LeaderClock::default(),
                 },
             ));
             match pr.state {

@@ -247,6 +247,7 @@ fn from_changed_storage_only_what_promises_nothing_is_heard() {
         MessageBody::Heartbeat {
             commit: 3,
             read_round: 1,
+            clock: Default::default(),
         },
         MessageBody::Append {
             prev: LogId::default(),
@@ -272,6 +273,7 @@ fn from_changed_storage_only_what_promises_nothing_is_heard() {
         MessageBody::HeartbeatResponse {
             read_round: 1,
             lagging: false,
+            clock: Default::default(),
         },
     ];
     for body in &promises {

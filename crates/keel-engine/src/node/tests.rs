@@ -6,6 +6,7 @@ use keel_core::{Config, Index, Message, NodeId, RaftNode, Role, SnapshotMeta, Te
 
 use super::{EngineLimits, NodeEngine, Shell};
 use crate::apply::ApplyItem;
+use crate::clock::ClockPolicy;
 use crate::error::ClientError;
 
 /// Records every effect, in order.
@@ -54,6 +55,11 @@ impl Shell for Recorder {
     }
 }
 
+const CLOCK: ClockPolicy = ClockPolicy {
+    max_offset_ms: 500,
+    hold_ms: 10_000,
+};
+
 fn limits() -> EngineLimits {
     EngineLimits {
         pending_proposals_max: 4,
@@ -66,7 +72,7 @@ fn limits() -> EngineLimits {
 fn leader() -> (RaftNode, NodeEngine<u32, u32>, Recorder) {
     let state = MemStorage::new_cluster([1]).recover().unwrap();
     let mut raft = RaftNode::new(Config::new(1), state).unwrap();
-    let mut engine = NodeEngine::new(1, limits(), 0, 0);
+    let mut engine = NodeEngine::new(1, limits(), CLOCK, 0, 0);
     let mut shell = Recorder::default();
     for _ in 0..100 {
         raft.tick();
@@ -85,7 +91,7 @@ fn leader() -> (RaftNode, NodeEngine<u32, u32>, Recorder) {
 fn drain(raft: &mut RaftNode, engine: &mut NodeEngine<u32, u32>, shell: &mut Recorder) {
     while raft.has_ready() {
         let mut ready = raft.ready();
-        if let Some(write) = engine.start_ready(&mut ready, shell) {
+        if let Some(write) = engine.start_ready(&mut ready, 0, shell) {
             shell.effects.push("persist".into());
             raft.persisted(write.id);
         }
@@ -149,7 +155,7 @@ fn a_read_waits_for_its_round_and_goes_behind_the_entries_it_needs() {
     config.max_unapplied_entries = 1;
     let state = MemStorage::new_cluster([1]).recover().unwrap();
     let mut raft = RaftNode::new(config, state).unwrap();
-    let mut engine = NodeEngine::new(1, limits(), 0, 0);
+    let mut engine = NodeEngine::new(1, limits(), CLOCK, 0, 0);
     while raft.role() != Role::Leader || raft.commit_index() == 0 {
         raft.tick();
         drain(&mut raft, &mut engine, &mut shell);
@@ -165,7 +171,7 @@ fn a_read_waits_for_its_round_and_goes_behind_the_entries_it_needs() {
     // three.
     while raft.has_ready() {
         let mut ready = raft.ready();
-        if let Some(write) = engine.start_ready(&mut ready, &mut shell) {
+        if let Some(write) = engine.start_ready(&mut ready, 0, &mut shell) {
             raft.persisted(write.id);
         }
         engine.finish_ready(&raft, ready, &mut shell);
@@ -179,7 +185,7 @@ fn a_read_waits_for_its_round_and_goes_behind_the_entries_it_needs() {
     );
     engine.read(&mut raft, 5, &mut shell);
     let mut ready = raft.ready();
-    engine.start_ready(&mut ready, &mut shell);
+    engine.start_ready(&mut ready, 0, &mut shell);
     engine.finish_ready(&raft, ready, &mut shell);
     assert!(
         !shell.effects.contains(&"read 5".to_string()),
@@ -212,7 +218,7 @@ fn reads_beyond_the_bound_and_on_a_follower_are_refused() {
     );
     let state = MemStorage::new_cluster([1, 2, 3]).recover().unwrap();
     let mut follower = RaftNode::new(Config::new(2), state).unwrap();
-    let mut engine = NodeEngine::<u32, u32>::new(2, limits(), 0, 0);
+    let mut engine = NodeEngine::<u32, u32>::new(2, limits(), CLOCK, 0, 0);
     let mut shell = Recorder::default();
     engine.read(&mut follower, 9, &mut shell);
     assert!(shell.effects[0].starts_with("refuse read 9 NotLeader"));
@@ -224,7 +230,7 @@ fn a_leaders_appends_leave_before_its_write_is_handed_to_storage() {
     let mut config = Config::new(1);
     config.pre_vote = false;
     let mut raft = RaftNode::new(config, state).unwrap();
-    let mut engine = NodeEngine::<u32, u32>::new(1, limits(), 0, 0);
+    let mut engine = NodeEngine::<u32, u32>::new(1, limits(), CLOCK, 0, 0);
     let mut shell = Recorder::default();
     while raft.role() != Role::Candidate {
         raft.tick();
@@ -240,7 +246,7 @@ fn a_leaders_appends_leave_before_its_write_is_handed_to_storage() {
     shell.effects.clear();
     // The new leader's first Ready: its entry goes out to node 2 and to its own disk.
     let mut ready = raft.ready();
-    let write = engine.start_ready(&mut ready, &mut shell);
+    let write = engine.start_ready(&mut ready, 0, &mut shell);
     assert!(write.is_some_and(|w| !w.entries.is_empty()));
     assert_eq!(shell.effects, vec!["send 2".to_string()]);
     engine.finish_ready(&raft, ready, &mut shell);
@@ -264,10 +270,10 @@ fn stopping_answers_every_waiting_proposal_unknown() {
 fn replay_ends_once_the_target_is_applied() {
     let state = MemStorage::new_cluster([1]).recover().unwrap();
     let raft = RaftNode::new(Config::new(1), state).unwrap();
-    let mut engine = NodeEngine::<u32, u32>::new(1, limits(), 0, 0);
+    let mut engine = NodeEngine::<u32, u32>::new(1, limits(), CLOCK, 0, 0);
     assert!(engine.check_replay_done(&raft));
     assert!(!engine.check_replay_done(&raft), "only once");
-    let mut waiting = NodeEngine::<u32, u32>::new(1, limits(), 0, 3);
+    let mut waiting = NodeEngine::<u32, u32>::new(1, limits(), CLOCK, 0, 3);
     assert!(!waiting.check_replay_done(&raft));
     assert!(!waiting.serving());
 }

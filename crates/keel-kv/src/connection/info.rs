@@ -38,6 +38,15 @@ pub struct NodeStatus {
     /// The state machine's time at `applied_index`: the highest entry stamp applied, in ms since
     /// the Unix epoch (0: no entry carried one). The same on every node at the same index.
     pub log_time_ms: u64,
+    /// This node's clock minus its leader's, as the leader last measured it on heartbeats
+    /// (None: no current measurement).
+    pub clock_offset_ms: Option<i64>,
+    /// Whether this node holds its campaigns because that offset exceeds `max-clock-offset-ms`.
+    pub campaigns_held: bool,
+    /// As leader: whether its clock is beyond the bound from a majority of the voters' clocks.
+    pub clock_outlier: bool,
+    /// As leader: each follower's measured clock offset, `id=ms`.
+    pub follower_clock_offsets: Vec<(u64, i64)>,
     /// Keys in the state machine at `applied_index` (expired ones not yet removed included, as
     /// Redis counts them).
     pub keys: u64,
@@ -169,6 +178,18 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
         format_args!("{:016x}", status.state_digest),
     );
     line(&mut out, "log_time_ms", status.log_time_ms);
+    match status.clock_offset_ms {
+        Some(ms) => line(&mut out, "clock_offset_ms", ms),
+        None => line(&mut out, "clock_offset_ms", ""),
+    }
+    line(&mut out, "campaigns_held", u8::from(status.campaigns_held));
+    line(&mut out, "clock_outlier", u8::from(status.clock_outlier));
+    let offsets: Vec<String> = status
+        .follower_clock_offsets
+        .iter()
+        .map(|(id, ms)| format!("{id}={ms}"))
+        .collect();
+    line(&mut out, "follower_clock_offsets_ms", offsets.join(","));
     out
 }
 

@@ -150,6 +150,8 @@ pub struct ServeSettings {
     pub heartbeat_ms: Option<u64>,
     /// How far the log's time may lag the leader's clock before it commits a tick entry.
     pub time_tick_ms: Option<u64>,
+    /// The largest clock offset from the leader's with which a node campaigns (0: only measure).
+    pub max_clock_offset_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
     pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_log_ratio: Option<u64>,
@@ -207,6 +209,7 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             time_tick_ms: self.time_tick_ms.or(file.time_tick_ms),
+            max_clock_offset_ms: self.max_clock_offset_ms.or(file.max_clock_offset_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
             snapshot_threshold_bytes: self
                 .snapshot_threshold_bytes
@@ -306,6 +309,7 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             time_tick_ms: self.time_tick_ms,
+            max_clock_offset_ms: self.max_clock_offset_ms,
             snapshot_threshold: self.snapshot_threshold,
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_log_ratio: self.snapshot_log_ratio,

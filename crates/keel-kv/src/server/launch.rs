@@ -72,6 +72,8 @@ pub struct NodeOptions {
     pub maxmemory: u64,
     /// `--time-tick-ms` (`crate::expiry`); None: the default.
     pub time_tick_ms: Option<u64>,
+    /// `--max-clock-offset-ms` (keel-engine's `ClockWatch`); None: the default.
+    pub max_clock_offset_ms: Option<u64>,
 }
 
 /// A running node and its client listener.
@@ -411,6 +413,14 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         config.raft.heartbeat_interval_ticks = ticks(ms, config.tick_ms)?;
     }
     let tick_ms = time_tick_ms(options)?;
+    if let Some(ms) = options.max_clock_offset_ms {
+        if ms > MAX_CLOCK_OFFSET_MS_MAX {
+            return Err(format!(
+                "--max-clock-offset-ms {ms}: must be at most {MAX_CLOCK_OFFSET_MS_MAX} (0: measure only)"
+            ));
+        }
+        config.max_clock_offset_ms = ms;
+    }
     if let Some(n) = options.snapshot_threshold_bytes {
         config.snapshot_threshold_bytes = n.max(1);
     }
@@ -490,6 +500,9 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         accept,
     })
 }
+
+/// Largest `--max-clock-offset-ms`: an hour (beyond it the bound bounds nothing useful).
+const MAX_CLOCK_OFFSET_MS_MAX: u64 = 3_600_000;
 
 /// Longest `--time-tick-ms`: expiry may be late by about this much on an idle cluster.
 const TIME_TICK_MS_MAX: u64 = 60_000;

@@ -176,6 +176,10 @@ impl ServerContext {
         // snapshot it is the one after it (the log may hold up to snapshot_trailing more).
         status.first_log_index = raft.snapshot.index + 1;
         status.last_log_index = raft.last_log_id.index;
+        status.clock_offset_ms = runtime.clock.offset_ms;
+        status.campaigns_held = runtime.clock.campaigns_held;
+        status.clock_outlier = runtime.clock.outlier;
+        status.follower_clock_offsets = runtime.clock.follower_offsets.clone();
         status.members = membership
             .members()
             .into_iter()

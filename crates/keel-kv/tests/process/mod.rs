@@ -200,6 +200,8 @@ pub struct Node {
     pub args: Vec<String>,
     /// The `--requirepass` this node was given, for the test's own clients.
     pub password: Option<String>,
+    /// Environment variables the process is started with, beside the test's own.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -221,6 +223,7 @@ impl Node {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -409,6 +412,7 @@ impl Cluster {
                     data_dir,
                     args,
                     password: None,
+                    env: Vec::new(),
                     child: None,
                 }
             })

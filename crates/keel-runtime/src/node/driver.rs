@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use keel_core::{Index, LogId, Message, NodeId, RaftNode, SnapshotMeta, Term};
 use keel_engine::handshake::{adopts_peer_addr, DepartedMembers};
-use keel_engine::{Adoption, NodeEngine, Shell, SnapshotWriting};
+use keel_engine::{Adoption, ClockEvent, ClockWatch, NodeEngine, Shell, SnapshotWriting};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{interval, MissedTickBehavior};
 
@@ -201,7 +201,11 @@ impl<S: StateMachine> Driver<S> {
                         self.on_event(event).await;
                     }
                 }
-                _ = ticker.tick(), if serving => self.raft.tick(),
+                _ = ticker.tick(), if serving => {
+                    self.raft.tick();
+                    let events = self.engine.clock().tick(&mut self.raft, wall_clock_ms());
+                    log_clock_events(self.config.id, events);
+                }
                 Some(msg) = inbound.recv(), if serving => {
                     self.on_inbound(msg).await;
                     for _ in 1..INPUTS_PER_READY_MAX {
@@ -257,7 +261,10 @@ impl<S: StateMachine> Driver<S> {
     /// room: the bounded queue throttles the node to its disk), then everything else.
     async fn handle_ready(&mut self) {
         let mut ready = self.raft.ready();
-        if let Some(write) = self.engine.start_ready(&mut ready, &mut self.io) {
+        if let Some(write) = self
+            .engine
+            .start_ready(&mut ready, wall_clock_ms(), &mut self.io)
+        {
             if self
                 .storage
                 .send(StorageCommand::Write(write))
@@ -371,7 +378,19 @@ impl<S: StateMachine> Driver<S> {
     /// is dropped, counted and logged (rate limited). Everything a peer says comes through here.
     fn step_peer(&mut self, msg: Message) {
         match self.raft.validate(&msg) {
-            Ok(()) => self.raft.step(msg),
+            Ok(()) => {
+                let reading = ClockWatch::reading(&msg);
+                let (from, term) = (msg.from, msg.term);
+                self.raft.step(msg);
+                if let Some(reading) = reading {
+                    let now_ms = wall_clock_ms();
+                    let events =
+                        self.engine
+                            .clock()
+                            .heard(&mut self.raft, from, term, reading, now_ms);
+                    log_clock_events(self.config.id, events);
+                }
+            }
             Err(why) => self.refused.refused(&msg, why, Instant::now()),
         }
     }
@@ -500,6 +519,7 @@ impl<S: StateMachine> Driver<S> {
                     replay: self.replay_stats(),
                     dropped_messages: self.io.transport.dropped_messages(),
                     refused_messages: self.refused.total(),
+                    clock: self.engine.clock().status(wall_clock_ms()),
                 });
             }
             Request::Transfer { to, reply } => {
@@ -514,6 +534,38 @@ impl<S: StateMachine> Driver<S> {
             Request::DebugPanic(_unanswered) => panic!(
                 "node {}: panic requested (Handle::debug_panic)",
                 self.config.id
+            ),
+        }
+    }
+}
+
+/// This machine's wall clock, in ms since the Unix epoch: what heartbeats carry.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One log line per change of the clock hold or the leader's outlier state.
+fn log_clock_events(node: NodeId, events: Vec<ClockEvent>) {
+    let max_ms = "max-clock-offset-ms";
+    for event in events {
+        match event {
+            ClockEvent::Held { leader, offset_ms } => tracing::warn!(
+                node, leader, offset_ms,
+                "this node's clock is further from the leader's than {max_ms} allows: it will not campaign until that changes"
+            ),
+            ClockEvent::Released { offset_ms } => tracing::info!(
+                node, ?offset_ms,
+                "this node's clock offset is within {max_ms} again (or no longer measured): it may campaign"
+            ),
+            ClockEvent::Outlier { disagreeing, voters } => tracing::warn!(
+                node, disagreeing, voters,
+                "this leader's clock is further than {max_ms} from a majority of the voters' clocks: expiry follows this leader's clock; fix its time"
+            ),
+            ClockEvent::NoLongerOutlier => tracing::info!(
+                node,
+                "this node's clock agrees with a majority of the voters' again (or it no longer leads)"
             ),
         }
     }

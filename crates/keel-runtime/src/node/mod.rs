@@ -85,6 +85,9 @@ pub struct NodeConfig {
     /// thread wake-ups fewer per batch (default 100 µs; 0: always on the apply thread). This is
     /// how long the node task may be busy applying instead of handling messages and ticks.
     pub apply_inline_budget_us: u64,
+    /// The largest offset of this node's clock from its leader's with which it still campaigns
+    /// (measured on heartbeats; keel-engine's `ClockWatch`). 0: measured, never enforced.
+    pub max_clock_offset_ms: u64,
 }
 
 impl NodeConfig {
@@ -117,8 +120,19 @@ impl NodeConfig {
             pending_reads_max: 65_536,
             request_timeout_ms: 10_000,
             apply_inline_budget_us: 100,
+            max_clock_offset_ms: keel_engine::ClockPolicy::MAX_OFFSET_MS_DEFAULT,
         }
     }
+}
+
+/// How long a measurement of this node's clock offset holds its campaigns without a newer one:
+/// ten of its longest election timeouts, so a node with a bad clock stays out of several
+/// elections after its leader is gone, and nodes held by a leader that was itself off (and died)
+/// campaign after all.
+fn clock_hold_ms(config: &NodeConfig) -> u64 {
+    let election_timeout_max_ms =
+        2 * u64::from(config.raft.election_timeout_ticks) * config.tick_ms;
+    10 * election_timeout_max_ms
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -262,6 +276,10 @@ impl<S: StateMachine> Node<S> {
                 pending_proposals_max: config.pending_proposals_max,
                 pending_reads_max: config.pending_reads_max,
                 entry_bytes_max,
+            },
+            keel_engine::ClockPolicy {
+                max_offset_ms: config.max_clock_offset_ms,
+                hold_ms: clock_hold_ms(&config),
             },
             applied,
             replay_target,

@@ -29,6 +29,7 @@ pub(super) fn heartbeat(from: NodeId, to: NodeId, round: u64) -> Message {
         body: MessageBody::Heartbeat {
             commit: 0,
             read_round: round,
+            clock: Default::default(),
         },
     }
 }
@@ -218,6 +219,7 @@ fn heartbeat_response(from: NodeId, to: NodeId, round: u64) -> Message {
         body: MessageBody::HeartbeatResponse {
             read_round: round,
             lagging: false,
+            clock: Default::default(),
         },
     }
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use keel_core::{
-    AppendResult, Entry, EntryPayload, LogId, Membership, Message, MessageBody, NodeId,
-    SnapshotMeta,
+    AppendResult, Entry, EntryPayload, FollowerClock, LeaderClock, LogId, Membership, Message,
+    MessageBody, NodeId, SnapshotMeta,
 };
 
 use super::{Reader, WireError};
@@ -209,18 +209,28 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
                 }
             }
         }
-        MessageBody::Heartbeat { commit, read_round } => {
+        MessageBody::Heartbeat {
+            commit,
+            read_round,
+            clock,
+        } => {
             out.push(TAG_HEARTBEAT);
             put_u64(out, *commit);
             put_u64(out, *read_round);
+            put_u64(out, clock.sent_at_ms);
+            out.push(u8::from(clock.your_offset_ms.is_some()));
+            put_u64(out, clock.your_offset_ms.unwrap_or(0) as u64);
         }
         MessageBody::HeartbeatResponse {
             read_round,
             lagging,
+            clock,
         } => {
             out.push(TAG_HEARTBEAT_RESPONSE);
             put_u64(out, *read_round);
             out.push(u8::from(*lagging));
+            put_u64(out, clock.echo_sent_at_ms);
+            put_u64(out, clock.answered_at_ms);
         }
         MessageBody::TimeoutNow => out.push(TAG_TIMEOUT_NOW),
         MessageBody::InstallSnapshot { meta } => {
@@ -289,10 +299,22 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
         TAG_HEARTBEAT => MessageBody::Heartbeat {
             commit: r.u64("commit")?,
             read_round: r.u64("read round")?,
+            clock: LeaderClock {
+                sent_at_ms: r.u64("sent at")?,
+                your_offset_ms: {
+                    let present = r.bool("offset present")?;
+                    let offset = r.u64("offset")? as i64;
+                    present.then_some(offset)
+                },
+            },
         },
         TAG_HEARTBEAT_RESPONSE => MessageBody::HeartbeatResponse {
             read_round: r.u64("read round")?,
             lagging: r.bool("lagging")?,
+            clock: FollowerClock {
+                echo_sent_at_ms: r.u64("echoed sent at")?,
+                answered_at_ms: r.u64("answered at")?,
+            },
         },
         TAG_TIMEOUT_NOW => MessageBody::TimeoutNow,
         TAG_INSTALL_SNAPSHOT => MessageBody::InstallSnapshot {

@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use keel_core::{
-    AppendResult, Entry, EntryPayload, LogId, Membership, Message, MessageBody, SnapshotMeta,
+    AppendResult, Entry, EntryPayload, FollowerClock, LeaderClock, LogId, Membership, Message,
+    MessageBody, SnapshotMeta,
 };
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
@@ -80,14 +81,34 @@ fn body() -> impl Strategy<Value = MessageBody> {
                     }
                 )
             ),
-        (any::<u64>(), any::<u64>())
-            .prop_map(|(commit, read_round)| MessageBody::Heartbeat { commit, read_round }),
-        (any::<u64>(), any::<bool>()).prop_map(|(read_round, lagging)| {
-            MessageBody::HeartbeatResponse {
-                read_round,
-                lagging,
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<Option<i64>>()
+        )
+            .prop_map(|(commit, read_round, sent_at_ms, your_offset_ms)| {
+                MessageBody::Heartbeat {
+                    commit,
+                    read_round,
+                    clock: LeaderClock {
+                        sent_at_ms,
+                        your_offset_ms,
+                    },
+                }
+            }),
+        (any::<u64>(), any::<bool>(), any::<u64>(), any::<u64>()).prop_map(
+            |(read_round, lagging, echo_sent_at_ms, answered_at_ms)| {
+                MessageBody::HeartbeatResponse {
+                    read_round,
+                    lagging,
+                    clock: FollowerClock {
+                        echo_sent_at_ms,
+                        answered_at_ms,
+                    },
+                }
             }
-        }),
+        ),
         Just(MessageBody::TimeoutNow),
         meta().prop_map(|meta| MessageBody::InstallSnapshot { meta }),
     ]
@@ -199,6 +220,7 @@ fn truncated_body_with_valid_crc_is_typed() {
         body: MessageBody::Heartbeat {
             commit: 4,
             read_round: 5,
+            clock: Default::default(),
         },
     };
     let mut body = vec![BODY_MESSAGE];
@@ -207,7 +229,7 @@ fn truncated_body_with_valid_crc_is_typed() {
     assert!(matches!(
         decode_body(Bytes::from(body)),
         Err(WireError::Truncated {
-            what: "read round",
+            what: "offset",
             needed: 3
         })
     ));
@@ -355,17 +377,20 @@ fn wrong_version_and_magic_are_refused_with_a_reason() {
     let h = Handshake::new(1, 2, Channel::Messages);
     let mut body = Vec::new();
     h.encode_body(&mut body);
-    let mut v2 = body.clone();
-    v2[5..7].copy_from_slice(&2u16.to_le_bytes());
-    let err = decode_body(Bytes::from(v2)).unwrap_err();
+    let next = PROTOCOL_VERSION + 1;
+    let mut newer = body.clone();
+    newer[5..7].copy_from_slice(&next.to_le_bytes());
+    let err = decode_body(Bytes::from(newer)).unwrap_err();
     assert_eq!(
         err,
         WireError::UnsupportedVersion {
-            got: 2,
+            got: next,
             supported: PROTOCOL_VERSION
         }
     );
-    assert!(err.to_string().contains("unsupported protocol version 2"));
+    assert!(err
+        .to_string()
+        .contains(&format!("unsupported protocol version {next}")));
     let mut bad = body.clone();
     bad[1] = b'X';
     assert!(matches!(

@@ -325,6 +325,7 @@ fn commit_index_written_lazily_without_fsync() {
         MessageBody::Heartbeat {
             commit: 2,
             read_round: 0,
+            clock: Default::default(),
         },
     ));
     let rd = f.ready();
@@ -372,6 +373,7 @@ fn heartbeat_answered_while_entries_are_written_but_not_before_a_new_term_is() {
     let beat = |round| MessageBody::Heartbeat {
         commit: 1,
         read_round: round,
+        clock: Default::default(),
     };
     f.step(msg(1, 2, 2, beat(5)));
     let sent = f.ready().messages;

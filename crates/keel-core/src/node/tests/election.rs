@@ -197,6 +197,7 @@ fn sec5_2_election_timeout_randomized_and_campaign() {
                 MessageBody::Heartbeat {
                     commit: 1,
                     read_round: 0,
+                    clock: Default::default(),
                 },
             ));
         }
@@ -446,4 +447,33 @@ fn lease_ignores_disruptive_vote_request() {
         (c.node(2).term(), c.node(2).status().vote),
         (term + 3, Some(3))
     );
+}
+
+#[test]
+fn a_node_whose_campaigns_are_held_starts_no_election_but_votes() {
+    let mut n = node_with(2, &[1, 2, 3], &[1], hs(1, None, 1));
+    n.hold_campaigns(true);
+    for _ in 0..10 * n.config.election_timeout_ticks {
+        n.tick();
+    }
+    n.campaign();
+    n.step(msg(1, 2, 1, MessageBody::TimeoutNow));
+    assert_eq!((n.role(), n.term()), (Role::Follower, 1));
+    assert!(
+        !settle(&mut n).messages.iter().any(is_vote_traffic),
+        "no pre-vote, no vote request"
+    );
+    // It still votes.
+    n.step(vote_request(3, 2, 2, LogId::new(1, 1)));
+    let out = settle(&mut n);
+    assert!(out
+        .messages
+        .iter()
+        .any(|m| m.body == MessageBody::VoteResponse { granted: true }));
+    // Released, it campaigns at its next timeout.
+    n.hold_campaigns(false);
+    for _ in 0..2 * n.config.election_timeout_ticks {
+        n.tick();
+    }
+    assert_ne!(n.role(), Role::Follower);
 }

@@ -75,6 +75,7 @@ fn leader_messages_in_the_leaders_own_term_are_ignored() {
         MessageBody::Heartbeat {
             commit: 0,
             read_round: 0,
+            clock: Default::default(),
         },
         MessageBody::Append {
             prev: last,
@@ -153,6 +154,7 @@ fn a_read_round_not_yet_broadcast_confirms_nothing() {
     let future = MessageBody::HeartbeatResponse {
         read_round: 1000,
         lagging: false,
+        clock: Default::default(),
     };
     n.step(msg(2, 1, term, future));
     n.read_index(8).expect("leader");
@@ -170,6 +172,7 @@ fn a_read_round_not_yet_broadcast_confirms_nothing() {
             MessageBody::HeartbeatResponse {
                 read_round: round,
                 lagging: false,
+                clock: Default::default(),
             },
         )
     };

@@ -217,6 +217,7 @@ fn heartbeat(from: NodeId, to: NodeId, term: Term) -> Message {
         MessageBody::Heartbeat {
             commit: 0,
             read_round: 0,
+            clock: Default::default(),
         },
     )
 }

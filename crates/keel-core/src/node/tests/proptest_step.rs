@@ -106,12 +106,16 @@ fn body() -> impl Strategy<Value = MessageBody> {
                 }
             )
         ),
-        (number(), number())
-            .prop_map(|(commit, read_round)| MessageBody::Heartbeat { commit, read_round }),
+        (number(), number()).prop_map(|(commit, read_round)| MessageBody::Heartbeat {
+            commit,
+            read_round,
+            clock: Default::default()
+        }),
         (number(), any::<bool>()).prop_map(|(read_round, lagging)| {
             MessageBody::HeartbeatResponse {
                 read_round,
                 lagging,
+                clock: Default::default(),
             }
         }),
         Just(MessageBody::TimeoutNow),

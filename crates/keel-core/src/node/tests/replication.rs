@@ -335,6 +335,7 @@ fn heartbeat_commit_is_clamped_to_the_follower_log() {
         MessageBody::Heartbeat {
             commit: 8,
             read_round: 0,
+            clock: Default::default(),
         },
     ));
     assert!(f.commit_index() <= 3, "never beyond the last entry");

@@ -208,6 +208,7 @@ fn s11_leader_with_a_purged_log_sends_a_snapshot_when_it_loses_track_of_a_follow
         body: MessageBody::HeartbeatResponse {
             read_round: 0,
             lagging: true,
+            clock: Default::default(),
         },
     });
     let prev = probe_to(&n.ready(), 3).expect("a probe to node 3");

@@ -67,6 +67,7 @@ fn terms_and_indexes_stay_below_the_limits() {
             MessageBody::Heartbeat {
                 commit: Index::MAX,
                 read_round: 0,
+                clock: Default::default(),
             },
         ),
         ack(3, 2, 3, index),
@@ -268,6 +269,7 @@ fn no_second_leader_in_a_term() {
         MessageBody::Heartbeat {
             commit: 0,
             read_round: 0,
+            clock: Default::default(),
         },
         MessageBody::TimeoutNow,
         MessageBody::Append {
@@ -320,10 +322,12 @@ fn no_answers_from_a_term_this_node_never_reached() {
         future(MessageBody::HeartbeatResponse {
             read_round: 3,
             lagging: false,
+            clock: Default::default(),
         }),
         future(MessageBody::HeartbeatResponse {
             read_round: 0,
             lagging: true,
+            clock: Default::default(),
         }),
     ];
     for m in impossible {
@@ -340,6 +344,7 @@ fn no_answers_from_a_term_this_node_never_reached() {
         future(MessageBody::HeartbeatResponse {
             read_round: 0,
             lagging: false,
+            clock: Default::default(),
         }),
         future(MessageBody::VoteResponse { granted: false }),
         future(MessageBody::PreVoteResponse { granted: false }),
