@@ -78,10 +78,12 @@ pub enum Mutation {
     /// which a slow or lopsided network can move beyond the truth, instead of the value nearest
     /// zero.
     ClockOffsetMidpoint,
+    /// The key-value state machine runs a watched `EXEC` whatever happened to the watched keys.
+    WatchIgnored,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 14] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -95,6 +97,7 @@ impl Mutation {
         Mutation::ForwardRetryNewId,
         Mutation::KeepDepartedIncarnations,
         Mutation::ClockOffsetMidpoint,
+        Mutation::WatchIgnored,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +115,7 @@ impl Mutation {
             Mutation::ForwardRetryNewId => "forward-retry-new-id",
             Mutation::KeepDepartedIncarnations => "keep-departed-incarnations",
             Mutation::ClockOffsetMidpoint => "clock-offset-midpoint",
+            Mutation::WatchIgnored => "watch-ignored",
         }
     }
 

@@ -60,6 +60,16 @@ impl History {
         self.ops.len() - 1
     }
 
+    /// Operation `op` is, from `time` on, a `kind`: a watched transaction is invoked when its
+    /// client starts (`WATCH`, `GET`), but the compare-and-set it is, and the value it expects,
+    /// are known only when its `EXEC` leaves, which is when it can first take effect.
+    pub fn reinvoke(&mut self, op: usize, kind: OpKind, time: u64) {
+        let entry = &mut self.ops[op];
+        assert!(entry.result.is_none(), "operation completed already");
+        entry.kind = kind;
+        entry.invoke_time = time;
+    }
+
     pub fn complete(&mut self, op: usize, result: OpResult, time: u64) {
         let entry = &mut self.ops[op];
         assert!(entry.result.is_none(), "operation completed twice");

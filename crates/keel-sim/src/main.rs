@@ -131,6 +131,7 @@ fn main() -> ExitCode {
     let mut steps = 0;
     let mut violations = 0;
     let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
+    let (mut watched_swapped, mut watched_aborted) = (0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
     let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
@@ -140,6 +141,8 @@ fn main() -> ExitCode {
         expired += r.keys_expired_by_ticks;
         holds += r.clock_holds;
         outliers += r.clock_outliers;
+        watched_swapped += r.watched_swapped;
+        watched_aborted += r.watched_aborted;
         for line in &r.trace {
             println!("{line}");
         }
@@ -180,7 +183,8 @@ fn main() -> ExitCode {
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} \
-         keys_expired_by_ticks={expired} clock_holds={holds} clock_outliers={outliers} jobs={jobs}",
+         keys_expired_by_ticks={expired} clock_holds={holds} clock_outliers={outliers} \
+         watched_swapped={watched_swapped} watched_aborted={watched_aborted} jobs={jobs}",
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs

@@ -44,6 +44,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 keys_expired_by_ticks: 0,
                 clock_holds: 0,
                 clock_outliers: 0,
+                watched_swapped: 0,
+                watched_aborted: 0,
             }
         }
     }
@@ -123,6 +125,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         keys_expired_by_ticks: w.keys_expired_by_ticks,
         clock_holds: w.clock_holds,
         clock_outliers: w.clock_outliers,
+        watched_swapped: w.watched_swapped,
+        watched_aborted: w.watched_aborted,
     }
 }
 

@@ -188,6 +188,9 @@ pub struct RunReport {
     /// clock the outlier.
     pub clock_holds: u64,
     pub clock_outliers: u64,
+    /// Watched transactions whose EXEC applied, and those aborted.
+    pub watched_swapped: u64,
+    pub watched_aborted: u64,
 }
 
 pub(crate) struct World {
@@ -213,6 +216,9 @@ pub(crate) struct World {
     /// the outlier (`clock_watch.rs`).
     pub clock_holds: u64,
     pub clock_outliers: u64,
+    /// Watched transactions whose EXEC applied, and those aborted (`client.rs`).
+    pub watched_swapped: u64,
+    pub watched_aborted: u64,
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
@@ -289,6 +295,8 @@ impl World {
             keys_expired_by_ticks: 0,
             clock_holds: 0,
             clock_outliers: 0,
+            watched_swapped: 0,
+            watched_aborted: 0,
             clients,
             history: History::default(),
             checker: Checker::default(),

@@ -97,6 +97,7 @@ fn nodes_clocks_differ_and_the_log_time_advances() {
 #[test]
 fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     let (mut committed, mut expired, mut holds) = (0, 0, 0);
+    let (mut swapped, mut aborted) = (0, 0);
     for seed in 1000..1030 {
         let report = run(&config(seed, false));
         if let Some(v) = &report.violation {
@@ -112,6 +113,8 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
         committed += report.max_commit;
         expired += report.keys_expired_by_ticks;
         holds += report.clock_holds;
+        swapped += report.watched_swapped;
+        aborted += report.watched_aborted;
     }
     assert!(
         committed > 30 * 20,
@@ -126,6 +129,11 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     assert!(
         holds > 10,
         "{holds} campaign holds for clock offsets over 30 seeds"
+    );
+    // Watched transactions both apply and abort (`client.rs`).
+    assert!(
+        swapped > 30 && aborted > 3,
+        "watched transactions over 30 seeds: {swapped} applied, {aborted} aborted"
     );
 }
 
@@ -259,6 +267,13 @@ fn catches_mutation_snapshot_resume_skips_chunk() {
 #[test]
 fn catches_mutation_clock_offset_midpoint() {
     assert_runtime_mutation_caught("clock-offset-midpoint");
+}
+
+/// A watched EXEC that runs although its key changed since the WATCH answers a compare-and-set
+/// whose expected value was gone: the linearizability checker sees it.
+#[test]
+fn catches_mutation_watch_ignored() {
+    assert_runtime_mutation_caught("watch-ignored");
 }
 
 /// A gate that never forgets a departed member's storage refuses it for good once it is added

@@ -117,7 +117,7 @@ impl KvStateMachine {
             }
             LoggedCommand::WatchedExec { watched, commands } => {
                 // Decided here, at this index, so every replica decides the same.
-                if watched.iter().any(|w| self.watched_changed(w)) {
+                if watched.iter().any(|w| self.watched_changed(w)) && !self.ignores_watches() {
                     (ApplyReply::ExecAborted, WriteReply::Ok)
                 } else {
                     (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
@@ -537,6 +537,18 @@ impl KvStateMachine {
 
     /// Whether `watched` changed since it was watched (`keyspace.rs`). Every key counts as
     /// changed while versions are placeholders (`versions_valid`).
+    /// Test-only: the `watch-ignored` mutation (a broken variant for the simulator to catch).
+    fn ignores_watches(&self) -> bool {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation == Some(keel_core::Mutation::WatchIgnored)
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            false
+        }
+    }
+
     pub fn watched_changed(&self, watched: &WatchedKey) -> bool {
         if !self.versions_valid {
             return true;

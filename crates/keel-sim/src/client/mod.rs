@@ -14,6 +14,16 @@
 //! | read-and-write transaction | `MULTI`, `GET k`, `SET k v`, `EXEC`  | swap (returns old) |
 //! | write transaction          | `MULTI`, `SET k v`, `EXEC`           | write              |
 //! | read transaction           | `MULTI`, `GET k`, `EXEC`             | read               |
+//! | watched transaction        | `WATCH k`, `GET k`; then `MULTI`, `SET k v`, `EXEC` | cas (expects the value read) |
+//!
+//! A watched transaction is an optimistic update as applications write it: watch the key, read
+//! it, and once both are answered send the transaction that replaces it. Its `EXEC` succeeds
+//! only if nothing changed the key since the watch, so the value read must still be there when
+//! the transaction applies: the history records a compare-and-set expecting it, invoked when the
+//! `EXEC` leaves. An aborted one (null reply) had no effect and is recorded as a read that tells
+//! nothing; a refused `WATCH`, read or `EXEC` starts the transaction over, and an `EXEC` whose
+//! outcome is unknown (or whose connection was lost) ends it with an unknown outcome, never
+//! retried: a retry would watch again and expect another value.
 //!
 //! A refusal (`-TRYAGAIN ...`, including "outcome unknown") sends the operation into the next
 //! attempt, at the leader the refusal names if it names one, once the connection answered the
@@ -31,8 +41,11 @@ use keel_kv::{ApplyReply, Reply};
 use rand::Rng;
 
 use crate::connection::{Connections, Frame, Owner};
+
+mod watched;
 use crate::history::{History, Key, OpKind, OpResult, Value};
 use crate::world::{Event, World};
+use watched::{watched_requests, Watch};
 
 /// Most operations a client sends in one pipeline.
 pub(crate) const PIPELINE_OPS_MAX: usize = 4;
@@ -53,6 +66,8 @@ enum Form {
     Plain,
     /// `MULTI`, its requests, `EXEC`: one log entry.
     Transaction,
+    /// `WATCH k`, `GET k`, then `MULTI`, `SET k v`, `EXEC` (see the module documentation).
+    Watched,
 }
 
 #[derive(Clone, Debug)]
@@ -69,6 +84,8 @@ struct ClientOp {
     key_arg: Bytes,
     value_arg: Option<Bytes>,
     expected_arg: Option<Bytes>,
+    /// A watched transaction's state (`Idle` for every other form).
+    watch: Watch,
 }
 
 /// A reply the client waits for, in request order.
@@ -78,6 +95,10 @@ enum Awaited {
     Multi,
     /// `+QUEUED` to a request inside a transaction.
     Queued,
+    /// `+OK` to the `WATCH` of the watched transaction at this position.
+    Watch(usize),
+    /// The value the watched transaction at this position reads under its watch.
+    WatchedRead(usize),
     /// The answer of the operation at this position of the pipeline.
     Answer(usize),
 }
@@ -90,6 +111,12 @@ struct Pipeline {
     ops: Vec<ClientOp>,
     /// The replies the attempt in flight still owes (empty: no attempt in flight).
     awaited: VecDeque<Awaited>,
+    /// The next attempt continues a watched transaction whose watch and read this connection
+    /// just answered (any other attempt starts it over).
+    watch_continues: bool,
+    /// The connection may hold a watch no `EXEC` cleared: closed once the attempt is over, so
+    /// that no later transaction on it is aborted by a key this client no longer watches.
+    close_after: bool,
 }
 
 struct SimClient {
@@ -232,6 +259,9 @@ fn requests(
     awaited: &mut VecDeque<Awaited>,
     at: usize,
 ) {
+    if op.form == Form::Watched {
+        return watched_requests(op, frames, awaited, at);
+    }
     let word = |w: &'static str| Bytes::from_static(w.as_bytes());
     let key = || op.key_arg.clone();
     let value = || op.value_arg.clone().expect("a write has a value");
@@ -263,6 +293,7 @@ fn requests(
                 given_id: op.id,
             });
         }
+        Form::Watched => unreachable!("sent by watched_requests"),
         Form::Transaction => {
             frames.push_back(Frame::new(vec![Bytes::from_static(b"MULTI")]));
             awaited.push_back(Awaited::Multi);
@@ -307,6 +338,11 @@ fn result_of(op: &Answered, reply: &Reply) -> Result<OpResult, String> {
         (Form::Plain, OpKind::Cas { expected: None, .. }, Reply::Null) => Some(OpResult::CasFailed),
         (Form::Plain, OpKind::Cas { .. }, Reply::Integer(1)) => Some(OpResult::CasSwapped),
         (Form::Plain, OpKind::Cas { .. }, Reply::Integer(0)) => Some(OpResult::CasFailed),
+        (Form::Watched, OpKind::Cas { .. }, Reply::Array(replies))
+            if replies[..] == [Reply::OK] =>
+        {
+            Some(OpResult::CasSwapped)
+        }
         (Form::Transaction, kind, Reply::Array(replies)) => match (kind, &replies[..]) {
             (OpKind::Read, [value]) => Some(OpResult::Read(register_value(op.key, value)?)),
             (OpKind::Write(_), [r]) if ok(r) => Some(OpResult::Written),
@@ -364,11 +400,18 @@ impl World {
             format!("client {c} timed out: {unanswered} unanswered, {in_flight} replies owed")
         });
         for op in p.ops.iter().filter(|op| !op.done) {
+            if op.form == Form::Watched && op.watch != Watch::Sent {
+                // Its EXEC never left: it changed nothing.
+                self.history
+                    .reinvoke(op.history_index, OpKind::Read, self.now);
+            }
             self.history
                 .complete(op.history_index, OpResult::Unknown, self.now);
         }
-        if !p.awaited.is_empty() {
-            // Replies still owed would be taken for the next pipeline's: a new connection.
+        let watched = p.ops.iter().any(|op| op.form == Form::Watched);
+        if !p.awaited.is_empty() || watched {
+            // Replies still owed would be taken for the next pipeline's, and a watch no EXEC
+            // cleared would abort its transactions: a new connection.
             let client = &mut self.clients.clients[c];
             if let Some(connection) = client.current.take() {
                 client.connections.retain(|(_, n)| *n != connection);
@@ -383,10 +426,12 @@ impl World {
     fn start_pipeline(&mut self, c: usize) {
         // Mostly short: a client's pipeline loads the log as much as that many clients would.
         let count = PIPELINE_SIZES[self.rng.random_range(0..PIPELINE_SIZES.len())];
+        // A watched transaction waits for its watch before its EXEC: alone in its pipeline.
+        let may_watch = count == 1;
         let mut ops = Vec::with_capacity(count);
         for _ in 0..count {
             let key = self.rng.random_range(0..self.params.keys);
-            let roll = self.rng.random_range(0..20);
+            let roll = self.rng.random_range(0..21);
             let client = &mut self.clients.clients[c];
             client.seq += 1;
             let unique = client.id * 1_000_000 + client.seq;
@@ -402,7 +447,16 @@ impl World {
                 ),
                 16..=17 => (OpKind::Swap(unique), Form::Transaction),
                 18 => (OpKind::Write(unique), Form::Transaction),
-                _ => (OpKind::Read, Form::Transaction),
+                19 => (OpKind::Read, Form::Transaction),
+                // Its expected value is the one read under the watch (`Watch::Read`).
+                _ if may_watch => (
+                    OpKind::Cas {
+                        expected: None,
+                        new: unique,
+                    },
+                    Form::Watched,
+                ),
+                _ => (OpKind::Read, Form::Plain),
             };
             // Everything that goes through the log is proposed under an id.
             let logged = kind != OpKind::Read || form == Form::Transaction;
@@ -426,6 +480,7 @@ impl World {
                 key_arg: decimal(key),
                 value_arg,
                 expected_arg,
+                watch: Watch::Idle,
             });
         }
         let first = ops[0].history_index;
@@ -434,6 +489,8 @@ impl World {
             deadline: self.now + self.params.client_timeout,
             ops,
             awaited: VecDeque::new(),
+            watch_continues: false,
+            close_after: false,
         });
         self.schedule(
             self.params.client_timeout,
@@ -475,8 +532,37 @@ impl World {
         client.current = Some(connection);
         let p = client.pipeline.as_mut().expect("submitting a pipeline");
         let input = connections.input(connection).expect("open");
-        for (at, op) in p.ops.iter().enumerate().filter(|(_, op)| !op.done) {
+        let continues = std::mem::take(&mut p.watch_continues);
+        for op in p.ops.iter_mut().filter(|op| !op.done) {
+            match op.watch {
+                // Its EXEC's attempt was lost with its connection: it may have applied, and a
+                // retry would expect another value.
+                Watch::Sent => {
+                    op.done = true;
+                    self.history
+                        .complete(op.history_index, OpResult::Unknown, self.now);
+                }
+                Watch::Read(_) if continues => {}
+                _ => op.watch = Watch::Idle,
+            }
+        }
+        if p.ops.iter().all(|op| op.done) {
+            client.pipeline = None;
+            client.generation += 1;
+            self.clients.wake.push((c, 1));
+            return;
+        }
+        for (at, op) in p.ops.iter_mut().enumerate().filter(|(_, op)| !op.done) {
             requests(op, input, &mut p.awaited, at);
+            if let Watch::Read(expected) = op.watch {
+                // The compare-and-set starts now, expecting what the watch's read saw.
+                let OpKind::Cas { new, .. } = op.kind else {
+                    unreachable!("a watched transaction is a compare-and-set")
+                };
+                op.kind = OpKind::Cas { expected, new };
+                op.watch = Watch::Sent;
+                self.history.reinvoke(op.history_index, op.kind, self.now);
+            }
         }
         // Copied, so that nothing is formatted unless tracing.
         let mut sent = [None; PIPELINE_OPS_MAX];
@@ -508,6 +594,9 @@ impl World {
         let fits = match awaited {
             Awaited::Multi => reply == Reply::OK,
             Awaited::Queued => reply == Reply::Simple("QUEUED".into()),
+            Awaited::Watch(at) | Awaited::WatchedRead(at) => {
+                self.watch_answered(c, at, awaited, reply.clone())
+            }
             Awaited::Answer(at) => {
                 self.operation_answered(c, at, reply.clone());
                 true
@@ -522,15 +611,41 @@ impl World {
         }
         // The attempt is over: done, or what was refused goes again.
         let client = &mut self.clients.clients[c];
-        let Some(p) = client.pipeline.as_ref() else {
+        let Some(p) = client.pipeline.as_mut() else {
             return;
         };
+        if std::mem::take(&mut p.close_after) {
+            if let Some(connection) = client.current.take() {
+                client.connections.retain(|(_, n)| *n != connection);
+                self.clients.connections.close(connection);
+            }
+        }
+        let client = &mut self.clients.clients[c];
+        let p = client.pipeline.as_ref().expect("checked");
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
             self.clients.wake.push((c, 1));
+        } else if p.ops.iter().any(|op| matches!(op.watch, Watch::Read(_))) {
+            // A watched read answered: its transaction goes at once, on the same connection.
+            client.pipeline.as_mut().expect("checked").watch_continues = true;
+            self.submit(c);
         } else {
             self.clients.retry_soon(c);
+        }
+    }
+
+    /// A refusal's hint: the leader it names, or, if it knows none, any node.
+    fn refused(&mut self, c: usize, error: &str) {
+        self.trace_line(|| format!("client {c} refused: {error}"));
+        let node_count = self.params.node_count as NodeId;
+        let hint = match leader_named(error) {
+            Ok(named) => named,
+            // No leader known there: any node may know better.
+            Err(()) => Some(self.rng.random_range(1..=node_count)),
+        };
+        if let Some(leader) = hint.filter(|l| (1..=node_count).contains(l)) {
+            self.clients.clients[c].leader_guess = leader;
         }
     }
 
@@ -551,17 +666,27 @@ impl World {
                     .clients
                     .finish(c, at, result, self.now, &mut self.history);
             }
-            self.trace_line(|| format!("client {c} refused: {error}"));
-            let node_count = self.params.node_count as NodeId;
-            let hint = match leader_named(error) {
-                Ok(named) => named,
-                // No leader known there: any node may know better.
-                Err(()) => Some(self.rng.random_range(1..=node_count)),
-            };
-            if let Some(leader) = hint.filter(|l| (1..=node_count).contains(l)) {
-                self.clients.clients[c].leader_guess = leader;
+            if op.form == Form::Watched {
+                return self.watched_exec_refused(c, at, error.to_string());
             }
-            return;
+            return self.refused(c, error);
+        }
+        if op.form == Form::Watched && reply == Reply::Null {
+            // Aborted: nothing changed, and nothing was observed.
+            let history_index = self.clients.clients[c]
+                .pipeline
+                .as_ref()
+                .expect("checked")
+                .ops[at]
+                .history_index;
+            self.history.reinvoke(history_index, OpKind::Read, self.now);
+            self.watched_aborted += 1;
+            return self
+                .clients
+                .finish(c, at, OpResult::Unknown, self.now, &mut self.history);
+        }
+        if op.form == Form::Watched {
+            self.watched_swapped += 1;
         }
         match result_of(&op, &reply) {
             Ok(result) => self
