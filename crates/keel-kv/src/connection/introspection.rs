@@ -132,7 +132,8 @@ fn summary(name: &str) -> &'static str {
         }
         "config" => {
             "CONFIG GET / SET: the node's settings in Redis terms (SET: maxmemory, timeout, \
-             maxclients, save); RESETSTAT zeroes INFO's counters."
+             maxclients; save, repl-backlog-size, maxmemory-samples inert); RESETSTAT zeroes \
+             INFO's counters."
         }
         "select" => "Selects database 0 (the only one).",
         "quit" => "Closes the connection.",
