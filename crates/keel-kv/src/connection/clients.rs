@@ -81,6 +81,11 @@ impl ClientRecord {
         }
     }
 
+    /// Whether [`Self::kill`] was called.
+    pub fn is_killed(&self) -> bool {
+        self.kill_flag.load(Ordering::Acquire)
+    }
+
     /// Returns once [`Self::kill`] was called (at once if it was already).
     pub async fn killed(&self) {
         std::future::poll_fn(|cx| {
@@ -164,6 +169,11 @@ impl ClientRegistry {
         }
     }
 
+    /// Whether the connection `id` is still served (its task has not ended).
+    pub fn contains(&self, id: u64) -> bool {
+        self.lock().contains_key(&id)
+    }
+
     /// The records, by id (the order Redis lists them in).
     pub fn records(&self) -> Vec<Arc<ClientRecord>> {
         self.lock().values().cloned().collect()
@@ -226,6 +236,14 @@ impl ClientConnection {
         self.name = (!name.is_empty()).then_some(name);
     }
 
+    /// The other connections the last CLIENT KILL killed (bounded by the node's connections):
+    /// the server waits for them to close before it answers, so that what the client asks next
+    /// (`INFO clients`, CLIENT LIST) no longer counts them, as in Redis, where CLIENT KILL frees
+    /// them before it replies.
+    pub fn take_killed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.killed)
+    }
+
     pub(super) fn client(&mut self, command: ClientCommand) -> Reply {
         match command {
             ClientCommand::SetName(name) => {
@@ -273,7 +291,7 @@ impl ClientConnection {
 
     /// Kills the node's connections that match `filters` (this one's task closes it after
     /// sending this reply); returns how many.
-    fn kill(&self, filters: &KillFilters) -> usize {
+    fn kill(&mut self, filters: &KillFilters) -> usize {
         let records = match &self.registry {
             Some(registry) => registry.records(),
             None => vec![Arc::clone(&self.record)],
@@ -291,6 +309,9 @@ impl ClientConnection {
         for record in matching {
             record.kill();
             killed += 1;
+            if record.id != self.id {
+                self.killed.push(record.id);
+            }
         }
         killed
     }
@@ -349,12 +370,39 @@ mod tests {
     }
 
     #[test]
+    fn kill_signals_the_matching_records_and_hands_over_the_others() {
+        let registry = Arc::new(ClientRegistry::default());
+        let records: Vec<Arc<ClientRecord>> = (1..=3)
+            .map(|id| Arc::new(ClientRecord::new(id, format!("a{id}"), String::new(), -1)))
+            .collect();
+        let _registrations: Vec<Registration> = records
+            .iter()
+            .map(|r| registry.register(Arc::clone(r)))
+            .collect();
+        let mut me = ClientConnection::new(1, "a1", crate::resp::Limits::default())
+            .with_registry(Arc::clone(&records[0]), Arc::clone(&registry));
+        let all = KillFilters {
+            id: None,
+            addr: None,
+            laddr: None,
+            matches_none: false,
+            skip_me: false,
+        };
+        assert_eq!(me.kill(&all), 3);
+        assert!(records.iter().all(|r| r.is_killed()));
+        // Its own connection closes after this reply; the server waits for the others.
+        assert_eq!(me.take_killed(), [2, 3]);
+        assert!(me.take_killed().is_empty());
+    }
+
+    #[test]
     fn a_dropped_registration_removes_the_record() {
         let registry = Arc::new(ClientRegistry::default());
         let first = registry.register(Arc::new(ClientRecord::new(1, "a".into(), "".into(), -1)));
         let second = registry.register(Arc::new(ClientRecord::new(2, "b".into(), "".into(), -1)));
         assert_eq!(registry.records().len(), 2);
         drop(first);
+        assert!(!registry.contains(1) && registry.contains(2));
         let ids: Vec<u64> = registry.records().iter().map(|r| r.id).collect();
         assert_eq!(ids, [2]);
         drop(second);

@@ -202,6 +202,8 @@ pub struct ClientConnection {
     current_request: (usize, usize),
     /// Set by CLIENT REPLY, taken by the server ([`Self::take_reply_mode`]).
     reply_mode: Option<crate::command::ReplyMode>,
+    /// The other connections CLIENT KILL killed, taken by the server ([`Self::take_killed`]).
+    killed: Vec<u64>,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -253,6 +255,7 @@ impl ClientConnection {
             registry: None,
             current_request: (0, 0),
             reply_mode: None,
+            killed: Vec::new(),
             protocol: ProtocolVersion::Resp2,
             name: None,
             limits,

@@ -62,6 +62,9 @@ const OUTPUT_KEEP_BYTES: usize = 2 * OUTPUT_FLUSH_BYTES;
 /// How long a connection being closed with an error waits for the client to take it.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How often a CLIENT KILL looks whether the connections it killed have closed.
+const KILLED_POLL: Duration = Duration::from_millis(1);
+
 // Connections being refused (maxclients, protected mode) that may wait `CLOSE_GRACE` at once;
 // beyond, they are closed without waiting (a flood of them must not pile up tasks, nor hold
 // descriptors).
@@ -167,7 +170,8 @@ pub(super) async fn serve_connection(
         }
         match session.wait_io(&mut input.bytes).await? {
             Io::Read => {}
-            Io::Closed | Io::Killed => return session.flush_all(session.idle_timeout()).await,
+            Io::Closed => return session.flush_all(session.idle_timeout()).await,
+            Io::Killed => return session.close_killed().await,
             Io::Idle => {
                 tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
                 return Ok(());
@@ -187,6 +191,12 @@ pub(super) async fn serve_connection(
             }
             if !session.request(frame.args).await? {
                 return Ok(());
+            }
+            if session.connection.record().is_killed() {
+                // CLIENT KILL named this connection (its own request, or another's): nothing
+                // after it is served, as in Redis, which closes it after the current reply.
+                session.finish_all().await?;
+                return session.close_killed().await;
             }
         }
         session.finish_all().await?;
@@ -257,6 +267,10 @@ impl Session<'_> {
                 }
             };
             let ready = tokio::select! {
+                // Polled first: a request that arrives after the kill is never served, whatever
+                // the timing (the client may send it as soon as it has the reply to its own
+                // CLIENT KILL, before this task runs again).
+                biased;
                 // CLIENT KILL from any connection of the node (this one's included).
                 () = record.killed() => return Ok(Io::Killed),
                 ready = readiness => match ready {
@@ -359,6 +373,34 @@ impl Session<'_> {
         }
     }
 
+    /// Closes a connection CLIENT KILL named: what it was answered is sent if the client takes
+    /// it within [`CLOSE_GRACE`] (a killed client that does not read is not waited for).
+    async fn close_killed(&mut self) -> std::io::Result<()> {
+        match tokio::time::timeout(CLOSE_GRACE, self.flush_all(None)).await {
+            Ok(flushed) => flushed,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// After a CLIENT KILL that named other connections: waits until they have closed, at most
+    /// [`CLOSE_GRACE`] (one busy with a request closes once it is answered), before its reply
+    /// is released, so that what this client asks next (`INFO clients`, CLIENT LIST) no longer
+    /// counts them, as in Redis, where CLIENT KILL frees them before it replies. A connection
+    /// leaves the registry as its task ends.
+    async fn await_killed(&mut self) {
+        let killed = self.connection.take_killed();
+        if killed.is_empty() {
+            return;
+        }
+        let registry = &self.ctx.client_registry;
+        let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+        while killed.iter().any(|id| registry.contains(*id))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(KILLED_POLL).await;
+        }
+    }
+
     /// Sends `error` after everything answered before it, and closes the connection.
     async fn close_with(&mut self, error: &Reply) -> std::io::Result<()> {
         self.push(error)?;
@@ -381,6 +423,7 @@ impl Session<'_> {
             NodeStatus::default()
         };
         let mut dispatch = self.connection.dispatch(&args, &Fetched(status));
+        self.await_killed().await;
         if let Some(mode) = self.connection.take_reply_mode() {
             // Every earlier reply is sent (or not) under the mode before; this one's is not
             // pushed yet.

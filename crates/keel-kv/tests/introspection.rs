@@ -1,0 +1,146 @@
+//! The node's introspection commands over real sockets, on a `keel serve` process: CLIENT KILL
+//! (its effect is visible to the next request, never after it), CONFIG GET of the listener.
+
+mod process;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use keel_kv::resp::{encode_request, parse_reply, Limits};
+use keel_kv::Reply;
+use process::{raw_request, Cluster};
+
+/// A connection that reads replies one at a time.
+struct Client {
+    stream: TcpStream,
+    input: Vec<u8>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        Client {
+            stream,
+            input: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, requests: &[&[&str]]) {
+        let mut out = bytes::BytesMut::new();
+        for args in requests {
+            encode_request(args, &mut out);
+        }
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// The next reply, or `None` once the server has closed the connection.
+    fn read(&mut self) -> Option<Reply> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.input, &Limits::default()).unwrap() {
+                self.input.drain(..used);
+                return Some(reply);
+            }
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.input.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    fn request(&mut self, args: &[&str]) -> Reply {
+        self.send(&[args]);
+        self.read().expect("a reply")
+    }
+}
+
+fn connected_clients(client: &mut Client) -> u64 {
+    let Reply::Bulk(text) = client.request(&["INFO", "clients"]) else {
+        panic!("INFO answers a bulk string");
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("connected_clients in INFO clients")
+}
+
+#[test]
+fn client_kill_takes_effect_before_its_reply_and_nothing_after_it_is_served() {
+    let cluster = Cluster::new("introspection-kill", &[1], &[], &[]);
+    let port = cluster.node(1).client_port;
+    cluster.leader();
+    // Repeated: the outcome must not depend on how the node's tasks happen to be scheduled.
+    for round in 0..20 {
+        let mut me = Client::connect(port);
+        let mut others: Vec<Client> = (0..3).map(|_| Client::connect(port)).collect();
+        for other in &mut others {
+            assert_eq!(other.request(&["PING"]), Reply::PONG);
+        }
+        let before = connected_clients(&mut me);
+        assert_eq!(
+            me.request(&["CLIENT", "KILL", "SKIPME", "yes"]),
+            Reply::Integer(before as i64 - 1),
+            "round {round}"
+        );
+        // The killed connections are gone by the time CLIENT KILL answers.
+        assert_eq!(connected_clients(&mut me), 1, "round {round}");
+        for other in &mut others {
+            assert_eq!(
+                other.read(),
+                None,
+                "round {round}: a killed connection is closed"
+            );
+        }
+        // Killing itself: its reply comes, and a request sent right behind it in the same
+        // write is never served.
+        me.send(&[&["CLIENT", "KILL", "SKIPME", "no"], &["PING"]]);
+        assert_eq!(me.read(), Some(Reply::Integer(1)), "round {round}");
+        assert_eq!(me.read(), None, "round {round}: nothing after the kill");
+        // And one sent after its reply was read is not served either.
+        let mut again = Client::connect(port);
+        assert_eq!(
+            again.request(&["CLIENT", "KILL", "SKIPME", "no"]),
+            Reply::Integer(1)
+        );
+        let _ = again.stream.write_all(b"PING\r\n");
+        assert_eq!(again.read(), None, "round {round}: nothing after the kill");
+    }
+}
+
+#[test]
+fn config_get_reports_the_client_listener() {
+    let cluster = Cluster::new("introspection-config", &[1], &[], &[]);
+    let port = cluster.node(1).client_port;
+    cluster.leader();
+    let reply = raw_request(port, &["CONFIG", "GET", "port", "bind"]).unwrap();
+    let Reply::Array(fields) = reply else {
+        panic!("CONFIG GET answers a flat array in RESP2: {reply:?}");
+    };
+    assert!(
+        fields.contains(&Reply::text(port.to_string())),
+        "{fields:?}"
+    );
+    assert!(fields.contains(&Reply::text("127.0.0.1")), "{fields:?}");
+    let other = (port + 1).to_string();
+    match raw_request(port, &["CONFIG", "SET", "port", &other]).unwrap() {
+        Reply::Error(text) => assert!(
+            text.starts_with(
+                "ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen \
+                 on this port"
+            ),
+            "{text}"
+        ),
+        other => panic!("a port change is refused: {other:?}"),
+    }
+    assert_eq!(
+        raw_request(port, &["CONFIG", "SET", "port", &port.to_string()]).unwrap(),
+        Reply::OK
+    );
+}
