@@ -144,3 +144,104 @@ fn config_get_reports_the_client_listener() {
         Reply::OK
     );
 }
+
+/// The next MONITOR line (without its time), read raw: a line is a simple string.
+fn monitor_line(client: &mut Client) -> String {
+    match client.read() {
+        Some(Reply::Simple(line)) => {
+            let (time, rest) = line.split_once(' ').expect("time, then the rest");
+            assert!(time.parse::<f64>().is_ok(), "{line}");
+            rest.to_string()
+        }
+        other => panic!("a MONITOR line: {other:?}"),
+    }
+}
+
+#[test]
+fn monitor_shows_a_node_s_own_clients_commands_on_leader_and_follower() {
+    let cluster = Cluster::new("introspection-monitor", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    for id in [leader, follower] {
+        let port = cluster.node(id).client_port;
+        let mut monitor = Client::connect(port);
+        assert_eq!(monitor.request(&["MONITOR"]), Reply::OK);
+        let mut client = Client::connect(port);
+        let addr = match client.request(&["CLIENT", "INFO"]) {
+            Reply::Bulk(info) => String::from_utf8_lossy(&info)
+                .split(' ')
+                .find_map(|f| f.strip_prefix("addr=").map(str::to_string))
+                .unwrap(),
+            other => panic!("CLIENT INFO: {other:?}"),
+        };
+        assert_eq!(client.request(&["SET", "foo", "b\"ar\n"]), Reply::OK);
+        assert_eq!(client.request(&["GET", "foo"]), Reply::text("b\"ar\n"));
+        assert_eq!(client.request(&["MULTI"]), Reply::OK);
+        assert_eq!(
+            client.request(&["SET", "foo", "bar"]),
+            Reply::Simple("QUEUED".into())
+        );
+        assert!(matches!(client.request(&["EXEC"]), Reply::Array(_)));
+        let expected = [
+            r#""CLIENT" "INFO""#,
+            r#""SET" "foo" "b\"ar\n""#,
+            r#""GET" "foo""#,
+            r#""MULTI""#,
+            r#""SET" "foo" "bar""#,
+            r#""EXEC""#,
+        ];
+        for shown in expected {
+            assert_eq!(
+                monitor_line(&mut monitor),
+                format!("[0 {addr}] {shown}"),
+                "node {id}"
+            );
+        }
+        // A monitor may not read or write keys; its other commands are answered.
+        let refused = monitor.request(&["GET", "foo"]);
+        assert_eq!(
+            refused,
+            Reply::Error("ERR Replica can't interact with the keyspace".into())
+        );
+    }
+}
+
+#[test]
+fn a_monitor_that_does_not_read_is_disconnected_and_never_slows_the_node() {
+    let limit = 1 << 20;
+    let cluster = Cluster::new(
+        "introspection-monitor-bound",
+        &[1],
+        &[],
+        &["--client-output-buffer-limit-bytes", &limit.to_string()],
+    );
+    let port = cluster.node(1).client_port;
+    cluster.leader();
+    let mut monitor = Client::connect(port);
+    assert_eq!(monitor.request(&["MONITOR"]), Reply::OK);
+    // Far more than the limit and the sockets' buffers take, while the monitor reads nothing.
+    let value = "x".repeat(64 << 10);
+    let mut client = Client::connect(port);
+    let writes = 512;
+    for _ in 0..writes / 64 {
+        let requests: Vec<[&str; 3]> = (0..64).map(|_| ["SET", "k", value.as_str()]).collect();
+        let requests: Vec<&[&str]> = requests.iter().map(|r| &r[..]).collect();
+        client.send(&requests);
+        for _ in 0..64 {
+            assert_eq!(client.read(), Some(Reply::OK));
+        }
+    }
+    // The monitor was closed: what it gets ends well before every line was sent.
+    let mut received = 0usize;
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        match monitor.stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the monitor's connection is closed, not stalled: {e}"),
+        }
+    }
+    assert!(received < writes * value.len(), "{received} bytes");
+    assert_eq!(raw_request(port, &["PING"]).unwrap(), Reply::PONG);
+}

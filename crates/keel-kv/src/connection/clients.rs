@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::monitor::{self, MonitorFeed};
 use super::ClientConnection;
 use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters, ReplyMode};
 use crate::resp::Reply;
@@ -32,6 +33,9 @@ pub struct ClientRecord {
     /// the waker it left (std only: this module is built without tokio for the simulator).
     kill_flag: AtomicBool,
     kill_waker: Mutex<Option<std::task::Waker>>,
+    /// The commands the node's clients run, once this connection sent MONITOR
+    /// (`monitor.rs`); the connection's task sends them.
+    pub monitor: MonitorFeed,
 }
 
 /// The fields a connection changes as it runs.
@@ -56,6 +60,7 @@ impl ClientRecord {
             fd,
             kill_flag: AtomicBool::new(false),
             kill_waker: Mutex::new(None),
+            monitor: MonitorFeed::default(),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -129,7 +134,11 @@ impl ClientRecord {
             state.name,
             now.duration_since(self.created).as_secs(),
             now.duration_since(state.last_active).as_secs(),
-            if multi >= 0 { "x" } else { "N" },
+            match (self.monitor.is_on(), multi >= 0) {
+                (true, _) => "O",
+                (false, true) => "x",
+                (false, false) => "N",
+            },
             if state.last_command.is_empty() {
                 "NULL"
             } else {
@@ -147,6 +156,10 @@ impl ClientRecord {
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
     clients: Mutex<BTreeMap<u64, Arc<ClientRecord>>>,
+    /// The connections that sent MONITOR (a subset of `clients`), and how many they are (read
+    /// without the lock: most commands run with none).
+    monitors: Mutex<Vec<Arc<ClientRecord>>>,
+    monitor_count: AtomicUsize,
 }
 
 /// A registered connection: dropping it removes the record.
@@ -169,6 +182,33 @@ impl ClientRegistry {
         }
     }
 
+    fn monitors(&self) -> MutexGuard<'_, Vec<Arc<ClientRecord>>> {
+        self.monitors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `record` a monitor whose queue holds at most `limit` bytes (once).
+    pub fn start_monitor(&self, record: &Arc<ClientRecord>, limit: usize) {
+        if record.monitor.start(limit) {
+            let mut monitors = self.monitors();
+            monitors.push(Arc::clone(record));
+            self.monitor_count.store(monitors.len(), Ordering::Release);
+        }
+    }
+
+    /// Shows `requests`, run by the client at `addr`, to every monitor (`monitor.rs`).
+    pub fn feed_monitors(&self, addr: &str, requests: &[Vec<Bytes>]) {
+        if requests.is_empty() || !self.has_monitors() {
+            return;
+        }
+        let monitors = self.monitors().clone();
+        monitor::feed(&monitors, addr, requests);
+    }
+
+    /// Whether some connection of the node is a monitor.
+    pub fn has_monitors(&self) -> bool {
+        self.monitor_count.load(Ordering::Acquire) > 0
+    }
+
     /// Whether the connection `id` is still served (its task has not ended).
     pub fn contains(&self, id: u64) -> bool {
         self.lock().contains_key(&id)
@@ -182,7 +222,14 @@ impl ClientRegistry {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.id);
+        let removed = self.registry.lock().remove(&self.id);
+        if removed.is_some_and(|record| record.monitor.is_on()) {
+            let mut monitors = self.registry.monitors();
+            monitors.retain(|record| record.id != self.id);
+            self.registry
+                .monitor_count
+                .store(monitors.len(), Ordering::Release);
+        }
     }
 }
 

@@ -139,6 +139,10 @@ fn summary(name: &str) -> &'static str {
         "quit" => "Closes the connection.",
         "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
         "raft.status" => "Reports the node's Raft state (the INFO raft section).",
+        "monitor" => {
+            "Streams every command this node's clients run, in Redis's format (bounded: a \
+             monitor that falls behind is disconnected)."
+        }
         "function" => {
             "FUNCTION FLUSH / LIST: keel has no functions (nothing to flush, none listed)."
         }

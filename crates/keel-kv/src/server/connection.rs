@@ -45,6 +45,7 @@ use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
 use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
 use crate::command::ReplyMode;
+use crate::connection::monitor::MonitorEvent;
 use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request,
@@ -109,6 +110,8 @@ enum Io {
     Idle,
     /// CLIENT KILL named this connection: what it was answered is sent, then it closes.
     Killed,
+    /// A monitor that fell behind its queue's bound (`connection/monitor.rs`): closed.
+    MonitorOverflowed,
 }
 
 pub(super) async fn serve_connection(
@@ -136,7 +139,8 @@ pub(super) async fn serve_connection(
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
             .with_requirepass(ctx.requirepass.clone())
             .with_config(Arc::clone(&ctx.config))
-            .with_registry(record, Arc::clone(&ctx.client_registry)),
+            .with_registry(record, Arc::clone(&ctx.client_registry))
+            .with_monitor_limit(ctx.client_limits.output_buffer_bytes),
         pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),
@@ -172,6 +176,16 @@ pub(super) async fn serve_connection(
             Io::Read => {}
             Io::Closed => return session.flush_all(session.idle_timeout()).await,
             Io::Killed => return session.close_killed().await,
+            Io::MonitorOverflowed => {
+                tracing::info!(
+                    node = ctx.node_id,
+                    client = %peer,
+                    "closing a MONITOR connection that does not keep up: its queue passed \
+                     client-output-buffer-limit-bytes ({})",
+                    ctx.client_limits.output_buffer_bytes
+                );
+                return Ok(());
+            }
             Io::Idle => {
                 tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
                 return Ok(());
@@ -273,6 +287,16 @@ impl Session<'_> {
                 biased;
                 // CLIENT KILL from any connection of the node (this one's included).
                 () = record.killed() => return Ok(Io::Killed),
+                // After MONITOR: the node's commands (never ready before it).
+                event = record.monitor.next() => match event {
+                    MonitorEvent::Lines(lines) => {
+                        if self.silence != Silence::All {
+                            self.push_bytes(&lines)?;
+                        }
+                        continue;
+                    }
+                    MonitorEvent::Overflowed => return Ok(Io::MonitorOverflowed),
+                },
                 ready = readiness => match ready {
                     Some(ready) => ready?,
                     None => return Ok(Io::Idle),
@@ -317,6 +341,22 @@ impl Session<'_> {
             ));
             return self.push(&error);
         }
+        self.make_room(size)?;
+        self.connection.encode(reply, &mut self.output);
+        self.output_written()
+    }
+
+    /// Appends bytes already encoded (a monitor's lines), under the output limit as [`Self::push`].
+    fn push_bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.make_room(bytes.len())?;
+        self.output.extend_from_slice(bytes);
+        self.output_written()
+    }
+
+    /// Makes room for `size` more bytes of output: an error (the connection must close) if the
+    /// replies the client has not read would pass the output limit.
+    fn make_room(&mut self, size: usize) -> std::io::Result<()> {
+        let limit = self.ctx.client_limits.output_buffer_bytes;
         if self.output.len() + size > limit {
             self.flush_some()?;
             if self.output.len() + size > limit {
@@ -330,7 +370,11 @@ impl Session<'_> {
                 return Err(std::io::Error::other("client output buffer limit reached"));
             }
         }
-        self.connection.encode(reply, &mut self.output);
+        Ok(())
+    }
+
+    /// Notes what was appended to the output, and writes it once there is enough.
+    fn output_written(&mut self) -> std::io::Result<()> {
         self.output_peak = self.output_peak.max(self.output.len());
         if self.output.len() >= OUTPUT_FLUSH_BYTES {
             self.flush_some()?;
@@ -434,10 +478,13 @@ impl Session<'_> {
                 ReplyMode::Skip => Silence::Next(2),
             };
         }
-        if self.ctx.out_of_memory(may_grow_memory(&dispatch)).await {
+        let out_of_memory = self.ctx.out_of_memory(may_grow_memory(&dispatch)).await;
+        if out_of_memory {
             // As Redis: the write (or the whole transaction) is refused, nothing of it runs.
             dispatch = Dispatch::Reply(Reply::error(super::OOM));
         }
+        // MONITOR shows what runs (not what was refused), as soon as it is accepted.
+        self.connection.show_to_monitors(!out_of_memory);
         let mut request = Request {
             dispatch,
             args,
