@@ -424,6 +424,9 @@ pub enum LocalCommand {
     FunctionFlush,
     /// `FUNCTION LIST`: always empty.
     FunctionList,
+    /// `MONITOR`: the connection is shown every command the node's clients run
+    /// (`connection/monitor.rs`).
+    Monitor,
     /// `AUTH [username] password`.
     Auth {
         user: Option<Bytes>,
@@ -620,6 +623,9 @@ pub enum CommandError {
     /// Redis's wording; the transaction goes on.
     #[error("ERR WATCH inside MULTI is not allowed")]
     WatchInMulti,
+    /// Redis's words: a monitor, like a replica, may not read or write keys.
+    #[error("ERR Replica can't interact with the keyspace")]
+    MonitorKeyspace,
     #[error("ERR RAFT.WATCHED without MULTI")]
     WatchedWithoutMulti,
     #[error("EXECABORT EXEC sent before WATCH was answered (in the same pipeline): the transaction is discarded; wait for WATCH's reply before EXEC")]
@@ -825,6 +831,13 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             Local,
         ),
         spec("raft.status", 1, &["loading", "stale"], NO_KEYS, Local),
+        spec(
+            "monitor",
+            1,
+            &["admin", "noscript", "loading", "stale"],
+            NO_KEYS,
+            Local,
+        ),
         spec("function", -2, &["noscript"], NO_KEYS, Local),
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),

@@ -158,6 +158,7 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             _ => return Err(CommandError::Syntax),
         },
         "raft.status" => local(LocalCommand::RaftStatus),
+        "monitor" => local(LocalCommand::Monitor),
         "function" => match rest {
             [sub] if is(sub, "FLUSH") => local(LocalCommand::FunctionFlush),
             [sub, mode] if is(sub, "FLUSH") && (is(mode, "ASYNC") || is(mode, "SYNC")) => {

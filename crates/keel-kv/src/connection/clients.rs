@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::monitor::{self, MonitorFeed};
 use super::ClientConnection;
 use crate::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters, ReplyMode};
 use crate::resp::Reply;
@@ -32,6 +33,9 @@ pub struct ClientRecord {
     /// the waker it left (std only: this module is built without tokio for the simulator).
     kill_flag: AtomicBool,
     kill_waker: Mutex<Option<std::task::Waker>>,
+    /// The commands the node's clients run, once this connection sent MONITOR
+    /// (`monitor.rs`); the connection's task sends them.
+    pub monitor: MonitorFeed,
 }
 
 /// The fields a connection changes as it runs.
@@ -56,6 +60,7 @@ impl ClientRecord {
             fd,
             kill_flag: AtomicBool::new(false),
             kill_waker: Mutex::new(None),
+            monitor: MonitorFeed::default(),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -79,6 +84,11 @@ impl ClientRecord {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    /// Whether [`Self::kill`] was called.
+    pub fn is_killed(&self) -> bool {
+        self.kill_flag.load(Ordering::Acquire)
     }
 
     /// Returns once [`Self::kill`] was called (at once if it was already).
@@ -124,7 +134,11 @@ impl ClientRecord {
             state.name,
             now.duration_since(self.created).as_secs(),
             now.duration_since(state.last_active).as_secs(),
-            if multi >= 0 { "x" } else { "N" },
+            match (self.monitor.is_on(), multi >= 0) {
+                (true, _) => "O",
+                (false, true) => "x",
+                (false, false) => "N",
+            },
             if state.last_command.is_empty() {
                 "NULL"
             } else {
@@ -142,6 +156,10 @@ impl ClientRecord {
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
     clients: Mutex<BTreeMap<u64, Arc<ClientRecord>>>,
+    /// The connections that sent MONITOR (a subset of `clients`), and how many they are (read
+    /// without the lock: most commands run with none).
+    monitors: Mutex<Vec<Arc<ClientRecord>>>,
+    monitor_count: AtomicUsize,
 }
 
 /// A registered connection: dropping it removes the record.
@@ -164,6 +182,38 @@ impl ClientRegistry {
         }
     }
 
+    fn monitors(&self) -> MutexGuard<'_, Vec<Arc<ClientRecord>>> {
+        self.monitors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `record` a monitor whose queue holds at most `limit` bytes (once).
+    pub fn start_monitor(&self, record: &Arc<ClientRecord>, limit: usize) {
+        if record.monitor.start(limit) {
+            let mut monitors = self.monitors();
+            monitors.push(Arc::clone(record));
+            self.monitor_count.store(monitors.len(), Ordering::Release);
+        }
+    }
+
+    /// Shows `requests`, run by the client at `addr`, to every monitor (`monitor.rs`).
+    pub fn feed_monitors(&self, addr: &str, requests: &[Vec<Bytes>]) {
+        if requests.is_empty() || !self.has_monitors() {
+            return;
+        }
+        let monitors = self.monitors().clone();
+        monitor::feed(&monitors, addr, requests);
+    }
+
+    /// Whether some connection of the node is a monitor.
+    pub fn has_monitors(&self) -> bool {
+        self.monitor_count.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether the connection `id` is still served (its task has not ended).
+    pub fn contains(&self, id: u64) -> bool {
+        self.lock().contains_key(&id)
+    }
+
     /// The records, by id (the order Redis lists them in).
     pub fn records(&self) -> Vec<Arc<ClientRecord>> {
         self.lock().values().cloned().collect()
@@ -172,7 +222,14 @@ impl ClientRegistry {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.id);
+        let removed = self.registry.lock().remove(&self.id);
+        if removed.is_some_and(|record| record.monitor.is_on()) {
+            let mut monitors = self.registry.monitors();
+            monitors.retain(|record| record.id != self.id);
+            self.registry
+                .monitor_count
+                .store(monitors.len(), Ordering::Release);
+        }
     }
 }
 
@@ -226,6 +283,14 @@ impl ClientConnection {
         self.name = (!name.is_empty()).then_some(name);
     }
 
+    /// The other connections the last CLIENT KILL killed (bounded by the node's connections):
+    /// the server waits for them to close before it answers, so that what the client asks next
+    /// (`INFO clients`, CLIENT LIST) no longer counts them, as in Redis, where CLIENT KILL frees
+    /// them before it replies.
+    pub fn take_killed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.killed)
+    }
+
     pub(super) fn client(&mut self, command: ClientCommand) -> Reply {
         match command {
             ClientCommand::SetName(name) => {
@@ -273,7 +338,7 @@ impl ClientConnection {
 
     /// Kills the node's connections that match `filters` (this one's task closes it after
     /// sending this reply); returns how many.
-    fn kill(&self, filters: &KillFilters) -> usize {
+    fn kill(&mut self, filters: &KillFilters) -> usize {
         let records = match &self.registry {
             Some(registry) => registry.records(),
             None => vec![Arc::clone(&self.record)],
@@ -291,6 +356,9 @@ impl ClientConnection {
         for record in matching {
             record.kill();
             killed += 1;
+            if record.id != self.id {
+                self.killed.push(record.id);
+            }
         }
         killed
     }
@@ -349,12 +417,39 @@ mod tests {
     }
 
     #[test]
+    fn kill_signals_the_matching_records_and_hands_over_the_others() {
+        let registry = Arc::new(ClientRegistry::default());
+        let records: Vec<Arc<ClientRecord>> = (1..=3)
+            .map(|id| Arc::new(ClientRecord::new(id, format!("a{id}"), String::new(), -1)))
+            .collect();
+        let _registrations: Vec<Registration> = records
+            .iter()
+            .map(|r| registry.register(Arc::clone(r)))
+            .collect();
+        let mut me = ClientConnection::new(1, "a1", crate::resp::Limits::default())
+            .with_registry(Arc::clone(&records[0]), Arc::clone(&registry));
+        let all = KillFilters {
+            id: None,
+            addr: None,
+            laddr: None,
+            matches_none: false,
+            skip_me: false,
+        };
+        assert_eq!(me.kill(&all), 3);
+        assert!(records.iter().all(|r| r.is_killed()));
+        // Its own connection closes after this reply; the server waits for the others.
+        assert_eq!(me.take_killed(), [2, 3]);
+        assert!(me.take_killed().is_empty());
+    }
+
+    #[test]
     fn a_dropped_registration_removes_the_record() {
         let registry = Arc::new(ClientRegistry::default());
         let first = registry.register(Arc::new(ClientRecord::new(1, "a".into(), "".into(), -1)));
         let second = registry.register(Arc::new(ClientRecord::new(2, "b".into(), "".into(), -1)));
         assert_eq!(registry.records().len(), 2);
         drop(first);
+        assert!(!registry.contains(1) && registry.contains(2));
         let ids: Vec<u64> = registry.records().iter().map(|r| r.id).collect();
         assert_eq!(ids, [2]);
         drop(second);

@@ -6,6 +6,7 @@
 //! parameter below says why it may (or may not) change at run time. Settings are per node, as
 //! in Redis (a CONFIG SET is not replicated).
 
+use std::net::SocketAddr;
 use std::sync::{RwLock, RwLockReadGuard};
 
 use bytes::Bytes;
@@ -28,6 +29,13 @@ pub struct ConfigValues {
     pub protected_mode: bool,
     /// `save` as last set (normalized): accepted but inert, see [`config_set`].
     pub save: String,
+    /// `repl-backlog-size` as last set, in bytes: accepted but inert, see [`set_one`].
+    pub repl_backlog_size: u64,
+    /// `maxmemory-samples` as last set: accepted but inert (keel never evicts).
+    pub maxmemory_samples: u64,
+    /// The client listener's address (`--client-addr`, as bound): `bind` and `port` report it;
+    /// `None` until the server tells ([`SharedConfig::set_listener`]).
+    pub listener: Option<SocketAddr>,
 }
 
 impl Default for ConfigValues {
@@ -39,9 +47,15 @@ impl Default for ConfigValues {
             maxmemory: 0,
             protected_mode: true,
             save: String::new(),
+            repl_backlog_size: REPL_BACKLOG_SIZE_DEFAULT,
+            maxmemory_samples: 5,
+            listener: None,
         }
     }
 }
+
+/// Redis's default `repl-backlog-size` (1 MB).
+const REPL_BACKLOG_SIZE_DEFAULT: u64 = 1 << 20;
 
 /// The settings a node's connections and its server share: CONFIG SET changes them, the server
 /// reads them where they take effect (`maxmemory` on each write, `timeout` on each wait,
@@ -58,6 +72,11 @@ impl SharedConfig {
     /// ignored).
     pub fn read(&self) -> RwLockReadGuard<'_, ConfigValues> {
         self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the address the client listener is bound to (`bind` and `port` report it).
+    pub fn set_listener(&self, addr: SocketAddr) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).listener = Some(addr);
     }
 }
 
@@ -82,7 +101,30 @@ fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, St
             "client-query-buffer-limit",
             limits.request_bytes_max.to_string(),
         ),
+        ("maxmemory-samples", config.maxmemory_samples.to_string()),
+        // keel bounds each client's buffers instead (client-output-buffer-limit-bytes,
+        // client-query-buffer-total-bytes): there is no eviction of clients by their total.
+        ("maxmemory-clients", "0".to_string()),
+        ("repl-backlog-size", config.repl_backlog_size.to_string()),
+        // A keel node replicates through its Raft log, never from a Redis master.
+        ("replicaof", String::new()),
+        ("slaveof", String::new()),
+        ("bind", bind(config)),
+        ("port", port(config).to_string()),
     ]
+}
+
+/// The client listener's address as `bind` reports it (empty before the server tells).
+fn bind(config: &ConfigValues) -> String {
+    config
+        .listener
+        .map(|addr| addr.ip().to_string())
+        .unwrap_or_default()
+}
+
+/// The client listener's port (0, as Redis reports no TCP port, before the server tells).
+fn port(config: &ConfigValues) -> u16 {
+    config.listener.map_or(0, |addr| addr.port())
 }
 
 fn yes_no(flag: bool) -> &'static str {
@@ -111,7 +153,7 @@ pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
 
 /// Redis's immutable parameters that keel has no counterpart for: setting them at run time is
 /// refused in Redis's words (none of them can change at run time here either).
-const IMMUTABLE: [&str; 19] = [
+const IMMUTABLE: [&str; 21] = [
     "daemonize",
     "databases",
     "cluster-enabled",
@@ -131,6 +173,9 @@ const IMMUTABLE: [&str; 19] = [
     "appenddirname",
     "cluster-config-file",
     "cluster-port",
+    // A node's replication is its Raft membership (RAFT.MEMBER), never a Redis master's.
+    "replicaof",
+    "slaveof",
 ];
 
 /// `CONFIG SET name value [name value ...]`: all or nothing, as in Redis (every pair is checked
@@ -182,7 +227,7 @@ fn with_set(
         let outcome = if IMMUTABLE.contains(&name.as_str()) {
             Err("can't set immutable config".to_string())
         } else {
-            match set_one(&name, &value, limits, &mut values) {
+            match set_one(&name, &value, &mut values) {
                 Some(outcome) => outcome,
                 None => {
                     return Err(Reply::error(format!(
@@ -196,16 +241,21 @@ fn with_set(
         }
         seen.push(name);
     }
+    // Redis's "apply" phase, once every pair is checked: what cannot take effect at run time
+    // fails here, the first in the order given, and nothing changes.
+    for (name, value) in pairs {
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        if let Some(reason) = apply_error(&name, &String::from_utf8_lossy(value), limits, current) {
+            return Err(Reply::error(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
+            )));
+        }
+    }
     Ok(values)
 }
 
 /// Checks one parameter and writes it to `values`; `None` for a name keel does not know.
-fn set_one(
-    name: &str,
-    value: &str,
-    limits: &Limits,
-    values: &mut ConfigValues,
-) -> Option<Result<(), String>> {
+fn set_one(name: &str, value: &str, values: &mut ConfigValues) -> Option<Result<(), String>> {
     let outcome = match name {
         // Read by the leader on each write that may grow memory; a follower's figure takes
         // effect if it comes to lead (writes are refused only where they are proposed).
@@ -242,25 +292,76 @@ fn set_one(
             "keel fsyncs its Raft log before acknowledging",
         ),
         "maxmemory-policy" => only(value, "noeviction", "keel never evicts keys"),
+        // Used only by eviction policies, which keel has none of: checked as Redis does, kept
+        // and reported back, and inert.
+        "maxmemory-samples" => integer(value).and_then(|n| match n {
+            1..=64 => {
+                values.maxmemory_samples = n;
+                Ok(())
+            }
+            _ => Err("argument must be between 1 and 64 inclusive".to_string()),
+        }),
+        "maxmemory-clients" => memory_or_percent(value).and_then(|limit| match limit {
+            0 => Ok(()),
+            _ => Err(
+                "only '0' is supported: keel bounds each client's buffers instead \
+                 (client-output-buffer-limit-bytes, client-query-buffer-total-bytes)"
+                    .to_string(),
+            ),
+        }),
+        // Followers catch up from the Raft log (or a snapshot), which keeps what they need
+        // whatever this is: there is no backlog to size. Checked, kept, reported back, inert.
+        "repl-backlog-size" => memory(value).map(|bytes| values.repl_backlog_size = bytes),
         // Decided at start, by the command line or config file.
         "protected-mode" => only(
             value,
             yes_no(values.protected_mode),
             "set by --protected-mode at start",
         ),
-        "proto-max-bulk-len" => only(
-            value,
-            &limits.bulk_bytes_max.to_string(),
-            "keel's request limits are fixed at start",
-        ),
-        "client-query-buffer-limit" => only(
-            value,
-            &limits.request_bytes_max.to_string(),
-            "keel's request limits are fixed at start",
-        ),
+        // Fixed at start: checked here, and refused in the apply phase unless unchanged
+        // ([`apply_error`]).
+        "proto-max-bulk-len" | "client-query-buffer-limit" => memory(value).map(drop),
+        "port" => port_number(value).map(drop),
+        "bind" => Ok(()),
         _ => return None,
     };
     Some(outcome)
+}
+
+/// Why a checked pair cannot take effect (Redis's apply phase), if it cannot: the client
+/// listener and the request limits are fixed at start, so only their current values apply.
+fn apply_error(name: &str, value: &str, limits: &Limits, current: &ConfigValues) -> Option<String> {
+    let fixed = |wanted: u64, now: u64| {
+        (wanted != now).then(|| format!("keel's request limits are fixed at start ({now})"))
+    };
+    match name {
+        "port" => {
+            let wanted = port_number(value).ok()?;
+            (wanted != port(current)).then(|| {
+                format!(
+                    "Unable to listen on this port: keel listens for clients only on its \
+                     --client-addr (port {}), fixed at start",
+                    port(current)
+                )
+            })
+        }
+        "bind" => (value != bind(current)).then(|| {
+            format!(
+                "Failed to bind to specified addresses: keel listens for clients only on its \
+                 --client-addr ({}), fixed at start",
+                bind(current)
+            )
+        }),
+        "proto-max-bulk-len" => fixed(memory(value).ok()?, limits.bulk_bytes_max as u64),
+        "client-query-buffer-limit" => fixed(memory(value).ok()?, limits.request_bytes_max as u64),
+        _ => None,
+    }
+}
+
+fn port_number(value: &str) -> Result<u16, String> {
+    integer(value).and_then(|n| {
+        u16::try_from(n).map_err(|_| "argument must be between 0 and 65535 inclusive".to_string())
+    })
 }
 
 /// Accepts `value` only if it is `current` (case-insensitive); otherwise explains why not.
@@ -301,6 +402,19 @@ fn memory(value: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(multiplier))
         .ok_or_else(|| "argument must be a memory value".to_string())
+}
+
+/// `maxmemory-clients`: a memory value, or a percentage of `maxmemory` (`N%`, N at most 100);
+/// what it amounts to (0 or not) is what matters here.
+fn memory_or_percent(value: &str) -> Result<u64, String> {
+    match value.strip_suffix('%') {
+        Some(percent) => match percent.parse::<u64>() {
+            Ok(n) if n <= 100 => Ok(n),
+            Ok(_) => Err("percentage argument must be less or equal to 100".to_string()),
+            Err(_) => Err("argument must be a memory or percent value".to_string()),
+        },
+        None => memory(value),
+    }
 }
 
 /// `save "seconds changes [seconds changes ...]"` (or empty): normalized to single spaces.
@@ -377,6 +491,123 @@ mod tests {
         let error = error_text(set(&shared, &["maxclients", "10001"]));
         assert!(error.contains("at most 10000 clients"), "{error}");
         assert_eq!(*shared.read(), ConfigValues::default());
+    }
+
+    #[test]
+    fn inert_parameters_are_checked_kept_and_reported() {
+        let shared = SharedConfig::default();
+        let reply = set(
+            &shared,
+            &["repl-backlog-size", "10000002", "maxmemory-samples", "10"],
+        );
+        assert_eq!(reply, Reply::OK);
+        assert_eq!(shared.read().repl_backlog_size, 10_000_002);
+        assert_eq!(shared.read().maxmemory_samples, 10);
+        let error = error_text(set(&shared, &["maxmemory-samples", "65"]));
+        assert!(error.ends_with("between 1 and 64 inclusive"), "{error}");
+        assert_eq!(set(&shared, &["maxmemory-clients", "0%"]), Reply::OK);
+        let error = error_text(set(&shared, &["maxmemory-clients", "10mb"]));
+        assert!(error.contains("only '0' is supported"), "{error}");
+    }
+
+    #[test]
+    fn a_set_error_is_reported_before_an_apply_error_and_nothing_changes() {
+        let shared = SharedConfig::default();
+        shared.set_listener("127.0.0.1:6379".parse().unwrap());
+        let before = shared.read().clone();
+        // Redis's words for a percentage over 100, for the first bad pair of the set phase.
+        assert_eq!(
+            error_text(set(
+                &shared,
+                &[
+                    "maxmemory",
+                    "10000001",
+                    "maxmemory-clients",
+                    "200%",
+                    "client-query-buffer-limit",
+                    "invalid",
+                ],
+            )),
+            "ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - \
+             percentage argument must be less or equal to 100"
+        );
+        // Every pair is valid; the port cannot change at run time: the apply phase refuses it,
+        // before the request limit that comes after it.
+        let error = error_text(set(
+            &shared,
+            &[
+                "maxmemory",
+                "10000001",
+                "port",
+                "6380",
+                "client-query-buffer-limit",
+                "10m",
+            ],
+        ));
+        assert!(
+            error.starts_with(
+                "ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen \
+                 on this port"
+            ),
+            "{error}"
+        );
+        let error = error_text(set(&shared, &["client-query-buffer-limit", "10m"]));
+        assert!(error.contains("fixed at start"), "{error}");
+        assert_eq!(*shared.read(), before);
+        assert_eq!(
+            set(&shared, &["port", "6379", "bind", "127.0.0.1"]),
+            Reply::OK
+        );
+        let error = error_text(set(&shared, &["port", "65536"]));
+        assert!(error.ends_with("between 0 and 65535 inclusive"), "{error}");
+    }
+
+    #[test]
+    fn get_with_several_patterns_names_each_parameter_once() {
+        let config = ConfigValues {
+            listener: Some("0.0.0.0:7000".parse().unwrap()),
+            ..ConfigValues::default()
+        };
+        let patterns: Vec<Bytes> = ["maxmemory", "maxmemory*", "bind", "*of", "port"]
+            .into_iter()
+            .map(|p| Bytes::from_static(p.as_bytes()))
+            .collect();
+        let Reply::Map(pairs) = config_get(&patterns, &Limits::default(), &config) else {
+            panic!("CONFIG GET answers a map");
+        };
+        let names: Vec<String> = pairs
+            .iter()
+            .map(|(name, _)| match name {
+                Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        for name in [
+            "maxmemory",
+            "maxmemory-policy",
+            "maxmemory-samples",
+            "maxmemory-clients",
+            "replicaof",
+            "slaveof",
+            "bind",
+            "port",
+        ] {
+            assert_eq!(
+                names.iter().filter(|n| *n == name).count(),
+                1,
+                "{name}: {names:?}"
+            );
+        }
+        let value = |name: &str| {
+            pairs
+                .iter()
+                .zip(&names)
+                .find(|(_, n)| *n == name)
+                .map(|((_, v), _)| v.clone())
+        };
+        assert_eq!(value("bind"), Some(Reply::text("0.0.0.0")));
+        assert_eq!(value("port"), Some(Reply::text("7000")));
+        assert_eq!(value("replicaof"), Some(Reply::text("")));
     }
 
     #[test]

@@ -132,12 +132,17 @@ fn summary(name: &str) -> &'static str {
         }
         "config" => {
             "CONFIG GET / SET: the node's settings in Redis terms (SET: maxmemory, timeout, \
-             maxclients, save); RESETSTAT zeroes INFO's counters."
+             maxclients; save, repl-backlog-size, maxmemory-samples inert); RESETSTAT zeroes \
+             INFO's counters."
         }
         "select" => "Selects database 0 (the only one).",
         "quit" => "Closes the connection.",
         "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
         "raft.status" => "Reports the node's Raft state (the INFO raft section).",
+        "monitor" => {
+            "Streams every command this node's clients run, in Redis's format (bounded: a \
+             monitor that falls behind is disconnected)."
+        }
         "function" => {
             "FUNCTION FLUSH / LIST: keel has no functions (nothing to flush, none listed)."
         }

@@ -40,6 +40,7 @@ mod clients;
 mod config;
 mod info;
 mod introspection;
+pub mod monitor;
 pub mod pipeline;
 
 use std::sync::Arc;
@@ -202,6 +203,13 @@ pub struct ClientConnection {
     current_request: (usize, usize),
     /// Set by CLIENT REPLY, taken by the server ([`Self::take_reply_mode`]).
     reply_mode: Option<crate::command::ReplyMode>,
+    /// The other connections CLIENT KILL killed, taken by the server ([`Self::take_killed`]).
+    killed: Vec<u64>,
+    /// The bound of this connection's monitor queue, should it send MONITOR.
+    monitor_limit: usize,
+    /// What the request just dispatched shows to the node's monitors, redacted (empty without
+    /// monitors): sent by [`Self::show_to_monitors`] once the server has accepted it.
+    monitored: Vec<Vec<Bytes>>,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -226,6 +234,8 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         // Its effect would come before EXEC, not at it (an invalid CONFIG SET, which has none,
         // is answered with its error: `dispatch_queued`).
         LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
+        // Refused inside a transaction in Redis's words (`dispatch_queued`).
+        LocalCommand::Monitor => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
         | LocalCommand::Echo(_)
@@ -253,6 +263,9 @@ impl ClientConnection {
             registry: None,
             current_request: (0, 0),
             reply_mode: None,
+            killed: Vec::new(),
+            monitor_limit: monitor::MONITOR_QUEUE_BYTES_DEFAULT,
+            monitored: Vec::new(),
             protocol: ProtocolVersion::Resp2,
             name: None,
             limits,
@@ -279,6 +292,12 @@ impl ClientConnection {
     ) -> Self {
         self.record = record;
         self.registry = Some(registry);
+        self
+    }
+
+    /// Bounds the connection's monitor queue (after MONITOR) to `bytes`.
+    pub fn with_monitor_limit(mut self, bytes: usize) -> Self {
+        self.monitor_limit = bytes;
         self
     }
 
@@ -337,8 +356,49 @@ impl ClientConnection {
         if parsed.is_ok() {
             self.note_request(args);
         }
+        // A monitor, like a replica in Redis, may not read or write keys.
+        let parsed = match parsed {
+            Ok(Command::Read(_) | Command::Write(_)) if self.record.monitor.is_on() => {
+                Err(CommandError::MonitorKeyspace)
+            }
+            other => other,
+        };
+        self.monitored.clear();
         if self.queue.is_some() {
-            return self.dispatch_queued(parsed, args, node);
+            // Inside MULTI only what is not queued runs now, and is shown now.
+            let runs_now = match &parsed {
+                Ok(Command::Transaction(command)) => !matches!(
+                    command,
+                    TransactionCommand::Unwatch | TransactionCommand::Watched(_)
+                ),
+                Ok(Command::Local(LocalCommand::Quit)) => true,
+                _ => false,
+            };
+            // EXEC shows the queued commands as they run, then itself; an aborted transaction
+            // only EXEC (Redis's `execCommandAbort`).
+            let exec = matches!(parsed, Ok(Command::Transaction(TransactionCommand::Exec)));
+            let queued = match &self.queue {
+                Some(queue) if exec && !queue.aborted && self.has_monitors() => {
+                    queue.transaction.requests.clone()
+                }
+                _ => Vec::new(),
+            };
+            let dispatch = self.dispatch_queued(parsed, args, node);
+            if matches!(
+                dispatch,
+                Dispatch::Exec(_) | Dispatch::Reply(Reply::Array(_))
+            ) {
+                for request in &queued {
+                    self.monitor(request);
+                }
+            }
+            if runs_now {
+                self.monitor(args);
+            }
+            return dispatch;
+        }
+        if parsed.is_ok() {
+            self.monitor(args);
         }
         match parsed {
             Err(error) => Dispatch::Reply(error.to_reply()),
@@ -368,6 +428,27 @@ impl ClientConnection {
         }
     }
 
+    /// Whether some connection of the node is a monitor.
+    fn has_monitors(&self) -> bool {
+        self.registry.as_ref().is_some_and(|r| r.has_monitors())
+    }
+
+    /// Records `args` to be shown to the node's monitors, if it is shown at all.
+    fn monitor(&mut self, args: &[Bytes]) {
+        if self.has_monitors() && monitor::shows(args) {
+            self.monitored.push(monitor::redacted(args));
+        }
+    }
+
+    /// Shows the request just dispatched to the node's monitors if `accepted` (the server
+    /// refused it otherwise: past `maxmemory`, as Redis, which shows only what it runs).
+    pub fn show_to_monitors(&mut self, accepted: bool) {
+        let shown = std::mem::take(&mut self.monitored);
+        if let (true, Some(registry)) = (accepted, &self.registry) {
+            registry.feed_monitors(&self.record.addr, &shown);
+        }
+    }
+
     /// Whether the connection is between MULTI and EXEC / DISCARD.
     pub fn in_transaction(&self) -> bool {
         self.queue.is_some()
@@ -386,6 +467,10 @@ impl ClientConnection {
             Ok(Command::Local(command)) if answered_in_transaction(command) => {
                 Some(self.answer(command.clone(), node))
             }
+            // Redis runs it at EXEC, where it fails in these words.
+            Ok(Command::Local(LocalCommand::Monitor)) => Some(Reply::error(
+                "ERR MONITOR isn't allowed for DENY BLOCKING client",
+            )),
             // It would fail at EXEC too: its error takes its place there, as in Redis.
             Ok(Command::Local(LocalCommand::ConfigSet(pairs))) => {
                 config::config_set_error(pairs, &self.limits, &self.config)
@@ -544,6 +629,16 @@ impl ClientConnection {
             LocalCommand::RaftStatus => Reply::text(info::render_raft(&node.status())),
             LocalCommand::FunctionFlush => Reply::OK,
             LocalCommand::FunctionList => Reply::Array(Vec::new()),
+            LocalCommand::Monitor => {
+                match &self.registry {
+                    Some(registry) => registry.start_monitor(&self.record, self.monitor_limit),
+                    // A connection alone: nothing to show but its own commands.
+                    None => {
+                        self.record.monitor.start(self.monitor_limit);
+                    }
+                }
+                Reply::OK
+            }
             LocalCommand::Auth { user, password } => {
                 match self.check_password(user.as_deref(), &password) {
                     Ok(()) => {

@@ -45,6 +45,7 @@ use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
 use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
 use crate::command::ReplyMode;
+use crate::connection::monitor::MonitorEvent;
 use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request,
@@ -61,6 +62,9 @@ const OUTPUT_KEEP_BYTES: usize = 2 * OUTPUT_FLUSH_BYTES;
 
 /// How long a connection being closed with an error waits for the client to take it.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How often a CLIENT KILL looks whether the connections it killed have closed.
+const KILLED_POLL: Duration = Duration::from_millis(1);
 
 // Connections being refused (maxclients, protected mode) that may wait `CLOSE_GRACE` at once;
 // beyond, they are closed without waiting (a flood of them must not pile up tasks, nor hold
@@ -106,6 +110,8 @@ enum Io {
     Idle,
     /// CLIENT KILL named this connection: what it was answered is sent, then it closes.
     Killed,
+    /// A monitor that fell behind its queue's bound (`connection/monitor.rs`): closed.
+    MonitorOverflowed,
 }
 
 pub(super) async fn serve_connection(
@@ -133,7 +139,8 @@ pub(super) async fn serve_connection(
         connection: ClientConnection::new(id, peer.to_string(), ctx.limits)
             .with_requirepass(ctx.requirepass.clone())
             .with_config(Arc::clone(&ctx.config))
-            .with_registry(record, Arc::clone(&ctx.client_registry)),
+            .with_registry(record, Arc::clone(&ctx.client_registry))
+            .with_monitor_limit(ctx.client_limits.output_buffer_bytes),
         pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),
@@ -167,7 +174,18 @@ pub(super) async fn serve_connection(
         }
         match session.wait_io(&mut input.bytes).await? {
             Io::Read => {}
-            Io::Closed | Io::Killed => return session.flush_all(session.idle_timeout()).await,
+            Io::Closed => return session.flush_all(session.idle_timeout()).await,
+            Io::Killed => return session.close_killed().await,
+            Io::MonitorOverflowed => {
+                tracing::info!(
+                    node = ctx.node_id,
+                    client = %peer,
+                    "closing a MONITOR connection that does not keep up: its queue passed \
+                     client-output-buffer-limit-bytes ({})",
+                    ctx.client_limits.output_buffer_bytes
+                );
+                return Ok(());
+            }
             Io::Idle => {
                 tracing::debug!(node = ctx.node_id, client = %peer, "closing an idle client");
                 return Ok(());
@@ -187,6 +205,12 @@ pub(super) async fn serve_connection(
             }
             if !session.request(frame.args).await? {
                 return Ok(());
+            }
+            if session.connection.record().is_killed() {
+                // CLIENT KILL named this connection (its own request, or another's): nothing
+                // after it is served, as in Redis, which closes it after the current reply.
+                session.finish_all().await?;
+                return session.close_killed().await;
             }
         }
         session.finish_all().await?;
@@ -257,8 +281,22 @@ impl Session<'_> {
                 }
             };
             let ready = tokio::select! {
+                // Polled first: a request that arrives after the kill is never served, whatever
+                // the timing (the client may send it as soon as it has the reply to its own
+                // CLIENT KILL, before this task runs again).
+                biased;
                 // CLIENT KILL from any connection of the node (this one's included).
                 () = record.killed() => return Ok(Io::Killed),
+                // After MONITOR: the node's commands (never ready before it).
+                event = record.monitor.next() => match event {
+                    MonitorEvent::Lines(lines) => {
+                        if self.silence != Silence::All {
+                            self.push_bytes(&lines)?;
+                        }
+                        continue;
+                    }
+                    MonitorEvent::Overflowed => return Ok(Io::MonitorOverflowed),
+                },
                 ready = readiness => match ready {
                     Some(ready) => ready?,
                     None => return Ok(Io::Idle),
@@ -303,6 +341,22 @@ impl Session<'_> {
             ));
             return self.push(&error);
         }
+        self.make_room(size)?;
+        self.connection.encode(reply, &mut self.output);
+        self.output_written()
+    }
+
+    /// Appends bytes already encoded (a monitor's lines), under the output limit as [`Self::push`].
+    fn push_bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.make_room(bytes.len())?;
+        self.output.extend_from_slice(bytes);
+        self.output_written()
+    }
+
+    /// Makes room for `size` more bytes of output: an error (the connection must close) if the
+    /// replies the client has not read would pass the output limit.
+    fn make_room(&mut self, size: usize) -> std::io::Result<()> {
+        let limit = self.ctx.client_limits.output_buffer_bytes;
         if self.output.len() + size > limit {
             self.flush_some()?;
             if self.output.len() + size > limit {
@@ -316,7 +370,11 @@ impl Session<'_> {
                 return Err(std::io::Error::other("client output buffer limit reached"));
             }
         }
-        self.connection.encode(reply, &mut self.output);
+        Ok(())
+    }
+
+    /// Notes what was appended to the output, and writes it once there is enough.
+    fn output_written(&mut self) -> std::io::Result<()> {
         self.output_peak = self.output_peak.max(self.output.len());
         if self.output.len() >= OUTPUT_FLUSH_BYTES {
             self.flush_some()?;
@@ -359,6 +417,34 @@ impl Session<'_> {
         }
     }
 
+    /// Closes a connection CLIENT KILL named: what it was answered is sent if the client takes
+    /// it within [`CLOSE_GRACE`] (a killed client that does not read is not waited for).
+    async fn close_killed(&mut self) -> std::io::Result<()> {
+        match tokio::time::timeout(CLOSE_GRACE, self.flush_all(None)).await {
+            Ok(flushed) => flushed,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// After a CLIENT KILL that named other connections: waits until they have closed, at most
+    /// [`CLOSE_GRACE`] (one busy with a request closes once it is answered), before its reply
+    /// is released, so that what this client asks next (`INFO clients`, CLIENT LIST) no longer
+    /// counts them, as in Redis, where CLIENT KILL frees them before it replies. A connection
+    /// leaves the registry as its task ends.
+    async fn await_killed(&mut self) {
+        let killed = self.connection.take_killed();
+        if killed.is_empty() {
+            return;
+        }
+        let registry = &self.ctx.client_registry;
+        let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+        while killed.iter().any(|id| registry.contains(*id))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(KILLED_POLL).await;
+        }
+    }
+
     /// Sends `error` after everything answered before it, and closes the connection.
     async fn close_with(&mut self, error: &Reply) -> std::io::Result<()> {
         self.push(error)?;
@@ -381,6 +467,7 @@ impl Session<'_> {
             NodeStatus::default()
         };
         let mut dispatch = self.connection.dispatch(&args, &Fetched(status));
+        self.await_killed().await;
         if let Some(mode) = self.connection.take_reply_mode() {
             // Every earlier reply is sent (or not) under the mode before; this one's is not
             // pushed yet.
@@ -391,10 +478,13 @@ impl Session<'_> {
                 ReplyMode::Skip => Silence::Next(2),
             };
         }
-        if self.ctx.out_of_memory(may_grow_memory(&dispatch)).await {
+        let out_of_memory = self.ctx.out_of_memory(may_grow_memory(&dispatch)).await;
+        if out_of_memory {
             // As Redis: the write (or the whole transaction) is refused, nothing of it runs.
             dispatch = Dispatch::Reply(Reply::error(super::OOM));
         }
+        // MONITOR shows what runs (not what was refused), as soon as it is accepted.
+        self.connection.show_to_monitors(!out_of_memory);
         let mut request = Request {
             dispatch,
             args,

@@ -490,6 +490,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         );
     }
     ctx.report_config();
+    ctx.config.set_listener(client_addr);
     let ctx = Arc::new(ctx);
     let accept = tokio::spawn(serve(listener, ctx));
     Ok(RunningNode {

@@ -204,7 +204,7 @@ impl ServerContext {
             timeout_seconds: self.client_limits.idle_timeout.map_or(0, |t| t.as_secs()),
             maxmemory: self.maxmemory,
             protected_mode: self.protected_mode,
-            save: String::new(),
+            ..ConfigValues::default()
         }));
     }
 
