@@ -476,6 +476,28 @@ fn table(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str], targets: &[Ta
     out
 }
 
+/// The tests that pass against redis-server but not against keel, by unit, and where.
+fn not_passed(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str]) -> String {
+    let mut out = String::from("passed against redis-server, not against keel:\n");
+    for unit in units {
+        for (name, outcome) in &runs[&(Target::Redis, *unit)].outcomes {
+            if *outcome != Outcome::Passed {
+                continue;
+            }
+            let missed: Vec<&str> = [Target::Leader, Target::Follower]
+                .into_iter()
+                .filter(|t| runs[&(*t, *unit)].outcomes.get(name) != Some(&Outcome::Passed))
+                .map(|t| t.role())
+                .collect();
+            if !missed.is_empty() {
+                writeln!(out, "  {unit}: {name} ({})", missed.join(", ")).unwrap();
+                for t in [Target::Leader, Target::Follower] { if let Some(m) = runs[&(t, *unit)].failures.get(name) { writeln!(out, "     TMP {}: {m}", t.role()).unwrap(); } }
+            }
+        }
+    }
+    out
+}
+
 fn units_to_run() -> Vec<&'static str> {
     match std::env::var("KEEL_REDIS_SUITE_UNITS") {
         Ok(chosen) => chosen
@@ -536,6 +558,7 @@ fn redis_test_suite_against_keel() {
 
     let targets = [Target::Redis, Target::Leader, Target::Follower];
     report(&table(&runs, &units, &targets));
+    report(&not_passed(&runs, &units));
 
     // The harness itself: against redis-server every unit must run to its end and pass tests,
     // or nothing measured against keel means anything.
