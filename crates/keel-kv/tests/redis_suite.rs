@@ -476,7 +476,8 @@ fn table(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str], targets: &[Ta
     out
 }
 
-/// The tests that pass against redis-server but not against keel, by unit, and where.
+/// The tests that pass against redis-server but not against keel, by unit, and where, with
+/// the suite's message for each failure.
 fn not_passed(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str]) -> String {
     let mut out = String::from("passed against redis-server, not against keel:\n");
     for unit in units {
@@ -491,6 +492,12 @@ fn not_passed(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str]) -> Strin
                 .collect();
             if !missed.is_empty() {
                 writeln!(out, "  {unit}: {name} ({})", missed.join(", ")).unwrap();
+                for target in [Target::Leader, Target::Follower] {
+                    if let Some(message) = runs[&(target, *unit)].failures.get(name) {
+                        let message = message.trim_end().replace('\n', "\n        ");
+                        writeln!(out, "      {}: {message}", target.role()).unwrap();
+                    }
+                }
             }
         }
     }

@@ -16,6 +16,7 @@
 
 mod arguments;
 mod forward;
+pub mod metadata;
 mod parse;
 mod parse_keys;
 mod parse_keyspace;
@@ -443,14 +444,33 @@ pub struct HelloArgs {
     pub setname: Option<Bytes>,
 }
 
-/// `COMMAND [COUNT | DOCS [name ...] | INFO [name ...] | LIST]`.
+/// `COMMAND [COUNT | DOCS [name ...] | INFO [name ...] | LIST [FILTERBY ...] | GETKEYS ... |
+/// GETKEYSANDFLAGS ...]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommandQuery {
     All,
     Count,
     Docs(Vec<Bytes>),
     Info(Vec<Bytes>),
-    List,
+    List(ListFilter),
+    /// `GETKEYS` (`flags` false) or `GETKEYSANDFLAGS`: the command given, its name first.
+    GetKeys {
+        args: Vec<Bytes>,
+        flags: bool,
+    },
+}
+
+/// `COMMAND LIST`'s `FILTERBY`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ListFilter {
+    #[default]
+    All,
+    /// `MODULE name`: keel has no modules, so nothing matches.
+    Module(Bytes),
+    /// `ACLCAT category` (without `@`).
+    AclCategory(Bytes),
+    /// `PATTERN glob`, matched against names and `parent|sub` names, case-insensitively.
+    Pattern(Bytes),
 }
 
 /// The CLIENT subcommands we answer.

@@ -10,9 +10,9 @@ use super::parse_strings::{
 };
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
-    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, LocalCommand,
-    ReadCommand, ReplyMode, SetCondition, TransactionCommand, TtlCommand, TtlForm, WatchedKey,
-    WriteCommand,
+    CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, ListFilter,
+    LocalCommand, ReadCommand, ReplyMode, SetCondition, TransactionCommand, TtlCommand, TtlForm,
+    WatchedKey, WriteCommand,
 };
 use crate::number::{parse_i64, parse_u64};
 use crate::resp::ProtocolVersion;
@@ -326,9 +326,16 @@ fn parse_command_query(rest: &[Bytes]) -> Result<CommandQuery, CommandError> {
         arity(names.is_empty(), "count")?;
         Ok(CommandQuery::Count)
     } else if is(sub, "LIST") {
-        // Redis's FILTERBY is not supported; plain LIST is.
-        arity(names.is_empty(), "list")?;
-        Ok(CommandQuery::List)
+        Ok(CommandQuery::List(parse_list_filter(names)?))
+    } else if is(sub, "GETKEYS") || is(sub, "GETKEYSANDFLAGS") {
+        let flags = is(sub, "GETKEYSANDFLAGS");
+        let name = if flags { "getkeysandflags" } else { "getkeys" };
+        // Redis's arity (-4): the command and at least one of its arguments.
+        arity(names.len() >= 2, name)?;
+        Ok(CommandQuery::GetKeys {
+            args: names.to_vec(),
+            flags,
+        })
     } else if is(sub, "DOCS") {
         Ok(CommandQuery::Docs(names.to_vec()))
     } else if is(sub, "INFO") {
@@ -338,6 +345,26 @@ fn parse_command_query(rest: &[Bytes]) -> Result<CommandQuery, CommandError> {
             command: "COMMAND",
             subcommand: lossy(sub),
         })
+    }
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`: anything else is
+/// Redis's syntax error.
+fn parse_list_filter(args: &[Bytes]) -> Result<ListFilter, CommandError> {
+    match args {
+        [] => Ok(ListFilter::All),
+        [filterby, kind, value] if is(filterby, "FILTERBY") => {
+            if is(kind, "MODULE") {
+                Ok(ListFilter::Module(value.clone()))
+            } else if is(kind, "ACLCAT") {
+                Ok(ListFilter::AclCategory(value.clone()))
+            } else if is(kind, "PATTERN") {
+                Ok(ListFilter::Pattern(value.clone()))
+            } else {
+                Err(CommandError::Syntax)
+            }
+        }
+        _ => Err(CommandError::Syntax),
     }
 }
 

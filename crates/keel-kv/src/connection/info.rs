@@ -1,9 +1,28 @@
 //! INFO and RAFT.STATUS: Redis INFO text (`# Section` headers, `key:value` lines, CRLF endings).
+//!
+//! Sections, in Redis 7's order and field names: `server`, `clients`, `memory`, `stats`,
+//! `replication`, `cpu`, `commandstats`, `errorstats`, keel's `raft`, `keyspace`. `INFO` alone
+//! and `INFO default` give all but `commandstats` (as Redis leaves it out of its default);
+//! `all` and `everything` give all. Section names are case-insensitive; unknown ones are
+//! ignored. Only what keel counts is reported: a Redis field keel cannot know is left out, never
+//! filled with a guess.
+//!
+//! `replication` maps Raft roles onto Redis's: the leader is `role:master`, with one
+//! `slaveN:ip=...,port=...,state=...,offset=...` line per member it heard from within an
+//! election timeout (`ip`/`port`: that member's client address; `state`: `online` while the
+//! leader replicates to it, `send_bulk` while it probes for where their logs match or sends it
+//! a snapshot; `offset`: the member's match index). Every other node is `role:slave`:
+//! `master_host`/`master_port` are the leader's client address (left out while unknown),
+//! `master_link_status` is `up` while a follower or learner knows its leader, and the offsets
+//! are log indexes: `slave_read_repl_offset` the last index it holds, `slave_repl_offset` the
+//! applied index. `master_repl_offset` is the leader's last log index, a follower's applied
+//! index.
 
 use std::fmt::Write;
 
 use bytes::Bytes;
 
+use super::stats::StatsSnapshot;
 use super::REDIS_COMPAT_VERSION;
 
 /// One member of the cluster configuration.
@@ -65,25 +84,65 @@ pub struct NodeStatus {
     pub used_memory_rss: u64,
     /// `maxmemory` (0: no limit).
     pub maxmemory: u64,
+    /// The node's counters (`stats`, `commandstats`, `errorstats`).
+    pub stats: StatsSnapshot,
+    /// The process's CPU time (`None`: unknown).
+    pub cpu: Option<CpuTimes>,
+    /// On the leader: the members it replicates to (empty elsewhere).
+    pub followers: Vec<FollowerInfo>,
 }
 
-const SECTIONS: [&str; 5] = ["server", "clients", "memory", "raft", "keyspace"];
+/// CPU time used, in microseconds (`getrusage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub sys_us: u64,
+    pub user_us: u64,
+    pub children_sys_us: u64,
+    pub children_user_us: u64,
+}
 
-/// Renders the requested sections (all for none, `default`, `all` or `everything`). Unknown
-/// section names are ignored, as Redis does.
+/// A member the leader replicates to, as the leader sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FollowerInfo {
+    pub id: u64,
+    /// Where its clients reach it; empty when unknown.
+    pub client_addr: String,
+    /// The highest index known to be in its log.
+    pub match_index: u64,
+    /// Whether the leader knows where their logs match (false while probing or sending it a
+    /// snapshot).
+    pub replicating: bool,
+    /// Whether it answered within the last election timeout.
+    pub recently_active: bool,
+}
+
+/// The sections, in order, and whether `INFO` / `INFO default` includes them.
+const SECTIONS: [(&str, bool); 10] = [
+    ("server", true),
+    ("clients", true),
+    ("memory", true),
+    ("stats", true),
+    ("replication", true),
+    ("cpu", true),
+    ("commandstats", false),
+    ("errorstats", true),
+    ("raft", true),
+    ("keyspace", true),
+];
+
+/// Renders the requested sections: the default ones for none or `default`, every one for `all`
+/// or `everything`. Unknown section names are ignored, as Redis does.
 pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
-    let wants_all = requested.is_empty()
-        || requested.iter().any(|s| {
-            ["default", "all", "everything"]
-                .iter()
-                .any(|w| s.eq_ignore_ascii_case(w.as_bytes()))
-        });
+    let asked = |word: &str| {
+        requested
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(word.as_bytes()))
+    };
+    let all = asked("all") || asked("everything");
+    let default = requested.is_empty() || asked("default");
     let mut out = String::new();
-    for section in SECTIONS {
-        let wanted = wants_all
-            || requested
-                .iter()
-                .any(|s| s.eq_ignore_ascii_case(section.as_bytes()));
+    for (section, in_default) in SECTIONS {
+        let wanted = all || (default && in_default) || asked(section);
         if !wanted {
             continue;
         }
@@ -105,6 +164,20 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
                 }
             }
             "memory" => render_memory(&mut out, status),
+            "stats" => render_stats(&mut out, &status.stats),
+            "replication" => render_replication(&mut out, status),
+            "cpu" => render_cpu(&mut out, status.cpu),
+            "commandstats" => render_commandstats(&mut out, &status.stats),
+            "errorstats" => {
+                out.push_str("# Errorstats\r\n");
+                for (code, count) in &status.stats.errors {
+                    line(
+                        &mut out,
+                        &format!("errorstat_{code}"),
+                        format_args!("count={count}"),
+                    );
+                }
+            }
             "raft" => out.push_str(&render_raft(status)),
             _ => {
                 out.push_str("# Keyspace\r\n");
@@ -132,6 +205,132 @@ fn render_memory(out: &mut String, status: &NodeStatus) {
     line(out, "maxmemory", status.maxmemory);
     line(out, "maxmemory_human", human(status.maxmemory));
     line(out, "maxmemory_policy", "noeviction");
+}
+
+fn render_stats(out: &mut String, stats: &StatsSnapshot) {
+    out.push_str("# Stats\r\n");
+    line(
+        out,
+        "total_connections_received",
+        stats.total_connections_received,
+    );
+    line(
+        out,
+        "total_commands_processed",
+        stats.total_commands_processed(),
+    );
+    line(
+        out,
+        "instantaneous_ops_per_sec",
+        stats.instantaneous_ops_per_sec,
+    );
+    line(out, "total_net_input_bytes", stats.total_net_input_bytes);
+    line(out, "total_net_output_bytes", stats.total_net_output_bytes);
+    let kbps = |bytes_per_sec: u64| format!("{:.2}", bytes_per_sec as f64 / 1024.0);
+    line(
+        out,
+        "instantaneous_input_kbps",
+        kbps(stats.instantaneous_input_bytes_per_sec),
+    );
+    line(
+        out,
+        "instantaneous_output_kbps",
+        kbps(stats.instantaneous_output_bytes_per_sec),
+    );
+    line(out, "rejected_connections", stats.rejected_connections);
+    // The only policy is noeviction: no key is ever evicted. keel has no pub/sub.
+    line(out, "evicted_keys", 0);
+    line(out, "pubsub_channels", 0);
+    line(out, "pubsub_patterns", 0);
+    line(out, "total_error_replies", stats.total_error_replies);
+}
+
+fn render_replication(out: &mut String, status: &NodeStatus) {
+    out.push_str("# Replication\r\n");
+    if status.role == "leader" {
+        line(out, "role", "master");
+        let connected: Vec<&FollowerInfo> = status
+            .followers
+            .iter()
+            .filter(|f| f.recently_active)
+            .collect();
+        line(out, "connected_slaves", connected.len());
+        for (n, follower) in connected.iter().enumerate() {
+            let mut fields = String::new();
+            if let Some((ip, port)) = follower.client_addr.rsplit_once(':') {
+                let _ = write!(fields, "ip={ip},port={port},");
+            }
+            let state = if follower.replicating {
+                "online"
+            } else {
+                "send_bulk"
+            };
+            let _ = write!(fields, "state={state},offset={}", follower.match_index);
+            line(out, &format!("slave{n}"), fields);
+        }
+        line(out, "master_repl_offset", status.last_log_index);
+        return;
+    }
+    line(out, "role", "slave");
+    let leader_addr = status.leader_id.and_then(|id| {
+        status
+            .members
+            .iter()
+            .find(|m| m.id == id && !m.client_addr.is_empty())
+            .map(|m| m.client_addr.as_str())
+    });
+    if let Some((host, port)) = leader_addr.and_then(|a| a.rsplit_once(':')) {
+        line(
+            out,
+            "master_host",
+            host.trim_start_matches('[').trim_end_matches(']'),
+        );
+        line(out, "master_port", port);
+    }
+    let linked =
+        status.leader_id.is_some() && matches!(status.role.as_str(), "follower" | "learner");
+    line(
+        out,
+        "master_link_status",
+        if linked { "up" } else { "down" },
+    );
+    line(out, "slave_read_repl_offset", status.last_log_index);
+    line(out, "slave_repl_offset", status.applied_index);
+    // A follower takes writes: it forwards them to the leader.
+    line(out, "slave_read_only", 0);
+    line(out, "connected_slaves", 0);
+    line(out, "master_repl_offset", status.applied_index);
+}
+
+fn render_cpu(out: &mut String, cpu: Option<CpuTimes>) {
+    out.push_str("# CPU\r\n");
+    let Some(cpu) = cpu else {
+        return;
+    };
+    let seconds = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+    line(out, "used_cpu_sys", seconds(cpu.sys_us));
+    line(out, "used_cpu_user", seconds(cpu.user_us));
+    line(out, "used_cpu_sys_children", seconds(cpu.children_sys_us));
+    line(out, "used_cpu_user_children", seconds(cpu.children_user_us));
+}
+
+fn render_commandstats(out: &mut String, stats: &StatsSnapshot) {
+    out.push_str("# Commandstats\r\n");
+    for c in &stats.commands {
+        let per_call = if c.calls == 0 {
+            0.0
+        } else {
+            c.usec as f64 / c.calls as f64
+        };
+        line(
+            out,
+            &format!("cmdstat_{}", c.name),
+            format_args!(
+                "calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+                c.calls, c.usec, c.rejected_calls, c.failed_calls
+            ),
+        );
+    }
 }
 
 /// Redis's `_human` form: `1.50M`.
@@ -221,3 +420,7 @@ fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
     // Writing to a String cannot fail.
     let _ = write!(out, "{key}:{value}\r\n");
 }
+
+#[cfg(test)]
+#[path = "info_tests.rs"]
+mod tests;

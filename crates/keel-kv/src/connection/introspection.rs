@@ -4,44 +4,127 @@
 //! `CONFIG GET save` and `CONFIG GET appendonly`; cluster-aware libraries ask `COMMAND` for key
 //! positions. The answers come from the same table the parser enforces arity with.
 
-use crate::command::{CommandClass, CommandQuery, CommandSpec, COMMAND_TABLE};
+use crate::command::metadata::{
+    acl_categories, command_docs, get_keys, is_acl_category, key_specs, subcommands, KeySpec,
+    Subcommand, SUBCOMMANDS,
+};
+use crate::command::{CommandQuery, CommandSpec, ListFilter, COMMAND_TABLE};
+use crate::glob::{glob_match, Case};
 use crate::resp::Reply;
 
 pub(crate) fn command_reply(query: &CommandQuery) -> Reply {
     match query {
         CommandQuery::All => Reply::Array(COMMAND_TABLE.iter().map(command_info).collect()),
         CommandQuery::Count => Reply::Integer(COMMAND_TABLE.len() as i64),
-        CommandQuery::List => Reply::Array(
-            COMMAND_TABLE
-                .iter()
-                .map(|spec| Reply::text(spec.name))
+        CommandQuery::List(filter) => Reply::Array(
+            all_names()
+                .filter(|name| listed(name, filter))
+                .map(Reply::text)
                 .collect(),
         ),
         CommandQuery::Info(names) if names.is_empty() => command_reply(&CommandQuery::All),
         CommandQuery::Info(names) => Reply::Array(
             names
                 .iter()
-                .map(|name| CommandSpec::lookup(name).map_or(Reply::Null, command_info))
+                .map(|name| match find(name) {
+                    Some(Found::Command(spec)) => command_info(spec),
+                    Some(Found::Subcommand(sub)) => subcommand_info(sub),
+                    None => Reply::Null,
+                })
                 .collect(),
         ),
         CommandQuery::Docs(names) => {
-            let specs: Vec<&CommandSpec> = if names.is_empty() {
-                COMMAND_TABLE.iter().collect()
+            let docs = |name: &'static str| (Reply::text(name), command_docs_reply(name));
+            if names.is_empty() {
+                Reply::Map(COMMAND_TABLE.iter().map(|spec| docs(spec.name)).collect())
             } else {
                 // Redis leaves unknown names out of the map.
-                names
-                    .iter()
-                    .filter_map(|n| CommandSpec::lookup(n))
-                    .collect()
-            };
-            Reply::Map(
-                specs
-                    .into_iter()
-                    .map(|spec| (Reply::text(spec.name), command_docs(spec)))
+                Reply::Map(
+                    names
+                        .iter()
+                        .filter_map(|n| find(n))
+                        .map(|found| docs(found.name()))
+                        .collect(),
+                )
+            }
+        }
+        CommandQuery::GetKeys { args, flags } => match get_keys(args) {
+            Ok(keys) => Reply::Array(
+                keys.iter()
+                    .map(|key| {
+                        let name = Reply::Bulk(args[key.position].clone());
+                        if *flags {
+                            Reply::Array(vec![name, simple_list(key.flags)])
+                        } else {
+                            name
+                        }
+                    })
                     .collect(),
-            )
+            ),
+            Err(error) => error.to_reply(),
+        },
+    }
+}
+
+/// A name `COMMAND INFO` or `COMMAND DOCS` was given, found.
+enum Found {
+    Command(&'static CommandSpec),
+    Subcommand(&'static Subcommand),
+}
+
+impl Found {
+    fn name(&self) -> &'static str {
+        match self {
+            Found::Command(spec) => spec.name,
+            Found::Subcommand(sub) => sub.full_name,
         }
     }
+}
+
+/// A command, or a subcommand named `parent|sub` (any case).
+fn find(name: &[u8]) -> Option<Found> {
+    if let Some(spec) = CommandSpec::lookup(name) {
+        return Some(Found::Command(spec));
+    }
+    SUBCOMMANDS
+        .iter()
+        .find(|sub| sub.full_name.as_bytes().eq_ignore_ascii_case(name))
+        .map(Found::Subcommand)
+}
+
+/// Every command, each followed by its subcommands (what `COMMAND LIST` lists).
+fn all_names() -> impl Iterator<Item = &'static str> {
+    COMMAND_TABLE.iter().flat_map(|spec| {
+        std::iter::once(spec.name).chain(subcommands(spec.name).map(|sub| sub.full_name))
+    })
+}
+
+/// Whether `COMMAND LIST FILTERBY ...` lists `name`.
+fn listed(name: &str, filter: &ListFilter) -> bool {
+    match filter {
+        ListFilter::All => true,
+        // keel has no modules.
+        ListFilter::Module(_) => false,
+        ListFilter::AclCategory(category) => {
+            is_acl_category(category)
+                && acl_categories(name, flags_of(name))
+                    .iter()
+                    .any(|c| c.as_bytes()[1..].eq_ignore_ascii_case(category))
+        }
+        ListFilter::Pattern(pattern) => glob_match(pattern, name.as_bytes(), Case::Insensitive),
+    }
+}
+
+fn flags_of(name: &str) -> &'static [&'static str] {
+    match find(name.as_bytes()) {
+        Some(Found::Command(spec)) => spec.flags,
+        Some(Found::Subcommand(sub)) => sub.flags,
+        None => &[],
+    }
+}
+
+fn simple_list(items: &[&'static str]) -> Reply {
+    Reply::Array(items.iter().map(|item| Reply::simple(*item)).collect())
 }
 
 /// The ten-element entry of Redis 7's COMMAND INFO: name, arity, flags, first key, last key, key
@@ -50,14 +133,63 @@ fn command_info(spec: &CommandSpec) -> Reply {
     Reply::Array(vec![
         Reply::text(spec.name),
         Reply::Integer(spec.arity.into()),
-        Reply::Array(spec.flags.iter().map(|f| Reply::simple(*f)).collect()),
+        simple_list(spec.flags),
         Reply::Integer(spec.first_key.into()),
         Reply::Integer(spec.last_key.into()),
         Reply::Integer(spec.key_step.into()),
+        simple_list(&acl_categories(spec.name, spec.flags)),
+        Reply::Array(Vec::new()),
+        Reply::Array(key_specs(spec.name).iter().map(key_spec).collect()),
+        Reply::Array(subcommands(spec.name).map(subcommand_info).collect()),
+    ])
+}
+
+/// A subcommand's entry, in the same shape (subcommands have no keys in keel).
+fn subcommand_info(sub: &Subcommand) -> Reply {
+    Reply::Array(vec![
+        Reply::text(sub.full_name),
+        Reply::Integer(sub.arity.into()),
+        simple_list(sub.flags),
+        Reply::Integer(0),
+        Reply::Integer(0),
+        Reply::Integer(0),
+        simple_list(&acl_categories(sub.full_name, sub.flags)),
         Reply::Array(Vec::new()),
         Reply::Array(Vec::new()),
         Reply::Array(Vec::new()),
-        Reply::Array(Vec::new()),
+    ])
+}
+
+/// One key specification, as Redis 7 replies it: flags, `begin_search` (by index) and
+/// `find_keys` (a range).
+fn key_spec(spec: &KeySpec) -> Reply {
+    let field = |name: &'static str, value: Reply| (Reply::text(name), value);
+    let typed = |kind: &'static str, spec: Vec<(Reply, Reply)>| {
+        Reply::Map(vec![
+            field("type", Reply::text(kind)),
+            field("spec", Reply::Map(spec)),
+        ])
+    };
+    Reply::Map(vec![
+        field("flags", simple_list(spec.flags)),
+        field(
+            "begin_search",
+            typed(
+                "index",
+                vec![field("index", Reply::Integer(spec.begin.into()))],
+            ),
+        ),
+        field(
+            "find_keys",
+            typed(
+                "range",
+                vec![
+                    field("lastkey", Reply::Integer(spec.last_key.into())),
+                    field("keystep", Reply::Integer(spec.key_step.into())),
+                    field("limit", Reply::Integer(0)),
+                ],
+            ),
+        ),
     ])
 }
 
@@ -137,7 +269,10 @@ fn summary(name: &str) -> &'static str {
         }
         "select" => "Selects database 0 (the only one).",
         "quit" => "Closes the connection.",
-        "info" => "Reports the node's state (sections: server, clients, raft, keyspace).",
+        "info" => {
+            "Reports the node's state in Redis's sections (server, clients, memory, stats, \
+             replication, cpu, commandstats, errorstats, keyspace) and keel's raft section."
+        }
         "raft.status" => "Reports the node's Raft state (the INFO raft section).",
         "monitor" => {
             "Streams every command this node's clients run, in Redis's format (bounded: a \
@@ -162,20 +297,56 @@ fn summary(name: &str) -> &'static str {
         "raft.watched" => {
             "Inside MULTI: keys a follower's client watched, with their watch points."
         }
+        "client|setname" => "Names the connection (an empty name clears it).",
+        "client|getname" => "Returns the connection's name, or nil.",
+        "client|setinfo" => "Records the client library's name or version (LIB-NAME, LIB-VER).",
+        "client|id" => "Returns the connection's id.",
+        "client|info" => "Describes the connection, as a CLIENT LIST line.",
+        "client|list" => "Describes the node's connections (TYPE, ID filters).",
+        "client|reply" => "ON | OFF | SKIP: which of the connection's replies are sent.",
+        "client|kill" => "Closes connections by address or by filters (ID, ADDR, LADDR, SKIPME).",
+        "command|count" => "Returns the number of commands.",
+        "command|docs" => "Documents commands: summary, since, group, complexity.",
+        "command|info" => "Describes commands: arity, flags, keys, ACL categories, key specs.",
+        "command|list" => "Names the commands (FILTERBY MODULE, ACLCAT or PATTERN).",
+        "command|getkeys" => "Returns the keys of a command given with its arguments.",
+        "command|getkeysandflags" => "Returns the keys of a command with their access flags.",
+        "config|get" => "Returns the settings matching glob patterns.",
+        "config|set" => "Changes settings (all or none).",
+        "config|resetstat" => "Zeroes the counters INFO reports (stats, commandstats, errorstats).",
+        "function|flush" => "Nothing to flush: keel has no functions.",
+        "function|list" => "Always empty: keel has no functions.",
         _ => "",
     }
 }
 
-fn command_docs(spec: &CommandSpec) -> Reply {
-    let group = match spec.class {
-        CommandClass::Write | CommandClass::Read => "string",
-        CommandClass::Local => "connection",
-        CommandClass::Admin => "server",
-        CommandClass::Transaction => "transactions",
-    };
-    Reply::Map(vec![
-        (Reply::text("summary"), Reply::text(summary(spec.name))),
-        (Reply::text("since"), Reply::text("0.1.0")),
-        (Reply::text("group"), Reply::text(group)),
-    ])
+/// `COMMAND DOCS`'s map for one command or subcommand: summary, since, group, complexity, and
+/// its subcommands' docs.
+fn command_docs_reply(name: &'static str) -> Reply {
+    let docs = command_docs(name);
+    let field = |k: &'static str, v: &'static str| (Reply::text(k), Reply::text(v));
+    let mut map = vec![
+        field("summary", summary(name)),
+        field("since", docs.since),
+        field("group", docs.group),
+    ];
+    if !docs.complexity.is_empty() {
+        map.push(field("complexity", docs.complexity));
+    }
+    let subs: Vec<(Reply, Reply)> = subcommands(name)
+        .map(|sub| {
+            (
+                Reply::text(sub.full_name),
+                command_docs_reply(sub.full_name),
+            )
+        })
+        .collect();
+    if !subs.is_empty() {
+        map.push((Reply::text("subcommands"), Reply::Map(subs)));
+    }
+    Reply::Map(map)
 }
+
+#[cfg(test)]
+#[path = "introspection_tests.rs"]
+mod tests;

@@ -42,6 +42,7 @@ mod info;
 mod introspection;
 pub mod monitor;
 pub mod pipeline;
+mod stats;
 
 use std::sync::Arc;
 
@@ -49,7 +50,8 @@ use bytes::{Bytes, BytesMut};
 
 pub use clients::{ClientRecord, ClientRegistry, Registration};
 pub use config::{ConfigValues, SharedConfig};
-pub use info::{MemberInfo, NodeStatus};
+pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeStatus};
+pub use stats::{CommandStat, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
 
 use crate::command::{
     AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
@@ -210,6 +212,8 @@ pub struct ClientConnection {
     /// What the request just dispatched shows to the node's monitors, redacted (empty without
     /// monitors): sent by [`Self::show_to_monitors`] once the server has accepted it.
     monitored: Vec<Vec<Bytes>>,
+    /// The node's counters, zeroed by CONFIG RESETSTAT.
+    stats: Arc<ServerStats>,
 }
 
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
@@ -275,7 +279,14 @@ impl ClientConnection {
             config: Arc::default(),
             watched: Vec::new(),
             watches_pending: 0,
+            stats: Arc::default(),
         }
+    }
+
+    /// Zeroes `stats` on CONFIG RESETSTAT (the node's counters, which INFO reports).
+    pub fn with_stats(mut self, stats: Arc<ServerStats>) -> Self {
+        self.stats = stats;
+        self
     }
 
     /// Reports `config` in CONFIG GET and changes it with CONFIG SET.
@@ -621,8 +632,10 @@ impl ClientConnection {
             LocalCommand::ConfigSet(pairs) => {
                 config::config_set(&pairs, &self.limits, &self.config)
             }
-            // No counter is kept yet: there is nothing to zero.
-            LocalCommand::ConfigResetStat => Reply::OK,
+            LocalCommand::ConfigResetStat => {
+                self.stats.reset();
+                Reply::OK
+            }
             LocalCommand::Select => Reply::OK,
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),

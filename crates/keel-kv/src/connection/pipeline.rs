@@ -33,11 +33,13 @@
 //! clients give theirs to retry a write under its first id.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use keel_engine::ClientError;
 
-use super::{ClientConnection, Dispatch};
+use super::{ClientConnection, Dispatch, ServerStats};
 use crate::command::{self, AdminCommand, QueuedCommand, ReadCommand};
 use crate::forwarding::{write_reply, Forwarded, RequestId};
 use crate::resp::Reply;
@@ -240,6 +242,15 @@ enum Progress<W, R> {
 struct Slot<W, R> {
     origin: Origin,
     progress: Progress<W, R>,
+    /// Where its reply is counted, and when it was admitted (only when counting).
+    meter: Option<Meter>,
+}
+
+/// What [`ServerStats::record`] needs of a request.
+#[derive(Clone, Copy, Debug)]
+struct Meter {
+    command: Option<usize>,
+    admitted: Instant,
 }
 
 /// One connection's requests in flight, in request order. `W` and `R` are the shell's handles of
@@ -257,6 +268,8 @@ pub struct Pipeline<W, R> {
     seq: u64,
     /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
     announced_id: Option<RequestId>,
+    /// Where each admitted request's reply is counted (INFO's stats), if anywhere.
+    stats: Option<Arc<ServerStats>>,
 }
 
 impl<W, R> Pipeline<W, R> {
@@ -269,7 +282,13 @@ impl<W, R> Pipeline<W, R> {
             client_id,
             seq: 0,
             announced_id: None,
+            stats: None,
         }
+    }
+
+    /// Counts every admitted request's reply in `stats` when it is released.
+    pub fn count_in(&mut self, stats: Arc<ServerStats>) {
+        self.stats = Some(stats);
     }
 
     /// Requests in flight (decoded, not yet answered).
@@ -322,9 +341,14 @@ impl<W, R> Pipeline<W, R> {
 
     /// Queues a reply given without waiting (a local answer, or a refusal such as `-OOM`).
     pub fn push_local(&mut self, reply: Reply) {
+        self.push_answer(reply, None);
+    }
+
+    fn push_answer(&mut self, reply: Reply, meter: Option<Meter>) {
         self.slots.push_back(Slot {
             origin: Origin::Local,
             progress: Progress::Answered(reply),
+            meter,
         });
     }
 
@@ -344,8 +368,12 @@ impl<W, R> Pipeline<W, R> {
             args,
             given_id,
         } = request;
+        let meter = self.stats.as_ref().map(|_| Meter {
+            command: ServerStats::command_index(&args),
+            admitted: Instant::now(),
+        });
         match dispatch {
-            Dispatch::Reply(reply) => self.push_local(reply),
+            Dispatch::Reply(reply) => self.push_answer(reply, meter),
             Dispatch::ReplyAndClose(reply) => return Admission::Close(reply),
             Dispatch::Admin(command) => return Admission::Admin(command, args),
             Dispatch::Write(command) => self.push_write(
@@ -353,12 +381,14 @@ impl<W, R> Pipeline<W, R> {
                 WriteRequest::Write(args),
                 Vec::new(),
                 given_id,
+                meter,
             ),
             Dispatch::Exec(transaction) => self.push_write(
                 transaction.logged(),
                 WriteRequest::Exec(transaction.forwarded_requests()),
                 transaction.local_replies,
                 given_id,
+                meter,
             ),
             Dispatch::Read(command) => {
                 self.run = Some(RunKind::Read);
@@ -366,6 +396,7 @@ impl<W, R> Pipeline<W, R> {
                 self.slots.push_back(Slot {
                     origin: Origin::Read { args },
                     progress: Progress::Waiting(None),
+                    meter,
                 });
                 return Admission::StartRead { slot, command };
             }
@@ -385,6 +416,7 @@ impl<W, R> Pipeline<W, R> {
         request: WriteRequest,
         local_replies: Vec<(usize, Reply)>,
         given_id: Option<RequestId>,
+        meter: Option<Meter>,
     ) {
         self.run = Some(RunKind::Write);
         let id = given_id.unwrap_or_else(|| {
@@ -410,6 +442,7 @@ impl<W, R> Pipeline<W, R> {
                 local_replies,
             },
             progress: Progress::Unproposed(entry),
+            meter,
         });
     }
 
@@ -514,6 +547,9 @@ impl<W, R> Pipeline<W, R> {
                 let Progress::Answered(reply) = popped.progress else {
                     unreachable!("matched above")
                 };
+                if let (Some(stats), Some(meter)) = (&self.stats, popped.meter) {
+                    stats.record(meter.command, &reply, meter.admitted.elapsed());
+                }
                 match popped.origin {
                     Origin::Read { mut args } if is_watch(&args) => {
                         args.remove(0);

@@ -61,6 +61,7 @@ fn node() -> FakeNode {
         used_memory: 1_572_864,
         used_memory_rss: 10_485_760,
         maxmemory: 104_857_600,
+        ..NodeStatus::default()
     })
 }
 

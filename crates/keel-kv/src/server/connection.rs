@@ -140,7 +140,8 @@ pub(super) async fn serve_connection(
             .with_requirepass(ctx.requirepass.clone())
             .with_config(Arc::clone(&ctx.config))
             .with_registry(record, Arc::clone(&ctx.client_registry))
-            .with_monitor_limit(ctx.client_limits.output_buffer_bytes),
+            .with_monitor_limit(ctx.client_limits.output_buffer_bytes)
+            .with_stats(Arc::clone(&ctx.server_stats)),
         pipeline: Pipeline::new(random_client_id()),
         forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
         output: BytesMut::new(),
@@ -149,6 +150,7 @@ pub(super) async fn serve_connection(
         peer,
         timer: DeadlineTimer::new(),
     };
+    session.pipeline.count_in(Arc::clone(&ctx.server_stats));
     let mut decoder = Decoder::new(ctx.limits);
     let mut input = QueryBuffer::new(
         &ctx.shared.query_buffers_bytes,
@@ -308,7 +310,10 @@ impl Session<'_> {
             if ready.is_readable() || ready.is_read_closed() {
                 match self.stream.try_read_buf(input) {
                     Ok(0) => return Ok(Io::Closed),
-                    Ok(_) => return Ok(Io::Read),
+                    Ok(n) => {
+                        self.ctx.server_stats.input(n);
+                        return Ok(Io::Read);
+                    }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),
                 }
@@ -387,7 +392,10 @@ impl Session<'_> {
         while !self.output.is_empty() {
             match self.stream.try_write(&self.output) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.output.advance(n),
+                Ok(n) => {
+                    self.ctx.server_stats.output(n);
+                    self.output.advance(n);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
             }
@@ -507,13 +515,18 @@ impl Session<'_> {
                     break;
                 }
                 Admission::Close(reply) => {
+                    // Only QUIT closes this way.
+                    let quit = [Bytes::from_static(b"quit")];
+                    self.count(&quit, &reply, std::time::Instant::now());
                     self.push(&reply)?;
                     self.flush_all(self.idle_timeout()).await?;
                     return Ok(false);
                 }
                 Admission::Admin(command, args) => {
+                    let admitted = std::time::Instant::now();
                     let result = admin(self.ctx, command).await;
                     let reply = self.resolve(result, Forwarding::Once(&args, true)).await;
+                    self.count(&args, &reply, admitted);
                     self.push(&reply)?;
                     break;
                 }
@@ -523,6 +536,15 @@ impl Session<'_> {
             self.finish_all().await?;
         }
         Ok(true)
+    }
+
+    /// Counts a reply the pipeline does not release (QUIT's, an admin command's) in INFO's
+    /// stats, as the pipeline counts the others.
+    fn count(&self, args: &[Bytes], reply: &Reply, admitted: std::time::Instant) {
+        let command = crate::connection::ServerStats::command_index(args);
+        self.ctx
+            .server_stats
+            .record(command, reply, admitted.elapsed());
     }
 
     /// Proposes the writes not proposed yet (one batch, in order), then answers every request in

@@ -55,7 +55,8 @@ use limits::{AcceptErrors, ServerShared};
 
 use crate::command::{AdminCommand, DebugCommand};
 use crate::connection::{
-    ClientRegistry, ConfigValues, MemberInfo, NodeInfo, NodeStatus, SharedConfig,
+    ClientRegistry, ConfigValues, CpuTimes, FollowerInfo, MemberInfo, NodeInfo, NodeStatus,
+    ServerStats, SharedConfig, RATE_SAMPLE_INTERVAL,
 };
 use crate::resp::{Limits, Reply};
 
@@ -96,6 +97,8 @@ pub struct ServerContext {
     shared: Arc<ServerShared>,
     /// What CLIENT LIST shows of each connection.
     client_registry: Arc<ClientRegistry>,
+    /// The counters INFO reports (stats, commandstats, errorstats); CONFIG RESETSTAT zeroes them.
+    pub server_stats: Arc<ServerStats>,
     next_connection_id: AtomicU64,
 }
 
@@ -125,6 +128,7 @@ impl ServerContext {
             config: Arc::default(),
             shared: Arc::default(),
             client_registry: Arc::default(),
+            server_stats: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
     }
@@ -155,6 +159,8 @@ impl ServerContext {
             used_memory: stats.used_bytes,
             used_memory_rss: resident_bytes().unwrap_or(0),
             maxmemory: self.config.read().maxmemory,
+            stats: self.server_stats.snapshot(),
+            cpu: cpu_times(),
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
@@ -188,6 +194,17 @@ impl ServerContext {
                 peer_addr: self.peer_addr(id, &peer_addrs),
                 client_addr: self.client_addr(id).unwrap_or_default(),
                 voter: !membership.is_learner(id),
+            })
+            .collect();
+        status.followers = runtime
+            .progress
+            .iter()
+            .map(|p| FollowerInfo {
+                id: p.id,
+                client_addr: self.client_addr(p.id).unwrap_or_default(),
+                match_index: p.match_index,
+                replicating: p.replicating,
+                recently_active: p.recently_active,
             })
             .collect();
         status
@@ -363,8 +380,19 @@ pub async fn serve(listener: TcpListener, ctx: Arc<ServerContext>) {
     tokio::join!(
         accept(listener, &ctx),
         ctx.resolve_member_hosts(),
-        time::keep_time(&ctx)
+        time::keep_time(&ctx),
+        sample_rates(&ctx.server_stats)
     );
+}
+
+/// Samples the counters for INFO's `instantaneous_*` rates, as Redis does ten times a second.
+async fn sample_rates(stats: &ServerStats) {
+    let mut interval = tokio::time::interval(RATE_SAMPLE_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        stats.sample(std::time::Instant::now());
+    }
 }
 
 async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
@@ -387,9 +415,11 @@ async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
                     continue;
                 }
                 let Some(slot) = ctx.shared.admit(ctx.config.read().maxclients as usize) else {
+                    ctx.server_stats.connection_rejected();
                     connection::refuse(stream, &ctx.shared, MAXCLIENTS_REACHED);
                     continue;
                 };
+                ctx.server_stats.connection_received();
                 let ctx = Arc::clone(ctx);
                 tokio::spawn(async move {
                     let _slot = slot;
@@ -410,6 +440,29 @@ async fn accept(listener: TcpListener, ctx: &Arc<ServerContext>) {
             }
         }
     }
+}
+
+/// The CPU time of this process and of its children (`getrusage`).
+fn cpu_times() -> Option<CpuTimes> {
+    fn usage(who: libc::c_int) -> Option<(u64, u64)> {
+        // SAFETY: getrusage only writes the struct it is given, which is plain data.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+            return None;
+        }
+        let us = |t: libc::timeval| {
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+        };
+        Some((us(usage.ru_stime), us(usage.ru_utime)))
+    }
+    let (sys_us, user_us) = usage(libc::RUSAGE_SELF)?;
+    let (children_sys_us, children_user_us) = usage(libc::RUSAGE_CHILDREN)?;
+    Some(CpuTimes {
+        sys_us,
+        user_us,
+        children_sys_us,
+        children_user_us,
+    })
 }
 
 /// The process's resident set, from `/proc/self/status` (`None` where there is none).
