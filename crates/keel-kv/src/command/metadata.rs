@@ -225,6 +225,7 @@ pub fn command_docs(name: &str) -> Docs {
         ),
         "config|resetstat" => docs("server", "2.0.0", O1, &[]),
         "info" => docs("server", "1.0.0", O1, &["dangerous"]),
+        "monitor" => docs("server", "1.0.0", O1, &["admin", "slow", "dangerous"]),
         "function" => docs("scripting", "7.0.0", "Depends on subcommand.", &[]),
         "function|flush" | "function|list" => docs("scripting", "7.0.0", O1, &["scripting"]),
         "debug" => docs("server", "1.0.0", "Depends on subcommand.", &[]),

@@ -214,6 +214,12 @@ impl ClientRegistry {
         self.lock().contains_key(&id)
     }
 
+    /// The connections served and not killed: INFO's `connected_clients`. A killed connection
+    /// is gone for CLIENT KILL and for INFO alike, even while its task is still closing it.
+    pub fn live(&self) -> usize {
+        self.lock().values().filter(|r| !r.is_killed()).count()
+    }
+
     /// The records, by id (the order Redis lists them in).
     pub fn records(&self) -> Vec<Arc<ClientRecord>> {
         self.lock().values().cloned().collect()
@@ -346,8 +352,11 @@ impl ClientConnection {
         let spared = |record: &ClientRecord| {
             filters.matches_none || (filters.skip_me && record.id == self.id)
         };
+        // A connection killed already is on its way out: neither counted nor killed again (the
+        // session may not have closed it yet when the next CLIENT KILL comes).
         let matching = records.iter().filter(|record| {
             !spared(record)
+                && !record.is_killed()
                 && filters.id.is_none_or(|id| id == record.id)
                 && filters.addr.as_ref().is_none_or(|a| *a == record.addr)
                 && filters.laddr.as_ref().is_none_or(|a| *a == record.laddr)

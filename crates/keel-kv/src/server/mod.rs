@@ -152,7 +152,7 @@ impl ServerContext {
             log_time_ms: stats.log_time_ms,
             keys: stats.keys,
             expires: stats.expires,
-            connected_clients: self.shared.clients.current() as u64,
+            connected_clients: self.client_registry.live() as u64,
             maxclients: self.config.read().maxclients,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,
