@@ -360,7 +360,15 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Read(_) => self.run == Some(RunKind::Write),
             Dispatch::ReplyAndClose(_) | Dispatch::Admin(_) => !self.slots.is_empty(),
         };
-        if waits {
+        // A request behind a WATCH waits for the watch point: a read started beside it could be
+        // served from an older state than the point (on a follower the leader reads the point,
+        // the follower the read), and a value read under a watch must be at or after it.
+        let behind_watch = !matches!(request.dispatch, Dispatch::Reply(_))
+            && self
+                .slots
+                .iter()
+                .any(|s| matches!(&s.origin, Origin::Read { args } if is_watch(args)));
+        if waits || behind_watch {
             return Admission::AfterAll(request);
         }
         let Request {

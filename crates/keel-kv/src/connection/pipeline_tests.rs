@@ -444,3 +444,32 @@ fn a_forwarded_write_is_stamped_by_the_node_that_proposes_it() {
         (9, 4, NOW_MS + 123)
     );
 }
+
+/// A read pipelined behind WATCH starts only once the watch point is back: started beside it,
+/// it could be served from a state older than the point (on a follower the leader reads the
+/// point and the follower the value), and an EXEC expecting that value would then run over a
+/// change it never saw (simulator seed 16003627).
+#[test]
+fn requests_behind_a_watch_wait_for_its_watch_point() {
+    let mut c = conn();
+    let Some(Admission::StartRead { .. }) = c.send("WATCH a") else {
+        panic!("WATCH reads its watch point");
+    };
+    let Some(Admission::AfterAll(get)) = c.send("GET a") else {
+        panic!("the read behind the watch waits");
+    };
+    // Once the watch point is released, the read starts.
+    c.pipeline.settle(
+        0,
+        Ok(Reply::Array(vec![Reply::Integer(5), Reply::Integer(1)])),
+    );
+    let (_, release) = c.released();
+    assert!(matches!(release, Release::Watched { .. }), "{release:?}");
+    assert!(matches!(c.pipeline.admit(get), Admission::StartRead { .. }));
+    // A write behind a watch waits the same way.
+    let mut c = conn();
+    let Some(Admission::StartRead { .. }) = c.send("WATCH a") else {
+        panic!("WATCH reads its watch point");
+    };
+    assert!(matches!(c.send("SET b 1"), Some(Admission::AfterAll(_))));
+}
