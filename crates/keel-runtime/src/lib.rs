@@ -26,4 +26,4 @@ pub use handle::{
     ClientError, DeadlineTimer, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX,
 };
 pub use keel_core::Role;
-pub use node::{Node, NodeConfig, StartError};
+pub use node::{wall_clock_ms, Node, NodeConfig, StartError};

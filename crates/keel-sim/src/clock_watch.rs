@@ -40,9 +40,11 @@ impl World {
             return;
         };
         let events = app.engine.clock().heard(raft, from, term, reading, now_ms);
-        let measured = app.engine.clock().status(now_ms).follower_offsets;
+        // Only an answer to a heartbeat changes a measurement.
+        let measured = matches!(reading, ClockReading::Response(_))
+            .then(|| app.engine.clock().status(now_ms).follower_offsets);
         self.clock_events(to, events);
-        if matches!(reading, ClockReading::Response(_)) {
+        if let Some(measured) = measured {
             self.check_measured_offsets(to, &measured);
         }
     }

@@ -712,9 +712,14 @@ pub struct CommandSpec {
 impl CommandSpec {
     /// Finds a command by name, case-insensitively.
     pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+        Self::index(name).map(|index| &COMMAND_TABLE[index])
+    }
+
+    /// The position of the command `name` in [`COMMAND_TABLE`], case-insensitively.
+    pub fn index(name: &[u8]) -> Option<usize> {
         COMMAND_TABLE
             .iter()
-            .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+            .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
     }
 
     pub(crate) fn arity_ok(&self, argc: usize) -> bool {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::command::metadata::{has_subcommands, SUBCOMMANDS};
-use crate::command::COMMAND_TABLE;
+use crate::command::{CommandSpec, COMMAND_TABLE};
 use crate::resp::Reply;
 
 /// At most this many error codes are counted apart in `errorstats` (Redis 7.2 has the same
@@ -134,9 +134,7 @@ impl ServerStats {
     /// command (counted only as an error).
     pub fn command_index(args: &[Bytes]) -> Option<usize> {
         let name = args.first()?;
-        let index = COMMAND_TABLE
-            .iter()
-            .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))?;
+        let index = CommandSpec::index(name)?;
         let spec = &COMMAND_TABLE[index];
         if !has_subcommands(spec.name) {
             return Some(index);

@@ -352,13 +352,7 @@ impl NodeInfo for Fetched {
 /// This node's wall clock in ms since the Unix epoch: the stamp of every entry it proposes
 /// (`state_machine/log_command.rs`), read when the entry is proposed. A clock set before the
 /// epoch reads 0, "no time" (the state machine's time then stays where the log left it).
-pub(crate) fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
+pub(crate) use keel_runtime::wall_clock_ms;
 
 /// A random 64-bit id per client connection (the request-id namespace in the log).
 fn random_client_id() -> u64 {

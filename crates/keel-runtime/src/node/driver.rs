@@ -539,8 +539,9 @@ impl<S: StateMachine> Driver<S> {
     }
 }
 
-/// This machine's wall clock, in ms since the Unix epoch: what heartbeats carry.
-fn wall_clock_ms() -> u64 {
+/// This machine's wall clock, in ms since the Unix epoch: what heartbeats carry, and what
+/// keel-kv stamps entries with and runs its time keeper on (one clock for both).
+pub fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -37,7 +37,7 @@ use crate::handle::Handle;
 use crate::storage;
 use crate::transport::{Transport, TransportConfig};
 
-pub use driver::Event;
+pub use driver::{wall_clock_ms, Event};
 
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
