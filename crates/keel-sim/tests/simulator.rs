@@ -375,9 +375,16 @@ fn regression_seeds_pass() {
     // watched transactions): a GET pipelined behind WATCH started beside it and, on a follower,
     // was served from a state older than the leader's watch point; the EXEC then ran over a
     // change its client never saw (requests behind a WATCH now wait for its watch point).
+    // 16100008, 16106396, 16109467, 16111507, 16111550, 16115077, 16119338, 16120255, 16120337,
+    // 16127135 (sweep 37, the simulated client's bug): a watch refused on a connection that was
+    // then lost with its node left the client's "close after this attempt" set; the next
+    // attempt's watch, answered on a new connection, closed it, and the transaction went out
+    // on another connection, unwatched, over a change its client never saw.
     for seed in [
         46, 94, 175, 187, 227, 287, 1029, 1135, 2157, 3782, 6030, 6_018_352, 6_044_978, 8_003_380,
-        16_003_627, 16_007_333, 16_007_368, 16_013_861, 16_021_439, 16_026_334,
+        16_003_627, 16_007_333, 16_007_368, 16_013_861, 16_021_439, 16_026_334, 16_100_008,
+        16_106_396, 16_109_467, 16_111_507, 16_111_550, 16_115_077, 16_119_338, 16_120_255,
+        16_120_337, 16_127_135,
     ] {
         let report = run(&RunConfig {
             disk_replacements: DiskReplacements::Off,

@@ -202,6 +202,9 @@ impl Clients {
             let Some(p) = client.pipeline.as_mut() else {
                 continue;
             };
+            // The connection it would have closed is gone: left set, it would close the next
+            // attempt's connection, and with it a watch that attempt's transaction needs.
+            p.close_after = false;
             if !p.awaited.is_empty() {
                 p.awaited.clear();
                 client.leader_guess = node % self.node_count + 1;
@@ -521,6 +524,7 @@ impl World {
         } = &mut self.clients;
         let client = &mut clients[c];
         let open = client.connections.iter().find(|(node, _)| *node == target);
+        let reused = open.is_some();
         let connection = match open {
             Some((_, connection)) => *connection,
             None => {
@@ -532,7 +536,9 @@ impl World {
         client.current = Some(connection);
         let p = client.pipeline.as_mut().expect("submitting a pipeline");
         let input = connections.input(connection).expect("open");
-        let continues = std::mem::take(&mut p.watch_continues);
+        // A watch lives on the connection that answered it: a transaction sent on another one
+        // would run unwatched, so the watch starts over there.
+        let continues = std::mem::take(&mut p.watch_continues) && reused;
         for op in p.ops.iter_mut().filter(|op| !op.done) {
             match op.watch {
                 // Its EXEC's attempt was lost with its connection: it may have applied, and a
