@@ -53,7 +53,17 @@ pub struct ScanArgs {
     /// How many keys a call returns at most (at least 1; more only when keys share a hash),
     /// bounded by `state_machine::SCAN_COUNT_MAX` when it runs.
     pub count: u32,
-    /// False when TYPE names a type other than `string`: every key is a string, so none
-    /// matches.
-    pub strings: bool,
+    /// TYPE's filter.
+    pub types: TypeFilter,
+}
+
+/// SCAN's TYPE option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypeFilter {
+    /// No TYPE: every key.
+    Any,
+    /// The keys holding this kind of value.
+    Only(crate::state_machine::Kind),
+    /// TYPE names a type keel does not hold (`zset`, `stream`, or any other word): no key.
+    Nothing,
 }

@@ -61,6 +61,8 @@ const RW_UPDATE: &[&str] = &["RW", "update"];
 const OW_UPDATE: &[&str] = &["OW", "update"];
 const OW_INSERT: &[&str] = &["OW", "insert"];
 const RM_DELETE: &[&str] = &["RM", "delete"];
+const RW_INSERT: &[&str] = &["RW", "insert"];
+const RW_DELETE: &[&str] = &["RW", "delete"];
 const RW_ACCESS_DELETE: &[&str] = &["RW", "access", "delete"];
 
 /// The key specifications of the command `name` (a name in [`super::COMMAND_TABLE`]); empty for a
@@ -98,6 +100,35 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "rename" => const { &[key(RW_ACCESS_DELETE), second_key(OW_UPDATE)] },
         "renamenx" => const { &[key(RW_ACCESS_DELETE), second_key(OW_INSERT)] },
         "copy" => const { &[key(RO_ACCESS), second_key(OW_UPDATE)] },
+        "lpush" | "rpush" | "lpushx" | "rpushx" | "linsert" | "sadd" => const { &[key(RW_INSERT)] },
+        "lpop" | "rpop" | "spop" => const { &[key(RW_ACCESS_DELETE)] },
+        "lset" | "hset" | "hmset" => const { &[key(RW_UPDATE)] },
+        "lrem" | "ltrim" | "hdel" | "srem" => const { &[key(RW_DELETE)] },
+        "rpoplpush" | "lmove" | "smove" => {
+            const { &[key(RW_ACCESS_DELETE), second_key(RW_INSERT)] }
+        }
+        "hsetnx" => const { &[key(RW_INSERT)] },
+        "hincrby" | "hincrbyfloat" => const { &[key(RW_ACCESS_UPDATE)] },
+        "llen" | "hlen" | "hexists" | "hstrlen" | "scard" | "sismember" | "smismember" => {
+            const { &[key(RO)] }
+        }
+        "lrange" | "lindex" | "hget" | "hmget" | "hgetall" | "hkeys" | "hvals" | "smembers" => {
+            const { &[key(RO_ACCESS)] }
+        }
+        "sinter" | "sunion" | "sdiff" => const { &[keys_to_end(RO_ACCESS, 1)] },
+        "sinterstore" | "sunionstore" | "sdiffstore" => {
+            const {
+                &[
+                    key(OW_UPDATE),
+                    KeySpec {
+                        flags: RO_ACCESS,
+                        begin: 2,
+                        last_key: -1,
+                        key_step: 1,
+                    },
+                ]
+            }
+        }
         _ => const { &[] },
     }
 }
@@ -138,6 +169,14 @@ const KEYSPACE: &[&str] = &["keyspace"];
 const BITMAP: &[&str] = &["bitmap"];
 const CONNECTION: &[&str] = &["connection"];
 const TRANSACTION: &[&str] = &["transaction"];
+const LIST: &[&str] = &["list"];
+const HASH: &[&str] = &["hash"];
+const SET: &[&str] = &["set"];
+const ON_ARGS: &str = "O(N) where N is the number of elements given.";
+const ON_COUNT: &str = "O(N) where N is the number of elements returned.";
+const ON_LIST: &str = "O(N) where N is the length of the list.";
+const ON_SIZE: &str = "O(N) where N is the size of the collection.";
+const ON_SETS: &str = "O(N) where N is the total number of members of the sets given.";
 const O1: &str = "O(1)";
 const ON_KEYS: &str = "O(N) where N is the number of keys given.";
 const ON_ALL_KEYS: &str = "O(N) where N is the number of keys in the database.";
@@ -247,6 +286,28 @@ pub fn command_docs(name: &str) -> Docs {
             &[],
         ),
         "raft.status" => docs("cluster", KEEL, O1, &[]),
+        "lpush" | "rpush" => docs("list", "1.0.0", ON_ARGS, LIST),
+        "lpushx" | "rpushx" => docs("list", "2.2.0", ON_ARGS, LIST),
+        "lpop" | "rpop" => docs("list", "1.0.0", ON_COUNT, LIST),
+        "llen" => docs("list", "1.0.0", O1, LIST),
+        "lset" | "lindex" => docs("list", "1.0.0", ON_LIST, LIST),
+        "lrem" | "ltrim" | "lrange" => docs("list", "1.0.0", ON_LIST, LIST),
+        "linsert" => docs("list", "2.2.0", ON_LIST, LIST),
+        "rpoplpush" => docs("list", "1.2.0", O1, LIST),
+        "lmove" => docs("list", "6.2.0", O1, LIST),
+        "hset" | "hget" | "hdel" | "hexists" => docs("hash", "2.0.0", O1, HASH),
+        "hmset" | "hsetnx" | "hlen" | "hincrby" => docs("hash", "2.0.0", O1, HASH),
+        "hmget" => docs("hash", "2.0.0", ON_ARGS, HASH),
+        "hgetall" | "hkeys" | "hvals" => docs("hash", "2.0.0", ON_SIZE, HASH),
+        "hincrbyfloat" => docs("hash", "2.6.0", O1, HASH),
+        "hstrlen" => docs("hash", "3.2.0", O1, HASH),
+        "sadd" | "srem" | "sismember" | "scard" | "smove" | "spop" => docs("set", "1.0.0", O1, SET),
+        "smismember" => docs("set", "6.2.0", ON_ARGS, SET),
+        "smembers" => docs("set", "1.0.0", ON_SIZE, SET),
+        "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" => {
+            docs("set", "1.0.0", ON_SETS, SET)
+        }
+        "sintercard" => docs("set", "7.0.0", ON_SETS, SET),
         _ => docs("server", KEEL, "", &[]),
     }
 }
@@ -364,6 +425,9 @@ pub fn acl_categories(name: &str, flags: &[&str]) -> Vec<&'static str> {
             "dangerous" => "@dangerous",
             "connection" => "@connection",
             "transaction" => "@transaction",
+            "list" => "@list",
+            "hash" => "@hash",
+            "set" => "@set",
             "scripting" => "@scripting",
             _ => "@other",
         })

@@ -5,8 +5,8 @@
 //!
 //! | class | commands | where |
 //! |---|---|---|
-//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL | proposed to the Raft log, applied by every replica's state machine |
-//! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME | linearizable read: served after a ReadIndex round, from the state machine |
+//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, RPOPLPUSH, LMOVE; HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SPOP | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME; LLEN, LRANGE, LINDEX; HGET, HMGET, HLEN, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS; SMEMBERS, SISMEMBER, SMISMEMBER, SCARD, SINTER, SUNION, SDIFF, SINTERCARD | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
@@ -15,6 +15,7 @@
 //! (`forward.rs`), and to every other client it is an unknown command.
 
 mod arguments;
+mod collections;
 mod forward;
 pub mod metadata;
 mod parse;
@@ -22,7 +23,8 @@ mod parse_keys;
 mod parse_keyspace;
 mod parse_strings;
 
-pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs};
+pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
+pub use collections::{CollectionRead, CollectionWrite, End, HSetReply, SetAlgebra, Typed};
 pub use forward::{
     forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
 };
@@ -173,6 +175,8 @@ pub enum WriteCommand {
         destination: Bytes,
         replace: bool,
     },
+    /// A command on a list, hash or set (`collections.rs`).
+    Collection(Typed<CollectionWrite>),
 }
 
 /// A key's expiry as a write sets it. Deadlines are absolute: milliseconds since the Unix epoch
@@ -278,6 +282,9 @@ impl WriteCommand {
     /// Whether the command may make the data take more memory: refused past `maxmemory`, as
     /// Redis refuses the commands it flags `denyoom`.
     pub fn may_grow_memory(&self) -> bool {
+        if let WriteCommand::Collection(typed) = self {
+            return typed.op.may_grow_memory();
+        }
         !matches!(
             self,
             WriteCommand::Del { .. }
@@ -360,6 +367,8 @@ pub enum ReadCommand {
     /// `RAFT.WATCHPOINT` (what WATCH reads; a follower forwards it for its client's WATCH): the
     /// applied index and the log's time of the state read, `[index, time_ms]`.
     WatchPoint,
+    /// A read of a list, hash or set (`collections.rs`).
+    Collection(Typed<CollectionRead>),
 }
 
 /// A key a transaction watches, and the state it was watched at: the applied index and the
@@ -596,6 +605,9 @@ pub enum CommandError {
     Overflow,
     #[error("ERR syntax error")]
     Syntax,
+    /// An argument Redis refuses in these words (after `ERR `).
+    #[error("ERR {0}")]
+    Invalid(&'static str),
     #[error("ERR unsupported option '{option}' for '{command}': {reason}")]
     UnsupportedOption {
         command: &'static str,
@@ -814,6 +826,56 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("keys", 2, SLOW_READ_FLAGS, NO_KEYS, Read),
         spec("scan", -2, SLOW_READ_FLAGS, NO_KEYS, Read),
         spec("flushdb", -1, &["write"], NO_KEYS, Write),
+        spec("lpush", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("rpush", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("lpushx", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("rpushx", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("lpop", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("rpop", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("lset", 4, WRITE_FLAGS, ONE_KEY, Write),
+        spec("lrem", 4, &["write"], ONE_KEY, Write),
+        spec("ltrim", 4, &["write"], ONE_KEY, Write),
+        spec("linsert", 5, WRITE_FLAGS, ONE_KEY, Write),
+        spec("rpoplpush", 3, WRITE_FLAGS, TWO_KEYS, Write),
+        spec("lmove", 5, WRITE_FLAGS, TWO_KEYS, Write),
+        spec("llen", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("lrange", 4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("lindex", 3, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("hset", -4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("hmset", -4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("hsetnx", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("hdel", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("hincrby", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("hincrbyfloat", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("hget", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("hmget", -3, READ_FLAGS, ONE_KEY, Read),
+        spec("hlen", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("hexists", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("hstrlen", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("hgetall", 2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("hkeys", 2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("hvals", 2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("sadd", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("srem", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("smove", 4, &["write", "fast"], TWO_KEYS, Write),
+        spec("sinterstore", -3, WRITE_FLAGS, ALL_KEYS, Write),
+        spec("sunionstore", -3, WRITE_FLAGS, ALL_KEYS, Write),
+        spec("sdiffstore", -3, WRITE_FLAGS, ALL_KEYS, Write),
+        spec("spop", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("smembers", 2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("sismember", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("smismember", -3, READ_FLAGS, ONE_KEY, Read),
+        spec("scard", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("sinter", -2, SLOW_READ_FLAGS, ALL_KEYS, Read),
+        spec("sunion", -2, SLOW_READ_FLAGS, ALL_KEYS, Read),
+        spec("sdiff", -2, SLOW_READ_FLAGS, ALL_KEYS, Read),
+        spec(
+            "sintercard",
+            -3,
+            &["readonly", "movablekeys"],
+            NO_KEYS,
+            Read,
+        ),
         spec("flushall", -1, &["write"], NO_KEYS, Write),
         spec("ping", -1, &["fast", "stale"], NO_KEYS, Local),
         spec("echo", 2, &["fast"], NO_KEYS, Local),

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::collections::{self, Typed};
 use super::parse_keys::{parse_expire, parse_getex, parse_set, parse_setex};
 use super::parse_keyspace::{parse_copy, parse_scan};
 use super::parse_strings::{
@@ -193,6 +194,18 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "unwatch" => Command::Transaction(TransactionCommand::Unwatch),
         "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
         "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
+        name if collections::WRITES.contains(&name) => {
+            Command::Write(WriteCommand::Collection(Typed {
+                op: collections::parse_write(name, rest)?,
+                args: args.to_vec(),
+            }))
+        }
+        name if collections::READS.contains(&name) => {
+            Command::Read(ReadCommand::Collection(Typed {
+                op: collections::parse_read(name, rest)?,
+                args: args.to_vec(),
+            }))
+        }
         other => unreachable!("command {other} is in the table but has no parser"),
     })
 }

@@ -4,7 +4,8 @@
 use bytes::Bytes;
 
 use super::parse::{integer, is};
-use super::{CommandError, ScanArgs, WriteCommand};
+use super::{CommandError, ScanArgs, TypeFilter, WriteCommand};
+use crate::state_machine::Kind;
 
 /// SCAN's COUNT when none is given (Redis's).
 const SCAN_COUNT_DEFAULT: u32 = 10;
@@ -42,7 +43,7 @@ pub(super) fn parse_scan(rest: &[Bytes]) -> Result<ScanArgs, CommandError> {
         cursor: cursor(&rest[0])?,
         pattern: None,
         count: SCAN_COUNT_DEFAULT,
-        strings: true,
+        types: TypeFilter::Any,
     };
     let mut options = rest[1..].iter();
     while let Some(option) = options.next() {
@@ -57,7 +58,7 @@ pub(super) fn parse_scan(rest: &[Bytes]) -> Result<ScanArgs, CommandError> {
             // `*` matches every key: no pattern to test.
             scan.pattern = (&value[..] != b"*").then(|| value.clone());
         } else if is(option, "TYPE") {
-            scan.strings = is(value, "string");
+            scan.types = Kind::named(value).map_or(TypeFilter::Nothing, TypeFilter::Only);
         } else {
             return Err(CommandError::Syntax);
         }

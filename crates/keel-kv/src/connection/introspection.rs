@@ -197,6 +197,45 @@ fn key_spec(spec: &KeySpec) -> Reply {
 fn summary(name: &str) -> &'static str {
     match name {
         "get" => "Returns the value of a key (linearizable read).",
+        "lpush" | "rpush" => "Adds elements to the head (LPUSH) or tail (RPUSH) of a list.",
+        "lpushx" | "rpushx" => "Adds elements to a list only if it exists.",
+        "lpop" | "rpop" => "Removes and returns elements from the head or tail of a list.",
+        "lset" => "Sets the element at an index of a list.",
+        "lrem" => "Removes elements equal to a value from a list.",
+        "ltrim" => "Keeps only a range of a list.",
+        "linsert" => "Inserts an element before or after another in a list.",
+        "rpoplpush" => "Moves the tail of a list to the head of another.",
+        "lmove" => "Moves an element from one end of a list to an end of another.",
+        "llen" => "Returns the length of a list.",
+        "lrange" => "Returns a range of a list.",
+        "lindex" => "Returns the element at an index of a list.",
+        "hset" => "Sets fields of a hash; how many are new.",
+        "hmset" => "Sets fields of a hash.",
+        "hsetnx" => "Sets a field of a hash only if it does not exist.",
+        "hdel" => "Removes fields from a hash.",
+        "hincrby" => "Adds an integer to a field of a hash.",
+        "hincrbyfloat" => "Adds a float to a field of a hash.",
+        "hget" => "Returns the value of a field of a hash.",
+        "hmget" => "Returns the values of fields of a hash.",
+        "hlen" => "Returns the number of fields of a hash.",
+        "hexists" => "Whether a field of a hash exists.",
+        "hstrlen" => "Returns the length of the value of a field of a hash.",
+        "hgetall" => "Returns every field and value of a hash.",
+        "hkeys" => "Returns every field of a hash.",
+        "hvals" => "Returns every value of a hash.",
+        "sadd" => "Adds members to a set; how many are new.",
+        "srem" => "Removes members from a set.",
+        "smove" => "Moves a member from one set to another.",
+        "sinterstore" | "sunionstore" | "sdiffstore" => {
+            "Stores the intersection, union or difference of sets in a key."
+        }
+        "spop" => "Removes and returns members of a set (the same on every replica).",
+        "smembers" => "Returns every member of a set.",
+        "sismember" => "Whether a value is a member of a set.",
+        "smismember" => "Whether each value is a member of a set.",
+        "scard" => "Returns the number of members of a set.",
+        "sinter" | "sunion" | "sdiff" => "Returns the intersection, union or difference of sets.",
+        "sintercard" => "Returns the size of the intersection of sets.",
         "set" => {
             "Sets a key to a value; NX only if absent, XX only if present; EX, PX, EXAT, PXAT, \
              KEEPTTL for its expiry; GET returns the old value."

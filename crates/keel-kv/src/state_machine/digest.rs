@@ -87,6 +87,49 @@ pub(crate) fn pair_hash(key: &[u8], value: &[u8]) -> u64 {
     hasher.finish()
 }
 
+/// The SipHash key of [`collection_pair_hash`]: the bytes of `"keel-kv collect1"`. Part of the
+/// replicated format, as `DIGEST_KEY`.
+const COLLECTION_KEY: [u8; 16] = *b"keel-kv collect1";
+
+/// The SipHash key of [`element_hash`]: the bytes of `"keel-kv element1"`. Part of the
+/// replicated format, as `DIGEST_KEY`.
+const ELEMENT_KEY: [u8; 16] = *b"keel-kv element1";
+
+fn keyed(key: &[u8; 16]) -> SipHasher24 {
+    let k0 = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
+    let k1 = u64::from_le_bytes(key[8..].try_into().expect("8 bytes"));
+    SipHasher24::new_with_keys(k0, k1)
+}
+
+/// The share of the digest of a key holding a collection (a list, hash or set): SipHash-2-4
+/// under `COLLECTION_KEY` over `len(key) as u64 LE || key || kind tag u8 || element count u64
+/// LE || content hash u64 LE`, where the content hash is the collection's own
+/// (`collections/`): kept up to date as elements come and go, so a change costs O(1) hash work
+/// however large the collection. A string keeps [`pair_hash`], so the digest of a state of
+/// strings alone is what it was before collections existed.
+pub(crate) fn collection_pair_hash(key: &[u8], tag: u8, count: u64, content: u64) -> u64 {
+    let mut hasher = keyed(&COLLECTION_KEY);
+    hasher.write(&(key.len() as u64).to_le_bytes());
+    hasher.write(key);
+    hasher.write(&[tag]);
+    hasher.write(&count.to_le_bytes());
+    hasher.write(&content.to_le_bytes());
+    hasher.finish()
+}
+
+/// One element's hash inside a collection's content hash: SipHash-2-4 under `ELEMENT_KEY` over
+/// `role u8 || len(first) as u64 LE || first || second`: a list element or set member is
+/// `(role, element, "")`, a hash field `(role, field, value)`. The role (1 list, 2 hash, 3 set)
+/// keeps the kinds' elements apart.
+pub(crate) fn element_hash(role: u8, first: &[u8], second: &[u8]) -> u64 {
+    let mut hasher = keyed(&ELEMENT_KEY);
+    hasher.write(&[role]);
+    hasher.write(&(first.len() as u64).to_le_bytes());
+    hasher.write(first);
+    hasher.write(second);
+    hasher.finish()
+}
+
 /// SipHash-2-4 (Aumasson and Bernstein), 64-bit output, streaming.
 #[derive(Clone, Debug)]
 pub(crate) struct SipHasher24 {

@@ -17,8 +17,9 @@ use bytes::Bytes;
 use super::apply_reply::{self, ApplyReply};
 use super::digest::{expiry_hash, pair_hash};
 use super::lcs;
+use super::value::{Stored, Value};
 use super::{
-    too_large, KvStateMachine, LoggedCommand, Stored, WriteError, WriteReply, EXEC_REPLY_BYTES_MAX,
+    too_large, KvStateMachine, LoggedCommand, WriteError, WriteReply, EXEC_REPLY_BYTES_MAX,
     STRING_BYTES_MAX,
 };
 use crate::command::{
@@ -74,6 +75,9 @@ impl LoggedCommand {
 impl WriteCommand {
     /// Whether the reply carries a stored value (see [`LoggedCommand::reply_is_remembered`]).
     pub fn replies_with_value(&self) -> bool {
+        if let WriteCommand::Collection(typed) = self {
+            return typed.op.replies_with_value();
+        }
         matches!(
             self,
             WriteCommand::SetWith { get: true, .. }
@@ -248,7 +252,10 @@ impl KvStateMachine {
             }
             WriteCommand::Append { key, value } => {
                 self.expire_if_due(key);
-                let old = self.get(key).unwrap_or_default();
+                let old = match self.string(key) {
+                    Ok(old) => old.unwrap_or_default(),
+                    Err(error) => return error.into(),
+                };
                 let new_len = old.len() + value.len();
                 if too_large(key) || new_len > STRING_BYTES_MAX {
                     return WriteError::StringTooLarge.into();
@@ -265,14 +272,21 @@ impl KvStateMachine {
                 if too_large(key) || too_large(new) {
                     return WriteError::StringTooLarge.into();
                 }
-                if self.get(key) != Some(&expected[..]) {
-                    return WriteReply::Integer(0).into();
+                match self.string(key) {
+                    Err(error) => return error.into(),
+                    Ok(current) if current != Some(&expected[..]) => {
+                        return WriteReply::Integer(0).into()
+                    }
+                    Ok(_) => {}
                 }
                 self.put(key, new, 0);
                 WriteReply::Integer(1).into()
             }
             WriteCommand::GetDel { key } => {
-                let value = self.get(key).map(Bytes::copy_from_slice);
+                let value = match self.string(key) {
+                    Ok(value) => value.map(Bytes::copy_from_slice),
+                    Err(error) => return error.into(),
+                };
                 self.expire_if_due(key);
                 if value.is_some() {
                     self.remove_live(key);
@@ -313,6 +327,7 @@ impl KvStateMachine {
                 destination,
                 replace,
             } => self.copy(source, destination, *replace),
+            WriteCommand::Collection(typed) => self.execute_collection(&typed.op),
         }
     }
 
@@ -334,14 +349,18 @@ impl KvStateMachine {
             Ok(deadline) => deadline,
             Err(error) => return error.into(),
         };
-        let old = self
-            .data
-            .get(key)
-            .map(|s| Bytes::copy_from_slice(s.value()));
+        let exists = self.data.get(key).is_some();
+        // SET ... GET answers the value replaced, so it must be a string; a plain SET replaces
+        // whatever the key holds.
+        let old = match self.string(key) {
+            Ok(old) => old.map(Bytes::copy_from_slice),
+            Err(error) if get => return error.into(),
+            Err(_) => None,
+        };
         let allowed = match condition {
             SetCondition::Always => true,
-            SetCondition::IfAbsent => old.is_none(),
-            SetCondition::IfPresent => old.is_some(),
+            SetCondition::IfAbsent => !exists,
+            SetCondition::IfPresent => exists,
         };
         if allowed {
             match deadline {
@@ -365,7 +384,9 @@ impl KvStateMachine {
         let Some(stored) = self.data.get(key) else {
             return Outcome::Value(Reply::Null);
         };
-        let value = Bytes::copy_from_slice(stored.value());
+        let Some(value) = stored.string().map(Bytes::copy_from_slice) else {
+            return WriteError::WrongType.into();
+        };
         let current = stored.expire_at_ms;
         match deadline_of(expiry, self.log_time_ms, current, TtlCommand::GetEx) {
             Err(error) => return error.into(),
@@ -431,7 +452,7 @@ impl KvStateMachine {
             return Err(WriteError::StringTooLarge);
         }
         self.expire_if_due(key);
-        match self.get(key) {
+        match self.string(key)? {
             None => Ok(zero),
             Some(value) => parse(value).ok_or(not_a_number),
         }
@@ -451,10 +472,16 @@ impl KvStateMachine {
                 stored.pair_hash = hash;
                 stored.expire_at_ms = expire_at_ms;
                 stored.version = index;
-                let old_len = stored.value.len();
-                match Arc::get_mut(&mut stored.value) {
-                    Some(buffer) if buffer.len() == value.len() => buffer.copy_from_slice(value),
-                    _ => stored.value = Arc::from(value),
+                let old_len = stored.counted_bytes() as usize;
+                match &mut stored.value {
+                    Value::Str(buffer) => match Arc::get_mut(buffer) {
+                        Some(buffer) if buffer.len() == value.len() => {
+                            buffer.copy_from_slice(value)
+                        }
+                        _ => *buffer = Arc::from(value),
+                    },
+                    // A SET over a list, hash or set replaces it.
+                    other => *other = Value::Str(Arc::from(value)),
                 }
                 self.data.value_resized(old_len, value.len());
             }
@@ -510,7 +537,7 @@ impl KvStateMachine {
         true
     }
 
-    fn remove_stored(&mut self, key: &[u8]) {
+    pub(super) fn remove_stored(&mut self, key: &[u8]) {
         let old = self.data.remove(key).expect("the caller checked the key");
         self.digest ^= old.pair_hash ^ expiry_hash(key, old.expire_at_ms);
         if old.expire_at_ms != 0 {
@@ -566,20 +593,27 @@ impl KvStateMachine {
     /// Answers a read from the current state, at the state's time. Linearizability is the
     /// caller's job (serve it only once this state machine has applied the read index).
     pub fn read(&self, command: &ReadCommand) -> Reply {
+        // MGET answers null for a key holding a list, hash or set; GET answers WRONGTYPE.
         let value = |key: &Bytes| {
             self.live(key)
-                .map_or(Reply::Null, |stored| Reply::Bulk(stored.shared_value()))
+                .and_then(Stored::shared_string)
+                .map_or(Reply::Null, Reply::Bulk)
         };
+        let wrong_type = || Reply::error(WriteError::WrongType.to_string());
         match command {
-            ReadCommand::Get { key } => value(key),
+            ReadCommand::Get { key } => match self.string(key) {
+                Ok(_) => value(key),
+                Err(_) => wrong_type(),
+            },
             ReadCommand::MGet { keys } => Reply::Array(keys.iter().map(value).collect()),
             ReadCommand::Exists { keys } => {
                 // Redis counts a key named twice twice.
                 Reply::Integer(keys.iter().filter(|k| self.live(k).is_some()).count() as i64)
             }
-            ReadCommand::StrLen { key } => {
-                Reply::Integer(self.get(key).map_or(0, |v| v.len()) as i64)
-            }
+            ReadCommand::StrLen { key } => match self.string(key) {
+                Ok(value) => Reply::Integer(value.map_or(0, |v| v.len()) as i64),
+                Err(_) => wrong_type(),
+            },
             // Expired keys not yet removed count, as in Redis.
             ReadCommand::DbSize => Reply::Integer(self.data.len() as i64),
             ReadCommand::Ttl { key, form } => Reply::Integer(self.ttl(key, *form)),
@@ -590,15 +624,19 @@ impl KvStateMachine {
             ReadCommand::GetRange { key, start, end } => self.get_range(key, *start, *end),
             ReadCommand::GetBit { key, offset } => self.get_bit(key, *offset),
             ReadCommand::BitCount { key, range } => self.bit_count(key, *range),
-            ReadCommand::Lcs { key1, key2, form } => lcs::longest_common_subsequence(
-                self.get(key1).unwrap_or_default(),
-                self.get(key2).unwrap_or_default(),
-                *form,
-            ),
+            ReadCommand::Lcs { key1, key2, form } => match (self.string(key1), self.string(key2)) {
+                (Ok(a), Ok(b)) => lcs::longest_common_subsequence(
+                    a.unwrap_or_default(),
+                    b.unwrap_or_default(),
+                    *form,
+                ),
+                _ => Reply::error("WRONGTYPE The specified keys must contain string values"),
+            },
             ReadCommand::Type { key } => self.key_type(key),
             ReadCommand::RandomKey => self.random_key(),
             ReadCommand::Keys { pattern } => self.keys(pattern),
             ReadCommand::Scan(args) => self.scan(args),
+            ReadCommand::Collection(typed) => self.read_collection(&typed.op),
         }
     }
 

@@ -146,7 +146,7 @@ mod tests {
         let key = Key::new(&frame[..INLINE_BYTES_MAX + 5]);
         // The only reference left to the frame's allocation is `frame` itself.
         assert!(frame.is_unique());
-        assert_eq!(value.value(), &[7u8; 10]);
+        assert_eq!(value.string(), Some(&[7u8; 10][..]));
         assert_eq!(key.len(), INLINE_BYTES_MAX + 5);
     }
 }

@@ -34,14 +34,14 @@
 
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::digest::SipHasher24;
 use super::execute::Outcome;
-use super::{too_large, KvStateMachine, Stored, WriteError, WriteReply};
-use crate::command::ScanArgs;
+use super::value::{Stored, Value};
+use super::{too_large, KvStateMachine, WriteError, WriteReply};
+use crate::command::{ScanArgs, TypeFilter};
 use crate::glob::{glob_match, Case};
 use crate::resp::Reply;
 
@@ -94,7 +94,7 @@ impl Eq for Draws {}
 /// A value and its deadline (0: none) as RENAME and COPY carry them to another key: shared with
 /// the source entry, not copied, until written.
 struct Carried {
-    value: Arc<[u8]>,
+    value: Value,
     deadline_ms: u64,
 }
 
@@ -121,7 +121,7 @@ impl KvStateMachine {
             return refused.into();
         }
         self.remove_live(key);
-        self.put(new_key, &carried.value, carried.deadline_ms);
+        self.put_value(new_key, carried.value, carried.deadline_ms);
         renamed.into()
     }
 
@@ -135,7 +135,7 @@ impl KvStateMachine {
         if !replace && self.data.contains_key(destination) {
             return WriteReply::Integer(0).into();
         }
-        self.put(destination, &carried.value, carried.deadline_ms);
+        self.put_value(destination, carried.value, carried.deadline_ms);
         WriteReply::Integer(1).into()
     }
 
@@ -152,7 +152,7 @@ impl KvStateMachine {
         self.expire_if_due(source);
         self.expire_if_due(destination);
         Ok(self.data.get(source).map(|stored| Carried {
-            value: Arc::clone(&stored.value),
+            value: stored.value.clone(),
             deadline_ms: stored.expire_at_ms,
         }))
     }
@@ -165,13 +165,9 @@ impl KvStateMachine {
             .filter(move |(_, stored)| stored.alive_at(now))
     }
 
-    /// TYPE: every value is a string.
+    /// TYPE: `string`, `list`, `hash`, `set`, or `none` for no such key.
     pub(super) fn key_type(&self, key: &[u8]) -> Reply {
-        Reply::simple(if self.live(key).is_some() {
-            "string"
-        } else {
-            "none"
-        })
+        Reply::simple(self.live(key).map_or("none", |stored| stored.kind().name()))
     }
 
     /// RANDOMKEY (see the module documentation).
@@ -205,7 +201,11 @@ impl KvStateMachine {
     pub(super) fn scan(&self, args: &ScanArgs) -> Reply {
         let candidates = || {
             self.live_keys()
-                .filter(|_| args.strings)
+                .filter(|(_, stored)| match args.types {
+                    TypeFilter::Any => true,
+                    TypeFilter::Only(kind) => stored.kind() == kind,
+                    TypeFilter::Nothing => false,
+                })
                 .map(|(key, _)| (scan_hash(key), key))
                 .filter(|&(hash, key)| {
                     hash >= args.cursor

@@ -14,7 +14,8 @@
 //! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
 //!              9 SET WITH, 10 MSETNX, 11 GETDEL, 12 GETEX, 13 EXPIRE, 14 PERSIST, 15 FLUSHALL,
 //!              48 TICK, 49 EXEC WATCHED, 64 INCRBYFLOAT, 65 SETRANGE, 66 SETBIT, 67 RENAME,
-//!              68 RENAMENX, 69 COPY (64..=95 are for writes, 96..=127 for reads inside an EXEC)
+//!              68 RENAMENX, 69 COPY, 128 COLLECTION (64..=95 are for writes, 96..=127 for reads
+//!              inside an EXEC)
 //! 26     ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
@@ -37,9 +38,13 @@
 //!              RENAME  bytes key, bytes new key
 //!              RENAMENX  bytes key, bytes new key
 //!              COPY    replace u8 (0 or 1), bytes source, bytes destination
+//!              COLLECTION  count n >= 1, then n x bytes: a write on a list, hash or set as its
+//!                      arguments, its name first (LPUSH, HSET, SADD, ...). Every replica parses
+//!                      them again (`crate::command::collections`); arguments that do not parse
+//!                      to such a write make the entry undecodable.
 //!              EXEC    count n >= 1, then n x (op u8, body): a MULTI ... EXEC transaction, run
 //!                      in order as this one entry under this one request id. op is one of
-//!                        1..6, 9..15, 64..69  a write, its body as above
+//!                        1..6, 9..15, 64..69, 128  a write, its body as above
 //!                        16 GET     bytes key
 //!                        17 MGET    count n >= 1, then n x bytes key
 //!                        18 EXISTS  count n >= 1, then n x bytes key
@@ -64,6 +69,9 @@
 //!                                   another type), pattern u8 (0 none, 1: then bytes pattern)
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
+//!                        129 COLLECTION READ  count n >= 1, then n x bytes: a read of a list,
+//!                                   hash or set as its arguments (LRANGE, HGET, ...), parsed
+//!                                   again as op 128 is
 //!                      An EXEC inside an EXEC, or a read op outside one, is invalid.
 //!              EXEC WATCHED  count w >= 1, then w x (bytes key, index u64, time_ms u64): the
 //!                      keys the transaction watches and the applied index and log time they
@@ -101,7 +109,7 @@
 //! is upgraded by stopping every node and starting them all on this build, not by a rolling
 //! upgrade, in which a node already upgraded could lead while others are not.
 //!
-//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21, 22, 48, 49, 64 to 69 and 96 to 103 were added
+//! Ops 7 (EXEC), 8 (MEMBER ADDRS), 9 to 15, 21, 22, 48, 49, 64 to 69, 96 to 103, 128 and 129 were added
 //! without changing the version byte: every entry written before them decodes exactly as before,
 //! and a build that predates one does not decode it (an unknown op) rather than misreading it.
 //!
@@ -118,8 +126,8 @@ use bytes::{BufMut, Bytes};
 
 use super::wire::{put_bytes, Reader};
 use crate::command::{
-    ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
-    WatchedKey, WriteCommand,
+    Command, ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand,
+    TtlForm, WatchedKey, WriteCommand,
 };
 use strings_and_keys::{READ_OPS, WRITE_OPS};
 
@@ -164,6 +172,10 @@ const OP_DBSIZE: u8 = 20;
 const OP_TTL: u8 = 21;
 const OP_WATCHPOINT: u8 = 22;
 const OP_PING: u8 = 32;
+/// A command on a list, hash or set, as its arguments (`crate::command::collections`).
+const OP_COLLECTION_WRITE: u8 = 128;
+/// A read of a list, hash or set inside an EXEC, as its arguments.
+const OP_COLLECTION_READ: u8 = 129;
 const OP_ECHO: u8 = 33;
 
 /// Smallest encoding of one `bytes` field (an empty one): its length.
@@ -246,6 +258,8 @@ pub enum DecodeError {
     InvalidMemberAddrs(&'static str),
     #[error("unknown {0} {1}")]
     UnknownCode(&'static str, u8),
+    #[error("op {0}: the arguments are not a command of that op")]
+    InvalidArguments(u8),
 }
 
 impl LogCommand {
@@ -448,6 +462,7 @@ fn write_len_hint(command: &WriteCommand) -> usize {
             destination,
             ..
         } => 1 + field_len(source) + field_len(destination),
+        WriteCommand::Collection(typed) => 4 + typed.args.iter().map(field_len).sum::<usize>(),
     }
 }
 
@@ -475,6 +490,9 @@ fn queued_len_hint(command: &QueuedCommand) -> usize {
             15 + scan.pattern.as_ref().map_or(0, field_len)
         }
         QueuedCommand::Read(ReadCommand::Ttl { key, .. }) => 2 + field_len(key),
+        QueuedCommand::Read(ReadCommand::Collection(typed)) => {
+            5 + typed.args.iter().map(field_len).sum::<usize>()
+        }
         QueuedCommand::Echo(message) => 1 + field_len(message),
     }
 }
@@ -569,6 +587,10 @@ fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
             put_bytes(out, expected);
             put_bytes(out, new);
         }
+        WriteCommand::Collection(typed) => {
+            out.put_u8(OP_COLLECTION_WRITE);
+            put_list(out, &typed.args);
+        }
         WriteCommand::IncrByFloat { .. }
         | WriteCommand::SetRange { .. }
         | WriteCommand::SetBit { .. }
@@ -619,6 +641,10 @@ fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
             | ReadCommand::Keys { .. }
             | ReadCommand::Scan(_)),
         ) => strings_and_keys::put_read(out, read),
+        QueuedCommand::Read(ReadCommand::Collection(typed)) => {
+            out.put_u8(OP_COLLECTION_READ);
+            put_list(out, &typed.args);
+        }
         QueuedCommand::Ping => out.put_u8(OP_PING),
         QueuedCommand::Echo(message) => {
             out.put_u8(OP_ECHO);
@@ -673,6 +699,10 @@ fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError> {
         }
         OP_PING => QueuedCommand::Ping,
         OP_ECHO => QueuedCommand::Echo(bytes(r)?),
+        OP_COLLECTION_READ => match Command::parse(&list(r)?) {
+            Ok(Command::Read(read @ ReadCommand::Collection(_))) => QueuedCommand::Read(read),
+            _ => return Err(DecodeError::InvalidArguments(OP_COLLECTION_READ)),
+        },
         read if READ_OPS.contains(&read) => {
             QueuedCommand::Read(strings_and_keys::decode_read(read, r)?)
         }
@@ -763,6 +793,11 @@ fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, DecodeError> {
             new: bytes(r)?,
         },
         OP_EXEC => return Err(DecodeError::NestedExec),
+        OP_COLLECTION_WRITE => match Command::parse(&list(r)?) {
+            Ok(Command::Write(write @ WriteCommand::Collection(_))) => write,
+            _ => return Err(DecodeError::InvalidArguments(OP_COLLECTION_WRITE)),
+        },
+        OP_COLLECTION_READ => return Err(DecodeError::OnlyInExec(op)),
         OP_MEMBER_ADDRS | OP_TICK | OP_EXEC_WATCHED => return Err(DecodeError::UnknownOp(op)),
         OP_GET | OP_MGET | OP_EXISTS | OP_STRLEN | OP_DBSIZE | OP_TTL | OP_WATCHPOINT | OP_PING
         | OP_ECHO => return Err(DecodeError::OnlyInExec(op)),

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use super::key::Key;
-use super::Stored;
+use super::value::Stored;
 
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Map {
@@ -70,14 +70,14 @@ impl Map {
 
     /// Stores `stored` under `key`, which the map does not hold.
     pub(crate) fn insert_new(&mut self, key: &[u8], stored: Stored) {
-        self.used_bytes += pair_bytes(key.len(), stored.value().len());
+        self.used_bytes += pair_bytes(key.len(), stored.counted_bytes() as usize);
         let replaced = self.values.insert(Key::new(key), stored);
         debug_assert!(replaced.is_none(), "insert_new of a key already held");
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
         let removed = self.values.remove(key)?;
-        self.used_bytes -= pair_bytes(key.len(), removed.value().len());
+        self.used_bytes -= pair_bytes(key.len(), removed.counted_bytes() as usize);
         Some(removed)
     }
 
@@ -144,7 +144,7 @@ mod tests {
         let counted: u64 = map
             .sorted()
             .iter()
-            .map(|(k, v)| pair_bytes(k.len(), v.value().len()))
+            .map(|(k, v)| pair_bytes(k.len(), v.counted_bytes() as usize))
             .sum();
         assert_eq!(map.used_bytes(), counted);
         assert_eq!(

@@ -34,6 +34,7 @@
 //! No I/O, no clock, no tokio: the simulator runs this exact code.
 
 mod apply_reply;
+mod collections;
 mod dedup;
 mod digest;
 mod execute;
@@ -45,10 +46,10 @@ mod log_command;
 mod map;
 mod snapshot;
 mod strings;
+mod value;
 mod wire;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -66,6 +67,8 @@ use dedup::{DedupTable, Seen};
 use digest::log_time_hash;
 use keyspace::{Deadlines, Tombstones};
 use map::Map;
+pub use value::Kind;
+use value::Stored;
 
 /// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
 /// not a setting: the outcome of a write must be the same on every replica.
@@ -126,6 +129,19 @@ pub enum WriteError {
     /// RENAME or RENAMENX of a key that does not exist.
     #[error("ERR no such key")]
     NoSuchKey,
+    /// A command for one kind of value on a key holding another (a string command on a list,
+    /// ...), in Redis's words.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// LSET past either end of the list.
+    #[error("ERR index out of range")]
+    IndexOutOfRange,
+    /// HINCRBY of a field whose value is not an integer.
+    #[error("ERR hash value is not an integer")]
+    HashValueNotInteger,
+    /// HINCRBYFLOAT of a field whose value is not a float.
+    #[error("ERR hash value is not a float")]
+    HashValueNotFloat,
 }
 
 impl WriteReply {
@@ -158,50 +174,6 @@ impl WriteReply {
 pub enum ApplyError {
     #[error("log index {index} is not after the applied index {applied_index}")]
     IndexNotIncreasing { index: u64, applied_index: u64 },
-}
-
-/// A stored value with its pair hash, so that replacing a large value does not rehash the old one,
-/// its deadline and its version.
-///
-/// The value is an exact-size copy (see `key.rs` for why a copy), reference-counted so that a
-/// snapshot view or a GET reply shares it instead of copying it. While nothing shares it, a value
-/// of the same length is overwritten in place ([`KvStateMachine::put`]): the common overwrite
-/// allocates and frees nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Stored {
-    value: Arc<[u8]>,
-    pair_hash: u64,
-    /// When the key expires, in ms since the Unix epoch on the log's clock; 0: never.
-    expire_at_ms: u64,
-    /// The log index of the key's last change (value or deadline): what WATCH compares
-    /// (`keyspace.rs`).
-    version: u64,
-}
-
-impl Stored {
-    pub(crate) fn new(value: &[u8], pair_hash: u64, expire_at_ms: u64, version: u64) -> Stored {
-        Stored {
-            value: Arc::from(value),
-            pair_hash,
-            expire_at_ms,
-            version,
-        }
-    }
-
-    /// Whether the key still exists at `now_ms` (a deadline at or before now has passed).
-    fn alive_at(&self, now_ms: u64) -> bool {
-        self.expire_at_ms == 0 || self.expire_at_ms > now_ms
-    }
-
-    pub(crate) fn value(&self) -> &[u8] {
-        &self.value
-    }
-
-    /// The value for a reply, sharing it rather than copying it (a later write of the key then
-    /// copies instead of overwriting in place while the reply is alive).
-    pub(crate) fn shared_value(&self) -> Bytes {
-        Bytes::from_owner(Arc::clone(&self.value))
-    }
 }
 
 /// The key-value state machine. See the module documentation.
@@ -341,7 +313,16 @@ impl KvStateMachine {
 
     /// The value of `key` if it exists (not expired) at the state machine's time.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.live(key).map(Stored::value)
+        self.live(key).and_then(Stored::string)
+    }
+
+    /// The string under `key` if it exists at the state machine's time: Ok(None) for no such
+    /// key, WRONGTYPE for a key holding a list, hash or set.
+    pub(crate) fn string(&self, key: &[u8]) -> Result<Option<&[u8]>, WriteError> {
+        match self.live(key) {
+            None => Ok(None),
+            Some(stored) => stored.string().map(Some).ok_or(WriteError::WrongType),
+        }
     }
 
     /// The stored entry of `key` if it exists at the state machine's time: what every command

@@ -1,11 +1,11 @@
 //! The state machine's snapshot format.
 //!
-//! Format, version 4. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//! Format, version 5. Integers little-endian; `bytes` is a `u32` length then that many bytes.
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic b"KEELKVS\0"
-//! 8       4     format version u32 = 4 (1 to 3 are read too: see below)
+//! 8       4     format version u32 = 5 (1 to 4 are read too: see below)
 //! 12      8     applied_index u64
 //! 20      8     pairs digest u64          (the XOR of the pair and deadline hashes:
 //!                                          `state_digest` without the log time; recomputed and
@@ -14,10 +14,13 @@
 //! 32      4     dedup replies_per_client_max u32
 //! 36      8     key_count u64
 //! 44      ...   key_count x key entry, keys strictly ascending bytewise:
-//!                 bytes key, bytes value,
-//!                 8  expire_at_ms u64     (0: no deadline; version 4 only)
+//!                 bytes key,
+//!                 1  kind u8              (0 string, 1 list, 2 hash, 3 set; version 5 only)
+//!                 the value: in version 5 its body by kind (`collections/encoding.rs`: a
+//!                 string is `bytes value`), in older versions `bytes value` (a string),
+//!                 8  expire_at_ms u64     (0: no deadline; versions 4 and 5)
 //!                 8  version u64          (log index of the key's last change, at most
-//!                                          applied_index; version 4 only)
+//!                                          applied_index; versions 4 and 5)
 //! ...     8     session_count u64         (<= clients_max)
 //! ...     ...   session_count x session, client ids strictly ascending:
 //!                 8  client_id u64
@@ -31,17 +34,18 @@
 //! ...     8     log_time_ms u64           (versions 3 and 4: the state machine's time at
 //!                                          applied_index, the highest entry stamp applied; 0
 //!                                          for none)
-//! ...     1     versions_valid u8         (version 4 only: 1, or 0 while the versions are the
+//! ...     1     versions_valid u8         (versions 4 and 5: 1, or 0 while the versions are the
 //!                                          placeholders a restore of version 3 or older gave,
 //!                                          `execute.rs`)
-//! ...     8     tombstone horizon u64     (version 4 only, at most applied_index)
-//! ...     4     tombstone_count u32       (version 4 only, <= TOMBSTONES_MAX)
+//! ...     8     tombstone horizon u64     (versions 4 and 5, at most applied_index)
+//! ...     4     tombstone_count u32       (versions 4 and 5, <= TOMBSTONES_MAX)
 //! ...     ...   tombstone_count x (bytes key, tombstone u64 <= applied_index), keys strictly
 //!               ascending, none of them a key of the map (`keyspace.rs`)
 //! end-4   4     crc32c of every byte before it
 //! ```
 //!
-//! Older versions, read and never written: version 3 has no deadlines, versions or tombstones;
+//! Older versions, read and never written: version 4 has no kind byte (every value is a string);
+//! version 3 has no deadlines, versions or tombstones;
 //! version 2 also ends after the member addresses and version 1 after the sessions (no member
 //! addresses). They restore with no deadlines, every version at applied_index, no tombstones,
 //! `versions_valid` = 0, and version 1 and 2 with `log_time_ms` = 0, the state machine's time
@@ -52,8 +56,9 @@
 //! A reply is a tag byte and its payload: 0 `+OK`; 1 nil; 2 integer (i64); 3 error, then an error
 //! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members, 7 invalid
 //! expire time followed by the command's code byte, `TtlCommand::code`, 8 not a valid float, 9
-//! NaN or infinity, 10 string exceeds maximum allowed size, 11 no such key; 4 request too old and
-//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 11 came
+//! NaN or infinity, 10 string exceeds maximum allowed size, 11 no such key, 12 WRONGTYPE, 13 index out of range, 14 hash value is not an
+//! integer, 15 hash value is not a float; 4 request too old and
+//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 15 came
 //! with the log ops that produce them (`log_command.rs`): a snapshot holds one only once such an
 //! op applied, which every replica must decode first anyway, so the format version is unchanged.
 //!
@@ -67,20 +72,25 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{BufMut, Bytes};
 
+use super::collections::{decode_value, encode_value, value_pair_hash};
 use super::dedup::{DedupLimits, DedupTable, Session};
-use super::digest::{expiry_hash, pair_hash};
+use super::digest::expiry_hash;
 use super::key::Key;
 use super::keyspace::{Deadlines, Tombstones, TOMBSTONES_MAX};
 use super::log_command::MEMBER_ADDR_BYTES_MAX;
 use super::map::Map;
+use super::value::{Kind, Stored, Value};
 use super::wire::{put_bytes, Reader};
 use super::{
-    KvStateMachine, MemberAddrs, Stored, WriteError, WriteReply, MEMBER_ADDRS_MAX, STRING_BYTES_MAX,
+    KvStateMachine, MemberAddrs, WriteError, WriteReply, MEMBER_ADDRS_MAX, STRING_BYTES_MAX,
 };
 use crate::command::TtlCommand;
+use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";
-const FORMAT_VERSION: u32 = 4;
+const FORMAT_VERSION: u32 = 5;
+/// The format before lists, hashes and sets: read, never written.
+const FORMAT_VERSION_WITHOUT_KINDS: u32 = 4;
 /// The format before deadlines, versions and tombstones: read, never written.
 const FORMAT_VERSION_WITHOUT_EXPIRY: u32 = 3;
 /// The format before the log time: read, never written.
@@ -99,7 +109,7 @@ pub enum SnapshotError {
     ChecksumMismatch { stored: u32, computed: u32 },
     #[error("not a keel key-value snapshot (bad magic)")]
     BadMagic,
-    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 4)")]
+    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 5)")]
     UnsupportedVersion(u32),
     #[error("snapshot truncated inside {0}")]
     Truncated(&'static str),
@@ -144,6 +154,10 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::NanOrInfinity => 9,
                 WriteError::StringExceedsMaxSize => 10,
                 WriteError::NoSuchKey => 11,
+                WriteError::WrongType => 12,
+                WriteError::IndexOutOfRange => 13,
+                WriteError::HashValueNotInteger => 14,
+                WriteError::HashValueNotFloat => 15,
             });
             if let WriteError::InvalidExpireTime(command) = error {
                 out.put_u8(command.code());
@@ -180,6 +194,10 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             9 => WriteError::NanOrInfinity,
             10 => WriteError::StringExceedsMaxSize,
             11 => WriteError::NoSuchKey,
+            12 => WriteError::WrongType,
+            13 => WriteError::IndexOutOfRange,
+            14 => WriteError::HashValueNotInteger,
+            15 => WriteError::HashValueNotFloat,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),
@@ -231,7 +249,14 @@ fn encode_version_to(
     version: u32,
 ) -> std::io::Result<()> {
     let (data, dedup) = (&sm.data, &sm.dedup);
-    let with_expiry = version >= FORMAT_VERSION;
+    let with_expiry = version >= FORMAT_VERSION_WITHOUT_KINDS;
+    let with_kinds = version >= FORMAT_VERSION;
+    // An older format (tests only) holds strings alone.
+    let keys: Vec<(&Key, &Stored)> = data
+        .sorted()
+        .into_iter()
+        .filter(|(_, stored)| with_kinds || stored.kind() == Kind::String)
+        .collect();
     let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
     let mut crc = 0u32;
     let mut flush = |buf: &mut Vec<u8>, out: &mut dyn std::io::Write| -> std::io::Result<()> {
@@ -243,28 +268,34 @@ fn encode_version_to(
     buf.put_slice(MAGIC);
     buf.put_u32_le(version);
     buf.put_u64_le(sm.applied_index);
-    buf.put_u64_le(if with_expiry {
+    buf.put_u64_le(if with_kinds {
         sm.digest
     } else {
-        data.sorted()
-            .iter()
-            .fold(0, |digest, (_, stored)| digest ^ stored.pair_hash)
+        keys.iter().fold(0, |digest, (key, stored)| {
+            let deadline = if with_expiry { stored.expire_at_ms } else { 0 };
+            digest ^ stored.pair_hash ^ expiry_hash(key, deadline)
+        })
     });
     let limits = dedup.limits();
     buf.put_u32_le(limits.clients_max);
     buf.put_u32_le(limits.replies_per_client_max);
-    buf.put_u64_le(data.len() as u64);
+    buf.put_u64_le(keys.len() as u64);
     debug_assert_eq!(buf.len(), HEADER_BYTES);
     let put_key_entry = |out: &mut Vec<u8>, key: &Key, stored: &Stored| {
         put_bytes(out, key);
-        put_bytes(out, stored.value());
+        if with_kinds {
+            out.put_u8(stored.kind().tag());
+            encode_value(out, &stored.value);
+        } else {
+            put_bytes(out, stored.string().expect("strings only"));
+        }
         if with_expiry {
             out.put_u64_le(stored.expire_at_ms);
             out.put_u64_le(stored.version);
         }
     };
-    for (key, stored) in data.sorted() {
-        let entry_bytes = key.len() + stored.value().len() + KEY_ENTRY_FIXED_BYTES;
+    for (key, stored) in keys {
+        let entry_bytes = key.len() + stored.counted_bytes() as usize + KEY_ENTRY_FIXED_BYTES;
         if buf.len() + entry_bytes > ENCODE_BUFFER_BYTES {
             flush(&mut buf, out)?;
         }
@@ -349,6 +380,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let version = r.u32().ok_or(header.clone())?;
     if ![
         FORMAT_VERSION,
+        FORMAT_VERSION_WITHOUT_KINDS,
         FORMAT_VERSION_WITHOUT_EXPIRY,
         FORMAT_VERSION_WITHOUT_TIME,
         FORMAT_VERSION_WITHOUT_MEMBERS,
@@ -365,7 +397,8 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     };
     let key_count = r.u64().ok_or(header)?;
 
-    let has_expiry = version == FORMAT_VERSION;
+    let has_expiry = version >= FORMAT_VERSION_WITHOUT_KINDS;
+    let has_kinds = version >= FORMAT_VERSION;
     let mut data = Map::default();
     let mut deadlines = Deadlines::default();
     let mut digest = 0u64;
@@ -375,7 +408,14 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         // out of memory: nothing is preallocated from it.
         let pair = SnapshotError::Truncated("a key-value pair");
         let key = r.bytes().ok_or(pair.clone())?;
-        let value = r.bytes().ok_or(pair.clone())?;
+        let value = if has_kinds {
+            let tag = r.u8().ok_or(pair.clone())?;
+            let kind =
+                Kind::from_tag(tag).ok_or(SnapshotError::Malformed("unknown kind of value"))?;
+            decode_value(&mut r, kind)?
+        } else {
+            Value::Str(Arc::from(&r.bytes().ok_or(pair.clone())?[..]))
+        };
         let (expire_at_ms, key_version) = if has_expiry {
             (r.u64().ok_or(pair.clone())?, r.u64().ok_or(pair)?)
         } else {
@@ -384,20 +424,23 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         if previous.as_ref().is_some_and(|p| *p >= key) {
             return Err(SnapshotError::Malformed("keys not strictly ascending"));
         }
-        if key.len() > STRING_BYTES_MAX || value.len() > STRING_BYTES_MAX {
-            return Err(SnapshotError::Malformed("key or value over the size limit"));
+        if key.len() > STRING_BYTES_MAX {
+            return Err(SnapshotError::Malformed("key over the size limit"));
         }
         if key_version > applied_index {
             return Err(SnapshotError::Malformed(
                 "a key changed after the applied index",
             ));
         }
-        let hash = pair_hash(&key, &value);
+        let hash = value_pair_hash(&key, &value);
         digest ^= hash ^ expiry_hash(&key, expire_at_ms);
         if expire_at_ms != 0 {
             deadlines.insert(expire_at_ms, &key);
         }
-        data.insert_new(&key, Stored::new(&value, hash, expire_at_ms, key_version));
+        data.insert_new(
+            &key,
+            Stored::holding(value, hash, expire_at_ms, key_version),
+        );
         previous = Some(key);
     }
 
@@ -462,8 +505,9 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     })
 }
 
-/// Bytes of a key entry besides its key and value: two lengths, the deadline and the version.
-const KEY_ENTRY_FIXED_BYTES: usize = 4 + 4 + 8 + 8;
+/// Bytes of a key entry besides its key and value: two lengths, the kind, the deadline and the
+/// version.
+const KEY_ENTRY_FIXED_BYTES: usize = 4 + 4 + 1 + 8 + 8;
 
 fn decode_tombstones(
     r: &mut Reader,

@@ -39,7 +39,10 @@ impl KvStateMachine {
             return WriteError::StringTooLarge.into();
         }
         self.expire_if_due(key);
-        let old = self.get(key);
+        let old = match self.string(key) {
+            Ok(old) => old,
+            Err(error) => return error.into(),
+        };
         if value.is_empty() {
             return WriteReply::Integer(old.map_or(0, <[u8]>::len) as i64).into();
         }
@@ -72,7 +75,10 @@ impl KvStateMachine {
         }
         self.expire_if_due(key);
         let (byte, mask) = (byte as usize, 0x80u8 >> (offset & 7));
-        let old = self.get(key);
+        let old = match self.string(key) {
+            Ok(old) => old,
+            Err(error) => return error.into(),
+        };
         let old_byte = old.and_then(|value| value.get(byte)).copied();
         let old_bit = old_byte.is_some_and(|b| b & mask != 0);
         if old_byte.is_none() || old_bit != bit {
@@ -95,10 +101,11 @@ impl KvStateMachine {
         let Some(stored) = self.live(key) else {
             return Reply::Bulk(Bytes::new());
         };
-        match inclusive_range(start, end, stored.value().len() as u64) {
-            Some((first, last)) => {
-                Reply::Bulk(stored.shared_value().slice(first as usize..=last as usize))
-            }
+        let Some(value) = stored.shared_string() else {
+            return wrong_type();
+        };
+        match inclusive_range(start, end, value.len() as u64) {
+            Some((first, last)) => Reply::Bulk(value.slice(first as usize..=last as usize)),
             None => Reply::Bulk(Bytes::new()),
         }
     }
@@ -106,7 +113,10 @@ impl KvStateMachine {
     /// GETBIT: 0 past the end, or for no such key.
     pub(super) fn get_bit(&self, key: &[u8], offset: u64) -> Reply {
         let byte = usize::try_from(offset >> 3).ok();
-        let value = self.get(key).unwrap_or_default();
+        let Ok(value) = self.string(key) else {
+            return wrong_type();
+        };
+        let value = value.unwrap_or_default();
         let bit = byte
             .and_then(|byte| value.get(byte))
             .is_some_and(|b| b & (0x80 >> (offset & 7)) != 0);
@@ -115,7 +125,10 @@ impl KvStateMachine {
 
     /// BITCOUNT: the set bits of the value, or of the bytes or bits of a range of it.
     pub(super) fn bit_count(&self, key: &[u8], range: Option<BitRange>) -> Reply {
-        let value = self.get(key).unwrap_or_default();
+        let Ok(value) = self.string(key) else {
+            return wrong_type();
+        };
+        let value = value.unwrap_or_default();
         let len = value.len() as u64;
         let count = match range {
             None => ones(value),
@@ -164,6 +177,10 @@ fn ones_between_bits(value: &[u8], first: u64, last: u64) -> u64 {
     ones(&value[first_byte..=last_byte])
         - u64::from(before_first.count_ones())
         - u64::from(after_last.count_ones())
+}
+
+fn wrong_type() -> Reply {
+    Reply::error(WriteError::WrongType.to_string())
 }
 
 #[cfg(test)]

@@ -249,7 +249,7 @@ fn scan_options() {
             cursor: 0,
             pattern: None,
             count: 10,
-            strings: true
+            types: TypeFilter::Any
         }
     );
     assert_eq!(
@@ -258,7 +258,7 @@ fn scan_options() {
             cursor: 42,
             pattern: Some(b("key:*")),
             count: 5,
-            strings: true
+            types: TypeFilter::Only(crate::state_machine::Kind::String)
         }
     );
     assert_eq!(scan("SCAN 18446744073709551615").cursor, u64::MAX);
@@ -269,7 +269,15 @@ fn scan_options() {
     );
     assert_eq!(scan("SCAN +5").cursor, 5);
     assert_eq!(scan("SCAN 1 MATCH *").pattern, None);
-    assert!(!scan("SCAN 1 TYPE list").strings);
+    assert_eq!(
+        scan("SCAN 1 TYPE list").types,
+        TypeFilter::Only(crate::state_machine::Kind::List)
+    );
+    assert_eq!(scan("SCAN 1 TYPE zset").types, TypeFilter::Nothing);
+    assert_eq!(
+        scan("SCAN 1 TYPE String").types,
+        TypeFilter::Only(crate::state_machine::Kind::String)
+    );
     assert_eq!(scan("SCAN 1 COUNT 9999999999").count, u32::MAX);
     assert_eq!(scan("SCAN 1 COUNT 1 COUNT 7").count, 7, "the last one wins");
     for cursor in ["x", "-", "18446744073709551616", "1.5", "--1", "0x1"] {

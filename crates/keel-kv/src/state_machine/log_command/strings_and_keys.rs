@@ -6,8 +6,11 @@
 use bytes::BufMut;
 
 use super::{bytes, flag, u8_field, DecodeError, Reader};
-use crate::command::{BitRange, BitUnit, FloatBits, LcsForm, ReadCommand, ScanArgs, WriteCommand};
+use crate::command::{
+    BitRange, BitUnit, FloatBits, LcsForm, ReadCommand, ScanArgs, TypeFilter, WriteCommand,
+};
 use crate::state_machine::wire::put_bytes;
+use crate::state_machine::Kind;
 
 const OP_INCRBYFLOAT: u8 = 64;
 const OP_SETRANGE: u8 = 65;
@@ -176,7 +179,11 @@ pub(super) fn put_read(out: &mut Vec<u8>, command: &ReadCommand) {
             out.put_u8(OP_SCAN);
             out.put_u64_le(scan.cursor);
             out.put_u32_le(scan.count);
-            out.put_u8(u8::from(scan.strings));
+            out.put_u8(match scan.types {
+                TypeFilter::Nothing => 0,
+                TypeFilter::Any => 1,
+                TypeFilter::Only(kind) => 2 + kind.tag(),
+            });
             out.put_u8(u8::from(scan.pattern.is_some()));
             if let Some(pattern) = &scan.pattern {
                 put_bytes(out, pattern);
@@ -238,7 +245,15 @@ pub(super) fn decode_read(op: u8, r: &mut Reader) -> Result<ReadCommand, DecodeE
             if count == 0 {
                 return Err(DecodeError::UnknownCode("SCAN count", 0));
             }
-            let strings = flag(r, "SCAN type flag")?;
+            let types = match u8_field(r)? {
+                0 => TypeFilter::Nothing,
+                1 => TypeFilter::Any,
+                code => TypeFilter::Only(
+                    code.checked_sub(2)
+                        .and_then(Kind::from_tag)
+                        .ok_or(DecodeError::UnknownCode("SCAN type", code))?,
+                ),
+            };
             let pattern = if flag(r, "SCAN pattern flag")? {
                 Some(bytes(r)?)
             } else {
@@ -248,7 +263,7 @@ pub(super) fn decode_read(op: u8, r: &mut Reader) -> Result<ReadCommand, DecodeE
                 cursor,
                 pattern,
                 count,
-                strings,
+                types,
             })
         }
         other => return Err(DecodeError::UnknownOp(other)),

@@ -3,7 +3,7 @@
 
 use super::expiry::{pttl, set_px, watched_now, T0};
 use super::*;
-use crate::command::ScanArgs;
+use crate::command::{ScanArgs, TypeFilter};
 
 fn rename(key: &str, new_key: &str, only_if_absent: bool) -> WriteCommand {
     WriteCommand::Rename {
@@ -76,7 +76,7 @@ fn all_keys(count: u32) -> ScanArgs {
         cursor: 0,
         pattern: None,
         count,
-        strings: true,
+        types: TypeFilter::Any,
     }
 }
 
@@ -295,7 +295,7 @@ fn scan_returns_every_key_in_pages_of_count() {
     };
     assert_eq!(scan_all(&mut log, matching, |_| {}).len(), 100);
     let lists = ScanArgs {
-        strings: false,
+        types: TypeFilter::Only(crate::state_machine::Kind::List),
         ..all_keys(10)
     };
     assert!(scan_all(&mut log, lists, |_| {}).is_empty());

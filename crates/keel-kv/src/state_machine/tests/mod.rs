@@ -377,10 +377,10 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         body
     };
     let mut wrong_version = good.clone();
-    wrong_version[8] = 5;
+    wrong_version[8] = 6;
     assert_eq!(
         target.restore(&reseal(wrong_version)),
-        Err(SnapshotError::UnsupportedVersion(5))
+        Err(SnapshotError::UnsupportedVersion(6))
     );
     let mut wrong_magic = good.clone();
     wrong_magic[0] = b'X';
@@ -649,6 +649,7 @@ proptest! {
     }
 }
 
+mod collections;
 mod exec;
 mod expiry;
 mod keys;

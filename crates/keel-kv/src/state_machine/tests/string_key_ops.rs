@@ -5,7 +5,8 @@ use proptest::prelude::*;
 
 use super::expiry::{set_px, T0};
 use super::*;
-use crate::command::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs};
+use crate::command::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
+use crate::state_machine::Kind;
 
 /// Any read of the new ops, as an EXEC carries it.
 pub(super) fn arb_read() -> impl Strategy<Value = QueuedCommand> {
@@ -31,14 +32,19 @@ pub(super) fn arb_read() -> impl Strategy<Value = QueuedCommand> {
         any::<u64>(),
         prop::option::of(arb_bytes()),
         1u32..,
-        any::<bool>(),
+        prop_oneof![
+            Just(TypeFilter::Any),
+            Just(TypeFilter::Nothing),
+            Just(TypeFilter::Only(Kind::String)),
+            Just(TypeFilter::Only(Kind::Set)),
+        ],
     )
-        .prop_map(|(cursor, pattern, count, strings)| {
+        .prop_map(|(cursor, pattern, count, types)| {
             ReadCommand::Scan(ScanArgs {
                 cursor,
                 pattern,
                 count,
-                strings,
+                types,
             })
         });
     prop_oneof![
@@ -126,7 +132,7 @@ fn reads() -> Vec<ReadCommand> {
             cursor: 0,
             pattern: Some(b("[bc]*")),
             count: 10,
-            strings: true,
+            types: TypeFilter::Any,
         }),
         ReadCommand::RandomKey,
     ]
@@ -163,7 +169,7 @@ fn bodies_are_as_documented() {
         cursor: 5,
         pattern: Some(b("a*")),
         count: 7,
-        strings: true,
+        types: TypeFilter::Any,
     }));
     let mut expected = vec![7, 1, 0, 0, 0, 103];
     expected.extend_from_slice(&5u64.to_le_bytes());
@@ -224,8 +230,8 @@ fn undecodable_variants_are_refused_and_apply_as_the_same_no_op() {
             DecodeError::UnknownCode("SCAN count", 0),
         ),
         (
-            exec_of(103, &with(&[&zero, &1u32.to_le_bytes(), &[2, 0]])),
-            DecodeError::UnknownCode("SCAN type flag", 2),
+            exec_of(103, &with(&[&zero, &1u32.to_le_bytes(), &[9, 0]])),
+            DecodeError::UnknownCode("SCAN type", 9),
         ),
         (
             exec_of(103, &with(&[&zero, &1u32.to_le_bytes(), &[1, 2]])),

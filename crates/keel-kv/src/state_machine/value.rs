@@ -1,0 +1,156 @@
+//! What a key holds ([`Value`]): a string, or a list, hash or set (`collections/`), and the
+//! bookkeeping kept beside it ([`Stored`]).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::collections::{Collection, Hash, List, Set};
+
+/// The type of a key's value, as TYPE names it. The tag is its code in snapshots and in the
+/// digest (`snapshot.rs`, `digest.rs`): part of the replicated format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    List,
+    Hash,
+    Set,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::String, Kind::List, Kind::Hash, Kind::Set];
+
+    /// TYPE's answer, and what SCAN's TYPE option names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::List => "list",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+        }
+    }
+
+    pub(crate) fn tag(self) -> u8 {
+        match self {
+            Kind::String => 0,
+            Kind::List => 1,
+            Kind::Hash => 2,
+            Kind::Set => 3,
+        }
+    }
+
+    pub(crate) fn from_tag(tag: u8) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.tag() == tag)
+    }
+
+    /// The kind TYPE or SCAN's TYPE option names (case-insensitive); None for any other name
+    /// (Redis also knows `zset` and `stream`, which keel does not hold).
+    pub fn named(name: &[u8]) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|kind| kind.name().as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+/// A key's value. Collections are reference-counted and copied on write
+/// ([`Arc::make_mut`]), as strings are shared: a snapshot view shares every value with the state
+/// machine, and only a value written while the view is alive is copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Value {
+    Str(Arc<[u8]>),
+    List(Arc<List>),
+    Hash(Arc<Hash>),
+    Set(Arc<Set>),
+}
+
+impl Value {
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Value::Str(_) => Kind::String,
+            Value::List(_) => Kind::List,
+            Value::Hash(_) => Kind::Hash,
+            Value::Set(_) => Kind::Set,
+        }
+    }
+
+    /// The bytes the value is counted as taking (`map.rs`): a string's length, a collection's
+    /// elements and their overhead.
+    pub(crate) fn counted_bytes(&self) -> u64 {
+        match self {
+            Value::Str(bytes) => bytes.len() as u64,
+            Value::List(list) => list.counted_bytes(),
+            Value::Hash(hash) => hash.counted_bytes(),
+            Value::Set(set) => set.counted_bytes(),
+        }
+    }
+}
+
+/// A stored value with its pair hash (its share of the digest, so that replacing a large value
+/// does not rehash the old one), its deadline and its version.
+///
+/// A string is an exact-size copy (see `key.rs` for why a copy), reference-counted so that a
+/// snapshot view or a GET reply shares it instead of copying it. While nothing shares it, a value
+/// of the same length is overwritten in place ([`super::KvStateMachine::put`]): the common
+/// overwrite allocates and frees nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub(crate) value: Value,
+    pub(crate) pair_hash: u64,
+    /// When the key expires, in ms since the Unix epoch on the log's clock; 0: never.
+    pub(crate) expire_at_ms: u64,
+    /// The log index of the key's last change (value or deadline): what WATCH compares
+    /// (`keyspace.rs`).
+    pub(crate) version: u64,
+}
+
+impl Stored {
+    /// A string value.
+    pub(crate) fn new(value: &[u8], pair_hash: u64, expire_at_ms: u64, version: u64) -> Stored {
+        Stored::holding(
+            Value::Str(Arc::from(value)),
+            pair_hash,
+            expire_at_ms,
+            version,
+        )
+    }
+
+    pub(crate) fn holding(value: Value, pair_hash: u64, expire_at_ms: u64, version: u64) -> Stored {
+        Stored {
+            value,
+            pair_hash,
+            expire_at_ms,
+            version,
+        }
+    }
+
+    /// Whether the key still exists at `now_ms` (a deadline at or before now has passed).
+    pub(crate) fn alive_at(&self, now_ms: u64) -> bool {
+        self.expire_at_ms == 0 || self.expire_at_ms > now_ms
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.value.kind()
+    }
+
+    /// The string value; None for a collection.
+    pub(crate) fn string(&self) -> Option<&[u8]> {
+        match &self.value {
+            Value::Str(bytes) => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// The string value for a reply, sharing it rather than copying it (a later write of the
+    /// key then copies instead of overwriting in place while the reply is alive); None for a
+    /// collection.
+    pub(crate) fn shared_string(&self) -> Option<Bytes> {
+        match &self.value {
+            Value::Str(bytes) => Some(Bytes::from_owner(Arc::clone(bytes))),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn counted_bytes(&self) -> u64 {
+        self.value.counted_bytes()
+    }
+}
