@@ -10,6 +10,7 @@
 use bytes::Bytes;
 
 use super::parse::{integer, is};
+use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
 use crate::number::parse_f64;
 
@@ -135,6 +136,8 @@ pub enum CollectionWrite {
         key: Bytes,
         count: Option<u64>,
     },
+    /// A write on a sorted set (`zsets.rs`).
+    ZSet(ZSetWrite),
 }
 
 /// The commands that read a list, hash or set.
@@ -204,7 +207,38 @@ pub enum CollectionRead {
         keys: Vec<Bytes>,
         limit: u64,
     },
+    /// SRANDMEMBER: without a count one member or null; with a count >= 0 up to that many
+    /// distinct members, < 0 that many drawn with repetition.
+    SRandMember {
+        key: Bytes,
+        count: Option<i64>,
+    },
+    /// OBJECT ENCODING and OBJECT REFCOUNT (about any kind of value).
+    Object {
+        key: Bytes,
+        query: ObjectQuery,
+    },
+    /// MEMORY USAGE: the bytes the key and its value are counted as taking (`maxmemory`).
+    MemoryUsage {
+        key: Bytes,
+    },
+    /// A read of a sorted set (`zsets.rs`).
+    ZSet(ZSetRead),
 }
+
+/// OBJECT's subcommands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectQuery {
+    /// The name Redis would give the value's encoding at Redis's default thresholds (keel has
+    /// one representation per kind; the name tells a client what Redis would do).
+    Encoding,
+    /// Always 1: keel shares no value objects between keys.
+    RefCount,
+}
+
+/// The most members SRANDMEMBER with a negative count draws (with repetition): beyond it the
+/// count is refused rather than answered with an unbounded reply.
+pub const SRANDMEMBER_REPEATS_MAX: u64 = 1_000_000;
 
 impl CollectionWrite {
     /// Whether the reply carries stored elements (remembered by deduplication only as
@@ -213,6 +247,8 @@ impl CollectionWrite {
         matches!(
             self,
             CollectionWrite::Pop { .. }
+                | CollectionWrite::ZSet(ZSetWrite::Pop { .. } | ZSetWrite::IncrBy { .. })
+                | CollectionWrite::ZSet(ZSetWrite::Add { incr: true, .. })
                 | CollectionWrite::LMove { .. }
                 | CollectionWrite::HIncrByFloat { .. }
                 | CollectionWrite::SPop { .. }
@@ -230,6 +266,12 @@ impl CollectionWrite {
                 | CollectionWrite::SRem { .. }
                 | CollectionWrite::SMove { .. }
                 | CollectionWrite::SPop { .. }
+                | CollectionWrite::ZSet(
+                    ZSetWrite::Rem { .. }
+                        | ZSetWrite::Pop { .. }
+                        | ZSetWrite::RemRangeByScore { .. }
+                        | ZSetWrite::RemRangeByRank { .. }
+                )
         )
     }
 }
@@ -384,6 +426,9 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
                 _ => return Err(CommandError::Syntax),
             },
         },
+        zset if zsets::WRITES.contains(&zset) => {
+            CollectionWrite::ZSet(zsets::parse_write(zset, rest)?)
+        }
         other => unreachable!("{other} is not a collection write"),
     })
 }
@@ -447,6 +492,56 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
             keys: rest.to_vec(),
         },
         "sintercard" => parse_sintercard(rest)?,
+        "srandmember" => CollectionRead::SRandMember {
+            key: key(),
+            count: match rest {
+                [_] => None,
+                [_, count] => {
+                    let count = integer(count)?;
+                    if count < 0 && count.unsigned_abs() > SRANDMEMBER_REPEATS_MAX {
+                        return Err(CommandError::Invalid("value is out of range"));
+                    }
+                    Some(count)
+                }
+                _ => return Err(CommandError::Syntax),
+            },
+        },
+        "object" => match rest {
+            [sub, key] if is(sub, "ENCODING") || is(sub, "REFCOUNT") => CollectionRead::Object {
+                key: key.clone(),
+                query: if is(sub, "ENCODING") {
+                    ObjectQuery::Encoding
+                } else {
+                    ObjectQuery::RefCount
+                },
+            },
+            [sub, ..] => {
+                return Err(CommandError::UnknownSubcommand {
+                    command: "OBJECT",
+                    subcommand: String::from_utf8_lossy(sub).into_owned(),
+                })
+            }
+            [] => unreachable!("arity checked"),
+        },
+        "memory" => match rest {
+            [sub, key] if is(sub, "USAGE") => CollectionRead::MemoryUsage { key: key.clone() },
+            // SAMPLES counts the elements Redis samples to estimate; keel counts exactly.
+            [sub, key, samples, n] if is(sub, "USAGE") && is(samples, "SAMPLES") => {
+                integer(n)?;
+                CollectionRead::MemoryUsage { key: key.clone() }
+            }
+            [sub, ..] if is(sub, "USAGE") => return Err(CommandError::Syntax),
+            [sub, ..] => {
+                return Err(CommandError::UnknownSubcommand {
+                    command: "MEMORY",
+                    subcommand: String::from_utf8_lossy(sub).into_owned(),
+                })
+            }
+            [] => unreachable!("arity checked"),
+        },
+        zset if zsets::READS.contains(&zset) => {
+            CollectionRead::ZSet(zsets::parse_read(zset, rest)?)
+        }
         other => unreachable!("{other} is not a collection read"),
     })
 }
@@ -528,4 +623,7 @@ pub(super) const READS: &[&str] = &[
     "sunion",
     "sdiff",
     "sintercard",
+    "srandmember",
+    "object",
+    "memory",
 ];

@@ -116,6 +116,14 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
             const { &[key(RO_ACCESS)] }
         }
         "sinter" | "sunion" | "sdiff" => const { &[keys_to_end(RO_ACCESS, 1)] },
+        "srandmember" => const { &[key(RO_ACCESS)] },
+        "zadd" | "zincrby" => const { &[key(RW_UPDATE)] },
+        "zrem" | "zremrangebyscore" | "zremrangebyrank" => const { &[key(RW_DELETE)] },
+        "zpopmin" | "zpopmax" => const { &[key(RW_ACCESS_DELETE)] },
+        "zcard" | "zcount" => const { &[key(RO)] },
+        "zscore" | "zmscore" | "zrank" | "zrevrank" | "zrange" | "zrevrange" | "zrangebyscore"
+        | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => const { &[key(RO_ACCESS)] },
+        "object" | "memory" => const { &[second_key(RO)] },
         "sinterstore" | "sunionstore" | "sdiffstore" => {
             const {
                 &[
@@ -172,6 +180,7 @@ const TRANSACTION: &[&str] = &["transaction"];
 const LIST: &[&str] = &["list"];
 const HASH: &[&str] = &["hash"];
 const SET: &[&str] = &["set"];
+const ZSET: &[&str] = &["sortedset"];
 const ON_ARGS: &str = "O(N) where N is the number of elements given.";
 const ON_COUNT: &str = "O(N) where N is the number of elements returned.";
 const ON_LIST: &str = "O(N) where N is the length of the list.";
@@ -308,6 +317,28 @@ pub fn command_docs(name: &str) -> Docs {
             docs("set", "1.0.0", ON_SETS, SET)
         }
         "sintercard" => docs("set", "7.0.0", ON_SETS, SET),
+        "srandmember" => docs("set", "1.0.0", ON_SIZE, SET),
+        "zadd" | "zrem" | "zincrby" | "zscore" | "zcard" => {
+            docs("sorted-set", "1.2.0", ON_SIZE, ZSET)
+        }
+        "zrank" | "zrevrank" | "zcount" => docs("sorted-set", "2.0.0", ON_SIZE, ZSET),
+        "zrange" | "zrevrange" | "zrangebyscore" | "zremrangebyscore" => {
+            docs("sorted-set", "1.2.0", ON_SIZE, ZSET)
+        }
+        "zrevrangebyscore" | "zremrangebyrank" => docs("sorted-set", "2.2.0", ON_SIZE, ZSET),
+        "zrangebylex" | "zrevrangebylex" => docs("sorted-set", "2.8.9", ON_SIZE, ZSET),
+        "zpopmin" | "zpopmax" => docs("sorted-set", "5.0.0", ON_SIZE, ZSET),
+        "zmscore" => docs("sorted-set", "6.2.0", ON_ARGS, ZSET),
+        "object" => docs("generic", "2.2.3", ON_SIZE, KEYSPACE),
+        "memory" => docs("server", "4.0.0", ON_SIZE, &[]),
+        "time" => docs("server", "2.6.0", O1, &["fast"]),
+        "save" => docs(
+            "server",
+            "1.0.0",
+            ON_ALL_KEYS,
+            &["admin", "slow", "dangerous"],
+        ),
+        "shutdown" => docs("server", "1.0.0", O1, &["admin", "slow", "dangerous"]),
         _ => docs("server", KEEL, "", &[]),
     }
 }
@@ -428,6 +459,7 @@ pub fn acl_categories(name: &str, flags: &[&str]) -> Vec<&'static str> {
             "list" => "@list",
             "hash" => "@hash",
             "set" => "@set",
+            "sortedset" => "@sortedset",
             "scripting" => "@scripting",
             _ => "@other",
         })

@@ -22,13 +22,18 @@ mod parse;
 mod parse_keys;
 mod parse_keyspace;
 mod parse_strings;
+mod zsets;
 
 pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
-pub use collections::{CollectionRead, CollectionWrite, End, HSetReply, SetAlgebra, Typed};
+pub use collections::{
+    CollectionRead, CollectionWrite, End, HSetReply, ObjectQuery, SetAlgebra, Typed,
+    SRANDMEMBER_REPEATS_MAX,
+};
 pub use forward::{
     forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
 };
 pub use parse::ADDR_BYTES_MAX;
+pub use zsets::{parse_score, LexBound, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 
 use bytes::Bytes;
 
@@ -434,6 +439,10 @@ pub enum LocalCommand {
     FunctionFlush,
     /// `FUNCTION LIST`: always empty.
     FunctionList,
+    /// `TIME`: the node's wall clock, `[seconds, microseconds]`.
+    Time,
+    /// `SHUTDOWN [...]`: refused (a keel node is stopped by its process's signal).
+    Shutdown,
     /// `MONITOR`: the connection is shown every command the node's clients run
     /// (`connection/monitor.rs`).
     Monitor,
@@ -571,8 +580,8 @@ pub enum AdminCommand {
     MemberRemove { id: u64, force: bool },
     /// `RAFT.TRANSFER id`.
     Transfer { id: u64 },
-    /// `RAFT.SNAPSHOT`: take a snapshot now.
-    Snapshot,
+    /// `RAFT.SNAPSHOT` (the index it covers) and `SAVE` (`+OK`): take a snapshot now.
+    Snapshot { save: bool },
     /// `DEBUG subcommand ...`: refused unless the node runs with `--enable-debug-command`
     /// (checked before the subcommand, as Redis does).
     Debug(DebugCommand),
@@ -875,6 +884,43 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             &["readonly", "movablekeys"],
             NO_KEYS,
             Read,
+        ),
+        spec("srandmember", -2, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zadd", -4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("zrem", -3, &["write", "fast"], ONE_KEY, Write),
+        spec("zincrby", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),
+        spec("zpopmin", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("zpopmax", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("zremrangebyscore", 4, &["write"], ONE_KEY, Write),
+        spec("zremrangebyrank", 4, &["write"], ONE_KEY, Write),
+        spec("zscore", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("zmscore", -3, READ_FLAGS, ONE_KEY, Read),
+        spec("zcard", 2, READ_FLAGS, ONE_KEY, Read),
+        spec("zrank", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("zrevrank", 3, READ_FLAGS, ONE_KEY, Read),
+        spec("zcount", 4, READ_FLAGS, ONE_KEY, Read),
+        spec("zrange", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zrevrange", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zrangebyscore", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zrevrangebyscore", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zrangebylex", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("zrevrangebylex", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("object", -2, SLOW_READ_FLAGS, (2, 2, 1), Read),
+        spec("memory", -2, SLOW_READ_FLAGS, (2, 2, 1), Read),
+        spec("time", 1, &["loading", "stale", "fast"], NO_KEYS, Local),
+        spec(
+            "save",
+            1,
+            &["admin", "noscript", "no_multi"],
+            NO_KEYS,
+            Admin,
+        ),
+        spec(
+            "shutdown",
+            -1,
+            &["admin", "noscript", "loading", "stale", "no_multi"],
+            NO_KEYS,
+            Local,
         ),
         spec("flushall", -1, &["write"], NO_KEYS, Write),
         spec("ping", -1, &["fast", "stale"], NO_KEYS, Local),

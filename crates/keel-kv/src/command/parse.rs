@@ -9,6 +9,7 @@ use super::parse_strings::{
     bit_offset, parse_bitcount, parse_getrange, parse_incr_by_float, parse_lcs, parse_setbit,
     parse_setrange,
 };
+use super::zsets;
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
     CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, ListFilter,
@@ -179,7 +180,10 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "raft.transfer" => Command::Admin(AdminCommand::Transfer {
             id: node_id(&rest[0])?,
         }),
-        "raft.snapshot" => Command::Admin(AdminCommand::Snapshot),
+        "raft.snapshot" => Command::Admin(AdminCommand::Snapshot { save: false }),
+        "save" => Command::Admin(AdminCommand::Snapshot { save: true }),
+        "time" => local(LocalCommand::Time),
+        "shutdown" => local(LocalCommand::Shutdown),
         "debug" => Command::Admin(AdminCommand::Debug(
             if is(&rest[0], "PANIC") && rest.len() == 1 {
                 DebugCommand::Panic
@@ -194,13 +198,13 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "unwatch" => Command::Transaction(TransactionCommand::Unwatch),
         "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
         "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
-        name if collections::WRITES.contains(&name) => {
+        name if collections::WRITES.contains(&name) || zsets::WRITES.contains(&name) => {
             Command::Write(WriteCommand::Collection(Typed {
                 op: collections::parse_write(name, rest)?,
                 args: args.to_vec(),
             }))
         }
-        name if collections::READS.contains(&name) => {
+        name if collections::READS.contains(&name) || zsets::READS.contains(&name) => {
             Command::Read(ReadCommand::Collection(Typed {
                 op: collections::parse_read(name, rest)?,
                 args: args.to_vec(),

@@ -36,7 +36,23 @@ pub struct ConfigValues {
     /// The client listener's address (`--client-addr`, as bound): `bind` and `port` report it;
     /// `None` until the server tells ([`SharedConfig::set_listener`]).
     pub listener: Option<SocketAddr>,
+    /// Redis's encoding thresholds as last set, in [`ENCODING_HINTS`]'s order: accepted but
+    /// inert (keel has one representation per kind of value).
+    pub encoding_hints: [i64; ENCODING_HINTS.len()],
 }
+
+/// Redis's encoding thresholds (name, its older alias or "", default). Redis picks a compact
+/// representation for small values below them; keel has one representation per kind, so they
+/// change nothing but what CONFIG GET reports. Clients and Redis's tests set them.
+pub const ENCODING_HINTS: [(&str, &str, i64); 7] = [
+    ("hash-max-listpack-entries", "hash-max-ziplist-entries", 128),
+    ("hash-max-listpack-value", "hash-max-ziplist-value", 64),
+    ("list-max-listpack-size", "list-max-ziplist-size", -2),
+    ("list-compress-depth", "", 0),
+    ("set-max-intset-entries", "", 512),
+    ("zset-max-listpack-entries", "zset-max-ziplist-entries", 128),
+    ("zset-max-listpack-value", "zset-max-ziplist-value", 64),
+];
 
 impl Default for ConfigValues {
     fn default() -> Self {
@@ -50,6 +66,7 @@ impl Default for ConfigValues {
             repl_backlog_size: REPL_BACKLOG_SIZE_DEFAULT,
             maxmemory_samples: 5,
             listener: None,
+            encoding_hints: ENCODING_HINTS.map(|(_, _, default)| default),
         }
     }
 }
@@ -82,7 +99,16 @@ impl SharedConfig {
 
 /// The parameters CONFIG GET knows, with values that describe keel truthfully in Redis terms.
 fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, String)> {
-    vec![
+    let hints =
+        ENCODING_HINTS
+            .iter()
+            .zip(config.encoding_hints)
+            .flat_map(|(&(name, alias, _), value)| {
+                [(name, value.to_string()), (alias, value.to_string())]
+                    .into_iter()
+                    .filter(|(name, _)| !name.is_empty())
+            });
+    let mut table = vec![
         // Every acknowledged write is in the fsynced Raft log: the equivalent of an AOF with
         // `appendfsync always`. Snapshots are taken by log size, not on a `save` schedule.
         ("appendonly", "yes".to_string()),
@@ -111,7 +137,9 @@ fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, St
         ("slaveof", String::new()),
         ("bind", bind(config)),
         ("port", port(config).to_string()),
-    ]
+    ];
+    table.extend(hints);
+    table
 }
 
 /// The client listener's address as `bind` reports it (empty before the server tells).
@@ -323,7 +351,15 @@ fn set_one(name: &str, value: &str, values: &mut ConfigValues) -> Option<Result<
         "proto-max-bulk-len" | "client-query-buffer-limit" => memory(value).map(drop),
         "port" => port_number(value).map(drop),
         "bind" => Ok(()),
-        _ => return None,
+        hint => {
+            let at = ENCODING_HINTS.iter().position(|&(name, alias, _)| {
+                hint == name || (!alias.is_empty() && hint == alias)
+            })?;
+            value
+                .parse::<i64>()
+                .map(|n| values.encoding_hints[at] = n)
+                .map_err(|_| "argument couldn't be parsed into an integer".to_string())
+        }
     };
     Some(outcome)
 }

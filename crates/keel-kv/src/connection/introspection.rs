@@ -236,6 +236,27 @@ fn summary(name: &str) -> &'static str {
         "scard" => "Returns the number of members of a set.",
         "sinter" | "sunion" | "sdiff" => "Returns the intersection, union or difference of sets.",
         "sintercard" => "Returns the size of the intersection of sets.",
+        "srandmember" => "Returns random members of a set.",
+        "zadd" => "Adds members with scores to a sorted set (NX, XX, GT, LT, CH, INCR).",
+        "zrem" => "Removes members from a sorted set.",
+        "zincrby" => "Adds to the score of a member of a sorted set.",
+        "zpopmin" | "zpopmax" => "Removes and returns the members of least or greatest score.",
+        "zremrangebyscore" => "Removes the members with scores in a range.",
+        "zremrangebyrank" => "Removes the members in a range of positions.",
+        "zscore" => "Returns the score of a member of a sorted set.",
+        "zmscore" => "Returns the scores of members of a sorted set.",
+        "zcard" => "Returns the number of members of a sorted set.",
+        "zrank" | "zrevrank" => "Returns the position of a member in a sorted set.",
+        "zcount" => "Counts the members with scores in a range.",
+        "zrange" => "Returns a range of a sorted set: by position, BYSCORE or BYLEX, REV, LIMIT.",
+        "zrevrange" | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
+            "Returns a range of a sorted set (the older forms of ZRANGE)."
+        }
+        "object" => "OBJECT ENCODING (Redis's name for such a value) and OBJECT REFCOUNT (1).",
+        "memory" => "MEMORY USAGE: the bytes a key and its value are counted as taking.",
+        "time" => "Returns the node's wall clock: seconds and microseconds.",
+        "save" => "Takes a snapshot now (every acknowledged write is durable already).",
+        "shutdown" => "Refused: a keel node stops on SIGTERM or SIGINT.",
         "set" => {
             "Sets a key to a value; NX only if absent, XX only if present; EX, PX, EXAT, PXAT, \
              KEEPTTL for its expiry; GET returns the old value."

@@ -69,6 +69,13 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
 /// by INFO and RAFT.STATUS.
 pub trait NodeInfo {
     fn status(&self) -> NodeStatus;
+
+    /// The node's wall clock in microseconds since the Unix epoch (`TIME`).
+    fn wall_clock_us(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
 }
 
 /// What to do with a request after [`ClientConnection::dispatch`].
@@ -227,7 +234,12 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::Command(_)
         | LocalCommand::RaftStatus
         | LocalCommand::FunctionFlush
-        | LocalCommand::FunctionList => true,
+        | LocalCommand::FunctionList
+        // TIME is answered at the time it is queued (Redis: at EXEC; a transaction's entry
+        // runs at its log index, which has no wall clock of its own).
+        | LocalCommand::Time => true,
+        // Not allowed in a transaction, as in Redis.
+        LocalCommand::Shutdown => false,
         LocalCommand::Client(client) => matches!(
             client,
             ClientCommand::GetName
@@ -640,6 +652,17 @@ impl ClientConnection {
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),
             LocalCommand::RaftStatus => Reply::text(info::render_raft(&node.status())),
+            LocalCommand::Time => {
+                let micros = node.wall_clock_us();
+                Reply::Array(vec![
+                    Reply::bulk((micros / 1_000_000).to_string()),
+                    Reply::bulk((micros % 1_000_000).to_string()),
+                ])
+            }
+            LocalCommand::Shutdown => Reply::error(
+                "ERR SHUTDOWN is not supported: a keel node stops on SIGTERM or SIGINT \
+                 (its data is durable already)",
+            ),
             LocalCommand::FunctionFlush => Reply::OK,
             LocalCommand::FunctionList => Reply::Array(Vec::new()),
             LocalCommand::Monitor => {

@@ -1012,3 +1012,45 @@ fn a_monitor_may_not_touch_keys_nor_monitor_inside_a_transaction() {
         )]
     );
 }
+
+#[test]
+fn time_shutdown_and_encoding_thresholds() {
+    let mut c = conn();
+    let Reply::Array(time) = reply(&mut c, "TIME") else {
+        panic!("TIME answers an array")
+    };
+    let [Reply::Bulk(seconds), Reply::Bulk(micros)] = &time[..] else {
+        panic!("{time:?}")
+    };
+    let seconds: u64 = std::str::from_utf8(seconds).unwrap().parse().unwrap();
+    let micros: u64 = std::str::from_utf8(micros).unwrap().parse().unwrap();
+    assert!(seconds > 1_700_000_000 && micros < 1_000_000);
+    assert!(matches!(reply(&mut c, "SHUTDOWN"), Reply::Error(e) if e.contains("SIGTERM")));
+    // SHUTDOWN and SAVE inside MULTI abort the transaction, as in Redis.
+    for command in ["SHUTDOWN", "SAVE"] {
+        assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+        assert_eq!(
+            reply(&mut c, command),
+            Reply::error("ERR Command not allowed inside a transaction")
+        );
+        assert!(matches!(reply(&mut c, "EXEC"), Reply::Error(e) if e.starts_with("EXECABORT")));
+    }
+    // The thresholds are accepted under either name and reported under both.
+    assert_eq!(
+        reply(&mut c, "CONFIG SET hash-max-ziplist-entries 1"),
+        Reply::OK
+    );
+    let got = reply(&mut c, "CONFIG GET hash-max-*-entries");
+    assert_eq!(
+        map_get(&got, "hash-max-listpack-entries"),
+        Some(&Reply::text("1"))
+    );
+    assert_eq!(
+        map_get(&got, "hash-max-ziplist-entries"),
+        Some(&Reply::text("1"))
+    );
+    assert!(matches!(
+        reply(&mut c, "CONFIG SET zset-max-listpack-value x"),
+        Reply::Error(e) if e.contains("integer")
+    ));
+}

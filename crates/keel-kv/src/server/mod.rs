@@ -497,9 +497,14 @@ async fn admin(ctx: &ServerContext, command: AdminCommand) -> Result<Reply, Clie
             ctx.handle.transfer_leadership(id).await?;
             Ok(Reply::OK)
         }
-        AdminCommand::Snapshot => {
+        AdminCommand::Snapshot { save } => {
             let index = ctx.handle.snapshot_now().await?;
-            Ok(Reply::Integer(index as i64))
+            // SAVE answers as Redis does: every acknowledged write was durable already.
+            Ok(if save {
+                Reply::OK
+            } else {
+                Reply::Integer(index as i64)
+            })
         }
         AdminCommand::Debug(command) => debug(ctx, command).await,
     }

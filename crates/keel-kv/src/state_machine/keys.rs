@@ -60,7 +60,7 @@ pub(crate) fn scan_hash(key: &[u8]) -> u64 {
     keyed_hash(k0, k1, key)
 }
 
-fn keyed_hash(k0: u64, k1: u64, key: &[u8]) -> u64 {
+pub(crate) fn keyed_hash(k0: u64, k1: u64, key: &[u8]) -> u64 {
     let mut hasher = SipHasher24::new_with_keys(k0, k1);
     hasher.write(key);
     hasher.finish()
@@ -72,7 +72,7 @@ fn keyed_hash(k0: u64, k1: u64, key: &[u8]) -> u64 {
 pub(crate) struct Draws(AtomicU64);
 
 impl Draws {
-    fn next(&self) -> u64 {
+    pub(crate) fn next(&self) -> u64 {
         self.0.fetch_add(1, Ordering::Relaxed)
     }
 }

@@ -39,7 +39,7 @@ mod dedup;
 mod digest;
 mod execute;
 mod key;
-mod keys;
+pub(crate) mod keys;
 mod keyspace;
 mod lcs;
 mod log_command;
@@ -142,6 +142,9 @@ pub enum WriteError {
     /// HINCRBYFLOAT of a field whose value is not a float.
     #[error("ERR hash value is not a float")]
     HashValueNotFloat,
+    /// ZADD INCR or ZINCRBY that would make a score NaN (infinity minus infinity).
+    #[error("ERR resulting score is not a number (NaN)")]
+    ScoreNotANumber,
 }
 
 impl WriteReply {

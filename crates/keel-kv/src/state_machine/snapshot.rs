@@ -15,7 +15,8 @@
 //! 36      8     key_count u64
 //! 44      ...   key_count x key entry, keys strictly ascending bytewise:
 //!                 bytes key,
-//!                 1  kind u8              (0 string, 1 list, 2 hash, 3 set; version 5 only)
+//!                 1  kind u8              (0 string, 1 list, 2 hash, 3 set, 4 zset; version 5
+//!                                          only)
 //!                 the value: in version 5 its body by kind (`collections/encoding.rs`: a
 //!                 string is `bytes value`), in older versions `bytes value` (a string),
 //!                 8  expire_at_ms u64     (0: no deadline; versions 4 and 5)
@@ -57,8 +58,8 @@
 //! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members, 7 invalid
 //! expire time followed by the command's code byte, `TtlCommand::code`, 8 not a valid float, 9
 //! NaN or infinity, 10 string exceeds maximum allowed size, 11 no such key, 12 WRONGTYPE, 13 index out of range, 14 hash value is not an
-//! integer, 15 hash value is not a float; 4 request too old and
-//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 15 came
+//! integer, 15 hash value is not a float, 16 resulting score is not a number; 4 request too old and
+//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 16 came
 //! with the log ops that produce them (`log_command.rs`): a snapshot holds one only once such an
 //! op applied, which every replica must decode first anyway, so the format version is unchanged.
 //!
@@ -158,6 +159,7 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::IndexOutOfRange => 13,
                 WriteError::HashValueNotInteger => 14,
                 WriteError::HashValueNotFloat => 15,
+                WriteError::ScoreNotANumber => 16,
             });
             if let WriteError::InvalidExpireTime(command) = error {
                 out.put_u8(command.code());
@@ -198,6 +200,7 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             13 => WriteError::IndexOutOfRange,
             14 => WriteError::HashValueNotInteger,
             15 => WriteError::HashValueNotFloat,
+            16 => WriteError::ScoreNotANumber,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::collections::{Collection, Hash, List, Set};
+use super::collections::{Collection, Hash, List, Set, ZSet};
 
 /// The type of a key's value, as TYPE names it. The tag is its code in snapshots and in the
 /// digest (`snapshot.rs`, `digest.rs`): part of the replicated format.
@@ -15,10 +15,11 @@ pub enum Kind {
     List,
     Hash,
     Set,
+    ZSet,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::String, Kind::List, Kind::Hash, Kind::Set];
+    pub const ALL: [Kind; 5] = [Kind::String, Kind::List, Kind::Hash, Kind::Set, Kind::ZSet];
 
     /// TYPE's answer, and what SCAN's TYPE option names.
     pub fn name(self) -> &'static str {
@@ -27,6 +28,7 @@ impl Kind {
             Kind::List => "list",
             Kind::Hash => "hash",
             Kind::Set => "set",
+            Kind::ZSet => "zset",
         }
     }
 
@@ -36,6 +38,7 @@ impl Kind {
             Kind::List => 1,
             Kind::Hash => 2,
             Kind::Set => 3,
+            Kind::ZSet => 4,
         }
     }
 
@@ -44,7 +47,7 @@ impl Kind {
     }
 
     /// The kind TYPE or SCAN's TYPE option names (case-insensitive); None for any other name
-    /// (Redis also knows `zset` and `stream`, which keel does not hold).
+    /// (Redis also knows `stream`, which keel does not hold).
     pub fn named(name: &[u8]) -> Option<Kind> {
         Kind::ALL
             .into_iter()
@@ -61,6 +64,7 @@ pub(crate) enum Value {
     List(Arc<List>),
     Hash(Arc<Hash>),
     Set(Arc<Set>),
+    ZSet(Arc<ZSet>),
 }
 
 impl Value {
@@ -70,6 +74,7 @@ impl Value {
             Value::List(_) => Kind::List,
             Value::Hash(_) => Kind::Hash,
             Value::Set(_) => Kind::Set,
+            Value::ZSet(_) => Kind::ZSet,
         }
     }
 
@@ -81,6 +86,7 @@ impl Value {
             Value::List(list) => list.counted_bytes(),
             Value::Hash(hash) => hash.counted_bytes(),
             Value::Set(set) => set.counted_bytes(),
+            Value::ZSet(zset) => zset.counted_bytes(),
         }
     }
 }
@@ -152,5 +158,51 @@ impl Stored {
 
     pub(crate) fn counted_bytes(&self) -> u64 {
         self.value.counted_bytes()
+    }
+
+    /// OBJECT ENCODING: the encoding Redis 7.0 would use for this value at its default
+    /// thresholds (keel has one representation per kind; the name says what Redis would do).
+    pub(crate) fn encoding_name(&self) -> &'static str {
+        const SMALL_ENTRIES: usize = 128;
+        const SMALL_VALUE_BYTES: usize = 64;
+        const INTSET_ENTRIES: usize = 512;
+        const EMBSTR_BYTES: usize = 44;
+        let small = |b: &Bytes| b.len() <= SMALL_VALUE_BYTES;
+        match &self.value {
+            Value::Str(bytes) if bytes.len() <= 20 && crate::number::parse_i64(bytes).is_some() => {
+                "int"
+            }
+            Value::Str(bytes) if bytes.len() <= EMBSTR_BYTES => "embstr",
+            Value::Str(_) => "raw",
+            Value::List(list)
+                if list.items().len() <= SMALL_ENTRIES && list.items().iter().all(small) =>
+            {
+                "listpack"
+            }
+            Value::List(_) => "quicklist",
+            Value::Hash(hash)
+                if hash.len() <= SMALL_ENTRIES
+                    && hash.sorted().iter().all(|(f, v)| small(f) && small(v)) =>
+            {
+                "listpack"
+            }
+            Value::Hash(_) => "hashtable",
+            Value::Set(set)
+                if set.len() <= INTSET_ENTRIES
+                    && set
+                        .sorted()
+                        .iter()
+                        .all(|m| crate::number::parse_i64(m).is_some()) =>
+            {
+                "intset"
+            }
+            Value::Set(_) => "hashtable",
+            Value::ZSet(zset)
+                if zset.len() <= SMALL_ENTRIES && zset.ascending().all(|(_, m)| small(m)) =>
+            {
+                "listpack"
+            }
+            Value::ZSet(_) => "skiplist",
+        }
     }
 }

@@ -273,7 +273,7 @@ fn scan_options() {
         scan("SCAN 1 TYPE list").types,
         TypeFilter::Only(crate::state_machine::Kind::List)
     );
-    assert_eq!(scan("SCAN 1 TYPE zset").types, TypeFilter::Nothing);
+    assert_eq!(scan("SCAN 1 TYPE stream").types, TypeFilter::Nothing);
     assert_eq!(
         scan("SCAN 1 TYPE String").types,
         TypeFilter::Only(crate::state_machine::Kind::String)

@@ -5,6 +5,8 @@
 //! kind 1 list    count n >= 1 (u32), n x bytes element, head first
 //! kind 2 hash    count n >= 1 (u32), n x (bytes field, bytes value), fields strictly ascending
 //! kind 3 set     count n >= 1 (u32), n x bytes member, strictly ascending
+//! kind 4 zset    count n >= 1 (u32), n x (bytes member, score u64: the f64's bits, never NaN
+//!                nor negative zero), members strictly ascending
 //! ```
 //!
 //! `bytes` is a `u32` length then that many bytes, each at most `STRING_BYTES_MAX`. A collection
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 
-use super::{Hash, List, Set};
+use super::{Hash, List, Score, Set, ZSet};
 use crate::state_machine::snapshot::SnapshotError;
 use crate::state_machine::value::{Kind, Value};
 use crate::state_machine::wire::{put_bytes, Reader};
@@ -49,6 +51,14 @@ pub(crate) fn encode_value(out: &mut Vec<u8>, value: &Value) {
             put_count(out, members.len());
             members.into_iter().for_each(|m| put_bytes(out, m));
         }
+        Value::ZSet(zset) => {
+            let pairs = zset.by_member();
+            put_count(out, pairs.len());
+            for (member, score) in pairs {
+                put_bytes(out, member);
+                out.put_u64_le(score.get().to_bits());
+            }
+        }
     }
 }
 
@@ -79,10 +89,10 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
         let bytes = element(r)?;
         return Ok(Value::Str(Arc::from(&bytes[..])));
     }
-    let per_element = if kind == Kind::Hash {
-        2 * BYTES_FIELD_MIN
-    } else {
-        BYTES_FIELD_MIN
+    let per_element = match kind {
+        Kind::Hash => 2 * BYTES_FIELD_MIN,
+        Kind::ZSet => BYTES_FIELD_MIN + 8,
+        _ => BYTES_FIELD_MIN,
     };
     let count = r
         .count(per_element)
@@ -116,6 +126,21 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
                 set.insert(member);
             }
             Value::Set(Arc::new(set))
+        }
+        Kind::ZSet => {
+            let mut zset = ZSet::default();
+            for _ in 0..count {
+                let member = element(r)?;
+                ascending(&mut previous, &member)?;
+                let bits = r.u64().ok_or(SnapshotError::Truncated("a score"))?;
+                let score = Score::new(f64::from_bits(bits))
+                    .filter(|s| s.get().to_bits() == bits)
+                    .ok_or(SnapshotError::Malformed(
+                        "a score that is NaN or negative zero",
+                    ))?;
+                zset.insert(member, score);
+            }
+            Value::ZSet(Arc::new(zset))
         }
         Kind::String => unreachable!("handled above"),
     })

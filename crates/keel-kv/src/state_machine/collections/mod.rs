@@ -58,11 +58,14 @@ mod list;
 mod list_commands;
 mod set;
 mod set_commands;
+mod zset;
+mod zset_commands;
 
 pub(crate) use encoding::{decode_value, encode_value};
 pub(crate) use hash::Hash;
 pub(crate) use list::List;
 pub(crate) use set::Set;
+pub(crate) use zset::{Score, ZSet};
 
 use std::sync::Arc;
 
@@ -70,9 +73,10 @@ use bytes::Bytes;
 
 use super::digest::{collection_pair_hash, expiry_hash};
 use super::execute::Outcome;
+use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{Kind, Stored, Value};
 use super::{KvStateMachine, WriteError, STRING_BYTES_MAX};
-use crate::command::{CollectionRead, CollectionWrite};
+use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
 use crate::resp::Reply;
 
 /// What each element is counted as taking beyond its bytes (`map.rs`): its slot and allocation.
@@ -107,6 +111,7 @@ pub(crate) fn value_pair_hash(key: &[u8], value: &Value) -> u64 {
         Value::List(list) => pair_hash_of(key, &**list),
         Value::Hash(hash) => pair_hash_of(key, &**hash),
         Value::Set(set) => pair_hash_of(key, &**set),
+        Value::ZSet(zset) => pair_hash_of(key, &**zset),
     }
 }
 
@@ -276,6 +281,7 @@ impl KvStateMachine {
                 keys,
             } => self.sstore(*algebra, destination, keys),
             W::SPop { key, count } => self.spop(key, *count),
+            W::ZSet(write) => self.execute_zset(write),
         }
     }
 
@@ -326,6 +332,19 @@ impl KvStateMachine {
                 .map(|s| Reply::Integer(s.map_or(0, |s| s.len()) as i64)),
             R::SAlgebra { algebra, keys } => self.set_algebra_reply(*algebra, keys),
             R::SInterCard { keys, limit } => self.sintercard(keys, *limit),
+            R::SRandMember { key, count } => self.srandmember(key, *count),
+            R::ZSet(read) => self.read_zset(read),
+            R::Object { key, query } => {
+                Ok(self.live(key).map_or(Reply::Null, |stored| match query {
+                    ObjectQuery::Encoding => Reply::bulk(stored.encoding_name()),
+                    ObjectQuery::RefCount => Reply::Integer(1),
+                }))
+            }
+            R::MemoryUsage { key } => Ok(self.live(key).map_or(Reply::Null, |stored| {
+                Reply::Integer(
+                    (key.len() as u64 + stored.counted_bytes() + PAIR_OVERHEAD_BYTES) as i64,
+                )
+            })),
         };
         answer.unwrap_or_else(|error| Reply::error(error.to_string()))
     }
@@ -347,12 +366,17 @@ fn command_too_large(command: &CollectionWrite) -> Option<WriteError> {
         }
         W::SAdd { key, members } => large(key) || members.iter().any(large),
         W::SStore { destination, .. } => large(destination),
+        W::ZSet(ZSetWrite::Add { key, pairs, .. }) => {
+            large(key) || pairs.iter().any(|(_, m)| large(m))
+        }
+        W::ZSet(ZSetWrite::IncrBy { key, member, .. }) => large(key) || large(member),
         W::Pop { .. }
         | W::LRem { .. }
         | W::LTrim { .. }
         | W::HDel { .. }
         | W::SRem { .. }
-        | W::SPop { .. } => false,
+        | W::SPop { .. }
+        | W::ZSet(_) => false,
     };
     any.then_some(WriteError::StringTooLarge)
 }

@@ -10,6 +10,7 @@ use crate::command::SetAlgebra;
 use crate::resp::Reply;
 use crate::state_machine::digest::element_hash;
 use crate::state_machine::execute::Outcome;
+use crate::state_machine::keys::keyed_hash;
 use crate::state_machine::value::Value;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 
@@ -176,6 +177,38 @@ impl KvStateMachine {
                 .into_iter()
                 .cloned(),
         ))
+    }
+
+    /// SRANDMEMBER: a read, so any draw will do (not replicated): members ranked by a hash
+    /// under the applied index and a per-state-machine counter, as RANDOMKEY draws.
+    pub(super) fn srandmember(&self, key: &[u8], count: Option<i64>) -> Result<Reply, WriteError> {
+        let members = self
+            .collection::<Set>(key)?
+            .map(Set::sorted)
+            .unwrap_or_default();
+        let (k0, k1) = (self.applied_index, self.random_draws.next());
+        let rank = |salt: u64, m: &Bytes| keyed_hash(k0, k1 ^ salt, m);
+        let ranked = || {
+            let mut ranked: Vec<(u64, &Bytes)> = members.iter().map(|m| (rank(0, m), *m)).collect();
+            ranked.sort_unstable();
+            ranked
+        };
+        Ok(match count {
+            None => ranked()
+                .first()
+                .map_or(Reply::Null, |(_, m)| Reply::Bulk((*m).clone())),
+            Some(n) if n >= 0 => members_reply(
+                ranked()
+                    .into_iter()
+                    .take(n as usize)
+                    .map(|(_, m)| m.clone()),
+            ),
+            Some(_) if members.is_empty() => Reply::Array(Vec::new()),
+            Some(n) => members_reply((0..n.unsigned_abs()).map(|draw| {
+                let at = keyed_hash(k0, k1, &draw.to_le_bytes()) % members.len() as u64;
+                members[at as usize].clone()
+            })),
+        })
     }
 
     pub(super) fn sismember(&self, key: &[u8], member: &[u8]) -> Result<bool, WriteError> {

@@ -261,6 +261,11 @@ const SCRIPT: &[&str] = &[
     "SPOP u",
     "LTRIM l 0 1",
     "EXPIRE s 100",
+    "ZADD zs 1 a 2 b 3 c",
+    "ZINCRBY zs 5 a",
+    "ZREM zs b",
+    "ZPOPMIN zs",
+    "COPY zs zs2",
 ];
 
 #[test]
@@ -430,4 +435,152 @@ fn a_snapshot_of_the_format_before_collections_still_restores() {
         KvStateMachine::from_snapshot(&bad),
         Err(SnapshotError::Malformed("unknown kind of value"))
     );
+}
+
+#[test]
+fn object_memory_usage_and_srandmember() {
+    let mut log = Log::new();
+    for line in [
+        "SET n 123",
+        "SET s hello",
+        "RPUSH l a",
+        "SADD i 1 2",
+        "SADD t a",
+        "HSET h f v",
+    ] {
+        run(&mut log, line);
+    }
+    for (key, encoding) in [
+        ("n", "int"),
+        ("s", "embstr"),
+        ("l", "listpack"),
+        ("i", "intset"),
+        ("t", "hashtable"),
+        ("h", "listpack"),
+    ] {
+        assert_eq!(
+            run(&mut log, &format!("OBJECT ENCODING {key}")),
+            bulk(encoding)
+        );
+    }
+    assert_eq!(run(&mut log, "OBJECT ENCODING missing"), Reply::Null);
+    assert_eq!(run(&mut log, "OBJECT REFCOUNT l"), Reply::Integer(1));
+    let pair = map::PAIR_OVERHEAD_BYTES as i64;
+    assert_eq!(
+        run(&mut log, "MEMORY USAGE s"),
+        Reply::Integer(1 + 5 + pair)
+    );
+    assert_eq!(run(&mut log, "MEMORY USAGE missing SAMPLES 5"), Reply::Null);
+    assert_eq!(run(&mut log, "SRANDMEMBER t"), bulk("a"));
+    assert_eq!(run(&mut log, "SRANDMEMBER missing"), Reply::Null);
+    assert_eq!(run(&mut log, "SRANDMEMBER i 0"), bulks(&[]));
+    let Reply::Array(distinct) = run(&mut log, "SRANDMEMBER i 5") else {
+        panic!()
+    };
+    assert_eq!(distinct.len(), 2);
+    assert_ne!(distinct[0], distinct[1]);
+    let Reply::Array(repeated) = run(&mut log, "SRANDMEMBER i -5") else {
+        panic!()
+    };
+    assert_eq!(repeated.len(), 5);
+    assert!(repeated.iter().all(|m| *m == bulk("1") || *m == bulk("2")));
+    assert_eq!(run(&mut log, "SRANDMEMBER missing -3"), bulks(&[]));
+}
+
+#[test]
+fn sorted_set_commands_answer_as_redis() {
+    let mut log = Log::new();
+    assert_eq!(run(&mut log, "ZADD z 1 a 2 b 3 c"), Reply::Integer(3));
+    assert_eq!(run(&mut log, "ZADD z CH 1 a 5 b 4 d"), Reply::Integer(2));
+    assert_eq!(run(&mut log, "ZADD z NX 9 a 6 e"), Reply::Integer(1));
+    assert_eq!(run(&mut log, "ZADD z XX 0 a 9 new"), Reply::Integer(0));
+    assert_eq!(run(&mut log, "ZSCORE z a"), bulk("0"));
+    assert_eq!(run(&mut log, "ZSCORE z new"), Reply::Null);
+    assert_eq!(run(&mut log, "ZADD z GT CH 1 a -1 c"), Reply::Integer(1));
+    assert_eq!(run(&mut log, "ZADD z LT CH 2 a 0.5 e"), Reply::Integer(1));
+    assert_eq!(run(&mut log, "ZADD z INCR 2.5 a"), bulk("3.5"));
+    assert_eq!(run(&mut log, "ZADD z NX INCR 1 a"), Reply::Null);
+    assert_eq!(run(&mut log, "ZINCRBY z -1 a"), bulk("2.5"));
+    // a 2.5, b 5, c 3, d 4, e 0.5
+    assert_eq!(
+        run(&mut log, "ZRANGE z 0 -1 WITHSCORES"),
+        bulks(&["e", "0.5", "a", "2.5", "c", "3", "d", "4", "b", "5"])
+    );
+    assert_eq!(run(&mut log, "ZREVRANGE z 0 1"), bulks(&["b", "d"]));
+    assert_eq!(run(&mut log, "ZRANGEBYSCORE z (2.5 4"), bulks(&["c", "d"]));
+    assert_eq!(
+        run(&mut log, "ZRANGEBYSCORE z -inf +inf LIMIT 1 2"),
+        bulks(&["a", "c"])
+    );
+    assert_eq!(run(&mut log, "ZREVRANGEBYSCORE z 4 3"), bulks(&["d", "c"]));
+    assert_eq!(run(&mut log, "ZRANGE z 4 (3 BYSCORE REV"), bulks(&["d"]));
+    assert_eq!(run(&mut log, "ZRANK z c"), Reply::Integer(2));
+    assert_eq!(run(&mut log, "ZREVRANK z c"), Reply::Integer(2));
+    assert_eq!(run(&mut log, "ZRANK z zz"), Reply::Null);
+    assert_eq!(run(&mut log, "ZCOUNT z 3 +inf"), Reply::Integer(3));
+    assert_eq!(run(&mut log, "ZCARD z"), Reply::Integer(5));
+    assert_eq!(
+        run(&mut log, "ZMSCORE z b zz"),
+        Reply::Array(vec![bulk("5"), Reply::Null])
+    );
+    assert_eq!(run(&mut log, "ZPOPMIN z"), bulks(&["e", "0.5"]));
+    assert_eq!(run(&mut log, "ZPOPMAX z 2"), bulks(&["b", "5", "d", "4"]));
+    assert_eq!(run(&mut log, "ZREM z a zz"), Reply::Integer(1));
+    assert_eq!(run(&mut log, "ZADD lex 0 a 0 b 0 c 0 d"), Reply::Integer(4));
+    assert_eq!(run(&mut log, "ZRANGEBYLEX lex [b (d"), bulks(&["b", "c"]));
+    assert_eq!(
+        run(&mut log, "ZRANGE lex + - BYLEX REV LIMIT 0 2"),
+        bulks(&["d", "c"])
+    );
+    assert_eq!(run(&mut log, "ZREMRANGEBYRANK lex 0 1"), Reply::Integer(2));
+    assert_eq!(
+        run(&mut log, "ZREMRANGEBYSCORE lex -inf +inf"),
+        Reply::Integer(2)
+    );
+    assert_eq!(run(&mut log, "EXISTS lex"), Reply::Integer(0));
+    assert_eq!(
+        run(&mut log, "ZADD z INCR 1 x"),
+        bulk("1"),
+        "INCR creates the member"
+    );
+    assert_eq!(run(&mut log, "ZADD inf 0 m"), Reply::Integer(1));
+    assert_eq!(run(&mut log, "ZINCRBY inf +inf m"), bulk("inf"));
+    assert_eq!(
+        run(&mut log, "ZINCRBY inf -inf m"),
+        Reply::error("ERR resulting score is not a number (NaN)")
+    );
+    assert_eq!(run(&mut log, "TYPE z"), Reply::simple("zset"));
+    assert_eq!(run(&mut log, "OBJECT ENCODING z"), bulk("listpack"));
+    // Errors in Redis's words, and the state round-trips through a snapshot.
+    for (line, error) in [
+        (
+            "ZADD z NX XX 1 a",
+            "ERR XX and NX options at the same time are not compatible",
+        ),
+        (
+            "ZADD z GT LT 1 a",
+            "ERR GT, LT, and/or NX options at the same time are not compatible",
+        ),
+        (
+            "ZADD z INCR 1 a 2 b",
+            "ERR INCR option supports a single increment-element pair",
+        ),
+        ("ZADD z nan a", "ERR value is not a valid float"),
+        ("ZRANGEBYSCORE z x 1", "ERR min or max is not a float"),
+        (
+            "ZRANGE z 0 1 LIMIT 0 1",
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ),
+    ] {
+        let args: Vec<Bytes> = line.split(' ').map(b).collect();
+        assert_eq!(
+            Command::parse(&args).map_err(|e| e.to_string()),
+            Err(error.to_string()),
+            "{line}"
+        );
+    }
+    assert_eq!(run(&mut log, "LPUSH z x"), Reply::error(WRONGTYPE));
+    let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
+    assert_eq!(restored, log.sm);
+    assert_eq!(restored.state_digest(), log.sm.state_digest());
 }
