@@ -1,5 +1,6 @@
-//! Commands on lists, hashes and sets: what they parse to ([`CollectionWrite`],
-//! [`CollectionRead`]), kept with the arguments they came from ([`Typed`]).
+//! Commands on lists, hashes and sets (sorted sets: `zsets.rs`), and OBJECT and MEMORY USAGE:
+//! what they parse to ([`CollectionWrite`], [`CollectionRead`]), kept with the arguments they
+//! came from ([`Typed`]).
 //!
 //! The log carries such a command as its arguments (`log_command.rs`, ops 128 and 129), and
 //! every replica parses them again with [`super::Command::parse`]: one parser for the client and
@@ -47,7 +48,7 @@ pub enum SetAlgebra {
     Diff,
 }
 
-/// The commands that change a list, hash or set.
+/// The commands that change a list, hash, set or sorted set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CollectionWrite {
     /// LPUSH, RPUSH, LPUSHX, RPUSHX (`existing_only`): the new length.
@@ -140,7 +141,7 @@ pub enum CollectionWrite {
     ZSet(ZSetWrite),
 }
 
-/// The commands that read a list, hash or set.
+/// The commands that read a list, hash, set or sorted set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CollectionRead {
     LLen {
@@ -292,7 +293,7 @@ fn positive_count(arg: &[u8]) -> Result<u64, CommandError> {
     u64::try_from(n).map_err(|_| CommandError::Invalid("value is out of range, must be positive"))
 }
 
-/// A write on a list, hash or set; `name` is the command's lowercase name, `rest` its
+/// A write on a list, hash, set or sorted set; `name` is the command's lowercase name, `rest` its
 /// arguments after it (arity already checked).
 pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite, CommandError> {
     let key = || rest[0].clone();
@@ -443,7 +444,7 @@ fn algebra(name: &str) -> SetAlgebra {
     }
 }
 
-/// A read of a list, hash or set (see [`parse_write`]).
+/// A read of a list, hash, set or sorted set (see [`parse_write`]).
 pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, CommandError> {
     let key = || rest[0].clone();
     Ok(match name {

@@ -101,7 +101,8 @@ fn keyed(key: &[u8; 16]) -> SipHasher24 {
     SipHasher24::new_with_keys(k0, k1)
 }
 
-/// The share of the digest of a key holding a collection (a list, hash or set): SipHash-2-4
+/// The share of the digest of a key holding a collection (a list, hash, set or sorted set):
+/// SipHash-2-4
 /// under `COLLECTION_KEY` over `len(key) as u64 LE || key || kind tag u8 || element count u64
 /// LE || content hash u64 LE`, where the content hash is the collection's own
 /// (`collections/`): kept up to date as elements come and go, so a change costs O(1) hash work
@@ -119,8 +120,9 @@ pub(crate) fn collection_pair_hash(key: &[u8], tag: u8, count: u64, content: u64
 
 /// One element's hash inside a collection's content hash: SipHash-2-4 under `ELEMENT_KEY` over
 /// `role u8 || len(first) as u64 LE || first || second`: a list element or set member is
-/// `(role, element, "")`, a hash field `(role, field, value)`. The role (1 list, 2 hash, 3 set)
-/// keeps the kinds' elements apart.
+/// `(role, element, "")`, a hash field `(role, field, value)`, a sorted set's member `(role,
+/// member, score's f64 bits LE)`. The role (1 list, 2 hash, 3 set, 5 sorted set) keeps the kinds'
+/// elements apart; role 4 is SPOP's draw (`set_commands.rs`), never part of the digest.
 pub(crate) fn element_hash(role: u8, first: &[u8], second: &[u8]) -> u64 {
     let mut hasher = keyed(&ELEMENT_KEY);
     hasher.write(&[role]);

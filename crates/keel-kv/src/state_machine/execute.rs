@@ -480,7 +480,7 @@ impl KvStateMachine {
                         }
                         _ => *buffer = Arc::from(value),
                     },
-                    // A SET over a list, hash or set replaces it.
+                    // A SET over a list, hash, set or sorted set replaces it.
                     other => *other = Value::Str(Arc::from(value)),
                 }
                 self.data.value_resized(old_len, value.len());
@@ -593,7 +593,7 @@ impl KvStateMachine {
     /// Answers a read from the current state, at the state's time. Linearizability is the
     /// caller's job (serve it only once this state machine has applied the read index).
     pub fn read(&self, command: &ReadCommand) -> Reply {
-        // MGET answers null for a key holding a list, hash or set; GET answers WRONGTYPE.
+        // MGET answers null for a key holding a list, hash, set or sorted set; GET answers WRONGTYPE.
         let value = |key: &Bytes| {
             self.live(key)
                 .and_then(Stored::shared_string)

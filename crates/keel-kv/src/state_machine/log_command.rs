@@ -38,7 +38,7 @@
 //!              RENAME  bytes key, bytes new key
 //!              RENAMENX  bytes key, bytes new key
 //!              COPY    replace u8 (0 or 1), bytes source, bytes destination
-//!              COLLECTION  count n >= 1, then n x bytes: a write on a list, hash or set as its
+//!              COLLECTION  count n >= 1, then n x bytes: a write on a list, hash, set or sorted set as its
 //!                      arguments, its name first (LPUSH, HSET, SADD, ...). Every replica parses
 //!                      them again (`crate::command::collections`); arguments that do not parse
 //!                      to such a write make the entry undecodable.
@@ -172,9 +172,9 @@ const OP_DBSIZE: u8 = 20;
 const OP_TTL: u8 = 21;
 const OP_WATCHPOINT: u8 = 22;
 const OP_PING: u8 = 32;
-/// A command on a list, hash or set, as its arguments (`crate::command::collections`).
+/// A command on a list, hash, set or sorted set, as its arguments (`crate::command::collections`).
 const OP_COLLECTION_WRITE: u8 = 128;
-/// A read of a list, hash or set inside an EXEC, as its arguments.
+/// A read of a list, hash, set or sorted set inside an EXEC, as its arguments.
 const OP_COLLECTION_READ: u8 = 129;
 const OP_ECHO: u8 = 33;
 

@@ -320,7 +320,7 @@ impl KvStateMachine {
     }
 
     /// The string under `key` if it exists at the state machine's time: Ok(None) for no such
-    /// key, WRONGTYPE for a key holding a list, hash or set.
+    /// key, WRONGTYPE for a key holding a list, hash, set or sorted set.
     pub(crate) fn string(&self, key: &[u8]) -> Result<Option<&[u8]>, WriteError> {
         match self.live(key) {
             None => Ok(None),

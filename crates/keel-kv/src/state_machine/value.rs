@@ -1,4 +1,5 @@
-//! What a key holds ([`Value`]): a string, or a list, hash or set (`collections/`), and the
+//! What a key holds ([`Value`]): a string, or a list, hash, set or sorted set (`collections/`),
+//! and the
 //! bookkeeping kept beside it ([`Stored`]).
 
 use std::sync::Arc;

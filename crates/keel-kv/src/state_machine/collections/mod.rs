@@ -1,12 +1,13 @@
-//! Lists, hashes and sets: their data structures (`list.rs`, `hash.rs`, `set.rs`), the commands
+//! Lists, hashes, sets and sorted sets: their data structures (`list.rs`, `hash.rs`, `set.rs`,
+//! `zset.rs`), the commands
 //! that run on them (`list_commands.rs`, ...), and the one way every write changes a collection
 //! ([`KvStateMachine::change`]), which keeps the digest, the memory count and the key's version
 //! right and removes a collection left empty (as Redis does: an empty list is no key).
 //!
 //! Each structure keeps a content hash up to date as it changes, so a key's share of the digest
 //! (`digest::collection_pair_hash`) costs O(1) hash work per element changed, not O(size):
-//! a set's and a hash's is the XOR of their elements' hashes (order does not matter); a list's is
-//! a polynomial in its elements' hashes (`list.rs`), so order does.
+//! a set's, a hash's and a sorted set's is the XOR of their elements' hashes (order does not
+//! matter); a list's is a polynomial in its elements' hashes (`list.rs`), so order does.
 
 /// The [`Collection`] impl of a structure held as `Value::$variant`, whose elements are in field
 /// `$elements` and whose element bytes are counted in field `$bytes`.
@@ -82,7 +83,8 @@ use crate::resp::Reply;
 /// What each element is counted as taking beyond its bytes (`map.rs`): its slot and allocation.
 pub(crate) const ELEMENT_OVERHEAD_BYTES: u64 = 32;
 
-/// A list, hash or set, as [`KvStateMachine::change`] and the snapshot code handle them.
+/// A list, hash, set or sorted set, as [`KvStateMachine::change`] and the snapshot code handle
+/// them.
 pub(crate) trait Collection: Clone + Default {
     const KIND: Kind;
     fn of(value: &Value) -> Option<&Arc<Self>>;
@@ -224,7 +226,7 @@ pub(crate) fn index_of(index: i64, len: usize) -> Option<usize> {
 }
 
 impl KvStateMachine {
-    /// Runs a write on a list, hash or set.
+    /// Runs a write on a list, hash, set or sorted set.
     pub(in crate::state_machine) fn execute_collection(
         &mut self,
         command: &CollectionWrite,
@@ -285,7 +287,7 @@ impl KvStateMachine {
         }
     }
 
-    /// Runs a read of a list, hash or set.
+    /// Runs a read of a list, hash, set or sorted set.
     pub(crate) fn read_collection(&self, command: &CollectionRead) -> Reply {
         use CollectionRead as R;
         let bulk_or_null =
