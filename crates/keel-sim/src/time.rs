@@ -5,7 +5,8 @@
 //!
 //! So that keys really expire (the clients' keys never do: the checker's registers have no
 //! time), the leader also writes short-lived keys of its own now and then, outside the clients'
-//! key space (`ttl:0` to `ttl:15`, TTLs of 1 to 500 ms): ticks then name keys to remove, writes
+//! key space (`ttl:0` to `ttl:15`, TTLs of 1 to 500 ms), and with each a write to a list, hash,
+//! set or sorted set (`collection_write`): ticks then name keys to remove, writes
 //! find expired keys to replace, and the state-digest invariant checks at every index that
 //! replicas agree on deadlines, removals and the log's time.
 
@@ -28,6 +29,41 @@ const EXPIRING_WRITES_CLIENT: u64 = u64::MAX;
 /// One short-lived write every this many events on a leader's tick (no draw from the run's
 /// generator, so nothing else a seed does moves).
 const EXPIRING_WRITE_EVERY_STEPS: u64 = 7;
+
+/// The request-id client of the background writes to lists, hashes, sets and sorted sets.
+const COLLECTION_WRITES_CLIENT: u64 = u64::MAX - 1;
+
+/// The `n`th background write to a collection: a fixed cycle over the kinds' commands on a few
+/// keys outside the clients' (`c:list`, ...), so that every replica, snapshot and restart carries
+/// collections and the state-digest invariant checks that replicas agree on them. Their outcomes
+/// are not looked at; bounded by the trims and pops in the cycle.
+fn collection_write(n: u64) -> WriteCommand {
+    let line = match n % 14 {
+        0 => format!("RPUSH c:list {n} x{}", n % 3),
+        1 => format!("LPUSH c:list {n}"),
+        2 => "LPOP c:list".to_string(),
+        3 => "LMOVE c:list c:list2 LEFT RIGHT".to_string(),
+        // Both lists grow by one per cycle otherwise: each is trimmed every other cycle.
+        4 => format!("LTRIM c:list{} -8 -1", ["", "2"][(n / 14 % 2) as usize]),
+        5 => format!("SADD c:set {} {}", n % 9, n % 5),
+        6 => format!("SREM c:set {}", n % 7),
+        7 => format!("HSET c:hash f{} {n}", n % 5),
+        8 => format!("HDEL c:hash f{}", n % 4),
+        9 => format!("ZADD c:zset {} m{}", n % 11, n % 7),
+        10 => "ZPOPMIN c:zset".to_string(),
+        11 => "SUNIONSTORE c:union c:set c:other".to_string(),
+        12 => format!("PEXPIRE c:union {}", 1 + n % 400),
+        _ => format!("HINCRBY c:hash f{} 1", n % 5),
+    };
+    let args: Vec<Bytes> = line
+        .split(' ')
+        .map(|w| Bytes::from(w.to_string()))
+        .collect();
+    match keel_kv::command::Command::parse(&args) {
+        Ok(keel_kv::command::Command::Write(write)) => write,
+        other => unreachable!("{line} is a write: {other:?}"),
+    }
+}
 
 impl World {
     /// Proposes the tick the node's time keeper decides on, if it leads.
@@ -76,6 +112,8 @@ impl World {
                 slot: n,
             };
             proposals.push((entry, token));
+            let entry = LogCommand::new(COLLECTION_WRITES_CLIENT, n, now_ms, collection_write(n));
+            proposals.push((entry.encode(), token));
         }
         if proposals.is_empty() {
             return;
