@@ -601,9 +601,10 @@ impl KvStateMachine {
         };
         let wrong_type = || Reply::error(WriteError::WrongType.to_string());
         match command {
-            ReadCommand::Get { key } => match self.string(key) {
-                Ok(_) => value(key),
-                Err(_) => wrong_type(),
+            // One table probe, as before collections: GET is the hot read.
+            ReadCommand::Get { key } => match self.live(key) {
+                None => Reply::Null,
+                Some(stored) => stored.shared_string().map_or_else(wrong_type, Reply::Bulk),
             },
             ReadCommand::MGet { keys } => Reply::Array(keys.iter().map(value).collect()),
             ReadCommand::Exists { keys } => {
