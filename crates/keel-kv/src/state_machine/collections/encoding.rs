@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 
-use super::{Hash, List, Score, Set, ZSet};
+use super::{Collection, Hash, List, Score, Set, ZSet};
 use crate::state_machine::snapshot::SnapshotError;
-use crate::state_machine::value::{Kind, Value};
+use crate::state_machine::value::{CollectionValue, Kind, Value};
 use crate::state_machine::wire::{put_bytes, Reader};
 use crate::state_machine::STRING_BYTES_MAX;
 
@@ -34,11 +34,17 @@ fn put_count(out: &mut Vec<u8>, count: usize) {
 pub(crate) fn encode_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Str(bytes) => put_bytes(out, bytes),
-        Value::List(list) => {
+        Value::Collection(c) => encode_collection(out, c),
+    }
+}
+
+fn encode_collection(out: &mut Vec<u8>, collection: &CollectionValue) {
+    match collection {
+        CollectionValue::List(list) => {
             put_count(out, list.items().len());
             list.items().iter().for_each(|e| put_bytes(out, e));
         }
-        Value::Hash(hash) => {
+        CollectionValue::Hash(hash) => {
             let pairs = hash.sorted();
             put_count(out, pairs.len());
             for (field, value) in pairs {
@@ -46,12 +52,12 @@ pub(crate) fn encode_value(out: &mut Vec<u8>, value: &Value) {
                 put_bytes(out, value);
             }
         }
-        Value::Set(set) => {
+        CollectionValue::Set(set) => {
             let members = set.sorted();
             put_count(out, members.len());
             members.into_iter().for_each(|m| put_bytes(out, m));
         }
-        Value::ZSet(zset) => {
+        CollectionValue::ZSet(zset) => {
             let pairs = zset.by_member();
             put_count(out, pairs.len());
             for (member, score) in pairs {
@@ -107,7 +113,7 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
             for _ in 0..count {
                 list.push_back(element(r)?);
             }
-            Value::List(Arc::new(list))
+            list.into_value()
         }
         Kind::Hash => {
             let mut hash = Hash::default();
@@ -116,7 +122,7 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
                 ascending(&mut previous, &field)?;
                 hash.insert(field, element(r)?);
             }
-            Value::Hash(Arc::new(hash))
+            hash.into_value()
         }
         Kind::Set => {
             let mut set = Set::default();
@@ -125,7 +131,7 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
                 ascending(&mut previous, &member)?;
                 set.insert(member);
             }
-            Value::Set(Arc::new(set))
+            set.into_value()
         }
         Kind::ZSet => {
             let mut zset = ZSet::default();
@@ -140,7 +146,7 @@ pub(crate) fn decode_value(r: &mut Reader, kind: Kind) -> Result<Value, Snapshot
                     ))?;
                 zset.insert(member, score);
             }
-            Value::ZSet(Arc::new(zset))
+            zset.into_value()
         }
         Kind::String => unreachable!("handled above"),
     })

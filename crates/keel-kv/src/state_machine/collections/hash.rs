@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::state_machine::digest::element_hash;
-use crate::state_machine::value::Value;
+use crate::state_machine::value::{CollectionValue, Value};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Hash {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::state_machine::digest::element_hash;
-use crate::state_machine::value::Value;
+use crate::state_machine::value::{CollectionValue, Value};
 
 const P: u64 = (1 << 61) - 1;
 /// The base: any fixed value in 2..P-1 would do; this one is `b"keellist"` as an integer, mod P.

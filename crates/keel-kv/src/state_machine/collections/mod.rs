@@ -17,22 +17,32 @@ macro_rules! collection_impl {
             const KIND: $crate::state_machine::value::Kind =
                 $crate::state_machine::value::Kind::$variant;
 
-            fn of(value: &Value) -> Option<&Arc<Self>> {
+            fn of(value: &Value) -> Option<&Self> {
                 match value {
-                    Value::$variant(c) => Some(c),
-                    _ => None,
+                    Value::Collection(c) => match &**c {
+                        CollectionValue::$variant(c) => Some(c),
+                        _ => None,
+                    },
+                    Value::Str(_) => None,
                 }
             }
 
-            fn of_mut(value: &mut Value) -> Option<&mut Arc<Self>> {
-                match value {
-                    Value::$variant(c) => Some(c),
-                    _ => None,
+            fn of_mut(value: &mut Value) -> Option<&mut Self> {
+                let Value::Collection(shared) = value else {
+                    return None;
+                };
+                // Checked before the copy on write: a command of another kind copies nothing.
+                if !matches!(**shared, CollectionValue::$variant(_)) {
+                    return None;
+                }
+                match Arc::make_mut(shared) {
+                    CollectionValue::$variant(c) => Some(c),
+                    _ => unreachable!("checked above"),
                 }
             }
 
             fn into_value(self) -> Value {
-                Value::$variant(Arc::new(self))
+                Value::Collection(Arc::new(CollectionValue::$variant(self)))
             }
 
             fn len(&self) -> usize {
@@ -75,7 +85,7 @@ use bytes::Bytes;
 use super::digest::{collection_pair_hash, expiry_hash};
 use super::execute::Outcome;
 use super::map::PAIR_OVERHEAD_BYTES;
-use super::value::{Kind, Stored, Value};
+use super::value::{CollectionValue, Kind, Stored, Value};
 use super::{KvStateMachine, WriteError, STRING_BYTES_MAX};
 use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
 use crate::resp::Reply;
@@ -87,8 +97,9 @@ pub(crate) const ELEMENT_OVERHEAD_BYTES: u64 = 32;
 /// them.
 pub(crate) trait Collection: Clone + Default {
     const KIND: Kind;
-    fn of(value: &Value) -> Option<&Arc<Self>>;
-    fn of_mut(value: &mut Value) -> Option<&mut Arc<Self>>;
+    fn of(value: &Value) -> Option<&Self>;
+    /// The collection to change, copied first if something shares it (a snapshot view, COPY).
+    fn of_mut(value: &mut Value) -> Option<&mut Self>;
     fn into_value(self) -> Value;
     fn len(&self) -> usize;
     /// The hash of the content (see the module documentation).
@@ -110,10 +121,12 @@ pub(crate) fn pair_hash_of<C: Collection>(key: &[u8], collection: &C) -> u64 {
 pub(crate) fn value_pair_hash(key: &[u8], value: &Value) -> u64 {
     match value {
         Value::Str(bytes) => super::digest::pair_hash(key, bytes),
-        Value::List(list) => pair_hash_of(key, &**list),
-        Value::Hash(hash) => pair_hash_of(key, &**hash),
-        Value::Set(set) => pair_hash_of(key, &**set),
-        Value::ZSet(zset) => pair_hash_of(key, &**zset),
+        Value::Collection(c) => match &**c {
+            CollectionValue::List(list) => pair_hash_of(key, list),
+            CollectionValue::Hash(hash) => pair_hash_of(key, hash),
+            CollectionValue::Set(set) => pair_hash_of(key, set),
+            CollectionValue::ZSet(zset) => pair_hash_of(key, zset),
+        },
     }
 }
 
@@ -123,9 +136,7 @@ impl KvStateMachine {
     pub(crate) fn collection<C: Collection>(&self, key: &[u8]) -> Result<Option<&C>, WriteError> {
         match self.live(key) {
             None => Ok(None),
-            Some(stored) => C::of(&stored.value)
-                .map(|c| Some(&**c))
-                .ok_or(WriteError::WrongType),
+            Some(stored) => C::of(&stored.value).map(Some).ok_or(WriteError::WrongType),
         }
     }
 
@@ -158,10 +169,9 @@ impl KvStateMachine {
             return Ok(Some(result));
         };
         let old_hash = stored.pair_hash;
-        let Some(shared) = C::of_mut(&mut stored.value) else {
+        let Some(collection) = C::of_mut(&mut stored.value) else {
             return Err(WriteError::WrongType);
         };
-        let collection = Arc::make_mut(shared);
         let old_bytes = collection.counted_bytes();
         let result = f(collection);
         let (new_len, new_bytes) = (collection.len(), collection.counted_bytes());

@@ -5,13 +5,13 @@
 use bytes::Bytes;
 
 use super::list_commands::owned;
-use super::Set;
+use super::{Collection, Set};
 use crate::command::SetAlgebra;
 use crate::resp::Reply;
 use crate::state_machine::digest::element_hash;
 use crate::state_machine::execute::Outcome;
 use crate::state_machine::keys::keyed_hash;
-use crate::state_machine::value::Value;
+
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 
 fn members_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
@@ -109,7 +109,7 @@ impl KvStateMachine {
         self.expire_if_due(destination);
         self.remove_live(destination);
         if size > 0 {
-            self.put_value(destination, Value::Set(std::sync::Arc::new(result)), 0);
+            self.put_value(destination, result.into_value(), 0);
         }
         WriteReply::Integer(size as i64).into()
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::state_machine::digest::element_hash;
-use crate::state_machine::value::Value;
+use crate::state_machine::value::{CollectionValue, Value};
 
 /// A score: never NaN, and 0 for negative zero, so that equal scores are equal bits (the digest
 /// and the snapshot see bits).
