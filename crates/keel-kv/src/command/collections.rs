@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 
-use super::parse::{integer, is};
+use super::parse::{integer, is, lossy};
 use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
 use crate::number::parse_f64;
@@ -288,9 +288,16 @@ fn end(arg: &[u8]) -> Result<End, CommandError> {
 }
 
 /// A count that must not be negative, in Redis's words.
-fn positive_count(arg: &[u8]) -> Result<u64, CommandError> {
-    let n = integer(arg)?;
-    u64::try_from(n).map_err(|_| CommandError::Invalid("value is out of range, must be positive"))
+/// The optional count after a key (`LPOP key [count]`, `SPOP`, `ZPOPMIN`): one that must not be
+/// negative, in Redis's words; anything after it is a syntax error.
+pub(super) fn optional_count(rest: &[Bytes]) -> Result<Option<u64>, CommandError> {
+    match rest {
+        [_] => Ok(None),
+        [_, count] => u64::try_from(integer(count)?)
+            .map(Some)
+            .map_err(|_| CommandError::Invalid("value is out of range, must be positive")),
+        _ => Err(CommandError::Syntax),
+    }
 }
 
 /// A write on a list, hash, set or sorted set; `name` is the command's lowercase name, `rest` its
@@ -315,11 +322,7 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
             } else {
                 End::Right
             },
-            count: match rest {
-                [_] => None,
-                [_, count] => Some(positive_count(count)?),
-                _ => return Err(CommandError::Syntax),
-            },
+            count: optional_count(rest)?,
         },
         "lset" => CollectionWrite::LSet {
             key: key(),
@@ -421,11 +424,7 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
         },
         "spop" => CollectionWrite::SPop {
             key: key(),
-            count: match rest {
-                [_] => None,
-                [_, count] => Some(positive_count(count)?),
-                _ => return Err(CommandError::Syntax),
-            },
+            count: optional_count(rest)?,
         },
         zset if zsets::WRITES.contains(&zset) => {
             CollectionWrite::ZSet(zsets::parse_write(zset, rest)?)
@@ -519,7 +518,7 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
             [sub, ..] => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "OBJECT",
-                    subcommand: String::from_utf8_lossy(sub).into_owned(),
+                    subcommand: lossy(sub),
                 })
             }
             [] => unreachable!("arity checked"),
@@ -535,7 +534,7 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
             [sub, ..] => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "MEMORY",
-                    subcommand: String::from_utf8_lossy(sub).into_owned(),
+                    subcommand: lossy(sub),
                 })
             }
             [] => unreachable!("arity checked"),

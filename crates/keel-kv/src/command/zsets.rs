@@ -5,6 +5,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
+use super::collections::optional_count;
 use super::parse::{integer, is};
 use super::{CommandError, FloatBits};
 use crate::number::parse_f64;
@@ -232,16 +233,6 @@ fn parse_zadd(rest: &[Bytes]) -> Result<ZSetWrite, CommandError> {
     })
 }
 
-fn count_arg(rest: &[Bytes], at: usize) -> Result<Option<u64>, CommandError> {
-    match rest.get(at) {
-        None => Ok(None),
-        Some(count) if rest.len() == at + 1 => u64::try_from(integer(count)?)
-            .map(Some)
-            .map_err(|_| CommandError::Invalid("value is out of range, must be positive")),
-        Some(_) => Err(CommandError::Syntax),
-    }
-}
-
 /// A write on a sorted set; `name` lowercase, `rest` after it (arity already checked).
 pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<ZSetWrite, CommandError> {
     let key = || rest[0].clone();
@@ -259,7 +250,7 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<ZSetWrite, Comma
         "zpopmin" | "zpopmax" => ZSetWrite::Pop {
             key: key(),
             max: name == "zpopmax",
-            count: count_arg(rest, 1)?,
+            count: optional_count(rest)?,
         },
         "zremrangebyscore" => ZSetWrite::RemRangeByScore {
             key: key(),

@@ -568,6 +568,16 @@ fn sorted_set_commands_answer_as_redis() {
         ("ZADD z nan a", "ERR value is not a valid float"),
         ("ZRANGEBYSCORE z x 1", "ERR min or max is not a float"),
         (
+            "ZPOPMIN z -1",
+            "ERR value is out of range, must be positive",
+        ),
+        ("LPOP z -1", "ERR value is out of range, must be positive"),
+        ("SPOP z 1 2", "ERR syntax error"),
+        (
+            "OBJECT FREQ z",
+            "ERR unknown subcommand 'FREQ'. Try OBJECT HELP.",
+        ),
+        (
             "ZRANGE z 0 1 LIMIT 0 1",
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ),
