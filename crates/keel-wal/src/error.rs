@@ -8,6 +8,8 @@
 //! - **Corruption** ([`WalError::is_corruption`]): recovery found acknowledged data damaged. The
 //!   node must not start from this directory as if nothing happened: it would advertise a shorter
 //!   log than it acknowledged (docs/SCENARIOS.md S36). Repair from peers or rebuild as a new member.
+//!   Opening reports it as [`WalError::Damaged`], every finding with the intact prefix
+//!   ([`WalError::damage`]); the typed corruption errors below name the spot inside it.
 
 use std::io;
 use std::path::PathBuf;
@@ -61,6 +63,12 @@ pub enum WalError {
 
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+
+    /// Recovery found damage: acknowledged data lost or corrupt, a corrupt snapshot or promise
+    /// record. Nothing on disk was changed. The report lists every finding and holds the intact
+    /// prefix (see `damage.rs`).
+    #[error("damaged data directory, refusing to start from it as if nothing happened: {0}")]
+    Damaged(Box<crate::damage::DamageReport>),
 }
 
 impl WalError {
@@ -81,7 +89,16 @@ impl WalError {
                 | WalError::CorruptLog(_)
                 | WalError::CorruptSnapshot { .. }
                 | WalError::SnapshotBehindLog { .. }
+                | WalError::Damaged(_)
         )
+    }
+
+    /// The damage report, if recovery found damage.
+    pub fn damage(&self) -> Option<&crate::damage::DamageReport> {
+        match self {
+            WalError::Damaged(report) => Some(report),
+            _ => None,
+        }
     }
 }
 

@@ -12,13 +12,16 @@
 //! wal.install_snapshot / reset_log   a snapshot from the leader replaces the log
 //! wal.purge_up_to(index)             delete whole segments a durable snapshot covers
 //! recover(&fs, dir)                  read-only recovery (what `Storage::recover` does)
+//! inspect(&fs, dir)                  read-only: the state, the promise record and every damage
 //! ```
 //!
 //! A `Write`'s `install` becomes a reset item in the same frame as its entries and hard state (the
 //! snapshot file must already be saved); its `purge_to` deletes whole segments once the batch is
 //! durable. `Wal` implements [`keel_core::storage::Storage`]. Every error from a write path is fatal
 //! ([`WalError::is_fatal`]): the process must stop and never retry an fsync. Recovery refuses to
-//! start on damaged acknowledged data ([`WalError::is_corruption`]) instead of truncating it.
+//! start on damaged acknowledged data instead of truncating it: [`WalError::Damaged`] reports every
+//! finding with the intact prefix ([`damage`]), judged against the promise record ([`promise`]),
+//! which every synced batch updates after its fsync.
 //!
 //! # On-disk format, version 2
 //!
@@ -30,6 +33,8 @@
 //! | `{seq:020}.wal.tmp`                        | a segment being prepared (deleted on open)          |
 //! | `snapshot-{index:020}-{term:020}.snap`     | a snapshot                                          |
 //! | `snapshot-...snap.tmp`                     | a snapshot being written, or received and not yet adopted (deleted on open) |
+//! | `promise`                                  | the promise record: two checksummed copies of the term, vote and last acknowledged entry (format in [`promise`]) |
+//! | `promise.tmp`                              | the promise record being created (replaced on open) |
 //!
 //! Other files are ignored (keel-runtime keeps a partial incoming snapshot transfer there:
 //! `incoming.snap.part` and `incoming.snap.state`).
@@ -131,6 +136,11 @@
 //! returned success (it does not lie about fsync), or return one file's data for another.
 //! An fsync that fails is fatal: the process stops and never retries it, because the kernel may
 //! already have dropped the unsynced pages ([`WalError::SyncFailed`]).
+//!
+//! Beyond that model, disks do lie about fsync (volatile caches, firmware bugs) and lose whole
+//! files or blocks. The WAL does not survive that, but it *detects* it: the promise record
+//! ([`promise`]) says what was acknowledged, and recovery reports a log that lost any of it as
+//! damage ([`damage`]) rather than starting on it.
 //! [`SimFs`] implements exactly this model.
 //!
 //! On Linux the segments are written around the page cache (`O_DIRECT`, [`WalConfig::direct_io`],
@@ -204,21 +214,39 @@
 //!    is the remains of an interrupted install: dropped. Entries the snapshot covers are not
 //!    returned. Open records a reset frame in both cases so disk and memory agree.
 //! 7. *Commit* is clamped into `[snapshot index, last index]` (S05, S16, S17).
+//! 8. *Promise* ([`promise`], [`damage`]). The state is compared with the promise record: a log
+//!    that ends below the promised entry, holds another term at its index, or whose term or vote
+//!    is behind the promised ones, lost acknowledged data — [`DamageKind::LostTail`], even where
+//!    the bytes after it look like a torn tail (zeros: a disk that reported a flush it did not
+//!    do). A promised entry at or below the snapshot is covered by it. Every corruption of steps
+//!    1–6 is damage too ([`DamageKind::CorruptLog`], [`DamageKind::CorruptSnapshot`], also for a
+//!    corrupt newer snapshot passed over), and so is a promise file neither of whose copies
+//!    verifies ([`DamageKind::CorruptPromise`]). With any damage, open changes nothing on disk and
+//!    returns [`WalError::Damaged`]: every finding, and the intact prefix (the log up to the first
+//!    damage, its term and vote raised to the promised ones). A torn tail above the promise is
+//!    discarded as before: it was never acknowledged. Open then sets the promise to what it
+//!    recovered (it is all durable now, and the node will act on it); a directory without a
+//!    promise file (written before it existed) gets one.
 //!
 //! **What cannot be told apart**, and which way it falls: damage to the 16-byte header of the
 //! very last frame (its magic, sequence number, or a length that moves the trailer), or a
-//! flipped bit in a last frame that also lost a whole sector, may look torn and is discarded; a last
-//! frame that was completely written but whose fsync never returned, and then had a bit flipped,
-//! is refused although it was never acknowledged. Each needs a crash and a corruption at the same
-//! spot. A flipped bit in commit-only frames that a later frame supersedes is skipped even after
-//! that frame's fsync made them durable: nothing is lost, the later frame restates the commit.
+//! flipped bit in a last frame that also lost a whole sector, may look torn: when the promise
+//! covers that frame it is damage (step 8), otherwise it is discarded (the frame was never
+//! acknowledged); a last frame that was completely written but whose fsync never returned, and
+//! then had a bit flipped, is refused although it was never acknowledged. Each needs a crash and a
+//! corruption at the same spot. A flipped bit in commit-only frames that a later frame supersedes
+//! is skipped even after that frame's fsync made them durable: nothing is lost, the later frame
+//! restates the commit. What the promise record cannot show (a lost promise file, both copies
+//! rolled back) is listed in [`damage`].
 
 mod codec;
 pub mod conformance;
+pub mod damage;
 #[cfg(target_os = "linux")]
 mod direct_io;
 pub mod error;
 pub mod fs;
+pub mod promise;
 pub mod recover;
 pub mod segment;
 pub mod simfs;
@@ -226,10 +254,12 @@ pub mod snapshot;
 mod wal;
 
 pub use codec::membership_payload;
+pub use damage::{Damage, DamageKind, DamageReport};
 pub use error::WalError;
 pub use fs::{FileHandle, Fs, StdFs};
 pub use keel_core::SnapshotMeta;
-pub use recover::{recover, Recovered, RecoveryStats, TornTail};
+pub use promise::{Promise, PromiseRead};
+pub use recover::{inspect, recover, Inspection, Recovered, RecoveryStats, TornTail};
 pub use simfs::{Crash, SimFs};
 pub use snapshot::{
     bootstrap_meta, create_snapshot_file, snapshot_file_name, LatestSnapshot, SkippedSnapshot,

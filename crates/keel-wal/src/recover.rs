@@ -5,16 +5,21 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use keel_core::{Entry, HardState, Index, LogId, RecoveredState};
+use keel_core::{Entry, Index, LogId, RecoveredState};
 
+use crate::damage::{self, Damage, DamageReport};
 use crate::error::{io_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
+use crate::promise::PromiseRead;
 use crate::segment::{
     self, check_frame, decode_items, frame_size_bytes, parse_segment_header, read_frame_header,
     FrameCheck, Item, SegmentReader, FRAME_ALIGN_BYTES, FRAME_HEADER_SIZE_BYTES, FRAME_MAGIC,
     SEGMENT_HEADER_SIZE_BYTES,
 };
 use crate::snapshot::{self, LatestSnapshot, SkippedSnapshot, SnapshotFile};
+
+mod replay;
+pub(crate) use replay::Replay;
 
 /// The largest frame a reader accepts, whatever the writer's configuration: the bound checked
 /// before a frame is read into memory.
@@ -90,103 +95,6 @@ pub(crate) struct ScannedSegment {
     pub last_index_at_end: Index,
 }
 
-/// The log as replayed from the frames.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Replay {
-    started: bool,
-    pub start: Index,
-    pub entries: Vec<Entry>,
-    pub hard_state: HardState,
-    pub reset: Option<LogId>,
-}
-
-impl Replay {
-    /// The last index in the log; `start - 1` when it holds no entries (0 before any checkpoint).
-    pub fn last_index(&self) -> Index {
-        (self.start + self.entries.len() as Index).saturating_sub(1)
-    }
-
-    fn apply(&mut self, item: Item, first_in_segment: bool) -> std::result::Result<(), String> {
-        if first_in_segment != matches!(item, Item::Checkpoint { .. }) {
-            return Err("a segment must start with exactly one checkpoint".into());
-        }
-        match item {
-            Item::Checkpoint {
-                first_index,
-                hard_state,
-                ..
-            } => {
-                if first_index == 0 {
-                    return Err("checkpoint with first index 0".into());
-                }
-                if !self.started {
-                    self.started = true;
-                    self.start = first_index;
-                    self.hard_state = hard_state;
-                } else if first_index != self.last_index() + 1 || hard_state != self.hard_state {
-                    return Err(format!(
-                        "checkpoint (first index {first_index}, {hard_state:?}) disagrees with the \
-                         log before it (last index {}, {:?})",
-                        self.last_index(),
-                        self.hard_state
-                    ));
-                }
-            }
-            Item::Truncate { from_index } => {
-                if from_index == 0 || from_index > self.last_index() {
-                    return Err(format!(
-                        "truncate at {from_index} outside the log (last {})",
-                        self.last_index()
-                    ));
-                }
-                if from_index >= self.start {
-                    self.entries.truncate((from_index - self.start) as usize);
-                } else {
-                    self.entries.clear();
-                    self.start = from_index;
-                }
-            }
-            Item::Entries(entries) => {
-                let first = &entries[0];
-                if first.index != self.last_index() + 1 {
-                    return Err(format!(
-                        "entries start at {} but the log ends at {}",
-                        first.index,
-                        self.last_index()
-                    ));
-                }
-                let prev_term = self.entries.last().map_or(0, |e| e.term);
-                let mut term = prev_term;
-                for e in &entries {
-                    if e.term < term {
-                        return Err(format!("term decreases at index {}", e.index));
-                    }
-                    term = e.term;
-                }
-                self.entries.extend(entries);
-            }
-            Item::HardState(hs) => {
-                if hs.term < self.hard_state.term {
-                    return Err(format!(
-                        "term goes back from {} to {}",
-                        self.hard_state.term, hs.term
-                    ));
-                }
-                self.hard_state = hs;
-            }
-            Item::Commit(commit) => self.hard_state.commit = commit,
-            Item::Reset(snapshot) => {
-                self.entries.clear();
-                self.start = snapshot.index + 1;
-                self.reset = Some(snapshot);
-            }
-            // Checked by the scan, which decides where frames are read.
-            Item::Supersede { .. } => {}
-        }
-        Ok(())
-    }
-}
-
 /// The result of reading every segment, before the snapshot is taken into account.
 pub(crate) struct Scan {
     pub replay: Replay,
@@ -198,6 +106,9 @@ pub(crate) struct Scan {
     pub last_frame_seq: u64,
     pub frames: u64,
     pub bytes_read: u64,
+    /// The corruption that ended the scan: the replay holds the intact prefix before it (and
+    /// no segment after it was read).
+    pub damage: Option<WalError>,
 }
 
 fn corrupt_at(seg: &ScannedSegment, offset: u64, reason: impl Into<String>) -> WalError {
@@ -222,16 +133,40 @@ pub(crate) fn scan<F: Fs>(fs: &F, dir: &Path) -> Result<Scan> {
             temp_files.push(dir.join(name));
         }
     }
-    for pair in seqs.windows(2) {
-        if pair[1] != pair[0] + 1 {
-            return Err(WalError::CorruptLog(format!(
-                "segment {} is missing between {} and {}",
-                pair[0] + 1,
-                pair[0],
-                pair[1]
-            )));
+    // A missing segment ends the intact log: the segments before it are read, those after not.
+    let mut gap = None;
+    if let Some(at) = seqs.windows(2).position(|pair| pair[1] != pair[0] + 1) {
+        gap = Some(WalError::CorruptLog(format!(
+            "segment {} is missing between {} and {}",
+            seqs[at] + 1,
+            seqs[at],
+            seqs[at + 1]
+        )));
+        seqs.truncate(at + 1);
+    }
+    let mut scan = scan_segments(fs, dir, &seqs, temp_files.clone())?;
+    if scan.damage.is_none() {
+        match classify_tails(&mut scan) {
+            Ok(()) => scan.damage = gap,
+            Err((at, error)) => {
+                // Damage in segment `at` with data after it: read again only up to that segment,
+                // whose valid frames end the intact prefix.
+                scan = scan_segments(fs, dir, &seqs[..=at], temp_files)?;
+                scan.torn = None;
+                scan.damage = scan.damage.take().or(Some(error));
+            }
         }
     }
+    Ok(scan)
+}
+
+/// Reads the segments `seqs` in order, replaying their frames, up to the first corruption.
+fn scan_segments<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    seqs: &[u64],
+    temp_files: Vec<PathBuf>,
+) -> Result<Scan> {
     let mut scan = Scan {
         replay: Replay::default(),
         segments: Vec::new(),
@@ -241,21 +176,29 @@ pub(crate) fn scan<F: Fs>(fs: &F, dir: &Path) -> Result<Scan> {
         last_frame_seq: 0,
         frames: 0,
         bytes_read: 0,
+        damage: None,
     };
-    for seq in seqs {
-        let scanned = scan_segment(fs, dir, seq, &mut scan)?;
-        if scanned.has_frames {
-            scan.last_data = Some(scan.segments.len());
+    for &seq in seqs {
+        match scan_segment(fs, dir, seq, &mut scan) {
+            Ok(scanned) => {
+                if scanned.has_frames {
+                    scan.last_data = Some(scan.segments.len());
+                }
+                scan.segments.push(scanned);
+            }
+            Err(e) if e.is_corruption() => {
+                scan.damage = Some(e);
+                return Ok(scan);
+            }
+            Err(e) => return Err(e),
         }
-        scan.segments.push(scanned);
     }
     if scan.last_data.is_none() && scan.segments.first().is_some_and(|s| s.seq != 1) {
-        return Err(WalError::CorruptLog(format!(
+        scan.damage = Some(WalError::CorruptLog(format!(
             "no segment holds records, yet numbering starts at {}",
             scan.segments[0].seq
         )));
     }
-    classify_tails(&mut scan)?;
     Ok(scan)
 }
 
@@ -372,32 +315,12 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
                 "a segment must start with exactly one checkpoint",
             ));
         }
-        for (i, item) in items.into_iter().enumerate() {
-            let first_in_segment = !seg.has_frames && i == 0;
-            if let Item::Checkpoint {
-                first_index,
-                prev_segment_end,
-                ..
-            } = &item
-            {
-                seg.first_index = *first_index;
-                if let Some(prev) = scan.segments.last() {
-                    if prev.end != *prev_segment_end {
-                        return Err(corrupt_at(
-                            prev,
-                            prev.end,
-                            format!("the next segment says this one ends at {prev_segment_end}"),
-                        ));
-                    }
-                }
-            }
-            scan.replay
-                .apply(item, first_in_segment)
-                .map_err(|r| corrupt_at(&seg, pos, r))?;
-            seg.max_index = seg.max_index.max(scan.replay.last_index());
-        }
-        if scan.replay.hard_state.commit > scan.replay.last_index() {
-            return Err(corrupt_at(&seg, pos, "commit index beyond the log"));
+        // Undone if the frame is refused, so that the replay holds exactly the frames before it:
+        // the intact prefix a damage report returns.
+        let saved = scan.replay.savepoint(&items);
+        if let Err(e) = apply_frame(scan, &mut seg, items, pos) {
+            scan.replay.restore(saved);
+            return Err(e);
         }
         seg.has_frames = true;
         seg.last_index_at_end = scan.replay.last_index();
@@ -419,6 +342,43 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
     }
     scan.bytes_read += reader.bytes_read;
     Ok(seg)
+}
+
+/// Replays one verified frame's items into `scan`.
+fn apply_frame(
+    scan: &mut Scan,
+    seg: &mut ScannedSegment,
+    items: Vec<Item>,
+    pos: u64,
+) -> Result<()> {
+    for (i, item) in items.into_iter().enumerate() {
+        let first_in_segment = !seg.has_frames && i == 0;
+        if let Item::Checkpoint {
+            first_index,
+            prev_segment_end,
+            ..
+        } = &item
+        {
+            seg.first_index = *first_index;
+            if let Some(prev) = scan.segments.last() {
+                if prev.end != *prev_segment_end {
+                    return Err(corrupt_at(
+                        prev,
+                        prev.end,
+                        format!("the next segment says this one ends at {prev_segment_end}"),
+                    ));
+                }
+            }
+        }
+        scan.replay
+            .apply(item, first_in_segment)
+            .map_err(|r| corrupt_at(seg, pos, r))?;
+        seg.max_index = seg.max_index.max(scan.replay.last_index());
+    }
+    if scan.replay.hard_state.commit > scan.replay.last_index() {
+        return Err(corrupt_at(seg, pos, "commit index beyond the log"));
+    }
+    Ok(())
 }
 
 /// At a bad or blank spot at `at`: the offset of the next valid frame if it declares that
@@ -519,7 +479,7 @@ fn is_valid_frame_at<H: FileHandle>(
 /// Decides, for every segment with bytes after its valid frames, whether those bytes are a torn
 /// final write (discard) or damage (refuse). Only one write is ever in flight unsynced, so only
 /// the end of the newest data can be torn.
-fn classify_tails(scan: &mut Scan) -> Result<()> {
+fn classify_tails(scan: &mut Scan) -> std::result::Result<(), (usize, WalError)> {
     let last_data = scan.last_data;
     for (i, seg) in scan.segments.iter().enumerate() {
         let Tail::Dirty {
@@ -529,32 +489,39 @@ fn classify_tails(scan: &mut Scan) -> Result<()> {
         } = &seg.tail
         else {
             if last_data.is_some_and(|last| i < last) && !seg.has_frames {
-                return Err(WalError::CorruptLog(format!(
+                let error = WalError::CorruptLog(format!(
                     "{} holds no records but later segments do",
                     seg.path.display()
-                )));
+                ));
+                // The intact log ends with the segment before it.
+                return Err((i.saturating_sub(1), error));
             }
             continue;
         };
         if last_data.is_some_and(|last| i < last) {
-            return Err(corrupt_at(
-                seg,
-                seg.end,
-                "damaged record in a sealed segment",
+            return Err((
+                i,
+                corrupt_at(seg, seg.end, "damaged record in a sealed segment"),
             ));
         }
         if let Some(at) = valid_after {
-            return Err(corrupt_at(
-                seg,
-                seg.end,
-                format!("damaged record followed by a valid one at offset {at}"),
+            return Err((
+                i,
+                corrupt_at(
+                    seg,
+                    seg.end,
+                    format!("damaged record followed by a valid one at offset {at}"),
+                ),
             ));
         }
         if *check == FrameCheck::CompleteButCorrupt {
-            return Err(corrupt_at(
-                seg,
-                seg.end,
-                "checksum mismatch in a completely written record",
+            return Err((
+                i,
+                corrupt_at(
+                    seg,
+                    seg.end,
+                    "checksum mismatch in a completely written record",
+                ),
             ));
         }
         if scan.torn.is_none() {
@@ -661,12 +628,42 @@ pub(crate) fn assemble(
     })
 }
 
-/// Read-only recovery: what a node would start from, without repairing anything.
-pub fn recover<F: Fs>(fs: &F, dir: &Path) -> Result<Recovered> {
+/// What recovery found, damaged or not (read-only).
+#[derive(Clone, Debug)]
+pub struct Inspection {
+    /// The state a node would start from; with damage, the intact prefix (see
+    /// [`DamageReport::recovered`]).
+    pub recovered: Recovered,
+    /// The promise record as read, both copies.
+    pub promise: PromiseRead,
+    /// Every damage found; empty for a directory a node may start from.
+    pub damage: Vec<Damage>,
+}
+
+/// Reads the directory without changing anything and reports what a node would start from and
+/// any damage (what `keel check` prints). Only an I/O error is an error.
+pub fn inspect<F: Fs>(fs: &F, dir: &Path) -> Result<Inspection> {
     let started = Instant::now();
     let mut scan = scan(fs, dir)?;
-    let latest = snapshot::find_latest_snapshot(fs, dir)?;
-    Ok(assemble(&mut scan, latest, started)?.recovered)
+    let judged = damage::judge(fs, dir, &mut scan, started)?;
+    Ok(Inspection {
+        recovered: judged.assembled.recovered,
+        promise: judged.promise,
+        damage: judged.damage,
+    })
+}
+
+/// Read-only recovery: what a node would start from, without repairing anything; a damaged
+/// directory is refused with [`WalError::Damaged`].
+pub fn recover<F: Fs>(fs: &F, dir: &Path) -> Result<Recovered> {
+    let inspection = inspect(fs, dir)?;
+    if !inspection.damage.is_empty() {
+        return Err(WalError::Damaged(Box::new(DamageReport {
+            damage: inspection.damage,
+            recovered: inspection.recovered,
+        })));
+    }
+    Ok(inspection.recovered)
 }
 
 #[cfg(test)]

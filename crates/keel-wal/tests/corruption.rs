@@ -1,26 +1,17 @@
 //! Damage to stored data: flipped bits in acknowledged records, headers and snapshots, missing
 //! segments, failing fsyncs. Acknowledged data is never silently truncated: recovery either
-//! returns it intact or refuses with a typed error naming the file, offset and index.
+//! returns it intact or refuses with a damage report naming the file, offset and the index the
+//! intact prefix reaches.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{frames, item_payload, new_cluster, open_sim, segment, sim_dir, small_config};
+use common::{files, frames, item_payload, new_cluster, open_sim, segment, sim_dir, small_config};
 use keel_core::{Index, LogId};
 use keel_wal::conformance::{entries, hard_state, snapshot_meta, write};
 use keel_wal::segment::{FRAME_HEADER_SIZE_BYTES, ITEM_HARD_STATE};
-use keel_wal::{recover, Crash, SimFs, Wal, WalError};
-
-fn snapshot_of(fs: &SimFs) -> Vec<(PathBuf, Vec<u8>)> {
-    fs.paths()
-        .into_iter()
-        .map(|p| {
-            let bytes = fs.read_file(&p).unwrap();
-            (p, bytes)
-        })
-        .collect()
-}
+use keel_wal::{recover, Crash, Damage, DamageKind, SimFs, Wal, WalError};
 
 /// Three synced frames holding entries 1..=3, 4..=6, 7..=9; returns the frames' offsets.
 fn three_frames() -> (SimFs, Vec<(u64, usize)>) {
@@ -38,23 +29,28 @@ fn three_frames() -> (SimFs, Vec<(u64, usize)>) {
     (fs, all[1..].to_vec())
 }
 
+/// The first damage a refused open or recovery reports.
+fn damage_of(result: Result<impl Sized, WalError>) -> Damage {
+    match result.map(|_| ()) {
+        Err(WalError::Damaged(report)) => report.damage[0].clone(),
+        other => panic!("expected a damage report, got {other:?}"),
+    }
+}
+
+/// A corrupt record at `offset` of `path`, the intact log ending just before `index`.
 fn expect_corrupt_record(
     result: Result<impl Sized, WalError>,
     path: &Path,
     offset: u64,
     index: Index,
 ) {
-    match result.map(|_| ()) {
-        Err(WalError::CorruptRecord {
-            path: p,
-            offset: o,
-            index: i,
-            reason,
-        }) => {
-            assert_eq!((p.as_path(), o, i), (path, offset, index), "{reason}");
-        }
-        other => panic!("expected a corrupt record at {offset} (index {index}), got {other:?}"),
-    }
+    let d = damage_of(result);
+    assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+    assert_eq!(
+        (d.path.as_deref(), d.offset, d.intact_through + 1),
+        (Some(path), Some(offset), index),
+        "{d}"
+    );
 }
 
 #[test]
@@ -64,12 +60,12 @@ fn any_flipped_bit_in_an_acknowledged_middle_frame_is_reported_not_truncated() {
     for at in offset..offset + size as u64 {
         let bit = (at % 8) as u8;
         fs.flip_bit(&segment(1), at, bit).unwrap();
-        let before = snapshot_of(&fs);
+        let before = files(&fs);
         let result = Wal::open(fs.clone(), sim_dir(), small_config());
         expect_corrupt_record(result, &segment(1), offset, 4);
         expect_corrupt_record(recover(&fs, &sim_dir()), &segment(1), offset, 4);
         assert_eq!(
-            snapshot_of(&fs),
+            files(&fs),
             before,
             "a refused open must not change any file"
         );
@@ -82,47 +78,48 @@ fn any_flipped_bit_in_an_acknowledged_middle_frame_is_reported_not_truncated() {
     );
 }
 
-/// The last frame was acknowledged too. A flipped bit in it is refused — except that damage to
-/// its 16-byte header (magic, length, sequence number) may make it look torn, and then it is
-/// discarded: the documented residual ambiguity. Nothing damaged is ever accepted.
+/// The last frame was acknowledged too. A flipped bit in it is refused: as a corrupt record, or,
+/// where damage to its 16-byte header (magic, length, sequence number) makes it look torn, as a
+/// log that ends below the promise. Before the promise record such a frame was discarded as a
+/// torn tail. Nothing damaged is ever accepted, and nothing is changed on disk.
 #[test]
-fn a_flipped_bit_in_the_last_frame_is_refused_unless_it_hits_the_frame_header() {
+fn a_flipped_bit_in_the_last_frame_is_refused_even_where_it_looks_torn() {
     let (fs, frames) = three_frames();
     let (offset, size) = frames[2];
-    let mut discarded = 0;
+    let mut looked_torn = 0;
     for at in offset..offset + size as u64 {
         let bit = (at % 8) as u8;
         fs.flip_bit(&segment(1), at, bit).unwrap();
-        let result = Wal::open(fs.clone(), sim_dir(), small_config());
-        if at < offset + FRAME_HEADER_SIZE_BYTES as u64 {
-            if let Ok((_, rec)) = &result {
-                assert_eq!(rec.state.entries.len(), 6, "flip at {at}");
-                assert_eq!(rec.stats.torn_tail.as_ref().unwrap().offset, offset);
-                discarded += 1;
-                drop(result);
-                return_to_original(&fs, offset, size);
-                continue;
-            }
+        let before = files(&fs);
+        let d = damage_of(Wal::open(fs.clone(), sim_dir(), small_config()));
+        if d.kind == DamageKind::LostTail {
+            assert!(
+                at < offset + FRAME_HEADER_SIZE_BYTES as u64,
+                "flip at {at}: {d}"
+            );
+            assert_eq!(
+                (d.promised, d.intact_through),
+                (Some(LogId::new(1, 9)), 6),
+                "{d}"
+            );
+            looked_torn += 1;
+        } else {
+            expect_corrupt_record(Err::<(), _>(damage_error(&fs)), &segment(1), offset, 7);
         }
-        expect_corrupt_record(result, &segment(1), offset, 7);
+        assert_eq!(
+            files(&fs),
+            before,
+            "flip at {at}: a refused open changes nothing"
+        );
         fs.flip_bit(&segment(1), at, bit).unwrap();
     }
-    assert!(discarded <= FRAME_HEADER_SIZE_BYTES, "{discarded}");
+    assert!(looked_torn <= FRAME_HEADER_SIZE_BYTES, "{looked_torn}");
 }
 
-/// Re-creates the three frames after an open discarded (and zeroed) the last one.
-fn return_to_original(fs: &SimFs, offset: u64, _size: usize) {
-    let (mut wal, rec) = open_sim(fs);
-    assert_eq!(rec.state.entries.len(), 6);
-    wal.write_batch(&[write(3, entries(1, 7, 9), Some(hard_state(1, Some(1), 6)))])
-        .unwrap();
-    drop(wal);
-    let again = frames(&fs.read_file(&segment(1)).unwrap());
-    assert_eq!(
-        again.last().unwrap().0,
-        offset,
-        "rewritten at the same offset"
-    );
+fn damage_error(fs: &SimFs) -> WalError {
+    Wal::open(fs.clone(), sim_dir(), small_config())
+        .map(|_| ())
+        .unwrap_err()
 }
 
 #[test]
@@ -201,13 +198,16 @@ fn damage_in_a_sealed_segment_is_refused() {
     // The last frame of a sealed segment was synced before the next segment began.
     fs.flip_bit(&segment(1), last_offset + last_size as u64 - 12, 5)
         .unwrap();
-    let result = Wal::open(fs.clone(), sim_dir(), small_config());
-    assert!(
-        matches!(&result, Err(WalError::CorruptRecord { path, offset, .. })
-            if *path == segment(1) && *offset == last_offset),
-        "{:?}",
-        result.map(|_| ())
+    let d = damage_of(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+    assert_eq!(
+        (d.path.as_deref(), d.offset),
+        (Some(segment(1).as_path()), Some(last_offset)),
+        "{d}"
     );
+    // The intact prefix ends before the damaged frame's entries (segment 1 holds 20 batches of
+    // 40: the last one, 761..=800, is damaged).
+    assert_eq!(d.intact_through, 760, "{d}");
 }
 
 #[test]
@@ -215,12 +215,11 @@ fn a_damaged_checkpoint_is_refused() {
     let fs = three_segments();
     let first = frames(&fs.read_file(&segment(2)).unwrap())[0].0;
     fs.flip_bit(&segment(2), first + 20, 0).unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(
-        matches!(err, WalError::CorruptRecord { offset, .. } if offset == first),
-        "{err}"
+    let d = damage_of(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(
+        (d.kind, d.offset),
+        (DamageKind::CorruptLog, Some(first)),
+        "{d}"
     );
 }
 
@@ -232,11 +231,11 @@ fn a_damaged_segment_header_is_refused() {
         let err = Wal::open(fs.clone(), sim_dir(), small_config())
             .map(|_| ())
             .unwrap_err();
-        assert!(
-            matches!(err, WalError::CorruptHeader { ref path, .. } if *path == segment(2)),
-            "{err}"
-        );
         assert!(err.is_corruption());
+        let d = damage_of(Err::<(), _>(err));
+        assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+        assert_eq!(d.path, Some(segment(2)), "{d}");
+        assert!(d.detail.starts_with("segment header"), "{d}");
         fs.flip_bit(&segment(2), at, 3).unwrap();
     }
 }
@@ -246,10 +245,11 @@ fn a_missing_middle_segment_is_refused() {
     let fs = three_segments();
     use keel_wal::Fs;
     fs.remove_file(&segment(2)).unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(matches!(err, WalError::CorruptLog(_)), "{err}");
+    let d = damage_of(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+    assert!(d.detail.contains("segment 2 is missing"), "{d}");
+    // Segment 1 (20 batches of 40 entries) is intact; nothing after the gap is used.
+    assert_eq!(d.intact_through, 800, "{d}");
 }
 
 #[test]
@@ -283,8 +283,11 @@ fn snapshot_path(last: LogId) -> PathBuf {
     sim_dir().join(keel_wal::snapshot::snapshot_file_name(last))
 }
 
+/// A snapshot that fails its checksums is damage, even when an older one and the log still
+/// cover everything (the report then says the intact state reaches the log's end); once the log
+/// is purged beyond the older one, the intact state ends at the older snapshot.
 #[test]
-fn a_corrupt_newest_snapshot_falls_back_only_when_the_log_covers_the_gap() {
+fn a_corrupt_newest_snapshot_is_damage_and_the_report_says_how_far_the_rest_reaches() {
     let fs = three_segments();
     let (mut wal, rec) = open_sim(&fs);
     let last = rec.state.entries.last().unwrap().index;
@@ -296,28 +299,40 @@ fn a_corrupt_newest_snapshot_falls_back_only_when_the_log_covers_the_gap() {
         .unwrap();
     drop(wal);
 
-    // The log still holds everything after 50: fall back, and say so.
+    // The log still holds everything after 50: nothing is lost, but the file is damaged.
     fs.flip_bit(&snapshot_path(newer), 60, 1).unwrap();
-    let (wal, rec) = open_sim(&fs);
-    assert_eq!(rec.state.snapshot, older);
-    assert_eq!(rec.stats.skipped_snapshots.len(), 1);
-    assert_eq!(rec.stats.skipped_snapshots[0].path, snapshot_path(newer));
-    assert_eq!(rec.state.entries.first().unwrap().index, 51);
-    drop(wal);
+    let report = match Wal::open(fs.clone(), sim_dir(), small_config()) {
+        Err(WalError::Damaged(report)) => report,
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    assert_eq!(report.damage.len(), 1, "{report}");
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::CorruptSnapshot, "{d}");
+    assert_eq!(d.path, Some(snapshot_path(newer)), "{d}");
+    assert_eq!(d.intact_through, last, "{d}");
+    assert_eq!(report.recovered.state.snapshot, older);
+    assert_eq!(report.recovered.state.entries.first().unwrap().index, 51);
     fs.flip_bit(&snapshot_path(newer), 60, 1).unwrap();
 
-    // Once the log is purged beyond 50, the older snapshot is no use: refuse.
+    // Once the log is purged beyond 50, the older snapshot is all that is left.
     let (mut wal, _) = open_sim(&fs);
     assert!(wal.purge_up_to(newer.index).unwrap() > 0);
     drop(wal);
     fs.flip_bit(&snapshot_path(newer), 60, 1).unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
+    let report = match Wal::open(fs.clone(), sim_dir(), small_config()) {
+        Err(WalError::Damaged(report)) => report,
+        other => panic!("{:?}", other.map(|_| ())),
+    };
     assert!(
-        matches!(&err, WalError::SnapshotBehindLog { snapshot, skipped, .. }
-            if *snapshot == older && skipped == &vec![snapshot_path(newer)]),
-        "{err}"
+        report
+            .damage
+            .iter()
+            .all(|d| d.kind == DamageKind::CorruptSnapshot && d.intact_through == older.index),
+        "{report}"
+    );
+    assert!(
+        report.to_string().contains("the log starts at index"),
+        "{report}"
     );
 }
 
@@ -327,10 +342,8 @@ fn a_corrupt_only_snapshot_is_refused() {
     let wal = new_cluster(fs.clone(), sim_dir(), small_config());
     drop(wal);
     fs.flip_bit(&snapshot_path(LogId::ZERO), 20, 0).unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(matches!(err, WalError::CorruptSnapshot { .. }), "{err}");
+    let d = damage_of(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(d.kind, DamageKind::CorruptSnapshot, "{d}");
 }
 
 /// Entries 1..=3 synced, commit-only frames (3 then 4 if `two`), then entries 4..=5 synced with

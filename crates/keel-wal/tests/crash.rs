@@ -3,6 +3,11 @@
 //! keep it, tear the last write at several bytes, write back sectors in any order). After each,
 //! the WAL must open without error to a state that some prefix of the attempted operations
 //! produced, containing every acknowledged one, and must keep working.
+//!
+//! The promise record is written in the same operations (after each synced batch's fsync, and
+//! lowered before a truncation): the crashes land in its writes too, and opening without error
+//! shows that no crash point makes a healthy log look damaged. Where the log only grows, the
+//! promise found after the crash also covers every acknowledged entry.
 
 mod common;
 
@@ -13,6 +18,7 @@ use common::{new_cluster, open_sim, sim_dir, small_config};
 use keel_core::{Entry, EntryPayload, HardState, Index, LogId, Membership, RecoveredState};
 use keel_core::{SnapshotMeta, Write};
 use keel_wal::conformance::{check_invariants, hard_state, write};
+use keel_wal::promise::read_promise;
 use keel_wal::{recover, Crash, SimFs, Wal, WalError};
 
 #[derive(Clone, Debug)]
@@ -139,6 +145,9 @@ fn crash_everywhere(ops: &[Op]) -> Coverage {
         states.push(summary(&recover(&fs, &sim_dir()).unwrap().state));
     }
     let total_ops = fs.op_count() - first_op;
+    let last_of = |s: &Summary| s.2.last().map_or(s.1.index, |e| e.index);
+    // Without truncations or resets below the log's end, the promise only rises.
+    let log_only_grows = states.windows(2).all(|w| last_of(&w[1]) >= last_of(&w[0]));
     let mut coverage = Coverage {
         segments: wal.segment_count(),
         ..Coverage::default()
@@ -161,6 +170,7 @@ fn crash_everywhere(ops: &[Op]) -> Coverage {
             coverage.runs += 1;
             fs.crash_with(mode);
             let context = format!("crash after {crash_after} fs ops ({done} ops done), {mode:?}");
+            let promise = read_promise(&fs, &sim_dir()).unwrap();
             let (wal, recovered) = Wal::open(fs.clone(), sim_dir(), small_config())
                 .unwrap_or_else(|e| panic!("{context}: open failed: {e}"));
             check_invariants(&recovered.state);
@@ -172,6 +182,19 @@ fn crash_everywhere(ops: &[Op]) -> Coverage {
                 .find(|&j| j == 0 || ops[j - 1].durable_on_ack())
                 .expect("0 qualifies");
             let attempted = (done + 1).min(ops.len());
+            let promised = promise.promise().map_or(0, |p| p.acked.index);
+            assert!(
+                promised <= last_of(&got),
+                "{context}: the promise {promise:?} is beyond the recovered log {got:?}"
+            );
+            if log_only_grows {
+                // Entries a saved snapshot covers need no promise: the snapshot file holds them.
+                assert!(
+                    promised.max(got.1.index) >= last_of(&states[acked]),
+                    "{context}: the promise {promise:?} does not cover the acknowledged {:?}",
+                    states[acked]
+                );
+            }
             assert!(
                 (acked..=attempted).any(|j| states[j] == got),
                 "{context}: recovered {got:?}\nnot among the states after ops {acked}..={attempted}: \

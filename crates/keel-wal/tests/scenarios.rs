@@ -6,11 +6,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{frames, item_payload, new_cluster, open_sim, segment, sim_dir, small_config};
+use common::{
+    first_damage, frames, item_payload, new_cluster, open_sim, segment, sim_dir, small_config,
+};
 use keel_core::{Config, HardState, LogId, Membership, RaftNode, RecoveredState, SnapshotMeta};
 use keel_wal::conformance::{commit_write, entries, hard_state, write};
 use keel_wal::segment::ITEM_HARD_STATE;
-use keel_wal::{Crash, SimFs, Wal, WalError};
+use keel_wal::{Crash, DamageKind, SimFs, Wal, WalError};
 
 fn start_node(state: RecoveredState) -> RaftNode {
     RaftNode::new(Config::new(1), state).expect("the core accepts the recovered state")
@@ -158,8 +160,10 @@ fn s05_a_gap_between_snapshot_and_log_is_a_typed_error() {
     let err = Wal::open(fs.clone(), sim_dir(), small_config())
         .map(|_| ())
         .unwrap_err();
-    assert!(matches!(err, WalError::SnapshotBehindLog { .. }), "{err}");
     assert!(err.is_corruption());
+    let d = first_damage(Err::<(), _>(err));
+    assert_eq!(d.kind, DamageKind::CorruptSnapshot, "{d}");
+    assert!(d.detail.contains("the log starts at index"), "{d}");
 }
 
 /// S16: the commit-only change 37 -> 38 was not fsynced and is lost; the application had applied
@@ -265,20 +269,14 @@ fn s36_a_corrupt_acknowledged_entry_is_an_error_not_a_truncation() {
         let (offset, _) = frames(&bytes)[2];
         fs.flip_bit(&segment(1), offset + 40, 4).unwrap();
         let before = fs.read_file(&segment(1)).unwrap();
-        let err = Wal::open(fs.clone(), sim_dir(), small_config())
-            .map(|_| ())
-            .unwrap_err();
-        match &err {
-            WalError::CorruptRecord {
-                path,
-                offset: o,
-                index,
-                ..
-            } => {
-                assert_eq!((path, *o, *index), (&segment(1), offset, 5), "{err}");
-            }
-            other => panic!("expected a corrupt record, got {other}"),
-        }
+        let d = first_damage(Wal::open(fs.clone(), sim_dir(), small_config()));
+        assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+        let (path, o, intact) = (d.path.clone(), d.offset, d.intact_through);
+        assert_eq!(
+            (path, o, intact),
+            (Some(segment(1)), Some(offset), 4),
+            "{d}"
+        );
         let read_only = keel_wal::recover(&fs, &sim_dir()).map(|_| ()).unwrap_err();
         assert!(read_only.is_corruption());
         assert_eq!(
@@ -328,12 +326,11 @@ fn s38_torn_tail_vs_bit_flip_vs_hard_state_flip_vs_failed_vote_fsync() {
     drop(wal);
     let offset = frames(&fs.read_file(&segment(1)).unwrap())[1].0;
     fs.flip_bit(&segment(1), offset + 100, 0).unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(
-        matches!(err, WalError::CorruptRecord { index: 1, .. }),
-        "{err}"
+    let d = first_damage(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(
+        (d.kind, d.intact_through),
+        (DamageKind::CorruptLog, 0),
+        "{d}"
     );
 
     // (3) A bit flip in the term of the stored vote: refuse, never fall back to term 1.
@@ -347,10 +344,8 @@ fn s38_torn_tail_vs_bit_flip_vs_hard_state_flip_vs_failed_vote_fsync() {
         1,
     )
     .unwrap();
-    let err = Wal::open(fs.clone(), sim_dir(), small_config())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(matches!(err, WalError::CorruptRecord { .. }), "{err}");
+    let d = first_damage(Wal::open(fs.clone(), sim_dir(), small_config()));
+    assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
 
     // (4) The fsync of a new vote fails.
     let (fs, mut wal) = base();

@@ -456,9 +456,14 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     let adapter = KvAdapter::new(KvStateMachine::new());
     let stats = adapter.stats();
-    let node = Node::start(config, adapter)
-        .await
-        .map_err(|e| format!("node {}: {e}", options.id))?;
+    let node = Node::start(config, adapter).await.map_err(|e| match &e {
+        keel_runtime::StartError::Damaged { dir, .. } => format!(
+            "node {}: {e}; `keel check --data-dir {}` lists every finding",
+            options.id,
+            dir.display()
+        ),
+        _ => format!("node {}: {e}", options.id),
+    })?;
     let mut ctx = ServerContext::new(
         options.id,
         node.handle(),

@@ -145,6 +145,35 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("settings contradict each other: {0}")]
     Settings(String),
+    /// Recovery found damage (keel-wal's `damage.rs`): acknowledged entries lost or corrupt, a
+    /// corrupt snapshot or promise record. Until a damaged node can repair itself from its peers
+    /// (issue 20), it refuses to start rather than vote and serve on a log shorter than it
+    /// promised. Nothing in the directory was changed.
+    #[error(
+        "the data directory {} is damaged, refusing to start: {report}",
+        dir.display()
+    )]
+    Damaged {
+        dir: PathBuf,
+        report: Box<keel_wal::DamageReport>,
+    },
+}
+
+/// Opens the WAL, a damage report becoming [`StartError::Damaged`].
+fn open_wal(config: &NodeConfig) -> Result<(Wal<StdFs>, keel_wal::Recovered), StartError> {
+    Wal::open(StdFs, config.data_dir.clone(), config.wal.clone()).map_err(|e| match e {
+        keel_wal::WalError::Damaged(report) => {
+            tracing::error!(
+                "the data directory {} is damaged: {report}",
+                config.data_dir.display()
+            );
+            StartError::Damaged {
+                dir: config.data_dir.clone(),
+                report,
+            }
+        }
+        e => e.into(),
+    })
 }
 
 /// Room a peer frame needs beside the largest entry it carries: the message header, the Append's
@@ -178,8 +207,7 @@ impl<S: StateMachine> Node<S> {
             )));
         }
         // Blocking file I/O at startup only; the node is not serving anything yet.
-        let (mut wal, mut recovered) =
-            Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;
+        let (mut wal, mut recovered) = open_wal(&config)?;
         let fresh = recovered.snapshot.is_none()
             && recovered.state.entries.is_empty()
             && recovered.state.hard_state == Default::default();
@@ -187,7 +215,7 @@ impl<S: StateMachine> Node<S> {
             let meta = bootstrap_meta(config.initial_members.iter().copied());
             wal.save_snapshot(&meta, &[])?;
             drop(wal);
-            (wal, recovered) = Wal::open(StdFs, config.data_dir.clone(), config.wal.clone())?;
+            (wal, recovered) = open_wal(&config)?;
         }
         let mut snapshot_data = None;
         let mut snapshot_bytes = 0;

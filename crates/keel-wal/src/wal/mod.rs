@@ -20,6 +20,7 @@ use keel_core::{Entry, HardState, Index, LogId, RecoveredState, SnapshotMeta, Wr
 use crate::codec;
 use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
+use crate::promise::{Promise, PromiseFile};
 use crate::recover;
 use crate::segment::{self, FrameBuilder, SEGMENT_HEADER_SIZE_BYTES};
 use crate::snapshot::{self, SnapshotFile};
@@ -90,6 +91,9 @@ pub struct Wal<F: Fs> {
     synced_hard_state: HardState,
     /// Newest durable snapshot position: purging never goes beyond it.
     snapshot: LogId,
+    /// The promise record, kept at the log's synced end after every synced batch (set once open
+    /// has repaired the directory).
+    promise: Option<PromiseFile<F>>,
     poisoned: bool,
     buf: Vec<u8>,
 }
@@ -248,7 +252,9 @@ impl<F: Fs> Wal<F> {
             // Nothing new, but an earlier commit-only frame must be durable on return.
             self.sync_pending()?;
         } else {
+            self.lower_promise(reset, truncate_from)?;
             self.append_entries(reset, truncate_from, &pending, hs)?;
+            self.record_promise()?;
         }
         if let Some(p) = purge_to {
             self.purge_up_to(p)?;
@@ -297,6 +303,55 @@ impl<F: Fs> Wal<F> {
             }
         }
         self.maybe_prepare_spare()
+    }
+
+    /// The promise is about to be reset to `reset`, or truncated from `truncate_from`: lower it to
+    /// the entry the log keeps, durably, before the log changes (promise.rs: the promise never
+    /// names an entry the log may legitimately no longer hold). Entries at or below a snapshot
+    /// stay covered by it.
+    fn lower_promise(&mut self, reset: Option<LogId>, truncate_from: Option<Index>) -> Result<()> {
+        let keep = match (reset, truncate_from) {
+            (Some(snapshot), _) => snapshot,
+            (None, Some(from)) => LogId::new(self.term_at(from - 1).unwrap_or(0), from - 1),
+            (None, None) => return Ok(()),
+        };
+        let Some(file) = self.promise.as_mut() else {
+            return Ok(());
+        };
+        let current = file.current();
+        if current.acked.index <= keep.index {
+            return Ok(());
+        }
+        let result = file.set(Promise {
+            acked: keep,
+            ..current
+        });
+        self.poison_on_error(result)
+    }
+
+    /// Records the promise of what is synced now: the synced term and vote, the last entry. Runs
+    /// after the log's fsync, never before: a promise durable ahead of its entries would read as
+    /// damage after a crash.
+    fn record_promise(&mut self) -> Result<()> {
+        let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
+        let promise = Promise::of(&self.synced_hard_state, last);
+        let Some(file) = self.promise.as_mut() else {
+            return Ok(());
+        };
+        let result = file.set(promise);
+        self.poison_on_error(result)
+    }
+
+    /// The promise as last recorded (`None` until open has set it up).
+    pub fn promise(&self) -> Option<Promise> {
+        self.promise.as_ref().map(PromiseFile::current)
+    }
+
+    fn poison_on_error(&mut self, result: Result<()>) -> Result<()> {
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
     }
 
     /// Makes the unsynced commit-only frames durable, if there are any.
@@ -621,7 +676,9 @@ impl<F: Fs> Wal<F> {
             reset: Some(snapshot),
             ..Plan::default()
         };
-        self.append_frame(&plan, true)
+        self.lower_promise(Some(snapshot), None)?;
+        self.append_frame(&plan, true)?;
+        self.record_promise()
     }
 
     /// The newest valid snapshot and its data.

@@ -9,11 +9,12 @@ use std::time::Instant;
 use keel_core::{HardState, LogId};
 
 use super::{Plan, SegmentMeta, Wal, WalConfig};
-use crate::error::{io_err, sync_err, Result};
+use crate::damage::{self, DamageReport};
+use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
+use crate::promise::{Promise, PromiseFile};
 use crate::recover::{self, Recovered};
 use crate::segment::{self, SEGMENT_HEADER_SIZE_BYTES};
-use crate::snapshot;
 
 impl<F: Fs> Wal<F> {
     /// Opens (or creates) the WAL in `dir`: recovers, repairs a torn tail, and makes everything it
@@ -24,10 +25,18 @@ impl<F: Fs> Wal<F> {
         fs.create_dir_all(&dir).map_err(io_err(&dir))?;
         let started = Instant::now();
         let mut scan = recover::scan(&fs, &dir)?;
-        // Taken before `assemble` moves the entries out of the scan.
+        // Taken before `judge` moves the entries out of the scan.
         let disk_last_index = scan.replay.last_index();
-        let latest = snapshot::find_latest_snapshot(&fs, &dir)?;
-        let assembled = recover::assemble(&mut scan, latest, started)?;
+        let judged = damage::judge(&fs, &dir, &mut scan, started)?;
+        if !judged.damage.is_empty() {
+            // Refused before anything is repaired: the files stay as they were found, for the
+            // layer above (or an operator) to decide.
+            return Err(WalError::Damaged(Box::new(DamageReport {
+                damage: judged.damage,
+                recovered: judged.assembled.recovered,
+            })));
+        }
+        let assembled = judged.assembled;
         let recovered = assembled.recovered;
 
         // Leftovers of interrupted preparations, and segments after the last one holding data
@@ -105,6 +114,16 @@ impl<F: Fs> Wal<F> {
             wal.last_index,
             state.entries.last().map_or(base.index, |e| e.index)
         );
+        // Everything read is durable now and the node will act on it: the promise covers it (a
+        // directory without a promise file gets one here).
+        let last = LogId::new(wal.term_at(wal.last_index).unwrap_or(0), wal.last_index);
+        let promise = Promise::of(&wal.synced_hard_state, last);
+        wal.promise = Some(PromiseFile::open(
+            &wal.fs,
+            &wal.dir,
+            &judged.promise,
+            promise,
+        )?);
         Ok((wal, recovered))
     }
 
@@ -128,6 +147,7 @@ impl<F: Fs> Wal<F> {
             hard_state: HardState::default(),
             synced_hard_state: HardState::default(),
             snapshot: LogId::ZERO,
+            promise: None,
             poisoned: false,
             buf: Vec::new(),
         }

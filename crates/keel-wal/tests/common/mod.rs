@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use keel_wal::segment::{frame_size_bytes, read_frame_header, segment_file_name};
 use keel_wal::segment::{FRAME_HEADER_SIZE_BYTES, SEGMENT_HEADER_SIZE_BYTES};
-use keel_wal::{bootstrap_meta, Fs, SimFs, Wal, WalConfig};
+use keel_wal::{bootstrap_meta, Damage, Fs, SimFs, Wal, WalConfig, WalError};
 
 /// A directory under the system temp dir, unique per process and call, removed on drop.
 pub struct TempDir(PathBuf);
@@ -108,4 +108,24 @@ pub fn item_payload(bytes: &[u8], frame: u64, kind: u8) -> u64 {
         at += 8 + len;
     }
     panic!("no item of kind {kind} in the frame at {frame}");
+}
+
+/// The first damage a refused open or recovery reports; panics on anything else.
+pub fn first_damage<T>(result: Result<T, WalError>) -> Damage {
+    match result {
+        Err(WalError::Damaged(report)) => report.damage[0].clone(),
+        Err(other) => panic!("expected a damage report, got {other}"),
+        Ok(_) => panic!("expected a damage report, got a clean open"),
+    }
+}
+
+/// Every file's bytes, to show that a refused open changed nothing.
+pub fn files(fs: &SimFs) -> Vec<(PathBuf, Vec<u8>)> {
+    fs.paths()
+        .into_iter()
+        .map(|p| {
+            let bytes = fs.read_file(&p).expect("a listed file");
+            (p, bytes)
+        })
+        .collect()
 }

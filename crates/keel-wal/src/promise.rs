@@ -1,0 +1,318 @@
+//! The promise record: what a node has promised its peers, kept apart from the log so that a log
+//! that lost or damaged acknowledged data can be told from one that merely lost a torn final write.
+//!
+//! A node promises two things: its term and vote (it never votes twice in a term), and every
+//! entry up to the last one it reported durable (a follower's acknowledgement, a leader counting
+//! itself toward a commit). Both are in the log already; the log alone cannot show that its own
+//! tail is missing (a disk that reported a flush it never did leaves zeros where frames were, which
+//! reads exactly like a log that simply ended there). So [`crate::Wal::write_batch`] records the
+//! promise here after every synced batch that changed it, and syncs it before returning: nothing is
+//! reported durable before the promise covering it is durable too. Recovery compares the two
+//! ([`crate::damage`]).
+//!
+//! # File `promise`, format version 1
+//!
+//! A fixed-size file of 8,192 bytes holding two copies of the record, a *slot* at offset 0 and one
+//! at offset 4,096 (each in a page and a block of its own, so writing one never rewrites the
+//! other's sectors). Writes alternate between them: write `n` goes to slot `n % 2`, so a write
+//! torn anywhere damages only the slot it was writing, and the other still holds the promise
+//! before it. The valid slot with the higher sequence number is the promise; a slot of zeros was
+//! never written. The file is created (temporary name `promise.tmp`, length set, the first record
+//! — sequence number 1, so slot 1 — written, fsync, rename, directory fsync) by
+//! [`crate::Wal::open`]: under its final name it always holds a valid slot. After that each write
+//! is one 64-byte write in place and one `fdatasync` (the length never changes, so no metadata is
+//! flushed).
+//!
+//! A slot (all integers little-endian):
+//!
+//! | offset | size | field                                                                 |
+//! |-------:|-----:|-----------------------------------------------------------------------|
+//! |      0 |    8 | magic `KEELPRMS`                                                      |
+//! |      8 |    2 | format version (1)                                                    |
+//! |     10 |    2 | slot size in bytes (64)                                               |
+//! |     12 |    4 | slot number (0 or 1: a record found in the other slot is refused)     |
+//! |     16 |    8 | sequence number (1, 2, 3, ...: one more at every write)              |
+//! |     24 |    8 | term                                                                  |
+//! |     32 |    8 | vote (node id; 0 = none)                                              |
+//! |     40 |    8 | term of the last acknowledged entry                                   |
+//! |     48 |    8 | index of the last acknowledged entry (0: none)                        |
+//! |     56 |    4 | reserved, zero                                                        |
+//! |     60 |    4 | CRC32C of bytes 0..60                                                 |
+//!
+//! The rest of each 4,096-byte half is zeros.
+//!
+//! # What it means, and when it is written
+//!
+//! After every synced batch, once the log's fsync returned, the record is set to the log's synced
+//! term and vote and its last entry's (term, index), if that changed, and synced. The order
+//! matters: written before the log's own fsync, a crash could keep the promise and lose the
+//! entries, which recovery would take for damage. A batch that truncates the log below the promise
+//! (a follower overwriting entries a newer leader replaced) or resets it to a snapshot first
+//! lowers the promise to the entry it keeps, synced, before the log changes: the promise never
+//! names an entry the log may legitimately no longer hold. Lowering is safe: the entries dropped
+//! were never committed (a leader of a later term replaced them).
+//!
+//! So at any crash point the disk holds a promise at or below the log's synced end, and at or
+//! above everything reported durable; recovery's checks ([`crate::damage`]) rest on that.
+
+use std::path::{Path, PathBuf};
+
+use keel_core::{HardState, LogId, NodeId, Term};
+
+use crate::codec::{get_u16, get_u32, get_u64, put_u32, put_u64};
+use crate::error::{io_err, sync_err, Result};
+use crate::fs::{FileHandle, Fs};
+
+/// The file's name in the WAL directory.
+pub const PROMISE_FILE_NAME: &str = "promise";
+/// Its name while it is being created.
+pub const PROMISE_TEMP_NAME: &str = "promise.tmp";
+pub const PROMISE_MAGIC: [u8; 8] = *b"KEELPRMS";
+pub const PROMISE_FORMAT_VERSION: u16 = 1;
+pub const PROMISE_SLOT_SIZE_BYTES: usize = 64;
+/// Where slot `n` starts: `n * PROMISE_SLOT_STRIDE_BYTES`.
+pub const PROMISE_SLOT_STRIDE_BYTES: u64 = 4096;
+pub const PROMISE_FILE_SIZE_BYTES: u64 = 2 * PROMISE_SLOT_STRIDE_BYTES;
+
+/// What a node has promised.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Promise {
+    pub term: Term,
+    pub vote: Option<NodeId>,
+    /// The last entry reported durable: every entry up to it, as the log held it then.
+    pub acked: LogId,
+}
+
+impl Promise {
+    /// The promise of a log whose synced hard state is `hs` and whose last entry is `last`.
+    pub fn of(hs: &HardState, last: LogId) -> Promise {
+        Promise {
+            term: hs.term,
+            vote: hs.vote,
+            acked: last,
+        }
+    }
+}
+
+impl std::fmt::Display for Promise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "term {}, vote ", self.term)?;
+        match self.vote {
+            Some(v) => write!(f, "{v}")?,
+            None => write!(f, "none")?,
+        }
+        write!(f, ", entries through {}", self.acked)
+    }
+}
+
+/// What one slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Never written (zeros, or beyond the end of a short file).
+    Blank,
+    Valid {
+        seq: u64,
+        promise: Promise,
+    },
+    /// Something that does not verify: a torn write or damage.
+    Corrupt(String),
+}
+
+/// The promise file as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromiseRead {
+    /// No file: a directory written before the promise existed, a new one, or a lost file.
+    pub missing: bool,
+    pub slots: [SlotState; 2],
+}
+
+impl PromiseRead {
+    /// The newest valid slot: its sequence number and promise.
+    pub fn newest(&self) -> Option<(u64, Promise)> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                SlotState::Valid { seq, promise } => Some((*seq, *promise)),
+                _ => None,
+            })
+            .max_by_key(|(seq, _)| *seq)
+    }
+
+    pub fn promise(&self) -> Option<Promise> {
+        self.newest().map(|(_, p)| p)
+    }
+
+    /// The file exists but neither slot verifies (a file of two blank slots included: creation
+    /// writes the first record before the file gets its name).
+    pub fn unreadable(&self) -> bool {
+        !self.missing && self.newest().is_none()
+    }
+}
+
+/// Encodes slot `slot` of write number `seq`.
+pub fn encode_slot(slot: u32, seq: u64, promise: &Promise) -> [u8; PROMISE_SLOT_SIZE_BYTES] {
+    let mut buf = Vec::with_capacity(PROMISE_SLOT_SIZE_BYTES);
+    buf.extend_from_slice(&PROMISE_MAGIC);
+    buf.extend_from_slice(&PROMISE_FORMAT_VERSION.to_le_bytes());
+    buf.extend_from_slice(&(PROMISE_SLOT_SIZE_BYTES as u16).to_le_bytes());
+    put_u32(&mut buf, slot);
+    put_u64(&mut buf, seq);
+    put_u64(&mut buf, promise.term);
+    put_u64(&mut buf, promise.vote.unwrap_or(0));
+    put_u64(&mut buf, promise.acked.term);
+    put_u64(&mut buf, promise.acked.index);
+    put_u32(&mut buf, 0);
+    let crc = crc32c::crc32c(&buf);
+    put_u32(&mut buf, crc);
+    buf.try_into().expect("a slot is 64 bytes")
+}
+
+/// Decodes the bytes found at slot `slot` (shorter if the file ends early).
+pub fn decode_slot(slot: u32, bytes: &[u8]) -> SlotState {
+    if bytes.iter().all(|b| *b == 0) {
+        return SlotState::Blank;
+    }
+    if bytes.len() < PROMISE_SLOT_SIZE_BYTES {
+        return SlotState::Corrupt(format!("only {} bytes", bytes.len()));
+    }
+    let corrupt = |why: String| SlotState::Corrupt(why);
+    if crc32c::crc32c(&bytes[..60]) != get_u32(bytes, 60) {
+        return corrupt("checksum mismatch".into());
+    }
+    if bytes[..8] != PROMISE_MAGIC {
+        return corrupt("bad magic".into());
+    }
+    let version = get_u16(bytes, 8);
+    if version != PROMISE_FORMAT_VERSION {
+        return corrupt(format!("unknown format version {version}"));
+    }
+    if get_u16(bytes, 10) as usize != PROMISE_SLOT_SIZE_BYTES || get_u32(bytes, 56) != 0 {
+        return corrupt("bad slot size or reserved bytes".into());
+    }
+    let found = get_u32(bytes, 12);
+    if found != slot {
+        return corrupt(format!("record of slot {found} found in slot {slot}"));
+    }
+    let seq = get_u64(bytes, 16);
+    if seq == 0 || seq % 2 != u64::from(slot) {
+        return corrupt(format!(
+            "sequence number {seq} does not belong in slot {slot}"
+        ));
+    }
+    let vote = get_u64(bytes, 32);
+    SlotState::Valid {
+        seq,
+        promise: Promise {
+            term: get_u64(bytes, 24),
+            vote: (vote != 0).then_some(vote),
+            acked: LogId::new(get_u64(bytes, 40), get_u64(bytes, 48)),
+        },
+    }
+}
+
+/// Reads the promise file in `dir` (read-only).
+pub fn read_promise<F: Fs>(fs: &F, dir: &Path) -> Result<PromiseRead> {
+    let path = dir.join(PROMISE_FILE_NAME);
+    let names = fs.list_dir(dir).map_err(io_err(dir))?;
+    if !names.iter().any(|n| n == PROMISE_FILE_NAME) {
+        return Ok(PromiseRead {
+            missing: true,
+            slots: [SlotState::Blank, SlotState::Blank],
+        });
+    }
+    let file = fs.open(&path).map_err(io_err(&path))?;
+    let read = |slot: u32| -> Result<SlotState> {
+        let at = u64::from(slot) * PROMISE_SLOT_STRIDE_BYTES;
+        let bytes = file
+            .read_vec_at(at, PROMISE_SLOT_SIZE_BYTES)
+            .map_err(io_err(&path))?;
+        Ok(decode_slot(slot, &bytes))
+    };
+    Ok(PromiseRead {
+        missing: false,
+        slots: [read(0)?, read(1)?],
+    })
+}
+
+/// The open promise file of a running WAL.
+pub(crate) struct PromiseFile<F: Fs> {
+    file: F::File,
+    path: PathBuf,
+    /// Sequence number of the last write.
+    seq: u64,
+    current: Promise,
+}
+
+impl<F: Fs> PromiseFile<F> {
+    /// Opens the file `read` describes, or creates it holding `promise` when it is missing or
+    /// holds no valid slot (the caller decided that is not damage). The promise is then set to
+    /// `promise` (the state the WAL opened with).
+    pub(crate) fn open(fs: &F, dir: &Path, read: &PromiseRead, promise: Promise) -> Result<Self> {
+        let path = dir.join(PROMISE_FILE_NAME);
+        let Some((seq, current)) = read.newest() else {
+            return Self::create(fs, dir, promise);
+        };
+        let file = fs.open(&path).map_err(io_err(&path))?;
+        let mut opened = PromiseFile {
+            file,
+            path,
+            seq,
+            current,
+        };
+        opened.set(promise)?;
+        Ok(opened)
+    }
+
+    fn create(fs: &F, dir: &Path, promise: Promise) -> Result<Self> {
+        let temp = dir.join(PROMISE_TEMP_NAME);
+        let path = dir.join(PROMISE_FILE_NAME);
+        if fs
+            .list_dir(dir)
+            .map_err(io_err(dir))?
+            .iter()
+            .any(|n| n == PROMISE_TEMP_NAME)
+        {
+            fs.remove_file(&temp).map_err(io_err(&temp))?;
+        }
+        let mut file = fs.create(&temp).map_err(io_err(&temp))?;
+        file.set_len(PROMISE_FILE_SIZE_BYTES)
+            .map_err(io_err(&temp))?;
+        file.write_at(&encode_slot(1, 1, &promise), PROMISE_SLOT_STRIDE_BYTES)
+            .map_err(io_err(&temp))?;
+        file.sync_data().map_err(sync_err(&temp))?;
+        // Replaces a file whose slots were both unreadable (the caller accepted that).
+        fs.rename(&temp, &path).map_err(io_err(&path))?;
+        fs.sync_dir(dir).map_err(sync_err(dir))?;
+        Ok(PromiseFile {
+            file,
+            path,
+            seq: 1,
+            current: promise,
+        })
+    }
+
+    pub(crate) fn current(&self) -> Promise {
+        self.current
+    }
+
+    /// Records `promise` durably (one write, one fdatasync) unless it is the current one. An
+    /// error is fatal, as for the log.
+    pub(crate) fn set(&mut self, promise: Promise) -> Result<()> {
+        if promise == self.current {
+            return Ok(());
+        }
+        let seq = self.seq + 1;
+        let slot = (seq % 2) as u32;
+        let at = u64::from(slot) * PROMISE_SLOT_STRIDE_BYTES;
+        self.file
+            .write_at(&encode_slot(slot, seq, &promise), at)
+            .map_err(io_err(&self.path))?;
+        self.file.sync_data().map_err(sync_err(&self.path))?;
+        self.seq = seq;
+        self.current = promise;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+//! Recovery against the promise record: what is damage (acknowledged data lost or corrupt, a
+//! corrupt snapshot or promise) and what is only a torn final write. A damaged directory is
+//! refused with a report of every finding and the intact prefix, and nothing on disk changes.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{files, first_damage, frames, new_cluster, open_sim, segment, sim_dir, small_config};
+use keel_core::{Index, LogId};
+use keel_wal::conformance::{entries, hard_state, snapshot_meta, write};
+use keel_wal::promise::{read_promise, PROMISE_FILE_NAME, PROMISE_SLOT_STRIDE_BYTES};
+use keel_wal::{inspect, Crash, DamageKind, FileHandle, Fs, SimFs, Wal, WalError};
+
+/// A log of `batches` synced batches of 10 entries each, in term 1, all acknowledged.
+fn acknowledged(batches: u64) -> SimFs {
+    let fs = SimFs::new();
+    let mut wal = new_cluster(fs.clone(), sim_dir(), small_config());
+    for b in 0..batches {
+        let from = b * 10 + 1;
+        let hs = hard_state(1, Some(1), from - 1);
+        wal.write_batch(&[write(b + 1, entries(1, from, from + 9), Some(hs))])
+            .unwrap();
+    }
+    assert_eq!(
+        wal.promise().unwrap().acked,
+        LogId::new(1, batches * 10),
+        "the promise covers every synced batch"
+    );
+    drop(wal);
+    fs
+}
+
+/// Overwrites `[from, to)` of `path` with zeros, durably: a disk that lost writes it had
+/// reported flushed reads back zeros there.
+fn zero_fill(fs: &SimFs, path: &std::path::Path, from: u64, to: u64) {
+    let mut file = fs.open(path).unwrap();
+    file.write_at(&vec![0; (to - from) as usize], from).unwrap();
+    file.sync_data().unwrap();
+}
+
+/// The last segment holding frames (a spare prepared ahead holds none).
+fn last_segment(fs: &SimFs) -> PathBuf {
+    let mut names: Vec<_> = fs
+        .list_dir(&sim_dir())
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .rev()
+        .map(|n| sim_dir().join(n))
+        .find(|p| !frames(&fs.read_file(p).unwrap()).is_empty())
+        .unwrap()
+}
+
+fn refused(fs: &SimFs) -> Box<keel_wal::DamageReport> {
+    let before = files(fs);
+    let report = match Wal::open(fs.clone(), sim_dir(), small_config()) {
+        Err(WalError::Damaged(report)) => report,
+        other => panic!("expected damage, got {:?}", other.map(|_| ())),
+    };
+    assert_eq!(files(fs), before, "a refused open changes nothing");
+    // The read-only paths say the same.
+    let inspection = inspect(fs, &sim_dir()).unwrap();
+    assert_eq!(inspection.damage, report.damage);
+    assert!(keel_wal::recover(fs, &sim_dir()).is_err());
+    report
+}
+
+fn last_index(report: &keel_wal::DamageReport) -> Index {
+    let state = &report.recovered.state;
+    state
+        .entries
+        .last()
+        .map_or(state.snapshot.index, |e| e.index)
+}
+
+#[test]
+fn a_zero_filled_tail_below_the_promise_is_damage_not_a_torn_tail() {
+    let fs = acknowledged(6);
+    let seg = last_segment(&fs);
+    let frames = frames(&fs.read_file(&seg).unwrap());
+    // The last two batches' frames read back as zeros.
+    let (from, _) = frames[frames.len() - 2];
+    let (last, size) = frames[frames.len() - 1];
+    zero_fill(&fs, &seg, from, last + size as u64);
+    let report = refused(&fs);
+    assert_eq!(report.damage.len(), 1, "{report}");
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::LostTail, "{d}");
+    assert_eq!(d.promised, Some(LogId::new(1, 60)));
+    assert_eq!(d.intact_through, 40, "{d}");
+    assert!(d.detail.contains("20 acknowledged entries are gone"), "{d}");
+    // The intact prefix: everything before the lost frames, and the hard state kept.
+    assert_eq!(last_index(&report), 40);
+    assert_eq!(report.recovered.state.hard_state.term, 1);
+    assert_eq!(report.recovered.state.hard_state.vote, Some(1));
+    assert!(report.to_string().contains("lost-tail"), "{report}");
+}
+
+#[test]
+fn a_flipped_byte_in_an_older_segment_is_damage_with_the_intact_prefix() {
+    let fs = acknowledged(200);
+    let first = frames(&fs.read_file(&segment(1)).unwrap());
+    assert_ne!(last_segment(&fs), segment(1), "segment 1 is sealed");
+    // The third batch of segment 1 (entries 21..=30).
+    let (at, size) = first[3];
+    fs.flip_bit(&segment(1), at + size as u64 / 2, 6).unwrap();
+    let report = refused(&fs);
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::CorruptLog, "{d}");
+    assert_eq!(d.path, Some(segment(1)));
+    assert_eq!(d.offset, Some(at));
+    assert_eq!(d.intact_through, 20, "{d}");
+    assert_eq!(d.promised, Some(LogId::new(1, 2000)));
+    assert_eq!(last_index(&report), 20);
+    assert_eq!(report.recovered.state.entries, entries(1, 1, 20));
+    // The commit is clamped into the intact prefix.
+    assert!(report.recovered.state.hard_state.commit <= 20);
+}
+
+#[test]
+fn a_torn_tail_above_the_promise_is_truncated_without_damage() {
+    // The batch's frame is about 400 bytes.
+    for torn_bytes in [1, 40, 200, 1000] {
+        let fs = acknowledged(3);
+        let (mut wal, _) = open_sim(&fs);
+        // The batch's write is issued, and the process dies before its fsync.
+        fs.kill_after_ops(1);
+        let hs = hard_state(1, Some(1), 30);
+        assert!(wal
+            .write_batch(&[write(9, entries(1, 31, 40), Some(hs))])
+            .is_err());
+        drop(wal);
+        fs.crash_with(Crash::KeepPrefix { ops: 0, torn_bytes });
+        let promise = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
+        assert_eq!(promise.acked, LogId::new(1, 30));
+        let (wal, rec) = Wal::open(fs.clone(), sim_dir(), small_config())
+            .unwrap_or_else(|e| panic!("torn after {torn_bytes} bytes: {e}"));
+        let last = rec.state.entries.last().unwrap().index;
+        if torn_bytes < 300 {
+            assert_eq!(last, 30, "torn after {torn_bytes} bytes");
+            assert!(
+                rec.stats.torn_tail.is_some(),
+                "torn after {torn_bytes} bytes"
+            );
+        } else {
+            // The whole frame reached the disk: durable, if never acknowledged.
+            assert_eq!(last, 40, "kept {torn_bytes} bytes");
+        }
+        // What the node now holds and will act on is promised.
+        assert_eq!(wal.promise().unwrap().acked, LogId::new(1, last));
+    }
+}
+
+#[test]
+fn a_deleted_last_segment_is_a_lost_tail() {
+    let fs = acknowledged(200);
+    let last = last_segment(&fs);
+    assert_ne!(last, segment(1));
+    fs.remove_file(&last).unwrap();
+    let report = refused(&fs);
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::LostTail, "{d}");
+    assert!(d.intact_through < 2000, "{d}");
+}
+
+#[test]
+fn a_lost_vote_is_damage() {
+    let fs = acknowledged(2);
+    let (mut wal, _) = open_sim(&fs);
+    wal.write_batch(&[write(5, Vec::new(), Some(hard_state(2, Some(3), 20)))])
+        .unwrap();
+    assert_eq!(wal.promise().unwrap().vote, Some(3));
+    drop(wal);
+    let seg = last_segment(&fs);
+    let all = frames(&fs.read_file(&seg).unwrap());
+    let (at, size) = *all.last().unwrap();
+    zero_fill(&fs, &seg, at, at + size as u64);
+    let report = refused(&fs);
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::LostTail, "{d}");
+    assert!(d.detail.contains("behind the promised term 2"), "{d}");
+    // The intact prefix never goes back on the vote: it takes the promised one.
+    assert_eq!(report.recovered.state.hard_state.term, 2);
+    assert_eq!(report.recovered.state.hard_state.vote, Some(3));
+}
+
+#[test]
+fn both_promise_copies_corrupt_is_damage_one_is_not() {
+    let fs = acknowledged(3);
+    let path = sim_dir().join(PROMISE_FILE_NAME);
+    fs.flip_bit(&path, 20, 0).unwrap();
+    fs.flip_bit(&path, PROMISE_SLOT_STRIDE_BYTES + 20, 0)
+        .unwrap();
+    let report = refused(&fs);
+    let d = &report.damage[0];
+    assert_eq!(d.kind, DamageKind::CorruptPromise, "{d}");
+    assert_eq!((d.promised, d.intact_through), (None, 30), "{d}");
+    // One good copy: opens (on the older promise, if the newer one was hit), and the next write
+    // replaces the bad copy.
+    fs.flip_bit(&path, 20, 0).unwrap();
+    let (mut wal, rec) = open_sim(&fs);
+    assert_eq!(rec.state.entries.len(), 30);
+    wal.write_batch(&[write(7, entries(1, 31, 31), None)])
+        .unwrap();
+    let read = read_promise(&fs, &sim_dir()).unwrap();
+    assert!(read
+        .slots
+        .iter()
+        .all(|s| !matches!(s, keel_wal::promise::SlotState::Corrupt(_))));
+}
+
+/// A directory from before the promise record (or one whose promise file was lost: that loss is
+/// undetectable) opens and gets a promise covering its log.
+#[test]
+fn a_missing_promise_file_is_created_from_the_log() {
+    let fs = acknowledged(3);
+    fs.remove_file(&sim_dir().join(PROMISE_FILE_NAME)).unwrap();
+    fs.sync_dir(&sim_dir()).unwrap();
+    let (wal, rec) = open_sim(&fs);
+    assert_eq!(rec.state.entries.len(), 30);
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(1, 30));
+    let read = read_promise(&fs, &sim_dir()).unwrap();
+    assert_eq!(read.promise().unwrap().acked, LogId::new(1, 30));
+}
+
+/// A snapshot from a leader that replaces entries past the promise, adopted, with a crash before
+/// the install reached the log: recovery drops the conflicting entries, which is no damage (they
+/// were never committed).
+#[test]
+fn an_interrupted_install_over_promised_entries_is_not_damage() {
+    let fs = acknowledged(3);
+    let (mut wal, _) = open_sim(&fs);
+    // The leader's snapshot at 25 has another term than the local entry 25.
+    wal.save_snapshot(&snapshot_meta(LogId::new(2, 25), vec![]), b"leader")
+        .unwrap();
+    drop(wal);
+    let (wal, rec) = open_sim(&fs);
+    assert_eq!(rec.state.snapshot, LogId::new(2, 25));
+    assert!(rec.state.entries.is_empty());
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(2, 25));
+}
+
+/// A follower overwriting entries below its promise lowers the promise first: a crash at any
+/// point of that batch opens without damage.
+#[test]
+fn a_truncation_below_the_promise_never_reads_as_damage() {
+    let reference = acknowledged(3);
+    let (mut wal, _) = open_sim(&reference);
+    let base = reference.op_count();
+    let rewrite = write(9, entries(2, 15, 16), Some(hard_state(2, None, 10)));
+    wal.write_batch(std::slice::from_ref(&rewrite)).unwrap();
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(2, 16));
+    let ops = reference.op_count() - base;
+    drop(wal);
+    for crash_after in 0..ops {
+        for crash in [
+            Crash::LoseUnsynced,
+            Crash::KeepPrefix {
+                ops: usize::MAX,
+                torn_bytes: 0,
+            },
+            Crash::Scramble { seed: crash_after },
+        ] {
+            let fs = acknowledged(3);
+            let (mut wal, _) = open_sim(&fs);
+            fs.kill_after_ops(crash_after);
+            assert!(wal.write_batch(std::slice::from_ref(&rewrite)).is_err());
+            drop(wal);
+            fs.crash_with(crash);
+            let (_, rec) = Wal::open(fs.clone(), sim_dir(), small_config())
+                .unwrap_or_else(|e| panic!("crash after {crash_after} ops, {crash:?}: {e}"));
+            let last = rec.state.entries.last().unwrap().log_id();
+            assert!(
+                [LogId::new(1, 30), LogId::new(2, 16)].contains(&last),
+                "{last}"
+            );
+        }
+    }
+}
+
+/// A lost tail after a truncation lowered and raised the promise again is still seen.
+#[test]
+fn a_lost_tail_after_a_truncation_is_still_seen() {
+    let fs = acknowledged(3);
+    let (mut wal, _) = open_sim(&fs);
+    wal.write_batch(&[write(9, entries(2, 15, 16), Some(hard_state(2, None, 10)))])
+        .unwrap();
+    drop(wal);
+    let seg = last_segment(&fs);
+    let (at, size) = *frames(&fs.read_file(&seg).unwrap()).last().unwrap();
+    zero_fill(&fs, &seg, at, at + size as u64);
+    let d = first_damage(Err::<(), _>(WalError::Damaged(refused(&fs))));
+    assert_eq!(d.kind, DamageKind::LostTail, "{d}");
+    assert_eq!(d.promised, Some(LogId::new(2, 16)), "{d}");
+}
