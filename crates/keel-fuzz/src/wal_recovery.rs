@@ -13,11 +13,14 @@
 //! | 4 | snapshot file; two more bytes give its index and term |
 //! | 5 | a segment left in preparation (`.wal.tmp`) |
 //! | 6 | a snapshot left half written (`.snap.tmp`) |
-//! | 7 | a file recovery does not read |
+//! | 7 | the promise record if `len` is odd, else a file recovery does not read |
 //!
-//! With bit 0 of the mode byte set, segment headers and frame checksums are recomputed before the
-//! files are written, so mutations of what frames *say* get past the checksums and reach the
-//! item decoder and the recovery rules.
+//! With bit 0 of the mode byte set, segment headers and frame checksums (and the promise
+//! record's slot checksums) are recomputed before the files are written, so mutations of what
+//! frames *say* get past the checksums and reach the item decoder and the recovery rules.
+//!
+//! Before opening, `keel_wal::inspect` reads the directory as `keel check` does: it must return
+//! a report (damaged or not), never panic.
 
 use std::path::Path;
 
@@ -76,6 +79,14 @@ pub fn wal_recovery(data: &[u8]) {
         if fix_checksums && tag <= 3 {
             fix_segment(&mut content, u64::from(tag) + 1);
         }
+        let name = if tag == 7 && len % 2 == 1 {
+            if fix_checksums {
+                fix_promise(&mut content);
+            }
+            keel_wal::promise::PROMISE_FILE_NAME.to_string()
+        } else {
+            name
+        };
         let path = dir.join(name);
         // A name given twice: the later file wins.
         let _ = fs.remove_file(&path);
@@ -88,6 +99,7 @@ pub fn wal_recovery(data: &[u8]) {
 }
 
 fn check_open(fs: &SimFs) {
+    let _ = keel_wal::inspect(fs, Path::new(DIR));
     let Ok((mut wal, recovered)) = Wal::open(fs.clone(), DIR, config()) else {
         return;
     };
@@ -142,6 +154,18 @@ fn check_open(fs: &SimFs) {
     drop(wal);
     let (_, reopened) = Wal::open(fs.clone(), DIR, config()).expect("reopen after a write");
     assert_eq!(reopened.state.entries.last(), Some(&entry));
+}
+
+/// Recomputes the checksum of each promise slot the image holds whole.
+fn fix_promise(content: &mut [u8]) {
+    use keel_wal::promise::{PROMISE_SLOT_SIZE_BYTES, PROMISE_SLOT_STRIDE_BYTES};
+    for slot in 0..2 {
+        let at = slot * PROMISE_SLOT_STRIDE_BYTES as usize;
+        if let Some(bytes) = content.get_mut(at..at + PROMISE_SLOT_SIZE_BYTES) {
+            let crc = crc32c::crc32c(&bytes[..60]);
+            bytes[60..].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
 }
 
 /// Rewrites a segment image's header (keeping its declared size) and every frame's checksum and

@@ -125,7 +125,53 @@ impl Fs for StdFs {
     }
 }
 
-/// A file of [`StdFs`].
+/// The real file system, read-only: files are opened for reading only, and every change (create,
+/// rename, remove, a directory sync) is refused, so that an offline check (`keel check`, through
+/// [`crate::inspect`]) can never change what it examines, and works on a read-only mount.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadOnlyFs;
+
+fn read_only(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{}: opened read-only", path.display()),
+    )
+}
+
+impl Fs for ReadOnlyFs {
+    type File = StdFile;
+
+    fn create(&self, path: &Path) -> io::Result<StdFile> {
+        Err(read_only(path))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<StdFile> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        Ok(StdFile::new(file, path))
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        StdFs.list_dir(dir)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        Err(read_only(dir))
+    }
+
+    fn rename(&self, from: &Path, _to: &Path) -> io::Result<()> {
+        Err(read_only(from))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        Err(read_only(path))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        Err(read_only(dir))
+    }
+}
+
+/// A file of [`StdFs`] (or [`ReadOnlyFs`]: then writes fail).
 #[derive(Debug)]
 pub struct StdFile {
     file: File,

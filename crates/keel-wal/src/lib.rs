@@ -256,7 +256,7 @@ mod wal;
 pub use codec::membership_payload;
 pub use damage::{Damage, DamageKind, DamageReport};
 pub use error::WalError;
-pub use fs::{FileHandle, Fs, StdFs};
+pub use fs::{FileHandle, Fs, ReadOnlyFs, StdFs};
 pub use keel_core::SnapshotMeta;
 pub use promise::{Promise, PromiseRead};
 pub use recover::{inspect, recover, Inspection, Recovered, RecoveryStats, TornTail};

@@ -566,7 +566,9 @@ pub(crate) fn assemble(
         .unwrap_or_else(|| keel_core::SnapshotMeta::initial(Default::default()));
     let snap = meta.last;
     let replay = &mut scan.replay;
-    let (log_start, log_last) = if scan.last_data.is_some() {
+    // Not `last_data`: a scan ended by corruption holds the frames it read of a segment it did not
+    // finish.
+    let (log_start, log_last) = if replay.has_started() {
         (replay.start, replay.last_index())
     } else {
         (snap.index + 1, snap.index)

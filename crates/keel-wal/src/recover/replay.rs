@@ -17,6 +17,11 @@ pub(crate) struct Replay {
 
 impl Replay {
     /// The last index in the log; `start - 1` when it holds no entries (0 before any checkpoint).
+    /// A frame was replayed (its checkpoint says where the log starts).
+    pub fn has_started(&self) -> bool {
+        self.started
+    }
+
     pub fn last_index(&self) -> Index {
         (self.start + self.entries.len() as Index).saturating_sub(1)
     }

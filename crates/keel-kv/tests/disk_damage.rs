@@ -1,0 +1,122 @@
+//! Storage faults beyond crashes (issue 20), first part: a node whose disk lost acknowledged
+//! writes refuses to start, naming the damage, and `keel check` reports it offline. The loss is
+//! made as a disk with a volatile cache makes it: the end of the active segment reads back as
+//! zeros, which without the promise record looked exactly like a log that simply ended there.
+//!
+//! Every wait is a retry loop with a generous deadline; nothing asserts a latency.
+
+mod process;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use process::{log_tail, set, Cluster, DEADLINE};
+
+/// Runs `keel check --data-dir dir`: exit code and stdout.
+fn keel_check(dir: &Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["check", "--data-dir"])
+        .arg(dir)
+        .output()
+        .expect("run keel check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "keel check wrote to stderr: {stderr}");
+    (out.status.code(), stdout)
+}
+
+/// The segment the log ends in: the highest-numbered one holding more than its header (the one
+/// after it, if any, is a spare prepared ahead).
+fn active_segment(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    segments.sort();
+    segments
+        .into_iter()
+        .rev()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .find(|(_, bytes)| bytes[64..].iter().any(|b| *b != 0))
+        .expect("a segment holding frames")
+}
+
+/// Overwrites the last `len_bytes` of the log's data with zeros, durably.
+fn zero_fill_tail(dir: &Path, len_bytes: usize) -> PathBuf {
+    let (path, mut bytes) = active_segment(dir);
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
+    let from = end.saturating_sub(len_bytes).max(64);
+    bytes[from..end].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    path
+}
+
+#[test]
+fn a_node_whose_disk_lost_its_tail_refuses_to_start_and_keel_check_says_why() {
+    let mut cluster = Cluster::new("disk-damage", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let victim = if leader == 3 { 2 } else { 3 };
+    for i in 0..300 {
+        set(cluster.node(leader), &format!("key-{i}"), &"v".repeat(100));
+    }
+    // Stopped cleanly (SIGTERM): everything it acknowledged is on its disk and promised.
+    cluster.node(victim).signal("TERM");
+    let status = cluster.node_mut(victim).wait_exit(DEADLINE);
+    assert!(status.is_some(), "node {victim} did not stop on SIGTERM");
+    let dir = cluster.node(victim).data_dir.clone();
+
+    let (code, report) = keel_check(&dir);
+    assert_eq!(code, Some(0), "a healthy directory:\n{report}");
+    assert!(report.contains("clean:"), "{report}");
+    assert!(report.contains("promise: term"), "{report}");
+
+    // The disk loses the last 16 KiB of the log it had reported flushed.
+    let segment = zero_fill_tail(&dir, 16 << 10);
+    let before = std::fs::read(&segment).unwrap();
+
+    let (code, report) = keel_check(&dir);
+    assert_eq!(code, Some(1), "a damaged directory:\n{report}");
+    let finding = report
+        .lines()
+        .find(|l| l.starts_with("DAMAGE lost-tail:"))
+        .unwrap_or_else(|| panic!("no lost-tail finding:\n{report}"));
+    assert!(
+        finding.contains("acknowledged entries are gone"),
+        "{finding}"
+    );
+    assert!(report.contains("damaged: 1 finding(s)"), "{report}");
+
+    // Restarted, the node refuses, naming the damage, instead of serving a shorter log.
+    cluster.node_mut(victim).spawn();
+    let log = cluster.node(victim).log.clone();
+    let status = cluster.node_mut(victim).wait_exit(DEADLINE);
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "node {victim} started on a log that lost its tail; log tail:\n{}",
+            log_tail(&log)
+        )
+    });
+    assert!(!status.success(), "{status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("is damaged, refusing to start")
+            && text.contains("lost-tail")
+            && text.contains("keel check --data-dir"),
+        "the log does not name the damage:\n{}",
+        log_tail(&log)
+    );
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        before,
+        "a refused start changed the segment"
+    );
+
+    // The other two keep serving.
+    let survivor = if leader == victim { 1 } else { leader };
+    set(cluster.node(survivor), "after", "1");
+}
