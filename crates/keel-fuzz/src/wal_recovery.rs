@@ -51,6 +51,8 @@ pub fn config() -> WalConfig {
         snapshot_size_bytes_max: 1 << 20,
         zero_fill_segments: false,
         direct_io: false,
+        // Every promise written, as the crash tests do: the strictest judgement of the log.
+        promise_write_every_batches: 1,
     }
 }
 

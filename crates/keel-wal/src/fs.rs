@@ -64,6 +64,20 @@ pub trait FileHandle {
     /// caller: after a failed fsync the kernel may already have dropped the dirty pages, so
     /// retrying can report success for data that is gone.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Starts sending this file's written data to the device, without waiting for it and without
+    /// flushing the device's cache: a hint that [`FileHandle::write_back`] will follow.
+    fn start_write_back(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Waits until this file's written data has reached the device (its volatile cache at
+    /// least), without flushing that cache, so that the next cache flush on the device, which
+    /// the next `sync_data` of *any* file of this file system issues, makes the data durable. No
+    /// metadata goes with it: only for data in place in blocks the file already has. Returns
+    /// `false` where the platform cannot do this; the caller must then `sync_data` the file
+    /// itself.
+    fn write_back(&mut self) -> io::Result<bool> {
+        Ok(false)
+    }
     /// Asks that later writes bypass the page cache where the platform and file system allow
     /// it (`O_DIRECT` on Linux, see `direct_io.rs`). What reads return and what `sync_data`
     /// makes durable do not change. Returns whether writes now go directly.
@@ -246,12 +260,49 @@ impl FileHandle for StdFile {
     }
 
     #[cfg(target_os = "linux")]
+    fn start_write_back(&mut self) -> io::Result<()> {
+        sync_file_range(&self.file, libc::SYNC_FILE_RANGE_WRITE)
+    }
+
+    /// `sync_file_range(2)`: wait for writeback already under way, start it for every dirty page,
+    /// wait for that too. A write the device has completed is in what its next cache flush
+    /// (`REQ_PREFLUSH`, which fdatasync issues on every Linux file system that honours it)
+    /// makes durable.
+    #[cfg(target_os = "linux")]
+    fn write_back(&mut self) -> io::Result<bool> {
+        sync_file_range(
+            &self.file,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )?;
+        Ok(true)
+    }
+
+    #[cfg(target_os = "linux")]
     fn write_directly(&mut self) -> io::Result<bool> {
         if self.direct.is_none() {
             let len_bytes = self.file.metadata()?.len();
             self.direct = crate::direct_io::DirectWriter::open(&self.path, len_bytes)?;
         }
         Ok(self.direct.is_some())
+    }
+}
+
+/// The whole file, with `flags`.
+#[cfg(target_os = "linux")]
+fn sync_file_range(file: &File, flags: libc::c_uint) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: a plain system call on a descriptor `file` keeps open; no memory is passed.
+        let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, flags) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
     }
 }
 

@@ -6,9 +6,8 @@
 //! itself toward a commit). Both are in the log already; the log alone cannot show that its own
 //! tail is missing (a disk that reported a flush it never did leaves zeros where frames were, which
 //! reads exactly like a log that simply ended there). So [`crate::Wal::write_batch`] records the
-//! promise here after every synced batch that changed it, and syncs it before returning: nothing is
-//! reported durable before the promise covering it is durable too. Recovery compares the two
-//! ([`crate::damage`]).
+//! promise here after every synced batch that changed it, and it is durable with the next group
+//! commit (below). Recovery compares the two ([`crate::damage`]).
 //!
 //! # File `promise`, format version 1
 //!
@@ -17,11 +16,11 @@
 //! other's sectors). Writes alternate between them: write `n` goes to slot `n % 2`, so a write
 //! torn anywhere damages only the slot it was writing, and the other still holds the promise
 //! before it. The valid slot with the higher sequence number is the promise; a slot of zeros was
-//! never written. The file is created (temporary name `promise.tmp`, length set, the first record
-//! — sequence number 1, so slot 1 — written, fsync, rename, directory fsync) by
-//! [`crate::Wal::open`]: under its final name it always holds a valid slot. After that each write
-//! is one 64-byte write in place and one `fdatasync` (the length never changes, so no metadata is
-//! flushed).
+//! never written. The file is created (temporary name `promise.tmp`, all 8,192 bytes written:
+//! zeros and the first record — sequence number 1, so slot 1 — then fsync, rename, directory
+//! fsync) by [`crate::Wal::open`]: under its final name it always holds a valid slot. After that
+//! each write is one 64-byte write in place into blocks the file already has (so no metadata ever
+//! needs flushing with it).
 //!
 //! A slot (all integers little-endian):
 //!
@@ -43,17 +42,40 @@
 //!
 //! # What it means, and when it is written
 //!
-//! After every synced batch, once the log's fsync returned, the record is set to the log's synced
-//! term and vote and its last entry's (term, index), if that changed, and synced. The order
-//! matters: written before the log's own fsync, a crash could keep the promise and lose the
-//! entries, which recovery would take for damage. A batch that truncates the log below the promise
-//! (a follower overwriting entries a newer leader replaced) or resets it to a snapshot first
-//! lowers the promise to the entry it keeps, synced, before the log changes: the promise never
-//! names an entry the log may legitimately no longer hold. Lowering is safe: the entries dropped
-//! were never committed (a leader of a later term replaced them).
+//! After every synced batch, once the log's fsync returned, the record is raised to the log's
+//! synced term and vote and its last entry's (term, index), if that changed. The order matters:
+//! written before the log's own fsync returned, the promise could reach the disk ahead of the
+//! entries it names, and a crash would leave a promise the log does not hold, which recovery
+//! takes for damage (an honest disk writes its cache back in any order until a flush completes).
+//!
+//! Flushing the record on its own would cost a second device cache flush per group commit, and
+//! even a write of it riding on the log's flush costs one more 4 KiB I/O beside the log's. So a
+//! raise waits in memory, and only one in [`crate::WalConfig::promise_write_every_batches`] (16)
+//! is written: into the
+//! page cache at once (a process that stops keeps it); when the next batch's log write is issued
+//! its writeback starts, so the two travel to the device together, and it is pushed to the device
+//! before the log's fdatasync ([`crate::FileHandle::write_back`]: `sync_file_range` on Linux, no
+//! flush), whose flush of the device's whole cache makes it durable with the new entries. When no
+//! next batch comes, the runtime writes and flushes the newest raise after a short idle delay, and
+//! when it stops ([`crate::Wal::flush_promise`]); where a write cannot be pushed without a flush
+//! (platforms other than Linux), it is flushed on its own before the log's fsync. At most one
+//! record write is unflushed at any time (writing one flushes the one before if needed), so the
+//! other slot always holds a durable promise.
+//!
+//! So the durable promise trails what was acknowledged by at most that many group commits (or
+//! the runtime's idle delay): loss confined to
+//! the batches acknowledged that shortly before a crash is not detected (see [`crate::damage`] for
+//! everything that is not).
+//!
+//! A batch that truncates the log below the promise (a follower overwriting entries a newer
+//! leader replaced) or resets it to a snapshot first lowers the promise to the entry it keeps,
+//! flushed, before the log changes: the promise never names an entry the log may legitimately no
+//! longer hold. Lowering is safe: the entries dropped were never committed (a leader of a later
+//! term replaced them).
 //!
 //! So at any crash point the disk holds a promise at or below the log's synced end, and at or
-//! above everything reported durable; recovery's checks ([`crate::damage`]) rest on that.
+//! above everything reported durable before the last group commit; recovery's checks
+//! ([`crate::damage`]) rest on that.
 
 use std::path::{Path, PathBuf};
 
@@ -240,30 +262,51 @@ pub(crate) struct PromiseFile<F: Fs> {
     path: PathBuf,
     /// Sequence number of the last write.
     seq: u64,
-    current: Promise,
+    /// The promise last written: durable, or on its way (`unflushed`).
+    written: Promise,
+    /// `written` is not known durable yet: the next flush makes it so.
+    unflushed: bool,
+    /// Raised since the last write and not written yet (no I/O until it is due).
+    raised: Option<Promise>,
+    /// Raises since the last write: every `write_every`th is written.
+    raises_since_write: u32,
+    /// [`crate::WalConfig::promise_write_every_batches`].
+    write_every: u32,
 }
 
 impl<F: Fs> PromiseFile<F> {
     /// Opens the file `read` describes, or creates it holding `promise` when it is missing or
     /// holds no valid slot (the caller decided that is not damage). The promise is then set to
-    /// `promise` (the state the WAL opened with).
-    pub(crate) fn open(fs: &F, dir: &Path, read: &PromiseRead, promise: Promise) -> Result<Self> {
+    /// `promise` (the state the WAL opened with), durably.
+    pub(crate) fn open(
+        fs: &F,
+        dir: &Path,
+        read: &PromiseRead,
+        promise: Promise,
+        write_every: u32,
+    ) -> Result<Self> {
         let path = dir.join(PROMISE_FILE_NAME);
-        let Some((seq, current)) = read.newest() else {
-            return Self::create(fs, dir, promise);
+        let Some((seq, written)) = read.newest() else {
+            return Self::create(fs, dir, promise, write_every);
         };
         let file = fs.open(&path).map_err(io_err(&path))?;
+        // What was read may be only in the page cache (a process restart, not a power loss, after
+        // a write that never got its flush): flushed here along with any change.
         let mut opened = PromiseFile {
             file,
             path,
             seq,
-            current,
+            written,
+            unflushed: true,
+            raised: None,
+            raises_since_write: 0,
+            write_every,
         };
         opened.set(promise)?;
         Ok(opened)
     }
 
-    fn create(fs: &F, dir: &Path, promise: Promise) -> Result<Self> {
+    fn create(fs: &F, dir: &Path, promise: Promise, write_every: u32) -> Result<Self> {
         let temp = dir.join(PROMISE_TEMP_NAME);
         let path = dir.join(PROMISE_FILE_NAME);
         if fs
@@ -275,10 +318,13 @@ impl<F: Fs> PromiseFile<F> {
             fs.remove_file(&temp).map_err(io_err(&temp))?;
         }
         let mut file = fs.create(&temp).map_err(io_err(&temp))?;
-        file.set_len(PROMISE_FILE_SIZE_BYTES)
-            .map_err(io_err(&temp))?;
-        file.write_at(&encode_slot(1, 1, &promise), PROMISE_SLOT_STRIDE_BYTES)
-            .map_err(io_err(&temp))?;
+        // Every byte written, not just the length set: both slots get their blocks now, so that
+        // writing a slot later changes no metadata (`write_back` carries none).
+        let mut content = vec![0u8; PROMISE_FILE_SIZE_BYTES as usize];
+        let first = PROMISE_SLOT_STRIDE_BYTES as usize;
+        content[first..first + PROMISE_SLOT_SIZE_BYTES]
+            .copy_from_slice(&encode_slot(1, 1, &promise));
+        file.write_at(&content, 0).map_err(io_err(&temp))?;
         file.sync_data().map_err(sync_err(&temp))?;
         // Replaces a file whose slots were both unreadable (the caller accepted that).
         fs.rename(&temp, &path).map_err(io_err(&path))?;
@@ -287,29 +333,111 @@ impl<F: Fs> PromiseFile<F> {
             file,
             path,
             seq: 1,
-            current: promise,
+            written: promise,
+            unflushed: false,
+            raised: None,
+            raises_since_write: 0,
+            write_every,
         })
     }
 
+    /// The newest promise: raised, or written (durable, or made so by the next flush).
     pub(crate) fn current(&self) -> Promise {
-        self.current
+        self.raised.unwrap_or(self.written)
     }
 
-    /// Records `promise` durably (one write, one fdatasync) unless it is the current one. An
-    /// error is fatal, as for the log.
-    pub(crate) fn set(&mut self, promise: Promise) -> Result<()> {
-        if promise == self.current {
+    /// Whether the newest promise still waits to be written or flushed ([`PromiseFile::flush`]).
+    pub(crate) fn pending(&self) -> bool {
+        self.raised.is_some() || self.unflushed
+    }
+
+    /// Raises the promise to `promise`, which covers only entries already durable in the log.
+    /// Every `write_every`th raise is written at once (into the page cache: a
+    /// process that stops keeps it), to become durable with the next log fsync
+    /// ([`PromiseFile::start`], [`PromiseFile::before_log_sync`]); [`PromiseFile::flush`] writes
+    /// and flushes any raise now.
+    pub(crate) fn raise(&mut self, promise: Promise) -> Result<()> {
+        if promise == self.written {
+            self.raised = None;
             return Ok(());
         }
+        self.raised = Some(promise);
+        self.raises_since_write += 1;
+        if self.raises_since_write < self.write_every {
+            return Ok(());
+        }
+        self.write_raised()
+    }
+
+    /// A log write that will be synced is about to be issued: the promise's writeback starts, so
+    /// that it travels to the device beside the log's write.
+    pub(crate) fn start(&mut self) -> Result<()> {
+        if !self.unflushed {
+            return Ok(());
+        }
+        self.file.start_write_back().map_err(io_err(&self.path))
+    }
+
+    /// The log is about to fsync: the promise written since the last flush must be at the device
+    /// first, so that the log's fsync (a cache flush of the whole device) makes it durable too.
+    /// Where the platform cannot push a write without flushing, it is flushed here.
+    pub(crate) fn before_log_sync(&mut self) -> Result<()> {
+        if !self.unflushed {
+            return Ok(());
+        }
+        if !self.file.write_back().map_err(io_err(&self.path))? {
+            return self.sync();
+        }
+        // The caller's fsync follows; should it fail, the process stops.
+        self.unflushed = false;
+        Ok(())
+    }
+
+    /// Makes the newest promise durable now: for a log that stays idle (no next fsync), or a
+    /// process about to stop.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        self.write_raised()?;
+        self.sync()
+    }
+
+    /// Records `promise` durably before returning, replacing any raised one: for lowering it,
+    /// which must reach the disk before the log changes.
+    pub(crate) fn set(&mut self, promise: Promise) -> Result<()> {
+        self.raised = (promise != self.written).then_some(promise);
+        self.flush()
+    }
+
+    /// Writes the raised promise, if any.
+    fn write_raised(&mut self) -> Result<()> {
+        let Some(promise) = self.raised.take() else {
+            return Ok(());
+        };
+        // Two writes in flight could both be lost or torn; the one before must be durable.
+        self.sync()?;
+        self.write(promise)?;
+        self.raises_since_write = 0;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if self.unflushed {
+            self.file.sync_data().map_err(sync_err(&self.path))?;
+            self.unflushed = false;
+        }
+        Ok(())
+    }
+
+    /// One write of the next slot. An error is fatal, as for the log.
+    fn write(&mut self, promise: Promise) -> Result<()> {
         let seq = self.seq + 1;
         let slot = (seq % 2) as u32;
         let at = u64::from(slot) * PROMISE_SLOT_STRIDE_BYTES;
         self.file
             .write_at(&encode_slot(slot, seq, &promise), at)
             .map_err(io_err(&self.path))?;
-        self.file.sync_data().map_err(sync_err(&self.path))?;
         self.seq = seq;
-        self.current = promise;
+        self.written = promise;
+        self.unflushed = true;
         Ok(())
     }
 }

@@ -7,7 +7,9 @@
 //! global queue of unsynced changes, in issue order, and applied to the current state at once:
 //!
 //! - [`FileHandle::sync_data`] moves that file's queued writes and length changes into its durable
-//!   content (fdatasync makes the data and the size needed to read it durable, nothing else);
+//!   content (fdatasync makes the data and the size needed to read it durable, nothing else),
+//!   and with them every write of any file that [`FileHandle::write_back`] pushed to the device
+//!   (the cache flush an fdatasync issues covers every write the device has completed);
 //! - [`Fs::sync_dir`] moves the queued creates, renames and removes of that directory into the
 //!   durable namespace. A file created and synced but whose directory was never synced is lost in
 //!   a crash, as on Linux;
@@ -72,6 +74,8 @@ enum Change {
         inode: u64,
         offset: u64,
         data: Vec<u8>,
+        /// At the device ([`FileHandle::write_back`]): the next sync of any file makes it durable.
+        pushed: bool,
     },
     SetLen {
         inode: u64,
@@ -96,6 +100,11 @@ impl Change {
             Change::Write { inode, .. } | Change::SetLen { inode, .. } => Some(*inode),
             _ => None,
         }
+    }
+
+    /// A write already at the device: any flush makes it durable.
+    fn pushed(&self) -> bool {
+        matches!(self, Change::Write { pushed: true, .. })
     }
 
     fn dir(&self) -> Option<&Path> {
@@ -128,6 +137,8 @@ struct State {
     ops_until_death: Option<u64>,
     dead: bool,
     fail_next_sync: bool,
+    /// `sync_data` and `sync_dir` calls that succeeded: the flushes a real disk would do.
+    syncs: u64,
 }
 
 fn dead_error() -> io::Error {
@@ -175,6 +186,7 @@ impl State {
                 inode,
                 offset,
                 data,
+                ..
             } => {
                 let node = self.inodes.entry(*inode).or_default();
                 write_into(
@@ -283,6 +295,11 @@ impl SimFs {
         self.lock().mutating_ops
     }
 
+    /// Successful `sync_data` and `sync_dir` calls so far: the cache flushes a disk would do.
+    pub fn sync_count(&self) -> u64 {
+        self.lock().syncs
+    }
+
     /// Changes issued but not yet synced.
     pub fn unsynced_ops(&self) -> usize {
         self.lock().unsynced.len()
@@ -320,12 +337,14 @@ impl SimFs {
                             inode,
                             offset,
                             data,
+                            ..
                         } = change
                         {
                             let torn = Change::Write {
                                 inode: *inode,
                                 offset: *offset,
                                 data: data[..torn_bytes.min(data.len())].to_vec(),
+                                pushed: false,
                             };
                             st.apply(&torn, true);
                         }
@@ -340,6 +359,7 @@ impl SimFs {
                             inode,
                             offset,
                             data,
+                            ..
                         } => scramble_write(&mut st, &mut rng, *inode, *offset, data),
                         other => {
                             if next_random(&mut rng) % 2 == 0 {
@@ -411,6 +431,7 @@ fn scramble_write(st: &mut State, rng: &mut u64, inode: u64, offset: u64, data: 
                     inode,
                     offset: at,
                     data: piece.to_vec(),
+                    pushed: false,
                 },
                 true,
             );
@@ -516,7 +537,9 @@ impl Fs for SimFs {
         if std::mem::take(&mut st.fail_next_sync) {
             return Err(io::Error::other("injected fsync failure (directory)"));
         }
-        st.make_durable(|c| c.dir() == Some(dir));
+        st.syncs += 1;
+        // A flush of the device's cache too.
+        st.make_durable(|c| c.dir() == Some(dir) || c.pushed());
         Ok(())
     }
 }
@@ -556,6 +579,7 @@ impl FileHandle for SimFile {
             inode: self.inode,
             offset,
             data: buf.to_vec(),
+            pushed: false,
         });
         Ok(())
     }
@@ -578,8 +602,23 @@ impl FileHandle for SimFile {
         if std::mem::take(&mut st.fail_next_sync) {
             return Err(io::Error::other("injected fsync failure"));
         }
+        st.syncs += 1;
         let inode = self.inode;
-        st.make_durable(|c| c.inode() == Some(inode));
+        // The device's cache flush: this file's writes, and every write already at the device.
+        st.make_durable(|c| c.inode() == Some(inode) || c.pushed());
         Ok(())
+    }
+
+    fn write_back(&mut self) -> io::Result<bool> {
+        let mut st = self.fs.lock();
+        st.check_alive(self.generation)?;
+        for change in &mut st.unsynced {
+            if let Change::Write { inode, pushed, .. } = change {
+                if *inode == self.inode {
+                    *pushed = true;
+                }
+            }
+        }
+        Ok(true)
     }
 }

@@ -135,7 +135,11 @@ fn a_torn_tail_above_the_promise_is_truncated_without_damage() {
             .write_batch(&[write(9, entries(1, 31, 40), Some(hs))])
             .is_err());
         drop(wal);
-        fs.crash_with(Crash::KeepPrefix { ops: 0, torn_bytes });
+        // The batch's write is the last change issued.
+        fs.crash_with(Crash::KeepPrefix {
+            ops: fs.unsynced_ops() - 1,
+            torn_bytes,
+        });
         let promise = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
         assert_eq!(promise.acked, LogId::new(1, 30));
         let (wal, rec) = Wal::open(fs.clone(), sim_dir(), small_config())
@@ -297,4 +301,65 @@ fn a_lost_tail_after_a_truncation_is_still_seen() {
     let d = first_damage(Err::<(), _>(WalError::Damaged(refused(&fs))));
     assert_eq!(d.kind, DamageKind::LostTail, "{d}");
     assert_eq!(d.promised, Some(LogId::new(2, 16)), "{d}");
+}
+
+/// One device flush per group commit: the promise raised by a batch rides on the next batch's
+/// log fsync, and only an idle log needs a flush of its own ([`Wal::flush_promise`]).
+#[test]
+fn the_promise_rides_on_the_next_group_commit_and_never_costs_a_flush_of_its_own() {
+    let fs = acknowledged(1);
+    let (mut wal, _) = open_sim(&fs);
+    assert!(!wal.promise_unflushed(), "open leaves the promise durable");
+    for b in 1..=5u64 {
+        let from = b * 10 + 1;
+        let syncs = fs.sync_count();
+        wal.write_batch(&[write(b + 1, entries(1, from, from + 9), None)])
+            .unwrap();
+        assert_eq!(fs.sync_count(), syncs + 1, "batch {b}: one flush");
+        assert!(wal.promise_unflushed());
+        assert_eq!(wal.promise().unwrap().acked, LogId::new(1, from + 9));
+    }
+    // A crash now keeps the promise of the batch before the last: it trails by one group commit,
+    // and is never ahead of the log.
+    fs.crash();
+    let durable = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
+    assert_eq!(durable.acked, LogId::new(1, 50));
+    let (mut wal, rec) = open_sim(&fs);
+    assert_eq!(rec.state.entries.last().unwrap().index, 60);
+    // An idle log flushes it on its own, once.
+    wal.write_batch(&[write(9, entries(1, 61, 70), None)])
+        .unwrap();
+    let syncs = fs.sync_count();
+    assert!(wal.flush_promise().unwrap());
+    assert!(!wal.flush_promise().unwrap(), "nothing left to flush");
+    assert_eq!(fs.sync_count(), syncs + 1);
+    fs.crash();
+    let durable = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
+    assert_eq!(durable.acked, LogId::new(1, 70));
+}
+
+/// With the promise written once per N batches (the default is 16), the durable promise trails
+/// the log by at most N group commits, and still costs no flush of its own.
+#[test]
+fn a_promise_written_every_fourth_batch_trails_by_at_most_four() {
+    let config = keel_wal::WalConfig {
+        promise_write_every_batches: 4,
+        ..small_config()
+    };
+    let fs = acknowledged(1);
+    let (mut wal, _) = Wal::open(fs.clone(), sim_dir(), config.clone()).unwrap();
+    for b in 1..=9u64 {
+        let from = b * 10 + 1;
+        let syncs = fs.sync_count();
+        wal.write_batch(&[write(b + 1, entries(1, from, from + 9), None)])
+            .unwrap();
+        assert_eq!(fs.sync_count(), syncs + 1, "batch {b}: one flush");
+        assert_eq!(wal.promise().unwrap().acked, LogId::new(1, from + 9));
+    }
+    // Raises 4 and 8 were written; 8's rode on batch 9's fsync.
+    fs.crash();
+    let durable = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
+    assert_eq!(durable.acked, LogId::new(1, 90));
+    let (_, rec) = Wal::open(fs.clone(), sim_dir(), config).unwrap();
+    assert_eq!(rec.state.entries.last().unwrap().index, 100);
 }

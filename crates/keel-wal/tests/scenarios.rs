@@ -309,8 +309,9 @@ fn s38_torn_tail_vs_bit_flip_vs_hard_state_flip_vs_failed_vote_fsync() {
         .write_batch(&[write(3, entries(2, 11, 60), None)])
         .is_err());
     drop(wal);
+    // The batch's write is the last change issued (the promise of the batch before goes first).
     fs.crash_with(Crash::KeepPrefix {
-        ops: 0,
+        ops: fs.unsynced_ops() - 1,
         torn_bytes: 500,
     });
     let (mut wal, rec) = open_sim(&fs);

@@ -90,3 +90,32 @@ fn scramble_is_deterministic() {
     let kept = run(3).iter().filter(|b| **b == 7).count();
     assert!(kept % SECTOR_SIZE_BYTES == 0);
 }
+
+#[test]
+fn a_write_pushed_to_the_device_is_durable_with_the_next_sync_of_any_file() {
+    let (fs, mut a) = setup();
+    fs.sync_dir(&dir()).unwrap();
+    let mut b = fs.create(&dir().join("b")).unwrap();
+    fs.sync_dir(&dir()).unwrap();
+    a.write_at(b"pushed", 0).unwrap();
+    assert!(a.write_back().unwrap());
+    // Written after the push: not at the device yet.
+    a.write_at(b"later", 6).unwrap();
+    b.write_at(b"other", 0).unwrap();
+    let syncs = fs.sync_count();
+    b.sync_data().unwrap();
+    assert_eq!(fs.sync_count(), syncs + 1);
+    fs.crash();
+    assert_eq!(fs.read_file(&dir().join("a")).unwrap(), b"pushed");
+    assert_eq!(fs.read_file(&dir().join("b")).unwrap(), b"other");
+}
+
+#[test]
+fn a_pushed_write_without_a_later_sync_is_lost_like_any_unsynced_one() {
+    let (fs, mut a) = setup();
+    fs.sync_dir(&dir()).unwrap();
+    a.write_at(b"pushed", 0).unwrap();
+    assert!(a.write_back().unwrap());
+    fs.crash();
+    assert_eq!(fs.read_file(&dir().join("a")).unwrap(), b"");
+}

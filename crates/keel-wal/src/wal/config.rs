@@ -39,6 +39,10 @@ pub struct WalConfig {
     /// Write segments around the page cache (`O_DIRECT`, Linux; see `direct_io.rs`) where the
     /// file system allows it. Same bytes, same durability, less CPU per group commit.
     pub direct_io: bool,
+    /// The promise record (`promise.rs`) is written to ride on the log's fsync once per this many
+    /// synced batches, and the durable promise trails the acknowledged log by at most that many
+    /// group commits (every write is one more 4 KiB I/O beside the log's). At least 1.
+    pub promise_write_every_batches: u32,
 }
 
 impl Default for WalConfig {
@@ -54,6 +58,7 @@ impl Default for WalConfig {
             snapshot_size_bytes_max: 16 << 30,
             zero_fill_segments: true,
             direct_io: true,
+            promise_write_every_batches: 16,
         }
     }
 }
@@ -61,6 +66,9 @@ impl Default for WalConfig {
 impl WalConfig {
     pub fn validate(&self) -> Result<()> {
         let fail = |why: &str| Err(WalError::InvalidRequest(format!("config: {why}")));
+        if self.promise_write_every_batches == 0 {
+            return fail("promise_write_every_batches must be at least 1");
+        }
         if self.frame_size_bytes_max < 4096 || self.frame_size_bytes_max > FRAME_SIZE_BYTES_LIMIT {
             return fail("frame_size_bytes_max must be in 4 KiB ..= 256 MiB");
         }

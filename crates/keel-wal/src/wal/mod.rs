@@ -329,20 +329,54 @@ impl<F: Fs> Wal<F> {
         self.poison_on_error(result)
     }
 
-    /// Records the promise of what is synced now: the synced term and vote, the last entry. Runs
+    /// Raises the promise to what is synced now: the synced term and vote, the last entry. Runs
     /// after the log's fsync, never before: a promise durable ahead of its entries would read as
-    /// damage after a crash.
+    /// damage after a crash. It becomes durable with the next batch's fsync, or
+    /// [`Wal::flush_promise`] if none comes (promise.rs: one flush per group commit, not two).
     fn record_promise(&mut self) -> Result<()> {
         let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
         let promise = Promise::of(&self.synced_hard_state, last);
         let Some(file) = self.promise.as_mut() else {
             return Ok(());
         };
-        let result = file.set(promise);
+        let result = file.raise(promise);
         self.poison_on_error(result)
     }
 
-    /// The promise as last recorded (`None` until open has set it up).
+    /// A log write that will be synced is about to be issued (`fsync_next: false`), or its fsync
+    /// (`true`): the raised promise rides along (promise.rs).
+    fn promise_rides(&mut self, fsync_next: bool) -> Result<()> {
+        let Some(file) = self.promise.as_mut() else {
+            return Ok(());
+        };
+        let result = match fsync_next {
+            false => file.start(),
+            true => file.before_log_sync(),
+        };
+        self.poison_on_error(result)
+    }
+
+    /// Makes the promise raised by the last batch durable now, if it is not: for a runtime whose
+    /// log has been idle a while (no next fsync to ride on). Returns whether it flushed.
+    pub fn flush_promise(&mut self) -> Result<bool> {
+        self.check_usable()?;
+        let Some(file) = self.promise.as_mut() else {
+            return Ok(false);
+        };
+        if !file.pending() {
+            return Ok(false);
+        }
+        let result = file.flush();
+        self.poison_on_error(result).map(|()| true)
+    }
+
+    /// Whether the promise last raised still waits for a flush ([`Wal::flush_promise`]).
+    pub fn promise_unflushed(&self) -> bool {
+        self.promise.as_ref().is_some_and(PromiseFile::pending)
+    }
+
+    /// The promise as last recorded (`None` until open has set it up): durable, or durable with
+    /// the next fsync ([`Wal::promise_unflushed`]).
     pub fn promise(&self) -> Option<Promise> {
         self.promise.as_ref().map(PromiseFile::current)
     }
@@ -398,6 +432,9 @@ impl<F: Fs> Wal<F> {
         } else {
             frame_end
         };
+        if sync {
+            self.promise_rides(false)?;
+        }
         // Everything after `end` is the log's to overwrite: zeros, or a torn tail open zeroed.
         if let Err(e) = self.active.write_at_end(&self.buf, self.end, zeros_to) {
             self.poisoned = true;
@@ -408,6 +445,7 @@ impl<F: Fs> Wal<F> {
             self.buf = Vec::new();
         }
         if sync {
+            self.promise_rides(true)?;
             if let Err(e) = self.active.sync_data() {
                 self.poisoned = true;
                 return Err(sync_err(self.active_path())(e));

@@ -123,6 +123,7 @@ impl<F: Fs> Wal<F> {
             &wal.dir,
             &judged.promise,
             promise,
+            wal.config.promise_write_every_batches,
         )?);
         Ok((wal, recovered))
     }
