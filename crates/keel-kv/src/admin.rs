@@ -154,10 +154,15 @@ pub fn status(addrs: &[String], password: Option<&str>) -> ExitCode {
                 let lag = applied
                     .parse::<u64>()
                     .map_or("?".into(), |a| commit_max.saturating_sub(a).to_string());
+                let mut role = get("role");
+                if get("recovering") == "1" {
+                    // Its disk lost entries it had acknowledged; it is fetching them back.
+                    role.push_str(&format!(" recovering to {}", get("recovering_to_index")));
+                }
                 table.add_row([
                     addr,
                     get("node_id"),
-                    get("role"),
+                    role,
                     get("term"),
                     get("leader_id"),
                     get("commit_index"),

@@ -272,6 +272,9 @@ pub(crate) struct PromiseFile<F: Fs> {
     raises_since_write: u32,
     /// [`crate::WalConfig::promise_write_every_batches`].
     write_every: u32,
+    /// What was promised before the log lost its tail ([`crate::Wal::open_repairing`]): the
+    /// promise is never recorded below it until the log holds that index again.
+    floor: Option<LogId>,
 }
 
 impl<F: Fs> PromiseFile<F> {
@@ -284,9 +287,11 @@ impl<F: Fs> PromiseFile<F> {
         read: &PromiseRead,
         promise: Promise,
         write_every: u32,
+        floor: Option<LogId>,
     ) -> Result<Self> {
         let path = dir.join(PROMISE_FILE_NAME);
         let Some((seq, written)) = read.newest() else {
+            // A missing or unreadable file has no floor to keep.
             return Self::create(fs, dir, promise, write_every);
         };
         let file = fs.open(&path).map_err(io_err(&path))?;
@@ -301,6 +306,7 @@ impl<F: Fs> PromiseFile<F> {
             raised: None,
             raises_since_write: 0,
             write_every,
+            floor,
         };
         opened.set(promise)?;
         Ok(opened)
@@ -338,6 +344,7 @@ impl<F: Fs> PromiseFile<F> {
             raised: None,
             raises_since_write: 0,
             write_every,
+            floor: None,
         })
     }
 
@@ -357,6 +364,7 @@ impl<F: Fs> PromiseFile<F> {
     /// ([`PromiseFile::start`], [`PromiseFile::before_log_sync`]); [`PromiseFile::flush`] writes
     /// and flushes any raise now.
     pub(crate) fn raise(&mut self, promise: Promise) -> Result<()> {
+        let promise = self.above_floor(promise);
         if promise == self.written {
             self.raised = None;
             return Ok(());
@@ -403,8 +411,25 @@ impl<F: Fs> PromiseFile<F> {
     /// Records `promise` durably before returning, replacing any raised one: for lowering it,
     /// which must reach the disk before the log changes.
     pub(crate) fn set(&mut self, promise: Promise) -> Result<()> {
+        let promise = self.above_floor(promise);
         self.raised = (promise != self.written).then_some(promise);
         self.flush()
+    }
+
+    /// `promise`, its entry raised to the floor while the log is below it; the floor goes once
+    /// the log reaches its index.
+    fn above_floor(&mut self, promise: Promise) -> Promise {
+        match self.floor {
+            Some(floor) if promise.acked.index < floor.index => Promise {
+                acked: floor,
+                ..promise
+            },
+            Some(_) => {
+                self.floor = None;
+                promise
+            }
+            None => promise,
+        }
     }
 
     /// Writes the raised promise, if any.

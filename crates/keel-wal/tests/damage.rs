@@ -78,15 +78,20 @@ fn last_index(report: &keel_wal::DamageReport) -> Index {
         .map_or(state.snapshot.index, |e| e.index)
 }
 
-#[test]
-fn a_zero_filled_tail_below_the_promise_is_damage_not_a_torn_tail() {
+/// Six acknowledged batches (entries 1..=60) whose last two frames read back as zeros.
+fn six_batches_the_last_two_lost() -> SimFs {
     let fs = acknowledged(6);
     let seg = last_segment(&fs);
     let frames = frames(&fs.read_file(&seg).unwrap());
-    // The last two batches' frames read back as zeros.
     let (from, _) = frames[frames.len() - 2];
     let (last, size) = frames[frames.len() - 1];
     zero_fill(&fs, &seg, from, last + size as u64);
+    fs
+}
+
+#[test]
+fn a_zero_filled_tail_below_the_promise_is_damage_not_a_torn_tail() {
+    let fs = six_batches_the_last_two_lost();
     let report = refused(&fs);
     assert_eq!(report.damage.len(), 1, "{report}");
     let d = &report.damage[0];
@@ -362,4 +367,55 @@ fn a_promise_written_every_fourth_batch_trails_by_at_most_four() {
     assert_eq!(durable.acked, LogId::new(1, 90));
     let (_, rec) = Wal::open(fs.clone(), sim_dir(), config).unwrap();
     assert_eq!(rec.state.entries.last().unwrap().index, 100);
+}
+
+/// `open_repairing` opens a log that lost its tail on the intact prefix and keeps the promise as a
+/// floor: until the log holds the promised index again, every open finds the same damage; then it
+/// is clean.
+#[test]
+fn a_lost_tail_is_opened_on_its_intact_prefix_and_the_promise_kept_until_the_log_is_whole() {
+    let fs = six_batches_the_last_two_lost();
+    let (mut wal, rec, report) =
+        Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    let report = report.expect("the damage is reported");
+    assert_eq!(report.damage[0].kind, DamageKind::LostTail);
+    assert_eq!(report.damage[0].promised, Some(LogId::new(1, 60)));
+    assert_eq!(rec.state.entries.last().unwrap().index, 40);
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(1, 60), "kept");
+    // Entries 41..=50 arrive: still below the promise, which stays.
+    wal.write_batch(&[write(20, entries(1, 41, 50), None)])
+        .unwrap();
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(1, 60));
+    drop(wal);
+    fs.crash();
+    let (mut wal, rec, report) =
+        Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_some(), "still below the promise after a crash");
+    assert_eq!(rec.state.entries.last().unwrap().index, 50);
+    // Through the promised index (from a leader of a later term, say): whole, the floor gone.
+    wal.write_batch(&[write(21, entries(2, 51, 65), Some(hard_state(2, None, 50)))])
+        .unwrap();
+    assert!(wal.flush_promise().unwrap() || !wal.promise_unflushed());
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(2, 65));
+    drop(wal);
+    fs.crash();
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+    assert_eq!(rec.state.entries.last().unwrap().index, 65);
+    // Plain open agrees.
+    assert!(Wal::open(fs.clone(), sim_dir(), small_config()).is_ok());
+}
+
+#[test]
+fn open_repairing_still_refuses_corruption() {
+    let fs = acknowledged(200);
+    let first = frames(&fs.read_file(&segment(1)).unwrap());
+    let (at, size) = first[3];
+    fs.flip_bit(&segment(1), at + size as u64 / 2, 6).unwrap();
+    match Wal::open_repairing(fs.clone(), sim_dir(), small_config()) {
+        Err(WalError::Damaged(report)) => {
+            assert_eq!(report.damage[0].kind, DamageKind::CorruptLog)
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
 }

@@ -165,7 +165,12 @@ impl RaftNode {
             || (pre_vote && msg.term > self.term);
         let lease_blocks = pre_vote && self.in_lease() && !transfer;
         let up_to_date = last_log_id >= self.log.last_log_id();
-        let granted = can_vote && up_to_date && !lease_blocks;
+        // A recovering node's own log is shorter than what it acknowledged: the candidate must
+        // reach that too.
+        let reaches_promise = self
+            .recovering_to
+            .is_none_or(|promised| last_log_id >= promised);
+        let granted = can_vote && up_to_date && reaches_promise && !lease_blocks;
         if pre_vote {
             let term = if granted { msg.term } else { self.term };
             self.send_after_persist(Message {

@@ -106,6 +106,9 @@ pub struct Status {
     /// Shared with the log (a status is taken often, by checkers after every step: cloning the
     /// configuration's sets each time was most of its cost).
     pub membership: Arc<Membership>,
+    /// While the node recovers from damaged storage: what it had promised
+    /// ([`RaftNode::start_recovering`]).
+    pub recovering_to: Option<LogId>,
 }
 
 /// The leader's view of one follower, for status displays.
@@ -206,6 +209,10 @@ pub struct RaftNode {
     /// Set by the runtime while this node must not start elections (its clock is too far from
     /// the leader's: keel-engine's `clock` module). It still votes.
     campaigns_held: bool,
+    /// Set while this node's disk has lost or damaged entries it had acknowledged, up to this
+    /// one (keel-wal's promise record): it starts no election and votes only for a candidate
+    /// whose log reaches it, until its own durable log does ([`RaftNode::start_recovering`]).
+    recovering_to: Option<LogId>,
     durability: Durability,
 
     election_elapsed_ticks: u32,
@@ -348,6 +355,7 @@ impl RaftNode {
             apply_requested: applied,
             replay_to: commit,
             campaigns_held: false,
+            recovering_to: None,
             election_elapsed_ticks: 0,
             heartbeat_elapsed_ticks: 0,
             randomized_election_timeout_ticks: timeout,
@@ -430,6 +438,7 @@ impl RaftNode {
         if self.durability.completed(write_id) && self.role == Role::Leader {
             self.maybe_commit();
         }
+        self.check_recovered();
         if self.role == Role::Candidate {
             self.tally_votes();
         }
@@ -462,6 +471,36 @@ impl RaftNode {
 
     pub fn campaigns_held(&self) -> bool {
         self.campaigns_held
+    }
+
+    /// This node's storage lost or damaged entries it had acknowledged, up to `promised` (it
+    /// restarted from the intact prefix, keel-wal's promise record naming what it had promised):
+    /// until its durable log reaches `promised.index`, fetched from the leader like any lagging
+    /// follower's, it starts no election (not even for a leadership transfer) and grants a vote
+    /// only to a candidate whose log is at least as up to date as `promised`, so that no leader
+    /// can be elected with its help that lacks what it acknowledged. Its acknowledgements count as
+    /// usual: they name only entries it holds. Ends by itself ([`RaftNode::recovering`]).
+    pub fn start_recovering(&mut self, promised: LogId) {
+        self.recovering_to = Some(promised);
+        self.check_recovered();
+    }
+
+    /// What this node is recovering to, while it is ([`RaftNode::start_recovering`]).
+    pub fn recovering(&self) -> Option<LogId> {
+        self.recovering_to
+    }
+
+    fn check_recovered(&mut self) {
+        if let Some(promised) = self.recovering_to {
+            // Durable and at least as up to date as the promise: a stale entry of an older term
+            // at the promised index does not count. A snapshot installed counts once durable
+            // (durability moves to its index then).
+            let durable = self.durability.durable_index();
+            let durable_last = LogId::new(self.log.term_of_any(durable).unwrap_or(0), durable);
+            if durable_last >= promised {
+                self.recovering_to = None;
+            }
+        }
     }
 
     // ----- outputs -----
@@ -603,6 +642,7 @@ impl RaftNode {
             durable_index: self.durability.durable_index(),
             durable_hard_state: self.durability.durable_hard_state(),
             snapshot: self.snapshot.last,
+            recovering_to: self.recovering_to,
             membership: self.log.membership_shared().clone(),
         }
     }
@@ -680,7 +720,10 @@ impl RaftNode {
 
     /// A voter that has replayed its log and whose campaigns are not held.
     pub(super) fn may_start_election(&self) -> bool {
-        self.may_campaign() && !self.is_replaying() && !self.campaigns_held
+        self.may_campaign()
+            && !self.is_replaying()
+            && !self.campaigns_held
+            && self.recovering_to.is_none()
     }
 
     fn committed_and_durable(&self) -> Index {

@@ -64,6 +64,9 @@ pub struct NodeStatus {
     pub campaigns_held: bool,
     /// As leader: whether its clock is beyond the bound from a majority of the voters' clocks.
     pub clock_outlier: bool,
+    /// While this node recovers entries its disk lost after it had acknowledged them: the index
+    /// it had promised (it starts no election until its log holds it again).
+    pub recovering_to: Option<u64>,
     /// As leader: each follower's measured clock offset, `id=ms`.
     pub follower_clock_offsets: Vec<(u64, i64)>,
     /// Keys in the state machine at `applied_index` (expired ones not yet removed included, as
@@ -383,6 +386,16 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
     }
     line(&mut out, "campaigns_held", u8::from(status.campaigns_held));
     line(&mut out, "clock_outlier", u8::from(status.clock_outlier));
+    line(
+        &mut out,
+        "recovering",
+        u8::from(status.recovering_to.is_some()),
+    );
+    line(
+        &mut out,
+        "recovering_to_index",
+        status.recovering_to.unwrap_or(0),
+    );
     let offsets: Vec<String> = status
         .follower_clock_offsets
         .iter()

@@ -185,6 +185,7 @@ impl ServerContext {
         status.clock_offset_ms = runtime.clock.offset_ms;
         status.campaigns_held = runtime.clock.campaigns_held;
         status.clock_outlier = runtime.clock.outlier;
+        status.recovering_to = raft.recovering_to.map(|promised| promised.index);
         status.follower_clock_offsets = runtime.clock.follower_offsets.clone();
         status.members = membership
             .members()

@@ -310,7 +310,17 @@ impl<S: StateMachine> Driver<S> {
 
     async fn on_event(&mut self, event: Event) {
         match event {
-            Event::Persisted(id) => self.raft.persisted(id),
+            Event::Persisted(id) => {
+                let recovering = self.raft.recovering();
+                self.raft.persisted(id);
+                if let (Some(promised), None) = (recovering, self.raft.recovering()) {
+                    tracing::warn!(
+                        "whole again: the log holds {} and beyond, every entry this node had \
+                         acknowledged before its disk lost them; it campaigns and votes as usual",
+                        promised
+                    );
+                }
+            }
             Event::Applied(index) => {
                 self.io.metrics.applied(index);
                 self.raft.applied(index)

@@ -145,10 +145,10 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("settings contradict each other: {0}")]
     Settings(String),
-    /// Recovery found damage (keel-wal's `damage.rs`): acknowledged entries lost or corrupt, a
-    /// corrupt snapshot or promise record. Until a damaged node can repair itself from its peers
-    /// (issue 20), it refuses to start rather than vote and serve on a log shorter than it
-    /// promised. Nothing in the directory was changed.
+    /// Recovery found damage it cannot yet repair by itself (keel-wal's `damage.rs`): corrupt
+    /// acknowledged entries, a corrupt snapshot or promise record. (A lost tail is repaired: the
+    /// node starts recovering, `open_wal`.) It refuses to start rather than vote and serve on a
+    /// log shorter than it promised. Nothing in the directory was changed.
     #[error(
         "the data directory {} is damaged, refusing to start: {report}",
         dir.display()
@@ -159,9 +159,14 @@ pub enum StartError {
     },
 }
 
-/// Opens the WAL, a damage report becoming [`StartError::Damaged`].
-fn open_wal(config: &NodeConfig) -> Result<(Wal<StdFs>, keel_wal::Recovered), StartError> {
-    Wal::open(StdFs, config.data_dir.clone(), config.wal.clone()).map_err(|e| match e {
+/// Opens the WAL. A log that lost acknowledged entries at its tail opens on its intact prefix
+/// and the entry it had promised comes back with it: the node then recovers it from its peers
+/// (`RaftNode::start_recovering`). Any other damage becomes [`StartError::Damaged`].
+fn open_wal(
+    config: &NodeConfig,
+) -> Result<(Wal<StdFs>, keel_wal::Recovered, Option<LogId>), StartError> {
+    let opened = Wal::open_repairing(StdFs, config.data_dir.clone(), config.wal.clone());
+    let (wal, recovered, repaired) = opened.map_err(|e| match e {
         keel_wal::WalError::Damaged(report) => {
             tracing::error!(
                 "the data directory {} is damaged: {report}",
@@ -173,7 +178,16 @@ fn open_wal(config: &NodeConfig) -> Result<(Wal<StdFs>, keel_wal::Recovered), St
             }
         }
         e => e.into(),
-    })
+    })?;
+    let promised = repaired.and_then(|report| {
+        tracing::error!(
+            "the data directory {} lost acknowledged entries: {report}; recovering them from \
+             the cluster (no campaigns, votes only for logs that reach what was promised)",
+            config.data_dir.display()
+        );
+        report.damage.iter().filter_map(|d| d.promised).max()
+    });
+    Ok((wal, recovered, promised))
 }
 
 /// Room a peer frame needs beside the largest entry it carries: the message header, the Append's
@@ -207,7 +221,7 @@ impl<S: StateMachine> Node<S> {
             )));
         }
         // Blocking file I/O at startup only; the node is not serving anything yet.
-        let (mut wal, mut recovered) = open_wal(&config)?;
+        let (mut wal, mut recovered, promised) = open_wal(&config)?;
         let fresh = recovered.snapshot.is_none()
             && recovered.state.entries.is_empty()
             && recovered.state.hard_state == Default::default();
@@ -215,7 +229,7 @@ impl<S: StateMachine> Node<S> {
             let meta = bootstrap_meta(config.initial_members.iter().copied());
             wal.save_snapshot(&meta, &[])?;
             drop(wal);
-            (wal, recovered) = open_wal(&config)?;
+            (wal, recovered, _) = open_wal(&config)?;
         }
         let mut snapshot_data = None;
         let mut snapshot_bytes = 0;
@@ -229,7 +243,10 @@ impl<S: StateMachine> Node<S> {
         let mut state = recovered.state;
         state.applied = state.applied.max(state.snapshot.index);
         let applied = state.applied;
-        let raft = RaftNode::new(config.raft.clone(), state)?;
+        let mut raft = RaftNode::new(config.raft.clone(), state)?;
+        if let Some(promised) = promised {
+            raft.start_recovering(promised);
+        }
         let replay_target = raft.commit_index();
         // A partial snapshot transfer at or below what is committed here is of no use: the core
         // would ignore it. One above is resumed if its leader offers it again.

@@ -27,7 +27,7 @@ fn file_with(first: Promise, then: &[Promise]) -> (SimFs, PromiseFile<SimFs>) {
     fs.create_dir_all(&dir()).unwrap();
     let read = read_promise(&fs, &dir()).unwrap();
     assert!(read.missing);
-    let mut file = PromiseFile::open(&fs, &dir(), &read, first, 1).unwrap();
+    let mut file = PromiseFile::open(&fs, &dir(), &read, first, 1, None).unwrap();
     for p in then {
         file.set(*p).unwrap();
     }
@@ -140,7 +140,8 @@ fn the_next_write_overwrites_a_corrupt_slot() {
     fs.flip_bit(&path(), 20, 1).unwrap();
     let read = read_promise(&fs, &dir()).unwrap();
     assert_eq!(read.newest(), Some((1, older)));
-    let mut file = PromiseFile::open(&fs, &dir(), &read, promise(1, None, (1, 3)), 1).unwrap();
+    let mut file =
+        PromiseFile::open(&fs, &dir(), &read, promise(1, None, (1, 3)), 1, None).unwrap();
     assert_eq!(file.current(), promise(1, None, (1, 3)));
     file.set(promise(1, None, (1, 4))).unwrap();
     let read = read_promise(&fs, &dir()).unwrap();

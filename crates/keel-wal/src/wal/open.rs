@@ -9,7 +9,7 @@ use std::time::Instant;
 use keel_core::{HardState, LogId};
 
 use super::{Plan, SegmentMeta, Wal, WalConfig};
-use crate::damage::{self, DamageReport};
+use crate::damage::{self, DamageKind, DamageReport};
 use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
 use crate::promise::{Promise, PromiseFile};
@@ -20,15 +20,42 @@ impl<F: Fs> Wal<F> {
     /// Opens (or creates) the WAL in `dir`: recovers, repairs a torn tail, and makes everything it
     /// read durable before returning, since the node is about to act on it.
     pub fn open(fs: F, dir: impl Into<PathBuf>, config: WalConfig) -> Result<(Self, Recovered)> {
+        let (wal, recovered, repaired) = Self::open_inner(fs, dir.into(), config, false)?;
+        debug_assert!(repaired.is_none());
+        Ok((wal, recovered))
+    }
+
+    /// As [`Wal::open`], but a log that only lost its tail below the promise
+    /// ([`DamageKind::LostTail`]: a disk that lost writes it had reported flushed) is opened on
+    /// its intact prefix instead of refused, for a node that will fetch the rest from its peers
+    /// while it *recovers* (keel-core's `RaftNode::start_recovering`). The report says what was
+    /// lost and what was promised; the promise record keeps the promised entry (it is never
+    /// recorded lower until the log holds that index again), so a crash meanwhile finds the same
+    /// damage. Any other damage is refused as by [`Wal::open`].
+    pub fn open_repairing(
+        fs: F,
+        dir: impl Into<PathBuf>,
+        config: WalConfig,
+    ) -> Result<(Self, Recovered, Option<DamageReport>)> {
+        Self::open_inner(fs, dir.into(), config, true)
+    }
+
+    fn open_inner(
+        fs: F,
+        dir: PathBuf,
+        config: WalConfig,
+        repair_lost_tail: bool,
+    ) -> Result<(Self, Recovered, Option<DamageReport>)> {
         config.validate()?;
-        let dir = dir.into();
         fs.create_dir_all(&dir).map_err(io_err(&dir))?;
         let started = Instant::now();
         let mut scan = recover::scan(&fs, &dir)?;
         // Taken before `judge` moves the entries out of the scan.
         let disk_last_index = scan.replay.last_index();
         let judged = damage::judge(&fs, &dir, &mut scan, started)?;
-        if !judged.damage.is_empty() {
+        let repairable =
+            repair_lost_tail && judged.damage.iter().all(|d| d.kind == DamageKind::LostTail);
+        if !judged.damage.is_empty() && !repairable {
             // Refused before anything is repaired: the files stay as they were found, for the
             // layer above (or an operator) to decide.
             return Err(WalError::Damaged(Box::new(DamageReport {
@@ -36,6 +63,12 @@ impl<F: Fs> Wal<F> {
                 recovered: judged.assembled.recovered,
             })));
         }
+        // The promise the intact prefix falls short of: kept as a floor.
+        let floor = match judged.damage.is_empty() {
+            true => None,
+            false => judged.promise.promise().map(|p| p.acked),
+        };
+        let damage = judged.damage;
         let assembled = judged.assembled;
         let recovered = assembled.recovered;
 
@@ -114,8 +147,19 @@ impl<F: Fs> Wal<F> {
             wal.last_index,
             state.entries.last().map_or(base.index, |e| e.index)
         );
+        if floor.is_some() && state.hard_state != wal.synced_hard_state {
+            // The term and vote were raised to the promised ones (a lost tail took the frame
+            // that recorded them): durable before the node acts on them.
+            wal.append_frame(
+                &Plan {
+                    hard_state: Some(state.hard_state),
+                    ..Plan::default()
+                },
+                true,
+            )?;
+        }
         // Everything read is durable now and the node will act on it: the promise covers it (a
-        // directory without a promise file gets one here).
+        // directory without a promise file gets one here), and a repaired one keeps its floor.
         let last = LogId::new(wal.term_at(wal.last_index).unwrap_or(0), wal.last_index);
         let promise = Promise::of(&wal.synced_hard_state, last);
         wal.promise = Some(PromiseFile::open(
@@ -124,8 +168,13 @@ impl<F: Fs> Wal<F> {
             &judged.promise,
             promise,
             wal.config.promise_write_every_batches,
+            floor,
         )?);
-        Ok((wal, recovered))
+        let repaired = (!damage.is_empty()).then(|| DamageReport {
+            damage,
+            recovered: recovered.clone(),
+        });
+        Ok((wal, recovered, repaired))
     }
 
     fn new(fs: F, dir: PathBuf, config: WalConfig, active: F::File, synced_end: u64) -> Self {

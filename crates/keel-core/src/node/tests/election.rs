@@ -477,3 +477,57 @@ fn a_node_whose_campaigns_are_held_starts_no_election_but_votes() {
     }
     assert_ne!(n.role(), Role::Follower);
 }
+
+/// Issue 20: a node whose disk lost entries it had acknowledged (through index 5 of term 1) holds
+/// only index 1. It must not help elect a leader that lacks them, nor lead itself, until it has
+/// them again.
+#[test]
+fn a_recovering_node_votes_only_for_logs_reaching_its_promise_and_starts_no_election() {
+    let promised = LogId::new(1, 5);
+    let mut n = node_with(2, &[1, 2, 3], &[1], hs(1, None, 1));
+    n.start_recovering(promised);
+    assert_eq!(n.recovering(), Some(promised));
+    assert_eq!(n.status().recovering_to, Some(promised));
+    for _ in 0..10 * n.config.election_timeout_ticks {
+        n.tick();
+    }
+    n.campaign();
+    n.step(msg(1, 2, 1, MessageBody::TimeoutNow));
+    assert_eq!((n.role(), n.term()), (Role::Follower, 1));
+    assert!(!settle(&mut n).messages.iter().any(is_vote_traffic));
+    // A candidate as up to date as this node's own log, but not as its promise: refused.
+    n.step(vote_request(3, 2, 2, LogId::new(1, 4)));
+    let out = settle(&mut n);
+    assert!(out
+        .messages
+        .iter()
+        .any(|m| m.body == MessageBody::VoteResponse { granted: false }));
+    // One that reaches the promise (or is of a later term): granted.
+    n.step(vote_request(1, 2, 3, LogId::new(1, 5)));
+    let out = settle(&mut n);
+    assert!(out
+        .messages
+        .iter()
+        .any(|m| m.body == MessageBody::VoteResponse { granted: true }));
+    // The leader sends what is missing; durable, the node is whole and acts as any other.
+    let missing = (2..=5).map(|i| entry(1, i)).collect();
+    n.step(append(1, 2, 3, LogId::new(1, 1), missing, 5));
+    assert_eq!(n.recovering(), Some(promised), "not durable yet");
+    settle(&mut n);
+    assert_eq!(n.recovering(), None);
+    for _ in 0..2 * n.config.election_timeout_ticks {
+        n.tick();
+    }
+    assert_ne!(n.role(), Role::Follower, "campaigns again");
+}
+
+#[test]
+fn a_node_whose_durable_log_already_reaches_its_promise_is_not_recovering() {
+    let mut n = node_with(2, &[1, 2, 3], &[1, 1, 1], hs(1, None, 1));
+    n.start_recovering(LogId::new(1, 3));
+    assert_eq!(n.recovering(), None);
+    // An entry of an older term at the promised index is not what was promised.
+    let mut stale = node_with(2, &[1, 2, 3], &[1, 1, 1], hs(2, None, 1));
+    stale.start_recovering(LogId::new(2, 3));
+    assert_eq!(stale.recovering(), Some(LogId::new(2, 3)));
+}
