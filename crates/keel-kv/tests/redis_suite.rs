@@ -35,6 +35,7 @@ const UNITS: &[&str] = &[
     "multi",
     "protocol",
     "introspection",
+    "sort",
 ];
 
 /// The suite's options for a server that is not one it started: one database, no checks of

@@ -11,6 +11,7 @@
 use bytes::Bytes;
 
 use super::parse::{integer, is, lossy};
+use super::sort::SortArgs;
 use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
 use crate::number::parse_f64;
@@ -139,6 +140,12 @@ pub enum CollectionWrite {
     },
     /// A write on a sorted set (`zsets.rs`).
     ZSet(ZSetWrite),
+    /// SORT ... STORE (`sort.rs`): the result stored as a list (the key removed if it is
+    /// empty); the result's length.
+    SortStore {
+        args: SortArgs,
+        destination: Bytes,
+    },
 }
 
 /// The commands that read a list, hash, set or sorted set.
@@ -225,6 +232,8 @@ pub enum CollectionRead {
     },
     /// A read of a sorted set (`zsets.rs`).
     ZSet(ZSetRead),
+    /// SORT without STORE, SORT_RO (`sort.rs`).
+    Sort(SortArgs),
 }
 
 /// OBJECT's subcommands.

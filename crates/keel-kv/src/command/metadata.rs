@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 
+use super::sort::sort_key_positions;
 use super::{CommandError, CommandSpec};
 
 /// One of Redis 7's key specifications: where a command's keys are and what it does with them.
@@ -116,7 +117,9 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
             const { &[key(RO_ACCESS)] }
         }
         "sinter" | "sunion" | "sdiff" => const { &[keys_to_end(RO_ACCESS, 1)] },
-        "srandmember" => const { &[key(RO_ACCESS)] },
+        "srandmember" | "sort_ro" => const { &[key(RO_ACCESS)] },
+        // STORE's destination is found by keyword (`get_keys`), as Redis's key spec does.
+        "sort" => const { &[key(RO_ACCESS)] },
         "zadd" | "zincrby" => const { &[key(RW_UPDATE)] },
         "zrem" | "zremrangebyscore" | "zremrangebyrank" => const { &[key(RW_DELETE)] },
         "zpopmin" | "zpopmax" => const { &[key(RW_ACCESS_DELETE)] },
@@ -190,6 +193,8 @@ const O1: &str = "O(1)";
 const ON_KEYS: &str = "O(N) where N is the number of keys given.";
 const ON_ALL_KEYS: &str = "O(N) where N is the number of keys in the database.";
 const ON_LENGTH: &str = "O(N) where N is the length of the value.";
+const SORT_COMPLEXITY: &str = "O(N+M*log(M)) where N is the number of elements in the list or \
+     set to sort, and M the number of returned elements.";
 
 /// The documentation of `name` (a command or a `parent|sub` subcommand).
 pub fn command_docs(name: &str) -> Docs {
@@ -318,6 +323,18 @@ pub fn command_docs(name: &str) -> Docs {
         }
         "sintercard" => docs("set", "7.0.0", ON_SETS, SET),
         "srandmember" => docs("set", "1.0.0", ON_SIZE, SET),
+        "sort" => docs(
+            "generic",
+            "1.0.0",
+            SORT_COMPLEXITY,
+            &["set", "sortedset", "list", "dangerous"],
+        ),
+        "sort_ro" => docs(
+            "generic",
+            "7.0.0",
+            SORT_COMPLEXITY,
+            &["set", "sortedset", "list", "dangerous"],
+        ),
         "zadd" | "zrem" | "zincrby" | "zscore" | "zcard" => {
             docs("sorted-set", "1.2.0", ON_SIZE, ZSET)
         }
@@ -501,6 +518,16 @@ pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
         return Err(CommandError::Unsupported(
             "Invalid number of arguments specified for command",
         ));
+    }
+    if spec.name == "sort" {
+        let flags = |position| if position == 1 { RO_ACCESS } else { OW_UPDATE };
+        return Ok(sort_key_positions(args)
+            .into_iter()
+            .map(|position| FoundKey {
+                position,
+                flags: flags(position),
+            })
+            .collect());
     }
     let argc = args.len() as i64;
     let mut found = Vec::new();

@@ -5,8 +5,8 @@
 //!
 //! | class | commands | where |
 //! |---|---|---|
-//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, RPOPLPUSH, LMOVE; HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SPOP | proposed to the Raft log, applied by every replica's state machine |
-//! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME; LLEN, LRANGE, LINDEX; HGET, HMGET, HLEN, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS; SMEMBERS, SISMEMBER, SMISMEMBER, SCARD, SINTER, SUNION, SDIFF, SINTERCARD | linearizable read: served after a ReadIndex round, from the state machine |
+//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, RPOPLPUSH, LMOVE; HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SPOP; SORT with STORE | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME; LLEN, LRANGE, LINDEX; HGET, HMGET, HLEN, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS; SMEMBERS, SISMEMBER, SMISMEMBER, SCARD, SINTER, SUNION, SDIFF, SINTERCARD; SORT without STORE, SORT_RO | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
@@ -22,6 +22,7 @@ mod parse;
 mod parse_keys;
 mod parse_keyspace;
 mod parse_strings;
+mod sort;
 mod zsets;
 
 pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
@@ -33,6 +34,7 @@ pub use forward::{
     forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
 };
 pub use parse::ADDR_BYTES_MAX;
+pub use sort::SortArgs;
 pub use zsets::{parse_score, LexBound, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 
 use bytes::Bytes;
@@ -905,6 +907,15 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("zrevrangebyscore", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("zrangebylex", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("zrevrangebylex", -4, SLOW_READ_FLAGS, ONE_KEY, Read),
+        // SORT is a write only with STORE (the parser decides); SORT_RO never is.
+        spec(
+            "sort",
+            -2,
+            &["write", "denyoom", "movablekeys"],
+            ONE_KEY,
+            Write,
+        ),
+        spec("sort_ro", -2, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("object", -2, SLOW_READ_FLAGS, (2, 2, 1), Read),
         spec("memory", -2, SLOW_READ_FLAGS, (2, 2, 1), Read),
         spec("time", 1, &["loading", "stale", "fast"], NO_KEYS, Local),

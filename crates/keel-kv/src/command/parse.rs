@@ -9,6 +9,7 @@ use super::parse_strings::{
     bit_offset, parse_bitcount, parse_getrange, parse_incr_by_float, parse_lcs, parse_setbit,
     parse_setrange,
 };
+use super::sort::parse_sort;
 use super::zsets;
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
@@ -198,6 +199,7 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "unwatch" => Command::Transaction(TransactionCommand::Unwatch),
         "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
         "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
+        "sort" | "sort_ro" => parse_sort(args, spec.name == "sort_ro")?,
         name if collections::WRITES.contains(&name) || zsets::WRITES.contains(&name) => {
             Command::Write(WriteCommand::Collection(Typed {
                 op: collections::parse_write(name, rest)?,

@@ -237,6 +237,8 @@ fn summary(name: &str) -> &'static str {
         "sinter" | "sunion" | "sdiff" => "Returns the intersection, union or difference of sets.",
         "sintercard" => "Returns the size of the intersection of sets.",
         "srandmember" => "Returns random members of a set.",
+        "sort" => "Sorts a list, set or sorted set; with STORE, stores the result as a list.",
+        "sort_ro" => "Sorts a list, set or sorted set (read-only SORT).",
         "zadd" => "Adds members with scores to a sorted set (NX, XX, GT, LT, CH, INCR).",
         "zrem" => "Removes members from a sorted set.",
         "zincrby" => "Adds to the score of a member of a sorted set.",

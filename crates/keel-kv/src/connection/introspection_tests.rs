@@ -55,6 +55,21 @@ fn getkeys_finds_the_keys_of_each_command() {
     assert_eq!(command("COMMAND GETKEYS rename a b"), bulks(&["a", "b"]));
     assert_eq!(command("COMMAND GETKEYS set k v EX 10"), bulks(&["k"]));
     assert_eq!(command("COMMAND GETKEYS watch x y"), bulks(&["x", "y"]));
+    // SORT's destination is found by its keyword, the last STORE winning, as in Redis's tests
+    // "SORT extracts STORE correctly" and "SORT extracts multiple STORE correctly".
+    assert_eq!(
+        command("COMMAND GETKEYS sort abc store def"),
+        bulks(&["abc", "def"])
+    );
+    assert_eq!(
+        command("COMMAND GETKEYS sort abc store invalid store stillbad store def"),
+        bulks(&["abc", "def"])
+    );
+    assert_eq!(
+        command("COMMAND GETKEYS sort abc limit 0 1 get store by store"),
+        bulks(&["abc"])
+    );
+    assert_eq!(command("COMMAND GETKEYS sort_ro abc"), bulks(&["abc"]));
 }
 
 #[test]
@@ -74,6 +89,13 @@ fn getkeysandflags_gives_redis_key_flags() {
         Reply::Array(vec![
             key("k1", &["OW", "update"]),
             key("k2", &["OW", "update"])
+        ])
+    );
+    assert_eq!(
+        command("COMMAND GETKEYSANDFLAGS sort a BY w_* STORE b"),
+        Reply::Array(vec![
+            key("a", &["RO", "access"]),
+            key("b", &["OW", "update"])
         ])
     );
     assert_eq!(

@@ -720,6 +720,8 @@ impl ClientConnection {
 }
 
 #[cfg(test)]
+mod collection_tests;
+#[cfg(test)]
 mod tests;
 
 /// Compares without stopping at the first difference, so the time taken does not tell how much of

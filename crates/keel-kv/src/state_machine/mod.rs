@@ -54,6 +54,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 pub use apply_reply::ApplyReply;
+pub use collections::SORT_RESULT_BYTES_MAX;
 pub use dedup::DedupLimits;
 pub use keys::SCAN_COUNT_MAX;
 pub use keyspace::TOMBSTONES_MAX;
@@ -145,6 +146,15 @@ pub enum WriteError {
     /// ZADD INCR or ZINCRBY that would make a score NaN (infinity minus infinity).
     #[error("ERR resulting score is not a number (NaN)")]
     ScoreNotANumber,
+    /// SORT without ALPHA of a value that is not a number, in Redis's words.
+    #[error("ERR One or more scores can't be converted into double")]
+    SortNotDouble,
+    /// SORT whose result would be larger than [`SORT_RESULT_BYTES_MAX`].
+    #[error(
+        "ERR SORT result exceeds {} bytes: ask for less with LIMIT or fewer GET patterns",
+        SORT_RESULT_BYTES_MAX
+    )]
+    SortTooLarge,
 }
 
 impl WriteReply {

@@ -58,10 +58,12 @@
 //! code byte (1 not an integer, 2 overflow, 3 string too large, 6 too many members, 7 invalid
 //! expire time followed by the command's code byte, `TtlCommand::code`, 8 not a valid float, 9
 //! NaN or infinity, 10 string exceeds maximum allowed size, 11 no such key, 12 WRONGTYPE, 13 index out of range, 14 hash value is not an
-//! integer, 15 hash value is not a float, 16 resulting score is not a number; 4 request too old and
-//! 5 undecodable entry exist only in relayed replies, never in a snapshot). Codes 8 to 16 came
-//! with the log ops that produce them (`log_command.rs`): a snapshot holds one only once such an
-//! op applied, which every replica must decode first anyway, so the format version is unchanged.
+//! integer, 15 hash value is not a float, 16 resulting score is not a number, 17 SORT of a value
+//! that is not a number, 18 SORT result too large; 4 request too old and 5 undecodable entry
+//! exist only in relayed replies, never in a snapshot). Codes 8 to 18 came with the commands
+//! that produce them (`log_command.rs`; SORT ... STORE in op 128): a snapshot holds one only once
+//! such a command applied, which every replica must parse first anyway, so the format version is
+//! unchanged.
 //!
 //! Restore checks, in order: the length holds at least a header and checksum; the checksum (so a
 //! truncated or bit-flipped snapshot is rejected before anything is parsed); magic; version; then
@@ -160,6 +162,8 @@ pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &WriteReply) {
                 WriteError::HashValueNotInteger => 14,
                 WriteError::HashValueNotFloat => 15,
                 WriteError::ScoreNotANumber => 16,
+                WriteError::SortNotDouble => 17,
+                WriteError::SortTooLarge => 18,
             });
             if let WriteError::InvalidExpireTime(command) = error {
                 out.put_u8(command.code());
@@ -201,6 +205,8 @@ pub(crate) fn read_reply(r: &mut Reader) -> Result<WriteReply, ReplyDecodeError>
             14 => WriteError::HashValueNotInteger,
             15 => WriteError::HashValueNotFloat,
             16 => WriteError::ScoreNotANumber,
+            17 => WriteError::SortNotDouble,
+            18 => WriteError::SortTooLarge,
             _ => return Err(ReplyDecodeError::Unknown),
         }),
         _ => return Err(ReplyDecodeError::Unknown),

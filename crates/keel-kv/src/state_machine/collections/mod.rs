@@ -69,6 +69,7 @@ mod list;
 mod list_commands;
 mod set;
 mod set_commands;
+mod sort;
 mod zset;
 mod zset_commands;
 
@@ -76,6 +77,7 @@ pub(crate) use encoding::{decode_value, encode_value};
 pub(crate) use hash::Hash;
 pub(crate) use list::List;
 pub(crate) use set::Set;
+pub use sort::SORT_RESULT_BYTES_MAX;
 pub(crate) use zset::{Score, ZSet};
 
 use std::sync::Arc;
@@ -86,7 +88,7 @@ use super::digest::{collection_pair_hash, expiry_hash};
 use super::execute::Outcome;
 use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Kind, Stored, Value};
-use super::{KvStateMachine, WriteError, STRING_BYTES_MAX};
+use super::{KvStateMachine, WriteError, WriteReply, STRING_BYTES_MAX};
 use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
 use crate::resp::Reply;
 
@@ -188,6 +190,18 @@ impl KvStateMachine {
             self.tombstones.record(key, index);
         }
         Ok(Some(result))
+    }
+
+    /// The STORE commands' last step: `destination` becomes `result`, whatever it held, or is
+    /// removed if `result` is empty (a change WATCH sees, if it existed); the result's size.
+    pub(super) fn store_result<C: Collection>(&mut self, destination: &[u8], result: C) -> Outcome {
+        let size = result.len();
+        self.expire_if_due(destination);
+        self.remove_live(destination);
+        if size > 0 {
+            self.put_value(destination, result.into_value(), 0);
+        }
+        WriteReply::Integer(size as i64).into()
     }
 
     /// Stores `value` (a whole collection, non-empty) under `key`, replacing whatever was
@@ -294,6 +308,7 @@ impl KvStateMachine {
             } => self.sstore(*algebra, destination, keys),
             W::SPop { key, count } => self.spop(key, *count),
             W::ZSet(write) => self.execute_zset(write),
+            W::SortStore { args, destination } => self.sort_store(args, destination),
         }
     }
 
@@ -346,6 +361,7 @@ impl KvStateMachine {
             R::SInterCard { keys, limit } => self.sintercard(keys, *limit),
             R::SRandMember { key, count } => self.srandmember(key, *count),
             R::ZSet(read) => self.read_zset(read),
+            R::Sort(args) => self.sort_reply(args),
             R::Object { key, query } => {
                 Ok(self.live(key).map_or(Reply::Null, |stored| match query {
                     ObjectQuery::Encoding => Reply::bulk(stored.encoding_name()),
@@ -377,7 +393,7 @@ fn command_too_large(command: &CollectionWrite) -> Option<WriteError> {
             large(key) || large(field)
         }
         W::SAdd { key, members } => large(key) || members.iter().any(large),
-        W::SStore { destination, .. } => large(destination),
+        W::SStore { destination, .. } | W::SortStore { destination, .. } => large(destination),
         W::ZSet(ZSetWrite::Add { key, pairs, .. }) => {
             large(key) || pairs.iter().any(|(_, m)| large(m))
         }

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::list_commands::owned;
-use super::{Collection, Set};
+use super::Set;
 use crate::command::SetAlgebra;
 use crate::resp::Reply;
 use crate::state_machine::digest::element_hash;
@@ -105,13 +105,7 @@ impl KvStateMachine {
             Ok(result) => result,
             Err(error) => return error.into(),
         };
-        let size = result.len_u64();
-        self.expire_if_due(destination);
-        self.remove_live(destination);
-        if size > 0 {
-            self.put_value(destination, result.into_value(), 0);
-        }
-        WriteReply::Integer(size as i64).into()
+        self.store_result(destination, result)
     }
 
     /// The result of SINTER, SUNION or SDIFF over `keys` (a missing key is the empty set).

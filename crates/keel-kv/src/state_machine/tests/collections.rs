@@ -7,7 +7,7 @@ use super::*;
 use crate::command::Command;
 
 /// Runs one command line as the next entry of `log` (a write) or as a read of its state.
-fn run(log: &mut Log, line: &str) -> Reply {
+pub(super) fn run(log: &mut Log, line: &str) -> Reply {
     let args: Vec<Bytes> = line.split(' ').map(b).collect();
     match Command::parse(&args).unwrap_or_else(|e| panic!("{line}: {e}")) {
         Command::Write(write) => {
@@ -20,11 +20,11 @@ fn run(log: &mut Log, line: &str) -> Reply {
     }
 }
 
-fn bulks(items: &[&str]) -> Reply {
+pub(super) fn bulks(items: &[&str]) -> Reply {
     Reply::Array(items.iter().map(|i| Reply::Bulk(b(i))).collect())
 }
 
-fn bulk(item: &str) -> Reply {
+pub(super) fn bulk(item: &str) -> Reply {
     Reply::Bulk(b(item))
 }
 

@@ -654,6 +654,7 @@ mod exec;
 mod expiry;
 mod keys;
 mod members;
+mod sort;
 mod string_key_ops;
 mod strings;
 mod time;
