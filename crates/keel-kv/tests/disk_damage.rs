@@ -121,3 +121,62 @@ fn a_node_whose_disk_lost_its_tail_says_so_and_repairs_itself_from_the_cluster()
     let (code, report) = keel_check(&dir);
     assert_eq!(code, Some(0), "repaired:\n{report}");
 }
+
+/// Two of three disks lost their tails (a power loss on volatile caches) while the third node is
+/// down: the two must not elect a leader between them on logs shorter than they promised
+/// (unavailable, not wrong). When the third returns, it leads, the two recover what they lost,
+/// and every acknowledged write is there on every node.
+#[test]
+fn two_nodes_with_lost_tails_wait_for_the_third_and_then_lose_nothing() {
+    let mut cluster = Cluster::new("disk-damage-two", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    for i in 0..300 {
+        set(cluster.node(leader), &format!("key-{i}"), &"v".repeat(100));
+    }
+    let (applied, _) = cluster.converged(&[1, 2, 3], 300);
+    for id in [1, 2, 3] {
+        cluster.node(id).signal("TERM");
+        assert!(cluster.node_mut(id).wait_exit(DEADLINE).is_some());
+    }
+    // Nodes 1 and 2 lose different amounts of their logs' ends.
+    zero_fill_tail(&cluster.node(1).data_dir.clone(), 8 << 10);
+    zero_fill_tail(&cluster.node(2).data_dir.clone(), 24 << 10);
+    cluster.node_mut(1).spawn();
+    cluster.node_mut(2).spawn();
+    eventually("both recovering", || {
+        let recovering = [1, 2].map(|id| cluster.node(id).info_u64("recovering"));
+        (recovering == [Some(1), Some(1)]).then_some(())
+    });
+    // Several election timeouts: no leader between the two.
+    let quiet_until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < quiet_until {
+        for id in [1, 2] {
+            let info = cluster.node(id).info().unwrap_or_default();
+            assert_ne!(
+                info.get("role").map(String::as_str),
+                Some("leader"),
+                "node {id} leads on a log shorter than it promised"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    cluster.node_mut(3).spawn();
+    let new_leader = cluster.leader();
+    assert_eq!(new_leader, 3, "only the whole node can lead");
+    eventually("both whole again", || {
+        let recovering = [1, 2].map(|id| cluster.node(id).info_u64("recovering"));
+        (recovering == [Some(0), Some(0)]).then_some(())
+    });
+    set(cluster.node(3), "after", "1");
+    let (now_applied, _) = cluster.converged(&[1, 2, 3], applied + 1);
+    assert!(now_applied > applied);
+    for id in [1, 2, 3] {
+        for i in [0, 150, 299] {
+            assert_eq!(
+                get(cluster.node(id), &format!("key-{i}")).as_deref(),
+                Some(&*"v".repeat(100)),
+                "node {id} key-{i}"
+            );
+        }
+    }
+}
