@@ -406,16 +406,90 @@ fn a_lost_tail_is_opened_on_its_intact_prefix_and_the_promise_kept_until_the_log
     assert!(Wal::open(fs.clone(), sim_dir(), small_config()).is_ok());
 }
 
+/// A flipped byte in an older segment: `open_repairing` sets that segment and every later one
+/// aside (renamed, not deleted) and opens what remains as a log that lost its tail, keeping the
+/// promise, the term and the vote.
 #[test]
-fn open_repairing_still_refuses_corruption() {
+fn open_repairing_sets_a_corrupt_segment_and_the_later_ones_aside() {
     let fs = acknowledged(200);
     let first = frames(&fs.read_file(&segment(1)).unwrap());
     let (at, size) = first[3];
     fs.flip_bit(&segment(1), at + size as u64 / 2, 6).unwrap();
+    let names = |fs: &SimFs| fs.list_dir(&sim_dir()).unwrap();
+    let segments_before: Vec<String> = names(&fs)
+        .into_iter()
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    assert!(segments_before.len() > 2);
+    let (mut wal, rec, report) =
+        Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    let report = report.expect("reported");
+    let kinds: Vec<DamageKind> = report.damage.iter().map(|d| d.kind).collect();
+    assert_eq!(kinds[0], DamageKind::CorruptLog, "{report}");
+    assert!(
+        kinds[1..].iter().all(|k| *k == DamageKind::LostTail) && kinds.len() > 1,
+        "{report}"
+    );
+    // Every segment from the corrupt one on is set aside; nothing is deleted.
+    let after = names(&fs);
+    for name in &segments_before {
+        assert!(
+            after.contains(&format!("{name}.damaged")),
+            "{name}: {after:?}"
+        );
+    }
+    assert!(rec.state.entries.is_empty());
+    assert_eq!(
+        (rec.state.hard_state.term, rec.state.hard_state.vote),
+        (1, Some(1))
+    );
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(1, 2000));
+    // The leader's entries make it whole.
+    wal.write_batch(&[write(300, entries(1, 1, 2000), None)])
+        .unwrap();
+    drop(wal);
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+    assert_eq!(rec.state.entries.len(), 2000);
+}
+
+#[test]
+fn open_repairing_refuses_a_corrupt_promise_record() {
+    let fs = acknowledged(3);
+    let path = sim_dir().join(PROMISE_FILE_NAME);
+    fs.flip_bit(&path, 20, 0).unwrap();
+    fs.flip_bit(&path, PROMISE_SLOT_STRIDE_BYTES + 20, 0)
+        .unwrap();
+    let before = files(&fs);
     match Wal::open_repairing(fs.clone(), sim_dir(), small_config()) {
         Err(WalError::Damaged(report)) => {
-            assert_eq!(report.damage[0].kind, DamageKind::CorruptLog)
+            assert_eq!(report.damage[0].kind, DamageKind::CorruptPromise)
         }
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
+    assert_eq!(files(&fs), before);
+}
+
+/// A new term or vote is in the promise record, durably, when the batch that records it returns:
+/// a repair that sets the newest segments aside still knows it.
+#[test]
+fn a_vote_is_flushed_to_the_promise_before_the_batch_returns() {
+    let config = keel_wal::WalConfig {
+        promise_write_every_batches: 16,
+        ..small_config()
+    };
+    let fs = acknowledged(2);
+    let (mut wal, _) = Wal::open(fs.clone(), sim_dir(), config).unwrap();
+    let syncs = fs.sync_count();
+    wal.write_batch(&[write(5, Vec::new(), Some(hard_state(2, Some(3), 20)))])
+        .unwrap();
+    assert_eq!(
+        fs.sync_count(),
+        syncs + 2,
+        "the log's fsync and the promise's"
+    );
+    assert!(!wal.promise_unflushed());
+    fs.crash();
+    let durable = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
+    assert_eq!((durable.term, durable.vote), (2, Some(3)));
 }

@@ -145,10 +145,10 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("settings contradict each other: {0}")]
     Settings(String),
-    /// Recovery found damage it cannot yet repair by itself (keel-wal's `damage.rs`): corrupt
-    /// acknowledged entries, a corrupt snapshot or promise record. (A lost tail is repaired: the
-    /// node starts recovering, `open_wal`.) It refuses to start rather than vote and serve on a
-    /// log shorter than it promised. Nothing in the directory was changed.
+    /// Recovery found damage it cannot repair by itself (keel-wal's `damage.rs`): a promise
+    /// record neither of whose copies verifies, so nothing says what the log should hold. (A lost
+    /// tail, a corrupt segment or snapshot are repaired: `open_wal`.) It refuses to start rather
+    /// than vote and serve on a log that may be shorter than it promised.
     #[error(
         "the data directory {} is damaged, refusing to start: {report}",
         dir.display()
@@ -159,9 +159,10 @@ pub enum StartError {
     },
 }
 
-/// Opens the WAL. A log that lost acknowledged entries at its tail opens on its intact prefix
-/// and the entry it had promised comes back with it: the node then recovers it from its peers
-/// (`RaftNode::start_recovering`). Any other damage becomes [`StartError::Damaged`].
+/// Opens the WAL, repairing what the cluster can make good (`Wal::open_repairing`: a lost tail,
+/// a corrupt segment or snapshot set aside): the entry the node had promised comes back with it,
+/// and the node recovers what it lacks from its peers (`RaftNode::start_recovering`). A corrupt
+/// promise record becomes [`StartError::Damaged`].
 fn open_wal(
     config: &NodeConfig,
 ) -> Result<(Wal<StdFs>, keel_wal::Recovered, Option<LogId>), StartError> {
@@ -181,7 +182,8 @@ fn open_wal(
     })?;
     let promised = repaired.and_then(|report| {
         tracing::error!(
-            "the data directory {} lost acknowledged entries: {report}; recovering them from \
+            "the data directory {} is damaged: {report}; damaged files were set aside \
+             (`.damaged`), and what the node lacks of what it had acknowledged is recovered from \
              the cluster (no campaigns, votes only for logs that reach what was promised)",
             config.data_dir.display()
         );

@@ -339,7 +339,15 @@ impl<F: Fs> Wal<F> {
         let Some(file) = self.promise.as_mut() else {
             return Ok(());
         };
-        let result = file.raise(promise);
+        let current = file.current();
+        let result = if (promise.term, promise.vote) != (current.term, current.vote) {
+            // A new term or vote is flushed at once: rare (elections), and a repair that has to
+            // set aside the log's newest segments must still know it (a node never votes twice
+            // in a term).
+            file.set(promise)
+        } else {
+            file.raise(promise)
+        };
         self.poison_on_error(result)
     }
 

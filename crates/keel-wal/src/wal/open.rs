@@ -25,13 +25,22 @@ impl<F: Fs> Wal<F> {
         Ok((wal, recovered))
     }
 
-    /// As [`Wal::open`], but a log that only lost its tail below the promise
-    /// ([`DamageKind::LostTail`]: a disk that lost writes it had reported flushed) is opened on
-    /// its intact prefix instead of refused, for a node that will fetch the rest from its peers
-    /// while it *recovers* (keel-core's `RaftNode::start_recovering`). The report says what was
-    /// lost and what was promised; the promise record keeps the promised entry (it is never
-    /// recorded lower until the log holds that index again), so a crash meanwhile finds the same
-    /// damage. Any other damage is refused as by [`Wal::open`].
+    /// As [`Wal::open`], but damage the cluster can make good is repaired instead of refused, for
+    /// a node that will fetch what it lacks from its peers while it *recovers* (keel-core's
+    /// `RaftNode::start_recovering`):
+    ///
+    /// - a log that lost its tail below the promise ([`DamageKind::LostTail`]: a disk that lost
+    ///   writes it had reported flushed) is opened on its intact prefix;
+    /// - a corrupt segment is set aside (renamed `<name>.damaged`, ignored from then on, left for
+    ///   an operator to look at or delete) with every segment after it, and so is a corrupt
+    ///   snapshot file (all segments too when the log then joins no snapshot): what remains is
+    ///   a log that lost its tail, opened as above. The term and vote survive: a change of either
+    ///   is in the promise record before it is acknowledged.
+    ///
+    /// The report says what was found and what was promised; the promise record keeps the
+    /// promised entry (it is never recorded lower until the log holds that index again), so a
+    /// crash meanwhile finds the damage again. A promise record neither of whose copies verifies
+    /// is refused as by [`Wal::open`]: without it nothing says what the log should hold.
     pub fn open_repairing(
         fs: F,
         dir: impl Into<PathBuf>,
@@ -44,22 +53,36 @@ impl<F: Fs> Wal<F> {
         fs: F,
         dir: PathBuf,
         config: WalConfig,
-        repair_lost_tail: bool,
+        repair: bool,
     ) -> Result<(Self, Recovered, Option<DamageReport>)> {
         config.validate()?;
         fs.create_dir_all(&dir).map_err(io_err(&dir))?;
         let started = Instant::now();
-        let mut scan = recover::scan(&fs, &dir)?;
-        // Taken before `judge` moves the entries out of the scan.
-        let disk_last_index = scan.replay.last_index();
-        let judged = damage::judge(&fs, &dir, &mut scan, started)?;
-        let repairable =
-            repair_lost_tail && judged.damage.iter().all(|d| d.kind == DamageKind::LostTail);
+        // Damage repaired by setting files aside, for the report.
+        let mut set_aside = Vec::new();
+        let mut rounds = 0;
+        let (scan, disk_last_index, judged) = loop {
+            let mut scan = recover::scan(&fs, &dir)?;
+            // Taken before `judge` moves the entries out of the scan.
+            let disk_last_index = scan.replay.last_index();
+            let judged = damage::judge(&fs, &dir, &mut scan, started)?;
+            let only_lost_tail = judged.damage.iter().all(|d| d.kind == DamageKind::LostTail);
+            if !repair || only_lost_tail || rounds == SET_ASIDE_ROUNDS_MAX {
+                break (scan, disk_last_index, judged);
+            }
+            if !set_aside_damaged_files(&fs, &dir, &judged.damage)? {
+                break (scan, disk_last_index, judged);
+            }
+            set_aside.extend(judged.damage);
+            rounds += 1;
+        };
+        let repairable = repair && judged.damage.iter().all(|d| d.kind == DamageKind::LostTail);
         if !judged.damage.is_empty() && !repairable {
             // Refused before anything is repaired: the files stay as they were found, for the
             // layer above (or an operator) to decide.
+            set_aside.extend(judged.damage);
             return Err(WalError::Damaged(Box::new(DamageReport {
-                damage: judged.damage,
+                damage: set_aside,
                 recovered: judged.assembled.recovered,
             })));
         }
@@ -68,7 +91,8 @@ impl<F: Fs> Wal<F> {
             true => None,
             false => judged.promise.promise().map(|p| p.acked),
         };
-        let damage = judged.damage;
+        set_aside.extend(judged.damage);
+        let damage = set_aside;
         let assembled = judged.assembled;
         let recovered = assembled.recovered;
 
@@ -231,4 +255,57 @@ pub(super) fn prepare_segment<F: Fs>(
     fs.rename(&temp, &path).map_err(io_err(&path))?;
     fs.sync_dir(dir).map_err(sync_err(dir))?;
     Ok((seq, file))
+}
+
+/// Rounds of setting files aside before open gives up (each round sets aside at least one file;
+/// the second finds what the first uncovered, such as a log that no longer joins a snapshot).
+const SET_ASIDE_ROUNDS_MAX: usize = 4;
+
+/// The suffix of a file set aside as damaged.
+pub const DAMAGED_SUFFIX: &str = ".damaged";
+
+/// Renames the files `damage` names out of the WAL's way (see [`Wal::open_repairing`]): a corrupt
+/// segment and every later one, newest first, so that what remains is always a contiguous log;
+/// a corrupt snapshot file; all segments when the damage names no file (a missing segment, a log
+/// that joins no snapshot). Returns whether anything was set aside (nothing can be for a corrupt
+/// promise record).
+fn set_aside_damaged_files<F: Fs>(fs: &F, dir: &Path, damage: &[damage::Damage]) -> Result<bool> {
+    let names = fs.list_dir(dir).map_err(io_err(dir))?;
+    let mut segments: Vec<u64> = names
+        .iter()
+        .filter_map(|n| segment::parse_segment_file_name(n))
+        .collect();
+    segments.sort_unstable();
+    let mut from_seq: Option<u64> = None;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in damage {
+        let named_segment = d
+            .path
+            .as_ref()
+            .and_then(|p| segment::parse_segment_file_name(p.file_name()?.to_str()?));
+        match (d.kind, &d.path, named_segment) {
+            (DamageKind::CorruptLog, _, Some(seq)) => {
+                from_seq = Some(from_seq.map_or(seq, |s| s.min(seq)));
+            }
+            (DamageKind::CorruptLog, _, None) | (DamageKind::CorruptSnapshot, None, _) => {
+                from_seq = Some(0);
+            }
+            (DamageKind::CorruptSnapshot, Some(path), _) => files.push(path.clone()),
+            (DamageKind::LostTail | DamageKind::CorruptPromise, _, _) => {}
+        }
+    }
+    if let Some(from) = from_seq {
+        for seq in segments.iter().rev().take_while(|s| **s >= from) {
+            files.push(dir.join(segment::segment_file_name(*seq)));
+        }
+    }
+    for path in &files {
+        let mut aside = path.clone().into_os_string();
+        aside.push(DAMAGED_SUFFIX);
+        fs.rename(path, Path::new(&aside)).map_err(io_err(path))?;
+    }
+    if !files.is_empty() {
+        fs.sync_dir(dir).map_err(sync_err(dir))?;
+    }
+    Ok(!files.is_empty())
 }
