@@ -219,6 +219,14 @@ struct Tunables {
     /// not campaign; 0 only measures [default: 500].
     #[arg(long)]
     max_clock_offset_ms: Option<u64>,
+    /// The background scrub re-reads the data directory's sealed log segments and snapshots at
+    /// most this fast, in MiB/s, and restarts the node to repair what it finds; 0: no scrub
+    /// [default: 8].
+    #[arg(long)]
+    scrub_rate_mib_s: Option<u64>,
+    /// The pause between two scrub passes [default: 60000].
+    #[arg(long)]
+    scrub_interval_ms: Option<u64>,
     /// Take a snapshot after at most this many entries applied since the last one [default:
     /// 1000000].
     #[arg(long)]
@@ -483,6 +491,8 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         heartbeat_ms: args.tunables.heartbeat_ms,
         time_tick_ms: args.tunables.time_tick_ms,
         max_clock_offset_ms: args.tunables.max_clock_offset_ms,
+        scrub_rate_mib_s: args.tunables.scrub_rate_mib_s,
+        scrub_interval_ms: args.tunables.scrub_interval_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
         snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
         snapshot_log_ratio: args.tunables.snapshot_log_ratio,
@@ -622,6 +632,8 @@ fn run_up(args: UpArgs) -> ExitCode {
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 time_tick_ms: args.tunables.time_tick_ms,
                 max_clock_offset_ms: args.tunables.max_clock_offset_ms,
+                scrub_rate_mib_s: args.tunables.scrub_rate_mib_s,
+                scrub_interval_ms: args.tunables.scrub_interval_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,
                 snapshot_threshold_bytes: args.tunables.snapshot_threshold_bytes,
                 snapshot_log_ratio: args.tunables.snapshot_log_ratio,

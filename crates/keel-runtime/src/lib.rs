@@ -17,6 +17,7 @@ mod handle;
 pub mod metrics;
 mod node;
 pub mod recover;
+pub mod scrub;
 mod storage;
 pub mod transport;
 pub mod wire;

@@ -84,6 +84,9 @@ pub trait FileHandle {
     fn write_directly(&mut self) -> io::Result<bool> {
         Ok(false)
     }
+    /// Asks the operating system to forget the clean cached pages of this file, so that the
+    /// next reads come from the device (the scrub, `scrub.rs`). A hint: nothing if unsupported.
+    fn drop_cached_pages(&self) {}
 }
 
 /// The real file system (std::fs).
@@ -214,6 +217,17 @@ impl FileHandle for StdFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         read_full_at(&self.file, buf, offset)
+    }
+
+    fn drop_cached_pages(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid descriptor owned by `self.file`; the call only drops clean pages.
+            unsafe {
+                libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
     }
 
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {

@@ -248,6 +248,7 @@ pub mod error;
 pub mod fs;
 pub mod promise;
 pub mod recover;
+pub mod scrub;
 pub mod segment;
 pub mod simfs;
 pub mod snapshot;
@@ -260,6 +261,7 @@ pub use fs::{FileHandle, Fs, ReadOnlyFs, StdFs};
 pub use keel_core::SnapshotMeta;
 pub use promise::{Promise, PromiseRead};
 pub use recover::{inspect, recover, Inspection, Recovered, RecoveryStats, TornTail};
+pub use scrub::{scrub_pass, ScrubPass, Throttled};
 pub use simfs::{Crash, SimFs};
 pub use snapshot::{
     bootstrap_meta, create_snapshot_file, snapshot_file_name, LatestSnapshot, SkippedSnapshot,

@@ -152,6 +152,9 @@ pub struct ServeSettings {
     pub time_tick_ms: Option<u64>,
     /// The largest clock offset from the leader's with which a node campaigns (0: only measure).
     pub max_clock_offset_ms: Option<u64>,
+    /// The scrub's read rate in MiB/s (0: off) and the pause between its passes.
+    pub scrub_rate_mib_s: Option<u64>,
+    pub scrub_interval_ms: Option<u64>,
     pub snapshot_threshold: Option<u64>,
     pub snapshot_threshold_bytes: Option<u64>,
     pub snapshot_log_ratio: Option<u64>,
@@ -210,6 +213,8 @@ impl ServeSettings {
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             time_tick_ms: self.time_tick_ms.or(file.time_tick_ms),
             max_clock_offset_ms: self.max_clock_offset_ms.or(file.max_clock_offset_ms),
+            scrub_rate_mib_s: self.scrub_rate_mib_s.or(file.scrub_rate_mib_s),
+            scrub_interval_ms: self.scrub_interval_ms.or(file.scrub_interval_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
             snapshot_threshold_bytes: self
                 .snapshot_threshold_bytes
@@ -310,6 +315,8 @@ impl ServeSettings {
             heartbeat_ms: self.heartbeat_ms,
             time_tick_ms: self.time_tick_ms,
             max_clock_offset_ms: self.max_clock_offset_ms,
+            scrub_rate_mib_s: self.scrub_rate_mib_s,
+            scrub_interval_ms: self.scrub_interval_ms,
             snapshot_threshold: self.snapshot_threshold,
             snapshot_threshold_bytes: self.snapshot_threshold_bytes,
             snapshot_log_ratio: self.snapshot_log_ratio,

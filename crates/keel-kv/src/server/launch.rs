@@ -74,6 +74,9 @@ pub struct NodeOptions {
     pub time_tick_ms: Option<u64>,
     /// `--max-clock-offset-ms` (keel-engine's `ClockWatch`); None: the default.
     pub max_clock_offset_ms: Option<u64>,
+    /// `--scrub-rate-mib-s` (0: off) and `--scrub-interval-ms`; None: the defaults.
+    pub scrub_rate_mib_s: Option<u64>,
+    pub scrub_interval_ms: Option<u64>,
 }
 
 /// A running node and its client listener.
@@ -421,6 +424,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         }
         config.max_clock_offset_ms = ms;
     }
+    config.scrub = scrub_config(options)?;
     if let Some(n) = options.snapshot_threshold_bytes {
         config.snapshot_threshold_bytes = n.max(1);
     }
@@ -504,6 +508,42 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         peer_addr: node.peer_addr(),
         node,
         accept,
+    })
+}
+
+/// `--scrub-rate-mib-s` default: a pass over a default-sized log (a few 128 MiB segments and
+/// its snapshots) takes about a minute, a small share of any disk's bandwidth.
+const SCRUB_RATE_MIB_S_DEFAULT: u64 = 8;
+/// Largest `--scrub-rate-mib-s`: 64 GiB/s, beyond any device (keeps the byte rate in range).
+const SCRUB_RATE_MIB_S_MAX: u64 = 64 << 10;
+const SCRUB_INTERVAL_MS_DEFAULT: u64 = 60_000;
+/// Largest `--scrub-interval-ms`: a day.
+const SCRUB_INTERVAL_MS_MAX: u64 = 86_400_000;
+
+/// The scrub the node runs: damage both passes agree on restarts this process in place
+/// ([`super::restart::restart_in_place`]), and on the way up `Wal::open_repairing` sets the
+/// damaged files aside and the node recovers what it lacks from the cluster.
+fn scrub_config(options: &NodeOptions) -> Result<keel_runtime::scrub::ScrubConfig, String> {
+    let rate_mib_s = options.scrub_rate_mib_s.unwrap_or(SCRUB_RATE_MIB_S_DEFAULT);
+    if rate_mib_s > SCRUB_RATE_MIB_S_MAX {
+        return Err(format!(
+            "--scrub-rate-mib-s {rate_mib_s}: must be at most {SCRUB_RATE_MIB_S_MAX} (0: no scrub)"
+        ));
+    }
+    let interval_ms = options
+        .scrub_interval_ms
+        .unwrap_or(SCRUB_INTERVAL_MS_DEFAULT);
+    if interval_ms > SCRUB_INTERVAL_MS_MAX {
+        return Err(format!(
+            "--scrub-interval-ms {interval_ms}: must be at most {SCRUB_INTERVAL_MS_MAX}"
+        ));
+    }
+    Ok(keel_runtime::scrub::ScrubConfig {
+        rate_bytes_per_s: rate_mib_s << 20,
+        pause_between_passes: Duration::from_millis(interval_ms),
+        on_damage: keel_runtime::scrub::OnDamage::Call(std::sync::Arc::new(|_| {
+            super::restart::restart_in_place("the scrub found damage on disk")
+        })),
     })
 }
 

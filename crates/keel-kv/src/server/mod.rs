@@ -38,6 +38,7 @@ pub mod launch;
 pub mod limits;
 mod membership;
 pub mod protected;
+mod restart;
 mod time;
 
 use std::collections::BTreeMap;

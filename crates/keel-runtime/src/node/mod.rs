@@ -88,6 +88,8 @@ pub struct NodeConfig {
     /// The largest offset of this node's clock from its leader's with which it still campaigns
     /// (measured on heartbeats; keel-engine's `ClockWatch`). 0: measured, never enforced.
     pub max_clock_offset_ms: u64,
+    /// The background scrub of the data directory (`crate::scrub`; off by default).
+    pub scrub: crate::scrub::ScrubConfig,
 }
 
 impl NodeConfig {
@@ -121,6 +123,7 @@ impl NodeConfig {
             request_timeout_ms: 10_000,
             apply_inline_budget_us: 100,
             max_clock_offset_ms: keel_engine::ClockPolicy::MAX_OFFSET_MS_DEFAULT,
+            scrub: crate::scrub::ScrubConfig::default(),
         }
     }
 }
@@ -203,6 +206,9 @@ pub struct Node<S> {
     threads: Arc<Mutex<Vec<ThreadHandle<()>>>>,
     peer_addr: SocketAddr,
     snapshot_counters: Arc<crate::transport::SnapshotCounters>,
+    /// Ends the scrub thread (set on stop and drop).
+    scrub_stop: Arc<std::sync::atomic::AtomicBool>,
+    scrub_counters: Arc<crate::scrub::ScrubCounters>,
 }
 
 impl<S: StateMachine> Node<S> {
@@ -288,7 +294,7 @@ impl<S: StateMachine> Node<S> {
             config.apply_inline_budget_us.saturating_mul(1000),
             events_tx.clone(),
         )?;
-        let threads = vec![
+        let mut threads = vec![
             storage::spawn(
                 wal,
                 storage_rx,
@@ -297,6 +303,15 @@ impl<S: StateMachine> Node<S> {
             )?,
             apply_thread,
         ];
+        let scrub_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let scrub_counters = Arc::new(crate::scrub::ScrubCounters::default());
+        threads.extend(crate::scrub::spawn(
+            config.id,
+            config.data_dir.clone(),
+            config.scrub.clone(),
+            scrub_stop.clone(),
+            scrub_counters.clone(),
+        )?);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
         let transport = Transport::bind(
             config.transport.clone(),
@@ -362,7 +377,14 @@ impl<S: StateMachine> Node<S> {
             threads: Arc::new(Mutex::new(threads)),
             peer_addr,
             snapshot_counters,
+            scrub_stop,
+            scrub_counters,
         })
+    }
+
+    /// The scrub's passes and findings so far (`crate::scrub`).
+    pub fn scrub_counters(&self) -> Arc<crate::scrub::ScrubCounters> {
+        self.scrub_counters.clone()
     }
 
     pub fn handle(&self) -> Handle<S> {
@@ -402,6 +424,8 @@ impl<S: StateMachine> Node<S> {
     /// thread already does) and waits for the storage and apply threads to finish what they
     /// hold, so the data directory can be opened again.
     pub async fn stop(mut self) {
+        self.scrub_stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
@@ -418,6 +442,8 @@ impl<S: StateMachine> Node<S> {
 
 impl<S> Drop for Node<S> {
     fn drop(&mut self) {
+        self.scrub_stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(task) = self.task.take() {
             task.abort();
         }

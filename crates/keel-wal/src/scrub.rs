@@ -1,0 +1,232 @@
+//! The scrub: re-reading a live node's files to find rot before a restart or a peer needs them.
+//!
+//! A running node replicates and applies from memory, so a bit that flips on the device in an
+//! acknowledged record or a snapshot shows nowhere until the node restarts — and if another node
+//! is lost meanwhile, the cluster may be left holding that entry only on the rotten copy. A scrub
+//! pass reads, at a bounded rate, what no write can be touching:
+//!
+//! - the **sealed segments**: every segment but the two highest-numbered (the active one and the
+//!   spare prepared ahead of it), replayed with recovery's own scan and judged with its own rules
+//!   (`recover.rs`), so a pass finds exactly what a restart would refuse — never more: the newest
+//!   scanned segment's tail is judged as the log's end (lenient), where a restart would see the
+//!   active segment after it;
+//! - every **snapshot** file (header and data checksums, `snapshot.rs`).
+//!
+//! The promise record is not scrubbed: it is rewritten every few group commits (a pass could read
+//! a copy mid-write), which overwrites a rotten copy, and a restart reads both copies anyway.
+//!
+//! A pass changes nothing. Files deleted while it reads them (purged segments, pruned snapshots)
+//! are skipped, not reported: only a checksum or structure that does not verify is a finding.
+//! What to do about a finding is the caller's decision (keel-runtime restarts the node, and
+//! [`crate::Wal::open_repairing`] sets the damaged files aside and the node recovers the rest from
+//! its peers).
+//!
+//! Reads go through [`Throttled`], which spaces them to a rate in bytes per second and asks the
+//! operating system to drop each file's cached pages before reading it (so the device, not the
+//! page cache, is what gets verified).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::damage::{log_damage, Damage, DamageKind};
+use crate::error::{io_err, Result, WalError};
+use crate::fs::{FileHandle, Fs};
+use crate::recover;
+use crate::segment;
+use crate::snapshot;
+
+/// The outcome of one pass.
+#[derive(Clone, Debug, Default)]
+pub struct ScrubPass {
+    /// What does not verify; empty for a clean pass.
+    pub findings: Vec<Damage>,
+    /// Sealed segments and snapshot files read to the end.
+    pub segments_read: usize,
+    pub snapshots_read: usize,
+    /// Files that disappeared while the pass read them (purged or pruned): not findings.
+    pub files_gone: usize,
+}
+
+impl ScrubPass {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// One scrub pass over the files of `dir` that no write touches (see the module docs). Only an
+/// I/O error other than a vanished file is an error (and [`Throttled`]'s stop, as
+/// `io::ErrorKind::Interrupted`).
+pub fn scrub_pass<F: Fs>(fs: &F, dir: &Path) -> Result<ScrubPass> {
+    let mut pass = ScrubPass::default();
+    let mut seqs: Vec<u64> = fs
+        .list_dir(dir)
+        .map_err(io_err(dir))?
+        .iter()
+        .filter_map(|name| segment::parse_segment_file_name(name))
+        .collect();
+    seqs.sort_unstable();
+    seqs.truncate(seqs.len().saturating_sub(2));
+    if !seqs.is_empty() {
+        match recover::scan_sealed(fs, dir, &seqs) {
+            Ok((damage, read)) => {
+                pass.segments_read = read;
+                pass.findings.extend(damage);
+            }
+            Err(e) if is_gone(&e) => pass.files_gone += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    for (_, path) in snapshot::list_snapshots(fs, dir)? {
+        match snapshot::verify_snapshot(fs, &path) {
+            Ok(_) => pass.snapshots_read += 1,
+            Err(_) if fs.open(&path).is_err() => pass.files_gone += 1,
+            Err(reason) => pass.findings.push(Damage {
+                kind: DamageKind::CorruptSnapshot,
+                promised: None,
+                intact_through: 0,
+                path: Some(path),
+                offset: None,
+                detail: format!("found by the scrub: {reason}"),
+            }),
+        }
+    }
+    Ok(pass)
+}
+
+/// A corruption the scan of sealed segments `seqs` ended on, as a finding.
+pub(crate) fn sealed_damage(error: &WalError, intact_through: u64) -> Option<Damage> {
+    let mut damage = log_damage(error, None, intact_through)?;
+    damage.detail = format!("found by the scrub: {}", damage.detail);
+    Some(damage)
+}
+
+fn is_gone(error: &WalError) -> bool {
+    matches!(error, WalError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
+/// Reads through `F`, spaced to at most `bytes_per_s`, each opened file's cached pages dropped
+/// first; every read fails with `Interrupted` once `stop` is set.
+#[derive(Clone)]
+pub struct Throttled<F> {
+    inner: F,
+    pace: Arc<Pace>,
+}
+
+struct Pace {
+    bytes_per_s: u64,
+    stop: Arc<AtomicBool>,
+    /// When the reads so far will have been paid for at the rate.
+    paid_until: Mutex<Instant>,
+}
+
+impl<F: Fs> Throttled<F> {
+    pub fn new(inner: F, bytes_per_s: u64, stop: Arc<AtomicBool>) -> Self {
+        assert!(bytes_per_s > 0, "a scrub rate of zero reads nothing");
+        Throttled {
+            inner,
+            pace: Arc::new(Pace {
+                bytes_per_s,
+                stop,
+                paid_until: Mutex::new(Instant::now()),
+            }),
+        }
+    }
+}
+
+impl Pace {
+    fn charge(&self, bytes: usize) -> io::Result<()> {
+        let wait = {
+            let mut paid_until = self.paid_until.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_s as f64);
+            *paid_until = (*paid_until).max(now) + cost;
+            paid_until.saturating_duration_since(now)
+        };
+        // Sleep in short steps so that a stop is noticed promptly.
+        let until = Instant::now() + wait;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "scrub stopped"));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// A file opened through [`Throttled`]: its reads are paced.
+pub struct ThrottledFile<H> {
+    inner: H,
+    pace: Arc<Pace>,
+}
+
+/// Everything but the pacing is `F`'s (the runtime wraps [`crate::ReadOnlyFs`], so a pass cannot
+/// change anything).
+impl<F: Fs> Fs for Throttled<F> {
+    type File = ThrottledFile<F::File>;
+
+    fn create(&self, path: &Path) -> io::Result<Self::File> {
+        Ok(ThrottledFile {
+            inner: self.inner.create(path)?,
+            pace: self.pace.clone(),
+        })
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Self::File> {
+        let inner = self.inner.open(path)?;
+        inner.drop_cached_pages();
+        Ok(ThrottledFile {
+            inner,
+            pace: self.pace.clone(),
+        })
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+}
+
+impl<H: FileHandle> FileHandle for ThrottledFile<H> {
+    fn len_bytes(&self) -> io::Result<u64> {
+        self.inner.len_bytes()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.pace.charge(buf.len())?;
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
+        self.inner.set_len(len_bytes)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+}
