@@ -289,7 +289,8 @@ pub(crate) fn judge<F: Fs>(
     if !damage.is_empty() {
         let state = &mut assembled.recovered.state;
         state.hard_state = with_promised_vote(state.hard_state, &promise);
-        assembled.needs_reset = None;
+        // `needs_reset` stands: a repaired log that ends before its snapshot (a lost tail
+        // reaching below it) must be reset to it like any other; a refused open writes nothing.
     }
     Ok(Judged {
         assembled,

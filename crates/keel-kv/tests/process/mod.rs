@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+pub mod disk;
+
 /// How long any wait may take before the test fails. Generous: debug builds on a shared 2-core
 /// machine.
 pub const DEADLINE: Duration = Duration::from_secs(30);

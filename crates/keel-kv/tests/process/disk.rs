@@ -1,0 +1,67 @@
+//! Damage made to a stopped node's data directory, as a disk makes it, and `keel check` run on it
+//! (issue 20's process tests: `disk_damage.rs`, `fault_table.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs `keel check --data-dir dir`: exit code and stdout.
+pub fn keel_check(dir: &Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["check", "--data-dir"])
+        .arg(dir)
+        .output()
+        .expect("run keel check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "keel check wrote to stderr: {stderr}");
+    (out.status.code(), stdout)
+}
+
+/// The files of `dir` with extension `extension`, sorted by name.
+pub fn files_ending_in(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == extension))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The segment the log ends in: the highest-numbered one holding more than its header (the one
+/// after it, if any, is a spare prepared ahead).
+pub fn active_segment(dir: &Path) -> (PathBuf, Vec<u8>) {
+    files_ending_in(dir, "wal")
+        .into_iter()
+        .rev()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .find(|(_, bytes)| bytes[64..].iter().any(|b| *b != 0))
+        .expect("a segment holding frames")
+}
+
+/// Overwrites the last `len_bytes` of the log's data with zeros, durably.
+pub fn zero_fill_tail(dir: &Path, len_bytes: usize) -> PathBuf {
+    let (path, mut bytes) = active_segment(dir);
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
+    let from = end.saturating_sub(len_bytes).max(64);
+    bytes[from..end].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    path
+}
+
+/// The snapshot file with the highest index.
+pub fn newest_snapshot(dir: &Path) -> PathBuf {
+    files_ending_in(dir, "snap").pop().expect("a snapshot")
+}
+
+/// Flips one byte in the middle of a file.
+pub fn flip_byte_in(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= 0x40;
+    std::fs::write(path, &bytes).unwrap();
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+}
