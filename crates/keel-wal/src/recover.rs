@@ -109,6 +109,9 @@ pub(crate) struct Scan {
     /// The corruption that ended the scan: the replay holds the intact prefix before it (and
     /// no segment after it was read).
     pub damage: Option<WalError>,
+    /// `false` for the scrub, which only verifies: the replay keeps just the last entry (so
+    /// its memory does not grow with the log).
+    keep_entries: bool,
 }
 
 fn corrupt_at(seg: &ScannedSegment, offset: u64, reason: impl Into<String>) -> WalError {
@@ -144,14 +147,14 @@ pub(crate) fn scan<F: Fs>(fs: &F, dir: &Path) -> Result<Scan> {
         )));
         seqs.truncate(at + 1);
     }
-    let mut scan = scan_segments(fs, dir, &seqs, temp_files.clone())?;
+    let mut scan = scan_segments(fs, dir, &seqs, temp_files.clone(), true)?;
     if scan.damage.is_none() {
         match classify_tails(&mut scan) {
             Ok(()) => scan.damage = gap,
             Err((at, error)) => {
                 // Damage in segment `at` with data after it: read again only up to that segment,
                 // whose valid frames end the intact prefix.
-                scan = scan_segments(fs, dir, &seqs[..=at], temp_files)?;
+                scan = scan_segments(fs, dir, &seqs[..=at], temp_files, true)?;
                 scan.torn = None;
                 scan.damage = scan.damage.take().or(Some(error));
             }
@@ -167,7 +170,7 @@ pub(crate) fn scan_sealed<F: Fs>(
     dir: &Path,
     seqs: &[u64],
 ) -> Result<(Option<crate::damage::Damage>, usize)> {
-    let mut scan = scan_segments(fs, dir, seqs, Vec::new())?;
+    let mut scan = scan_segments(fs, dir, seqs, Vec::new(), false)?;
     let error = match scan.damage.take() {
         Some(error) => Some(error),
         None => classify_tails(&mut scan).err().map(|(_, error)| error),
@@ -184,6 +187,7 @@ fn scan_segments<F: Fs>(
     dir: &Path,
     seqs: &[u64],
     temp_files: Vec<PathBuf>,
+    keep_entries: bool,
 ) -> Result<Scan> {
     let mut scan = Scan {
         replay: Replay::default(),
@@ -195,6 +199,7 @@ fn scan_segments<F: Fs>(
         frames: 0,
         bytes_read: 0,
         damage: None,
+        keep_entries,
     };
     for &seq in seqs {
         match scan_segment(fs, dir, seq, &mut scan) {
@@ -341,6 +346,9 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
             return Err(e);
         }
         seg.has_frames = true;
+        if !scan.keep_entries {
+            scan.replay.forget_all_but_last();
+        }
         seg.last_index_at_end = scan.replay.last_index();
         scan.last_frame_seq = header.seq;
         scan.frames += 1;

@@ -9,7 +9,8 @@
 //!   spare prepared ahead of it), replayed with recovery's own scan and judged with its own rules
 //!   (`recover.rs`), so a pass finds exactly what a restart would refuse — never more: the newest
 //!   scanned segment's tail is judged as the log's end (lenient), where a restart would see the
-//!   active segment after it;
+//!   active segment after it. The replay keeps only the last entry, so a pass holds one read
+//!   chunk (4 MiB) of the log at a time, however long the log;
 //! - every **snapshot** file (header and data checksums, `snapshot.rs`).
 //!
 //! The promise record is not scrubbed: it is rewritten every few group commits (a pass could read

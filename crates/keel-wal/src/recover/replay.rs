@@ -26,6 +26,16 @@ impl Replay {
         (self.start + self.entries.len() as Index).saturating_sub(1)
     }
 
+    /// Drops every entry but the last (the log's start moves up past them): what verification
+    /// still needs — the last index and term — without holding the log.
+    pub(super) fn forget_all_but_last(&mut self) {
+        let forgotten = self.entries.len().saturating_sub(1);
+        if forgotten > 0 {
+            self.entries.drain(..forgotten);
+            self.start += forgotten as Index;
+        }
+    }
+
     /// The replay before a frame's `items` are applied, to undo them if one is refused.
     pub(super) fn savepoint(&self, items: &[Item]) -> Savepoint {
         // Only a truncate or a reset removes entries: the rare frame holding one is saved whole,
