@@ -273,3 +273,53 @@ fn two_nodes_damaged_at_different_places_both_repair() {
         assert_eq!(code, Some(0), "node {id}, repaired:\n{report}");
     }
 }
+
+/// A flipped record in an older, sealed segment (segments are 128 MiB: 140 values of 1 MiB fill
+/// one and start the next): the node sets that segment and the later one aside, and recovers
+/// everything from the leader.
+#[test]
+fn older_segment_record_flipped_on_a_follower() {
+    let mut cluster = Cluster::new("older_segment", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    let value = "x".repeat(1 << 20);
+    for i in 0..140 {
+        set(cluster.node(leader), &format!("big-{i}"), &value);
+    }
+    cluster.converged(&[1, 2, 3], 140);
+    cluster.node(victim).signal("TERM");
+    assert!(cluster.node_mut(victim).wait_exit(DEADLINE).is_some());
+    let dir = cluster.node(victim).data_dir.clone();
+    let first = dir.join("00000000000000000001.wal");
+    let (active, _) = active_segment(&dir);
+    assert_ne!(active, first, "the log reaches past its first segment");
+    flip_byte_in(&first, 64 << 20);
+    let (code, report) = keel_check(&dir);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains("DAMAGE corrupt-log"), "{report}");
+
+    cluster.node_mut(victim).spawn();
+    eventually("whole again", || {
+        let node = cluster.node(victim);
+        (node.info_u64("recovering") == Some(0) && node.info_u64("applied_index")? >= 140)
+            .then_some(())
+    });
+    set(cluster.node(leader), "after", "1");
+    cluster.converged(&[1, 2, 3], 141);
+    for i in [0, 70, 139] {
+        assert_eq!(
+            get(cluster.node(victim), &format!("big-{i}")).map(|v| v.len()),
+            Some(1 << 20),
+            "big-{i}"
+        );
+    }
+    let log = std::fs::read_to_string(&cluster.node(victim).log).unwrap();
+    assert!(log.contains("corrupt-log"), "{log}");
+    cluster.node(victim).signal("TERM");
+    // (The scrub is reading the 128 MiB segments meanwhile: a stop must not read as damage.)
+    assert!(cluster.node_mut(victim).wait_exit(DEADLINE).is_some());
+    let log = std::fs::read_to_string(&cluster.node(victim).log).unwrap();
+    assert!(!log.contains("the scrub found damage"), "{log}");
+    let (code, report) = keel_check(&dir);
+    assert_eq!(code, Some(0), "repaired:\n{report}");
+}

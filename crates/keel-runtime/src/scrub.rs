@@ -103,6 +103,11 @@ fn run(
                 continue;
             }
         };
+        if stop.load(Ordering::Relaxed) {
+            // A pass cut short by the stop reads its interrupted reads as unreadable files:
+            // nothing it found means anything.
+            return;
+        }
         counters.passes.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             node,
@@ -114,7 +119,11 @@ fn run(
         );
         if !first.is_clean() {
             pause(CONFIRM_AFTER, stop);
-            if let Some(confirmed) = confirm(&fs, dir, &first) {
+            let confirmed = confirm(&fs, dir, &first);
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Some(confirmed) = confirmed {
                 counters
                     .damage_found
                     .fetch_add(confirmed.findings.len() as u64, Ordering::Relaxed);
