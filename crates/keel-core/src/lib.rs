@@ -80,6 +80,13 @@ pub enum Mutation {
     ClockOffsetMidpoint,
     /// The key-value state machine runs a watched `EXEC` whatever happened to the watched keys.
     WatchIgnored,
+    /// A node recovering from storage damage (`RaftNode::start_recovering`) grants votes as if
+    /// its log still held what it had promised: to candidates whose logs stop below it.
+    VoteBelowPromise,
+    /// keel-wal's recovery trusts a log that ends below the promise record (a disk that lost
+    /// writes it had reported flushed): the lost tail is not reported as damage, so the node
+    /// starts as if whole, on the term and vote its shorter log holds.
+    TrustDamagedTail,
 }
 
 impl Mutation {
@@ -116,6 +123,8 @@ impl Mutation {
             Mutation::KeepDepartedIncarnations => "keep-departed-incarnations",
             Mutation::ClockOffsetMidpoint => "clock-offset-midpoint",
             Mutation::WatchIgnored => "watch-ignored",
+            Mutation::VoteBelowPromise => "vote-below-promise",
+            Mutation::TrustDamagedTail => "trust-damaged-tail",
         }
     }
 

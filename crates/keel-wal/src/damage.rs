@@ -109,6 +109,17 @@ pub struct DamageReport {
     pub recovered: Recovered,
 }
 
+impl DamageReport {
+    /// The entry a node opened on this report's intact prefix must recover to before it may
+    /// campaign or vote for a shorter log (keel-core's `RaftNode::start_recovering`): the
+    /// highest promised entry any finding names. `None` when no finding names one (a directory
+    /// written before the promise record existed): nothing says what was acknowledged. The one
+    /// decision the runtime and the simulator both take from a report.
+    pub fn recover_to(&self) -> Option<LogId> {
+        self.damage.iter().filter_map(|d| d.promised).max()
+    }
+}
+
 impl std::fmt::Display for DamageReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, d) in self.damage.iter().enumerate() {
@@ -236,11 +247,15 @@ pub(crate) struct Judged {
 
 /// Assembles the scanned log with the newest usable snapshot and lists every damage. With
 /// damage, the assembled state is the intact prefix, its term and vote raised to the promise's.
+///
+/// `trust_tail` is the `trust-damaged-tail` mutation (the simulator's only): the log's end is
+/// not compared with the promise, so a lost tail goes unreported.
 pub(crate) fn judge<F: Fs>(
     fs: &F,
     dir: &Path,
     scan: &mut Scan,
     started: Instant,
+    trust_tail: bool,
 ) -> Result<Judged> {
     let promise = read_promise(fs, dir)?;
     let promised = promise.promise().map(|p| p.acked);
@@ -283,14 +298,16 @@ pub(crate) fn judge<F: Fs>(
     match &log_error {
         Some(error) => damage.extend(log_damage(error, promised, last)),
         // A log that cannot be joined to a snapshot is already reported as lost.
-        None if log_joined => damage.extend(check_promise(&assembled.recovered, &promise)),
+        None if log_joined && !trust_tail => {
+            damage.extend(check_promise(&assembled.recovered, &promise))
+        }
         None => {}
     }
     if !damage.is_empty() {
+        // The reset a log below (or at odds with) its snapshot needs stays: `open_repairing`
+        // writes it so that disk and memory agree (a refusing open writes nothing anyway).
         let state = &mut assembled.recovered.state;
         state.hard_state = with_promised_vote(state.hard_state, &promise);
-        // `needs_reset` stands: a repaired log that ends before its snapshot (a lost tail
-        // reaching below it) must be reset to it like any other; a refused open writes nothing.
     }
     Ok(Judged {
         assembled,

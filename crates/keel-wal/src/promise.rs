@@ -273,7 +273,7 @@ pub(crate) struct PromiseFile<F: Fs> {
     /// [`crate::WalConfig::promise_write_every_batches`].
     write_every: u32,
     /// What was promised before the log lost its tail ([`crate::Wal::open_repairing`]): the
-    /// promise is never recorded below it until the log holds that index again.
+    /// promise is never recorded below it until the log reaches it again (`above_floor`).
     floor: Option<LogId>,
 }
 
@@ -364,7 +364,16 @@ impl<F: Fs> PromiseFile<F> {
     /// ([`PromiseFile::start`], [`PromiseFile::before_log_sync`]); [`PromiseFile::flush`] writes
     /// and flushes any raise now.
     pub(crate) fn raise(&mut self, promise: Promise) -> Result<()> {
+        let had_floor = self.floor.is_some();
         let promise = self.above_floor(promise);
+        if had_floor && self.floor.is_none() {
+            // The floor just went: the durable promise still names it, and the log may hold a
+            // later term there or below it instead (the lost entries were replaced since),
+            // which an open after a crash would take for a lost tail. Flushed now, as before a
+            // truncation (once per repair).
+            self.raised = (promise != self.written).then_some(promise);
+            return self.flush();
+        }
         if promise == self.written {
             self.raised = None;
             return Ok(());
@@ -417,10 +426,15 @@ impl<F: Fs> PromiseFile<F> {
     }
 
     /// `promise`, its entry raised to the floor while the log is below it; the floor goes once
-    /// the log reaches its index.
+    /// the log's last entry is at least as up to date as the floor (Raft's order, term first),
+    /// which is when keel-core's recovery ends too (`RaftNode::start_recovering`): a log that
+    /// continues in a later term below the floor's index holds everything the floor promised
+    /// that was ever committed (a leader of that later term replaced the rest). Kept by index
+    /// alone, the floor outlived the recovery there, and the next open reported a lost tail
+    /// that was not (simulator, storage faults).
     fn above_floor(&mut self, promise: Promise) -> Promise {
         match self.floor {
-            Some(floor) if promise.acked.index < floor.index => Promise {
+            Some(floor) if promise.acked < floor => Promise {
                 acked: floor,
                 ..promise
             },

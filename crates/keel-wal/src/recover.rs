@@ -673,7 +673,7 @@ pub struct Inspection {
 pub fn inspect<F: Fs>(fs: &F, dir: &Path) -> Result<Inspection> {
     let started = Instant::now();
     let mut scan = scan(fs, dir)?;
-    let judged = damage::judge(fs, dir, &mut scan, started)?;
+    let judged = damage::judge(fs, dir, &mut scan, started, false)?;
     Ok(Inspection {
         recovered: judged.assembled.recovered,
         promise: judged.promise,

@@ -406,6 +406,72 @@ fn a_lost_tail_is_opened_on_its_intact_prefix_and_the_promise_kept_until_the_log
     assert!(Wal::open(fs.clone(), sim_dir(), small_config()).is_ok());
 }
 
+/// The floor ends where keel-core's recovery ends: once the log's last entry is at least as up
+/// to date as the promise, in Raft's order. A leader of a later term whose log is shorter
+/// replaced the promised entries (they were never committed); the node's log continues in that
+/// term below the promised index, and the next open finds nothing lost (it reported a lost
+/// tail while the floor waited for the index; simulator, storage faults).
+#[test]
+fn a_later_term_below_the_promised_index_ends_the_floor() {
+    let fs = six_batches_the_last_two_lost();
+    let (mut wal, rec, report) =
+        Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert_eq!(report.unwrap().recover_to(), Some(LogId::new(1, 60)));
+    assert_eq!(rec.state.entries.last().unwrap().index, 40);
+    wal.write_batch(&[write(20, entries(2, 41, 45), Some(hard_state(2, None, 40)))])
+        .unwrap();
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(2, 45));
+    // Durable at once, not with a later group commit: until then a crash would find the log
+    // below the promised index.
+    assert!(!wal.promise_unflushed());
+    drop(wal);
+    fs.crash();
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+    assert_eq!(
+        rec.state.entries.last().unwrap().log_id(),
+        LogId::new(2, 45)
+    );
+}
+
+/// A lost tail that leaves the log ending below the newest snapshot: the repaired WAL continues
+/// after the snapshot, as a clean open of such a log does (its reset was dropped with the
+/// damage, so the WAL's last index stayed at the log's end and the next entries were refused;
+/// simulator, storage faults).
+#[test]
+fn a_lost_tail_below_the_snapshot_continues_after_the_snapshot() {
+    let fs = acknowledged(6);
+    let (mut wal, _) = Wal::open(fs.clone(), sim_dir(), small_config()).unwrap();
+    wal.save_snapshot(&snapshot_meta(LogId::new(1, 55), vec![]), b"state")
+        .unwrap();
+    drop(wal);
+    let seg = last_segment(&fs);
+    let frames = frames(&fs.read_file(&seg).unwrap());
+    let (from, _) = frames[frames.len() - 2];
+    let (last, size) = frames[frames.len() - 1];
+    zero_fill(&fs, &seg, from, last + size as u64);
+    let (mut wal, rec, report) =
+        Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert_eq!(report.unwrap().recover_to(), Some(LogId::new(1, 60)));
+    assert_eq!(rec.state.snapshot, LogId::new(1, 55));
+    assert!(rec.state.entries.is_empty());
+    assert_eq!(wal.last_index(), 55);
+    wal.write_batch(&[write(
+        30,
+        entries(1, 56, 60),
+        Some(hard_state(1, Some(1), 55)),
+    )])
+    .unwrap();
+    drop(wal);
+    fs.crash();
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+    assert_eq!(
+        rec.state.entries.last().unwrap().log_id(),
+        LogId::new(1, 60)
+    );
+}
+
 /// A flipped byte in an older segment: `open_repairing` sets that segment and every later one
 /// aside (renamed, not deleted) and opens what remains as a log that lost its tail, keeping the
 /// promise, the term and the vote.

@@ -169,7 +169,8 @@ impl RaftNode {
         // reach that too.
         let reaches_promise = self
             .recovering_to
-            .is_none_or(|promised| last_log_id >= promised);
+            .is_none_or(|promised| last_log_id >= promised)
+            || self.mutated(crate::Mutation::VoteBelowPromise);
         let granted = can_vote && up_to_date && reaches_promise && !lease_blocks;
         if pre_vote {
             let term = if granted { msg.term } else { self.term };

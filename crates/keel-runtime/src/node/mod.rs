@@ -190,7 +190,7 @@ fn open_wal(
              the cluster (no campaigns, votes only for logs that reach what was promised)",
             config.data_dir.display()
         );
-        report.damage.iter().filter_map(|d| d.promised).max()
+        report.recover_to()
     });
     Ok((wal, recovered, promised))
 }

@@ -43,6 +43,9 @@ pub struct WalConfig {
     /// synced batches, and the durable promise trails the acknowledged log by at most that many
     /// group commits (every write is one more 4 KiB I/O beside the log's). At least 1.
     pub promise_write_every_batches: u32,
+    /// Test-only: a deliberately broken recovery (see `keel_core::Mutation`), for the simulator.
+    #[cfg(feature = "mutations")]
+    pub mutation: Option<keel_core::Mutation>,
 }
 
 impl Default for WalConfig {
@@ -59,6 +62,8 @@ impl Default for WalConfig {
             zero_fill_segments: true,
             direct_io: true,
             promise_write_every_batches: 16,
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
     }
 }
@@ -98,6 +103,19 @@ impl WalConfig {
             return fail("snapshots_kept must be at least 1");
         }
         Ok(())
+    }
+
+    /// Whether the deliberately broken variant `m` is switched on (never without the `mutations`
+    /// feature).
+    pub(crate) fn mutated(&self, _m: keel_core::Mutation) -> bool {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation == Some(_m)
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            false
+        }
     }
 
     /// The largest entry payload (a normal entry's data) the WAL stores. Callers refuse larger

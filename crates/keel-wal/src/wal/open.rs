@@ -65,7 +65,8 @@ impl<F: Fs> Wal<F> {
             let mut scan = recover::scan(&fs, &dir)?;
             // Taken before `judge` moves the entries out of the scan.
             let disk_last_index = scan.replay.last_index();
-            let judged = damage::judge(&fs, &dir, &mut scan, started)?;
+            let trust_tail = config.mutated(keel_core::Mutation::TrustDamagedTail);
+            let judged = damage::judge(&fs, &dir, &mut scan, started, trust_tail)?;
             let only_lost_tail = judged.damage.iter().all(|d| d.kind == DamageKind::LostTail);
             if !repair || only_lost_tail || rounds == SET_ASIDE_ROUNDS_MAX {
                 break (scan, disk_last_index, judged);
