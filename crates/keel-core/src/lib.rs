@@ -90,7 +90,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 14] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -105,6 +105,8 @@ impl Mutation {
         Mutation::KeepDepartedIncarnations,
         Mutation::ClockOffsetMidpoint,
         Mutation::WatchIgnored,
+        Mutation::VoteBelowPromise,
+        Mutation::TrustDamagedTail,
     ];
 
     pub fn name(self) -> &'static str {

@@ -3,7 +3,9 @@
 //! commit, completion reports, snapshot adoptions in order with the writes), as the runtime's
 //! storage thread runs it. A crash loses what the worker still holds; with the WAL it may also
 //! tear the oldest such write at any file-system operation and byte, or write its sectors back
-//! out of order.
+//! out of order. A stop (before a storage fault, `storage_faults.rs`) completes what the worker
+//! holds and flushes the promise record, as the runtime's shutdown does. The WAL is opened as
+//! the runtime opens it, repairing damage (`Wal::open_repairing`).
 
 use std::path::PathBuf;
 
@@ -11,7 +13,7 @@ use bytes::Bytes;
 use keel_core::storage::{MemStorage, Storage};
 use keel_core::{HardState, Index, NodeId, RecoveredState, SnapshotMeta, Term, Write};
 use keel_engine::{Completion, LogStore, StorageCommand, StorageWorker};
-use keel_wal::{bootstrap_meta, Crash, Fs, SimFs, Wal, WalConfig};
+use keel_wal::{bootstrap_meta, Crash, DamageReport, Fs, SimFs, Wal, WalConfig};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -101,15 +103,16 @@ fn wal_dir() -> PathBuf {
 /// The largest entry payload a simulated node proposes: what its WAL stores (the in-memory
 /// storage has the same bound, so both kinds of seeds refuse the same proposals).
 pub(crate) fn entry_bytes_max() -> usize {
-    wal_config().entry_payload_bytes_max()
+    wal_config(None).entry_payload_bytes_max()
 }
 
-fn wal_config() -> WalConfig {
+fn wal_config(mutation: Option<keel_core::Mutation>) -> WalConfig {
     // Small segments so that rotation and purge happen in every run.
     WalConfig {
         segment_size_bytes: 64 << 10,
         frame_size_bytes_max: 32 << 10,
         entry_size_bytes_max: 48 << 10,
+        mutation,
         ..WalConfig::default()
     }
 }
@@ -121,7 +124,8 @@ impl SimDisk {
         let backend = if use_wal {
             let fs = SimFs::new();
             transfer_fs = fs.clone();
-            let (mut wal, _) = Wal::open(fs.clone(), wal_dir(), wal_config()).expect("new WAL");
+            let (mut wal, _) =
+                Wal::open(fs.clone(), wal_dir(), wal_config(mutation)).expect("new WAL");
             if !voters.is_empty() {
                 wal.save_snapshot(&bootstrap_meta(voters.iter().copied()), &[])
                     .expect("bootstrap snapshot");
@@ -160,16 +164,39 @@ impl SimDisk {
         self.worker.as_mut().expect("a disk between crashes")
     }
 
-    /// Opens the storage after a (re)start and returns what the node recovers from.
-    pub fn recover(&mut self) -> Result<RecoveredState, String> {
+    /// Opens the storage after a (re)start, as the runtime opens it (`Wal::open_repairing`), and
+    /// returns what the node recovers from, with the damage the WAL repaired, if any.
+    pub fn recover(&mut self) -> Result<(RecoveredState, Option<DamageReport>), String> {
+        let mutation = self.mutation;
         match self.worker_mut().store_mut() {
-            Backend::Mem(m) => Ok(m.recover().expect("memory storage")),
+            Backend::Mem(m) => Ok((m.recover().expect("memory storage"), None)),
             Backend::Wal { fs, wal } => {
-                let (opened, recovered) =
-                    Wal::open(fs.clone(), wal_dir(), wal_config()).map_err(|e| e.to_string())?;
+                let (opened, recovered, report) =
+                    Wal::open_repairing(fs.clone(), wal_dir(), wal_config(mutation))
+                        .map_err(|e| e.to_string())?;
                 *wal = Some(Box::new(opened));
-                Ok(recovered.state)
+                Ok((recovered.state, report))
             }
+        }
+    }
+
+    /// The WAL's file system and directory, while the node is down: what storage faults damage.
+    pub fn wal_fs(&self) -> Option<(SimFs, PathBuf)> {
+        match self.worker().store() {
+            Backend::Wal { fs, wal: None } => Some((fs.clone(), wal_dir())),
+            _ => None,
+        }
+    }
+
+    /// The oldest snapshot whose file is on disk (the WAL keeps the newest two): recovery falls
+    /// back to it when the newest is damaged, so its data is kept.
+    pub fn oldest_snapshot_index(&self) -> Index {
+        match self.worker().store() {
+            Backend::Wal { fs, .. } => keel_wal::snapshot::list_snapshots(fs, &wal_dir())
+                .ok()
+                .and_then(|files| files.iter().map(|(last, _)| last.index).min())
+                .unwrap_or(0),
+            Backend::Mem(m) => m.snapshot().index,
         }
     }
 
@@ -237,6 +264,38 @@ impl SimDisk {
             }
         }
         self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
+    }
+}
+
+impl SimDisk {
+    /// The node stops as the runtime's shutdown stops it: the storage worker completes what it
+    /// was handed (fsyncs included; nothing reaches the core, which is gone) and the promise
+    /// record is flushed (`Wal::flush_promise`, as the storage thread does when it stops), so
+    /// the durable promise covers the whole log. Returns the snapshots adopted meanwhile (their
+    /// data is durable now). Only for a node over the WAL.
+    pub fn stop(&mut self) -> Result<Vec<SnapshotAdoption>, String> {
+        let mut adopted = Vec::new();
+        while let Some(done) = self.worker_mut().run_next() {
+            if let Completion::Adopted(adoption) = done? {
+                adopted.push(adoption);
+            }
+        }
+        let worker = self.worker.take().expect("a disk between crashes");
+        let mut backend = worker.into_store();
+        let Backend::Wal { fs, wal } = &mut backend else {
+            unreachable!("only a node over the WAL is stopped this way");
+        };
+        let flushed = wal
+            .as_mut()
+            .expect("a live node has an open WAL")
+            .flush_promise()
+            .map(|_| ())
+            .map_err(|e| format!("promise flush failed: {e}"));
+        *wal = None;
+        // Nothing of the log is left unsynced; a partial snapshot transfer may be.
+        fs.crash_with(Crash::LoseUnsynced);
+        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
+        flushed.map(|()| adopted)
     }
 }
 

@@ -488,13 +488,17 @@ impl World {
         self.drive(id);
     }
 
-    /// Keeps the data of the core's snapshot (it may have to send it), of the one storage knows,
-    /// and anything newer (a transfer may have brought one that is not installed yet); older
-    /// data is never needed again.
+    /// Keeps the data of the core's snapshot (it may have to send it), of every one whose file
+    /// storage keeps (a restart falls back to an older one when the newest is damaged), and
+    /// anything newer (a transfer may have brought one that is not installed yet); older data
+    /// is never needed again.
     fn prune_snapshot_data(&mut self, id: NodeId) {
         let node = &mut self.nodes[(id - 1) as usize];
         let raft = node.raft.as_ref().expect("a live node");
-        let keep_from = node.disk.snapshot_index().min(raft.snapshot().last.index);
+        let keep_from = node
+            .disk
+            .oldest_snapshot_index()
+            .min(raft.snapshot().last.index);
         node.snapshot_data.retain(|i, _| *i >= keep_from);
     }
 }

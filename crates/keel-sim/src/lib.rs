@@ -9,6 +9,7 @@ mod client;
 pub mod clock;
 mod clock_watch;
 mod connection;
+mod converge;
 pub mod coverage;
 mod disk;
 mod forward;
@@ -18,7 +19,9 @@ pub mod invariants;
 pub mod linearizability;
 mod linearize;
 pub mod params;
+mod restart;
 mod run;
+mod storage_faults;
 mod time;
 mod transfer;
 mod wipe;
@@ -26,6 +29,7 @@ mod world;
 
 pub use coverage::MembershipCoverage;
 pub use run::{run, run_catching};
+pub use storage_faults::StorageFaults;
 pub use world::{DiskReplacements, RunConfig, RunReport};
 
 /// The command that replays one seed, printed with every failure.

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use keel_core::Mutation;
-use keel_sim::{replay_command, run_catching, DiskReplacements, RunConfig, RunReport};
+use keel_sim::{
+    replay_command, run_catching, DiskReplacements, RunConfig, RunReport, StorageFaults,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "keel-sim", about = "Deterministic cluster simulator for keel")]
@@ -31,7 +33,8 @@ struct Args {
     /// vote-before-durable, ack-before-durable, read-without-term-commit, install-below-commit,
     /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
     /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id,
-    /// keep-departed-incarnations).
+    /// keep-departed-incarnations, clock-offset-midpoint, watch-ignored), or of storage-damage
+    /// recovery (vote-below-promise, trust-damaged-tail: with --storage-faults).
     #[arg(long)]
     mutation: Option<String>,
     /// Stop at the first violation.
@@ -48,6 +51,14 @@ struct Args {
     /// Like --disk-replacements, but the disk is wiped while its node is still a member.
     #[arg(long, conflicts_with = "disk_replacements")]
     unplanned_wipes: bool,
+    /// Storage faults in every seed over the WAL instead of a quarter of them: members stopped,
+    /// their disks damaged (lost tails, flipped bits in segments, snapshots and one promise
+    /// copy), restarted to repair themselves from the cluster (`storage_faults.rs`).
+    #[arg(long)]
+    storage_faults: bool,
+    /// No storage faults in any seed (replays runs recorded before they existed).
+    #[arg(long, conflicts_with = "storage_faults")]
+    no_storage_faults: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -111,6 +122,13 @@ fn main() -> ExitCode {
                             } else {
                                 DiskReplacements::Off
                             },
+                            storage_faults: if args.storage_faults {
+                                StorageFaults::All
+                            } else if args.no_storage_faults {
+                                StorageFaults::Off
+                            } else {
+                                StorageFaults::Share
+                            },
                         });
                         if report.violation.is_some() && args.fail_fast {
                             stop.store(true, Ordering::Relaxed);
@@ -132,6 +150,7 @@ fn main() -> ExitCode {
     let mut violations = 0;
     let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
     let (mut watched_swapped, mut watched_aborted) = (0, 0);
+    let (mut storage_faults, mut repaired, mut damage_reports) = (0, 0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
     let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
@@ -143,6 +162,9 @@ fn main() -> ExitCode {
         outliers += r.clock_outliers;
         watched_swapped += r.watched_swapped;
         watched_aborted += r.watched_aborted;
+        storage_faults += r.storage_faults;
+        repaired += r.storage_repaired;
+        damage_reports += r.damage_reports;
         for line in &r.trace {
             println!("{line}");
         }
@@ -154,6 +176,8 @@ fn main() -> ExitCode {
                 ("--classic-shapes", args.classic_shapes),
                 ("--unplanned-wipes", args.unplanned_wipes),
                 ("--disk-replacements", args.disk_replacements),
+                ("--storage-faults", args.storage_faults),
+                ("--no-storage-faults", args.no_storage_faults),
             ] {
                 if on {
                     replay.push(' ');
@@ -188,6 +212,10 @@ fn main() -> ExitCode {
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs
+    );
+    println!(
+        "storage_faults={storage_faults} damaged_nodes_repaired={repaired} \
+         damage_reports={damage_reports}"
     );
     println!(
         "seeds={} steps={steps} violations={violations}",

@@ -64,6 +64,10 @@ pub struct Params {
     /// Weight of wiping a member's disk (scenario S37: it restarts empty under its id with a new
     /// storage incarnation, and is removed and added back). 0 in most seeds.
     pub wipe_weight: u32,
+    /// Weight of a storage fault (`storage_faults.rs`: a member stopped, its disk damaged, and
+    /// restarted to repair itself). 0 in most seeds; set by `World::new` from the run's
+    /// `StorageFaults`.
+    pub storage_fault_weight: u32,
     /// Probability of crashing a node right after it sends a vote or an acknowledgement.
     pub crash_after_promise_probability: f64,
     /// Probability of crashing a node right after it becomes leader, before its first entries
@@ -169,6 +173,7 @@ impl Params {
             every_size: false,
             forward_writes: false,
             wipe_weight: 0,
+            storage_fault_weight: 0,
             min_voters: 3,
             clocks: Vec::new(),
         }

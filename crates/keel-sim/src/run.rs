@@ -8,10 +8,6 @@ use crate::invariants::Violation;
 use crate::params::TICK_INTERVAL;
 use crate::world::{Event, RunConfig, RunReport, World};
 
-/// After healing, the cluster must elect a leader and converge within this many election
-/// timeouts, plus the time to ship the whole log one message at a time (see `heal_bound`).
-const HEAL_BOUND_ELECTION_TIMEOUTS: u64 = 30;
-
 /// Runs one seed; a panic anywhere (an assertion in the core, say) becomes a violation of the
 /// report instead of ending the process.
 pub fn run_catching(cfg: &RunConfig) -> RunReport {
@@ -46,6 +42,9 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 clock_outliers: 0,
                 watched_swapped: 0,
                 watched_aborted: 0,
+                storage_faults: 0,
+                storage_repaired: 0,
+                damage_reports: 0,
             }
         }
     }
@@ -83,6 +82,13 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         }
         if w.violation.is_none() && !converged && !w.converged() {
             let detail = w.describe_cluster();
+            if let Some(ids) = w.damaged_not_whole() {
+                // The storage faults' own promise: every damaged member ends whole.
+                w.fail(Violation {
+                    invariant: "damaged node whole",
+                    detail: format!("{ids:?} still recovering at the bound: {detail}"),
+                });
+            }
             w.fail(Violation {
                 invariant: "liveness after healing",
                 detail: format!("no convergence within the bound: {detail}"),
@@ -127,6 +133,9 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         clock_outliers: w.clock_outliers,
         watched_swapped: w.watched_swapped,
         watched_aborted: w.watched_aborted,
+        storage_faults: w.storage.injected,
+        storage_repaired: w.storage.repaired,
+        damage_reports: w.storage.reports,
     }
 }
 
@@ -395,97 +404,6 @@ impl World {
         Some(needed)
     }
 
-    /// The stated liveness bound after healing: elections settle within a number of election
-    /// timeouts, clients give up within their timeout, a snapshot whose answer was lost before
-    /// the healing is abandoned within the core's snapshot timeout (a leader waits that long
-    /// before it probes the follower again: seed 419728), and a lagging member is sent at most
-    /// the whole log, one message per round trip in the worst case. The whole log is the longest
-    /// one any node holds, committed or not: a leader commits nothing of its term until a
-    /// majority holds its entries up to its no-op, however many uncommitted ones come before
-    /// it (seed 3001668 at 100,000 steps: two voters, 65 entries committed, and a leader with
-    /// 690 more to ship one per round trip). Nodes whose clocks a leader that then died found too
-    /// far from its own hold their campaigns for the clock policy's `hold_ms` at most.
-    pub(crate) fn heal_bound(&self) -> u64 {
-        let p = &self.params;
-        let et = u64::from(p.election_timeout_ticks) * TICK_INTERVAL;
-        let snapshot_timeout = u64::from(keel_core::Config::new(1).snapshot_timeout_ticks);
-        let round_trip = 2 * p.net_delay_max + p.disk_latency_max + 2;
-        let longest_log = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.raft.as_ref())
-            .map(|r| r.log().last_index())
-            .max()
-            .unwrap_or(0)
-            .max(self.checker.max_committed());
-        let messages = longest_log / p.max_entries_per_message as u64 + 1;
-        HEAL_BOUND_ELECTION_TIMEOUTS * et
-            + p.clock_policy().hold_ms
-            + snapshot_timeout * TICK_INTERVAL
-            + p.client_timeout
-            + messages * round_trip
-    }
-
-    /// A leader exists, every member of its configuration applied everything it committed, all
-    /// state machines agree, and no client operation is outstanding.
-    pub(crate) fn converged(&self) -> bool {
-        if self.wiped.is_some() {
-            return false; // a wiped member is not back yet
-        }
-        let Some(leader) = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.raft.as_ref())
-            .find(|r| r.role() == Role::Leader)
-        else {
-            return false;
-        };
-        let status = leader.status();
-        if status.commit != status.last_log_id.index || status.membership.is_joint() {
-            return false;
-        }
-        let leader_node = &self.nodes[(leader.id() - 1) as usize];
-        let Some((leader_applied, digest)) = leader_node.applied_state() else {
-            return false;
-        };
-        status
-            .membership
-            .members()
-            .into_iter()
-            .all(|m| self.nodes[(m - 1) as usize].applied_state() == Some((status.commit, digest)))
-            && leader_applied == status.commit
-            && self.clients.pending_ops() == 0
-    }
-
-    pub(crate) fn describe_cluster(&self) -> String {
-        let mut out = String::new();
-        for n in &self.nodes {
-            match &n.raft {
-                None => out.push_str(&format!("[n{} down] ", n.id)),
-                Some(r) => {
-                    let s = r.status();
-                    out.push_str(&format!(
-                        "[n{} {:?} t{} lead {:?} commit {} applied {} last {} voters {:?} learners {:?}] ",
-                        s.id,
-                        s.role,
-                        s.term,
-                        s.leader,
-                        s.commit,
-                        n.applied_state().map_or(0, |(applied, _)| applied),
-                        s.last_log_id,
-                        s.membership.voters,
-                        s.membership.learners
-                    ));
-                }
-            }
-        }
-        out.push_str(&format!(
-            "pending client ops {}",
-            self.clients.pending_ops()
-        ));
-        out
-    }
-
     pub(crate) fn leader(&self) -> Option<NodeId> {
         self.nodes
             .iter()
@@ -519,6 +437,7 @@ impl World {
             p.transfer_weight,
             p.clock_jump_weight,
             p.wipe_weight,
+            p.storage_fault_weight,
         ];
         let total: u32 = weights.iter().sum();
         if total == 0 {
@@ -543,7 +462,8 @@ impl World {
             2 => self.change_membership(),
             3 => self.transfer(),
             4 => self.clock_jump(),
-            _ => self.wipe(),
+            5 => self.wipe(),
+            _ => self.storage_fault(),
         }
     }
 
@@ -629,7 +549,7 @@ impl World {
                     Some(MembershipChange::AddVoter(id))
                 } else if !membership.contains(id) {
                     Some(MembershipChange::AddLearner(id))
-                } else if membership.voters.len() > 3 {
+                } else if membership.voters.len() > self.voters_beside_damage().max(3) {
                     Some(MembershipChange::Remove(id))
                 } else {
                     None
@@ -678,6 +598,8 @@ impl World {
         } else {
             self.params.min_voters
         };
+        // While storage faults have damaged nodes, the others keep a majority without them.
+        let min_voters = min_voters.max(self.voters_beside_damage());
         let can_shrink = membership.voters.len() > min_voters;
         let leader_is_voter = membership.voters.contains(&leader) && free(&leader);
         let kinds: Vec<u8> = [

@@ -48,7 +48,11 @@ fn has_headroom(m: &Membership) -> bool {
 impl World {
     /// Starts replacing a random member's disk, if the cluster has the headroom.
     pub(crate) fn wipe(&mut self) {
-        if self.wiped.is_some() || self.nodes.iter().any(|n| n.raft.is_none() && !n.retired) {
+        // Not beside a damaged disk still repairing itself (`storage_faults.rs`).
+        if self.wiped.is_some()
+            || self.storage.count() > 0
+            || self.nodes.iter().any(|n| n.raft.is_none() && !n.retired)
+        {
             return;
         }
         let committed = self.membership.committed().1.clone();

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use bytes::Bytes;
 use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta};
 use keel_engine::handshake::{DepartedMembers, HandshakeGate};
-use keel_engine::transfer::{self, SnapshotReceiver};
+use keel_engine::transfer::SnapshotReceiver;
 use keel_engine::{Completion, StorageCommand};
 use keel_wal::SimFs;
 use rand::{Rng, SeedableRng};
@@ -38,6 +38,8 @@ pub struct RunConfig {
     pub classic_shapes: bool,
     /// How the seeds that draw disk replacements carry them out (`wipe.rs`).
     pub disk_replacements: DiskReplacements,
+    /// Which seeds draw storage faults (`storage_faults.rs`).
+    pub storage_faults: crate::StorageFaults,
 }
 
 /// Disk replacements under the same node id (`wipe.rs`): off unless asked for, then drawn in a
@@ -191,6 +193,11 @@ pub struct RunReport {
     /// Watched transactions whose EXEC applied, and those aborted.
     pub watched_swapped: u64,
     pub watched_aborted: u64,
+    /// Storage faults injected, damaged nodes that became whole again, and restarts whose WAL
+    /// reported and repaired damage (`storage_faults.rs`).
+    pub storage_faults: u64,
+    pub storage_repaired: u64,
+    pub damage_reports: u64,
 }
 
 pub(crate) struct World {
@@ -231,9 +238,11 @@ pub(crate) struct World {
     pub transfers: crate::transfer::Transfers,
     /// A member whose disk is being replaced, until it is back (`wipe.rs`).
     pub wiped: Option<crate::wipe::Wiped>,
+    /// Nodes whose disks storage faults damaged, until whole (`storage_faults.rs`).
+    pub storage: crate::storage_faults::Damage,
     pub unplanned_wipes: bool,
     pub mutation: Option<keel_core::Mutation>,
-    break_replay: bool,
+    pub(crate) break_replay: bool,
     trace_on: bool,
     pub trace: Vec<String>,
     trace_digest: u64,
@@ -252,6 +261,7 @@ impl World {
         if cfg.disk_replacements == DiskReplacements::Off {
             params.wipe_weight = 0;
         }
+        params.storage_fault_weight = cfg.storage_faults.weight(cfg.seed, params.use_wal);
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
             .map(|id| {
@@ -306,6 +316,7 @@ impl World {
             next_forward: 1,
             transfers: Default::default(),
             wiped: None,
+            storage: Default::default(),
             unplanned_wipes: cfg.disk_replacements == DiskReplacements::Unplanned,
             mutation: cfg.mutation,
             break_replay: cfg.break_replay,
@@ -393,7 +404,7 @@ impl World {
         }
     }
 
-    fn node_config(&self, id: NodeId, incarnation: u64) -> Config {
+    pub(crate) fn node_config(&self, id: NodeId, incarnation: u64) -> Config {
         let mut c = Config::new(id);
         c.seed = self.rng_seed_for(id, incarnation);
         c.election_timeout_ticks = self.params.election_timeout_ticks;
@@ -415,119 +426,6 @@ impl World {
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .wrapping_add(id.wrapping_mul(0xbf58_476d_1ce4_e5b9))
             .wrapping_add(incarnation.wrapping_mul(0x94d0_49bb_1331_11eb))
-    }
-
-    /// Builds the node from its durable state (at start and after a crash).
-    pub fn start_node(&mut self, id: NodeId) {
-        let idx = (id - 1) as usize;
-        let incarnation = self.nodes[idx].incarnation;
-        let config = self.node_config(id, incarnation);
-        let recovered = match self.nodes[idx].disk.recover() {
-            Ok(r) => r,
-            Err(e) => {
-                let detail = format!("node {id} cannot open its storage: {e}");
-                return self.violate("recovery", detail);
-            }
-        };
-        // What the node had durably committed: it must come back with at least that.
-        let persisted_commit = recovered.hard_state.commit.min(
-            recovered
-                .entries
-                .last()
-                .map_or(0, |e| e.index)
-                .max(recovered.snapshot.index),
-        );
-        let node = &mut self.nodes[idx];
-        match RaftNode::new(config, recovered) {
-            Ok(raft) => {
-                if raft.commit_index() < persisted_commit {
-                    let detail = format!(
-                        "node {id} restarted with commit {} below its persisted commit {}",
-                        raft.commit_index(),
-                        persisted_commit
-                    );
-                    self.violate("recovery", detail);
-                    return;
-                }
-                // The state machine restarts from the durable snapshot; the node replays the log
-                // from there up to its persisted commit index.
-                let snapshot = raft.snapshot().last.index;
-                let skip_next_command = self.break_replay && node.incarnation > 0;
-                let mut sm = App::state_machine(self.mutation, skip_next_command);
-                if snapshot > 0 {
-                    match node.snapshot_data.get(&snapshot) {
-                        Some(data) => keel_engine::StateMachine::restore(&mut sm, data),
-                        None => {
-                            let detail = format!("node {id} has no data for snapshot {snapshot}");
-                            self.violate("recovery", detail);
-                            return;
-                        }
-                    }
-                }
-                let digest = sm.digest();
-                let replay_target = raft.commit_index();
-                // As the runtime does at startup: a partial transfer the core would ignore goes.
-                let fs = node.disk.transfer_fs();
-                let _ =
-                    transfer::discard_stale_partial(&fs, &SimDisk::transfer_dir(), replay_target);
-                node.app = Some(App::new(
-                    id,
-                    sm,
-                    snapshot,
-                    replay_target,
-                    self.params.snapshot_threshold,
-                    self.params.clock_policy(),
-                    self.mutation,
-                ));
-                let departed = DepartedMembers::new(raft.log());
-                node.gate.configuration_changed(&departed.current());
-                node.departed = Some(departed);
-                node.raft = Some(raft);
-                self.checker.restarted(id, snapshot);
-                if let Err(v) = self.checker.state_digest(id, snapshot, digest) {
-                    return self.fail(v);
-                }
-                self.drive(id);
-            }
-            Err(e) => self.violate("recovery", format!("node {id} failed to restart: {e}")),
-        }
-    }
-
-    pub fn crash(&mut self, id: NodeId) {
-        let idx = (id - 1) as usize;
-        if self.nodes[idx].raft.is_none() {
-            return;
-        }
-        let tear = self.rng.random_bool(self.params.torn_write_probability);
-        let node = &mut self.nodes[idx];
-        node.raft = None;
-        node.app = None;
-        node.last_role = Role::Follower;
-        node.last_commit = 0;
-        node.incarnation += 1;
-        node.disk.crash(tear, &mut self.rng);
-        node.receiver = new_receiver(&node.disk, self.mutation);
-        node.departed = None;
-        match new_gate(&node.disk, id, self.mutation) {
-            Ok(gate) => node.gate = gate,
-            Err(e) => {
-                return self.violate("recovery", format!("node {id}: peer incarnations: {e}"))
-            }
-        }
-        self.stop_sends(id);
-        self.trace_line(|| format!("crash n{id}"));
-        self.clients.node_lost(id);
-        // Quick restarts matter: a node back within an election timeout meets the messages and
-        // candidates of the moment it crashed.
-        let et = u64::from(self.params.election_timeout_ticks) * TICK_INTERVAL;
-        let delay = if self.healing {
-            1
-        } else if self.rng.random_bool(0.5) {
-            self.rng.random_range(1..=et)
-        } else {
-            self.rng.random_range(1..=4 * et)
-        };
-        self.schedule(delay, Event::Restart(id));
     }
 
     /// Hands a write or an adoption to node `id`'s storage worker; the disk gets to it after a
@@ -568,6 +466,7 @@ impl World {
                 self.digest_event([3, id, write_id, 0]);
                 let raft = self.nodes[idx].raft.as_mut().expect("checked");
                 raft.persisted(write_id);
+                self.note_whole(id);
                 self.drive(id);
             }
             Ok(Completion::Adopted(adoption)) => self.snapshot_adopted(id, adoption),
