@@ -1,6 +1,7 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::resp::ProtocolVersion;
 
 fn parse(line: &str) -> Result<Command, CommandError> {
     let args: Vec<Bytes> = line
