@@ -5,7 +5,8 @@
 
 use bytes::BufMut;
 
-use super::{bytes, flag, u8_field, DecodeError, Reader};
+use super::fields::{bytes, flag, u8_field};
+use super::{DecodeError, Reader};
 use crate::command::{
     BitRange, BitUnit, FloatBits, LcsForm, ReadCommand, ScanArgs, TypeFilter, WriteCommand,
 };
