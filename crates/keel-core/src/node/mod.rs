@@ -5,13 +5,18 @@
 //! node never blocks, sleeps, reads a clock or draws randomness it was not seeded with.
 //!
 //! The handlers live beside this file, one per concern: `election.rs`, `replication.rs`,
-//! `read_index.rs`, `membership_change.rs`.
+//! `read_index.rs`, `membership_change.rs`, `snapshot.rs`, with what they share in `helpers.rs`;
+//! the outputs are drained in `ready.rs`, and `status.rs` answers what the node reports. This
+//! file holds the state and the inputs.
 
 mod election;
+mod helpers;
 mod membership_change;
 mod read_index;
+mod ready;
 mod replication;
 mod snapshot;
+mod status;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -19,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::config::Config;
-use crate::durability::{Durability, Write};
+use crate::durability::Durability;
 use crate::log::RaftLog;
 use crate::membership::Membership;
 use crate::message::{Message, MessageBody};
@@ -29,6 +34,8 @@ use crate::types::{Entry, EntryPayload, HardState, Index, LogId, NodeId, Snapsho
 use crate::Error;
 
 pub use read_index::{ReadError, ReadState};
+pub use ready::Ready;
+pub use status::{CommitStatus, FollowerProgress, Status};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -55,77 +62,6 @@ pub struct RecoveredState {
     pub applied: Index,
 }
 
-/// The outputs accumulated since the last call to [`RaftNode::ready`].
-#[derive(Debug, Default)]
-pub struct Ready {
-    /// Send these. Every message here already satisfies the persistence contract.
-    pub messages: Vec<Message>,
-    /// Hand this to storage and report its completion with [`RaftNode::persisted`].
-    pub write: Option<Write>,
-    /// Apply these in order, then report with [`RaftNode::applied`]. All are committed and durable
-    /// locally.
-    pub committed: Vec<Entry>,
-    /// ReadIndex requests that may be served once the state machine has applied `index`.
-    pub read_states: Vec<ReadState>,
-    /// ReadIndex requests that cannot complete on this node (leadership lost); retry elsewhere.
-    pub failed_reads: Vec<u64>,
-    /// After applying `committed`: replace the state machine by the snapshot at `last` (its data
-    /// is durable on this node), then report `applied(last.index)`.
-    pub install_snapshot: Option<SnapshotMeta>,
-    /// Stream this node's snapshot to these followers; report a failed transfer with
-    /// [`RaftNode::snapshot_send_failed`].
-    pub send_snapshots: Vec<(NodeId, SnapshotMeta)>,
-}
-
-impl Ready {
-    pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
-            && self.write.is_none()
-            && self.committed.is_empty()
-            && self.read_states.is_empty()
-            && self.failed_reads.is_empty()
-            && self.install_snapshot.is_none()
-            && self.send_snapshots.is_empty()
-    }
-}
-
-/// A snapshot of a node's volatile and persistent state, for status displays and checkers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub id: NodeId,
-    pub role: Role,
-    pub term: Term,
-    pub vote: Option<NodeId>,
-    pub leader: Option<NodeId>,
-    pub commit: Index,
-    pub applied: Index,
-    pub last_log_id: LogId,
-    pub durable_index: Index,
-    pub durable_hard_state: HardState,
-    pub snapshot: LogId,
-    /// Shared with the log (a status is taken often, by checkers after every step: cloning the
-    /// configuration's sets each time was most of its cost).
-    pub membership: Arc<Membership>,
-    /// While the node recovers from damaged storage: what it had promised
-    /// ([`RaftNode::start_recovering`]).
-    pub recovering_to: Option<LogId>,
-}
-
-/// The leader's view of one follower, for status displays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FollowerProgress {
-    pub id: NodeId,
-    /// Highest index known to be durably replicated there.
-    pub match_index: Index,
-    pub next_index: Index,
-    /// Appends in flight (pipelining).
-    pub inflight_messages: usize,
-    /// Whether the leader knows where the follower's log matches (false while probing).
-    pub replicating: bool,
-    /// Whether the follower answered within the last election timeout: it is up and reachable.
-    pub recently_active: bool,
-}
-
 /// Why a proposal was refused. Nothing was appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
@@ -145,19 +81,6 @@ pub enum ProposeError {
     AlreadyVoter(NodeId),
     #[error("the target is not a voter of the current configuration")]
     InvalidTarget,
-}
-
-/// The commit status of an (index, term) pair as far as this node can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommitStatus {
-    /// The entry is committed: it will be applied everywhere.
-    Committed,
-    /// The index is not committed yet; the entry may still commit.
-    Pending,
-    /// Another entry is committed at this index: this one never will be.
-    Overwritten,
-    /// This node has never heard of the index.
-    Unknown,
 }
 
 struct Transfer {
@@ -501,373 +424,6 @@ impl RaftNode {
                 self.recovering_to = None;
             }
         }
-    }
-
-    // ----- outputs -----
-
-    pub fn has_ready(&self) -> bool {
-        // The cheap tests first, the write test last.
-        !self.messages.is_empty()
-            || self
-                .held
-                .front()
-                .is_some_and(|(w, _)| *w <= self.durability.completed_write_id())
-            || self.apply_requested < self.apply_limit()
-            || !self.read_states.is_empty()
-            || !self.failed_reads.is_empty()
-            || self.pending_install.is_some()
-            || !self.snapshot_sends.is_empty()
-            || self
-                .leader_state
-                .as_ref()
-                .is_some_and(|l| l.replicate_pending || l.reads.round_requested())
-            || self.is_write_due(self.commit_flush_due)
-    }
-
-    /// Whether storage has a write to do: `durability.is_dirty` at the write limit. On a leader
-    /// the limit (a quorum over its progress) is only computed when the whole log would be a
-    /// write: the limit is at most the last index, and `is_dirty` only turns false as its index
-    /// drops.
-    fn is_write_due(&self, include_commit: bool) -> bool {
-        let hard_state = self.hard_state();
-        self.durability
-            .is_dirty(self.log.last_index(), hard_state, include_commit)
-            && self
-                .durability
-                .is_dirty(self.write_limit(), hard_state, include_commit)
-    }
-
-    /// Drains everything produced since the last call.
-    pub fn ready(&mut self) -> Ready {
-        if self.role == Role::Leader {
-            self.flush_leader_sends();
-        }
-        let hard_state = self.hard_state();
-        let last_index = self.write_limit();
-        let write = if self
-            .durability
-            .is_dirty(last_index, hard_state, self.commit_flush_due)
-        {
-            self.commit_flush_due = false;
-            let log = &self.log;
-            Some(self.durability.issue(last_index, hard_state, |from, to| {
-                log.slice(from, to, usize::MAX, usize::MAX)
-            }))
-        } else {
-            None
-        };
-        let completed = self.durability.completed_write_id();
-        while self.held.front().is_some_and(|(w, _)| *w <= completed) {
-            let (_, msg) = self.held.pop_front().expect("checked non-empty");
-            self.messages.push(msg);
-        }
-        let apply_to = self.apply_limit();
-        let committed = if self.apply_requested < apply_to {
-            let batch = self.log.slice(
-                self.apply_requested + 1,
-                apply_to,
-                self.config.max_apply_entries,
-                usize::MAX,
-            );
-            if let Some(last) = batch.last() {
-                self.apply_requested = last.index;
-            }
-            batch
-        } else {
-            Vec::new()
-        };
-        Ready {
-            messages: std::mem::take(&mut self.messages),
-            write,
-            committed,
-            read_states: std::mem::take(&mut self.read_states),
-            failed_reads: std::mem::take(&mut self.failed_reads),
-            install_snapshot: self.pending_install.take(),
-            send_snapshots: std::mem::take(&mut self.snapshot_sends),
-        }
-    }
-
-    // ----- queries -----
-
-    pub fn id(&self) -> NodeId {
-        self.id
-    }
-
-    /// Whether the node is still applying what it had committed before it restarted. Until that
-    /// is done it does not campaign, and a runtime should not serve clients from it.
-    pub fn is_replaying(&self) -> bool {
-        self.applied < self.replay_to
-    }
-
-    pub fn role(&self) -> Role {
-        self.role
-    }
-
-    pub fn term(&self) -> Term {
-        self.term
-    }
-
-    pub fn leader(&self) -> Option<NodeId> {
-        self.leader
-    }
-
-    pub fn commit_index(&self) -> Index {
-        self.commit
-    }
-
-    /// The highest index the application reported applied ([`RaftNode::applied`]); the same as
-    /// `status().applied`, without building a [`Status`] (which clones the membership).
-    pub fn applied_index(&self) -> Index {
-        self.applied
-    }
-
-    pub fn log(&self) -> &RaftLog {
-        &self.log
-    }
-
-    pub fn membership(&self) -> &Membership {
-        self.log.membership()
-    }
-
-    pub fn status(&self) -> Status {
-        Status {
-            id: self.id,
-            role: self.role,
-            term: self.term,
-            vote: self.vote,
-            leader: self.leader,
-            commit: self.commit,
-            applied: self.applied,
-            last_log_id: self.log.last_log_id(),
-            durable_index: self.durability.durable_index(),
-            durable_hard_state: self.durability.durable_hard_state(),
-            snapshot: self.snapshot.last,
-            recovering_to: self.recovering_to,
-            membership: self.log.membership_shared().clone(),
-        }
-    }
-
-    /// On the leader, its view of every other member; empty elsewhere.
-    pub fn progress(&self) -> Vec<FollowerProgress> {
-        let Some(state) = self.leader_state.as_ref() else {
-            return Vec::new();
-        };
-        state
-            .progress
-            .iter()
-            .map(|(id, pr)| FollowerProgress {
-                id: *id,
-                match_index: pr.match_index,
-                next_index: pr.next_index,
-                inflight_messages: pr.inflight.len(),
-                replicating: pr.state == crate::progress::ReplicationState::Replicate,
-                recently_active: pr.silent_ticks < self.config.election_timeout_ticks,
-            })
-            .collect()
-    }
-
-    /// Whether the entry `id` is committed, still pending, or was overwritten, exactly, for any
-    /// index up to the last one this node holds, compacted or not (docs/DESIGN.md section 1.2).
-    pub fn commit_status(&self, id: LogId) -> CommitStatus {
-        // Terms never decrease along a log: after a committed entry of a higher term, no entry
-        // of `id.term` can ever commit, whatever this node's log holds beyond its commit index.
-        let committed_term = self.log.term_of_any(self.commit).unwrap_or(0);
-        if id.index > self.commit && id.term < committed_term {
-            return CommitStatus::Overwritten;
-        }
-        if id.index == 0 || id.index > self.log.last_index() {
-            return CommitStatus::Unknown;
-        }
-        let term_here = self.log.term_of_any(id.index);
-        if id.index <= self.commit {
-            if term_here == Some(id.term) {
-                CommitStatus::Committed
-            } else {
-                CommitStatus::Overwritten
-            }
-        } else {
-            CommitStatus::Pending
-        }
-    }
-
-    // ----- shared helpers for the handlers -----
-
-    fn hard_state(&self) -> HardState {
-        HardState {
-            term: self.term,
-            vote: self.vote,
-            commit: self.commit,
-        }
-    }
-
-    fn is_voter(&self) -> bool {
-        self.log.membership().is_voter(self.id)
-    }
-
-    /// Whether this node may start an election: as a voter of its latest configuration, or
-    /// (Raft thesis section 4.2.2) as a voter of the latest configuration it knows committed,
-    /// while a later one that leaves it out is not known committed. Without the second case a
-    /// removed leader that crashed after appending C(new), and before any voter of C(new) got
-    /// it, never campaigns (it is not in C(new)), while the voters that still hold C(old,new)
-    /// need its vote and cannot get it (its log is longer): no leader ever again (a 2-voter
-    /// cluster removing its leader, `removed_leader_with_uncommitted_config_campaigns`). Its own
-    /// vote counts only where it is a voter: `vote_result` counts the latest configuration's
-    /// voters. Once it knows C(new) committed — at the latest when, elected, it commits C(new)
-    /// itself and steps down — it stops.
-    fn may_campaign(&self) -> bool {
-        self.is_voter() || self.log.membership_at(self.commit).is_voter(self.id)
-    }
-
-    /// A voter that has replayed its log and whose campaigns are not held.
-    pub(super) fn may_start_election(&self) -> bool {
-        self.may_campaign()
-            && !self.is_replaying()
-            && !self.campaigns_held
-            && self.recovering_to.is_none()
-    }
-
-    fn committed_and_durable(&self) -> Index {
-        self.commit.min(self.durability.durable_index())
-    }
-
-    /// How far entries may be handed to the application now: committed, locally durable, and
-    /// within `max_unapplied_entries` of what it reported applied.
-    fn apply_limit(&self) -> Index {
-        self.committed_and_durable().min(
-            self.applied
-                .saturating_add(self.config.max_unapplied_entries),
-        )
-    }
-
-    fn mutated(&self, _m: crate::Mutation) -> bool {
-        #[cfg(feature = "mutations")]
-        {
-            self.config.mutation == Some(_m)
-        }
-        #[cfg(not(feature = "mutations"))]
-        {
-            false
-        }
-    }
-
-    fn message(&self, to: NodeId, body: MessageBody) -> Message {
-        Message {
-            from: self.id,
-            to,
-            term: self.term,
-            body,
-        }
-    }
-
-    /// Queues a message that needs nothing durable beyond what already is (leader traffic: its
-    /// term was durable before it could win).
-    fn send(&mut self, to: NodeId, body: MessageBody) {
-        let msg = self.message(to, body);
-        self.messages.push(msg);
-    }
-
-    /// Queues a message that may leave only once everything decided so far is durable: votes,
-    /// acknowledgements, and anything carrying a term this node just adopted.
-    fn send_after_persist(&mut self, msg: Message) {
-        let dirty = self.is_write_due(false);
-        let barrier = self.durability.barrier(dirty);
-        if barrier <= self.durability.completed_write_id() && self.held.is_empty() {
-            self.messages.push(msg);
-        } else {
-            self.held.push_back((barrier, msg));
-        }
-    }
-
-    /// Queues a message that asserts only this node's term and vote (a heartbeat response, which
-    /// also acknowledges a read round): it leaves at once if those are durable, even while
-    /// entries are still being written, else like [`Self::send_after_persist`]. Held behind the
-    /// entries, it would let one slow fsync on every follower (a large snapshot's writeback on
-    /// the same disk, say) cost a leader its quorum check although the followers are alive and
-    /// follow it.
-    fn send_after_term_persisted(&mut self, msg: Message) {
-        let durable = self.durability.durable_hard_state();
-        if durable.term == self.term && durable.vote == self.vote {
-            self.messages.push(msg);
-        } else {
-            self.send_after_persist(msg);
-        }
-    }
-
-    fn reset_election_timer(&mut self) {
-        self.election_elapsed_ticks = 0;
-        let et = self.config.election_timeout_ticks;
-        self.randomized_election_timeout_ticks = self.rng.range(et, 2 * et);
-    }
-
-    fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
-        assert!(term >= self.term, "terms never go backwards");
-        if term > self.term {
-            self.term = term;
-            self.vote = None;
-        }
-        self.role = Role::Follower;
-        self.leader = leader;
-        self.leader_match = 0;
-        self.votes.clear();
-        if let Some(state) = self.leader_state.take() {
-            self.failed_reads.extend(state.reads.drain_all());
-        }
-        self.reset_election_timer();
-    }
-
-    /// Appends one entry as leader and returns its position.
-    fn append_entry(&mut self, payload: EntryPayload) -> LogId {
-        debug_assert_eq!(self.role, Role::Leader);
-        let is_membership = matches!(payload, EntryPayload::Membership(_));
-        let entry = Entry {
-            term: self.term,
-            index: self.log.last_index() + 1,
-            payload,
-        };
-        let id = entry.log_id();
-        self.log.append(entry);
-        if is_membership {
-            self.sync_progress_with_membership();
-        }
-        let state = self.leader_state.as_mut().expect("leader has leader state");
-        state.replicate_pending = true;
-        id
-    }
-
-    fn check_can_propose(&self) -> Result<(), ProposeError> {
-        if self.role != Role::Leader {
-            return Err(ProposeError::NotLeader {
-                leader: self.leader,
-            });
-        }
-        let state = self.leader_state.as_ref().expect("leader has leader state");
-        if state.transfer.is_some() {
-            return Err(ProposeError::TransferInProgress);
-        }
-        let uncommitted = self.log.last_index() - self.commit;
-        if uncommitted >= self.config.max_uncommitted_entries as u64 {
-            return Err(ProposeError::Backpressure);
-        }
-        Ok(())
-    }
-
-    /// Assertions of the node's own invariants after every input. Cheap ones always run where a
-    /// violation would spread to disk or peers; the rest in debug builds.
-    fn check_invariants(&self) {
-        assert!(
-            self.commit <= self.log.last_index(),
-            "commit {} beyond last index {}",
-            self.commit,
-            self.log.last_index()
-        );
-        debug_assert!(self.applied <= self.apply_requested);
-        debug_assert!(self.apply_requested <= self.commit);
-        debug_assert!(self.durability.durable_index() <= self.log.last_index());
-        debug_assert!(self.log.purged().index <= self.apply_requested);
-        debug_assert!(self.log.purged().index <= self.snapshot.last.index);
-        debug_assert!(self.role != Role::Leader || self.leader == Some(self.id));
-        debug_assert!(self.role != Role::Leader || self.vote == Some(self.id));
-        debug_assert_eq!(self.role == Role::Leader, self.leader_state.is_some());
     }
 }
 
