@@ -5,7 +5,8 @@
 use bytes::Bytes;
 
 use super::codec::Reader;
-use super::{put_frame, WireError, BODY_MESSAGE};
+use super::frame::put_frame;
+use super::{WireError, BODY_MESSAGE};
 
 /// Body kind of one part of a message.
 pub const BODY_MESSAGE_PART: u8 = 11;

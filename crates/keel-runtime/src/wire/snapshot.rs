@@ -2,7 +2,8 @@
 //! "Snapshot channel"). Pure encoding and decoding; the protocol that uses them lives in
 //! `transport/snapshot.rs`.
 
-use super::{put_frame, Reader, WireError};
+use super::frame::put_frame;
+use super::{Reader, WireError};
 
 /// Version of the snapshot channel's frames, carried in every offer. Version 1 was the
 /// one-frame transfer (body kind 3), no longer spoken.
