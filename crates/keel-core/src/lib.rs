@@ -87,10 +87,13 @@ pub enum Mutation {
     /// writes it had reported flushed): the lost tail is not reported as damage, so the node
     /// starts as if whole, on the term and vote its shorter log holds.
     TrustDamagedTail,
+    /// A recovering node never leaves the recovering state, whatever its log holds: safe, but it
+    /// never campaigns again (the simulator's `damaged node whole` invariant).
+    RecoveryNeverEnds,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -107,6 +110,7 @@ impl Mutation {
         Mutation::WatchIgnored,
         Mutation::VoteBelowPromise,
         Mutation::TrustDamagedTail,
+        Mutation::RecoveryNeverEnds,
     ];
 
     pub fn name(self) -> &'static str {
@@ -127,6 +131,7 @@ impl Mutation {
             Mutation::WatchIgnored => "watch-ignored",
             Mutation::VoteBelowPromise => "vote-below-promise",
             Mutation::TrustDamagedTail => "trust-damaged-tail",
+            Mutation::RecoveryNeverEnds => "recovery-never-ends",
         }
     }
 

@@ -291,6 +291,13 @@ fn catches_mutation_trust_damaged_tail() {
     assert_runtime_mutation_caught_with("trust-damaged-tail", &["--storage-faults"]);
 }
 
+/// A recovering node that never leaves recovery is safe — it only stops campaigning — so only
+/// the `damaged node whole` invariant can see it.
+#[test]
+fn catches_mutation_recovery_never_ends() {
+    assert_runtime_mutation_caught_with("recovery-never-ends", &["--storage-faults"]);
+}
+
 /// A gate that never forgets a departed member's storage refuses it for good once it is added
 /// back with a new disk: shown with same-id disk replacements on.
 #[test]

@@ -420,7 +420,7 @@ impl RaftNode {
             // (durability moves to its index then).
             let durable = self.durability.durable_index();
             let durable_last = LogId::new(self.log.term_of_any(durable).unwrap_or(0), durable);
-            if durable_last >= promised {
+            if durable_last >= promised && !self.mutated(crate::Mutation::RecoveryNeverEnds) {
                 self.recovering_to = None;
             }
         }
