@@ -217,6 +217,10 @@ fn the_scrub_finds_rot_in_a_running_node_and_the_node_repairs_itself() {
     let pid = cluster.node(victim).pid();
     let dir = cluster.node(victim).data_dir.clone();
     let log = cluster.node(victim).log.clone();
+    eventually("a clean scrub pass", || {
+        (cluster.node(victim).info_u64("scrub_passes")? >= 1).then_some(())
+    });
+    assert_eq!(cluster.node(victim).info_u64("scrub_damage_found"), Some(0));
     let newest = newest_snapshot(&dir);
     let len = std::fs::metadata(&newest).unwrap().len() as usize;
     flip_byte_in(&newest, len - 10);

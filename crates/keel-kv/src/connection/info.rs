@@ -67,6 +67,9 @@ pub struct NodeStatus {
     /// While this node recovers entries its disk lost after it had acknowledged them: the index
     /// it had promised (it starts no election until its log holds it again).
     pub recovering_to: Option<u64>,
+    /// Background scrub passes completed, and findings both of a pair of passes agreed on.
+    pub scrub_passes: u64,
+    pub scrub_damage_found: u64,
     /// As leader: each follower's measured clock offset, `id=ms`.
     pub follower_clock_offsets: Vec<(u64, i64)>,
     /// Keys in the state machine at `applied_index` (expired ones not yet removed included, as
@@ -396,6 +399,8 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
         "recovering_to_index",
         status.recovering_to.unwrap_or(0),
     );
+    line(&mut out, "scrub_passes", status.scrub_passes);
+    line(&mut out, "scrub_damage_found", status.scrub_damage_found);
     let offsets: Vec<String> = status
         .follower_clock_offsets
         .iter()

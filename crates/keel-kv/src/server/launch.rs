@@ -490,6 +490,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     ctx.protected_mode = options.protected_mode;
     ctx.maxmemory = options.maxmemory;
     ctx.time_tick_ms = tick_ms;
+    ctx.scrub = node.scrub_counters();
     if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
         tracing::warn!(
             node = options.id,

@@ -100,6 +100,8 @@ pub struct ServerContext {
     client_registry: Arc<ClientRegistry>,
     /// The counters INFO reports (stats, commandstats, errorstats); CONFIG RESETSTAT zeroes them.
     pub server_stats: Arc<ServerStats>,
+    /// The background scrub's counters (`keel_runtime::scrub`), for INFO.
+    pub scrub: Arc<keel_runtime::scrub::ScrubCounters>,
     next_connection_id: AtomicU64,
 }
 
@@ -130,6 +132,7 @@ impl ServerContext {
             shared: Arc::default(),
             client_registry: Arc::default(),
             server_stats: Arc::default(),
+            scrub: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
     }
@@ -162,6 +165,8 @@ impl ServerContext {
             maxmemory: self.config.read().maxmemory,
             stats: self.server_stats.snapshot(),
             cpu: cpu_times(),
+            scrub_passes: self.scrub.passes.load(Ordering::Relaxed),
+            scrub_damage_found: self.scrub.damage_found.load(Ordering::Relaxed),
             ..NodeStatus::default()
         };
         let Ok(runtime) = runtime else {
