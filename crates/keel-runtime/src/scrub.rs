@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_wal::{scrub_pass, ReadOnlyFs, ScrubPass, Throttled};
+use keel_wal::{scrub_pass, set_aside_spare_snapshots, ReadOnlyFs, ScrubPass, StdFs, Throttled};
 
 /// What the node does when the scrub finds damage both passes agree on.
 #[derive(Clone)]
@@ -123,12 +123,30 @@ fn run(
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            if let Some(confirmed) = confirmed {
+            if let Some(mut confirmed) = confirmed {
                 counters
                     .damage_found
                     .fetch_add(confirmed.findings.len() as u64, Ordering::Relaxed);
                 for finding in &confirmed.findings {
                     tracing::error!(node, "the scrub found damage on disk: {finding}");
+                }
+                // Damaged spare snapshots are set aside here: no restart would look at them.
+                match set_aside_spare_snapshots(&StdFs, dir, &mut confirmed) {
+                    Ok(spares) => {
+                        for path in spares {
+                            tracing::warn!(
+                                node,
+                                "set aside the damaged older snapshot {} (the node uses only the \
+                                 newest)",
+                                path.display()
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!(node, "setting damaged snapshots aside: {e}"),
+                }
+                if confirmed.is_clean() {
+                    pause(config.pause_between_passes, stop);
+                    continue;
                 }
                 match &config.on_damage {
                     OnDamage::Exit => {

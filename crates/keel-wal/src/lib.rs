@@ -261,7 +261,7 @@ pub use fs::{FileHandle, Fs, ReadOnlyFs, StdFs};
 pub use keel_core::SnapshotMeta;
 pub use promise::{Promise, PromiseRead};
 pub use recover::{inspect, recover, Inspection, Recovered, RecoveryStats, TornTail};
-pub use scrub::{scrub_pass, ScrubPass, Throttled};
+pub use scrub::{scrub_pass, set_aside_spare_snapshots, ScrubPass, Throttled};
 pub use simfs::{Crash, SimFs};
 pub use snapshot::{
     bootstrap_meta, create_snapshot_file, snapshot_file_name, LatestSnapshot, SkippedSnapshot,

@@ -27,17 +27,18 @@
 //! page cache, is what gets verified).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::damage::{log_damage, Damage, DamageKind};
-use crate::error::{io_err, Result, WalError};
+use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
 use crate::recover;
 use crate::segment;
 use crate::snapshot;
+use crate::wal::damaged_name;
 
 /// The outcome of one pass.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +50,8 @@ pub struct ScrubPass {
     pub snapshots_read: usize,
     /// Files that disappeared while the pass read them (purged or pruned): not findings.
     pub files_gone: usize,
+    /// The newest snapshot file when the pass listed them.
+    pub newest_snapshot: Option<PathBuf>,
 }
 
 impl ScrubPass {
@@ -80,7 +83,9 @@ pub fn scrub_pass<F: Fs>(fs: &F, dir: &Path) -> Result<ScrubPass> {
             Err(e) => return Err(e),
         }
     }
-    for (_, path) in snapshot::list_snapshots(fs, dir)? {
+    let snapshots = snapshot::list_snapshots(fs, dir)?;
+    pass.newest_snapshot = snapshots.last().map(|(_, path)| path.clone());
+    for (_, path) in snapshots {
         match snapshot::verify_snapshot(fs, &path) {
             Ok(_) => pass.snapshots_read += 1,
             Err(_) if fs.open(&path).is_err() => pass.files_gone += 1,
@@ -95,6 +100,43 @@ pub fn scrub_pass<F: Fs>(fs: &F, dir: &Path) -> Result<ScrubPass> {
         }
     }
     Ok(pass)
+}
+
+/// Sets aside (renamed `<name>.damaged`, the directory synced) the corrupt snapshot files `pass`
+/// found other than the newest, and takes them out of its findings; returns them. Those are
+/// spares: a running node sends and restores only the newest, and a restart would not even read
+/// them (recovery stops at the newest snapshot that verifies), so restarting would not repair
+/// them — and a scrub that restarts the node for them would do so forever. A file pruned
+/// meanwhile is skipped.
+pub fn set_aside_spare_snapshots<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    pass: &mut ScrubPass,
+) -> Result<Vec<PathBuf>> {
+    let mut set_aside = Vec::new();
+    let newest = pass.newest_snapshot.clone();
+    let mut kept = Vec::new();
+    for finding in std::mem::take(&mut pass.findings) {
+        let spare = match (&finding.kind, &finding.path) {
+            (DamageKind::CorruptSnapshot, Some(path)) if Some(path) != newest.as_ref() => {
+                Some(path.clone())
+            }
+            _ => None,
+        };
+        match spare {
+            Some(path) => match fs.rename(&path, &damaged_name(&path)) {
+                Ok(()) => set_aside.push(path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&path)(e)),
+            },
+            None => kept.push(finding),
+        }
+    }
+    pass.findings = kept;
+    if !set_aside.is_empty() {
+        fs.sync_dir(dir).map_err(sync_err(dir))?;
+    }
+    Ok(set_aside)
 }
 
 /// A corruption the scan of sealed segments `seqs` ended on, as a finding.

@@ -142,3 +142,48 @@ fn reads_are_paced_and_stop_when_asked() {
     assert_eq!(error.kind(), std::io::ErrorKind::Interrupted);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Rot in an older snapshot: a restart would not see it (recovery stops at the newest that
+/// verifies), so the scrub sets it aside itself; rot in the newest stays a finding for the
+/// restart to repair.
+#[test]
+fn a_damaged_older_snapshot_is_set_aside_by_the_scrub_and_the_newest_left_to_a_restart() {
+    let fs = live_log();
+    let mut snapshots: Vec<_> = fs
+        .paths()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "snap"))
+        .collect();
+    snapshots.sort();
+    let (older, newest) = (snapshots[0].clone(), snapshots[1].clone());
+    let len = fs.read_file(&older).unwrap().len() as u64;
+    fs.flip_bit(&older, len - 1, 2).unwrap();
+    assert!(
+        keel_wal::inspect(&fs, &sim_dir())
+            .unwrap()
+            .damage
+            .is_empty(),
+        "a restart does not look at an older snapshot"
+    );
+    let mut pass = scrub_pass(&unthrottled(&fs), &sim_dir()).unwrap();
+    assert_eq!(pass.newest_snapshot.as_ref(), Some(&newest));
+    assert_eq!(pass.findings.len(), 1, "{:?}", pass.findings);
+    let aside = keel_wal::set_aside_spare_snapshots(&fs, &sim_dir(), &mut pass).unwrap();
+    assert_eq!(aside, vec![older.clone()]);
+    assert!(pass.is_clean());
+    let mut damaged = older.into_os_string();
+    damaged.push(".damaged");
+    assert!(fs.read_file(std::path::Path::new(&damaged)).is_some());
+    assert!(scrub_pass(&unthrottled(&fs), &sim_dir())
+        .unwrap()
+        .is_clean());
+
+    // The newest one is left for a restart.
+    let len = fs.read_file(&newest).unwrap().len() as u64;
+    fs.flip_bit(&newest, len - 1, 2).unwrap();
+    let mut pass = scrub_pass(&unthrottled(&fs), &sim_dir()).unwrap();
+    let aside = keel_wal::set_aside_spare_snapshots(&fs, &sim_dir(), &mut pass).unwrap();
+    assert!(aside.is_empty());
+    assert_eq!(pass.findings.len(), 1);
+    assert_eq!(pass.findings[0].path.as_ref(), Some(&newest));
+}

@@ -29,6 +29,7 @@ mod config;
 mod open;
 
 pub use config::WalConfig;
+pub(crate) use open::damaged_name;
 use open::prepare_segment;
 
 #[derive(Clone, Debug)]

@@ -265,6 +265,13 @@ const SET_ASIDE_ROUNDS_MAX: usize = 4;
 /// The suffix of a file set aside as damaged.
 pub const DAMAGED_SUFFIX: &str = ".damaged";
 
+/// Where a damaged file is set aside: its name with [`DAMAGED_SUFFIX`].
+pub(crate) fn damaged_name(path: &Path) -> PathBuf {
+    let mut aside = path.to_path_buf().into_os_string();
+    aside.push(DAMAGED_SUFFIX);
+    PathBuf::from(aside)
+}
+
 /// Renames the files `damage` names out of the WAL's way (see [`Wal::open_repairing`]): a corrupt
 /// segment and every later one, newest first, so that what remains is always a contiguous log;
 /// a corrupt snapshot file; all segments when the damage names no file (a missing segment, a log
@@ -301,9 +308,7 @@ fn set_aside_damaged_files<F: Fs>(fs: &F, dir: &Path, damage: &[damage::Damage])
         }
     }
     for path in &files {
-        let mut aside = path.clone().into_os_string();
-        aside.push(DAMAGED_SUFFIX);
-        fs.rename(path, Path::new(&aside)).map_err(io_err(path))?;
+        fs.rename(path, &damaged_name(path)).map_err(io_err(path))?;
     }
     if !files.is_empty() {
         fs.sync_dir(dir).map_err(sync_err(dir))?;
