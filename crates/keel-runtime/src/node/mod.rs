@@ -184,11 +184,20 @@ fn open_wal(
         e => e.into(),
     })?;
     let promised = repaired.and_then(|report| {
+        let set_aside = report
+            .damage
+            .iter()
+            .any(|d| d.kind != keel_wal::DamageKind::LostTail);
         tracing::error!(
-            "the data directory {} is damaged: {report}; damaged files were set aside \
-             (`.damaged`), and what the node lacks of what it had acknowledged is recovered from \
-             the cluster (no campaigns, votes only for logs that reach what was promised)",
-            config.data_dir.display()
+            "the data directory {} is damaged: {report}; {}what the node lacks of what it had \
+             acknowledged is recovered from the cluster (no campaigns, votes only for logs that \
+             reach what was promised)",
+            config.data_dir.display(),
+            if set_aside {
+                "the damaged files were set aside (`.damaged`), and "
+            } else {
+                ""
+            }
         );
         report.recover_to()
     });
