@@ -94,8 +94,7 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.nodes.clear();
-        common::remove_scratch_dir(&self.dir);
+        common::stop_nodes_and_remove_dir(&mut self.nodes, &self.dir);
     }
 }
 

@@ -44,6 +44,28 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Stops every node of a cluster — its storage and apply threads finished — and then removes
+/// the cluster's directory. Dropping the nodes instead leaves their threads running on: one
+/// still saving a snapshot into a directory being removed fails its I/O, and a node stops the
+/// whole (test) process on a storage error. Needs the multi-thread runtime the tests run on.
+pub fn stop_nodes_and_remove_dir<S: keel_runtime::StateMachine>(
+    nodes: &mut BTreeMap<NodeId, keel_runtime::Node<S>>,
+    dir: &std::path::Path,
+) {
+    let nodes = std::mem::take(nodes);
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => tokio::task::block_in_place(|| {
+            runtime.block_on(async {
+                for (_, node) in nodes {
+                    node.stop().await;
+                }
+            })
+        }),
+        Err(_) => drop(nodes),
+    }
+    remove_scratch_dir(dir);
+}
+
 /// Removes a cluster's directory once its nodes are dropped. A dropped node's threads may still be
 /// finishing a file in it (a snapshot being written), so removal is retried for a while.
 pub fn remove_scratch_dir(dir: &std::path::Path) {
