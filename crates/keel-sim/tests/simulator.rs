@@ -527,6 +527,25 @@ fn storage_fault_regression_seeds_pass() {
     }
 }
 
+/// Found by a soak with the default share of storage faults: a lost tail that uncovered entries
+/// of an older term, which a truncation had replaced with the entries the node then
+/// acknowledged, reached past the snapshot with a different term at its index; recovery dropped
+/// that suffix as an interrupted install's and excused the promise because its index fell in the
+/// dropped range, though it named another term: the node came back as if whole, voted for a
+/// log without entry 33/203, and leader completeness broke. A promise is excused only when the
+/// dropped suffix holds that very entry now (keel-wal `damage.rs`).
+#[test]
+fn storage_fault_soak_regression_seed_passes() {
+    let seed = 21_028_449;
+    let report = run(&config(seed, false));
+    assert!(report.storage_faults > 0, "seed {seed} damaged no disk");
+    assert!(
+        report.violation.is_none(),
+        "seed {seed}: {:?}",
+        report.violation
+    );
+}
+
 /// Wiping a member's disk before it is removed loses committed entries when a peer that never
 /// heard its old storage counts its new vote: the known limit the README states. The simulator
 /// shows it (so the planned procedure's clean runs mean something).

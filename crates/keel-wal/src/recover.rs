@@ -52,6 +52,10 @@ pub struct RecoveryStats {
     /// Entries after the snapshot dropped because the log disagreed with the snapshot at its
     /// position (a crash between installing a snapshot and resetting the log).
     pub discarded_conflicting_entries: u64,
+    /// The last of those entries in each term (term, index), oldest first (they start right
+    /// after the snapshot): which entries they were, for judging a promise that names one of
+    /// them (`damage.rs`).
+    pub discarded_term_ends: Vec<LogId>,
 }
 
 /// Everything a restart needs.
@@ -609,6 +613,7 @@ pub(crate) fn assemble(
     let mut entries_from = (snap.index + 1).max(log_start);
     let mut needs_reset = None;
     let mut discarded = 0;
+    let mut discarded_term_ends: Vec<LogId> = Vec::new();
     if log_last < snap.index {
         needs_reset = Some(snap);
         entries_from = log_last + 1;
@@ -618,6 +623,13 @@ pub(crate) fn assemble(
             // The log diverged from the committed history the snapshot holds (Raft Figure 13:
             // with no matching entry, the whole log goes).
             discarded = log_last - snap.index;
+            let from = (snap.index + 1 - log_start) as usize;
+            for e in &replay.entries[from..] {
+                match discarded_term_ends.last_mut() {
+                    Some(end) if end.term == e.term => end.index = e.index,
+                    _ => discarded_term_ends.push(e.log_id()),
+                }
+            }
             needs_reset = Some(snap);
             entries_from = log_last + 1;
         }
@@ -637,6 +649,7 @@ pub(crate) fn assemble(
         torn_tail: scan.torn.clone(),
         skipped_snapshots: latest.skipped.clone(),
         discarded_conflicting_entries: discarded,
+        discarded_term_ends,
     };
     let state = RecoveredState {
         hard_state,
