@@ -8,7 +8,7 @@
 
 mod process;
 
-use process::disk::{active_segment, flip_byte_in, keel_check, newest_snapshot, zero_fill_tail};
+use process::disk::{flip_acknowledged_record, flip_newest_snapshot, keel_check, zero_fill_tail};
 use process::{eventually, get, set, Cluster, DEADLINE};
 
 #[test]
@@ -135,32 +135,32 @@ fn two_nodes_with_lost_tails_wait_for_the_third_and_then_lose_nothing() {
     }
 }
 
-/// Rot in an acknowledged log record and in the newest snapshot of a stopped follower: it sets
-/// both aside (renamed `.damaged`), starts on what is intact, recovers the rest from the cluster,
-/// and its state agrees with the others'.
-#[test]
-fn a_node_with_a_corrupt_record_and_a_corrupt_snapshot_repairs_itself() {
-    let mut cluster = Cluster::new(
-        "disk-damage-rot",
-        &[1, 2, 3],
-        &[],
-        &["--snapshot-threshold", "100"],
-    );
+/// Three nodes taking a snapshot every 100 entries (with `extra_args`), 400 keys written and
+/// applied everywhere: the cluster, its leader and a follower.
+fn snapshotting_cluster_with_400_keys(name: &str, extra_args: &[&str]) -> (Cluster, u64, u64) {
+    let mut args = vec!["--snapshot-threshold", "100"];
+    args.extend_from_slice(extra_args);
+    let cluster = Cluster::new(name, &[1, 2, 3], &[], &args);
     let leader = cluster.leader();
     let victim = if leader == 3 { 2 } else { 3 };
     for i in 0..400 {
         set(cluster.node(leader), &format!("key-{i}"), &"v".repeat(100));
     }
     cluster.converged(&[1, 2, 3], 400);
+    (cluster, leader, victim)
+}
+
+/// Rot in an acknowledged log record and in the newest snapshot of a stopped follower: it sets
+/// both aside (renamed `.damaged`), starts on what is intact, recovers the rest from the cluster,
+/// and its state agrees with the others'.
+#[test]
+fn a_node_with_a_corrupt_record_and_a_corrupt_snapshot_repairs_itself() {
+    let (mut cluster, leader, victim) = snapshotting_cluster_with_400_keys("disk-damage-rot", &[]);
     cluster.node(victim).signal("TERM");
     assert!(cluster.node_mut(victim).wait_exit(DEADLINE).is_some());
     let dir = cluster.node(victim).data_dir.clone();
-    let newest = newest_snapshot(&dir);
-    let len = std::fs::metadata(&newest).unwrap().len() as usize;
-    flip_byte_in(&newest, len - 10);
-    let (segment, bytes) = active_segment(&dir);
-    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-    flip_byte_in(&segment, end / 2);
+    flip_newest_snapshot(&dir);
+    flip_acknowledged_record(&dir);
     let (code, report) = keel_check(&dir);
     assert_eq!(code, Some(1), "{report}");
     assert!(report.contains("DAMAGE corrupt-snapshot"), "{report}");
@@ -195,25 +195,10 @@ fn a_node_with_a_corrupt_record_and_a_corrupt_snapshot_repairs_itself() {
 /// id), sets the file aside on the way up, and the node is whole and in agreement again.
 #[test]
 fn the_scrub_finds_rot_in_a_running_node_and_the_node_repairs_itself() {
-    let mut cluster = Cluster::new(
+    let (mut cluster, leader, victim) = snapshotting_cluster_with_400_keys(
         "disk-damage-scrub",
-        &[1, 2, 3],
-        &[],
-        &[
-            "--snapshot-threshold",
-            "100",
-            "--scrub-rate-mib-s",
-            "64",
-            "--scrub-interval-ms",
-            "200",
-        ],
+        &["--scrub-rate-mib-s", "64", "--scrub-interval-ms", "200"],
     );
-    let leader = cluster.leader();
-    let victim = if leader == 3 { 2 } else { 3 };
-    for i in 0..400 {
-        set(cluster.node(leader), &format!("key-{i}"), &"v".repeat(100));
-    }
-    cluster.converged(&[1, 2, 3], 400);
     let pid = cluster.node(victim).pid();
     let dir = cluster.node(victim).data_dir.clone();
     let log = cluster.node(victim).log.clone();
@@ -221,9 +206,7 @@ fn the_scrub_finds_rot_in_a_running_node_and_the_node_repairs_itself() {
         (cluster.node(victim).info_u64("scrub_passes")? >= 1).then_some(())
     });
     assert_eq!(cluster.node(victim).info_u64("scrub_damage_found"), Some(0));
-    let newest = newest_snapshot(&dir);
-    let len = std::fs::metadata(&newest).unwrap().len() as usize;
-    flip_byte_in(&newest, len - 10);
+    let newest = flip_newest_snapshot(&dir);
 
     eventually("the scrub's finding and the restart", || {
         let text = std::fs::read_to_string(&log).ok()?;

@@ -15,7 +15,10 @@ mod process;
 
 use std::path::Path;
 
-use process::disk::{active_segment, flip_byte_in, keel_check, newest_snapshot, zero_fill_tail};
+use process::disk::{
+    active_segment, flip_acknowledged_record, flip_byte_in, flip_newest_snapshot, keel_check,
+    zero_fill_tail,
+};
 use process::{eventually, get, set, Cluster, DEADLINE};
 
 #[derive(Clone, Copy, Debug)]
@@ -45,11 +48,7 @@ enum Target {
 fn damage(dir: &Path, fault: Fault) {
     let promise = dir.join("promise");
     match fault {
-        Fault::RecordFlipped => {
-            let (segment, bytes) = active_segment(dir);
-            let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-            flip_byte_in(&segment, end / 2);
-        }
+        Fault::RecordFlipped => flip_acknowledged_record(dir),
         Fault::TailLost => {
             zero_fill_tail(dir, 16 << 10);
         }
@@ -58,9 +57,7 @@ fn damage(dir: &Path, fault: Fault) {
             std::fs::remove_file(segment).unwrap();
         }
         Fault::NewestSnapshotFlipped => {
-            let newest = newest_snapshot(dir);
-            let len = std::fs::metadata(&newest).unwrap().len() as usize;
-            flip_byte_in(&newest, len - 10);
+            flip_newest_snapshot(dir);
         }
         Fault::EverySnapshotFlipped => {
             for entry in std::fs::read_dir(dir).unwrap() {

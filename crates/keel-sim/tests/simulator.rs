@@ -514,17 +514,23 @@ fn storage_faults_are_repaired_and_replay() {
 #[test]
 fn storage_fault_regression_seeds_pass() {
     for seed in [4, 6, 17, 20, 53, 68] {
-        let report = run(&RunConfig {
+        assert_damaged_and_clean(&RunConfig {
             storage_faults: StorageFaults::All,
             ..config(seed, false)
         });
-        assert!(report.storage_faults > 0, "seed {seed} damaged no disk");
-        assert!(
-            report.violation.is_none(),
-            "seed {seed}: {:?}",
-            report.violation
-        );
     }
+}
+
+/// Runs `run_config`: it must have damaged a disk and end without a violation.
+fn assert_damaged_and_clean(run_config: &RunConfig) {
+    let seed = run_config.seed;
+    let report = run(run_config);
+    assert!(report.storage_faults > 0, "seed {seed} damaged no disk");
+    assert!(
+        report.violation.is_none(),
+        "seed {seed}: {:?}",
+        report.violation
+    );
 }
 
 /// Found by a soak with the default share of storage faults: a lost tail that uncovered entries
@@ -536,14 +542,8 @@ fn storage_fault_regression_seeds_pass() {
 /// dropped suffix holds that very entry now (keel-wal `damage.rs`).
 #[test]
 fn storage_fault_soak_regression_seed_passes() {
-    let seed = 21_028_449;
-    let report = run(&config(seed, false));
-    assert!(report.storage_faults > 0, "seed {seed} damaged no disk");
-    assert!(
-        report.violation.is_none(),
-        "seed {seed}: {:?}",
-        report.violation
-    );
+    // The default share of storage faults, as the soak ran it.
+    assert_damaged_and_clean(&config(21_028_449, false));
 }
 
 /// Wiping a member's disk before it is removed loses committed entries when a peer that never

@@ -168,21 +168,20 @@ pub(crate) fn scan<F: Fs>(fs: &F, dir: &Path) -> Result<Scan> {
 }
 
 /// Scans the sealed segments `seqs` (the scrub, `scrub.rs`) as recovery would, the last of them
-/// judged as the log's end: the first damage found, and how many segments were read.
+/// judged as the log's end: the corruption found, if any, with the last index read intact
+/// before it, and how many segments were read.
 pub(crate) fn scan_sealed<F: Fs>(
     fs: &F,
     dir: &Path,
     seqs: &[u64],
-) -> Result<(Option<crate::damage::Damage>, usize)> {
+) -> Result<(Option<(WalError, Index)>, usize)> {
     let mut scan = scan_segments(fs, dir, seqs, Vec::new(), false)?;
     let error = match scan.damage.take() {
         Some(error) => Some(error),
         None => classify_tails(&mut scan).err().map(|(_, error)| error),
     };
-    let damage = error
-        .as_ref()
-        .and_then(|e| crate::scrub::sealed_damage(e, scan.replay.last_index()));
-    Ok((damage, scan.segments.len()))
+    let intact_through = scan.replay.last_index();
+    Ok((error.map(|e| (e, intact_through)), scan.segments.len()))
 }
 
 /// Reads the segments `seqs` in order, replaying their frames, up to the first corruption.

@@ -75,9 +75,11 @@ pub fn scrub_pass<F: Fs>(fs: &F, dir: &Path) -> Result<ScrubPass> {
     seqs.truncate(seqs.len().saturating_sub(2));
     if !seqs.is_empty() {
         match recover::scan_sealed(fs, dir, &seqs) {
-            Ok((damage, read)) => {
+            Ok((error, read)) => {
                 pass.segments_read = read;
-                pass.findings.extend(damage);
+                pass.findings.extend(
+                    error.and_then(|(e, intact_through)| sealed_damage(&e, intact_through)),
+                );
             }
             Err(e) if is_gone(&e) => pass.files_gone += 1,
             Err(e) => return Err(e),
@@ -139,8 +141,8 @@ pub fn set_aside_spare_snapshots<F: Fs>(
     Ok(set_aside)
 }
 
-/// A corruption the scan of sealed segments `seqs` ended on, as a finding.
-pub(crate) fn sealed_damage(error: &WalError, intact_through: u64) -> Option<Damage> {
+/// A corruption the scan of sealed segments ended on, as a finding.
+fn sealed_damage(error: &WalError, intact_through: u64) -> Option<Damage> {
     let mut damage = log_damage(error, None, intact_through)?;
     damage.detail = format!("found by the scrub: {}", damage.detail);
     Some(damage)

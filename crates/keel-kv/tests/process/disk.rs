@@ -53,9 +53,13 @@ pub fn zero_fill_tail(dir: &Path, len_bytes: usize) -> PathBuf {
     path
 }
 
-/// The snapshot file with the highest index.
-pub fn newest_snapshot(dir: &Path) -> PathBuf {
-    files_ending_in(dir, "snap").pop().expect("a snapshot")
+/// Flips a byte near the end of the newest snapshot file (in its data, which its checksum
+/// covers), durably; returns the file.
+pub fn flip_newest_snapshot(dir: &Path) -> PathBuf {
+    let newest = files_ending_in(dir, "snap").pop().expect("a snapshot");
+    let len = std::fs::metadata(&newest).unwrap().len() as usize;
+    flip_byte_in(&newest, len - 10);
+    newest
 }
 
 /// Flips one byte in the middle of a file.
@@ -64,4 +68,11 @@ pub fn flip_byte_in(path: &Path, at: usize) {
     bytes[at] ^= 0x40;
     std::fs::write(path, &bytes).unwrap();
     std::fs::File::open(path).unwrap().sync_all().unwrap();
+}
+
+/// Flips a byte halfway through the data of the active segment: inside an acknowledged record.
+pub fn flip_acknowledged_record(dir: &Path) {
+    let (segment, bytes) = active_segment(dir);
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+    flip_byte_in(&segment, end / 2);
 }
