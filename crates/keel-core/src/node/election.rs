@@ -240,7 +240,23 @@ impl RaftNode {
         match (result, self.role) {
             (VoteResult::Won, Role::PreCandidate) => self.campaign_now(false),
             (VoteResult::Won, Role::Candidate) => self.become_leader(),
-            (VoteResult::Lost, _) => self.become_follower(self.term, None),
+            (VoteResult::Lost, _) => {
+                // A lost election steps down but keeps the timer started with the campaign
+                // (Raft's candidate waits out its timeout). Restarting it would hand the next
+                // race to whoever refused: a stale member that keeps campaigning, one vote short
+                // of any majority, refuses the candidate that could win in the term both
+                // campaigned in, then times out first again, term after term (simulator seed
+                // 21044417: 120 elections, no leader).
+                let timer = (
+                    self.election_elapsed_ticks,
+                    self.randomized_election_timeout_ticks,
+                );
+                self.become_follower(self.term, None);
+                (
+                    self.election_elapsed_ticks,
+                    self.randomized_election_timeout_ticks,
+                ) = timer;
+            }
             _ => {}
         }
     }

@@ -222,39 +222,65 @@ fn sec5_2_election_timeout_randomized_and_campaign() {
     assert_eq!(settle(&mut n).messages, [pre_vote(2), pre_vote(3)]);
 }
 
+/// Ticks until a candidate of term 2 (pre-vote off, a fixed seed) campaigns again; `refusal`
+/// (at tick, in term) is node 2's vote refusal, which must leave it a follower in that term.
+fn ticks_until_next_campaign(voters: &[NodeId], refusal: Option<(u32, Term)>) -> u32 {
+    let config = Config {
+        seed: 11,
+        pre_vote: false,
+        ..test_config(1)
+    };
+    let mut n = node_with_config(config, voters, &[1], hs(1, None, 1));
+    settle(&mut n);
+    n.campaign();
+    settle(&mut n);
+    assert_eq!((n.role(), n.term()), (Role::Candidate, 2));
+    let mut ticks = 0;
+    loop {
+        if let Some((at, term)) = refusal.filter(|(at, _)| *at == ticks) {
+            n.step(msg(
+                2,
+                1,
+                term,
+                MessageBody::VoteResponse { granted: false },
+            ));
+            assert_eq!(
+                (n.role(), n.term()),
+                (Role::Follower, term),
+                "refused at {at}"
+            );
+        }
+        n.tick();
+        ticks += 1;
+        if n.role() == Role::Candidate && n.term() > 2 {
+            return ticks;
+        }
+        assert!(ticks < 10 * ET, "never campaigned again");
+    }
+}
+
 /// A candidate refused by a node in a newer term adopts the term, but keeps its own election
 /// timer: restarting it would let a stale member that keeps campaigning (and whose newer term
 /// comes back in every refusal) always time out first (simulator seed 1029).
 #[test]
 fn a_refusal_in_a_newer_term_does_not_restart_the_candidate_s_timer() {
-    let ticks_to_campaign = |refused_at: Option<u32>| {
-        let config = Config {
-            seed: 11,
-            pre_vote: false,
-            ..test_config(1)
-        };
-        let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
-        settle(&mut n);
-        n.campaign();
-        settle(&mut n);
-        assert_eq!((n.role(), n.term()), (Role::Candidate, 2));
-        let mut ticks = 0;
-        loop {
-            if Some(ticks) == refused_at {
-                n.step(msg(2, 1, 7, MessageBody::VoteResponse { granted: false }));
-                assert_eq!((n.role(), n.term()), (Role::Follower, 7));
-            }
-            n.tick();
-            ticks += 1;
-            if n.role() == Role::Candidate && n.term() > 2 {
-                return ticks;
-            }
-            assert!(ticks < 10 * ET, "never campaigned again");
-        }
-    };
-    let unrefused = ticks_to_campaign(None);
+    let unrefused = ticks_until_next_campaign(&[1, 2, 3], None);
     assert!(unrefused > 2, "{unrefused}");
-    assert_eq!(ticks_to_campaign(Some(2)), unrefused);
+    assert_eq!(
+        ticks_until_next_campaign(&[1, 2, 3], Some((2, 7))),
+        unrefused
+    );
+}
+
+/// A candidate that loses its election (a refusal in its own term where every vote counts) steps
+/// down but keeps the timer its campaign started: restarting it would let a stale member that
+/// campaigns as often as it, and takes its own vote in each term first, win every later race to
+/// time out (simulator seed 21044417).
+#[test]
+fn a_lost_election_does_not_restart_the_candidate_s_timer() {
+    let unrefused = ticks_until_next_campaign(&[1, 2], None);
+    assert!(unrefused > 2, "{unrefused}");
+    assert_eq!(ticks_until_next_campaign(&[1, 2], Some((2, 2))), unrefused);
 }
 
 #[test]
