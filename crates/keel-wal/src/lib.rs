@@ -127,6 +127,10 @@
 //! |  H - 4 |    4 | CRC32C of bytes `0 .. H - 4`                                           |
 //! |      H |    D | data                                                                   |
 //!
+//! The newest [`WalConfig::snapshots_kept`] files are kept, and always the bootstrap snapshot
+//! (0/0, the initial configuration and no data), which nothing else records: a node whose newer
+//! snapshots are all damaged falls back to it and replays its log from the start.
+//!
 //! # Failure model
 //!
 //! The disk **may**: lose any write or directory change (create, rename, remove) not yet made

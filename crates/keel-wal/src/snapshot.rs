@@ -422,9 +422,15 @@ pub fn adopt_snapshot_file<F: Fs>(
 }
 
 /// Deletes all but the newest `keep` snapshot files (never `newest`, just put in place), and makes
-/// the deletions durable.
+/// the deletions durable. The bootstrap snapshot (position 0/0, no data) is never deleted: the
+/// initial configuration lives nowhere else, and a node whose newer snapshots are all damaged
+/// and set aside falls back to it — without it the node would replay its log under an empty
+/// configuration and never campaign again (simulator seed 21072088).
 fn prune_snapshots<F: Fs>(fs: &F, dir: &Path, newest: &Path, keep: usize) -> Result<()> {
-    let all = list_snapshots(fs, dir)?;
+    let all: Vec<(LogId, PathBuf)> = list_snapshots(fs, dir)?
+        .into_iter()
+        .filter(|(id, _)| *id != LogId::ZERO)
+        .collect();
     let excess = all.len().saturating_sub(keep);
     for (_, old) in all.iter().take(excess) {
         if old != newest {

@@ -6,7 +6,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{files, first_damage, frames, new_cluster, open_sim, segment, sim_dir, small_config};
+use common::{
+    files, first_damage, frames, new_cluster, open_sim, segment, sim_dir, small_config,
+    snapshot_files,
+};
 use keel_core::{Index, LogId};
 use keel_wal::conformance::{entries, hard_state, snapshot_meta, write};
 use keel_wal::promise::{read_promise, PROMISE_FILE_NAME, PROMISE_SLOT_STRIDE_BYTES};
@@ -561,4 +564,57 @@ fn a_vote_is_flushed_to_the_promise_before_the_batch_returns() {
     fs.crash();
     let durable = read_promise(&fs, &sim_dir()).unwrap().promise().unwrap();
     assert_eq!((durable.term, durable.vote), (2, Some(3)));
+}
+
+/// The bootstrap snapshot (0/0) is never pruned: it alone holds the initial configuration. With
+/// every newer snapshot damaged and set aside, `open_repairing` falls back to it, and a log that
+/// starts at index 1 replays under the initial configuration, not an empty one (simulator seed
+/// 21072088: the node replayed its whole log as a member of nothing and never campaigned again).
+#[test]
+fn every_newer_snapshot_damaged_falls_back_to_the_bootstrap_snapshot() {
+    let fs = acknowledged(6);
+    let (mut wal, _) = Wal::open(fs.clone(), sim_dir(), small_config()).unwrap();
+    for index in [20, 40, 55] {
+        wal.save_snapshot(&snapshot_meta(LogId::new(1, index), vec![]), b"state")
+            .unwrap();
+    }
+    drop(wal);
+    let snapshots = snapshot_files(&fs);
+    let names: Vec<String> = snapshots
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            keel_wal::snapshot_file_name(LogId::ZERO),
+            keel_wal::snapshot_file_name(LogId::new(1, 40)),
+            keel_wal::snapshot_file_name(LogId::new(1, 55)),
+        ],
+        "the two newest kept, and the bootstrap one"
+    );
+    for newer in &snapshots[1..] {
+        let len = fs.read_file(newer).unwrap().len() as u64;
+        fs.flip_bit(newer, len - 1, 3).unwrap();
+    }
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    let report = report.expect("reported");
+    let corrupt = report
+        .damage
+        .iter()
+        .filter(|d| d.kind == DamageKind::CorruptSnapshot)
+        .count();
+    assert_eq!(corrupt, 2, "{report}");
+    assert_eq!(rec.state.snapshot, LogId::ZERO);
+    assert_eq!(
+        rec.state.snapshot_membership,
+        keel_core::Membership::new_voters([1, 2, 3]),
+        "the initial configuration"
+    );
+    assert_eq!(rec.state.entries.len(), 60, "the whole log replays");
+    assert_eq!(
+        report.recover_to(),
+        Some(LogId::new(1, 60)),
+        "already reached: nothing acknowledged is missing"
+    );
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{files, frames, new_cluster, segment, sim_dir, small_config};
+use common::{files, frames, new_cluster, segment, sim_dir, small_config, snapshot_files};
 use keel_core::LogId;
 use keel_wal::conformance::{entries, hard_state, snapshot_meta, write};
 use keel_wal::{scrub_pass, DamageKind, FileHandle, Fs, ReadOnlyFs, SimFs, Throttled};
@@ -149,13 +149,9 @@ fn reads_are_paced_and_stop_when_asked() {
 #[test]
 fn a_damaged_older_snapshot_is_set_aside_by_the_scrub_and_the_newest_left_to_a_restart() {
     let fs = live_log();
-    let mut snapshots: Vec<_> = fs
-        .paths()
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|x| x == "snap"))
-        .collect();
-    snapshots.sort();
-    let (older, newest) = (snapshots[0].clone(), snapshots[1].clone());
+    let snapshots = snapshot_files(&fs);
+    let newest = snapshots.last().expect("snapshots").clone();
+    let older = snapshots[snapshots.len() - 2].clone();
     let len = fs.read_file(&older).unwrap().len() as u64;
     fs.flip_bit(&older, len - 1, 2).unwrap();
     assert!(

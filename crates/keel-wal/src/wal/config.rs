@@ -24,7 +24,8 @@ pub struct WalConfig {
     /// a caller may propose ([`WalConfig::entry_payload_bytes_max`]). Every segment must hold
     /// one frame carrying such an entry.
     pub entry_size_bytes_max: usize,
-    /// Snapshot files kept (the newest ones).
+    /// Snapshot files kept (the newest ones), besides the bootstrap snapshot at 0/0, which is
+    /// never deleted: the initial configuration lives nowhere else.
     pub snapshots_kept: usize,
     /// Largest snapshot [`crate::Wal::read_snapshot_data`] loads into memory.
     pub snapshot_size_bytes_max: u64,

@@ -121,6 +121,17 @@ pub fn first_damage<T>(result: Result<T, WalError>) -> Damage {
     }
 }
 
+/// The snapshot files on `fs`, oldest first (their names sort by position).
+pub fn snapshot_files(fs: &SimFs) -> Vec<PathBuf> {
+    let mut snapshots: Vec<PathBuf> = fs
+        .paths()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "snap"))
+        .collect();
+    snapshots.sort();
+    snapshots
+}
+
 /// Every file's bytes, to show that a refused open changed nothing.
 pub fn files(fs: &SimFs) -> Vec<(PathBuf, Vec<u8>)> {
     fs.paths()
