@@ -94,6 +94,7 @@ impl World {
                 node.gate.configuration_changed(&departed.current());
                 node.departed = Some(departed);
                 node.raft = Some(raft);
+                node.membership_when_down = None;
                 self.checker.restarted(id, snapshot);
                 if let Err(v) = self.checker.state_digest(id, snapshot, digest) {
                     return self.fail(v);
@@ -138,7 +139,7 @@ impl World {
     fn went_down(&mut self, id: NodeId, how: &'static str) {
         let idx = (id - 1) as usize;
         let node = &mut self.nodes[idx];
-        node.raft = None;
+        node.membership_when_down = node.raft.take().map(|raft| raft.membership().clone());
         node.app = None;
         node.last_role = Role::Follower;
         node.last_commit = 0;

@@ -28,7 +28,8 @@
 //! # How many
 //!
 //! Only in seeds over the WAL, only while every configuration that matters (the committed one
-//! and every running node's latest, both halves of a joint one) has at least three voters, and
+//! and every member's latest, a node that is down counting with the one it held when it went
+//! down, both halves of a joint one) has at least three voters, and
 //! never more than `(voters - 1) / 2` damaged nodes at once, so damaged nodes stay a minority of
 //! each. A node counts as damaged from the fault until its core stops recovering (its durable
 //! log reaches the promise); while any is, the membership nemesis keeps at least `2 * damaged +
@@ -169,12 +170,21 @@ impl World {
     }
 
     /// Whether one more node may be damaged: every configuration that matters has three voters
-    /// or more, and damaged nodes stay at most `(voters - 1) / 2` of the smallest.
+    /// or more, and damaged nodes stay at most `(voters - 1) / 2` of the smallest. A node that is
+    /// down counts with the configuration it held when it went down: it returns with it, and
+    /// may campaign in it (seed 21079922: a leader down with its uncommitted removal of a third
+    /// voter came back to a configuration of two, one of them damaged, whose vote it needed).
     fn may_damage_another(&self) -> bool {
         let mut smallest = usize::MAX;
         smallest_voter_set(self.membership.committed().1, &mut smallest);
-        for raft in self.nodes.iter().filter_map(|n| n.raft.as_ref()) {
-            smallest_voter_set(raft.membership(), &mut smallest);
+        for node in self.nodes.iter().filter(|n| !n.retired) {
+            let membership = match &node.raft {
+                Some(raft) => Some(raft.membership()),
+                None => node.membership_when_down.as_ref(),
+            };
+            if let Some(membership) = membership {
+                smallest_voter_set(membership, &mut smallest);
+            }
         }
         smallest >= 3 && self.storage.count() < (smallest - 1) / 2
     }

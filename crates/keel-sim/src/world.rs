@@ -6,7 +6,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use bytes::Bytes;
-use keel_core::{Config, Index, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta};
+use keel_core::{
+    Config, Index, Membership, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta,
+};
 use keel_engine::handshake::{DepartedMembers, HandshakeGate};
 use keel_engine::transfer::SnapshotReceiver;
 use keel_engine::{Completion, StorageCommand};
@@ -145,6 +147,10 @@ pub(crate) struct SimNode {
     pub last_commit: Index,
     /// Shut down for good after its removal from the cluster (see `World::retire_removed`).
     pub retired: bool,
+    /// While down, the latest configuration its log held when it went down (durable or not, so
+    /// perhaps newer than what it restarts with): a configuration that matters to how many
+    /// nodes the storage faults may damage (`storage_faults.rs`).
+    pub membership_when_down: Option<Membership>,
 }
 
 impl SimNode {
@@ -283,6 +289,7 @@ impl World {
                     last_role: Role::Follower,
                     last_commit: 0,
                     retired: false,
+                    membership_when_down: None,
                 }
             })
             .collect();
