@@ -337,6 +337,7 @@ impl World {
         if let Some(v) = violation {
             return self.fail(v);
         }
+        self.check_configuration(id);
         for (token, result) in answers {
             self.write_settled(token, Ok(result));
         }
@@ -368,7 +369,36 @@ impl World {
         raft.applied(index);
         let digest = app.applier.state().digest();
         if let Err(v) = self.checker.state_digest(id, index, digest) {
-            self.fail(v);
+            return self.fail(v);
+        }
+        self.check_configuration(id);
+    }
+
+    /// Configuration agreement: a member of the newest configuration known applied anywhere that
+    /// applied at least as far holds that configuration at its applied index (its log, or the
+    /// snapshot it stands on, says the same as the entry that set it). A node that lost the
+    /// record of its configuration would otherwise run on as a member of nothing, never
+    /// campaigning (seed 21072088, before the bootstrap snapshot was kept).
+    fn check_configuration(&mut self, id: NodeId) {
+        if self.unplanned_wipes {
+            // A member wiped in place lost its configuration with everything else: the known
+            // limit those runs exist to show (`wipe.rs`).
+            return;
+        }
+        let Some(raft) = self.nodes[(id - 1) as usize].raft.as_ref() else {
+            return;
+        };
+        let applied = raft.applied_index();
+        let (index, committed) = self.membership.committed();
+        let held = raft.log().membership_at(applied);
+        // A node outside that configuration may be a joiner replicating the entries before the
+        // one that adds it, a configuration no node has applied yet.
+        if applied >= index && committed.contains(id) && held != committed {
+            let detail = format!(
+                "node {id} applied through {applied} holds {held:?}, but the configuration \
+                 applied at {index} is {committed:?}"
+            );
+            self.violate("configuration agreement", detail);
         }
     }
 

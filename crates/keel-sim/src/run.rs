@@ -369,7 +369,8 @@ impl World {
     /// configuration by itself), so an operator may shut them down. Seed 439 needs that: in
     /// C({3,4},{3,4,6}), n6 (behind, unable to win) kept deposing every leader of n3 and n4
     /// before it could commit anything, with neither pre-vote nor check-quorum to stop it.
-    /// Nothing is decided while a node is down (its log could name another configuration).
+    /// Nothing is decided while a node is down (its log could name another configuration), and
+    /// a damaged member is not counted among those that stay.
     fn members_still_needed(&self) -> Option<std::collections::BTreeSet<NodeId>> {
         if self.nodes.iter().any(|n| n.raft.is_none() && !n.retired) {
             return None;
@@ -378,7 +379,14 @@ impl World {
         let term = self.checker.committed_term(index)?;
         let mut needed = membership.voters.clone();
         needed.extend(membership.learners.iter().copied());
-        let staying = membership.outgoing.intersection(&membership.voters).count();
+        // A damaged member that stays counts for nothing: recovering, it refuses its vote to
+        // every log short of its promise, which the whole members may all be (seed 1950: in
+        // C({1,2,3,4},{1,3,4}) with node 1 recovering, nodes 3 and 4 needed node 2).
+        let staying = membership
+            .outgoing
+            .intersection(&membership.voters)
+            .filter(|id| !self.storage.is_damaged(**id))
+            .count();
         let majority = membership.outgoing.len() / 2 + 1;
         needed.extend(
             membership

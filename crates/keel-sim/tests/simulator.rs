@@ -515,10 +515,13 @@ fn storage_faults_are_repaired_and_replay() {
 /// lost tail the promise kept its floor until the log reached the floor's index, while the core
 /// ended its recovery at a log at least as up to date in Raft's order (a later term below that
 /// index), and the floor's end was not flushed: the next open reported a lost tail on a whole
-/// node.
+/// node. 1950 and 2142, the harness's: in a joint configuration whose outgoing half keeps all
+/// but one member, it shut down (retired) the member being removed while a staying member was
+/// recovering and refused its vote to every whole candidate; the outgoing half had no majority
+/// left (a damaged member no longer counts as one that stays).
 #[test]
 fn storage_fault_regression_seeds_pass() {
-    for seed in [4, 6, 17, 20, 53, 68] {
+    for seed in [4, 6, 17, 20, 53, 68, 1950, 2142] {
         assert_damaged_and_clean(&RunConfig {
             storage_faults: StorageFaults::All,
             ..config(seed, false)
