@@ -90,10 +90,14 @@ pub enum Mutation {
     /// A recovering node never leaves the recovering state, whatever its log holds: safe, but it
     /// never campaigns again (the simulator's `damaged node whole` invariant).
     RecoveryNeverEnds,
+    /// keel-wal prunes the bootstrap snapshot like any other: a node whose newer snapshots are
+    /// all damaged and set aside replays its log under an empty configuration (the simulator's
+    /// `configuration agreement` invariant).
+    PruneBootstrapSnapshot,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -111,6 +115,7 @@ impl Mutation {
         Mutation::VoteBelowPromise,
         Mutation::TrustDamagedTail,
         Mutation::RecoveryNeverEnds,
+        Mutation::PruneBootstrapSnapshot,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,6 +137,7 @@ impl Mutation {
             Mutation::VoteBelowPromise => "vote-below-promise",
             Mutation::TrustDamagedTail => "trust-damaged-tail",
             Mutation::RecoveryNeverEnds => "recovery-never-ends",
+            Mutation::PruneBootstrapSnapshot => "prune-bootstrap-snapshot",
         }
     }
 

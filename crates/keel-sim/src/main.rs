@@ -34,8 +34,8 @@ struct Args {
     /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
     /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id,
     /// keep-departed-incarnations, clock-offset-midpoint, watch-ignored), or of storage-damage
-    /// recovery (vote-below-promise, trust-damaged-tail, recovery-never-ends: with
-    /// --storage-faults).
+    /// recovery (vote-below-promise, trust-damaged-tail, recovery-never-ends,
+    /// prune-bootstrap-snapshot: with --storage-faults).
     #[arg(long)]
     mutation: Option<String>,
     /// Stop at the first violation.

@@ -298,6 +298,14 @@ fn catches_mutation_recovery_never_ends() {
     assert_runtime_mutation_caught_with("recovery-never-ends", &["--storage-faults"]);
 }
 
+/// A WAL that prunes the bootstrap snapshot leaves a node whose newer snapshots were all damaged
+/// and set aside nothing that records the initial configuration: it replays its log as a member
+/// of nothing, which the `configuration agreement` invariant sees (at seed 20).
+#[test]
+fn catches_mutation_prune_bootstrap_snapshot() {
+    assert_runtime_mutation_caught_with("prune-bootstrap-snapshot", &["--storage-faults"]);
+}
+
 /// A gate that never forgets a departed member's storage refuses it for good once it is added
 /// back with a new disk: shown with same-id disk replacements on.
 #[test]

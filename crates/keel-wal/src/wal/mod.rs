@@ -635,7 +635,7 @@ impl<F: Fs> Wal<F> {
     }
 
     /// Writes a snapshot file durably (temporary name, fsync, rename, directory fsync) and keeps
-    /// the newest [`WalConfig::snapshots_kept`]. The log is left alone: see
+    /// the newest [`WalConfig::snapshots_kept`] (and the bootstrap snapshot). The log is left alone: see
     /// [`Wal::install_snapshot`] for a snapshot received from a leader.
     pub fn save_snapshot(&mut self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
         self.check_usable()?;
@@ -651,6 +651,24 @@ impl<F: Fs> Wal<F> {
             return Err(e);
         }
         self.snapshot = meta.last;
+        self.prune_bootstrap_if_mutated()
+    }
+
+    /// The `prune-bootstrap-snapshot` mutation (the simulator's only): the bootstrap snapshot
+    /// goes once a newer one is durable, as it did before it was kept for good.
+    fn prune_bootstrap_if_mutated(&mut self) -> Result<()> {
+        if !self
+            .config
+            .mutated(keel_core::Mutation::PruneBootstrapSnapshot)
+            || self.snapshot == LogId::ZERO
+        {
+            return Ok(());
+        }
+        let path = self.dir.join(snapshot::snapshot_file_name(LogId::ZERO));
+        if self.fs.open(&path).is_ok() {
+            self.fs.remove_file(&path).map_err(io_err(&path))?;
+            self.fs.sync_dir(&self.dir).map_err(sync_err(&self.dir))?;
+        }
         Ok(())
     }
 
@@ -682,6 +700,7 @@ impl<F: Fs> Wal<F> {
         match snapshot::adopt_snapshot_file(&self.fs, &self.dir, temp, kept) {
             Ok(adopted) => {
                 self.snapshot = adopted.meta.last;
+                self.prune_bootstrap_if_mutated()?;
                 Ok(adopted.meta)
             }
             Err(e) => {
