@@ -228,7 +228,11 @@ impl RaftNode {
         // A crash can tear a batch after its entries but before its hard state, leaving entries
         // of a term the stored hard state has not reached. The node had adopted that term (it
         // accepted the entries) but no vote in it was ever released (votes leave only once
-        // durable), so it resumes in that term without a vote.
+        // durable), so it resumes in that term without a vote. That term is not durable as a
+        // hard state, though (storage still holds the older one): the next write must carry it
+        // and be synced, as any term change is (simulator seed 21041481: an interrupted install
+        // of a snapshot of a later term; storage refused the unsynced write that first named it).
+        let stored_hard_state = hard_state;
         let mut hard_state = hard_state;
         if hard_state.term < log.last_log_id().term {
             hard_state.term = log.last_log_id().term;
@@ -249,7 +253,7 @@ impl RaftNode {
         }
         let durable_hs = HardState {
             commit,
-            ..hard_state
+            ..stored_hard_state
         };
         let mut rng = SplitMix64::new(config.seed);
         let timeout = rng.range(

@@ -143,6 +143,15 @@ fn restart_after_torn_write_adopts_the_log_term_without_a_vote() {
     recovered.hard_state.vote = Some(2);
     let mut n = RaftNode::new(test_config(1), recovered).expect("a torn tail is not corruption");
     assert_eq!((n.term(), n.status().vote), (3, None));
+    // Storage still holds term 2: the adopted term is written, synced, before anything else
+    // (storage refuses an unsynced term change; simulator seed 21041481).
+    assert_eq!(n.status().durable_hard_state.term, 2);
+    let writes = settle(&mut n).writes;
+    let first = writes.first().expect("the adopted term is written");
+    assert_eq!(
+        (first.hard_state.map(|h| (h.term, h.vote)), first.sync),
+        (Some((3, None)), true)
+    );
     n.step(vote_request(3, 1, 3, LogId::new(3, 2)));
     assert!(settle(&mut n).messages.contains(&msg(
         1,
