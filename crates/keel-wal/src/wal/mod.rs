@@ -635,8 +635,8 @@ impl<F: Fs> Wal<F> {
     }
 
     /// Writes a snapshot file durably (temporary name, fsync, rename, directory fsync) and keeps
-    /// the newest [`WalConfig::snapshots_kept`] (and the bootstrap snapshot). The log is left alone: see
-    /// [`Wal::install_snapshot`] for a snapshot received from a leader.
+    /// the newest [`WalConfig::snapshots_kept`] (and the bootstrap snapshot). The log is left
+    /// alone: see [`Wal::install_snapshot`] for a snapshot received from a leader.
     pub fn save_snapshot(&mut self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
         self.check_usable()?;
         if meta.last.index < self.snapshot.index {
