@@ -29,11 +29,6 @@ impl RaftNode {
                         | MessageBody::TimeoutNow => Some(msg.from),
                         _ => None,
                     };
-                    let timer = (
-                        self.election_elapsed_ticks,
-                        self.randomized_election_timeout_ticks,
-                    );
-                    self.become_follower(msg.term, leader);
                     if matches!(
                         msg.body,
                         MessageBody::RequestVote { .. } | MessageBody::VoteResponse { .. }
@@ -48,10 +43,9 @@ impl RaftNode {
                         // term must not restart that candidate's timer either, or it would
                         // always campaign just after the stale one again (simulator seed 1029:
                         // the stale member ran one term ahead for eighteen elections).
-                        (
-                            self.election_elapsed_ticks,
-                            self.randomized_election_timeout_ticks,
-                        ) = timer;
+                        self.become_follower_keeping_timer(msg.term, leader);
+                    } else {
+                        self.become_follower(msg.term, leader);
                     }
                 }
             }
@@ -247,15 +241,7 @@ impl RaftNode {
                 // of any majority, refuses the candidate that could win in the term both
                 // campaigned in, then times out first again, term after term (simulator seed
                 // 21044417: 120 elections, no leader).
-                let timer = (
-                    self.election_elapsed_ticks,
-                    self.randomized_election_timeout_ticks,
-                );
-                self.become_follower(self.term, None);
-                (
-                    self.election_elapsed_ticks,
-                    self.randomized_election_timeout_ticks,
-                ) = timer;
+                self.become_follower_keeping_timer(self.term, None);
             }
             _ => {}
         }

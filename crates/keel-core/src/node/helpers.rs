@@ -132,6 +132,20 @@ impl RaftNode {
         self.reset_election_timer();
     }
 
+    /// As [`RaftNode::become_follower`], but the election timer runs on as it was: for the
+    /// step-downs that must not hand the next race to time out to someone else (`election.rs`).
+    pub(super) fn become_follower_keeping_timer(&mut self, term: Term, leader: Option<NodeId>) {
+        let timer = (
+            self.election_elapsed_ticks,
+            self.randomized_election_timeout_ticks,
+        );
+        self.become_follower(term, leader);
+        (
+            self.election_elapsed_ticks,
+            self.randomized_election_timeout_ticks,
+        ) = timer;
+    }
+
     /// Appends one entry as leader and returns its position.
     pub(super) fn append_entry(&mut self, payload: EntryPayload) -> LogId {
         debug_assert_eq!(self.role, Role::Leader);
