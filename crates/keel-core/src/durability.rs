@@ -28,6 +28,10 @@ pub struct Write {
     /// a moved commit index, which may be lost in a crash (the log is replayed to the commit index
     /// that did survive, and the leader tells us the rest).
     pub sync: bool,
+    /// The node, recovering from storage damage, let go of the promise it recovered to
+    /// (keel-core's `node/repair.rs`): storage lowers its promise record to what the log holds
+    /// now, so that a restart does not take the log for damaged again. Always synced.
+    pub release_promise: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +59,9 @@ pub(crate) struct Durability {
     /// A snapshot install and a purge decided but not yet handed to storage.
     pending_install: Option<SnapshotMeta>,
     pending_purge_to: Option<Index>,
+    /// A promise release decided but not yet handed to storage, and the write that carries it.
+    pending_release: bool,
+    release_write_id: Option<u64>,
     /// Hard state as last handed to storage, and as durable.
     issued_hard_state: HardState,
     durable_hard_state: HardState,
@@ -73,7 +80,20 @@ impl Durability {
             durable_hard_state: hard_state,
             pending_install: None,
             pending_purge_to: None,
+            pending_release: false,
+            release_write_id: None,
         }
+    }
+
+    /// The node let go of its promise: the next write tells storage ([`Write::release_promise`]).
+    pub fn release_promise(&mut self) {
+        self.pending_release = true;
+    }
+
+    /// Whether the write telling storage of a promise release is durable.
+    pub fn promise_release_durable(&self) -> bool {
+        self.release_write_id
+            .is_some_and(|id| id <= self.completed_write_id)
     }
 
     /// The in-memory log was replaced by an empty one after `meta.last` (snapshot install).
@@ -114,6 +134,7 @@ impl Durability {
         self.unissued_from <= last_index
             || self.pending_install.is_some()
             || self.pending_purge_to.is_some()
+            || self.pending_release
             || hard_state.term != self.issued_hard_state.term
             || hard_state.vote != self.issued_hard_state.vote
             || (include_commit && hard_state.commit != self.issued_hard_state.commit)
@@ -183,9 +204,17 @@ impl Durability {
         self.unissued_from = last_index + 1;
         self.issued_last_index = last_index;
         self.issued_hard_state = hard_state;
+        let release_promise = std::mem::take(&mut self.pending_release);
+        if release_promise {
+            self.release_write_id = Some(id);
+        }
         Write {
             id,
-            sync: !entries.is_empty() || term_or_vote_changed || install.is_some(),
+            sync: !entries.is_empty()
+                || term_or_vote_changed
+                || install.is_some()
+                || release_promise,
+            release_promise,
             install,
             entries,
             hard_state: hard_state_changed.then_some(hard_state),

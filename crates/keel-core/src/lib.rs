@@ -20,7 +20,7 @@ mod validate;
 pub use config::Config;
 pub use durability::Write;
 pub use membership::{Membership, MembershipChange};
-pub use message::{AppendResult, FollowerClock, LeaderClock, Message, MessageBody};
+pub use message::{AppendResult, FollowerClock, LeaderClock, Message, MessageBody, RepairAnswer};
 pub use node::{
     CommitStatus, FollowerProgress, ProposeError, RaftNode, ReadError, ReadState, Ready,
     RecoveredState, Role, Status,
@@ -94,10 +94,13 @@ pub enum Mutation {
     /// all damaged and set aside replays its log under an empty configuration (the simulator's
     /// `configuration agreement` invariant).
     PruneBootstrapSnapshot,
+    /// A recovering node lets go of its promise on the first peer that reports lacking the
+    /// entries, whatever its term and whatever the quorums (keel-core's `repair.rs`).
+    ReleasePromiseEarly,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -116,6 +119,7 @@ impl Mutation {
         Mutation::TrustDamagedTail,
         Mutation::RecoveryNeverEnds,
         Mutation::PruneBootstrapSnapshot,
+        Mutation::ReleasePromiseEarly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -138,6 +142,7 @@ impl Mutation {
             Mutation::TrustDamagedTail => "trust-damaged-tail",
             Mutation::RecoveryNeverEnds => "recovery-never-ends",
             Mutation::PruneBootstrapSnapshot => "prune-bootstrap-snapshot",
+            Mutation::ReleasePromiseEarly => "release-promise-early",
         }
     }
 

@@ -60,6 +60,34 @@ pub enum MessageBody {
     InstallSnapshot {
         meta: SnapshotMeta,
     },
+    /// A node recovering from storage damage (`RaftNode::start_recovering`) that hears no leader
+    /// asks a peer for what it lost: `promised` is the entry it had acknowledged, `last` the end
+    /// of its log, a prefix of the log that held `promised` (node/repair.rs). It changes nobody's
+    /// term by itself (a leaderless peer that lacks the entries may move to the term after
+    /// `promised.term`, see [`RepairAnswer::Lacks`]).
+    RepairRequest {
+        promised: LogId,
+        last: LogId,
+    },
+    /// The answer to a `RepairRequest`, in the responder's term.
+    RepairResponse(RepairAnswer),
+}
+
+/// What a peer can do for a recovering node (node/repair.rs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RepairAnswer {
+    /// Entries of the responder's log after `prev` (the requester's last entry), through at most
+    /// the requester's promised index. Each is in the log the requester had: the responder holds
+    /// an entry of the promised term at or after the last one sent, which only the leader of that
+    /// term wrote, and Log Matching makes the prefix before it the requester's own.
+    Entries { prev: LogId, entries: Vec<Entry> },
+    /// The responder's log holds none of the entries the requester had after `after` (its last
+    /// entry when it asked), and its term (the message's) is above the promised term, so it will
+    /// never acknowledge one to that term's leader: no commit of them can count on it.
+    Lacks { after: LogId },
+    /// Neither can be said: the responder is recovering too, holds entries of older terms where
+    /// the requester's lost ones were, or has compacted what it would send.
+    Unknown,
 }
 
 /// The wall-clock readings a heartbeat carries, in ms since the Unix epoch, from which the leader

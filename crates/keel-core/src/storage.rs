@@ -66,6 +66,7 @@ impl MemStorage {
                 hard_state: Some(hard_state),
                 purge_to: None,
                 sync: true,
+                release_promise: false,
             },
             usize::MAX,
             true,

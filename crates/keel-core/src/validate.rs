@@ -28,6 +28,9 @@
 //!   of a later term than its own; `prev` neither). A gap would corrupt the receiver's log.
 //! - **Configurations in entries have a voter and no node 0** (every change is checked so on the
 //!   leader that proposes it).
+//! - **Repair entries continue `prev`** as Append entries do, of no later term than the
+//!   responder's (a node's log holds no entry of a term it has not reached), and the positions a
+//!   repair request or answer names are real.
 //! - **A snapshot's term history rises** in term and index and ends at or before its last entry,
 //!   which is of no later term than the message.
 //! - **A vote request's log is no newer than its term** (`last_log_id.term` at most the
@@ -48,7 +51,7 @@
 //! follower commits only what the current Append proved to match, S15), and so are rejections
 //! or acknowledgements of positions the leader never sent (it ignores them).
 
-use crate::message::{AppendResult, Message, MessageBody};
+use crate::message::{AppendResult, Message, MessageBody, RepairAnswer};
 use crate::node::RaftNode;
 use crate::types::{
     Entry, EntryPayload, Index, LogId, NodeId, SnapshotMeta, Term, INDEX_LIMIT, TERM_LIMIT,
@@ -200,15 +203,20 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
         } => {
             check_index(*commit)?;
             check_entries(*prev, entries, msg.term)?;
-            for e in entries {
-                if let EntryPayload::Membership(m) = &e.payload {
-                    let named_zero = m.members().contains(&0);
-                    if m.voters.is_empty() || named_zero {
-                        return Err(InvalidMessage::BadConfiguration);
-                    }
-                }
-            }
+            check_configurations(entries)?;
         }
+        MessageBody::RepairRequest { promised, last } => {
+            check_position(*promised)?;
+            check_position(*last)?;
+        }
+        MessageBody::RepairResponse(answer) => match answer {
+            RepairAnswer::Entries { prev, entries } => {
+                check_entries(*prev, entries, msg.term)?;
+                check_configurations(entries)?;
+            }
+            RepairAnswer::Lacks { after } => check_position(*after)?,
+            RepairAnswer::Unknown => {}
+        },
         MessageBody::AppendResponse(result) => match *result {
             AppendResult::Success { match_index } => check_index(match_index)?,
             AppendResult::Conflict {
@@ -246,6 +254,17 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
         | MessageBody::VoteResponse { .. }
         | MessageBody::HeartbeatResponse { .. }
         | MessageBody::TimeoutNow => {}
+    }
+    Ok(())
+}
+
+fn check_configurations(entries: &[Entry]) -> Result<(), InvalidMessage> {
+    for e in entries {
+        if let EntryPayload::Membership(m) = &e.payload {
+            if m.voters.is_empty() || m.members().contains(&0) {
+                return Err(InvalidMessage::BadConfiguration);
+            }
+        }
     }
     Ok(())
 }

@@ -42,6 +42,7 @@ fn storage_after_snapshot(
             }),
             purge_to: None,
             sync: true,
+            release_promise: false,
         })
         .unwrap();
     storage

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use keel_core::storage::{MemStorage, Storage};
 use keel_core::{
     AppendResult, Config, Entry, EntryPayload, HardState, Index, LogId, Membership,
-    MembershipChange, Message, MessageBody, NodeId, RaftNode, Role, SnapshotMeta, Term, Write,
-    TERM_LIMIT,
+    MembershipChange, Message, MessageBody, NodeId, RaftNode, RepairAnswer, Role, SnapshotMeta,
+    Term, Write, TERM_LIMIT,
 };
 use keel_runtime::wire::{decode_message_fields, encode_message_fields, Reader};
 
@@ -371,7 +371,7 @@ impl Harness {
             _ => ID,
         };
         let term = self.term(input);
-        let body = match input.below(10) {
+        let body = match input.below(12) {
             0 => MessageBody::PreVote {
                 last_log_id: self.log_id(input),
             },
@@ -416,6 +416,21 @@ impl Harness {
                 clock: Default::default(),
             },
             8 => MessageBody::TimeoutNow,
+            9 => MessageBody::RepairRequest {
+                promised: self.log_id(input),
+                last: self.log_id(input),
+            },
+            10 => MessageBody::RepairResponse(match input.below(3) {
+                0 => {
+                    let prev = self.log_id(input);
+                    let entries = self.entries(input, prev, term);
+                    RepairAnswer::Entries { prev, entries }
+                }
+                1 => RepairAnswer::Lacks {
+                    after: self.log_id(input),
+                },
+                _ => RepairAnswer::Unknown,
+            }),
             _ => MessageBody::InstallSnapshot {
                 meta: SnapshotMeta {
                     last: self.log_id(input),

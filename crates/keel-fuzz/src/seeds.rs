@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use keel_core::{
     AppendResult, Entry, EntryPayload, HardState, LogId, Membership, Message, MessageBody,
-    SnapshotMeta, Write,
+    RepairAnswer, SnapshotMeta, Write,
 };
 use keel_runtime::wire::{
     self, auth, AckStatus, Channel, ChunkHeader, ClusterSecret, Handshake, PositionStatus,
@@ -122,7 +122,7 @@ fn sample_messages() -> Vec<Message> {
         MessageBody::VoteResponse { granted: false },
         MessageBody::Append {
             prev: LogId::new(1, 4),
-            entries,
+            entries: entries.clone(),
             commit: 4,
         },
         MessageBody::AppendResponse(AppendResult::Success { match_index: 7 }),
@@ -149,6 +149,18 @@ fn sample_messages() -> Vec<Message> {
                 term_history: vec![LogId::new(1, 1), LogId::new(3, 5)],
             },
         },
+        MessageBody::RepairRequest {
+            promised: LogId::new(3, 9),
+            last: LogId::new(2, 6),
+        },
+        MessageBody::RepairResponse(RepairAnswer::Entries {
+            prev: LogId::new(1, 4),
+            entries: entries.clone(),
+        }),
+        MessageBody::RepairResponse(RepairAnswer::Lacks {
+            after: LogId::new(2, 6),
+        }),
+        MessageBody::RepairResponse(RepairAnswer::Unknown),
     ];
     bodies
         .into_iter()
@@ -369,6 +381,7 @@ fn write(id: u64, entries: Vec<Entry>, hs: Option<HardState>, sync: bool) -> Wri
         hard_state: hs,
         purge_to: None,
         sync,
+        release_promise: false,
     }
 }
 

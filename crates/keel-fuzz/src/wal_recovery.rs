@@ -153,6 +153,7 @@ fn check_open(fs: &SimFs) {
         }),
         purge_to: None,
         sync: true,
+        release_promise: false,
     };
     wal.write_batch(std::slice::from_ref(&write))
         .expect("a recovered WAL takes the next entry");

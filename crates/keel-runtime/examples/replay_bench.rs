@@ -89,6 +89,7 @@ fn write_log(dir: &Path, count: u64, size: usize) {
             }),
             purge_to: None,
             sync: true,
+            release_promise: false,
         };
         wal.write_batch(&[write]).expect("write");
         next = last + 1;

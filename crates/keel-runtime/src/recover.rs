@@ -95,6 +95,7 @@ pub fn force_new_cluster(data_dir: &Path, id: NodeId) -> Result<ForcedCluster, R
         }),
         purge_to: None,
         sync: true,
+        release_promise: false,
     }])?;
     // The old peers' storage incarnations: members re-added to the new cluster come with new
     // storage, and must not be refused as wiped old members.
@@ -131,6 +132,7 @@ mod tests {
             hard_state: Some(hard_state),
             purge_to: None,
             sync: true,
+            release_promise: false,
         }])
         .unwrap();
     }

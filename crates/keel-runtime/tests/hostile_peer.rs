@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Entry, EntryPayload, Index, LogId, Message, MessageBody, NodeId, Term};
+use keel_core::{
+    Entry, EntryPayload, Index, LogId, Message, MessageBody, NodeId, RepairAnswer, Term,
+};
 use keel_runtime::wire::{self, Channel, Handshake};
 use keel_runtime::{Node, NodeConfig, StateMachine};
 use tokio::io::AsyncWriteExt;
@@ -175,6 +177,40 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
         ],
     )
     .await;
+    // To a follower, as a recovering peer: a promise of the last term below the limit (moving
+    // past it would leave no term to campaign in), repair entries with a gap, and a report from
+    // an unreachable term.
+    send_as(
+        c.addrs[&follower],
+        other,
+        &[
+            message(
+                other,
+                follower,
+                term,
+                MessageBody::RepairRequest {
+                    promised: LogId::new(keel_core::TERM_LIMIT - 1, 1),
+                    last: LogId::new(0, 0),
+                },
+            ),
+            message(
+                other,
+                follower,
+                term,
+                MessageBody::RepairResponse(RepairAnswer::Entries {
+                    prev: last,
+                    entries: vec![noop(term, last.index + 2)],
+                }),
+            ),
+            message(
+                other,
+                follower,
+                Term::MAX,
+                MessageBody::RepairResponse(RepairAnswer::Lacks { after: last }),
+            ),
+        ],
+    )
+    .await;
 
     // Every node still runs, none adopted the unreachable term, and the cluster commits.
     for (id, node) in &c.nodes {
@@ -200,10 +236,12 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
         common::wait_applied(&c.nodes[&id].handle(), commit, WAIT).await;
     }
     assert_eq!(refused_at(&c, leader).await, 4, "all crafted to the leader");
+    // The repair request is well formed (the core answers it and moves no term: the follower
+    // has a leader, and the term after the promised one is the limit).
     assert_eq!(
         refused_at(&c, follower).await,
-        3,
-        "all crafted to the follower"
+        5,
+        "all crafted to the follower but the repair request"
     );
     assert_eq!(refused_at(&c, other).await, 0, "honest traffic passes");
 }

@@ -473,6 +473,9 @@ impl World {
                 self.digest_event([3, id, write_id, 0]);
                 let raft = self.nodes[idx].raft.as_mut().expect("checked");
                 raft.persisted(write_id);
+                if let Some(promised) = raft.take_released_promise() {
+                    self.trace_line(|| format!("n{id} let go of its promise {promised}"));
+                }
                 self.note_whole(id);
                 self.drive(id);
             }

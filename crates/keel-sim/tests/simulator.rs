@@ -540,6 +540,28 @@ fn storage_fault_regression_seeds_pass() {
     }
 }
 
+/// Issue 20, found by sweeps 50 to 52 (each fails without repair from peers): a recovering node
+/// whose promise only a learner's log reached (it may not campaign), or no log at all (the node
+/// led that term and lost its own tail), while the whole nodes that could campaign needed its
+/// vote: no leader, ever. In 21014950 the learner's log holds the promise and the node fetches
+/// its entries from it; in 22001847, 22091803 and 22140785 it fetches what peers hold of the
+/// promised term, and the peers that lack the rest, from a later term, show that no commit can
+/// have counted it: the node lets go of its promise.
+#[test]
+fn recovery_without_a_leader_seeds_pass() {
+    for seed in [21_014_950, 22_001_847, 22_091_803, 22_140_785] {
+        assert_damaged_and_clean(&config(seed, false));
+    }
+}
+
+/// A recovering node that lets go of its promise on the first peer that lacks its entries,
+/// whatever that peer's term and whatever the quorums, helps elect a leader without a committed
+/// entry it had acknowledged.
+#[test]
+fn catches_mutation_release_promise_early() {
+    assert_runtime_mutation_caught_with("release-promise-early", &["--storage-faults"]);
+}
+
 /// Runs `run_config`: it must have damaged a disk and end without a violation.
 fn assert_damaged_and_clean(run_config: &RunConfig) {
     let seed = run_config.seed;

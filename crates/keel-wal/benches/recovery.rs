@@ -58,6 +58,7 @@ fn build_log(megabytes: u64) -> (TempDir, u64) {
             }),
             purge_to: None,
             sync: true,
+            release_promise: false,
         };
         wal.write_batch(&[write]).expect("write");
         next = last + 1;

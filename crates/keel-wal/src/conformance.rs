@@ -46,6 +46,7 @@ pub fn write(id: u64, entries: Vec<Entry>, hard_state: Option<HardState>) -> Wri
         hard_state,
         purge_to: None,
         sync: true,
+        release_promise: false,
     }
 }
 

@@ -425,6 +425,14 @@ impl<F: Fs> PromiseFile<F> {
         self.flush()
     }
 
+    /// The node let go of the promise it recovered to: the floor goes and the record drops to
+    /// `promise`, flushed (a lowering, as before a truncation: `promise` covers only what the
+    /// log holds).
+    pub(crate) fn release(&mut self, promise: Promise) -> Result<()> {
+        self.floor = None;
+        self.set(promise)
+    }
+
     /// `promise`, its entry raised to the floor while the log is below it; the floor goes once
     /// the log's last entry is at least as up to date as the floor (Raft's order, term first),
     /// which is when keel-core's recovery ends too (`RaftNode::start_recovering`): a log that

@@ -437,6 +437,35 @@ fn a_later_term_below_the_promised_index_ends_the_floor() {
     );
 }
 
+/// The core lets go of the promise it recovered to (keel-core's `node/repair.rs`: the peers that
+/// lack the lost entries show no commit counted them): the record drops to the log's end and the
+/// floor goes, flushed before the batch returns, so the next open finds nothing lost. A release
+/// must be synced.
+#[test]
+fn a_released_promise_ends_the_floor_below_the_promised_index() {
+    let fs = six_batches_the_last_two_lost();
+    let (mut wal, _, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert_eq!(report.unwrap().recover_to(), Some(LogId::new(1, 60)));
+    let release = |id, sync| keel_core::Write {
+        release_promise: true,
+        sync,
+        ..write(id, Vec::new(), None)
+    };
+    assert!(matches!(
+        wal.write_batch(&[release(20, false)]),
+        Err(WalError::InvalidRequest(_))
+    ));
+    wal.write_batch(&[release(21, true)]).unwrap();
+    assert_eq!(wal.promise().unwrap().acked, LogId::new(1, 40));
+    assert!(!wal.promise_unflushed());
+    drop(wal);
+    fs.crash();
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+    assert_eq!(rec.state.entries.last().unwrap().index, 40);
+    assert!(Wal::open(fs.clone(), sim_dir(), small_config()).is_ok());
+}
+
 /// A lost tail that leaves the log ending below the newest snapshot: the repaired WAL continues
 /// after the snapshot, as a clean open of such a log does (its reset was dropped with the
 /// damage, so the WAL's last index stayed at the log's end and the next entries were refused;

@@ -17,6 +17,8 @@ impl RaftNode {
                 // term the pre-candidate would campaign in.
                 MessageBody::PreVote { .. } => return true,
                 MessageBody::PreVoteResponse { granted: true } => return true,
+                // A repair request asks; the responder answers in its own term (repair.rs).
+                MessageBody::RepairRequest { .. } => return true,
                 MessageBody::RequestVote { transfer, .. } if !transfer && self.in_lease() => {
                     // A leader we heard from recently is alive: a node that cannot hear it must
                     // not depose it (thesis 4.2.3). Ignore without adopting the term.
@@ -50,6 +52,14 @@ impl RaftNode {
                 }
             }
         } else if msg.term < self.term {
+            if matches!(
+                msg.body,
+                MessageBody::RepairRequest { .. } | MessageBody::RepairResponse(_)
+            ) {
+                // Entries are the responder's log whatever its term; a Lacks answer counts only
+                // from a term above the promise's, which the handler checks (repair.rs).
+                return true;
+            }
             // Tell a stale leader or candidate about the newer term so it steps down; with
             // check-quorum and pre-vote it might otherwise never learn of it.
             let reply = match msg.body {
@@ -87,10 +97,13 @@ impl RaftNode {
 
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed_ticks += 1;
-        if self.election_elapsed_ticks >= self.randomized_election_timeout_ticks
-            && self.may_start_election()
-        {
-            self.start_election(false);
+        if self.election_elapsed_ticks >= self.randomized_election_timeout_ticks {
+            if self.may_start_election() {
+                self.start_election(false);
+            } else if self.recovery.is_some() {
+                // Where it would have campaigned (repair.rs).
+                self.ask_for_repair();
+            }
         }
     }
 
@@ -162,7 +175,7 @@ impl RaftNode {
         // A recovering node's own log is shorter than what it acknowledged: the candidate must
         // reach that too.
         let reaches_promise = self
-            .recovering_to
+            .recovering()
             .is_none_or(|promised| last_log_id >= promised)
             || self.mutated(crate::Mutation::VoteBelowPromise);
         let granted = can_vote && up_to_date && reaches_promise && !lease_blocks;

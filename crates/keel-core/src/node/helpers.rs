@@ -40,7 +40,7 @@ impl RaftNode {
         self.may_campaign()
             && !self.is_replaying()
             && !self.campaigns_held
-            && self.recovering_to.is_none()
+            && self.recovery.is_none()
     }
 
     pub(super) fn committed_and_durable(&self) -> Index {

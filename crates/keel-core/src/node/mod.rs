@@ -14,6 +14,7 @@ mod helpers;
 mod membership_change;
 mod read_index;
 mod ready;
+mod repair;
 mod replication;
 mod snapshot;
 mod status;
@@ -132,10 +133,12 @@ pub struct RaftNode {
     /// Set by the runtime while this node must not start elections (its clock is too far from
     /// the leader's: keel-engine's `clock` module). It still votes.
     campaigns_held: bool,
-    /// Set while this node's disk has lost or damaged entries it had acknowledged, up to this
-    /// one (keel-wal's promise record): it starts no election and votes only for a candidate
-    /// whose log reaches it, until its own durable log does ([`RaftNode::start_recovering`]).
-    recovering_to: Option<LogId>,
+    /// Set while this node's disk has lost or damaged entries it had acknowledged (keel-wal's
+    /// promise record): it starts no election and votes only for a candidate whose log reaches
+    /// them, until its own durable log does ([`RaftNode::start_recovering`], `repair.rs`).
+    recovery: Option<repair::Recovery>,
+    /// A promise let go of while recovering, until the runtime takes it (to say so).
+    released_promise: Option<LogId>,
     durability: Durability,
 
     election_elapsed_ticks: u32,
@@ -282,7 +285,8 @@ impl RaftNode {
             apply_requested: applied,
             replay_to: commit,
             campaigns_held: false,
-            recovering_to: None,
+            recovery: None,
+            released_promise: None,
             election_elapsed_ticks: 0,
             heartbeat_elapsed_ticks: 0,
             randomized_election_timeout_ticks: timeout,
@@ -347,6 +351,12 @@ impl RaftNode {
                     ..
                 } => self.on_heartbeat_response(msg.from, read_round, lagging),
                 MessageBody::TimeoutNow => self.on_timeout_now(),
+                MessageBody::RepairRequest { promised, last } => {
+                    self.on_repair_request(msg.from, promised, last)
+                }
+                MessageBody::RepairResponse(answer) => {
+                    self.on_repair_response(msg.from, msg.term, answer)
+                }
             }
         }
         self.check_invariants();
@@ -406,26 +416,37 @@ impl RaftNode {
     /// follower's, it starts no election (not even for a leadership transfer) and grants a vote
     /// only to a candidate whose log is at least as up to date as `promised`, so that no leader
     /// can be elected with its help that lacks what it acknowledged. Its acknowledgements count as
-    /// usual: they name only entries it holds. Ends by itself ([`RaftNode::recovering`]).
+    /// usual: they name only entries it holds. Ends by itself ([`RaftNode::recovering`]): when
+    /// its durable log reaches `promised`, from the leader or, while it hears none, from any peer
+    /// that holds the entries; or when the peers lacking them show that no commit can have
+    /// counted its acknowledgement ([`RaftNode::take_released_promise`]; `repair.rs`).
     pub fn start_recovering(&mut self, promised: LogId) {
-        self.recovering_to = Some(promised);
+        let commit = self.commit;
+        let former_end = LogId::new(self.log.term_of_any(commit).unwrap_or(0), commit);
+        self.recovery = Some(repair::Recovery::new(promised, former_end));
         self.check_recovered();
     }
 
     /// What this node is recovering to, while it is ([`RaftNode::start_recovering`]).
     pub fn recovering(&self) -> Option<LogId> {
-        self.recovering_to
+        self.recovery.as_ref().map(|r| r.promised)
     }
 
     fn check_recovered(&mut self) {
-        if let Some(promised) = self.recovering_to {
+        if let Some(promised) = self.recovering() {
             // Durable and at least as up to date as the promise: a stale entry of an older term
             // at the promised index does not count. A snapshot installed counts once durable
             // (durability moves to its index then).
             let durable = self.durability.durable_index();
             let durable_last = LogId::new(self.log.term_of_any(durable).unwrap_or(0), durable);
-            if durable_last >= promised && !self.mutated(crate::Mutation::RecoveryNeverEnds) {
-                self.recovering_to = None;
+            let released = self.recovery.as_ref().is_some_and(|r| r.released)
+                && self.durability.promise_release_durable();
+            if released {
+                self.released_promise = Some(promised);
+            }
+            let whole = durable_last >= promised || released;
+            if whole && !self.mutated(crate::Mutation::RecoveryNeverEnds) {
+                self.recovery = None;
             }
         }
     }

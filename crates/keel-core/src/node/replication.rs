@@ -74,6 +74,7 @@ impl RaftNode {
         let success = matches!(result, AppendResult::Success { .. });
         if let AppendResult::Success { match_index } = result {
             self.leader_match = self.leader_match.max(match_index);
+            self.note_acknowledged_leader();
         }
         if success && self.mutated(crate::Mutation::AckBeforeDurable) {
             self.messages.push(reply);

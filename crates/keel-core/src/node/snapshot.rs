@@ -104,6 +104,7 @@ impl RaftNode {
         let Some(result) = self.install_snapshot(meta) else {
             return;
         };
+        self.note_acknowledged_leader();
         let reply = self.message(leader, MessageBody::AppendResponse(result));
         self.send_after_persist(reply);
     }

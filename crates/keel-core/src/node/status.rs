@@ -114,7 +114,7 @@ impl RaftNode {
             durable_index: self.durability.durable_index(),
             durable_hard_state: self.durability.durable_hard_state(),
             snapshot: self.snapshot.last,
-            recovering_to: self.recovering_to,
+            recovering_to: self.recovering(),
             membership: self.log.membership_shared().clone(),
         }
     }

@@ -76,7 +76,8 @@ pub fn adopts_peer_addr(own_id: NodeId, peer: NodeId, known: Option<SocketAddr>)
 
 /// What promises nothing of its sender that a quorum could count: a leader's entries,
 /// heartbeats, snapshots and leadership handoff, and a candidate's request for votes. Every
-/// answer (a vote, an acknowledgement, a heartbeat's echo) is a promise.
+/// answer (a vote, an acknowledgement, a heartbeat's echo, a repair answer) is a promise, and so
+/// is a repair request: it names what its sender's storage promised.
 pub fn promises_nothing(msg: &MessageBody) -> bool {
     matches!(
         msg,

@@ -239,7 +239,7 @@ fn a_snapshot_that_skipped_history_forgets_every_incarnation() {
 
 #[test]
 fn from_changed_storage_only_what_promises_nothing_is_heard() {
-    use keel_core::{AppendResult, LogId, MessageBody};
+    use keel_core::{AppendResult, LogId, MessageBody, RepairAnswer};
     let fs = sim_fs();
     let mut g = gate(&fs);
     assert!(g.hears(2, 77));
@@ -275,6 +275,15 @@ fn from_changed_storage_only_what_promises_nothing_is_heard() {
             lagging: false,
             clock: Default::default(),
         },
+        // A repair request claims a promise its sender's new storage cannot have made (and may
+        // move a leaderless node's term); a lacks answer promises the answerer's log and term.
+        MessageBody::RepairRequest {
+            promised: LogId::new(2, 5),
+            last: LogId::default(),
+        },
+        MessageBody::RepairResponse(RepairAnswer::Lacks {
+            after: LogId::default(),
+        }),
     ];
     for body in &promises {
         assert!(!g.hears_message(2, 78, body), "{body:?}");

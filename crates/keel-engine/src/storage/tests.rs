@@ -37,6 +37,7 @@ fn write(id: u64) -> StorageCommand<u64> {
         hard_state: Some(HardState::default()),
         purge_to: None,
         sync: true,
+        release_promise: false,
     })
 }
 

@@ -313,7 +313,14 @@ impl<S: StateMachine> Driver<S> {
             Event::Persisted(id) => {
                 let recovering = self.raft.recovering();
                 self.raft.persisted(id);
-                if let (Some(promised), None) = (recovering, self.raft.recovering()) {
+                if let Some(promised) = self.raft.take_released_promise() {
+                    tracing::warn!(
+                        "whole again: let go of the promise through {} (the members that lack \
+                         those entries show that no commit counted this node's acknowledgement \
+                         of them); it campaigns and votes as usual on the log it holds",
+                        promised
+                    );
+                } else if let (Some(promised), None) = (recovering, self.raft.recovering()) {
                     tracing::warn!(
                         "whole again: the log holds {} and beyond, every entry this node had \
                          acknowledged before its disk lost them; it campaigns and votes as usual",

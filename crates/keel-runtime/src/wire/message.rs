@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use keel_core::{
     AppendResult, Entry, EntryPayload, FollowerClock, LeaderClock, LogId, Membership, Message,
-    MessageBody, NodeId, SnapshotMeta,
+    MessageBody, NodeId, RepairAnswer, SnapshotMeta,
 };
 
 use super::{Reader, WireError};
@@ -24,6 +24,12 @@ const TAG_HEARTBEAT: u8 = 7;
 const TAG_HEARTBEAT_RESPONSE: u8 = 8;
 const TAG_TIMEOUT_NOW: u8 = 9;
 const TAG_INSTALL_SNAPSHOT: u8 = 10;
+const TAG_REPAIR_REQUEST: u8 = 11;
+const TAG_REPAIR_RESPONSE: u8 = 12;
+
+const REPAIR_ENTRIES: u8 = 0;
+const REPAIR_LACKS: u8 = 1;
+const REPAIR_UNKNOWN: u8 = 2;
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -184,10 +190,7 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
             out.push(TAG_APPEND);
             put_log_id(out, *prev);
             put_u64(out, *commit);
-            put_len(out, entries.len());
-            for e in entries {
-                put_entry(out, e);
-            }
+            put_entries(out, entries);
         }
         MessageBody::AppendResponse(result) => {
             out.push(TAG_APPEND_RESPONSE);
@@ -237,7 +240,39 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
             out.push(TAG_INSTALL_SNAPSHOT);
             encode_meta(meta, out);
         }
+        MessageBody::RepairRequest { promised, last } => {
+            out.push(TAG_REPAIR_REQUEST);
+            put_log_id(out, *promised);
+            put_log_id(out, *last);
+        }
+        MessageBody::RepairResponse(answer) => {
+            out.push(TAG_REPAIR_RESPONSE);
+            match answer {
+                RepairAnswer::Entries { prev, entries } => {
+                    out.push(REPAIR_ENTRIES);
+                    put_log_id(out, *prev);
+                    put_entries(out, entries);
+                }
+                RepairAnswer::Lacks { after } => {
+                    out.push(REPAIR_LACKS);
+                    put_log_id(out, *after);
+                }
+                RepairAnswer::Unknown => out.push(REPAIR_UNKNOWN),
+            }
+        }
     }
+}
+
+fn put_entries(out: &mut Vec<u8>, entries: &[Entry]) {
+    put_len(out, entries.len());
+    for e in entries {
+        put_entry(out, e);
+    }
+}
+
+fn get_entries(r: &mut Reader) -> Result<Vec<Entry>, WireError> {
+    let n = r.count(ENTRY_SIZE_BYTES_MIN, "entries")?;
+    (0..n).map(|_| get_entry(r)).collect()
 }
 
 pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
@@ -264,8 +299,7 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
         TAG_APPEND => {
             let prev = get_log_id(r)?;
             let commit = r.u64("commit")?;
-            let n = r.count(ENTRY_SIZE_BYTES_MIN, "entries")?;
-            let entries = (0..n).map(|_| get_entry(r)).collect::<Result<_, _>>()?;
+            let entries = get_entries(r)?;
             MessageBody::Append {
                 prev,
                 entries,
@@ -320,6 +354,26 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
         TAG_INSTALL_SNAPSHOT => MessageBody::InstallSnapshot {
             meta: decode_meta(r)?,
         },
+        TAG_REPAIR_REQUEST => MessageBody::RepairRequest {
+            promised: get_log_id(r)?,
+            last: get_log_id(r)?,
+        },
+        TAG_REPAIR_RESPONSE => MessageBody::RepairResponse(match r.u8("repair answer")? {
+            REPAIR_ENTRIES => RepairAnswer::Entries {
+                prev: get_log_id(r)?,
+                entries: get_entries(r)?,
+            },
+            REPAIR_LACKS => RepairAnswer::Lacks {
+                after: get_log_id(r)?,
+            },
+            REPAIR_UNKNOWN => RepairAnswer::Unknown,
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "repair answer",
+                    tag,
+                })
+            }
+        }),
         tag => {
             return Err(WireError::UnknownTag {
                 what: "message",

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use keel_core::{
     AppendResult, Entry, EntryPayload, FollowerClock, LeaderClock, LogId, Membership, Message,
-    MessageBody, SnapshotMeta,
+    MessageBody, RepairAnswer, SnapshotMeta,
 };
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
@@ -111,6 +111,13 @@ fn body() -> impl Strategy<Value = MessageBody> {
         ),
         Just(MessageBody::TimeoutNow),
         meta().prop_map(|meta| MessageBody::InstallSnapshot { meta }),
+        (log_id(), log_id())
+            .prop_map(|(promised, last)| MessageBody::RepairRequest { promised, last }),
+        (log_id(), vec(entry(), 0..4)).prop_map(|(prev, entries)| {
+            MessageBody::RepairResponse(RepairAnswer::Entries { prev, entries })
+        }),
+        log_id().prop_map(|after| MessageBody::RepairResponse(RepairAnswer::Lacks { after })),
+        Just(MessageBody::RepairResponse(RepairAnswer::Unknown)),
     ]
 }
 

@@ -20,13 +20,14 @@ use keel_core::{Entry, HardState, Index, LogId, RecoveredState, SnapshotMeta, Wr
 use crate::codec;
 use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
-use crate::promise::{Promise, PromiseFile};
+use crate::promise::PromiseFile;
 use crate::recover;
 use crate::segment::{self, FrameBuilder, SEGMENT_HEADER_SIZE_BYTES};
 use crate::snapshot::{self, SnapshotFile};
 
 mod config;
 mod open;
+mod promise_record;
 
 pub use config::WalConfig;
 pub(crate) use open::damaged_name;
@@ -166,8 +167,13 @@ impl<F: Fs> Wal<F> {
         let mut hs = self.hard_state;
         let mut sync = false;
         let mut purge_to: Option<Index> = None;
+        let mut release_promise = false;
         for w in writes {
             sync |= w.sync;
+            if w.release_promise && !w.sync {
+                return invalid("a promise release must be synced");
+            }
+            release_promise |= w.release_promise;
             if let Some(meta) = &w.install {
                 if meta.last.index > self.snapshot.index || !w.sync {
                     return invalid(format!(
@@ -257,6 +263,9 @@ impl<F: Fs> Wal<F> {
             self.append_entries(reset, truncate_from, &pending, hs)?;
             self.record_promise()?;
         }
+        if release_promise {
+            self.release_promise()?;
+        }
         if let Some(p) = purge_to {
             self.purge_up_to(p)?;
         }
@@ -304,90 +313,6 @@ impl<F: Fs> Wal<F> {
             }
         }
         self.maybe_prepare_spare()
-    }
-
-    /// The promise is about to be reset to `reset`, or truncated from `truncate_from`: lower it to
-    /// the entry the log keeps, durably, before the log changes (promise.rs: the promise never
-    /// names an entry the log may legitimately no longer hold). Entries at or below a snapshot
-    /// stay covered by it.
-    fn lower_promise(&mut self, reset: Option<LogId>, truncate_from: Option<Index>) -> Result<()> {
-        let keep = match (reset, truncate_from) {
-            (Some(snapshot), _) => snapshot,
-            (None, Some(from)) => LogId::new(self.term_at(from - 1).unwrap_or(0), from - 1),
-            (None, None) => return Ok(()),
-        };
-        let Some(file) = self.promise.as_mut() else {
-            return Ok(());
-        };
-        let current = file.current();
-        if current.acked.index <= keep.index {
-            return Ok(());
-        }
-        let result = file.set(Promise {
-            acked: keep,
-            ..current
-        });
-        self.poison_on_error(result)
-    }
-
-    /// Raises the promise to what is synced now: the synced term and vote, the last entry. Runs
-    /// after the log's fsync, never before: a promise durable ahead of its entries would read as
-    /// damage after a crash. It becomes durable with the next batch's fsync, or
-    /// [`Wal::flush_promise`] if none comes (promise.rs: one flush per group commit, not two).
-    fn record_promise(&mut self) -> Result<()> {
-        let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
-        let promise = Promise::of(&self.synced_hard_state, last);
-        let Some(file) = self.promise.as_mut() else {
-            return Ok(());
-        };
-        let current = file.current();
-        let result = if (promise.term, promise.vote) != (current.term, current.vote) {
-            // A new term or vote is flushed at once: rare (elections), and a repair that has to
-            // set aside the log's newest segments must still know it (a node never votes twice
-            // in a term).
-            file.set(promise)
-        } else {
-            file.raise(promise)
-        };
-        self.poison_on_error(result)
-    }
-
-    /// A log write that will be synced is about to be issued (`fsync_next: false`), or its fsync
-    /// (`true`): the raised promise rides along (promise.rs).
-    fn promise_rides(&mut self, fsync_next: bool) -> Result<()> {
-        let Some(file) = self.promise.as_mut() else {
-            return Ok(());
-        };
-        let result = match fsync_next {
-            false => file.start(),
-            true => file.before_log_sync(),
-        };
-        self.poison_on_error(result)
-    }
-
-    /// Makes the promise raised by the last batch durable now, if it is not: for a runtime whose
-    /// log has been idle a while (no next fsync to ride on). Returns whether it flushed.
-    pub fn flush_promise(&mut self) -> Result<bool> {
-        self.check_usable()?;
-        let Some(file) = self.promise.as_mut() else {
-            return Ok(false);
-        };
-        if !file.pending() {
-            return Ok(false);
-        }
-        let result = file.flush();
-        self.poison_on_error(result).map(|()| true)
-    }
-
-    /// Whether the promise last raised still waits for a flush ([`Wal::flush_promise`]).
-    pub fn promise_unflushed(&self) -> bool {
-        self.promise.as_ref().is_some_and(PromiseFile::pending)
-    }
-
-    /// The promise as last recorded (`None` until open has set it up): durable, or durable with
-    /// the next fsync ([`Wal::promise_unflushed`]).
-    pub fn promise(&self) -> Option<Promise> {
-        self.promise.as_ref().map(PromiseFile::current)
     }
 
     fn poison_on_error(&mut self, result: Result<()>) -> Result<()> {

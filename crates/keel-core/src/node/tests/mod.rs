@@ -22,6 +22,7 @@ mod hostile;
 mod membership;
 mod proptest_step;
 mod read_index;
+mod repair;
 mod replication;
 mod restart;
 mod snapshot;

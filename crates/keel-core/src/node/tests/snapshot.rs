@@ -165,6 +165,7 @@ fn s32_install_replaces_a_stale_uncommitted_membership() {
             hard_state: Some(hs(2, None, 5)),
             purge_to: None,
             sync: true,
+            release_promise: false,
         })
         .unwrap();
     let mut n = RaftNode::new(test_config(2), storage.recover().unwrap()).unwrap();
