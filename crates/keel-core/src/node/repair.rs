@@ -46,10 +46,13 @@
 //!   append before the joint one commits). A simple configuration's successors are joint (both
 //!   halves must agree) or change learners only.
 //!
-//! A peer that is recovering itself reports nothing about what it lacks (it may have held the
-//! entries), but sends entries like any other. The fault model is the storage faults' (README,
-//! "What the repair assumes"): damaged nodes are a minority of every configuration that matters,
-//! and a peer's log is whole unless it says it is recovering.
+//! A peer that is recovering itself answers neither way: it may have held the entries, and its
+//! own log may have lost more than its promise shows (a promise record trails the log by a few
+//! group commits). With two of three nodes damaged, repairing one from the other would let them
+//! elect a leader between them that lacks what the third holds; they wait for it instead,
+//! unavailable rather than wrong. The fault model is the storage faults' (README, "What the
+//! repair assumes"): damaged nodes are a minority of every configuration that matters, and a
+//! peer's log is whole unless it says it is recovering.
 
 use super::RaftNode;
 use crate::membership::Membership;
@@ -117,12 +120,17 @@ impl RaftNode {
     }
 
     pub(super) fn on_repair_request(&mut self, from: NodeId, promised: LogId, last: LogId) {
+        if self.recovery.is_some() {
+            // Its own log may have lost what it acknowledged (module documentation).
+            self.answer_repair(from, RepairAnswer::Unknown);
+            return;
+        }
         let answer = match self.repair_entries(promised, last) {
             Some(entries) => RepairAnswer::Entries {
                 prev: last,
                 entries,
             },
-            None if self.recovery.is_none() && self.lacks_after(promised, last) => {
+            None if self.lacks_after(promised, last) => {
                 if self.term <= promised.term {
                     let next_term = promised.term + 1;
                     if self.leader.is_some() || next_term >= TERM_LIMIT {

@@ -115,6 +115,26 @@ fn a_peer_sends_only_entries_of_the_promised_term_or_committed_ones() {
     assert_eq!(log_ids(&entries), vec![LogId::new(1, 3)]);
 }
 
+/// A recovering peer answers neither way, even when it holds the entries: its own log may have
+/// lost more than its promise shows, and two damaged nodes of three must wait for the third.
+#[test]
+fn a_recovering_peer_neither_sends_entries_nor_says_it_lacks_them() {
+    let (promised, last) = (LogId::new(2, 5), LogId::new(1, 2));
+    let mut peer = node_with(3, &[1, 2, 3], &[1, 1, 2, 2, 2], hs(2, None, 2));
+    peer.start_recovering(LogId::new(2, 7));
+    assert_eq!(
+        answer(&mut peer, request(2, 3, 2, promised, last)),
+        (2, RepairAnswer::Unknown)
+    );
+    let mut short = node_with(3, &[1, 2, 3], &[1, 1], hs(2, None, 2));
+    short.start_recovering(LogId::new(2, 7));
+    assert_eq!(
+        answer(&mut short, request(2, 3, 2, promised, last)),
+        (2, RepairAnswer::Unknown)
+    );
+    assert_eq!(short.term(), 2);
+}
+
 /// A peer that lacks the entries says so only from a term above the promised one: without a
 /// leader it moves there first, durably; with one it leaves the repair to that leader.
 #[test]
