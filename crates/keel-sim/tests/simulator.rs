@@ -546,10 +546,13 @@ fn storage_fault_regression_seeds_pass() {
 /// vote: no leader, ever. In 21014950 the learner's log holds the promise and the node fetches
 /// its entries from it; in 22001847, 22091803 and 22140785 it fetches what peers hold of the
 /// promised term, and the peers that lack the rest, from a later term, show that no commit can
-/// have counted it: the node lets go of its promise.
+/// have counted it: the node lets go of its promise. 21079861 (sweep 54, on the first version):
+/// the node led the promised term and still held some of its entries, far beyond its commit
+/// index; asked from the commit index, its peers could not tell their older entries from its
+/// lost ones (its own entries of the promised term now count as known).
 #[test]
 fn recovery_without_a_leader_seeds_pass() {
-    for seed in [21_014_950, 22_001_847, 22_091_803, 22_140_785] {
+    for seed in [21_014_950, 21_079_861, 22_001_847, 22_091_803, 22_140_785] {
         assert_damaged_and_clean(&config(seed, false));
     }
 }

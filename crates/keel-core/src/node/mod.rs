@@ -421,8 +421,12 @@ impl RaftNode {
     /// that holds the entries; or when the peers lacking them show that no commit can have
     /// counted its acknowledgement ([`RaftNode::take_released_promise`]; `repair.rs`).
     pub fn start_recovering(&mut self, promised: LogId) {
-        let commit = self.commit;
-        let former_end = LogId::new(self.log.term_of_any(commit).unwrap_or(0), commit);
+        // The log is known to be a prefix of the one that held `promised` through the commit
+        // index, and through its own last entry of the promised term (`repair.rs`).
+        let known = self
+            .last_entry_of_promised_term(promised)
+            .map_or(self.commit, |own| own.max(self.commit));
+        let former_end = LogId::new(self.log.term_of_any(known).unwrap_or(0), known);
         self.recovery = Some(repair::Recovery::new(promised, former_end));
         self.check_recovered();
     }

@@ -13,10 +13,11 @@
 //! acknowledged nothing to a leader since it restarted (a leader is repairing it then, and what it
 //! acknowledged must stay).
 //!
-//! What the node knows of the log that held `promised` (the *former* log): its own log through
-//! its commit index, `former_end` (committed entries are in every later log of every node). Its
-//! log beyond that may be stale: a disk that lost writes can bring back entries a leader had
-//! replaced since.
+//! What the node knows of the log that held `promised` (the *former* log), `former_end`: its own
+//! log through its commit index (committed entries are in every later log of every node), or
+//! through its last entry of `promised.term` if that is further (see the first exchange below
+//! for why). Its log beyond that may be stale: a disk that lost writes can bring back entries a
+//! leader had replaced since.
 //!
 //! - **Repair from a peer.** A peer whose log holds an entry of `promised.term` at index `j`
 //!   holds the former log through `j`: only that term's leader wrote entries of that term, it
@@ -57,7 +58,7 @@
 use super::RaftNode;
 use crate::membership::Membership;
 use crate::message::{MessageBody, RepairAnswer};
-use crate::types::{Entry, LogId, NodeId, Term, TERM_LIMIT};
+use crate::types::{Entry, Index, LogId, NodeId, Term, TERM_LIMIT};
 
 /// What a recovering node tracks ([`RaftNode::start_recovering`]).
 #[derive(Clone, Debug)]
@@ -160,14 +161,7 @@ impl RaftNode {
     /// `last` too and has not compacted what follows it.
     fn repair_entries(&self, promised: LogId, last: LogId) -> Option<Vec<Entry>> {
         let top = promised.index.min(self.log.last_index());
-        let of_promised_term = match self.log.term_of_any(top) {
-            Some(t) if t == promised.term => Some(top),
-            Some(t) if t > promised.term => self
-                .log
-                .last_index_of_term_at_most(promised.term)
-                .filter(|end| self.log.term_of_any(*end) == Some(promised.term)),
-            _ => None,
-        };
+        let of_promised_term = self.last_entry_of_promised_term(promised);
         let through = of_promised_term.unwrap_or(0).max(self.commit.min(top));
         let held = self.log.matches(last) && last.index >= self.log.purged().index;
         if through <= last.index || !held {
@@ -180,6 +174,21 @@ impl RaftNode {
             self.config.max_bytes_per_message,
         );
         (!entries.is_empty()).then_some(entries)
+    }
+
+    /// The last index at or below `promised.index` where this log holds an entry of
+    /// `promised.term`: this log and the one that held `promised` agree through it (module
+    /// documentation).
+    pub(super) fn last_entry_of_promised_term(&self, promised: LogId) -> Option<Index> {
+        let top = promised.index.min(self.log.last_index());
+        match self.log.term_of_any(top)? {
+            t if t == promised.term => Some(top),
+            t if t > promised.term => self
+                .log
+                .last_index_of_term_at_most(promised.term)
+                .filter(|end| self.log.term_of_any(*end) == Some(promised.term)),
+            _ => None,
+        }
     }
 
     /// Whether this log holds none of the requester's former entries after `last`: they have

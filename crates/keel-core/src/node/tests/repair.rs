@@ -266,6 +266,40 @@ fn a_stale_tail_beyond_the_commit_index_is_replaced_by_the_repair() {
     );
 }
 
+/// Sweep 54, seed 21079861: the node led term 63 and lost its tail (promise 63/110) but still
+/// holds 63/90, while its commit index is far back in term 10. Its own entries of the promised
+/// term are the former log's too, so it asks from there: peers whose logs hold older terms after
+/// index 54 (which could be former entries, of terms 10 to 63) lack everything after 90.
+#[test]
+fn its_own_entries_of_the_promised_term_extend_what_is_known_of_the_former_log() {
+    let promised = LogId::new(3, 6);
+    let mut n = node_with(2, &[1, 2, 3], &[1, 1, 3, 3], hs(3, Some(2), 2));
+    n.start_recovering(promised);
+    let asked = repair_requests(&time_out(&mut n));
+    assert!(
+        asked.iter().all(|(_, _, last)| *last == LogId::new(3, 4)),
+        "{asked:?}"
+    );
+    // A peer with term 2 at index 5 lacks the former entries after 4 (all of term 3).
+    let mut peer = node_with(3, &[1, 2, 3], &[1, 1, 2, 2, 2], hs(3, None, 2));
+    assert_eq!(
+        answer(&mut peer, request(2, 3, 3, promised, LogId::new(3, 4))),
+        (
+            4,
+            RepairAnswer::Lacks {
+                after: LogId::new(3, 4)
+            }
+        )
+    );
+    // Asked from the commit index instead, the same peer could not tell (term 2 at index 3 may
+    // be a former entry).
+    let mut same = node_with(3, &[1, 2, 3], &[1, 1, 2, 2, 2], hs(3, None, 2));
+    assert_eq!(
+        answer(&mut same, request(2, 3, 3, promised, LogId::new(1, 2))).1,
+        RepairAnswer::Unknown
+    );
+}
+
 /// Once it acknowledged a leader, that leader repairs it, and what it acknowledged must stay: it
 /// no longer asks peers nor takes their entries.
 #[test]
