@@ -66,7 +66,8 @@ pub(super) struct Recovery {
     /// The last entry it had acknowledged before its disk lost the tail.
     pub promised: LogId,
     /// The end of the longest prefix of its log known to be a prefix of the log that held
-    /// `promised`: its commit index at the start, extended by repairs.
+    /// `promised`: at the start, its commit index or its own last entry of `promised.term`,
+    /// whichever is further; extended by repairs.
     pub former_end: LogId,
     /// The peers that reported lacking every former entry after `former_end`.
     pub lacking: Vec<NodeId>,
