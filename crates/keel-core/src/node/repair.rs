@@ -234,22 +234,11 @@ impl RaftNode {
     }
 
     /// Replaces the log after the first repaired entry's predecessor (`former_end`, at or above
-    /// the commit index) with `entries`, keeping what already matches.
+    /// the commit index) with `entries`, keeping what already matches: what differs is a stale
+    /// tail that came back from before the damage, not the former log.
     fn append_repair(&mut self, entries: Vec<Entry>) {
         let end = entries.last().expect("checked non-empty").log_id();
-        let mut entries = entries.into_iter().peekable();
-        while entries.next_if(|e| self.log.matches(e.log_id())).is_some() {}
-        if let Some(first) = entries.peek() {
-            if first.index <= self.log.last_index() {
-                // A stale tail that came back from before the damage, not the former log.
-                debug_assert!(first.index > self.commit);
-                self.log.truncate_from(first.index);
-                self.durability.truncated(first.index);
-            }
-        }
-        for entry in entries {
-            self.log.append(entry);
-        }
+        self.merge_after(entries);
         // The log may go on after `end` (a stale tail that matched so far): only what the peer
         // sent is known former.
         let recovery = self.recovery.as_mut().expect("recovering");

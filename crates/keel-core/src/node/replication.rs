@@ -106,39 +106,43 @@ impl RaftNode {
             return self.conflict(prev.index);
         }
         let match_index = prev.index + entries.len() as Index;
-        let mut new_from = None;
-        for (i, e) in entries.iter().enumerate() {
-            debug_assert_eq!(e.index, prev.index + 1 + i as Index, "leader sent a gap");
-            match self.log.term_at(e.index) {
-                Some(t) if t == e.term => continue,
-                Some(_) => {
-                    assert!(
-                        e.index > self.commit,
-                        "leader {:?} would overwrite committed index {} (commit {})",
-                        self.leader,
-                        e.index,
-                        self.commit
-                    );
-                    self.log.truncate_from(e.index);
-                    self.durability.truncated(e.index);
-                    new_from = Some(i);
-                    break;
-                }
-                None => {
-                    new_from = Some(i);
-                    break;
-                }
-            }
-        }
-        if let Some(i) = new_from {
-            for e in entries.into_iter().skip(i) {
-                self.log.append(e);
-            }
-        }
+        debug_assert!(
+            entries
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.index == prev.index + 1 + i as Index),
+            "leader sent a gap"
+        );
+        self.merge_after(entries);
         // Only the prefix this request proved to match may be committed: stale entries beyond it
         // might belong to a deposed leader (scenario S15).
         self.advance_commit_to(leader_commit.min(match_index));
         AppendResult::Success { match_index }
+    }
+
+    /// Merges `entries`, which continue an entry this log holds, into the log: what already
+    /// matches stays, the log is cut at the first entry that differs (never at or below the
+    /// commit index), and the rest is appended. A follower's Append and a recovering node's
+    /// repair (`repair.rs`) both end here.
+    pub(super) fn merge_after(&mut self, entries: Vec<Entry>) {
+        let mut entries = entries.into_iter().peekable();
+        while entries.next_if(|e| self.log.matches(e.log_id())).is_some() {}
+        if let Some(first) = entries.peek() {
+            if first.index <= self.log.last_index() {
+                assert!(
+                    first.index > self.commit,
+                    "leader {:?} would overwrite committed index {} (commit {})",
+                    self.leader,
+                    first.index,
+                    self.commit
+                );
+                self.log.truncate_from(first.index);
+                self.durability.truncated(first.index);
+            }
+        }
+        for entry in entries {
+            self.log.append(entry);
+        }
     }
 
     fn conflict(&self, rejected: Index) -> AppendResult {

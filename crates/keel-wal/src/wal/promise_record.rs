@@ -43,8 +43,7 @@ impl<F: Fs> Wal<F> {
     /// damage after a crash. It becomes durable with the next batch's fsync, or
     /// [`Wal::flush_promise`] if none comes (promise.rs: one flush per group commit, not two).
     pub(super) fn record_promise(&mut self) -> Result<()> {
-        let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
-        let promise = Promise::of(&self.synced_hard_state, last);
+        let promise = self.synced_promise();
         let Some(file) = self.promise.as_mut() else {
             return Ok(());
         };
@@ -102,12 +101,17 @@ impl<F: Fs> Wal<F> {
     /// drops to what the synced log holds now and forgets the floor open kept, flushed, so that
     /// a restart does not take the shorter log for damage again.
     pub(super) fn release_promise(&mut self) -> Result<()> {
-        let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
-        let promise = Promise::of(&self.synced_hard_state, last);
+        let promise = self.synced_promise();
         let Some(file) = self.promise.as_mut() else {
             return Ok(());
         };
         let result = file.release(promise);
         self.poison_on_error(result)
+    }
+
+    /// What the synced log promises now: its synced term and vote, and its last entry.
+    fn synced_promise(&self) -> Promise {
+        let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
+        Promise::of(&self.synced_hard_state, last)
     }
 }
