@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::types::{Entry, HardState, Index, SnapshotMeta};
+use crate::types::{Entry, HardState, Index, LogId, SnapshotMeta};
 
 /// One unit of work for storage, applied in field order: `install`, `entries`, `hard_state`,
 /// `purge_to`.
@@ -32,6 +32,10 @@ pub struct Write {
     /// (keel-core's `node/repair.rs`): storage lowers its promise record to what the log holds
     /// now, so that a restart does not take the log for damaged again. Always synced.
     pub release_promise: bool,
+    /// The node, recovering, lowered the promise it recovers to, to this entry: committed in the
+    /// cluster, beyond its log (keel-core's `node/repair.rs`). Storage records it as the promise
+    /// and keeps it as the floor until the log reaches it. Always synced.
+    pub lower_promise_to: Option<LogId>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +66,8 @@ pub(crate) struct Durability {
     /// A promise release decided but not yet handed to storage, and the write that carries it.
     pending_release: bool,
     release_write_id: Option<u64>,
+    /// A promise lowering decided but not yet handed to storage.
+    pending_lower: Option<LogId>,
     /// Hard state as last handed to storage, and as durable.
     issued_hard_state: HardState,
     durable_hard_state: HardState,
@@ -82,12 +88,19 @@ impl Durability {
             pending_purge_to: None,
             pending_release: false,
             release_write_id: None,
+            pending_lower: None,
         }
     }
 
     /// The node let go of its promise: the next write tells storage ([`Write::release_promise`]).
     pub fn release_promise(&mut self) {
         self.pending_release = true;
+    }
+
+    /// The node lowered the promise it recovers to, to `point`: the next write tells storage
+    /// ([`Write::lower_promise_to`]).
+    pub fn lower_promise_to(&mut self, point: LogId) {
+        self.pending_lower = Some(point);
     }
 
     /// Whether the write telling storage of a promise release is durable.
@@ -135,6 +148,7 @@ impl Durability {
             || self.pending_install.is_some()
             || self.pending_purge_to.is_some()
             || self.pending_release
+            || self.pending_lower.is_some()
             || hard_state.term != self.issued_hard_state.term
             || hard_state.vote != self.issued_hard_state.vote
             || (include_commit && hard_state.commit != self.issued_hard_state.commit)
@@ -208,13 +222,16 @@ impl Durability {
         if release_promise {
             self.release_write_id = Some(id);
         }
+        let lower_promise_to = self.pending_lower.take();
         Write {
             id,
             sync: !entries.is_empty()
                 || term_or_vote_changed
                 || install.is_some()
-                || release_promise,
+                || release_promise
+                || lower_promise_to.is_some(),
             release_promise,
+            lower_promise_to,
             install,
             entries,
             hard_state: hard_state_changed.then_some(hard_state),

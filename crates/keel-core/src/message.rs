@@ -1,6 +1,7 @@
 //! Messages between Raft nodes. The core neither encodes nor sends them; the runtime's transport
 //! and the simulator's network do.
 
+use crate::membership::Membership;
 use crate::types::{Entry, Index, LogId, NodeId, SnapshotMeta, Term};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,12 +63,16 @@ pub enum MessageBody {
     },
     /// A node recovering from storage damage (`RaftNode::start_recovering`) that hears no leader
     /// asks a peer for what it lost: `promised` is the entry it had acknowledged, `last` the end
-    /// of its log, a prefix of the log that held `promised` (node/repair.rs). It changes nobody's
-    /// term by itself (a leaderless peer that lacks the entries may move to the term after
-    /// `promised.term`, see [`RepairAnswer::Lacks`]).
+    /// of the part of its log known to be a prefix of the log that held `promised` (or an entry
+    /// a peer reported committed), `terms` what it knows of that log after `last`: the first
+    /// index of each of its terms, rising, the last one of `promised.term` (the first may be
+    /// clipped to `last.index + 1`; node/repair.rs). It changes nobody's term by itself (a
+    /// leaderless peer that lacks the entries may move to the term after `promised.term`, see
+    /// [`RepairAnswer::Lacks`]).
     RepairRequest {
         promised: LogId,
         last: LogId,
+        terms: Vec<LogId>,
     },
     /// The answer to a `RepairRequest`, in the responder's term.
     RepairResponse(RepairAnswer),
@@ -76,17 +81,22 @@ pub enum MessageBody {
 /// What a peer can do for a recovering node (node/repair.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RepairAnswer {
-    /// Entries of the responder's log after `prev` (the requester's last entry), through at most
-    /// the requester's promised index. Each is in the log the requester had: the responder holds
-    /// an entry of the promised term at or after the last one sent, which only the leader of that
-    /// term wrote, and Log Matching makes the prefix before it the requester's own.
+    /// Entries of the responder's log after `prev` (the request's `last`), through at most the
+    /// requester's promised index: entries of the log the requester had (the responder holds an
+    /// entry of one of its terms at or before that term's last index in it, which only that
+    /// term's leader wrote, and Log Matching makes the prefix before it the requester's own), or
+    /// committed ones.
     Entries { prev: LogId, entries: Vec<Entry> },
-    /// The responder's log holds none of the entries the requester had after `after` (its last
-    /// entry when it asked), and its term (the message's) is above the promised term, so it will
+    /// The responder's log holds none of the entries the requester had after `after` (the
+    /// request's `last`), and its term (the message's) is above the promised term, so it will
     /// never acknowledge one to that term's leader: no commit of them can count on it.
     Lacks { after: LogId },
-    /// Neither can be said: the responder is recovering too, holds entries of older terms where
-    /// the requester's lost ones were, or has compacted what it would send.
+    /// The responder's commit index is `through`, beyond the request's `last`, in effect there
+    /// the configuration `config`, and it cannot send the entries (it compacted them): the
+    /// requester may ask from there instead.
+    Committed { through: LogId, config: Membership },
+    /// None of these can be said: the responder is recovering too, or holds entries of older
+    /// terms where the requester's lost ones were.
     Unknown,
 }
 

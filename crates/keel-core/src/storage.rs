@@ -67,6 +67,7 @@ impl MemStorage {
                 purge_to: None,
                 sync: true,
                 release_promise: false,
+                lower_promise_to: None,
             },
             usize::MAX,
             true,

@@ -86,6 +86,10 @@ pub enum InvalidMessage {
     BadConfiguration,
     #[error("the snapshot's term history is out of order or runs past its last entry")]
     BadTermHistory,
+    #[error(
+        "a repair request's term starts do not describe a log from its last entry to its promise"
+    )]
+    BadRepairTerms,
     #[error("claims to lead term {term}, which node {leader} leads")]
     SecondLeader { term: Term, leader: NodeId },
     #[error("answers in term {term}, which this node (term {local_term}) never reached")]
@@ -107,6 +111,7 @@ impl InvalidMessage {
             InvalidMessage::TermAboveMessage { .. } => "term_above_message",
             InvalidMessage::BadConfiguration => "bad_configuration",
             InvalidMessage::BadTermHistory => "bad_term_history",
+            InvalidMessage::BadRepairTerms => "bad_repair_terms",
             InvalidMessage::SecondLeader { .. } => "second_leader",
             InvalidMessage::AnswerFromFutureTerm { .. } => "answer_from_future_term",
         }
@@ -205,9 +210,14 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
             check_entries(*prev, entries, msg.term)?;
             check_configurations(entries)?;
         }
-        MessageBody::RepairRequest { promised, last } => {
+        MessageBody::RepairRequest {
+            promised,
+            last,
+            terms,
+        } => {
             check_position(*promised)?;
             check_position(*last)?;
+            check_former_terms(*promised, *last, terms)?;
         }
         MessageBody::RepairResponse(answer) => match answer {
             RepairAnswer::Entries { prev, entries } => {
@@ -215,6 +225,15 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
                 check_configurations(entries)?;
             }
             RepairAnswer::Lacks { after } => check_position(*after)?,
+            RepairAnswer::Committed { through, config } => {
+                check_position(*through)?;
+                if through.term > msg.term {
+                    return Err(above("committed entry", through.term));
+                }
+                if config.voters.is_empty() || config.members().contains(&0) {
+                    return Err(InvalidMessage::BadConfiguration);
+                }
+            }
             RepairAnswer::Unknown => {}
         },
         MessageBody::AppendResponse(result) => match *result {
@@ -265,6 +284,27 @@ fn check_configurations(entries: &[Entry]) -> Result<(), InvalidMessage> {
                 return Err(InvalidMessage::BadConfiguration);
             }
         }
+    }
+    Ok(())
+}
+
+/// The most term starts a repair request may carry (a promise record keeps 16; one more for the
+/// promised term's own, one for the clipped first).
+pub const REPAIR_TERMS_MAX: usize = 32;
+
+/// A repair request's term starts describe a log that continues `last` and ends at `promised`:
+/// rising in term and index, after `last` and at most `promised` in both, the last one of
+/// `promised.term`.
+fn check_former_terms(promised: LogId, last: LogId, terms: &[LogId]) -> Result<(), InvalidMessage> {
+    let rising = terms
+        .windows(2)
+        .all(|w| w[0].term < w[1].term && w[0].index < w[1].index);
+    let within = terms
+        .iter()
+        .all(|t| t.index > last.index && t.index <= promised.index && t.term >= last.term);
+    let ends = terms.last().is_some_and(|t| t.term == promised.term);
+    if terms.len() > REPAIR_TERMS_MAX || !rising || !within || !ends {
+        return Err(InvalidMessage::BadRepairTerms);
     }
     Ok(())
 }

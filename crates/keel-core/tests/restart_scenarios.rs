@@ -43,6 +43,7 @@ fn storage_after_snapshot(
             purge_to: None,
             sync: true,
             release_promise: false,
+            lower_promise_to: None,
         })
         .unwrap();
     storage

@@ -419,8 +419,9 @@ impl Harness {
             9 => MessageBody::RepairRequest {
                 promised: self.log_id(input),
                 last: self.log_id(input),
+                terms: (0..input.below(4)).map(|_| self.log_id(input)).collect(),
             },
-            10 => MessageBody::RepairResponse(match input.below(3) {
+            10 => MessageBody::RepairResponse(match input.below(4) {
                 0 => {
                     let prev = self.log_id(input);
                     let entries = self.entries(input, prev, term);
@@ -428,6 +429,10 @@ impl Harness {
                 }
                 1 => RepairAnswer::Lacks {
                     after: self.log_id(input),
+                },
+                2 => RepairAnswer::Committed {
+                    through: self.log_id(input),
+                    config: membership(input),
                 },
                 _ => RepairAnswer::Unknown,
             }),

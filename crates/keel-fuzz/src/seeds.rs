@@ -145,13 +145,14 @@ fn sample_messages() -> Vec<Message> {
         MessageBody::InstallSnapshot {
             meta: SnapshotMeta {
                 last: LogId::new(3, 9),
-                membership,
+                membership: membership.clone(),
                 term_history: vec![LogId::new(1, 1), LogId::new(3, 5)],
             },
         },
         MessageBody::RepairRequest {
             promised: LogId::new(3, 9),
             last: LogId::new(2, 6),
+            terms: vec![LogId::new(2, 7), LogId::new(3, 8)],
         },
         MessageBody::RepairResponse(RepairAnswer::Entries {
             prev: LogId::new(1, 4),
@@ -161,6 +162,10 @@ fn sample_messages() -> Vec<Message> {
             after: LogId::new(2, 6),
         }),
         MessageBody::RepairResponse(RepairAnswer::Unknown),
+        MessageBody::RepairResponse(RepairAnswer::Committed {
+            through: LogId::new(2, 6),
+            config: (*membership).clone(),
+        }),
     ];
     bodies
         .into_iter()
@@ -382,6 +387,7 @@ fn write(id: u64, entries: Vec<Entry>, hs: Option<HardState>, sync: bool) -> Wri
         purge_to: None,
         sync,
         release_promise: false,
+        lower_promise_to: None,
     }
 }
 

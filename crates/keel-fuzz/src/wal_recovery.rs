@@ -154,6 +154,7 @@ fn check_open(fs: &SimFs) {
         purge_to: None,
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     };
     wal.write_batch(std::slice::from_ref(&write))
         .expect("a recovered WAL takes the next entry");
@@ -168,8 +169,9 @@ fn fix_promise(content: &mut [u8]) {
     for slot in 0..2 {
         let at = slot * PROMISE_SLOT_STRIDE_BYTES as usize;
         if let Some(bytes) = content.get_mut(at..at + PROMISE_SLOT_SIZE_BYTES) {
-            let crc = crc32c::crc32c(&bytes[..60]);
-            bytes[60..].copy_from_slice(&crc.to_le_bytes());
+            let crc_at = PROMISE_SLOT_SIZE_BYTES - 4;
+            let crc = crc32c::crc32c(&bytes[..crc_at]);
+            bytes[crc_at..].copy_from_slice(&crc.to_le_bytes());
         }
     }
 }

@@ -68,7 +68,7 @@ fn damage(dir: &Path, fault: Fault) {
                 }
             }
         }
-        // Inside each 64-byte slot (slots at 0 and 4096), in the recorded fields.
+        // Inside each 320-byte slot (slots at 0 and 4096), in the recorded fields.
         Fault::OnePromiseCopyFlipped => flip_byte_in(&promise, 20),
         Fault::BothPromiseCopiesFlipped => {
             flip_byte_in(&promise, 20);

@@ -90,6 +90,7 @@ fn node_before_the_snapshot(fs: &SimFs) -> (Wal<SimFs>, KvStateMachine) {
         purge_to: None,
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     };
     wal.write_batch(&[write]).expect("log");
     let mut sm = KvStateMachine::new();

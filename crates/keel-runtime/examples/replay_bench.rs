@@ -90,6 +90,7 @@ fn write_log(dir: &Path, count: u64, size: usize) {
             purge_to: None,
             sync: true,
             release_promise: false,
+            lower_promise_to: None,
         };
         wal.write_batch(&[write]).expect("write");
         next = last + 1;

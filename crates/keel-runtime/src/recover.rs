@@ -96,6 +96,7 @@ pub fn force_new_cluster(data_dir: &Path, id: NodeId) -> Result<ForcedCluster, R
         purge_to: None,
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     }])?;
     // The old peers' storage incarnations: members re-added to the new cluster come with new
     // storage, and must not be refused as wiped old members.
@@ -133,6 +134,7 @@ mod tests {
             purge_to: None,
             sync: true,
             release_promise: false,
+            lower_promise_to: None,
         }])
         .unwrap();
     }

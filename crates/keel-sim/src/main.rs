@@ -152,6 +152,7 @@ fn main() -> ExitCode {
     let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
     let (mut watched_swapped, mut watched_aborted) = (0, 0);
     let (mut storage_faults, mut repaired, mut damage_reports) = (0, 0, 0);
+    let (mut released, mut lowered) = (0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
     let every_size = reports.iter().filter(|r| r.every_size).count();
     for r in &reports {
@@ -166,6 +167,8 @@ fn main() -> ExitCode {
         storage_faults += r.storage_faults;
         repaired += r.storage_repaired;
         damage_reports += r.damage_reports;
+        released += r.promises_released;
+        lowered += r.promises_lowered;
         for line in &r.trace {
             println!("{line}");
         }
@@ -216,7 +219,7 @@ fn main() -> ExitCode {
     );
     println!(
         "storage_faults={storage_faults} damaged_nodes_repaired={repaired} \
-         damage_reports={damage_reports}"
+         damage_reports={damage_reports} promises_released={released} promises_lowered={lowered}"
     );
     println!(
         "seeds={} steps={steps} violations={violations}",

@@ -46,7 +46,7 @@ impl World {
                     }
                     self.storage.reported();
                     if let Some(promised) = report.recover_to() {
-                        raft.start_recovering(promised);
+                        raft.start_recovering(promised, &report.former_terms);
                     }
                     self.trace_line(|| format!("n{id} repaired {report}; recovering"));
                 }

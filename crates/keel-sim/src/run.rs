@@ -45,6 +45,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 storage_faults: 0,
                 storage_repaired: 0,
                 damage_reports: 0,
+                promises_released: 0,
+                promises_lowered: 0,
             }
         }
     }
@@ -136,6 +138,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         storage_faults: w.storage.injected,
         storage_repaired: w.storage.repaired,
         damage_reports: w.storage.reports,
+        promises_released: w.storage.released,
+        promises_lowered: w.storage.lowered,
     }
 }
 

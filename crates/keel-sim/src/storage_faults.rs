@@ -98,6 +98,10 @@ pub(crate) struct Damage {
     pub repaired: u64,
     /// Restarts whose WAL reported and repaired damage.
     pub reports: u64,
+    /// Recovering nodes that let go of their promise, and that lowered it to a committed entry
+    /// (keel-core's `node/repair.rs`).
+    pub released: u64,
+    pub lowered: u64,
 }
 
 impl Damage {

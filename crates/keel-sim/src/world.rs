@@ -204,6 +204,9 @@ pub struct RunReport {
     pub storage_faults: u64,
     pub storage_repaired: u64,
     pub damage_reports: u64,
+    /// Recovering nodes that let go of their promise, or lowered it (`storage_faults.rs`).
+    pub promises_released: u64,
+    pub promises_lowered: u64,
 }
 
 pub(crate) struct World {
@@ -474,6 +477,7 @@ impl World {
                 let raft = self.nodes[idx].raft.as_mut().expect("checked");
                 raft.persisted(write_id);
                 if let Some(promised) = raft.take_released_promise() {
+                    self.storage.released += 1;
                     self.trace_line(|| format!("n{id} let go of its promise {promised}"));
                 }
                 self.note_whole(id);
@@ -569,6 +573,14 @@ impl World {
                 break;
             }
             self.handle_ready(id);
+        }
+        let lowered = self.nodes[idx]
+            .raft
+            .as_mut()
+            .and_then(|raft| raft.take_lowered_promise());
+        if let Some((from, to)) = lowered {
+            self.storage.lowered += 1;
+            self.trace_line(|| format!("n{id} lowered its promise from {from} to {to}"));
         }
         self.forget_departed(id);
         let node = &mut self.nodes[idx];

@@ -549,12 +549,24 @@ fn storage_fault_regression_seeds_pass() {
 /// have counted it: the node lets go of its promise. 21079861 (sweep 54, on the first version):
 /// the node led the promised term and still held some of its entries, far beyond its commit
 /// index; asked from the commit index, its peers could not tell their older entries from its
-/// lost ones (its own entries of the promised term now count as known).
+/// lost ones (its own entries of the promised term now count as known). 21022969 (sweep 54) and
+/// 5169 with every seed faulted (sweep 55) waited for good on the second version: the committed
+/// entries the node lacked were in its peers' snapshots only, or its peers held entries of older
+/// terms where its lost ones had been; they pass since the promise record keeps the former log's
+/// terms and compacted peers report their commit point (the node lowers its promise to it). The
+/// seeds' runs changed with the promise record's format, so keel-core's
+/// `node/tests/repair_terms.rs` scripts both shapes as the regressions.
 #[test]
 fn recovery_without_a_leader_seeds_pass() {
-    for seed in [21_014_950, 21_079_861, 22_001_847, 22_091_803, 22_140_785] {
+    for seed in [
+        21_014_950, 21_022_969, 21_079_861, 22_001_847, 22_091_803, 22_140_785,
+    ] {
         assert_damaged_and_clean(&config(seed, false));
     }
+    assert_damaged_and_clean(&RunConfig {
+        storage_faults: StorageFaults::All,
+        ..config(5169, false)
+    });
 }
 
 /// A recovering node that lets go of its promise on the first peer that lacks its entries,

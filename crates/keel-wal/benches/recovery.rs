@@ -59,6 +59,7 @@ fn build_log(megabytes: u64) -> (TempDir, u64) {
             purge_to: None,
             sync: true,
             release_promise: false,
+            lower_promise_to: None,
         };
         wal.write_batch(&[write]).expect("write");
         next = last + 1;

@@ -47,6 +47,7 @@ pub fn write(id: u64, entries: Vec<Entry>, hard_state: Option<HardState>) -> Wri
         purge_to: None,
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     }
 }
 

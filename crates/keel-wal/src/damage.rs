@@ -107,6 +107,11 @@ pub struct DamageReport {
     /// The intact prefix: the state up to the first damage, with the term and vote raised to the
     /// promised ones (a node never goes back on a vote, whatever its log lost).
     pub recovered: Recovered,
+    /// The first index of each of the last terms of the log that held the promise, from the
+    /// promise record (empty when it kept none: format version 1), for the node to tell its
+    /// peers which of their entries are the ones it lost (keel-core's
+    /// `RaftNode::start_recovering`).
+    pub former_terms: Vec<LogId>,
 }
 
 impl DamageReport {

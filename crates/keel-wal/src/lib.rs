@@ -33,7 +33,7 @@
 //! | `{seq:020}.wal.tmp`                        | a segment being prepared (deleted on open)          |
 //! | `snapshot-{index:020}-{term:020}.snap`     | a snapshot                                          |
 //! | `snapshot-...snap.tmp`                     | a snapshot being written, or received and not yet adopted (deleted on open) |
-//! | `promise`                                  | the promise record: two checksummed copies of the term, vote and last acknowledged entry (format in [`promise`]) |
+//! | `promise`                                  | the promise record: two checksummed copies of the term, vote, last acknowledged entry and its log's last terms (format in [`promise`]) |
 //! | `promise.tmp`                              | the promise record being created (replaced on open) |
 //!
 //! Other files are ignored (keel-runtime keeps a partial incoming snapshot transfer there:

@@ -9,7 +9,7 @@
 //! promise here after every synced batch that changed it, and it is durable with the next group
 //! commit (below). Recovery compares the two ([`crate::damage`]).
 //!
-//! # File `promise`, format version 1
+//! # File `promise`, format version 2
 //!
 //! A fixed-size file of 8,192 bytes holding two copies of the record, a *slot* at offset 0 and one
 //! at offset 4,096 (each in a page and a block of its own, so writing one never rewrites the
@@ -19,24 +19,38 @@
 //! never written. The file is created (temporary name `promise.tmp`, all 8,192 bytes written:
 //! zeros and the first record — sequence number 1, so slot 1 — then fsync, rename, directory
 //! fsync) by [`crate::Wal::open`]: under its final name it always holds a valid slot. After that
-//! each write is one 64-byte write in place into blocks the file already has (so no metadata ever
-//! needs flushing with it).
+//! each write is one 320-byte write in place into blocks the file already has (so no metadata
+//! ever needs flushing with it).
 //!
 //! A slot (all integers little-endian):
 //!
 //! | offset | size | field                                                                 |
 //! |-------:|-----:|-----------------------------------------------------------------------|
 //! |      0 |    8 | magic `KEELPRMS`                                                      |
-//! |      8 |    2 | format version (1)                                                    |
-//! |     10 |    2 | slot size in bytes (64)                                               |
+//! |      8 |    2 | format version (2)                                                    |
+//! |     10 |    2 | slot size in bytes (320)                                              |
 //! |     12 |    4 | slot number (0 or 1: a record found in the other slot is refused)     |
 //! |     16 |    8 | sequence number (1, 2, 3, ...: one more at every write)              |
 //! |     24 |    8 | term                                                                  |
 //! |     32 |    8 | vote (node id; 0 = none)                                              |
 //! |     40 |    8 | term of the last acknowledged entry                                   |
 //! |     48 |    8 | index of the last acknowledged entry (0: none)                        |
-//! |     56 |    4 | reserved, zero                                                        |
-//! |     60 |    4 | CRC32C of bytes 0..60                                                 |
+//! |     56 |    4 | number of term starts that follow, `n` (0 to 16)                      |
+//! |     60 |  256 | 16 term starts of 16 bytes, the first `n` used (zeros after them):    |
+//! |        |      | term (8), then the first index of that term (8)                       |
+//! |    316 |    4 | CRC32C of bytes 0..316                                                |
+//!
+//! The term starts describe the log the promise names, through the acknowledged entry: the
+//! first index of each of its last (at most 16) terms, oldest first, rising in both term and
+//! index, none beyond the acknowledged entry, the last one of its term. The oldest may be clipped
+//! to the first index the log still knew of (a snapshot's position). A node whose log lost its
+//! tail tells its peers by them which of their entries are the ones it lost (keel-core's
+//! `node/repair.rs`): an entry of a term at an index up to that term's last index in the lost log
+//! is one of the lost entries.
+//!
+//! Version 1 (64-byte slots: the same fields through offset 56, then 4 reserved zero bytes and
+//! the CRC32C of bytes 0..60 at offset 60) is still read, as a record without term starts; every
+//! write is version 2.
 //!
 //! The rest of each 4,096-byte half is zeros.
 //!
@@ -90,8 +104,12 @@ pub const PROMISE_FILE_NAME: &str = "promise";
 /// Its name while it is being created.
 pub const PROMISE_TEMP_NAME: &str = "promise.tmp";
 pub const PROMISE_MAGIC: [u8; 8] = *b"KEELPRMS";
-pub const PROMISE_FORMAT_VERSION: u16 = 1;
-pub const PROMISE_SLOT_SIZE_BYTES: usize = 64;
+pub const PROMISE_FORMAT_VERSION: u16 = 2;
+pub const PROMISE_SLOT_SIZE_BYTES: usize = 320;
+/// Version 1's slot size, still read.
+pub const PROMISE_V1_SLOT_SIZE_BYTES: usize = 64;
+/// How many term starts a record holds.
+pub const PROMISE_TERM_STARTS_MAX: usize = 16;
 /// Where slot `n` starts: `n * PROMISE_SLOT_STRIDE_BYTES`.
 pub const PROMISE_SLOT_STRIDE_BYTES: u64 = 4096;
 pub const PROMISE_FILE_SIZE_BYTES: u64 = 2 * PROMISE_SLOT_STRIDE_BYTES;
@@ -103,15 +121,63 @@ pub struct Promise {
     pub vote: Option<NodeId>,
     /// The last entry reported durable: every entry up to it, as the log held it then.
     pub acked: LogId,
+    /// The first index of each of the last terms of that log (format above).
+    pub starts: TermStarts,
 }
 
+/// The first index of each of a log's last terms, oldest first (at most
+/// [`PROMISE_TERM_STARTS_MAX`]; the oldest may be clipped to the first index the log knew).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TermStarts {
+    len: u8,
+    starts: [LogId; PROMISE_TERM_STARTS_MAX],
+}
+
+impl TermStarts {
+    /// The last [`PROMISE_TERM_STARTS_MAX`] of `starts`, which rise in term and index (an entry
+    /// of the same term as the one before it adds nothing and is skipped).
+    pub fn new(starts: impl IntoIterator<Item = LogId>) -> TermStarts {
+        let mut kept = TermStarts::default();
+        for start in starts {
+            let len = usize::from(kept.len);
+            if let Some(prev) = len.checked_sub(1).map(|i| kept.starts[i]) {
+                if start.term == prev.term {
+                    continue;
+                }
+            }
+            if len == PROMISE_TERM_STARTS_MAX {
+                kept.starts.copy_within(1.., 0);
+                kept.starts[len - 1] = start;
+            } else {
+                kept.starts[len] = start;
+                kept.len += 1;
+            }
+        }
+        kept
+    }
+
+    pub fn as_slice(&self) -> &[LogId] {
+        &self.starts[..usize::from(self.len)]
+    }
+
+    /// Whether they could describe a log whose last entry is `last`.
+    fn fit(&self, last: LogId) -> bool {
+        let s = self.as_slice();
+        s.windows(2)
+            .all(|w| w[0].term < w[1].term && w[0].index < w[1].index)
+            && s.last()
+                .is_none_or(|l| l.term == last.term && l.index <= last.index)
+    }
+}
 impl Promise {
     /// The promise of a log whose synced hard state is `hs` and whose last entry is `last`.
-    pub fn of(hs: &HardState, last: LogId) -> Promise {
+    pub fn of(hs: &HardState, last: LogId, starts: TermStarts) -> Promise {
+        debug_assert!(starts.fit(last), "{starts:?} do not end at {last}");
         Promise {
             term: hs.term,
             vote: hs.vote,
             acked: last,
+            starts,
         }
     }
 }
@@ -128,6 +194,8 @@ impl std::fmt::Display for Promise {
 }
 
 /// What one slot holds.
+// Two of these exist per read of the file (at open): boxing the promise would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotState {
     /// Never written (zeros, or beyond the end of a short file).
@@ -183,10 +251,16 @@ pub fn encode_slot(slot: u32, seq: u64, promise: &Promise) -> [u8; PROMISE_SLOT_
     put_u64(&mut buf, promise.vote.unwrap_or(0));
     put_u64(&mut buf, promise.acked.term);
     put_u64(&mut buf, promise.acked.index);
-    put_u32(&mut buf, 0);
+    let starts = promise.starts.as_slice();
+    put_u32(&mut buf, starts.len() as u32);
+    for start in starts {
+        put_u64(&mut buf, start.term);
+        put_u64(&mut buf, start.index);
+    }
+    buf.resize(PROMISE_SLOT_SIZE_BYTES - 4, 0);
     let crc = crc32c::crc32c(&buf);
     put_u32(&mut buf, crc);
-    buf.try_into().expect("a slot is 64 bytes")
+    buf.try_into().expect("a slot is 320 bytes")
 }
 
 /// Decodes the bytes found at slot `slot` (shorter if the file ends early).
@@ -194,22 +268,35 @@ pub fn decode_slot(slot: u32, bytes: &[u8]) -> SlotState {
     if bytes.iter().all(|b| *b == 0) {
         return SlotState::Blank;
     }
-    if bytes.len() < PROMISE_SLOT_SIZE_BYTES {
-        return SlotState::Corrupt(format!("only {} bytes", bytes.len()));
-    }
     let corrupt = |why: String| SlotState::Corrupt(why);
-    if crc32c::crc32c(&bytes[..60]) != get_u32(bytes, 60) {
+    let version = if bytes.len() >= 10 {
+        get_u16(bytes, 8)
+    } else {
+        0
+    };
+    let size = match version {
+        1 => PROMISE_V1_SLOT_SIZE_BYTES,
+        _ => PROMISE_SLOT_SIZE_BYTES,
+    };
+    if bytes.len() < size {
+        return corrupt(format!("only {} bytes", bytes.len()));
+    }
+    if crc32c::crc32c(&bytes[..size - 4]) != get_u32(bytes, size - 4) {
         return corrupt("checksum mismatch".into());
     }
     if bytes[..8] != PROMISE_MAGIC {
         return corrupt("bad magic".into());
     }
-    let version = get_u16(bytes, 8);
-    if version != PROMISE_FORMAT_VERSION {
+    if version != 1 && version != PROMISE_FORMAT_VERSION {
         return corrupt(format!("unknown format version {version}"));
     }
-    if get_u16(bytes, 10) as usize != PROMISE_SLOT_SIZE_BYTES || get_u32(bytes, 56) != 0 {
-        return corrupt("bad slot size or reserved bytes".into());
+    let starts_len = get_u32(bytes, 56) as usize;
+    let bad_counts = match version {
+        1 => starts_len != 0,
+        _ => starts_len > PROMISE_TERM_STARTS_MAX,
+    };
+    if get_u16(bytes, 10) as usize != size || bad_counts {
+        return corrupt("bad slot size or number of term starts".into());
     }
     let found = get_u32(bytes, 12);
     if found != slot {
@@ -222,12 +309,21 @@ pub fn decode_slot(slot: u32, bytes: &[u8]) -> SlotState {
         ));
     }
     let vote = get_u64(bytes, 32);
+    let acked = LogId::new(get_u64(bytes, 40), get_u64(bytes, 48));
+    let starts = TermStarts::new(
+        (0..starts_len)
+            .map(|i| LogId::new(get_u64(bytes, 60 + 16 * i), get_u64(bytes, 68 + 16 * i))),
+    );
+    if usize::from(starts.len) != starts_len || !starts.fit(acked) {
+        return corrupt("term starts out of order or beyond the acknowledged entry".into());
+    }
     SlotState::Valid {
         seq,
         promise: Promise {
             term: get_u64(bytes, 24),
             vote: (vote != 0).then_some(vote),
-            acked: LogId::new(get_u64(bytes, 40), get_u64(bytes, 48)),
+            acked,
+            starts,
         },
     }
 }
@@ -272,9 +368,10 @@ pub(crate) struct PromiseFile<F: Fs> {
     raises_since_write: u32,
     /// [`crate::WalConfig::promise_write_every_batches`].
     write_every: u32,
-    /// What was promised before the log lost its tail ([`crate::Wal::open_repairing`]): the
-    /// promise is never recorded below it until the log reaches it again (`above_floor`).
-    floor: Option<LogId>,
+    /// What was promised before the log lost its tail ([`crate::Wal::open_repairing`]), and the
+    /// term starts of the log that held it: the promise is never recorded below it until the
+    /// log reaches it again (`above_floor`).
+    floor: Option<(LogId, TermStarts)>,
 }
 
 impl<F: Fs> PromiseFile<F> {
@@ -287,7 +384,7 @@ impl<F: Fs> PromiseFile<F> {
         read: &PromiseRead,
         promise: Promise,
         write_every: u32,
-        floor: Option<LogId>,
+        floor: Option<(LogId, TermStarts)>,
     ) -> Result<Self> {
         let path = dir.join(PROMISE_FILE_NAME);
         let Some((seq, written)) = read.newest() else {
@@ -433,6 +530,15 @@ impl<F: Fs> PromiseFile<F> {
         self.set(promise)
     }
 
+    /// The node lowered the promise it recovers to, to `point`, an entry committed in the
+    /// cluster that its log does not hold yet (keel-core's `node/repair.rs`): the floor becomes
+    /// `point` (whose log's term starts are unknown but for its own) and the record drops to it,
+    /// flushed.
+    pub(crate) fn lower_floor(&mut self, point: LogId, promise: Promise) -> Result<()> {
+        self.floor = Some((point, TermStarts::new([point])));
+        self.set(promise)
+    }
+
     /// `promise`, its entry raised to the floor while the log is below it; the floor goes once
     /// the log's last entry is at least as up to date as the floor (Raft's order, term first),
     /// which is when keel-core's recovery ends too (`RaftNode::start_recovering`): a log that
@@ -442,8 +548,9 @@ impl<F: Fs> PromiseFile<F> {
     /// that was not (simulator, storage faults).
     fn above_floor(&mut self, promise: Promise) -> Promise {
         match self.floor {
-            Some(floor) if promise.acked < floor => Promise {
+            Some((floor, starts)) if promise.acked < floor => Promise {
                 acked: floor,
+                starts,
                 ..promise
             },
             Some(_) => {

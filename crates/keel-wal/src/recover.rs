@@ -701,6 +701,7 @@ pub fn recover<F: Fs>(fs: &F, dir: &Path) -> Result<Recovered> {
         return Err(WalError::Damaged(Box::new(DamageReport {
             damage: inspection.damage,
             recovered: inspection.recovered,
+            former_terms: Vec::new(),
         })));
     }
     Ok(inspection.recovered)

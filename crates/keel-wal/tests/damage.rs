@@ -84,12 +84,17 @@ fn last_index(report: &keel_wal::DamageReport) -> Index {
 /// Six acknowledged batches (entries 1..=60) whose last two frames read back as zeros.
 fn six_batches_the_last_two_lost() -> SimFs {
     let fs = acknowledged(6);
-    let seg = last_segment(&fs);
+    lose_the_last_two_frames(&fs);
+    fs
+}
+
+/// Zero-fills the last two frames of the last segment holding any.
+fn lose_the_last_two_frames(fs: &SimFs) {
+    let seg = last_segment(fs);
     let frames = frames(&fs.read_file(&seg).unwrap());
     let (from, _) = frames[frames.len() - 2];
     let (last, size) = frames[frames.len() - 1];
-    zero_fill(&fs, &seg, from, last + size as u64);
-    fs
+    zero_fill(fs, &seg, from, last + size as u64);
 }
 
 #[test]
@@ -448,6 +453,7 @@ fn a_released_promise_ends_the_floor_below_the_promised_index() {
     assert_eq!(report.unwrap().recover_to(), Some(LogId::new(1, 60)));
     let release = |id, sync| keel_core::Write {
         release_promise: true,
+        lower_promise_to: None,
         sync,
         ..write(id, Vec::new(), None)
     };
@@ -466,6 +472,80 @@ fn a_released_promise_ends_the_floor_below_the_promised_index() {
     assert!(Wal::open(fs.clone(), sim_dir(), small_config()).is_ok());
 }
 
+/// The core lowered the promise it recovers to, to an entry committed in the cluster that the
+/// log does not hold (keel-core's `node/repair.rs`): the record names that entry, flushed before
+/// the batch returns, and stays there as the floor until the log reaches it; a restart meanwhile
+/// recovers to it. A lowering must be synced.
+#[test]
+fn a_promise_lowered_to_a_committed_entry_beyond_the_log_is_the_new_floor() {
+    let fs = six_batches_the_last_two_lost();
+    let (mut wal, _, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert_eq!(report.unwrap().recover_to(), Some(LogId::new(1, 60)));
+    let point = LogId::new(1, 50);
+    let lower = |id, sync| keel_core::Write {
+        lower_promise_to: Some(point),
+        sync,
+        ..write(id, Vec::new(), None)
+    };
+    assert!(matches!(
+        wal.write_batch(&[lower(20, false)]),
+        Err(WalError::InvalidRequest(_))
+    ));
+    wal.write_batch(&[lower(21, true)]).unwrap();
+    let promise = wal.promise().unwrap();
+    assert_eq!(
+        (promise.acked, promise.starts.as_slice()),
+        (point, &[point][..])
+    );
+    assert!(!wal.promise_unflushed());
+    drop(wal);
+    fs.crash();
+    let (mut wal, _, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    let report = report.expect("still below the lowered promise");
+    assert_eq!(report.recover_to(), Some(point));
+    assert_eq!(report.former_terms, vec![point]);
+    // Reaching it ends the floor.
+    wal.write_batch(&[write(
+        22,
+        entries(1, 41, 50),
+        Some(hard_state(1, Some(1), 40)),
+    )])
+    .unwrap();
+    assert_eq!(wal.promise().unwrap().acked, point);
+    drop(wal);
+    fs.crash();
+    let (_, _, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    assert!(report.is_none(), "{report:?}");
+}
+
+/// The promise record keeps the first index of each of the log's last terms, and a lost tail's
+/// report hands them on: keel-core's repair tells peers by them which of their entries are the
+/// lost ones.
+#[test]
+fn the_promise_keeps_the_terms_of_the_log_and_a_lost_tail_reports_them() {
+    let fs = SimFs::new();
+    let mut wal = new_cluster(fs.clone(), sim_dir(), small_config());
+    for b in 0..6u64 {
+        let (from, term) = (b * 10 + 1, b / 2 + 1);
+        let hs = hard_state(term, Some(1), from - 1);
+        wal.write_batch(&[write(b + 1, entries(term, from, from + 9), Some(hs))])
+            .unwrap();
+    }
+    let terms = [LogId::new(1, 1), LogId::new(2, 21), LogId::new(3, 41)];
+    let promise = wal.promise().unwrap();
+    assert!(promise.starts.as_slice().ends_with(&terms), "{promise:?}");
+    drop(wal);
+    lose_the_last_two_frames(&fs);
+    let (_, rec, report) = Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
+    let report = report.expect("a lost tail");
+    assert_eq!(report.recover_to(), Some(LogId::new(3, 60)));
+    assert_eq!(
+        rec.state.entries.last().unwrap().log_id(),
+        LogId::new(2, 40)
+    );
+    assert!(report.former_terms.ends_with(&terms), "{report:?}");
+}
+
 /// A lost tail that leaves the log ending below the newest snapshot: the repaired WAL continues
 /// after the snapshot, as a clean open of such a log does (its reset was dropped with the
 /// damage, so the WAL's last index stayed at the log's end and the next entries were refused;
@@ -477,11 +557,7 @@ fn a_lost_tail_below_the_snapshot_continues_after_the_snapshot() {
     wal.save_snapshot(&snapshot_meta(LogId::new(1, 55), vec![]), b"state")
         .unwrap();
     drop(wal);
-    let seg = last_segment(&fs);
-    let frames = frames(&fs.read_file(&seg).unwrap());
-    let (from, _) = frames[frames.len() - 2];
-    let (last, size) = frames[frames.len() - 1];
-    zero_fill(&fs, &seg, from, last + size as u64);
+    lose_the_last_two_frames(&fs);
     let (mut wal, rec, report) =
         Wal::open_repairing(fs.clone(), sim_dir(), small_config()).unwrap();
     let report = report.expect("the lost tail is reported");

@@ -10,6 +10,7 @@
 //! file holds the state and the inputs.
 
 mod election;
+mod former;
 mod helpers;
 mod membership_change;
 mod read_index;
@@ -139,6 +140,8 @@ pub struct RaftNode {
     recovery: Option<repair::Recovery>,
     /// A promise let go of while recovering, until the runtime takes it (to say so).
     released_promise: Option<LogId>,
+    /// The promise it lowered while recovering, and to what (`repair.rs`), until taken.
+    lowered_promise: Option<(LogId, LogId)>,
     durability: Durability,
 
     election_elapsed_ticks: u32,
@@ -287,6 +290,7 @@ impl RaftNode {
             campaigns_held: false,
             recovery: None,
             released_promise: None,
+            lowered_promise: None,
             election_elapsed_ticks: 0,
             heartbeat_elapsed_ticks: 0,
             randomized_election_timeout_ticks: timeout,
@@ -351,9 +355,11 @@ impl RaftNode {
                     ..
                 } => self.on_heartbeat_response(msg.from, read_round, lagging),
                 MessageBody::TimeoutNow => self.on_timeout_now(),
-                MessageBody::RepairRequest { promised, last } => {
-                    self.on_repair_request(msg.from, promised, last)
-                }
+                MessageBody::RepairRequest {
+                    promised,
+                    last,
+                    terms,
+                } => self.on_repair_request(msg.from, promised, last, terms),
                 MessageBody::RepairResponse(answer) => {
                     self.on_repair_response(msg.from, msg.term, answer)
                 }
@@ -420,20 +426,22 @@ impl RaftNode {
     /// its durable log reaches `promised`, from the leader or, while it hears none, from any peer
     /// that holds the entries; or when the peers lacking them show that no commit can have
     /// counted its acknowledgement ([`RaftNode::take_released_promise`]; `repair.rs`).
-    pub fn start_recovering(&mut self, promised: LogId) {
+    pub fn start_recovering(&mut self, promised: LogId, former_terms: &[LogId]) {
         // The log is known to be a prefix of the one that held `promised` through the commit
-        // index, and through its own last entry of the promised term (`repair.rs`).
-        let known = self
-            .last_entry_of_promised_term(promised)
-            .map_or(self.commit, |own| own.max(self.commit));
-        let former_end = LogId::new(self.log.term_of_any(known).unwrap_or(0), known);
-        self.recovery = Some(repair::Recovery::new(promised, former_end));
+        // index, and through its own last entry of that log (`former.rs`).
+        let former = former::FormerTerms::new(promised, former_terms);
+        let commit = LogId::new(self.log.term_of_any(self.commit).unwrap_or(0), self.commit);
+        let former_end = former
+            .held_by(&self.log)
+            .filter(|own| own.index > commit.index)
+            .unwrap_or(commit);
+        self.recovery = Some(repair::Recovery::new(former, former_end));
         self.check_recovered();
     }
 
     /// What this node is recovering to, while it is ([`RaftNode::start_recovering`]).
     pub fn recovering(&self) -> Option<LogId> {
-        self.recovery.as_ref().map(|r| r.promised)
+        self.recovery.as_ref().map(repair::Recovery::promised)
     }
 
     fn check_recovered(&mut self) {

@@ -1,5 +1,6 @@
 //! Recovery from storage damage when no leader can repair the node: fetching the lost entries from
-//! any peer that holds them, and letting go of a promise no commit can have counted.
+//! any peer that holds them, and letting go of (or lowering) a promise no commit can have
+//! counted.
 //!
 //! A node whose disk lost entries it had acknowledged, up to `promised`, recovers
 //! ([`RaftNode::start_recovering`]): it votes only for a candidate whose log reaches `promised`
@@ -8,46 +9,52 @@
 //! latest configuration, which another node's uncommitted one counts as voters), or to no node at
 //! all (the node led the promised term and lost its own tail before any follower stored it). Then
 //! no leader is ever elected, although plain Raft, whose node would not have lost its tail, elects
-//! one. Two exchanges end that, with one message pair sent to every member whenever the
+//! one. The exchanges below end that, with one message pair sent to every member whenever the
 //! recovering node's election timer runs out (where it would have campaigned), as long as it has
 //! acknowledged nothing to a leader since it restarted (a leader is repairing it then, and what it
 //! acknowledged must stay).
 //!
-//! What the node knows of the log that held `promised` (the *former* log), `former_end`: its own
-//! log through its commit index (committed entries are in every later log of every node), or
-//! through its last entry of `promised.term` if that is further (see the first exchange below
-//! for why). Its log beyond that may be stale: a disk that lost writes can bring back entries a
-//! leader had replaced since.
+//! What the node knows of the log that held `promised` (the *former* log): the first index of
+//! each of its last terms, which the promise record keeps (`former.rs`: a log's entry of a term at
+//! an index up to that term's last index in the former log is the former entry there), and its
+//! own log through `former_end`: through its commit index (committed entries are in every later
+//! log of every node), or through its last former entry if that is further. Its log beyond that
+//! may be stale: a disk that lost writes can bring back entries a leader had replaced since.
 //!
-//! - **Repair from a peer.** A peer whose log holds an entry of `promised.term` at index `j`
-//!   holds the former log through `j`: only that term's leader wrote entries of that term, it
-//!   never changes them, and its log held `promised` after them, so by Log Matching the prefixes
-//!   agree (entries of older terms could come from any branch and prove nothing). The peer also
-//!   knows its own committed entries, which every later log holds. If it holds `former_end` too,
-//!   it sends its entries after `former_end` through the further of the two, at most
-//!   `promised.index` ([`RepairAnswer::Entries`]); the node replaces its log after `former_end`
-//!   with them. When they reach `promised`, it is whole once they are durable, as when a leader
-//!   repairs it. (A committed entry that differs from the former one at its index means none of
-//!   the former entries from there on can ever be committed: taking it is what a leader would do.)
-//! - **Release.** The former entries after `former_end` have terms from `former_end.term` to
-//!   `promised.term`. Only a leader of an entry's own term commits it, and only those terms' leaders
-//!   can count the node's acknowledgement of them. A peer *lacks* them when its log ends at or
-//!   before `former_end.index`, or holds at `former_end.index + 1` an entry of a term outside that
-//!   range (a log lacking the entry there lacks every later one, by Log Matching). It says so
-//!   ([`RepairAnswer::Lacks`]) only from a term above `promised.term`, where it never again
-//!   acknowledges anything to those leaders (a leaderless peer in an older term first moves to
-//!   `promised.term + 1`, durably: always safe in Raft, and it disturbs no leader, as it has
-//!   none). A committed entry stays in every whole log that acknowledged it. So once the peers
-//!   lacking the former entries block every quorum of each configuration that can have counted
-//!   the node's acknowledgement, none of them was committed with its help and none ever will be:
-//!   the node lets go of the promise, durably ([`crate::Write::release_promise`]), and votes and
-//!   campaigns on the log it holds, like any node that never received those entries. The
-//!   configurations: the node's latest, which precedes the former entries in every log holding
-//!   them; and, if that one is joint, its incoming half alone (the only change a leader may
-//!   append before the joint one commits). A simple configuration's successors are joint (both
-//!   halves must agree) or change learners only.
+//! - **Repair from a peer.** A peer holding former entries after `former_end` holds the former log
+//!   through the last of them (Log Matching). It also knows its own committed entries, which every
+//!   later log holds. If it holds `former_end` too, uncompacted, it sends its entries after it
+//!   through the further of the two, at most `promised.index` ([`RepairAnswer::Entries`]); the
+//!   node replaces its log after `former_end` with them. When they reach `promised`, it is whole
+//!   once they are durable, as when a leader repairs it. (A committed entry that differs from the
+//!   former one at its index means none of the former entries from there on can ever be
+//!   committed: taking it is what a leader would do.)
+//! - **Committed beyond.** A peer whose commit index is beyond where the node asks from but that
+//!   cannot send the entries (it compacted them into a snapshot) says where its commit index is,
+//!   and the configuration in effect there ([`RepairAnswer::Committed`]). That entry is in every
+//!   later log; the node asks from it instead (if it cannot be the former entry at its index, no
+//!   former entry from there on was ever committed, and it lowers its promise to it at once).
+//! - **Release, or lowering.** Past the point the node asks from (`former_end`, or a committed
+//!   entry a peer reported), a peer *lacks* the former entries when its log ends there, or holds
+//!   after it an entry of another term than the former one (where the former term is unknown:
+//!   one outside the terms it can have). It says so ([`RepairAnswer::Lacks`]) only from a term
+//!   above `promised.term`, where it never again acknowledges anything to the leaders of those
+//!   entries' terms (a leaderless peer in an older term first moves to `promised.term + 1`,
+//!   durably: always safe in Raft, and it disturbs no leader, as it has none). A committed entry
+//!   stays in every whole log that acknowledged it. So once the peers lacking the former entries
+//!   block every quorum of each configuration that can have counted the node's acknowledgement,
+//!   none of them was committed with its help and none ever will be. The configurations: the one
+//!   in effect at the point it asks from (every later one is reached through a joint
+//!   configuration whose commit needs a quorum of it too); and, if that one is joint, its
+//!   incoming half alone (the only change a leader appends once the joint one commits). From its
+//!   own log, the node then lets go of the promise, durably ([`crate::Write::release_promise`]),
+//!   and votes and campaigns on the log it holds, like any node that never received those
+//!   entries. From a committed entry it does not hold, it lowers its promise to that entry,
+//!   durably ([`crate::Write::lower_promise_to`]), and recovers to it: it votes only for logs at
+//!   least as up to date as that entry, which hold every entry committed up to it (Leader
+//!   Completeness), and the leader such a vote elects brings it there.
 //!
-//! A peer that is recovering itself answers neither way: it may have held the entries, and its
+//! A peer that is recovering itself answers none of these: it may have held the entries, and its
 //! own log may have lost more than its promise shows (a promise record trails the log by a few
 //! group commits). With two of three nodes damaged, repairing one from the other would let them
 //! elect a leader between them that lacks what the third holds; they wait for it instead,
@@ -55,21 +62,26 @@
 //! repair assumes"): damaged nodes are a minority of every configuration that matters, and a
 //! peer's log is whole unless it says it is recovering.
 
+use super::former::FormerTerms;
 use super::RaftNode;
 use crate::membership::Membership;
 use crate::message::{MessageBody, RepairAnswer};
-use crate::types::{Entry, Index, LogId, NodeId, Term, TERM_LIMIT};
+use crate::types::{Entry, LogId, NodeId, Term, TERM_LIMIT};
 
 /// What a recovering node tracks ([`RaftNode::start_recovering`]).
 #[derive(Clone, Debug)]
 pub(super) struct Recovery {
-    /// The last entry it had acknowledged before its disk lost the tail.
-    pub promised: LogId,
-    /// The end of the longest prefix of its log known to be a prefix of the log that held
-    /// `promised`: at the start, its commit index or its own last entry of `promised.term`,
+    /// What it knows of the former log: the promised entry, the last one it had acknowledged
+    /// before its disk lost the tail, and its terms' first indexes.
+    pub former: FormerTerms,
+    /// The end of the longest prefix of its log known to be a prefix of the former log or
+    /// committed: at the start, its commit index or its own last former entry (`former.rs`),
     /// whichever is further; extended by repairs.
     pub former_end: LogId,
-    /// The peers that reported lacking every former entry after `former_end`.
+    /// An entry beyond `former_end` a peer reported committed, which its log does not hold, and
+    /// the configuration in effect there: where it asks from instead of `former_end`.
+    pub committed: Option<(LogId, Membership)>,
+    /// The peers that reported lacking every former entry after where it asks from.
     pub lacking: Vec<NodeId>,
     /// It acknowledged an Append or a snapshot since it started recovering: a leader repairs it,
     /// and its log may no longer be replaced by a peer's.
@@ -79,19 +91,29 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
-    pub fn new(promised: LogId, former_end: LogId) -> Self {
+    pub fn new(former: FormerTerms, former_end: LogId) -> Self {
         Recovery {
-            promised,
+            former,
             former_end,
+            committed: None,
             lacking: Vec::new(),
             acknowledged_leader: false,
             released: false,
         }
     }
 
+    pub fn promised(&self) -> LogId {
+        self.former.promised()
+    }
+
+    /// Where it asks from: the committed entry a peer reported, or the end of its known prefix.
+    fn base(&self) -> LogId {
+        self.committed.as_ref().map_or(self.former_end, |(c, _)| *c)
+    }
+
     /// Whether it still asks peers, and takes their answers.
     fn asks(&self) -> bool {
-        !self.acknowledged_leader && !self.released && self.former_end.index < self.promised.index
+        !self.acknowledged_leader && !self.released && self.former_end.index < self.promised().index
     }
 }
 
@@ -103,9 +125,11 @@ impl RaftNode {
         let Some(recovery) = self.recovery.as_ref().filter(|r| r.asks()) else {
             return;
         };
+        let last = recovery.base();
         let body = MessageBody::RepairRequest {
-            promised: recovery.promised,
-            last: recovery.former_end,
+            promised: recovery.promised(),
+            last,
+            terms: recovery.former.after(last),
         };
         let own_id = self.id;
         let members = self.log.membership().members();
@@ -121,18 +145,25 @@ impl RaftNode {
         }
     }
 
-    pub(super) fn on_repair_request(&mut self, from: NodeId, promised: LogId, last: LogId) {
+    pub(super) fn on_repair_request(
+        &mut self,
+        from: NodeId,
+        promised: LogId,
+        last: LogId,
+        terms: Vec<LogId>,
+    ) {
         if self.recovery.is_some() {
             // Its own log may have lost what it acknowledged (module documentation).
             self.answer_repair(from, RepairAnswer::Unknown);
             return;
         }
-        let answer = match self.repair_entries(promised, last) {
+        let former = FormerTerms::received(promised, terms);
+        let answer = match self.repair_entries(&former, last) {
             Some(entries) => RepairAnswer::Entries {
                 prev: last,
                 entries,
             },
-            None if self.lacks_after(promised, last) => {
+            None if former.lacked_by(&self.log, last) => {
                 if self.term <= promised.term {
                     let next_term = promised.term + 1;
                     if self.leader.is_some() || next_term >= TERM_LIMIT {
@@ -145,7 +176,13 @@ impl RaftNode {
                 }
                 RepairAnswer::Lacks { after: last }
             }
-            None => RepairAnswer::Unknown,
+            None => match self.log.term_of_any(self.commit) {
+                Some(term) if self.commit > last.index => RepairAnswer::Committed {
+                    through: LogId::new(term, self.commit),
+                    config: self.log.membership_at(self.commit).clone(),
+                },
+                _ => RepairAnswer::Unknown,
+            },
         };
         self.answer_repair(from, answer);
     }
@@ -157,15 +194,15 @@ impl RaftNode {
     }
 
     /// The entries after `last` this log holds that the requester had, or that are committed:
-    /// through the last entry of `promised.term` at or below `promised.index`, or through this
-    /// node's commit index if that is further (at most `promised.index`), if this log holds
-    /// `last` too and has not compacted what follows it.
-    fn repair_entries(&self, promised: LogId, last: LogId) -> Option<Vec<Entry>> {
-        let top = promised.index.min(self.log.last_index());
-        let of_promised_term = self.last_entry_of_promised_term(promised);
-        let through = of_promised_term.unwrap_or(0).max(self.commit.min(top));
-        let held = self.log.matches(last) && last.index >= self.log.purged().index;
-        if through <= last.index || !held {
+    /// through its last former entry (`former.rs`), or through this node's commit index if that
+    /// is further (at most the promised index), if this log holds `last` too and has not
+    /// compacted what follows it.
+    fn repair_entries(&self, former: &FormerTerms, last: LogId) -> Option<Vec<Entry>> {
+        let top = former.promised().index.min(self.log.last_index());
+        let held = former.held_by(&self.log).map_or(0, |end| end.index);
+        let through = held.max(self.commit.min(top));
+        let reachable = self.log.matches(last) && last.index >= self.log.purged().index;
+        if through <= last.index || !reachable {
             return None;
         }
         let entries = self.log.slice(
@@ -175,31 +212,6 @@ impl RaftNode {
             self.config.max_bytes_per_message,
         );
         (!entries.is_empty()).then_some(entries)
-    }
-
-    /// The last index at or below `promised.index` where this log holds an entry of
-    /// `promised.term`: this log and the one that held `promised` agree through it (module
-    /// documentation).
-    pub(super) fn last_entry_of_promised_term(&self, promised: LogId) -> Option<Index> {
-        let top = promised.index.min(self.log.last_index());
-        match self.log.term_of_any(top)? {
-            t if t == promised.term => Some(top),
-            t if t > promised.term => self
-                .log
-                .last_index_of_term_at_most(promised.term)
-                .filter(|end| self.log.term_of_any(*end) == Some(promised.term)),
-            _ => None,
-        }
-    }
-
-    /// Whether this log holds none of the requester's former entries after `last`: they have
-    /// terms from `last.term` to `promised.term`, and this log has nothing at `last.index + 1`
-    /// or an entry of another term there.
-    fn lacks_after(&self, promised: LogId, last: LogId) -> bool {
-        match self.log.term_of_any(last.index + 1) {
-            None => self.log.last_index() <= last.index,
-            Some(t) => t < last.term || t > promised.term,
-        }
     }
 
     pub(super) fn on_repair_response(&mut self, from: NodeId, term: Term, answer: RepairAnswer) {
@@ -214,21 +226,21 @@ impl RaftNode {
                     && self.log.matches(prev)
                     && entries
                         .last()
-                        .is_some_and(|e| e.index <= recovery.promised.index)
+                        .is_some_and(|e| e.index <= recovery.promised().index)
                     && crate::validate::check_entries(prev, &entries, term).is_ok();
                 if fits {
                     self.append_repair(entries);
                 }
             }
             RepairAnswer::Lacks { after } => {
-                let counts =
-                    after == recovery.former_end && (term > recovery.promised.term || early);
+                let counts = after == recovery.base() && (term > recovery.promised().term || early);
                 if !counts || recovery.lacking.contains(&from) {
                     return;
                 }
                 recovery.lacking.push(from);
-                self.maybe_release_promise();
+                self.maybe_let_go();
             }
+            RepairAnswer::Committed { through, config } => self.note_committed(through, config),
             RepairAnswer::Unknown => {}
         }
     }
@@ -245,23 +257,79 @@ impl RaftNode {
         if end != recovery.former_end {
             recovery.former_end = end;
             recovery.lacking.clear();
+            if recovery
+                .committed
+                .as_ref()
+                .is_some_and(|(c, _)| c.index <= end.index)
+            {
+                recovery.committed = None;
+            }
+        }
+    }
+
+    /// A peer reported `through` committed, with `config` in effect there, beyond where this
+    /// node asks from. Committed, it is in every later log, so this node asks from there
+    /// instead; if the former log cannot hold it, nothing after it in the former log was ever
+    /// committed, and this node lets go at once.
+    fn note_committed(&mut self, through: LogId, config: Membership) {
+        let holds = self.log.matches(through);
+        let recovery = self.recovery.as_mut().expect("asks");
+        let base = recovery.base();
+        if through.index <= base.index || through.index >= recovery.promised().index {
+            return;
+        }
+        recovery.lacking.clear();
+        if holds {
+            recovery.former_end = through;
+            recovery.committed = None;
+        } else {
+            recovery.committed = Some((through, config));
+        }
+        if recovery
+            .former
+            .differs_from(through, recovery.former_end.term)
+        {
+            self.let_go();
         }
     }
 
     /// Lets go of the promise once the members lacking the former entries block every quorum
     /// that can have counted this node's acknowledgement of them (module documentation).
-    fn maybe_release_promise(&mut self) {
+    fn maybe_let_go(&mut self) {
         let Some(recovery) = self.recovery.as_ref() else {
             return;
         };
         let lacking = &recovery.lacking;
         let blocked = |m: &Membership| !m.is_quorum(|id| !lacking.contains(&id));
-        let config = self.log.membership();
+        let config = match &recovery.committed {
+            Some((_, config)) => config,
+            None => self.log.membership_at(recovery.former_end.index),
+        };
         let incoming = Membership::new_voters(config.voters.iter().copied());
         let early = self.mutated(crate::Mutation::ReleasePromiseEarly);
         if early || (blocked(config) && (!config.is_joint() || blocked(&incoming))) {
-            self.recovery.as_mut().expect("checked above").released = true;
-            self.durability.release_promise();
+            self.let_go();
+        }
+    }
+
+    /// No former entry after where this node asks from was committed with its help, nor ever
+    /// will be. From its own log, it lets go of the promise, durably; from a committed entry it
+    /// does not hold, it lowers the promise to that entry and recovers to it.
+    fn let_go(&mut self) {
+        let recovery = self.recovery.as_mut().expect("recovering");
+        match recovery.committed.take() {
+            Some((point, _)) => {
+                let from = recovery.promised();
+                recovery.former = FormerTerms::new(point, &[]);
+                recovery.lacking.clear();
+                self.durability.lower_promise_to(point);
+                self.lowered_promise = Some((from, point));
+                self.check_recovered();
+            }
+            None => {
+                recovery.released = true;
+                self.durability.release_promise();
+            }
         }
     }
 
@@ -269,5 +337,11 @@ impl RaftNode {
     /// (for the runtime's log).
     pub fn take_released_promise(&mut self) -> Option<LogId> {
         self.released_promise.take()
+    }
+
+    /// The promise this node lowered while recovering, and the committed entry it lowered it to:
+    /// once (for the runtime's log).
+    pub fn take_lowered_promise(&mut self) -> Option<(LogId, LogId)> {
+        self.lowered_promise.take()
     }
 }

@@ -280,6 +280,7 @@ fn from_changed_storage_only_what_promises_nothing_is_heard() {
         MessageBody::RepairRequest {
             promised: LogId::new(2, 5),
             last: LogId::default(),
+            terms: vec![LogId::new(2, 5)],
         },
         MessageBody::RepairResponse(RepairAnswer::Lacks {
             after: LogId::default(),

@@ -38,6 +38,7 @@ fn write(id: u64) -> StorageCommand<u64> {
         purge_to: None,
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     })
 }
 

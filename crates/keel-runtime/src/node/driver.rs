@@ -313,6 +313,13 @@ impl<S: StateMachine> Driver<S> {
             Event::Persisted(id) => {
                 let recovering = self.raft.recovering();
                 self.raft.persisted(id);
+                if let Some((from, to)) = self.raft.take_lowered_promise() {
+                    tracing::warn!(
+                        "lowered the promise from {from} to {to}, committed in the cluster: the \
+                         members that lack what followed it show that no commit counted this \
+                         node's acknowledgement of it; it recovers to {to} from the leader"
+                    );
+                }
                 if let Some(promised) = self.raft.take_released_promise() {
                     tracing::warn!(
                         "whole again: let go of the promise through {} (the members that lack \

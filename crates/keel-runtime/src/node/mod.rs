@@ -166,9 +166,13 @@ pub enum StartError {
 /// a corrupt segment or snapshot set aside): the entry the node had promised comes back with it,
 /// and the node recovers what it lacks from its peers (`RaftNode::start_recovering`). A corrupt
 /// promise record becomes [`StartError::Damaged`].
+/// What a node whose disk lost acknowledged data recovers to: the promised entry, and the first
+/// index of each of the last terms of the log that held it (`RaftNode::start_recovering`).
+type Promised = (LogId, Vec<LogId>);
+
 fn open_wal(
     config: &NodeConfig,
-) -> Result<(Wal<StdFs>, keel_wal::Recovered, Option<LogId>), StartError> {
+) -> Result<(Wal<StdFs>, keel_wal::Recovered, Option<Promised>), StartError> {
     let opened = Wal::open_repairing(StdFs, config.data_dir.clone(), config.wal.clone());
     let (wal, recovered, repaired) = opened.map_err(|e| match e {
         keel_wal::WalError::Damaged(report) => {
@@ -199,7 +203,9 @@ fn open_wal(
                 ""
             }
         );
-        report.recover_to()
+        report
+            .recover_to()
+            .map(|promised| (promised, report.former_terms.clone()))
     });
     Ok((wal, recovered, promised))
 }
@@ -261,8 +267,8 @@ impl<S: StateMachine> Node<S> {
         state.applied = state.applied.max(state.snapshot.index);
         let applied = state.applied;
         let mut raft = RaftNode::new(config.raft.clone(), state)?;
-        if let Some(promised) = promised {
-            raft.start_recovering(promised);
+        if let Some((promised, former_terms)) = promised {
+            raft.start_recovering(promised, &former_terms);
         }
         let replay_target = raft.commit_index();
         // A partial snapshot transfer at or below what is committed here is of no use: the core

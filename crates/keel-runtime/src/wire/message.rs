@@ -30,6 +30,7 @@ const TAG_REPAIR_RESPONSE: u8 = 12;
 const REPAIR_ENTRIES: u8 = 0;
 const REPAIR_LACKS: u8 = 1;
 const REPAIR_UNKNOWN: u8 = 2;
+const REPAIR_COMMITTED: u8 = 3;
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -240,10 +241,18 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
             out.push(TAG_INSTALL_SNAPSHOT);
             encode_meta(meta, out);
         }
-        MessageBody::RepairRequest { promised, last } => {
+        MessageBody::RepairRequest {
+            promised,
+            last,
+            terms,
+        } => {
             out.push(TAG_REPAIR_REQUEST);
             put_log_id(out, *promised);
             put_log_id(out, *last);
+            put_len(out, terms.len());
+            for start in terms {
+                put_log_id(out, *start);
+            }
         }
         MessageBody::RepairResponse(answer) => {
             out.push(TAG_REPAIR_RESPONSE);
@@ -258,6 +267,11 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
                     put_log_id(out, *after);
                 }
                 RepairAnswer::Unknown => out.push(REPAIR_UNKNOWN),
+                RepairAnswer::Committed { through, config } => {
+                    out.push(REPAIR_COMMITTED);
+                    put_log_id(out, *through);
+                    put_membership(out, config);
+                }
             }
         }
     }
@@ -357,6 +371,10 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
         TAG_REPAIR_REQUEST => MessageBody::RepairRequest {
             promised: get_log_id(r)?,
             last: get_log_id(r)?,
+            terms: {
+                let n = r.count(16, "term starts")?;
+                (0..n).map(|_| get_log_id(r)).collect::<Result<_, _>>()?
+            },
         },
         TAG_REPAIR_RESPONSE => MessageBody::RepairResponse(match r.u8("repair answer")? {
             REPAIR_ENTRIES => RepairAnswer::Entries {
@@ -367,6 +385,10 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
                 after: get_log_id(r)?,
             },
             REPAIR_UNKNOWN => RepairAnswer::Unknown,
+            REPAIR_COMMITTED => RepairAnswer::Committed {
+                through: get_log_id(r)?,
+                config: get_membership(r)?,
+            },
             tag => {
                 return Err(WireError::UnknownTag {
                     what: "repair answer",

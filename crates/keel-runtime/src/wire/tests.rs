@@ -111,13 +111,21 @@ fn body() -> impl Strategy<Value = MessageBody> {
         ),
         Just(MessageBody::TimeoutNow),
         meta().prop_map(|meta| MessageBody::InstallSnapshot { meta }),
-        (log_id(), log_id())
-            .prop_map(|(promised, last)| MessageBody::RepairRequest { promised, last }),
+        (log_id(), log_id(), vec(log_id(), 0..5)).prop_map(|(promised, last, terms)| {
+            MessageBody::RepairRequest {
+                promised,
+                last,
+                terms,
+            }
+        }),
         (log_id(), vec(entry(), 0..4)).prop_map(|(prev, entries)| {
             MessageBody::RepairResponse(RepairAnswer::Entries { prev, entries })
         }),
         log_id().prop_map(|after| MessageBody::RepairResponse(RepairAnswer::Lacks { after })),
         Just(MessageBody::RepairResponse(RepairAnswer::Unknown)),
+        (log_id(), membership()).prop_map(|(through, config)| {
+            MessageBody::RepairResponse(RepairAnswer::Committed { through, config })
+        }),
     ]
 }
 

@@ -14,10 +14,20 @@ fn path() -> PathBuf {
 }
 
 fn promise(term: u64, vote: Option<u64>, acked: (u64, u64)) -> Promise {
+    let acked = LogId::new(acked.0, acked.1);
     Promise {
         term,
         vote,
-        acked: LogId::new(acked.0, acked.1),
+        acked,
+        starts: TermStarts::new([acked]),
+    }
+}
+
+/// A promise whose log had the terms starting at `starts` (the last one of `acked`'s term).
+fn promise_of_terms(acked: (u64, u64), starts: &[(u64, u64)]) -> Promise {
+    Promise {
+        starts: TermStarts::new(starts.iter().map(|(t, i)| LogId::new(*t, *i))),
+        ..promise(acked.0, None, acked)
     }
 }
 
@@ -35,17 +45,20 @@ fn file_with(first: Promise, then: &[Promise]) -> (SimFs, PromiseFile<SimFs>) {
 }
 
 #[test]
-fn a_slot_round_trips_and_is_64_bytes_with_its_checksum_last() {
+fn a_slot_round_trips_and_is_320_bytes_with_its_checksum_last() {
+    let sixteen: Vec<(u64, u64)> = (1..=16).map(|t| (t * 2, t * 10)).collect();
     for (slot, seq) in [(0, 2), (1, 1), (0, u64::MAX - 1), (1, u64::MAX)] {
         for p in [
             Promise::default(),
             promise(7, Some(3), (6, 1_000)),
             promise(u64::MAX, Some(u64::MAX), (u64::MAX, u64::MAX)),
+            promise_of_terms((6, 1_000), &[(1, 1), (2, 40), (6, 900)]),
+            promise_of_terms((32, 170), &sixteen),
         ] {
             let bytes = encode_slot(slot, seq, &p);
             assert_eq!(bytes.len(), PROMISE_SLOT_SIZE_BYTES);
             assert_eq!(&bytes[..8], b"KEELPRMS");
-            assert_eq!(crc32c::crc32c(&bytes[..60]).to_le_bytes(), bytes[60..64]);
+            assert_eq!(crc32c::crc32c(&bytes[..316]).to_le_bytes(), bytes[316..320]);
             assert_eq!(
                 decode_slot(slot, &bytes),
                 SlotState::Valid { seq, promise: p }
@@ -182,6 +195,77 @@ fn a_torn_write_leaves_the_previous_promise() {
     }
 }
 
+/// Format version 1 (64-byte slots, no term starts) is still read: a node upgraded in place
+/// keeps its promise.
+#[test]
+fn a_version_1_slot_is_read_as_a_promise_without_term_starts() {
+    let mut v1 = Vec::new();
+    v1.extend_from_slice(b"KEELPRMS");
+    v1.extend_from_slice(&1u16.to_le_bytes());
+    v1.extend_from_slice(&64u16.to_le_bytes());
+    put_u32(&mut v1, 1);
+    for field in [3, 9, 2, 8, 41] {
+        put_u64(&mut v1, field);
+    }
+    put_u32(&mut v1, 0);
+    let crc = crc32c::crc32c(&v1);
+    put_u32(&mut v1, crc);
+    v1.resize(PROMISE_SLOT_SIZE_BYTES, 0);
+    let expected = Promise {
+        term: 9,
+        vote: Some(2),
+        acked: LogId::new(8, 41),
+        starts: TermStarts::default(),
+    };
+    assert_eq!(
+        decode_slot(1, &v1),
+        SlotState::Valid {
+            seq: 3,
+            promise: expected
+        }
+    );
+    // Version 1's reserved bytes stay zero.
+    v1[56] = 1;
+    let crc = crc32c::crc32c(&v1[..60]);
+    v1[60..64].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(decode_slot(1, &v1), SlotState::Corrupt(_)));
+}
+
+#[test]
+fn term_starts_keep_the_last_sixteen_and_skip_a_repeated_term() {
+    let starts =
+        TermStarts::new((1..=20).flat_map(|t| [LogId::new(t, t * 10), LogId::new(t, t * 10 + 1)]));
+    let kept = starts.as_slice();
+    assert_eq!(kept.len(), PROMISE_TERM_STARTS_MAX);
+    assert_eq!(kept.first(), Some(&LogId::new(5, 50)));
+    assert_eq!(kept.last(), Some(&LogId::new(20, 200)));
+}
+
+/// Term starts that could not describe the log the promise names are damage, even under a
+/// matching checksum: they would tell peers which entries to send.
+#[test]
+fn term_starts_that_fall_or_pass_the_acknowledged_entry_are_refused() {
+    let bad = [
+        promise_of_terms((6, 100), &[(2, 10), (6, 101)]),
+        promise_of_terms((6, 100), &[(2, 10), (5, 50)]),
+        promise_of_terms((6, 100), &[(6, 10), (2, 50), (6, 60)]),
+    ];
+    for p in bad {
+        // Encoded as is, under a valid checksum.
+        let bytes = encode_slot(0, 2, &p);
+        assert!(
+            matches!(decode_slot(0, &bytes), SlotState::Corrupt(_)),
+            "{p:?}"
+        );
+    }
+    // Falling starts, written byte by byte (`TermStarts::new` would not keep them).
+    let mut bytes = encode_slot(0, 2, &promise_of_terms((6, 100), &[(2, 10), (6, 60)]));
+    bytes[60..68].copy_from_slice(&7u64.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..316]);
+    bytes[316..320].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(decode_slot(0, &bytes), SlotState::Corrupt(_)));
+}
+
 #[test]
 fn promise_of_a_hard_state_and_its_display() {
     let hs = HardState {
@@ -189,7 +273,7 @@ fn promise_of_a_hard_state_and_its_display() {
         vote: Some(2),
         commit: 9,
     };
-    let p = Promise::of(&hs, LogId::new(4, 12));
+    let p = Promise::of(&hs, LogId::new(4, 12), TermStarts::new([LogId::new(4, 12)]));
     assert_eq!(p, promise(5, Some(2), (4, 12)));
     assert_eq!(p.to_string(), "term 5, vote 2, entries through 4/12");
 }

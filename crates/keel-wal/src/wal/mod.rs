@@ -168,12 +168,16 @@ impl<F: Fs> Wal<F> {
         let mut sync = false;
         let mut purge_to: Option<Index> = None;
         let mut release_promise = false;
+        let mut lower_promise_to = None;
         for w in writes {
             sync |= w.sync;
-            if w.release_promise && !w.sync {
-                return invalid("a promise release must be synced");
+            if (w.release_promise || w.lower_promise_to.is_some()) && !w.sync {
+                return invalid("a promise release or lowering must be synced");
             }
             release_promise |= w.release_promise;
+            if w.lower_promise_to.is_some() {
+                lower_promise_to = w.lower_promise_to;
+            }
             if let Some(meta) = &w.install {
                 if meta.last.index > self.snapshot.index || !w.sync {
                     return invalid(format!(
@@ -265,6 +269,9 @@ impl<F: Fs> Wal<F> {
         }
         if release_promise {
             self.release_promise()?;
+        }
+        if let Some(point) = lower_promise_to {
+            self.lower_promise_floor(point)?;
         }
         if let Some(p) = purge_to {
             self.purge_up_to(p)?;

@@ -85,12 +85,13 @@ impl<F: Fs> Wal<F> {
             return Err(WalError::Damaged(Box::new(DamageReport {
                 damage: set_aside,
                 recovered: judged.assembled.recovered,
+                former_terms: Vec::new(),
             })));
         }
         // The promise the intact prefix falls short of: kept as a floor.
         let floor = match judged.damage.is_empty() {
             true => None,
-            false => judged.promise.promise().map(|p| p.acked),
+            false => judged.promise.promise().map(|p| (p.acked, p.starts)),
         };
         set_aside.extend(judged.damage);
         let damage = set_aside;
@@ -186,7 +187,8 @@ impl<F: Fs> Wal<F> {
         // Everything read is durable now and the node will act on it: the promise covers it (a
         // directory without a promise file gets one here), and a repaired one keeps its floor.
         let last = LogId::new(wal.term_at(wal.last_index).unwrap_or(0), wal.last_index);
-        let promise = Promise::of(&wal.synced_hard_state, last);
+        let starts = wal.term_starts_through(last.index);
+        let promise = Promise::of(&wal.synced_hard_state, last, starts);
         wal.promise = Some(PromiseFile::open(
             &wal.fs,
             &wal.dir,
@@ -198,6 +200,7 @@ impl<F: Fs> Wal<F> {
         let repaired = (!damage.is_empty()).then(|| DamageReport {
             damage,
             recovered: recovered.clone(),
+            former_terms: floor.map_or_else(Vec::new, |(_, starts)| starts.as_slice().to_vec()),
         });
         Ok((wal, recovered, repaired))
     }

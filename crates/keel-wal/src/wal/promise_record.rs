@@ -7,7 +7,7 @@ use keel_core::{Index, LogId};
 use super::Wal;
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::promise::{Promise, PromiseFile};
+use crate::promise::{Promise, PromiseFile, TermStarts};
 
 impl<F: Fs> Wal<F> {
     /// The promise is about to be reset to `reset`, or truncated from `truncate_from`: lower it to
@@ -24,6 +24,10 @@ impl<F: Fs> Wal<F> {
             (None, Some(from)) => LogId::new(self.term_at(from - 1).unwrap_or(0), from - 1),
             (None, None) => return Ok(()),
         };
+        let starts = match reset {
+            Some(snapshot) => TermStarts::new([snapshot]),
+            None => self.term_starts_through(keep.index),
+        };
         let Some(file) = self.promise.as_mut() else {
             return Ok(());
         };
@@ -33,6 +37,7 @@ impl<F: Fs> Wal<F> {
         }
         let result = file.set(Promise {
             acked: keep,
+            starts,
             ..current
         });
         self.poison_on_error(result)
@@ -109,9 +114,39 @@ impl<F: Fs> Wal<F> {
         self.poison_on_error(result)
     }
 
+    /// The core lowered the promise it recovers to, to `point`, a committed entry beyond the
+    /// log (`Write::lower_promise_to`): the floor becomes `point`, flushed.
+    pub(super) fn lower_promise_floor(&mut self, point: LogId) -> Result<()> {
+        let promise = self.synced_promise();
+        let Some(file) = self.promise.as_mut() else {
+            return Ok(());
+        };
+        let result = file.lower_floor(point, promise);
+        self.poison_on_error(result)
+    }
+
     /// What the synced log promises now: its synced term and vote, and its last entry.
     fn synced_promise(&self) -> Promise {
         let last = LogId::new(self.term_at(self.last_index).unwrap_or(0), self.last_index);
-        Promise::of(&self.synced_hard_state, last)
+        Promise::of(
+            &self.synced_hard_state,
+            last,
+            self.term_starts_through(last.index),
+        )
+    }
+
+    /// The first index of each of the log's last terms through `index` (the base position
+    /// first, standing for its term's start: the log knows no earlier one).
+    pub(super) fn term_starts_through(&self, index: Index) -> TermStarts {
+        let later = self
+            .terms
+            .iter()
+            .filter(|t| t.index > self.base.index && t.index <= index);
+        let starts = TermStarts::new(std::iter::once(self.base).chain(later.copied()));
+        debug_assert!(starts
+            .as_slice()
+            .last()
+            .is_some_and(|s| Some(s.term) == self.term_at(index)));
+        starts
     }
 }

@@ -511,7 +511,7 @@ fn a_node_whose_campaigns_are_held_starts_no_election_but_votes() {
 fn a_recovering_node_votes_only_for_logs_reaching_its_promise_and_starts_no_election() {
     let promised = LogId::new(1, 5);
     let mut n = node_with(2, &[1, 2, 3], &[1], hs(1, None, 1));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     assert_eq!(n.recovering(), Some(promised));
     assert_eq!(n.status().recovering_to, Some(promised));
     for _ in 0..10 * n.config.election_timeout_ticks {
@@ -550,10 +550,10 @@ fn a_recovering_node_votes_only_for_logs_reaching_its_promise_and_starts_no_elec
 #[test]
 fn a_node_whose_durable_log_already_reaches_its_promise_is_not_recovering() {
     let mut n = node_with(2, &[1, 2, 3], &[1, 1, 1], hs(1, None, 1));
-    n.start_recovering(LogId::new(1, 3));
+    n.start_recovering(LogId::new(1, 3), &[]);
     assert_eq!(n.recovering(), None);
     // An entry of an older term at the promised index is not what was promised.
     let mut stale = node_with(2, &[1, 2, 3], &[1, 1, 1], hs(2, None, 1));
-    stale.start_recovering(LogId::new(2, 3));
+    stale.start_recovering(LogId::new(2, 3), &[]);
     assert_eq!(stale.recovering(), Some(LogId::new(2, 3)));
 }

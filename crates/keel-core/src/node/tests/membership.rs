@@ -110,6 +110,7 @@ fn membership_joint_election_needs_both_majorities() {
         hard_state: Some(hs(1, None, 0)),
         sync: true,
         release_promise: false,
+        lower_promise_to: None,
     };
     storage.write(&write).expect("in memory");
     let mut n = RaftNode::new(test_config(1), storage.recover().expect("recover")).expect("ok");

@@ -17,14 +17,14 @@ fn repair_requests(messages: &[Message]) -> Vec<(NodeId, LogId, LogId)> {
     messages
         .iter()
         .filter_map(|m| match m.body {
-            MessageBody::RepairRequest { promised, last } => Some((m.to, promised, last)),
+            MessageBody::RepairRequest { promised, last, .. } => Some((m.to, promised, last)),
             _ => None,
         })
         .collect()
 }
 
 /// Steps `request` into `peer` and returns its answer, with the term it was sent in.
-fn answer(peer: &mut RaftNode, request: Message) -> (Term, RepairAnswer) {
+pub(super) fn answer(peer: &mut RaftNode, request: Message) -> (Term, RepairAnswer) {
     peer.step(request);
     let out = settle(peer);
     let answers: Vec<_> = out
@@ -39,12 +39,29 @@ fn answer(peer: &mut RaftNode, request: Message) -> (Term, RepairAnswer) {
     answers.into_iter().next().expect("checked")
 }
 
+/// A request from a node whose promise record kept no term starts (format version 1): all it
+/// knows of its former log after `last` is the promised entry.
 fn request(from: NodeId, to: NodeId, term: Term, promised: LogId, last: LogId) -> Message {
+    request_knowing(from, to, term, promised, last, vec![promised])
+}
+
+fn request_knowing(
+    from: NodeId,
+    to: NodeId,
+    term: Term,
+    promised: LogId,
+    last: LogId,
+    terms: Vec<LogId>,
+) -> Message {
     msg(
         from,
         to,
         term,
-        MessageBody::RepairRequest { promised, last },
+        MessageBody::RepairRequest {
+            promised,
+            last,
+            terms,
+        },
     )
 }
 
@@ -64,7 +81,7 @@ fn lacks(from: NodeId, to: NodeId, term: Term, after: LogId) -> Message {
 fn a_leaderless_recovering_node_fetches_its_promise_from_a_peer_that_holds_it() {
     let promised = LogId::new(2, 5);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(2, None, 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     let sent = time_out(&mut n);
     let asked = repair_requests(&sent);
     let last = LogId::new(1, 2);
@@ -121,13 +138,13 @@ fn a_peer_sends_only_entries_of_the_promised_term_or_committed_ones() {
 fn a_recovering_peer_neither_sends_entries_nor_says_it_lacks_them() {
     let (promised, last) = (LogId::new(2, 5), LogId::new(1, 2));
     let mut peer = node_with(3, &[1, 2, 3], &[1, 1, 2, 2, 2], hs(2, None, 2));
-    peer.start_recovering(LogId::new(2, 7));
+    peer.start_recovering(LogId::new(2, 7), &[]);
     assert_eq!(
         answer(&mut peer, request(2, 3, 2, promised, last)),
         (2, RepairAnswer::Unknown)
     );
     let mut short = node_with(3, &[1, 2, 3], &[1, 1], hs(2, None, 2));
-    short.start_recovering(LogId::new(2, 7));
+    short.start_recovering(LogId::new(2, 7), &[]);
     assert_eq!(
         answer(&mut short, request(2, 3, 2, promised, last)),
         (2, RepairAnswer::Unknown)
@@ -183,7 +200,7 @@ fn the_promise_is_let_go_of_once_the_peers_lacking_it_block_every_quorum() {
     let promised = LogId::new(2, 5);
     let last = LogId::new(1, 2);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(2, Some(2), 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     time_out(&mut n);
     // A report from the promised term itself does not count: that term's leader may still
     // collect acknowledgements.
@@ -219,7 +236,7 @@ fn the_promise_is_let_go_of_once_the_peers_lacking_it_block_every_quorum() {
 fn no_release_while_the_members_that_may_hold_the_entries_form_a_quorum() {
     let (promised, last) = (LogId::new(2, 5), LogId::new(1, 2));
     let mut n = node_with(2, &[1, 2, 3, 4, 5], &[1, 1], hs(2, Some(2), 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     time_out(&mut n);
     for from in [1, 3] {
         n.step(lacks(from, 2, 3, last));
@@ -244,7 +261,7 @@ fn no_release_while_the_members_that_may_hold_the_entries_form_a_quorum() {
 fn a_stale_tail_beyond_the_commit_index_is_replaced_by_the_repair() {
     let promised = LogId::new(2, 4);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1, 1, 1], hs(2, None, 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     let asked = repair_requests(&time_out(&mut n));
     assert!(asked.iter().all(|(_, _, last)| *last == LogId::new(1, 2)));
 
@@ -274,7 +291,7 @@ fn a_stale_tail_beyond_the_commit_index_is_replaced_by_the_repair() {
 fn its_own_entries_of_the_promised_term_extend_what_is_known_of_the_former_log() {
     let promised = LogId::new(3, 6);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1, 3, 3], hs(3, Some(2), 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     let asked = repair_requests(&time_out(&mut n));
     assert!(
         asked.iter().all(|(_, _, last)| *last == LogId::new(3, 4)),
@@ -306,7 +323,7 @@ fn its_own_entries_of_the_promised_term_extend_what_is_known_of_the_former_log()
 fn a_recovering_node_that_acknowledged_a_leader_stops_asking_peers() {
     let promised = LogId::new(2, 5);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(2, None, 2));
-    n.start_recovering(promised);
+    n.start_recovering(promised, &[]);
     n.step(append(1, 2, 3, LogId::new(1, 2), vec![entry(3, 3)], 2));
     settle(&mut n);
     assert!(repair_requests(&time_out(&mut n)).is_empty());

@@ -166,6 +166,7 @@ fn s32_install_replaces_a_stale_uncommitted_membership() {
             purge_to: None,
             sync: true,
             release_promise: false,
+            lower_promise_to: None,
         })
         .unwrap();
     let mut n = RaftNode::new(test_config(2), storage.recover().unwrap()).unwrap();
