@@ -21,22 +21,20 @@ pub(crate) struct FormerTerms {
 }
 
 impl FormerTerms {
-    /// From the promise record's term starts: those that fit `promised` (rising, none after it,
-    /// none of a later term), and the promised entry's own term if the record ended in
-    /// another (a record of format version 1 kept none).
+    /// From the promise record's term starts, if they describe a log ending at `promised`
+    /// (rising, the last one of its term, none after it); else (a record of format version 1
+    /// kept none) only the promised entry is known.
     pub fn new(promised: LogId, recorded: &[LogId]) -> Self {
-        let mut starts: Vec<LogId> = Vec::with_capacity(recorded.len() + 1);
-        for start in recorded {
-            let rises = starts
-                .last()
-                .is_none_or(|prev| start.term > prev.term && start.index > prev.index);
-            if rises && start.term <= promised.term && start.index <= promised.index {
-                starts.push(*start);
-            }
-        }
-        if starts.last().is_none_or(|last| last.term != promised.term) {
-            starts.push(promised);
-        }
+        let rising = recorded
+            .windows(2)
+            .all(|w| w[0].term < w[1].term && w[0].index < w[1].index);
+        let ends = recorded
+            .last()
+            .is_some_and(|last| last.term == promised.term && last.index <= promised.index);
+        let starts = match rising && ends {
+            true => recorded.to_vec(),
+            false => vec![promised],
+        };
         FormerTerms { promised, starts }
     }
 
@@ -132,16 +130,25 @@ mod tests {
     }
 
     #[test]
-    fn recorded_starts_that_do_not_fit_the_promise_are_dropped_and_its_own_term_added() {
+    fn recorded_starts_that_do_not_describe_the_promised_log_are_not_used() {
         let promised = LogId::new(5, 40);
-        // Falling, past the promise, of a later term: dropped; the promised term added.
-        let former = FormerTerms::new(
-            promised,
-            &ids(&[(1, 1), (3, 20), (2, 25), (4, 41), (6, 30)]),
-        );
-        assert_eq!(former.starts, ids(&[(1, 1), (3, 20), (5, 40)]));
-        // A record of format version 1 kept none.
-        assert_eq!(FormerTerms::new(promised, &[]).starts, vec![promised]);
+        let fits = ids(&[(1, 1), (3, 20), (5, 30)]);
+        assert_eq!(FormerTerms::new(promised, &fits).starts, fits);
+        // Falling, past the promise, ending in another term, none (format version 1): only the
+        // promise is known. (Dropping one start in the middle would stretch the term before it
+        // over the dropped one's indexes.)
+        for bad in [
+            ids(&[(1, 1), (3, 20), (2, 25), (5, 30)]),
+            ids(&[(1, 1), (5, 41)]),
+            ids(&[(1, 1), (3, 20)]),
+            vec![],
+        ] {
+            assert_eq!(
+                FormerTerms::new(promised, &bad).starts,
+                vec![promised],
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub(super) struct Recovery {
     pub acknowledged_leader: bool,
     /// It let go of the promise; recovery ends once storage has lowered its promise record.
     pub released: bool,
+    /// It lowered the promise to an entry committed in the cluster, which a leader brings it to.
+    pub lowered: bool,
 }
 
 impl Recovery {
@@ -99,6 +101,7 @@ impl Recovery {
             lacking: Vec::new(),
             acknowledged_leader: false,
             released: false,
+            lowered: false,
         }
     }
 
@@ -113,7 +116,10 @@ impl Recovery {
 
     /// Whether it still asks peers, and takes their answers.
     fn asks(&self) -> bool {
-        !self.acknowledged_leader && !self.released && self.former_end.index < self.promised().index
+        !self.acknowledged_leader
+            && !self.released
+            && !self.lowered
+            && self.former_end.index < self.promised().index
     }
 }
 
@@ -125,11 +131,25 @@ impl RaftNode {
         let Some(recovery) = self.recovery.as_ref().filter(|r| r.asks()) else {
             return;
         };
-        let last = recovery.base();
+        let (promised, last) = (recovery.promised(), recovery.base());
+        if promised.term < last.term {
+            // A committed prefix in a later term than the promise: a leader of that term (or a
+            // later one) brings this node there.
+            return;
+        }
+        // Starts of terms below `last.term` (the former log diverged from the committed one
+        // before it) say nothing a peer can use; they are the oldest, so what remains still
+        // describes the former log from its first start on.
+        let terms = recovery
+            .former
+            .after(last)
+            .into_iter()
+            .filter(|start| start.term >= last.term)
+            .collect();
         let body = MessageBody::RepairRequest {
-            promised: recovery.promised(),
+            promised,
             last,
-            terms: recovery.former.after(last),
+            terms,
         };
         let own_id = self.id;
         let members = self.log.membership().members();
@@ -278,6 +298,10 @@ impl RaftNode {
         if through.index <= base.index || through.index >= recovery.promised().index {
             return;
         }
+        // The former log's term there is at least its term at `former_end` (terms rise).
+        let differs = recovery
+            .former
+            .differs_from(through, recovery.former_end.term);
         recovery.lacking.clear();
         if holds {
             recovery.former_end = through;
@@ -285,10 +309,7 @@ impl RaftNode {
         } else {
             recovery.committed = Some((through, config));
         }
-        if recovery
-            .former
-            .differs_from(through, recovery.former_end.term)
-        {
+        if differs {
             self.let_go();
         }
     }
@@ -322,6 +343,8 @@ impl RaftNode {
                 let from = recovery.promised();
                 recovery.former = FormerTerms::new(point, &[]);
                 recovery.lacking.clear();
+                // A leader brings it to `point` (module documentation).
+                recovery.lowered = true;
                 self.durability.lower_promise_to(point);
                 self.lowered_promise = Some((from, point));
                 self.check_recovered();
