@@ -30,7 +30,11 @@
 //!   leader that proposes it).
 //! - **Repair entries continue `prev`** as Append entries do, of no later term than the
 //!   responder's (a node's log holds no entry of a term it has not reached), and the positions a
-//!   repair request or answer names are real.
+//!   repair request or answer names are real. A repair request's term starts (at most
+//!   [`REPAIR_TERMS_MAX`]) describe a log from its `last` entry to its promise: rising in term and
+//!   index, after `last`, none above the promise, the last one of the promised term. A committed
+//!   answer names an entry of no later term than the message's and a configuration with a voter
+//!   and no node 0.
 //! - **A snapshot's term history rises** in term and index and ends at or before its last entry,
 //!   which is of no later term than the message.
 //! - **A vote request's log is no newer than its term** (`last_log_id.term` at most the

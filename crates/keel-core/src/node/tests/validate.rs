@@ -364,3 +364,65 @@ fn no_answers_from_a_term_this_node_never_reached() {
         assert_eq!(n.validate(&m), Ok(()), "{m:?}");
     }
 }
+
+/// A repair request's term starts must describe a log from its last entry to its promise (a
+/// peer reasons from them about which of its entries are the lost ones), and a committed answer
+/// names a real configuration in a term the sender reached.
+#[test]
+fn repair_term_starts_and_committed_answers_describe_real_logs() {
+    use crate::message::RepairAnswer;
+    let f = follower();
+    let request = |terms: Vec<(Term, Index)>| {
+        msg(
+            3,
+            2,
+            3,
+            MessageBody::RepairRequest {
+                promised: LogId::new(3, 9),
+                last: LogId::new(1, 4),
+                terms: terms.into_iter().map(|(t, i)| LogId::new(t, i)).collect(),
+            },
+        )
+    };
+    assert_eq!(f.validate(&request(vec![(1, 5), (2, 6), (3, 8)])), Ok(()));
+    for bad in [
+        vec![],
+        vec![(2, 6)],
+        vec![(2, 6), (2, 7), (3, 8)],
+        vec![(2, 7), (1, 8), (3, 9)],
+        vec![(3, 4)],
+        vec![(3, 10)],
+        vec![(0, 5), (3, 6)],
+        (1..=33).map(|i| (i, i + 4)).collect(),
+    ] {
+        assert_eq!(
+            f.validate(&request(bad.clone())),
+            Err(InvalidMessage::BadRepairTerms),
+            "{bad:?}"
+        );
+    }
+    let committed = |through: LogId, voters: &[NodeId]| {
+        msg(
+            3,
+            2,
+            3,
+            MessageBody::RepairResponse(RepairAnswer::Committed {
+                through,
+                config: crate::Membership::new_voters(voters.iter().copied()),
+            }),
+        )
+    };
+    assert_eq!(f.validate(&committed(LogId::new(3, 7), &[1, 2, 3])), Ok(()));
+    assert_eq!(
+        f.validate(&committed(LogId::new(3, 7), &[])),
+        Err(InvalidMessage::BadConfiguration)
+    );
+    assert_eq!(
+        f.validate(&committed(LogId::new(3, 7), &[0, 1])),
+        Err(InvalidMessage::BadConfiguration)
+    );
+    assert!(matches!(
+        f.validate(&committed(LogId::new(4, 7), &[1, 2, 3])),
+        Err(InvalidMessage::TermAboveMessage { .. })
+    ));
+}
