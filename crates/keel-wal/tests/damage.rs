@@ -723,3 +723,20 @@ fn every_newer_snapshot_damaged_falls_back_to_the_bootstrap_snapshot() {
         "already reached: nothing acknowledged is missing"
     );
 }
+
+/// A log that saw more terms than the record holds keeps the last 16, oldest first.
+#[test]
+fn the_promise_keeps_the_last_sixteen_terms_of_a_long_log() {
+    let fs = SimFs::new();
+    let mut wal = new_cluster(fs.clone(), sim_dir(), small_config());
+    for term in 1..=20u64 {
+        let from = term * 2 - 1;
+        let hs = hard_state(term, Some(1), from - 1);
+        wal.write_batch(&[write(term, entries(term, from, from + 1), Some(hs))])
+            .unwrap();
+    }
+    let promise = wal.promise().unwrap();
+    let expected: Vec<LogId> = (5..=20).map(|t| LogId::new(t, t * 2 - 1)).collect();
+    assert_eq!(promise.starts.as_slice(), &expected[..]);
+    assert_eq!(promise.acked, LogId::new(20, 40));
+}

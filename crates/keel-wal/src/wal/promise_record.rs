@@ -7,7 +7,7 @@ use keel_core::{Index, LogId};
 use super::Wal;
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::promise::{Promise, PromiseFile, TermStarts};
+use crate::promise::{Promise, PromiseFile, TermStarts, PROMISE_TERM_STARTS_MAX};
 
 impl<F: Fs> Wal<F> {
     /// The promise is about to be reset to `reset`, or truncated from `truncate_from`: lower it to
@@ -138,11 +138,13 @@ impl<F: Fs> Wal<F> {
     /// The first index of each of the log's last terms through `index` (the base position
     /// first, standing for its term's start: the log knows no earlier one).
     pub(super) fn term_starts_through(&self, index: Index) -> TermStarts {
-        let later = self
-            .terms
-            .iter()
-            .filter(|t| t.index > self.base.index && t.index <= index);
-        let starts = TermStarts::new(std::iter::once(self.base).chain(later.copied()));
+        // Only the last few are kept: found by bisection, since this runs once per group commit
+        // and a long-lived log has seen many terms.
+        let after_base = self.terms.partition_point(|t| t.index <= self.base.index);
+        let through = self.terms.partition_point(|t| t.index <= index);
+        let from = after_base.max(through.saturating_sub(PROMISE_TERM_STARTS_MAX));
+        let later = self.terms[from.min(through)..through].iter().copied();
+        let starts = TermStarts::new(std::iter::once(self.base).chain(later));
         debug_assert!(starts
             .as_slice()
             .last()
