@@ -123,24 +123,21 @@ impl FormerTerms {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::positions;
     use super::*;
-
-    fn ids(pairs: &[(Term, Index)]) -> Vec<LogId> {
-        pairs.iter().map(|(t, i)| LogId::new(*t, *i)).collect()
-    }
 
     #[test]
     fn recorded_starts_that_do_not_describe_the_promised_log_are_not_used() {
         let promised = LogId::new(5, 40);
-        let fits = ids(&[(1, 1), (3, 20), (5, 30)]);
+        let fits = positions(&[(1, 1), (3, 20), (5, 30)]);
         assert_eq!(FormerTerms::new(promised, &fits).starts, fits);
         // Falling, past the promise, ending in another term, none (format version 1): only the
         // promise is known. (Dropping one start in the middle would stretch the term before it
         // over the dropped one's indexes.)
         for bad in [
-            ids(&[(1, 1), (3, 20), (2, 25), (5, 30)]),
-            ids(&[(1, 1), (5, 41)]),
-            ids(&[(1, 1), (3, 20)]),
+            positions(&[(1, 1), (3, 20), (2, 25), (5, 30)]),
+            positions(&[(1, 1), (5, 41)]),
+            positions(&[(1, 1), (3, 20)]),
             vec![],
         ] {
             assert_eq!(
@@ -153,15 +150,21 @@ mod tests {
 
     #[test]
     fn what_is_known_after_a_position_starts_with_the_term_covering_the_next_index() {
-        let former = FormerTerms::new(LogId::new(5, 40), &ids(&[(1, 1), (3, 20), (5, 30)]));
+        let former = FormerTerms::new(LogId::new(5, 40), &positions(&[(1, 1), (3, 20), (5, 30)]));
         assert_eq!(
             former.after(LogId::new(1, 10)),
-            ids(&[(1, 11), (3, 20), (5, 30)])
+            positions(&[(1, 11), (3, 20), (5, 30)])
         );
-        assert_eq!(former.after(LogId::new(1, 19)), ids(&[(3, 20), (5, 30)]));
-        assert_eq!(former.after(LogId::new(5, 35)), ids(&[(5, 36)]));
-        let clipped = FormerTerms::new(LogId::new(5, 40), &ids(&[(3, 20), (5, 30)]));
-        assert_eq!(clipped.after(LogId::new(1, 10)), ids(&[(3, 20), (5, 30)]));
+        assert_eq!(
+            former.after(LogId::new(1, 19)),
+            positions(&[(3, 20), (5, 30)])
+        );
+        assert_eq!(former.after(LogId::new(5, 35)), positions(&[(5, 36)]));
+        let clipped = FormerTerms::new(LogId::new(5, 40), &positions(&[(3, 20), (5, 30)]));
+        assert_eq!(
+            clipped.after(LogId::new(1, 10)),
+            positions(&[(3, 20), (5, 30)])
+        );
         assert_eq!(
             clipped.term_at(15),
             Err(3),

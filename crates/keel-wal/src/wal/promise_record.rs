@@ -24,17 +24,17 @@ impl<F: Fs> Wal<F> {
             (None, Some(from)) => LogId::new(self.term_at(from - 1).unwrap_or(0), from - 1),
             (None, None) => return Ok(()),
         };
+        let Some(current) = self.promise.as_ref().map(PromiseFile::current) else {
+            return Ok(());
+        };
+        if current.acked.index <= keep.index {
+            return Ok(());
+        }
         let starts = match reset {
             Some(snapshot) => TermStarts::new([snapshot]),
             None => self.term_starts_through(keep.index),
         };
-        let Some(file) = self.promise.as_mut() else {
-            return Ok(());
-        };
-        let current = file.current();
-        if current.acked.index <= keep.index {
-            return Ok(());
-        }
+        let file = self.promise.as_mut().expect("checked above");
         let result = file.set(Promise {
             acked: keep,
             starts,

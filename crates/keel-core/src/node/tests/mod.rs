@@ -150,6 +150,11 @@ fn log_ids(entries: &[Entry]) -> Vec<LogId> {
     entries.iter().map(Entry::log_id).collect()
 }
 
+/// Log positions from `(term, index)` pairs.
+pub(super) fn positions(pairs: &[(Term, Index)]) -> Vec<LogId> {
+    pairs.iter().map(|(t, i)| LogId::new(*t, *i)).collect()
+}
+
 fn data(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }

@@ -40,10 +40,6 @@ fn respond(n: &mut RaftNode, from: NodeId, (term, answer): (Term, RepairAnswer))
     settle(n)
 }
 
-fn starts(terms: &[(Term, Index)]) -> Vec<LogId> {
-    terms.iter().map(|(t, i)| LogId::new(*t, *i)).collect()
-}
-
 /// Storage faults seed 5169's shape: the node (promise 3/6, log through its commit index 2)
 /// lost entries of terms 2 and 3; a peer holds those of term 2, whose place in the former log
 /// the promise record kept. Knowing only the promised entry, the peer could not tell its term-2
@@ -51,14 +47,14 @@ fn starts(terms: &[(Term, Index)]) -> Vec<LogId> {
 #[test]
 fn entries_of_an_older_term_of_the_former_log_come_from_a_peer_that_holds_them() {
     let promised = LogId::new(3, 6);
-    let record = starts(&[(1, 1), (2, 3), (3, 5)]);
+    let record = positions(&[(1, 1), (2, 3), (3, 5)]);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(3, Some(2), 2));
     n.start_recovering(promised, &record);
     let asked = ask(&mut n);
     let from_commit = LogId::new(1, 2);
     assert_eq!(
         asked,
-        [1, 3].map(|to| (to, from_commit, starts(&[(2, 3), (3, 5)])))
+        [1, 3].map(|to| (to, from_commit, positions(&[(2, 3), (3, 5)])))
     );
 
     let peer = |id| node_with(id, &[1, 2, 3], &[1, 1, 2, 2], hs(3, None, 2));
@@ -79,7 +75,7 @@ fn entries_of_an_older_term_of_the_former_log_come_from_a_peer_that_holds_them()
     };
     assert_eq!(
         (*prev, log_ids(entries)),
-        (from_commit, starts(&[(2, 3), (2, 4)]))
+        (from_commit, positions(&[(2, 3), (2, 4)]))
     );
     respond(&mut n, 3, got);
     assert_eq!(n.log.last_log_id(), LogId::new(2, 4));
@@ -87,13 +83,16 @@ fn entries_of_an_older_term_of_the_former_log_come_from_a_peer_that_holds_them()
     // It asks from there; both peers end at 4, lacking every term-3 entry, and say so from
     // term 4: it lets go of the promise and campaigns on the log it now holds.
     let asked = ask(&mut n);
-    assert!(asked
-        .iter()
-        .all(|(_, last, terms)| (*last, terms.clone()) == (LogId::new(2, 4), starts(&[(3, 5)]))));
+    assert!(
+        asked
+            .iter()
+            .all(|(_, last, terms)| (*last, terms.clone())
+                == (LogId::new(2, 4), positions(&[(3, 5)])))
+    );
     for from in [1, 3] {
         let said = answer(
             &mut peer(from),
-            request(from, promised, LogId::new(2, 4), starts(&[(3, 5)])),
+            request(from, promised, LogId::new(2, 4), positions(&[(3, 5)])),
         );
         assert_eq!(
             said,
@@ -123,7 +122,10 @@ fn a_peer_lacks_the_lost_entries_exactly_where_the_former_terms_are_known() {
     let peer = || node_with(3, &[1, 2, 3], &[1, 1, 2, 2, 2], hs(3, None, 2));
     // Term 3 from index 5 in the former log: the peer's term 2 there is another entry.
     assert_eq!(
-        answer(&mut peer(), request(3, promised, last, starts(&[(3, 5)]))),
+        answer(
+            &mut peer(),
+            request(3, promised, last, positions(&[(3, 5)]))
+        ),
         (4, RepairAnswer::Lacks { after: last })
     );
     // Only the promised entry known: term 2 at index 5 may be a lost entry of term 2.
@@ -154,7 +156,7 @@ fn compacted_peer(id: NodeId, terms: &[Term], compact_to: Index) -> RaftNode {
 #[test]
 fn a_promise_is_lowered_to_an_entry_compacted_peers_report_committed() {
     let promised = LogId::new(3, 6);
-    let record = starts(&[(1, 1), (3, 5)]);
+    let record = positions(&[(1, 1), (3, 5)]);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(3, Some(2), 2));
     n.start_recovering(promised, &record);
     let asked = ask(&mut n);
@@ -183,13 +185,13 @@ fn a_promise_is_lowered_to_an_entry_compacted_peers_report_committed() {
     let asked = ask(&mut n);
     assert!(asked
         .iter()
-        .all(|(_, last, terms)| (*last, terms.clone()) == (committed, starts(&[(3, 5)]))));
+        .all(|(_, last, terms)| (*last, terms.clone()) == (committed, positions(&[(3, 5)]))));
     let mut writes = Vec::new();
     for from in [1, 3] {
         let mut peer = compacted_peer(from, &[1, 1, 1, 1, 1], 4);
         let said = answer(
             &mut peer,
-            request(from, promised, committed, starts(&[(3, 5)])),
+            request(from, promised, committed, positions(&[(3, 5)])),
         );
         assert_eq!(said, (4, RepairAnswer::Lacks { after: committed }));
         writes.extend(respond(&mut n, from, said).writes);
@@ -241,7 +243,7 @@ fn a_promise_is_lowered_to_an_entry_compacted_peers_report_committed() {
 fn a_committed_entry_of_another_term_than_the_former_one_lowers_the_promise_at_once() {
     let promised = LogId::new(3, 6);
     let mut n = node_with(2, &[1, 2, 3], &[1, 1], hs(3, Some(2), 2));
-    n.start_recovering(promised, &starts(&[(1, 1), (3, 5)]));
+    n.start_recovering(promised, &positions(&[(1, 1), (3, 5)]));
     ask(&mut n);
     let committed = LogId::new(2, 4);
     let out = respond(
@@ -262,7 +264,7 @@ fn a_committed_entry_of_another_term_than_the_former_one_lowers_the_promise_at_o
     assert_eq!(n.recovering(), Some(committed));
     // One that can be the former entry changes nothing by itself.
     let mut m = node_with(2, &[1, 2, 3], &[1, 1], hs(3, Some(2), 2));
-    m.start_recovering(promised, &starts(&[(1, 1), (3, 5)]));
+    m.start_recovering(promised, &positions(&[(1, 1), (3, 5)]));
     ask(&mut m);
     let out = respond(
         &mut m,
@@ -277,4 +279,47 @@ fn a_committed_entry_of_another_term_than_the_former_one_lowers_the_promise_at_o
     );
     assert!(out.writes.iter().all(|w| w.lower_promise_to.is_none()));
     assert_eq!(m.recovering(), Some(promised));
+}
+
+/// The quorums that can have counted the lost entries are those of the configuration in effect
+/// where the node asks from, not its log's latest: a stale tail that came back with the damage
+/// may hold a configuration the lost log never had (here five voters, in which the two lacking
+/// peers would block nothing).
+#[test]
+fn the_configuration_at_the_point_asked_from_decides_not_a_stale_tail_s() {
+    let mut storage = MemStorage::new_cluster([1, 2, 3]);
+    let mut entries = entries_from(1, &[1, 1]);
+    entries.push(Entry {
+        term: 1,
+        index: 3,
+        payload: EntryPayload::Membership(std::sync::Arc::new(Membership::new_voters([
+            1, 2, 3, 4, 5,
+        ]))),
+    });
+    let write = Write {
+        id: 0,
+        install: None,
+        purge_to: None,
+        entries,
+        hard_state: Some(hs(3, Some(2), 2)),
+        sync: true,
+        release_promise: false,
+        lower_promise_to: None,
+    };
+    storage.write(&write).expect("in memory");
+    let mut n = RaftNode::new(test_config(2), storage.recover().expect("recover")).expect("ok");
+    let promised = LogId::new(2, 6);
+    n.start_recovering(promised, &[]);
+    let asked = ask(&mut n);
+    let from_commit = LogId::new(1, 2);
+    assert!(
+        asked.iter().all(|(_, last, _)| *last == from_commit),
+        "{asked:?}"
+    );
+    for from in [1, 3] {
+        let said = (4, RepairAnswer::Lacks { after: from_commit });
+        respond(&mut n, from, said);
+    }
+    assert_eq!(n.take_released_promise(), Some(promised));
+    assert_eq!(n.recovering(), None);
 }
