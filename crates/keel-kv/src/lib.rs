@@ -28,6 +28,7 @@ pub mod forwarding;
 mod glob;
 mod number;
 pub mod resp;
+pub mod script;
 pub mod state_machine;
 
 #[cfg(feature = "cli")]

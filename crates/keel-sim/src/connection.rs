@@ -251,8 +251,8 @@ impl World {
                 return true;
             }
             Admission::StartRead { slot, command } => self.start_read(connection, slot, command),
-            // The simulated clients send neither QUIT nor admin commands.
-            Admission::Close(_) | Admission::Admin(..) => {
+            // The simulated clients send neither QUIT, admin commands nor scripts.
+            Admission::Close(_) | Admission::Admin(..) | Admission::Script(..) => {
                 let detail = format!("connection {connection} was sent a request it never sends");
                 self.violate("client request", detail);
                 return false;

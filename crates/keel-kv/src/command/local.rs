@@ -41,6 +41,9 @@ pub enum LocalCommand {
     /// `MONITOR`: the connection is shown every command the node's clients run
     /// (`connection/monitor.rs`).
     Monitor,
+    /// `EVAL`, `EVALSHA`, their `_RO` forms and `SCRIPT`: run by the node's script runner
+    /// (`crate::script`), not answered by the connection.
+    Script(crate::script::ScriptCommand),
     /// `AUTH [username] password`.
     Auth {
         user: Option<Bytes>,

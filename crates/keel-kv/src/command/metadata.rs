@@ -281,6 +281,25 @@ pub fn command_docs(name: &str) -> Docs {
         "monitor" => docs("server", "1.0.0", O1, &["admin", "slow", "dangerous"]),
         "function" => docs("scripting", "7.0.0", "Depends on subcommand.", &[]),
         "function|flush" | "function|list" => docs("scripting", "7.0.0", O1, &["scripting"]),
+        "eval" | "evalsha" => docs(
+            "scripting",
+            "2.6.0",
+            "Depends on the script that is executed.",
+            &["scripting"],
+        ),
+        "eval_ro" | "evalsha_ro" => docs(
+            "scripting",
+            "7.0.0",
+            "Depends on the script that is executed.",
+            &["scripting"],
+        ),
+        "script" => docs("scripting", "2.6.0", "Depends on subcommand.", &[]),
+        "script|load" | "script|exists" | "script|flush" | "script|kill" => docs(
+            "scripting",
+            "2.6.0",
+            "O(N) with N the number of bytes or scripts.",
+            &["scripting"],
+        ),
         "debug" => docs("server", "1.0.0", "Depends on subcommand.", &[]),
         "multi" | "exec" => docs("transactions", "1.2.0", O1, TRANSACTION),
         "discard" => docs(
@@ -403,11 +422,18 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
     sub("config|resetstat", 2, CLIENT_ADMIN_FLAGS),
     sub("function|flush", -2, &["noscript", "write"]),
     sub("function|list", -2, &["noscript"]),
+    sub("script|load", 3, &["noscript", "stale"]),
+    sub("script|exists", -3, &["noscript"]),
+    sub("script|flush", -2, &["noscript"]),
+    sub("script|kill", 2, &["noscript", "allow_busy"]),
 ];
 
 /// Whether `name` has subcommands in [`SUBCOMMANDS`] (a quick test for the request path).
 pub fn has_subcommands(name: &str) -> bool {
-    matches!(name, "client" | "command" | "config" | "function")
+    matches!(
+        name,
+        "client" | "command" | "config" | "function" | "script"
+    )
 }
 
 /// The subcommands of `parent` (empty for a command without).

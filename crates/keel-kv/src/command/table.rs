@@ -71,6 +71,22 @@ const READ_FLAGS: &[&str] = &["readonly", "fast"];
 const SLOW_READ_FLAGS: &[&str] = &["readonly"];
 const TWO_KEYS: (i32, i32, i32) = (1, 2, 1);
 const CONN_FLAGS: &[&str] = &["loading", "stale", "fast"];
+const SCRIPT_FLAGS: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const SCRIPT_RO_FLAGS: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "no_mandatory_keys",
+    "movablekeys",
+];
 const TX_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 
 /// Every command keel knows, in the order `COMMAND` lists them.
@@ -271,6 +287,11 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             Local,
         ),
         spec("function", -2, &["noscript"], NO_KEYS, Local),
+        spec("eval", -3, SCRIPT_FLAGS, NO_KEYS, Local),
+        spec("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, Local),
+        spec("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, Local),
+        spec("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, Local),
+        spec("script", -2, &["noscript"], NO_KEYS, Local),
         spec("raft.member", -3, &["admin"], NO_KEYS, Admin),
         spec("raft.transfer", 2, &["admin"], NO_KEYS, Admin),
         spec("raft.snapshot", 1, &["admin"], NO_KEYS, Admin),

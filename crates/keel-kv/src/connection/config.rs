@@ -24,6 +24,9 @@ pub struct ConfigValues {
     pub maxclients_max: u64,
     /// `timeout`: seconds a client may stay idle; 0: forever.
     pub timeout_seconds: u64,
+    /// `busy-reply-threshold` (alias `lua-time-limit`): after how many ms a running script makes
+    /// its node answer `-BUSY` (`crate::script`); 0: never.
+    pub busy_reply_threshold_ms: u64,
     /// `maxmemory` in bytes; 0: no limit.
     pub maxmemory: u64,
     pub protected_mode: bool,
@@ -60,6 +63,7 @@ impl Default for ConfigValues {
             maxclients: 10_000,
             maxclients_max: 10_000,
             timeout_seconds: 0,
+            busy_reply_threshold_ms: crate::script::BUSY_REPLY_THRESHOLD_MS_DEFAULT,
             maxmemory: 0,
             protected_mode: true,
             save: String::new(),
@@ -120,6 +124,11 @@ fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, St
         ("maxmemory-policy", "noeviction".to_string()),
         ("maxclients", config.maxclients.to_string()),
         ("timeout", config.timeout_seconds.to_string()),
+        (
+            "busy-reply-threshold",
+            config.busy_reply_threshold_ms.to_string(),
+        ),
+        ("lua-time-limit", config.busy_reply_threshold_ms.to_string()),
         ("protected-mode", yes_no(config.protected_mode).to_string()),
         ("cluster-enabled", "no".to_string()),
         ("proto-max-bulk-len", limits.bulk_bytes_max.to_string()),
@@ -290,6 +299,10 @@ fn set_one(name: &str, value: &str, values: &mut ConfigValues) -> Option<Result<
         "maxmemory" => memory(value).map(|bytes| values.maxmemory = bytes),
         // Read each time a connection waits for its client's next request.
         "timeout" => integer(value).map(|seconds| values.timeout_seconds = seconds),
+        // Read each time a request is dispatched while a script runs.
+        "busy-reply-threshold" | "lua-time-limit" => {
+            integer(value).map(|ms| values.busy_reply_threshold_ms = ms)
+        }
         // Read on each accept. Raising it past what the file descriptors were checked for at
         // start could run the node out of them, so that needs a restart.
         "maxclients" => integer(value).and_then(|n| match n {

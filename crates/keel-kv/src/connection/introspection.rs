@@ -343,6 +343,12 @@ fn summary(name: &str) -> &'static str {
         "function" => {
             "FUNCTION FLUSH / LIST: keel has no functions (nothing to flush, none listed)."
         }
+        "eval" | "evalsha" => {
+            "Runs a Lua script atomically: on the leader, against copies of its keys, its writes \
+             committed as one transaction watching them (run again if one changed)."
+        }
+        "eval_ro" | "evalsha_ro" => "Runs a Lua script that may not write.",
+        "script" => "SCRIPT LOAD / EXISTS / FLUSH / KILL: this node's script cache and scripts.",
         "raft.member" => {
             "RAFT.MEMBER ADD id addr [LEARNER] [CLIENT addr] | RAFT.MEMBER REMOVE id [FORCE]."
         }
@@ -378,6 +384,10 @@ fn summary(name: &str) -> &'static str {
         "config|resetstat" => "Zeroes the counters INFO reports (stats, commandstats, errorstats).",
         "function|flush" => "Nothing to flush: keel has no functions.",
         "function|list" => "Always empty: keel has no functions.",
+        "script|load" => "Compiles a script and caches it on this node; returns its SHA-1.",
+        "script|exists" => "Whether scripts are in this node's cache, by SHA-1.",
+        "script|flush" => "Empties this node's script cache.",
+        "script|kill" => "Stops the scripts running on this node (none of their writes apply).",
         _ => "",
     }
 }

@@ -70,6 +70,12 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
 pub trait NodeInfo {
     fn status(&self) -> NodeStatus;
 
+    /// Whether a script has run on the node for longer than `busy-reply-threshold`: then
+    /// commands other than those [`allowed_while_busy`] answer `-BUSY` (`crate::script`).
+    fn script_busy(&self) -> bool {
+        false
+    }
+
     /// The node's wall clock in microseconds since the Unix epoch (`TIME`).
     fn wall_clock_us(&self) -> u64 {
         std::time::SystemTime::now()
@@ -94,6 +100,8 @@ pub enum Dispatch {
     /// EXEC: propose the queued commands as one log entry, with this connection's next request
     /// id, and reply with the array the state machine returns.
     Exec(Transaction),
+    /// EVAL and its family, SCRIPT: for the node's script runner (`crate::script`).
+    Script(crate::script::ScriptCommand),
 }
 
 /// The commands queued between MULTI and EXEC.
@@ -226,6 +234,24 @@ pub struct ClientConnection {
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
 /// reply kept for EXEC's array). Those that change the connection (HELLO, AUTH, CLIENT SETNAME,
 /// CLIENT SETINFO) are refused there: their effect would come before EXEC, not at it.
+/// Whether a request runs while a script is busy, as Redis lets through commands flagged
+/// `allow_busy` (and answers a request that does not parse with its own error).
+pub fn allowed_while_busy(parsed: &Result<Command, CommandError>) -> bool {
+    match parsed {
+        Err(_) => true,
+        Ok(Command::Transaction(command)) => !matches!(command, TransactionCommand::Exec),
+        Ok(Command::Local(
+            LocalCommand::Auth { .. }
+            | LocalCommand::Hello(_)
+            | LocalCommand::Quit
+            | LocalCommand::Shutdown
+            | LocalCommand::Client(_),
+        )) => true,
+        Ok(Command::Local(LocalCommand::Script(script))) => script.allowed_while_busy(),
+        Ok(_) => false,
+    }
+}
+
 fn answered_in_transaction(command: &LocalCommand) -> bool {
     match command {
         LocalCommand::Select
@@ -252,6 +278,7 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
         // Refused inside a transaction in Redis's words (`dispatch_queued`).
         LocalCommand::Monitor => false,
+        LocalCommand::Script(_) => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
         | LocalCommand::Echo(_)
@@ -387,6 +414,9 @@ impl ClientConnection {
             other => other,
         };
         self.monitored.clear();
+        if !allowed_while_busy(&parsed) && node.script_busy() {
+            return self.refuse_busy(&parsed);
+        }
         if self.queue.is_some() {
             // Inside MULTI only what is not queued runs now, and is shown now.
             let runs_now = match &parsed {
@@ -447,8 +477,29 @@ impl ClientConnection {
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
+            Ok(Command::Local(LocalCommand::Script(command))) => Dispatch::Script(command),
             Ok(Command::Local(command)) => Dispatch::Reply(self.answer(command, node)),
         }
+    }
+
+    /// `-BUSY` for a command sent while a script is busy; inside MULTI it aborts the
+    /// transaction, and EXEC answers `-EXECABORT` with the reason (Redis's `rejectCommand`).
+    fn refuse_busy(&mut self, parsed: &Result<Command, CommandError>) -> Dispatch {
+        let busy = Reply::error(crate::script::BUSY);
+        if let Some(queue) = &mut self.queue {
+            if matches!(parsed, Ok(Command::Transaction(TransactionCommand::Exec))) {
+                self.queue = None;
+                self.watched.clear();
+                return Dispatch::Reply(Reply::error(format!(
+                    "EXECABORT Transaction discarded because of: {}",
+                    crate::script::BUSY
+                )));
+            }
+            queue.aborted = true;
+            queue.transaction = Transaction::default();
+            queue.bytes = 0;
+        }
+        Dispatch::Reply(busy)
     }
 
     /// Whether some connection of the node is a monitor.
@@ -685,6 +736,8 @@ impl ClientConnection {
                     Err(reply) => reply,
                 }
             }
+            // `dispatch` hands scripts to the runner; a connection alone has none.
+            LocalCommand::Script(_) => Reply::error("ERR scripts are not run here"),
         }
     }
 

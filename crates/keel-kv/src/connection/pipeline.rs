@@ -110,6 +110,9 @@ pub enum Admission {
     Close(Reply),
     /// An admin command (everything before it is answered): run it and send its reply.
     Admin(AdminCommand, Vec<Bytes>),
+    /// A script command (everything before it is answered): run it (`crate::script`) and send
+    /// its reply.
+    Script(crate::script::ScriptCommand, Vec<Bytes>),
 }
 
 /// The handle of a proposal or a read, whose outcome the shell awaits.
@@ -358,7 +361,9 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Reply(_) => false,
             Dispatch::Write(_) | Dispatch::Exec(_) => self.run == Some(RunKind::Read),
             Dispatch::Read(_) => self.run == Some(RunKind::Write),
-            Dispatch::ReplyAndClose(_) | Dispatch::Admin(_) => !self.slots.is_empty(),
+            Dispatch::ReplyAndClose(_) | Dispatch::Admin(_) | Dispatch::Script(_) => {
+                !self.slots.is_empty()
+            }
         };
         // A request behind a WATCH waits for the watch point: a read started beside it could be
         // served from an older state than the point (on a follower the leader reads the point,
@@ -384,6 +389,7 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Reply(reply) => self.push_answer(reply, meter),
             Dispatch::ReplyAndClose(reply) => return Admission::Close(reply),
             Dispatch::Admin(command) => return Admission::Admin(command, args),
+            Dispatch::Script(command) => return Admission::Script(command, args),
             Dispatch::Write(command) => self.push_write(
                 LoggedCommand::Write(command),
                 WriteRequest::Write(args),

@@ -2,6 +2,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::*;
 
+mod busy;
 mod clients;
 mod hello_auth;
 mod introspection;

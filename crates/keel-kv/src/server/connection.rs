@@ -474,7 +474,8 @@ impl Session<'_> {
         } else {
             NodeStatus::default()
         };
-        let mut dispatch = self.connection.dispatch(&args, &Fetched(status));
+        let busy = self.ctx.script_busy();
+        let mut dispatch = self.connection.dispatch(&args, &Fetched(status, busy));
         self.await_killed().await;
         if let Some(mode) = self.connection.take_reply_mode() {
             // Every earlier reply is sent (or not) under the mode before; this one's is not
@@ -522,6 +523,13 @@ impl Session<'_> {
                     self.flush_all(self.idle_timeout()).await?;
                     return Ok(false);
                 }
+                Admission::Script(command, args) => {
+                    let admitted = std::time::Instant::now();
+                    let reply = self.script(command, &args).await;
+                    self.count(&args, &reply, admitted);
+                    self.push(&reply)?;
+                    break;
+                }
                 Admission::Admin(command, args) => {
                     let admitted = std::time::Instant::now();
                     let result = admin(self.ctx, command).await;
@@ -550,6 +558,12 @@ impl Session<'_> {
     /// Proposes the writes not proposed yet (one batch, in order), then answers every request in
     /// order.
     async fn finish_all(&mut self) -> std::io::Result<()> {
+        self.finish(None).await
+    }
+
+    /// [`Self::finish_all`], keeping the last reply released in `captured` instead of sending
+    /// it when given (a script's transaction, whose reply is the script's business).
+    async fn finish(&mut self, mut captured: Option<&mut Option<Reply>>) -> std::io::Result<()> {
         let batch = self.pipeline.take_batch(super::wall_clock_ms());
         if !batch.is_empty() {
             let entries = batch.into_iter().map(|(_, entry)| entry).collect();
@@ -559,7 +573,10 @@ impl Session<'_> {
         loop {
             match self.pipeline.release() {
                 Release::Idle => return Ok(()),
-                Release::Send(reply) => self.push(&reply)?,
+                Release::Send(reply) => match captured.as_deref_mut() {
+                    Some(slot) => *slot = Some(reply),
+                    None => self.push(&reply)?,
+                },
                 Release::Watched { keys, point } => {
                     let reply = self.connection.watch_point(&keys, &point);
                     self.push(&reply)?
@@ -634,6 +651,9 @@ enum Forwarding<'a> {
     /// forward leaves its outcome unknown).
     Once(&'a [Bytes], bool),
 }
+
+#[path = "script_runner.rs"]
+mod script_runner;
 
 /// The reply of an applied write, from what the state machine answered.
 pub(super) use crate::forwarding::write_reply;

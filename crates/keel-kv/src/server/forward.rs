@@ -339,7 +339,7 @@ fn log_entry(
     now_ms: u64,
 ) -> Option<(Bytes, Vec<(usize, Reply)>)> {
     let mut protocol = ClientConnection::new(0, "", *limits);
-    let node = super::Fetched(NodeStatus::default());
+    let node = super::Fetched(NodeStatus::default(), false);
     let command = match request {
         Forwarded::Write(args) => match protocol.dispatch(args, &node) {
             Dispatch::Write(command) => (LoggedCommand::Write(command), Vec::new()),

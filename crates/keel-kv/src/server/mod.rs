@@ -102,6 +102,11 @@ pub struct ServerContext {
     pub server_stats: Arc<ServerStats>,
     /// The background scrub's counters (`keel_runtime::scrub`), for INFO.
     pub scrub: Arc<keel_runtime::scrub::ScrubCounters>,
+    /// The script cache and the scripts running (`crate::script`).
+    pub scripts: Arc<crate::script::ScriptRegistry>,
+    /// Held by a script running again after a conflict, so that such runs do not conflict
+    /// with each other (`script_runner.rs`).
+    pub script_turn: tokio::sync::Mutex<()>,
     next_connection_id: AtomicU64,
 }
 
@@ -133,6 +138,8 @@ impl ServerContext {
             client_registry: Arc::default(),
             server_stats: Arc::default(),
             scrub: Arc::default(),
+            scripts: Arc::default(),
+            script_turn: tokio::sync::Mutex::new(()),
             next_connection_id: AtomicU64::new(1),
         }
     }
@@ -348,11 +355,30 @@ impl ServerContext {
 
 /// A `NodeInfo` answering with a status fetched beforehand (INFO is synchronous in the protocol
 /// layer, the runtime's status is not).
-struct Fetched(NodeStatus);
+struct Fetched(NodeStatus, bool);
 
 impl NodeInfo for Fetched {
     fn status(&self) -> NodeStatus {
         self.0.clone()
+    }
+
+    fn script_busy(&self) -> bool {
+        self.1
+    }
+}
+
+impl ServerContext {
+    /// Whether a script has run here longer than `busy-reply-threshold` (`crate::script`).
+    fn script_busy(&self) -> bool {
+        if self.scripts.running() == 0 {
+            // The common case, without the config's lock or the clock.
+            return false;
+        }
+        let threshold_ms = self.config.read().busy_reply_threshold_ms;
+        self.scripts.busy(
+            std::time::Instant::now(),
+            std::time::Duration::from_millis(threshold_ms),
+        )
     }
 }
 

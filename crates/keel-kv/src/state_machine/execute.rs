@@ -153,7 +153,7 @@ impl KvStateMachine {
     /// Runs a transaction's commands in order: one reply each. A failing command answers its
     /// error and the others still run (no rollback, as in Redis). Reads see the writes before
     /// them; their replies are bounded by [`EXEC_REPLY_BYTES_MAX`] in all.
-    fn execute_all(&mut self, commands: &[QueuedCommand]) -> Vec<Reply> {
+    pub(super) fn execute_all(&mut self, commands: &[QueuedCommand]) -> Vec<Reply> {
         let mut reply_bytes = 0usize;
         let mut replies = Vec::with_capacity(commands.len());
         for command in commands {

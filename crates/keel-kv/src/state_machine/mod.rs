@@ -44,6 +44,7 @@ mod keyspace;
 mod lcs;
 mod log_command;
 mod map;
+mod scratch;
 mod snapshot;
 mod strings;
 mod value;

@@ -1,0 +1,186 @@
+//! Lua scripts (`EVAL`, `EVALSHA`, `EVAL_RO`, `EVALSHA_RO`, `SCRIPT LOAD | EXISTS | FLUSH |
+//! KILL`): atomic under consensus without running a script on every replica.
+//!
+//! Redis runs a script to its end while nothing else runs, then replicates what it changed.
+//! keel cannot stop the cluster for a script, and must not run it on every replica either: a
+//! script may loop (every replica's apply would stop with it, the whole cluster's writes
+//! behind), read the clock or draw random numbers (replicas would diverge). So a script runs
+//! once, on the leader, optimistically, and only its effects go through the log:
+//!
+//! 1. The script runs in a sandboxed Lua 5.1 state (`lua.rs`) on a thread of its own. Each
+//!    `redis.call` runs in the script's scratch state (`view.rs`): the keys the command names
+//!    are copied from the replicated state the first time the script touches them, by a
+//!    linearizable read that also records the applied index `w` and log time `t` of the state
+//!    they came from; the command then runs on the copies. Nothing is proposed while the script
+//!    runs, so it can be killed at any moment (`SCRIPT KILL`), and a script that fails proposes
+//!    nothing.
+//! 2. At its end, its writes, in order, become one transaction that watches every key the script
+//!    touched, each from its own `(w, t)`: the `EXEC WATCHED` entry a client's `WATCH` ...
+//!    `EXEC` makes (`state_machine/keyspace.rs` decides what "changed" means, expiry included).
+//! 3. If the state machine applies it, no key the script touched changed between the copy and
+//!    the entry's index `i`: every value the script read is the value at `i`, and every write it
+//!    made runs at `i` on exactly the values it ran on in the scratch, so it answers the same.
+//!    The script took effect atomically at `i`, a point inside the call: linearizable. If a key
+//!    changed, the entry applies as nothing (every replica decides alike) and the script runs
+//!    again from step 1, at most [`SCRIPT_ATTEMPTS_MAX`] times in all; then the client gets
+//!    `-TRYAGAIN` and nothing of the script applied.
+//! 4. A script that wrote nothing proposes nothing. When all its keys came in one copy, that
+//!    copy was one linearizable read of every key: done. Otherwise a last read checks that none
+//!    changed since its copy (the check `EXEC WATCHED` makes, done locally), or runs the script
+//!    again.
+//!
+//! What a client may notice: a script's reply is what it computed (Redis's effects
+//! replication, not script replication); `TIME` and random numbers are read once; commands that
+//! reach keys they do not name (KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SORT ... BY or
+//! GET patterns) are refused inside scripts, because what they read could not be watched.
+//! Scripts run on the leader: a follower forwards `EVAL` (once: a lost link leaves the outcome
+//! unknown, `-TRYAGAIN`) unless the script reads no key, which runs where it was sent. Each node
+//! keeps its own script cache: `SCRIPT LOAD` on one node does not load the script on the others
+//! (`EVALSHA` elsewhere answers `NOSCRIPT`, and clients fall back to `EVAL`, as they do after a
+//! Redis restart).
+//!
+//! While a script has run longer than `busy-reply-threshold` (`lua-time-limit`, 5 s by
+//! default) its node answers other commands `-BUSY`, as Redis does, except those Redis lets
+//! through (`SCRIPT KILL`, `AUTH`, `HELLO`, `MULTI`, `DISCARD`, `WATCH`, `UNWATCH`, `QUIT`,
+//! `SHUTDOWN`, `CLIENT`); a command refused that way inside `MULTI` aborts the transaction, and
+//! `EXEC` answers `-EXECABORT ... BUSY`. Unlike Redis, `SCRIPT KILL` works on a script that
+//! already wrote: nothing of it was proposed yet.
+//!
+//! Bounds: [`SCRIPTS_RUNNING_MAX`] scripts at once per node, [`SCRIPT_MEMORY_BYTES_MAX`] of Lua
+//! heap each, their effects within a transaction's bounds (`multi-commands-max`,
+//! `multi-bytes-max`), the cache within [`CACHE_SCRIPTS_MAX`] scripts and
+//! [`CACHE_BYTES_MAX`] bytes (the oldest script loaded by `EVAL` goes first).
+
+pub mod lua;
+mod registry;
+pub mod sha1;
+pub mod view;
+
+pub use registry::{RunningScript, ScriptCache, ScriptRegistry};
+
+use bytes::Bytes;
+
+use crate::command::CommandError;
+
+/// Most times a script runs for one call before the client gets `-TRYAGAIN`.
+pub const SCRIPT_ATTEMPTS_MAX: u32 = 8;
+
+/// Most scripts running on a node at once; beyond, `EVAL` answers `-BUSY`.
+pub const SCRIPTS_RUNNING_MAX: usize = 8;
+
+/// Bound on one script's Lua heap.
+pub const SCRIPT_MEMORY_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Bound on the scripts a node's cache keeps.
+pub const CACHE_SCRIPTS_MAX: usize = 10_000;
+
+/// Bound on the bytes of the scripts a node's cache keeps.
+pub const CACHE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// `busy-reply-threshold` (`lua-time-limit`) when not configured, in ms.
+pub const BUSY_REPLY_THRESHOLD_MS_DEFAULT: u64 = 5_000;
+
+/// Redis's reply to commands refused while a script is busy.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
+/// Which script an `EVAL`-like command runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScriptSource {
+    /// `EVAL`: the script itself.
+    Body(Bytes),
+    /// `EVALSHA`: a script in the node's cache, by its SHA-1 (hex, any case).
+    Sha(Bytes),
+}
+
+/// A script command, as parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScriptCommand {
+    /// `EVAL | EVALSHA | EVAL_RO | EVALSHA_RO script numkeys [key ...] [arg ...]`.
+    Eval {
+        source: ScriptSource,
+        keys: Vec<Bytes>,
+        args: Vec<Bytes>,
+        /// `_RO`: the script may not write.
+        read_only: bool,
+    },
+    /// `SCRIPT LOAD script`: compiles and caches it, answers its SHA-1.
+    Load(Bytes),
+    /// `SCRIPT EXISTS sha [sha ...]`.
+    Exists(Vec<Bytes>),
+    /// `SCRIPT FLUSH [ASYNC | SYNC]`: empties this node's cache.
+    Flush,
+    /// `SCRIPT KILL`: stops the scripts running on this node.
+    Kill,
+}
+
+impl ScriptCommand {
+    /// Whether the command may run while a script is busy (only `SCRIPT KILL`).
+    pub fn allowed_while_busy(&self) -> bool {
+        matches!(self, ScriptCommand::Kill)
+    }
+}
+
+/// Parses `EVAL`-like commands (`name` lowercase) and `SCRIPT`; `rest` is what follows the name
+/// (arity checked by the command table).
+pub(crate) fn parse(name: &str, rest: &[Bytes]) -> Result<ScriptCommand, CommandError> {
+    let is = |arg: &Bytes, word: &str| arg.eq_ignore_ascii_case(word.as_bytes());
+    match name {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
+            let numkeys = std::str::from_utf8(&rest[1])
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or(CommandError::NotInteger)?;
+            if numkeys < 0 {
+                return Err(CommandError::Invalid("Number of keys can't be negative"));
+            }
+            let given = &rest[2..];
+            if numkeys as u64 > given.len() as u64 {
+                return Err(CommandError::Invalid(
+                    "Number of keys can't be greater than number of args",
+                ));
+            }
+            let (keys, args) = given.split_at(numkeys as usize);
+            let source = if name.starts_with("evalsha") {
+                ScriptSource::Sha(rest[0].clone())
+            } else {
+                ScriptSource::Body(rest[0].clone())
+            };
+            Ok(ScriptCommand::Eval {
+                source,
+                keys: keys.to_vec(),
+                args: args.to_vec(),
+                read_only: name.ends_with("_ro"),
+            })
+        }
+        _ => match rest {
+            [sub, body] if is(sub, "LOAD") => Ok(ScriptCommand::Load(body.clone())),
+            [sub, shas @ ..] if is(sub, "EXISTS") && !shas.is_empty() => {
+                Ok(ScriptCommand::Exists(shas.to_vec()))
+            }
+            [sub] if is(sub, "FLUSH") => Ok(ScriptCommand::Flush),
+            [sub, mode] if is(sub, "FLUSH") && (is(mode, "ASYNC") || is(mode, "SYNC")) => {
+                Ok(ScriptCommand::Flush)
+            }
+            [sub] if is(sub, "KILL") => Ok(ScriptCommand::Kill),
+            [sub, ..]
+                if ["LOAD", "EXISTS", "FLUSH", "KILL"]
+                    .iter()
+                    .any(|w| is(sub, w)) =>
+            {
+                Err(CommandError::WrongArity(format!(
+                    "script|{}",
+                    String::from_utf8_lossy(sub).to_lowercase()
+                )))
+            }
+            [sub, ..] => Err(CommandError::UnknownSubcommand {
+                command: "SCRIPT",
+                subcommand: String::from_utf8_lossy(sub).into_owned(),
+            }),
+            [] => Err(CommandError::WrongArity("script".into())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;
