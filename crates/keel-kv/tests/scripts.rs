@@ -1,8 +1,8 @@
 //! Lua scripts in a three-node cluster of `keel serve` processes: the lock-release script on the
 //! leader and on a follower, increments by script from many clients at once (each one applied
 //! exactly once, atomically, though scripts run optimistically and retry), SCRIPT KILL of a
-//! busy script that wrote (nothing of it applies) with `-BUSY` meanwhile, and what scripts may
-//! not call.
+//! busy script that wrote (nothing of it applies) with `-BUSY` meanwhile, what scripts may not
+//! call, and a clean shutdown while a script runs.
 
 mod process;
 
@@ -40,7 +40,7 @@ fn eval<T: redis::FromRedisValue>(
 
 #[test]
 fn scripts_release_locks_count_exactly_once_and_can_be_killed() {
-    let cluster = Cluster::new("scripts", &[1, 2, 3], &[], &[]);
+    let mut cluster = Cluster::new("scripts", &[1, 2, 3], &[], &[]);
     let leader = cluster.leader();
     let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
 
@@ -181,4 +181,35 @@ fn scripts_release_locks_count_exactly_once_and_can_be_killed() {
         ])
     );
     assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A script that never ends does not hold up a clean shutdown: the node kills its scripts as
+    // it stops (none outlives the runtime its reads go through).
+    let client = cluster.node(follower).client();
+    let endless = std::thread::spawn(move || {
+        let mut con = client.get_connection().unwrap();
+        eval::<Value>(&mut con, "while true do end", &[], &[])
+    });
+    let mut con = cluster.node(follower).connect().unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(100)
+        .query(&mut con)
+        .unwrap();
+    process::eventually_within("-BUSY on the follower", Duration::from_secs(10), || {
+        match redis::cmd("PING").query::<String>(&mut con) {
+            Err(error) if error.to_string().contains("BUSY") => Some(()),
+            _ => None,
+        }
+    });
+    cluster.node(follower).signal("TERM");
+    let status = cluster
+        .node_mut(follower)
+        .wait_exit(Duration::from_secs(30));
+    let status = status.expect("the node exits though a script runs");
+    assert!(status.success(), "a clean exit: {status}");
+    assert!(
+        endless.join().unwrap().is_err(),
+        "the script's client gets no reply"
+    );
 }

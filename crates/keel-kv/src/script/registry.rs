@@ -100,6 +100,9 @@ pub struct ScriptRegistry {
     /// `running.len()`, read without the lock: every request asks whether a script is busy.
     running_count: AtomicUsize,
     next_id: Mutex<u64>,
+    /// Set when the node shuts down: every script is killed, those starting after included, so
+    /// that none outlives the runtime its reads go through.
+    closed: AtomicBool,
 }
 
 /// A script registered as running until this is dropped.
@@ -155,7 +158,7 @@ impl ScriptRegistry {
             *next += 1;
             *next
         };
-        let kill = Arc::new(AtomicBool::new(false));
+        let kill = Arc::new(AtomicBool::new(self.closed.load(Ordering::Acquire)));
         running.push(Running {
             id,
             started: now,
@@ -176,6 +179,17 @@ impl ScriptRegistry {
             && lock(&self.running)
                 .iter()
                 .any(|r| now.saturating_duration_since(r.started) > threshold)
+    }
+
+    /// At shutdown: kills every script running, and every script started from now on at its
+    /// first poll of the kill flag (nothing of a killed script is proposed).
+    pub fn close(&self) {
+        // Under the lock, so that a script starting meanwhile either sees the flag or is killed.
+        let running = lock(&self.running);
+        self.closed.store(true, Ordering::Release);
+        for script in running.iter() {
+            script.kill.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Kills every script running: how many there were.

@@ -134,3 +134,23 @@ fn a_script_is_busy_past_the_threshold_until_it_ends_and_kill_reaches_it() {
     drop(all);
     assert!(registry.start(start).is_some());
 }
+
+#[test]
+fn closing_the_registry_kills_running_scripts_and_those_started_after() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let registry = Arc::new(super::ScriptRegistry::default());
+    let now = Instant::now();
+    let running = registry.start(now).expect("room");
+    let before = registry.start(now).expect("room");
+    drop(before);
+    assert!(!running.killed());
+    registry.close();
+    assert!(running.killed());
+    let after = registry.start(now).expect("room");
+    assert!(
+        after.killed(),
+        "a script starting after the close runs killed"
+    );
+}

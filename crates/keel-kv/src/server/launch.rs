@@ -86,6 +86,8 @@ pub struct RunningNode {
     pub peer_addr: SocketAddr,
     node: Node<KvAdapter>,
     accept: JoinHandle<()>,
+    /// Closed when the node stops: no script outlives it.
+    scripts: Arc<crate::script::ScriptRegistry>,
 }
 
 impl RunningNode {
@@ -93,6 +95,7 @@ impl RunningNode {
     pub async fn stop(self) {
         self.accept.abort();
         let _ = self.accept.await;
+        self.scripts.close();
         self.node.stop().await;
     }
 
@@ -102,6 +105,7 @@ impl RunningNode {
     pub async fn shutdown(self, hand_off: bool) {
         self.accept.abort();
         let _ = self.accept.await;
+        self.scripts.close();
         if hand_off {
             hand_off_leadership(&self.node.handle(), self.id, HANDOFF_TIMEOUT).await;
         }
@@ -501,14 +505,15 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     ctx.report_config();
     ctx.config.set_listener(client_addr);
-    let ctx = Arc::new(ctx);
-    let accept = tokio::spawn(serve(listener, ctx));
+    let scripts = Arc::clone(&ctx.scripts);
+    let accept = tokio::spawn(serve(listener, Arc::new(ctx)));
     Ok(RunningNode {
         id: options.id,
         client_addr,
         peer_addr: node.peer_addr(),
         node,
         accept,
+        scripts,
     })
 }
 
