@@ -231,9 +231,6 @@ pub struct ClientConnection {
     stats: Arc<ServerStats>,
 }
 
-/// Whether a command this node answers may be queued in a transaction (answered at once, its
-/// reply kept for EXEC's array). Those that change the connection (HELLO, AUTH, CLIENT SETNAME,
-/// CLIENT SETINFO) are refused there: their effect would come before EXEC, not at it.
 /// Whether a request runs while a script is busy, as Redis lets through commands flagged
 /// `allow_busy` (and answers a request that does not parse with its own error).
 pub fn allowed_while_busy(parsed: &Result<Command, CommandError>) -> bool {
@@ -252,6 +249,9 @@ pub fn allowed_while_busy(parsed: &Result<Command, CommandError>) -> bool {
     }
 }
 
+/// Whether a command this node answers may be queued in a transaction (answered at once, its
+/// reply kept for EXEC's array). Those that change the connection (HELLO, AUTH, CLIENT SETNAME,
+/// CLIENT SETINFO) are refused there: their effect would come before EXEC, not at it.
 fn answered_in_transaction(command: &LocalCommand) -> bool {
     match command {
         LocalCommand::Select
