@@ -30,6 +30,12 @@ impl Membership {
         }
     }
 
+    /// No voter and no learner: what a node knows of the configuration before any reaches it
+    /// (a node that joined from entries has none below its own AddVoter's entry).
+    pub fn is_unknown(&self) -> bool {
+        self.voters.is_empty() && self.outgoing.is_empty() && self.learners.is_empty()
+    }
+
     pub fn is_joint(&self) -> bool {
         !self.outgoing.is_empty()
     }

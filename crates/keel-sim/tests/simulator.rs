@@ -418,11 +418,15 @@ fn regression_seeds_pass() {
     // 21041481 (sweep 50): a node crashed between adopting a snapshot of a later term and the
     // write that installs it; it restarted in the snapshot's term, counted it durable although
     // storage held the older one, and storage refused the unsynced write that first named it.
+    // 22848696 (sweep 69): a node that joined from entries (index 1 on, before the leader's
+    // first snapshot) never received the bootstrap configuration, took a snapshot before its
+    // own AddVoter entry with an empty configuration in it, and, leading later, installed that
+    // snapshot on a member (a node now takes no snapshot where it knows no configuration).
     for seed in [
         46, 94, 175, 187, 227, 287, 1029, 1135, 2157, 3782, 6030, 6_018_352, 6_044_978, 8_003_380,
         16_003_627, 16_007_333, 16_007_368, 16_013_861, 16_021_439, 16_026_334, 16_100_008,
         16_106_396, 16_109_467, 16_111_507, 16_111_550, 16_115_077, 16_119_338, 16_120_255,
-        16_120_337, 16_127_135, 21_041_481, 21_044_417,
+        16_120_337, 16_127_135, 21_041_481, 21_044_417, 22_848_696,
     ] {
         let report = run(&RunConfig {
             disk_replacements: DiskReplacements::Off,

@@ -9,13 +9,20 @@ use crate::types::{Index, LogId, NodeId, SnapshotMeta};
 impl RaftNode {
     /// What a snapshot of the state machine at `index` must record: the entry's term, the
     /// configuration there and the term history up to it. `None` unless `index` is applied and
-    /// still in the log (or is the latest snapshot's own position).
+    /// still in the log (or is the latest snapshot's own position), and `None` where this node
+    /// knows no configuration: a node that joined from entries (the leader's log still began at
+    /// the bootstrap snapshot) never received the bootstrap configuration, and a snapshot below
+    /// its first configuration entry would record an empty one, for itself after a restart and
+    /// for every node it later sends the snapshot to (sweep 69's seed 22848696).
     pub fn snapshot_meta(&self, index: Index) -> Option<SnapshotMeta> {
         if index > self.applied {
             return None;
         }
         if index == self.snapshot.last.index {
             return Some(self.snapshot.clone());
+        }
+        if self.log.membership_at(index).is_unknown() {
+            return None;
         }
         let term = self.log.term_at(index)?;
         let mut term_history: Vec<LogId> = self

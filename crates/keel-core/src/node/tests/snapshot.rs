@@ -369,3 +369,22 @@ mod commit_status_model {
         }
     }
 }
+
+#[test]
+fn a_node_that_knows_no_configuration_takes_no_snapshot() {
+    // A node that joined from entries (the leader's log still began at the bootstrap snapshot)
+    // never received the bootstrap configuration, and none of these entries carries one: a
+    // snapshot here would record an empty configuration for every node it reaches (sweep 69's
+    // seed 22848696).
+    let mut joined = node_with(4, &[], &[1, 1, 2, 2], hs(2, None, 4));
+    settle(&mut joined);
+    assert_eq!(joined.snapshot_meta(4), None);
+    assert_eq!(joined.snapshot_meta(2), None);
+    // The same log under a known configuration.
+    let mut member = node_with(4, &[1, 2, 3, 4], &[1, 1, 2, 2], hs(2, None, 4));
+    settle(&mut member);
+    let meta = member
+        .snapshot_meta(4)
+        .expect("applied, configuration known");
+    assert_eq!(*meta.membership, Membership::new_voters([1, 2, 3, 4]));
+}
