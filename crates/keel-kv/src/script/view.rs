@@ -67,6 +67,16 @@ pub enum ViewFailure {
     TooLarge(Reply),
 }
 
+impl ViewFailure {
+    /// What the script's `redis.call` answers for it.
+    fn reply(&self) -> Reply {
+        match self {
+            ViewFailure::Fetch(error) => crate::forwarding::error_reply(error),
+            ViewFailure::TooLarge(reply) => reply.clone(),
+        }
+    }
+}
+
 /// What a script that ran to its end changes: proposed as one transaction.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effects {
@@ -120,10 +130,7 @@ impl<'a> ScriptView<'a> {
     }
 
     fn fail(&mut self, failure: ViewFailure) -> Reply {
-        let reply = match &failure {
-            ViewFailure::Fetch(error) => crate::forwarding::error_reply(error),
-            ViewFailure::TooLarge(reply) => reply.clone(),
-        };
+        let reply = failure.reply();
         self.failure.get_or_insert(failure);
         reply
     }
@@ -229,10 +236,7 @@ impl Redis for ScriptView<'_> {
     fn call(&mut self, args: Vec<Bytes>) -> Reply {
         if let Some(failure) = &self.failure {
             // Nothing the script does after a failure can be proposed: every call fails alike.
-            return match failure {
-                ViewFailure::Fetch(error) => crate::forwarding::error_reply(error),
-                ViewFailure::TooLarge(reply) => reply.clone(),
-            };
+            return failure.reply();
         }
         let parsed = Command::parse(&args);
         if parsed.is_ok() {
