@@ -83,6 +83,15 @@ pub fn group_with_id<'a>(request: Forwarded<'a>, prefix: &'a [Bytes]) -> Vec<&'a
     }
 }
 
+/// Most refused writes of one client connection a follower forwards to the leader together, in
+/// one exchange (each under its own id, in request order), so that a pipelining client is not
+/// served one round trip per write. Half the deduplication window
+/// (`DedupLimits::replies_per_client_max`): the writes of a connection in flight at once are
+/// those of one group, so a retry of one of them finds at most this many later seqs applied
+/// before it, and never falls below the window (which would refuse it as too old).
+pub const FORWARD_GROUP_MAX: usize = 64;
+const _: () = assert!(FORWARD_GROUP_MAX >= 1);
+
 /// The request id a write is proposed under: the dedup session and the write's number in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RequestId {
@@ -356,6 +365,14 @@ mod tests {
 
     fn policy() -> RetryPolicy {
         RetryPolicy::default()
+    }
+
+    /// A group's retried write may find every later write of its group applied: they must all
+    /// fit in the deduplication window with room to spare.
+    #[test]
+    fn a_forwarded_group_fits_in_half_the_dedup_window() {
+        let window = crate::state_machine::DedupLimits::default().replies_per_client_max;
+        assert!(2 * FORWARD_GROUP_MAX as u64 <= u64::from(window));
     }
 
     /// A write forwarded at time 0 with the default policy.

@@ -3,7 +3,8 @@
 //! processes:
 //!
 //! - the follower reaches the leaders through a proxy of this test's that passes a forwarded
-//!   write (and a transaction) to the leader, swallows the leader's replies and cuts the link;
+//!   write (a transaction, a group of pipelined writes) to the leader, swallows the leader's
+//!   replies and cuts the link;
 //! - INCRs stream through a follower while the leader is SIGSTOPped and while leadership moves:
 //!   every INCR answers the counter's next value, and none answers `outcome unknown`.
 //!
@@ -49,6 +50,19 @@ impl Client {
         encode_request(args, &mut out);
         self.stream.write_all(&out).unwrap();
         read_reply(&mut self.stream, &mut self.input).expect("a reply")
+    }
+
+    /// Sends `requests` in one write and reads their replies.
+    fn pipeline(&mut self, requests: &[&[&str]]) -> Vec<Reply> {
+        let mut out = bytes::BytesMut::new();
+        for args in requests {
+            encode_request(args, &mut out);
+        }
+        self.stream.write_all(&out).unwrap();
+        requests
+            .iter()
+            .map(|_| read_reply(&mut self.stream, &mut self.input).expect("a reply"))
+            .collect()
     }
 }
 
@@ -235,10 +249,20 @@ fn a_forwarded_write_whose_reply_is_lost_is_sent_again_and_applied_once() {
     }
     assert_eq!(cutter.cuts.load(Ordering::SeqCst), 2);
     assert_eq!(client.call(&["INCR", "n"]), Reply::Integer(6));
+
+    // Ten pipelined INCRs, forwarded together; the link is cut once the first one's replies
+    // were swallowed, whatever the leader applied of the rest by then. Each is sent again
+    // under its id: every INCR answers its own value, in request order, and applies once.
+    cutter.arm(2);
+    let incrs = vec![&["INCR", "n"][..]; 10];
+    let values: Vec<Reply> = (7..17).map(Reply::Integer).collect();
+    assert_eq!(client.pipeline(&incrs), values);
+    assert_eq!(cutter.cuts.load(Ordering::SeqCst), 3);
+    assert_eq!(client.call(&["INCR", "n"]), Reply::Integer(17));
     let leader = cluster.leader();
     assert_eq!(
         process::raw_get(cluster.node(leader).client_port, "n"),
-        Reply::bulk("6")
+        Reply::bulk("17")
     );
 }
 

@@ -23,10 +23,10 @@ use keel_core::NodeId;
 use keel_engine::ClientError;
 use keel_kv::command::ReadCommand;
 use keel_kv::connection::pipeline::{
-    is_forwarding, redirect, Admission, Intake, Pipeline, Redirect, Relay, Release, Request,
+    is_forwarding, redirect, Admission, Behind, Intake, Pipeline, Redirect, Relay, Release, Request,
 };
 use keel_kv::connection::{NodeInfo, NodeStatus};
-use keel_kv::forwarding::{error_reply, leader_address_unknown, RequestId};
+use keel_kv::forwarding::{error_reply, leader_address_unknown, RequestId, FORWARD_GROUP_MAX};
 use keel_kv::{ClientConnection, Limits, Reply};
 
 use crate::host::{ProposalToken, ReadToken, SimShell};
@@ -380,9 +380,48 @@ impl World {
             return;
         };
         let node = c.node;
-        let reply = match redirect(&error, node, is_forwarding(&c.protocol)) {
+        let forwarding = is_forwarding(&c.protocol);
+        let reply = match redirect(&error, node, forwarding) {
             Redirect::Forward(leader) if self.params.forward_writes => {
-                return self.start_forward(connection, slot, node, leader, relay);
+                // As the server does (`server/connection.rs`): the refused writes right behind a
+                // refused write go to the leader with it, up to `FORWARD_GROUP_MAX`. Here each
+                // is a forward of its own, all under way at once: any order the server's one
+                // exchange and its retries can give, and more.
+                let mut group = vec![(slot, relay)];
+                let mut other = None;
+                while !self.params.single_forwards
+                    && matches!(group[0].1, Relay::WithId(..))
+                    && group.len() < FORWARD_GROUP_MAX
+                {
+                    let last = group.last().expect("one at least").0;
+                    match c.pipeline.behind(last) {
+                        Behind::Refused {
+                            slot,
+                            error,
+                            id,
+                            request,
+                        } => {
+                            let relay = Relay::WithId(id, request);
+                            if redirect(&error, node, forwarding) == Redirect::Forward(leader) {
+                                group.push((slot, relay));
+                            } else {
+                                other = Some((slot, error, relay));
+                                break;
+                            }
+                        }
+                        // A write's outcome comes as an event here: one that has none yet is
+                        // resolved when it reaches the front.
+                        Behind::Await(..) | Behind::Stop => break,
+                    }
+                }
+                self.forwards_grouped += group.len() as u64 - 1;
+                for (slot, relay) in group {
+                    self.start_forward(connection, slot, node, leader, relay);
+                }
+                if let Some((slot, error, relay)) = other {
+                    self.resolve(connection, slot, error, relay);
+                }
+                return;
             }
             // The simulated nodes know no client addresses: a seed without forwarding runs nodes
             // that cannot reach the leader's client port, and the client goes there itself.

@@ -45,6 +45,10 @@ struct Args {
     /// before membership of every size (replays seeds recorded then).
     #[arg(long)]
     classic_shapes: bool,
+    /// A follower forwards its connection's refused writes one at a time, as every seed did
+    /// before grouped forwarding (replays seeds recorded then)
+    #[arg(long)]
+    single_forwards: bool,
     /// In a quarter of the seeds, replace a member's disk under the same node id: removed,
     /// wiped, added back (`wipe.rs`). Shows the limits of a same-id rebuild (SWEEPS.md).
     #[arg(long)]
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
                             mutation,
                             break_replay: false,
                             classic_shapes: args.classic_shapes,
+                            single_forwards: args.single_forwards,
                             disk_replacements: if args.unplanned_wipes {
                                 DiskReplacements::Unplanned
                             } else if args.disk_replacements {
@@ -150,7 +155,7 @@ fn main() -> ExitCode {
     let mut steps = 0;
     let mut violations = 0;
     let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
-    let (mut watched_swapped, mut watched_aborted) = (0, 0);
+    let (mut watched_swapped, mut watched_aborted, mut grouped) = (0, 0, 0);
     let (mut storage_faults, mut repaired, mut damage_reports) = (0, 0, 0);
     let (mut released, mut lowered) = (0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
         outliers += r.clock_outliers;
         watched_swapped += r.watched_swapped;
         watched_aborted += r.watched_aborted;
+        grouped += r.forwards_grouped;
         storage_faults += r.storage_faults;
         repaired += r.storage_repaired;
         damage_reports += r.damage_reports;
@@ -178,6 +184,7 @@ fn main() -> ExitCode {
             let mut replay = replay_command(r.seed, mutation, args.steps);
             for (flag, on) in [
                 ("--classic-shapes", args.classic_shapes),
+                ("--single-forwards", args.single_forwards),
                 ("--unplanned-wipes", args.unplanned_wipes),
                 ("--disk-replacements", args.disk_replacements),
                 ("--storage-faults", args.storage_faults),
@@ -212,7 +219,8 @@ fn main() -> ExitCode {
     println!(
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} \
          keys_expired_by_ticks={expired} clock_holds={holds} clock_outliers={outliers} \
-         watched_swapped={watched_swapped} watched_aborted={watched_aborted} jobs={jobs}",
+         watched_swapped={watched_swapped} watched_aborted={watched_aborted} \
+         forwards_grouped={grouped} jobs={jobs}",
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs

@@ -56,6 +56,10 @@ pub struct Params {
     /// A follower asked for a write forwards it to the leader under the client's request id and
     /// retries it there (keel-kv's forwarding decisions), instead of sending the client away.
     pub forward_writes: bool,
+    /// A follower forwards its connection's refused writes one at a time, each once everything
+    /// before it is answered, as every seed did before grouped forwarding (`RunConfig`'s
+    /// `single_forwards`; never drawn). Otherwise the refused writes right behind one go with it.
+    pub single_forwards: bool,
     /// The nemesis never proposes a configuration with fewer voters than this (3 without
     /// `every_size`, 1 with it).
     pub min_voters: usize,
@@ -172,6 +176,7 @@ impl Params {
             hold_partial_appends: rng.random_bool(0.5),
             every_size: false,
             forward_writes: false,
+            single_forwards: false,
             wipe_weight: 0,
             storage_fault_weight: 0,
             min_voters: 3,

@@ -38,6 +38,9 @@ pub struct RunConfig {
     /// Draw only the three- and five-voter shapes (`Params::draw_classic`): replays a seed
     /// recorded before membership of every size existed.
     pub classic_shapes: bool,
+    /// Forward a connection's refused writes one at a time (`Params::single_forwards`): replays
+    /// a seed recorded before a follower forwarded them together.
+    pub single_forwards: bool,
     /// How the seeds that draw disk replacements carry them out (`wipe.rs`).
     pub disk_replacements: DiskReplacements,
     /// Which seeds draw storage faults (`storage_faults.rs`).
@@ -199,6 +202,8 @@ pub struct RunReport {
     /// Watched transactions whose EXEC applied, and those aborted.
     pub watched_swapped: u64,
     pub watched_aborted: u64,
+    /// Refused writes a follower forwarded with the one before them (grouped forwarding).
+    pub forwards_grouped: u64,
     /// Storage faults injected, damaged nodes that became whole again, and restarts whose WAL
     /// reported and repaired damage (`storage_faults.rs`).
     pub storage_faults: u64,
@@ -235,6 +240,8 @@ pub(crate) struct World {
     /// Watched transactions whose EXEC applied, and those aborted (`client.rs`).
     pub watched_swapped: u64,
     pub watched_aborted: u64,
+    /// Refused writes forwarded with the one before them (`connection.rs`).
+    pub forwards_grouped: u64,
     pub clients: Clients,
     pub history: History,
     pub checker: Checker,
@@ -270,6 +277,7 @@ impl World {
         if cfg.disk_replacements == DiskReplacements::Off {
             params.wipe_weight = 0;
         }
+        params.single_forwards = cfg.single_forwards;
         params.storage_fault_weight = cfg.storage_faults.weight(cfg.seed, params.use_wal);
         let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
         let nodes = (1..=params.node_count as NodeId)
@@ -316,6 +324,7 @@ impl World {
             clock_holds: 0,
             clock_outliers: 0,
             watched_swapped: 0,
+            forwards_grouped: 0,
             watched_aborted: 0,
             clients,
             history: History::default(),

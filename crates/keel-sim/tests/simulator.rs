@@ -7,6 +7,16 @@ use keel_sim::{run, DiskReplacements, MembershipCoverage, RunConfig, StorageFaul
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+/// A seed recorded before a follower forwarded its connection's refused writes together: it
+/// replays as it ran then (`--single-forwards`), so that it still takes the path that found its
+/// bug.
+fn recorded(seed: u64) -> RunConfig {
+    RunConfig {
+        single_forwards: true,
+        ..config(seed, false)
+    }
+}
+
 fn config(seed: u64, trace: bool) -> RunConfig {
     RunConfig {
         seed,
@@ -15,6 +25,7 @@ fn config(seed: u64, trace: bool) -> RunConfig {
         mutation: None,
         break_replay: false,
         classic_shapes: false,
+        single_forwards: false,
         disk_replacements: DiskReplacements::Off,
         storage_faults: StorageFaults::Share,
     }
@@ -98,9 +109,14 @@ fn nodes_clocks_differ_and_the_log_time_advances() {
 #[test]
 fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     let (mut committed, mut expired, mut holds) = (0, 0, 0);
-    let (mut swapped, mut aborted) = (0, 0);
+    let (mut swapped, mut aborted, mut grouped) = (0, 0, 0);
     for seed in 1000..1030 {
         let report = run(&config(seed, false));
+        let single = run(&recorded(seed));
+        assert_eq!(
+            single.forwards_grouped, 0,
+            "seed {seed}: --single-forwards grouped"
+        );
         if let Some(v) = &report.violation {
             panic!(
                 "seed {seed}: {v}\nreplay: {}",
@@ -116,6 +132,7 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
         holds += report.clock_holds;
         swapped += report.watched_swapped;
         aborted += report.watched_aborted;
+        grouped += report.forwards_grouped;
     }
     assert!(
         committed > 30 * 20,
@@ -135,6 +152,11 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
     assert!(
         swapped > 30 && aborted > 3,
         "watched transactions over 30 seeds: {swapped} applied, {aborted} aborted"
+    );
+    // Followers forward pipelined writes together (`connection.rs`), as the server does.
+    assert!(
+        grouped > 30,
+        "{grouped} writes forwarded with the one before them over 30 seeds"
     );
 }
 
@@ -371,7 +393,7 @@ fn regression_seeds_pass() {
     ] {
         let report = run(&RunConfig {
             classic_shapes: true,
-            ..config(seed, false)
+            ..recorded(seed)
         });
         assert!(!report.every_size);
         assert!(
@@ -383,7 +405,7 @@ fn regression_seeds_pass() {
     for seed in [268, 439] {
         let report = run(&RunConfig {
             disk_replacements: DiskReplacements::Off,
-            ..config(seed, false)
+            ..recorded(seed)
         });
         assert!(report.every_size);
         assert!(
@@ -430,7 +452,7 @@ fn regression_seeds_pass() {
     ] {
         let report = run(&RunConfig {
             disk_replacements: DiskReplacements::Off,
-            ..config(seed, false)
+            ..recorded(seed)
         });
         assert!(
             report.violation.is_none(),
@@ -464,7 +486,7 @@ fn disk_replacement_regression_seeds_pass() {
         assert!(params(seed).wipe_weight > 0, "seed {seed} replaces no disk");
         let report = run(&RunConfig {
             disk_replacements: DiskReplacements::Planned,
-            ..config(seed, false)
+            ..recorded(seed)
         });
         assert!(
             report.violation.is_none(),
@@ -539,7 +561,7 @@ fn storage_fault_regression_seeds_pass() {
     for seed in [4, 6, 17, 20, 53, 68, 1950, 2142] {
         assert_damaged_and_clean(&RunConfig {
             storage_faults: StorageFaults::All,
-            ..config(seed, false)
+            ..recorded(seed)
         });
     }
 }
@@ -565,11 +587,11 @@ fn recovery_without_a_leader_seeds_pass() {
     for seed in [
         21_014_950, 21_022_969, 21_079_861, 22_001_847, 22_091_803, 22_140_785,
     ] {
-        assert_damaged_and_clean(&config(seed, false));
+        assert_damaged_and_clean(&recorded(seed));
     }
     assert_damaged_and_clean(&RunConfig {
         storage_faults: StorageFaults::All,
-        ..config(5169, false)
+        ..recorded(5169)
     });
 }
 
@@ -603,7 +625,7 @@ fn assert_damaged_and_clean(run_config: &RunConfig) {
 #[test]
 fn storage_fault_soak_regression_seed_passes() {
     // The default share of storage faults, as the soak ran it.
-    assert_damaged_and_clean(&config(21_028_449, false));
+    assert_damaged_and_clean(&recorded(21_028_449));
 }
 
 /// Wiping a member's disk before it is removed loses committed entries when a peer that never
@@ -746,7 +768,7 @@ fn classic_seeds_keep_at_least_three_voters() {
 fn long_uncommitted_log_converges_within_the_bound() {
     let report = run(&RunConfig {
         fault_steps: 100_000,
-        ..config(3_001_668, false)
+        ..recorded(3_001_668)
     });
     assert!(report.every_size);
     assert!(report.violation.is_none(), "{:?}", report.violation);

@@ -24,8 +24,9 @@
 //! Replies leave in request order ([`Pipeline::release`]): a request's outcome may come early (a
 //! read served before the write ahead of it was answered), but its reply waits for every reply
 //! before it. A refused request is resolved (forwarded to the leader, or its refusal answered)
-//! only once it is at the front: the writes of a refused batch are forwarded one after the other,
-//! in request order, each after everything before it was answered.
+//! only once it is at the front, everything before it answered; the refused writes right behind
+//! it may be resolved with it ([`Pipeline::behind`]): a follower forwards them to the leader
+//! together, in request order, at most [`crate::forwarding::FORWARD_GROUP_MAX`].
 //!
 //! Request ids: a write (or EXEC) is proposed under the connection's dedup session and its next
 //! seq, unless it was given one. A forwarding connection of another node gives the id of the
@@ -154,6 +155,25 @@ pub enum Release<W, R> {
         error: ClientError,
         relay: Relay,
     },
+}
+
+/// The request right behind one being resolved, from [`Pipeline::behind`]: what it takes to
+/// resolve refused writes together (a follower forwards them to the leader in one exchange).
+#[derive(Debug)]
+pub enum Behind<W> {
+    /// A write that waits for its outcome (handed out once): wait on it, settle it with
+    /// [`Pipeline::settle_write`], and ask again.
+    Await(u64, W),
+    /// A write refused with `error`, now being resolved like the one before it: give its reply
+    /// with [`Pipeline::answer`].
+    Refused {
+        slot: u64,
+        error: ClientError,
+        id: RequestId,
+        request: WriteRequest,
+    },
+    /// Anything else (a read, a local answer, a write that has its reply, nothing yet).
+    Stop,
 }
 
 /// Where a request a node refused goes, from [`redirect`].
@@ -540,6 +560,46 @@ impl<W, R> Pipeline<W, R> {
             if matches!(s.progress, Progress::Resolving) {
                 s.progress = Progress::Answered(reply);
             }
+        }
+    }
+
+    /// The write right behind `slot` (a request being resolved), when it is one that was refused
+    /// or may be: its handle to wait on, or its refusal to resolve with `slot`'s. Every refusal
+    /// handed out must be answered before [`Pipeline::release`] gets to it.
+    pub fn behind(&mut self, slot: u64) -> Behind<W> {
+        let Some(next) = slot.checked_add(1) else {
+            return Behind::Stop;
+        };
+        let Some(s) = self.slot_mut(next) else {
+            return Behind::Stop;
+        };
+        if !matches!(s.origin, Origin::Write { .. }) {
+            return Behind::Stop;
+        }
+        match &mut s.progress {
+            Progress::Waiting(handle @ Some(Handle::Write(_))) => match handle.take() {
+                Some(Handle::Write(pending)) => Behind::Await(next, pending),
+                _ => unreachable!("matched above"),
+            },
+            Progress::Refused(_) => {
+                let Progress::Refused(error) =
+                    std::mem::replace(&mut s.progress, Progress::Resolving)
+                else {
+                    unreachable!("matched above")
+                };
+                let Origin::Write { id, request, .. } =
+                    std::mem::replace(&mut s.origin, Origin::Local)
+                else {
+                    unreachable!("matched above")
+                };
+                Behind::Refused {
+                    slot: next,
+                    error,
+                    id,
+                    request,
+                }
+            }
+            _ => Behind::Stop,
         }
     }
 

@@ -270,6 +270,84 @@ fn a_refused_write_is_resolved_only_once_everything_before_it_is_answered() {
     );
 }
 
+/// A follower's pipelined writes, all refused: behind the one resolved, each next write's
+/// handle is handed out, then its refusal, until a request that is no refused write (a read).
+/// Their replies leave in request order however they were answered.
+#[test]
+fn the_refused_writes_behind_a_resolved_one_are_handed_out_to_be_forwarded_together() {
+    let mut c = conn();
+    queued(c.send("SET a 1"));
+    queued(c.send("SET b 2"));
+    queued(c.send("MULTI"));
+    queued(c.send("INCR n"));
+    queued(c.send("EXEC"));
+    let Some(Admission::AfterAll(read)) = c.send("GET a") else {
+        panic!("a read waits for the writes")
+    };
+    c.pipeline.take_batch(NOW_MS);
+    c.pipeline.proposed([1, 2, 3]);
+    c.pipeline.settle_write(0, Err(not_leader(Some(3))));
+    let Release::Resolve { slot: 0, .. } = c.pipeline.release() else {
+        panic!("the front is refused")
+    };
+    assert!(matches!(c.pipeline.behind(0), Behind::Await(1, 2)));
+    // Handed out once: asked again before it is settled, there is nothing to do.
+    assert!(matches!(c.pipeline.behind(0), Behind::Stop));
+    c.pipeline.settle_write(1, Err(not_leader(Some(3))));
+    let Behind::Refused {
+        slot: 1,
+        error,
+        id,
+        request,
+    } = c.pipeline.behind(0)
+    else {
+        panic!("the second write is refused")
+    };
+    assert_eq!(error, not_leader(Some(3)));
+    assert_eq!(
+        id,
+        RequestId {
+            client_id: 77,
+            seq: 2
+        }
+    );
+    assert_eq!(request, WriteRequest::Write(args("SET b 2")));
+    // MULTI and INCR (slots 2 and 3) were answered here (`+OK`, `+QUEUED`): no writes, they
+    // end the run. EXEC is slot 4.
+    assert!(matches!(c.pipeline.behind(1), Behind::Stop));
+    // Answered out of order, released in order.
+    c.pipeline.answer(1, Reply::Integer(2));
+    c.pipeline.answer(0, Reply::OK);
+    let (sent, front) = c.released();
+    assert_eq!(
+        sent,
+        [
+            Reply::OK,
+            Reply::Integer(2),
+            Reply::OK,
+            Reply::simple("QUEUED")
+        ]
+    );
+    assert!(matches!(front, Release::Await(4, Some(Handle::Write(3)))));
+    c.pipeline.settle_write(4, Err(not_leader(Some(3))));
+    let Release::Resolve { slot: 4, .. } = c.pipeline.release() else {
+        panic!("the transaction is refused")
+    };
+    assert!(
+        matches!(c.pipeline.behind(4), Behind::Stop),
+        "nothing behind"
+    );
+    c.pipeline.answer(4, Reply::Array(vec![Reply::Integer(1)]));
+    let (sent, front) = c.released();
+    assert_eq!(sent, [Reply::Array(vec![Reply::Integer(1)])]);
+    assert!(matches!(front, Release::Idle));
+    // The read comes in only now, and a read is never handed out as a write.
+    let Admission::StartRead { slot: 5, .. } = c.pipeline.admit(read) else {
+        panic!("the read starts")
+    };
+    assert!(matches!(c.pipeline.behind(4), Behind::Stop));
+}
+
 #[test]
 fn a_refused_read_is_relayed_once_as_it_is() {
     let mut c = conn();

@@ -47,11 +47,11 @@ use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
 use crate::command::ReplyMode;
 use crate::connection::monitor::MonitorEvent;
 use crate::connection::pipeline::{
-    is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Handle, Intake,
-    Pipeline, Redirect, Relay, Release, Request,
+    is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Behind, Handle, Intake,
+    Pipeline, Redirect, Relay, Release, Request, WriteRequest,
 };
 use crate::connection::{ClientConnection, ClientRecord, Dispatch, NodeStatus};
-use crate::forwarding::RequestId;
+use crate::forwarding::{RequestId, FORWARD_GROUP_MAX};
 use crate::resp::{Decoder, Reply};
 
 /// Output is written once this much is buffered, even in the middle of a pipeline.
@@ -595,14 +595,85 @@ impl Session<'_> {
                     debug_assert!(false, "request {slot} released without its handle");
                     self.pipeline.settle(slot, Err(ClientError::Unknown));
                 }
-                Release::Resolve { slot, error, relay } => {
-                    let forwarding = match &relay {
-                        Relay::WithId(id, request) => Forwarding::WithId(*id, request.forwarded()),
-                        Relay::Once(args) => Forwarding::Once(args, false),
-                    };
-                    let reply = self.resolve(Err(error), forwarding).await;
+                Release::Resolve {
+                    slot,
+                    error,
+                    relay: Relay::WithId(id, request),
+                } => self.resolve_writes(slot, error, id, request).await,
+                Release::Resolve {
+                    slot,
+                    error,
+                    relay: Relay::Once(args),
+                } => {
+                    let reply = self
+                        .resolve(Err(error), Forwarding::Once(&args, false))
+                        .await;
                     self.pipeline.answer(slot, reply);
                 }
+            }
+        }
+    }
+
+    /// Resolves the refused write `slot` together with the refused writes right behind it (at
+    /// most [`FORWARD_GROUP_MAX`] in all): each run of them bound for the same leader goes there
+    /// in one exchange ([`forward::Forwarder::forward_writes`]), so a pipelining client of a
+    /// follower waits one round trip to the leader per group instead of one per write. Every
+    /// write taken is answered here.
+    async fn resolve_writes(
+        &mut self,
+        slot: u64,
+        error: ClientError,
+        id: RequestId,
+        request: WriteRequest,
+    ) {
+        let mut refused = vec![(slot, error, id, request)];
+        while refused.len() < FORWARD_GROUP_MAX {
+            let last = refused.last().expect("one at least").0;
+            match self.pipeline.behind(last) {
+                Behind::Await(at, pending) => {
+                    let outcome = pending.wait_with(&mut self.timer).await;
+                    self.pipeline.settle_write(at, outcome);
+                }
+                Behind::Refused {
+                    slot,
+                    error,
+                    id,
+                    request,
+                } => refused.push((slot, error, id, request)),
+                Behind::Stop => break,
+            }
+        }
+        let ctx = self.ctx;
+        let forwarding = self.is_forwarding();
+        let target = |error: &ClientError| match redirect(error, ctx.node_id, forwarding) {
+            Redirect::Forward(leader) => ctx.client_addr(leader).map(|addr| (leader, addr)),
+            _ => None,
+        };
+        let mut rest = refused.into_iter().peekable();
+        while let Some((slot, error, id, request)) = rest.next() {
+            let Some((leader, addr)) = target(&error) else {
+                let forwarding = Forwarding::WithId(id, request.forwarded());
+                let reply = self.resolve(Err(error), forwarding).await;
+                self.pipeline.answer(slot, reply);
+                continue;
+            };
+            let mut run = vec![(slot, id, request)];
+            while let Some((slot, id, request)) = rest
+                .next_if(|next| target(&next.1).is_some_and(|t| t.0 == leader))
+                .map(|(slot, _, id, request)| (slot, id, request))
+            {
+                run.push((slot, id, request));
+            }
+            let writes: Vec<(RequestId, Forwarded<'_>)> = run
+                .iter()
+                .map(|(_, id, request)| (*id, request.forwarded()))
+                .collect();
+            let replies = self
+                .forward
+                .forward_writes(ctx, leader, addr, &writes)
+                .await;
+            for ((slot, _, _), reply) in run.iter().zip(replies) {
+                self.pipeline.answer(*slot, reply);
             }
         }
     }

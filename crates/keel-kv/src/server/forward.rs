@@ -34,7 +34,7 @@ use tokio::time::{timeout_at, Instant};
 use super::{ServerContext, FORWARD_CLIENT_NAME};
 use crate::command::forward_request;
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
-use crate::forwarding::{ForwardedWrite, Next, Outcome, RequestId, RetryPolicy};
+use crate::forwarding::{ForwardedWrite, Next, Outcome, RequestId, RetryPolicy, FORWARD_GROUP_MAX};
 use crate::resp::{encode_request, parse_reply, Limits, Reply};
 use crate::state_machine::{LogCommand, LoggedCommand};
 
@@ -98,6 +98,54 @@ enum Attempt {
 
 pub(super) use crate::forwarding::{leader_address_unknown, leader_elsewhere};
 
+/// Which of a forwarded write's requests a reply answers.
+#[derive(Clone, Copy)]
+enum Role {
+    /// Its `RAFT.FORWARD`.
+    Prefix,
+    /// Its last request: the write, or the transaction's `EXEC`.
+    Last,
+    /// `MULTI` or a queued request of a transaction.
+    Other,
+}
+
+/// Milliseconds since the first attempt of a forward, the time its decisions run on.
+struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            start: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+}
+
+/// What `write` does after `attempt`; `answer` keeps the last reply or refusal it got.
+fn settle(write: &mut ForwardedWrite, attempt: Attempt, answer: &mut Reply, now_ms: u64) -> Next {
+    match attempt {
+        Attempt::Answered(reply) => {
+            let next = write.on_reply(now_ms, &reply);
+            *answer = reply;
+            next
+        }
+        Attempt::NotSent(refusal) => {
+            *answer = refusal;
+            write.on_not_sent(now_ms)
+        }
+        Attempt::Lost => write.on_lost_link(now_ms),
+    }
+}
+
 fn leader_unreachable(leader: u64, addr: &str, why: &str) -> Reply {
     Reply::error(format!(
         "TRYAGAIN leader is node {leader} at {addr}, not reachable: {why}"
@@ -152,8 +200,69 @@ impl Forwarder {
         }
     }
 
-    /// Forwards a write (or transaction) that `node` proposed under `id` and `leader` refused,
-    /// retrying as [`RetryPolicy`] allows; its answer, or why there is none.
+    /// Forwards writes (or transactions) that `node` proposed, each under its id, and `leader`
+    /// refused: their first attempts together, in one exchange on the link (a pipelining client
+    /// costs one round trip per group, not per write; the leader proposes them in order, as one
+    /// batch), then each one that needs it retried on its own, in order, as [`RetryPolicy`]
+    /// allows. Their answers, in order, or why there is none. At most [`FORWARD_GROUP_MAX`].
+    pub(super) async fn forward_writes(
+        &mut self,
+        node: &impl Node,
+        leader: u64,
+        addr: String,
+        writes: &[(RequestId, Forwarded<'_>)],
+    ) -> Vec<Reply> {
+        debug_assert!(writes.len() <= FORWARD_GROUP_MAX);
+        let clock = Clock::start();
+        let mut started: Vec<(ForwardedWrite, Next)> = writes
+            .iter()
+            .map(|(id, _)| ForwardedWrite::start(*id, clock.now_ms(), self.policy))
+            .collect();
+        // The first attempts: every write whose first step is to send (all of them, unless a
+        // policy allows no attempt), in one exchange.
+        let sending: Vec<usize> = (0..started.len())
+            .filter(|&at| matches!(started[at].1, Next::Send { .. }))
+            .collect();
+        let reply_by = sending
+            .iter()
+            .filter_map(|&at| match started[at].1 {
+                Next::Send { reply_by_ms, .. } => Some(clock.at(reply_by_ms)),
+                _ => None,
+            })
+            .min();
+        let mut answers: Vec<Reply> = vec![Reply::error("TRYAGAIN no leader"); writes.len()];
+        if let Some(reply_by) = reply_by {
+            let group: Vec<(RequestId, Forwarded<'_>)> = sending
+                .iter()
+                .map(|&at| match started[at].1 {
+                    Next::Send { id, .. } => (id, writes[at].1),
+                    _ => unreachable!("filtered above"),
+                })
+                .collect();
+            let mut refused_ids = vec![false; group.len()];
+            let attempts = self
+                .send_group(leader, &addr, &group, &mut refused_ids, reply_by)
+                .await;
+            for ((&at, attempt), refused) in sending.iter().zip(attempts).zip(refused_ids) {
+                let (write, next) = &mut started[at];
+                if refused {
+                    write.on_id_refused();
+                }
+                *next = settle(write, attempt, &mut answers[at], clock.now_ms());
+            }
+        }
+        let mut replies = Vec::with_capacity(writes.len());
+        for (((write, next), answer), (_, request)) in started.into_iter().zip(answers).zip(writes)
+        {
+            replies.push(
+                self.finish_write(node, write, next, answer, *request, &clock)
+                    .await,
+            );
+        }
+        replies
+    }
+
+    /// [`Self::forward_writes`] of one write.
     pub(super) async fn forward_write(
         &mut self,
         node: &impl Node,
@@ -162,41 +271,34 @@ impl Forwarder {
         id: RequestId,
         request: Forwarded<'_>,
     ) -> Reply {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        let now_ms = || u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let (mut write, mut next) = ForwardedWrite::start(id, now_ms(), self.policy);
-        let mut first = Some((leader, addr));
-        // The answer of the last attempt that got one: relayed, or if no attempt applied the
-        // write, the refusal the client gets.
-        let mut answer = Reply::error("TRYAGAIN no leader");
+        self.forward_writes(node, leader, addr, &[(id, request)])
+            .await
+            .pop()
+            .expect("one reply per write")
+    }
+
+    /// Takes a forwarded write from `next` to its answer (`answer`: the last attempt's, relayed
+    /// when the decision is to relay it, or the refusal if no attempt applied it).
+    async fn finish_write(
+        &mut self,
+        node: &impl Node,
+        mut write: ForwardedWrite,
+        mut next: Next,
+        mut answer: Reply,
+        request: Forwarded<'_>,
+        clock: &Clock,
+    ) -> Reply {
         loop {
             next = match next {
                 Next::Send { id, reply_by_ms } => {
-                    let reply_by = at(reply_by_ms);
-                    let attempt = match first.take() {
-                        Some((leader, addr)) => {
-                            self.send_with_id(&mut write, leader, &addr, id, request, reply_by)
-                                .await
-                        }
-                        None => self.retry(node, &mut write, id, request, reply_by).await,
-                    };
-                    match attempt {
-                        Attempt::Answered(reply) => {
-                            let next = write.on_reply(now_ms(), &reply);
-                            answer = reply;
-                            next
-                        }
-                        Attempt::NotSent(refusal) => {
-                            answer = refusal;
-                            write.on_not_sent(now_ms())
-                        }
-                        Attempt::Lost => write.on_lost_link(now_ms()),
-                    }
+                    let attempt = self
+                        .retry(node, &mut write, id, request, clock.at(reply_by_ms))
+                        .await;
+                    settle(&mut write, attempt, &mut answer, clock.now_ms())
                 }
                 Next::Wait { until_ms } => {
-                    tokio::time::sleep_until(at(until_ms)).await;
-                    write.on_wake(now_ms())
+                    tokio::time::sleep_until(clock.at(until_ms)).await;
+                    write.on_wake(clock.now_ms())
                 }
                 Next::GiveUp(Outcome::Unknown) => return Reply::error("TRYAGAIN outcome unknown"),
                 Next::Relay | Next::GiveUp(Outcome::NotApplied) => return answer,
@@ -251,27 +353,77 @@ impl Forwarder {
         request: Forwarded<'_>,
         reply_by: Instant,
     ) -> Attempt {
+        let mut refused = [false];
+        let attempt = self
+            .send_group(leader, addr, &[(id, request)], &mut refused, reply_by)
+            .await
+            .pop()
+            .expect("one attempt per write");
+        if refused[0] {
+            write.on_id_refused();
+        }
+        attempt
+    }
+
+    /// Sends every write of `group` under its id to `leader`, all at once, and reads their
+    /// replies until `reply_by`: each write's attempt, in order. `id_refused[i]`: the leader
+    /// answered write `i`'s `RAFT.FORWARD` with an error (it ignores request ids).
+    async fn send_group(
+        &mut self,
+        leader: u64,
+        addr: &str,
+        group: &[(RequestId, Forwarded<'_>)],
+        id_refused: &mut [bool],
+        reply_by: Instant,
+    ) -> Vec<Attempt> {
         let link = match self.link_to(leader, addr, reply_by).await {
             Ok(link) => link,
-            Err(why) => return Attempt::NotSent(leader_unreachable(leader, addr, &why)),
+            Err(why) => {
+                let refusal = leader_unreachable(leader, addr, &why);
+                return group
+                    .iter()
+                    .map(|_| Attempt::NotSent(refusal.clone()))
+                    .collect();
+            }
         };
-        let prefix = forward_request(id);
-        let group = group_with_id(request, &prefix);
-        let prefix_at = group.len() - 2;
-        let exchanged = link
-            .exchange(&group, reply_by, |at, reply| {
-                if at == prefix_at && *reply != Reply::OK {
-                    write.on_id_refused();
-                }
-            })
-            .await;
-        match exchanged {
-            Ok(reply) => Attempt::Answered(reply),
-            Err(_) => {
-                self.link = None;
-                Attempt::Lost
+        let prefixes: Vec<[Bytes; 3]> = group.iter().map(|(id, _)| forward_request(*id)).collect();
+        let mut requests: Vec<&[Bytes]> = Vec::new();
+        // For each request sent: the write it belongs to, and whether it is that write's
+        // `RAFT.FORWARD` or its last (the one whose reply is the write's).
+        let mut roles: Vec<(usize, Role)> = Vec::new();
+        for (at, ((_, request), prefix)) in group.iter().zip(&prefixes).enumerate() {
+            let parts = group_with_id(*request, prefix);
+            let prefix_at = parts.len() - 2;
+            let last_at = parts.len() - 1;
+            for (part, args) in parts.into_iter().enumerate() {
+                let role = if part == prefix_at {
+                    Role::Prefix
+                } else if part == last_at {
+                    Role::Last
+                } else {
+                    Role::Other
+                };
+                roles.push((at, role));
+                requests.push(args);
             }
         }
+        let mut replies: Vec<Option<Reply>> = vec![None; group.len()];
+        let exchanged = link
+            .exchange(&requests, reply_by, |sent, reply| match roles[sent] {
+                (at, Role::Prefix) if *reply != Reply::OK => id_refused[at] = true,
+                (at, Role::Last) => replies[at] = Some(reply.clone()),
+                _ => {}
+            })
+            .await;
+        if exchanged.is_err() {
+            self.link = None;
+        }
+        // A write whose reply came before the link failed has its answer; the others were sent
+        // (or may have been) and got none.
+        replies
+            .into_iter()
+            .map(|reply| reply.map_or(Attempt::Lost, Attempt::Answered))
+            .collect()
     }
 
     /// The link to `leader`, opened (authenticated and named) if it is not open yet.
@@ -415,358 +567,5 @@ impl Link {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use tokio::net::TcpListener;
-
-    use super::*;
-    use crate::forwarding::Answer;
-    use crate::resp::Decoder;
-
-    type Received = Arc<Mutex<Vec<Vec<Bytes>>>>;
-
-    const ID: RequestId = RequestId {
-        client_id: 0xfeed_f00d,
-        seq: 42,
-    };
-
-    /// How a fake leader treats a connection.
-    #[derive(Clone, Copy)]
-    struct Script {
-        /// This many connections hang up once they got a request other than CLIENT, MULTI or
-        /// RAFT.FORWARD (an outcome the forwarder cannot know); later ones answer.
-        hang_ups: usize,
-        /// Whether it knows `RAFT.FORWARD` (a leader of an older build does not).
-        knows_forward: bool,
-    }
-
-    const ANSWERS: Script = Script {
-        hang_ups: 0,
-        knows_forward: true,
-    };
-
-    /// A fake leader on a free port: records every request; answers CLIENT, MULTI, SET and
-    /// RAFT.FORWARD `+OK`, INCR `:1`, EXEC `*2 :1 $1 v`, anything else `+QUEUED`.
-    async fn fake_leader(script: Script) -> (String, Received) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let received: Received = Arc::default();
-        let log = Arc::clone(&received);
-        let connections = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let hang_up = connections.fetch_add(1, Ordering::Relaxed) < script.hang_ups;
-                tokio::spawn(serve_fake(stream, hang_up, script, Arc::clone(&log)));
-            }
-        });
-        (addr, received)
-    }
-
-    async fn serve_fake(mut stream: TcpStream, hang_up: bool, script: Script, log: Received) {
-        let mut decoder = Decoder::new(Limits::default());
-        let mut input = BytesMut::new();
-        loop {
-            while let Some((frame, used)) = decoder.decode(&input).unwrap() {
-                input.advance(used);
-                let name = frame.args[0].to_ascii_uppercase();
-                log.lock().unwrap().push(frame.args);
-                let reply: &[u8] = match &name[..] {
-                    b"CLIENT" | b"MULTI" => b"+OK\r\n",
-                    b"RAFT.FORWARD" if !script.knows_forward => {
-                        b"-ERR unknown command 'RAFT.FORWARD'\r\n"
-                    }
-                    b"RAFT.FORWARD" => b"+OK\r\n",
-                    _ if hang_up => {
-                        // Let the rest of the group arrive, then hang up.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        while let Ok(Ok(n)) = tokio::time::timeout(
-                            Duration::from_millis(50),
-                            stream.read_buf(&mut input),
-                        )
-                        .await
-                        {
-                            if n == 0 {
-                                break;
-                            }
-                        }
-                        while let Some((frame, used)) = decoder.decode(&input).unwrap() {
-                            input.advance(used);
-                            log.lock().unwrap().push(frame.args);
-                        }
-                        return;
-                    }
-                    b"SET" => b"+OK\r\n",
-                    b"INCR" => b":1\r\n",
-                    b"EXEC" => b"*2\r\n:1\r\n$1\r\nv\r\n",
-                    _ => b"+QUEUED\r\n",
-                };
-                stream.write_all(reply).await.unwrap();
-            }
-            if stream.read_buf(&mut input).await.unwrap() == 0 {
-                return;
-            }
-        }
-    }
-
-    /// Node 2, a follower of node 1 (at `leader_addr`): proposing here is refused, naming node 1.
-    struct Follower {
-        leader_addr: String,
-        proposals: AtomicUsize,
-    }
-
-    impl Follower {
-        fn of(leader_addr: &str) -> Follower {
-            Follower {
-                leader_addr: leader_addr.to_string(),
-                proposals: AtomicUsize::new(0),
-            }
-        }
-    }
-
-    impl Node for Follower {
-        fn id(&self) -> u64 {
-            2
-        }
-
-        fn client_addr(&self, id: u64) -> Option<String> {
-            (id == 1).then(|| self.leader_addr.clone())
-        }
-
-        async fn propose(&self, _entry: Bytes) -> Result<Bytes, ClientError> {
-            self.proposals.fetch_add(1, Ordering::Relaxed);
-            Err(ClientError::NotLeader {
-                leader: Some(1),
-                leader_addr: None,
-            })
-        }
-    }
-
-    /// A forwarder whose writes give up after `deadline_ms`.
-    fn forwarder(deadline_ms: u64) -> Forwarder {
-        let mut forwarder = Forwarder::new(Duration::ZERO, None, Limits::default());
-        forwarder.policy.deadline_ms = deadline_ms;
-        forwarder
-    }
-
-    fn request(line: &str) -> Vec<Bytes> {
-        line.split(' ')
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect()
-    }
-
-    fn names(received: &Received) -> Vec<String> {
-        let received = received.lock().unwrap();
-        received
-            .iter()
-            .map(|r| String::from_utf8_lossy(&r[0]).into_owned())
-            .collect()
-    }
-
-    /// The ids every `RAFT.FORWARD` received carried.
-    fn ids(received: &Received) -> Vec<RequestId> {
-        let received = received.lock().unwrap();
-        received
-            .iter()
-            .filter(|r| crate::command::is_forward(r))
-            .map(|r| crate::command::parse_forward(r).unwrap())
-            .collect()
-    }
-
-    /// Forwards `request` from `node`, giving up after `deadline_ms`.
-    async fn forward_from(node: &Follower, deadline_ms: u64, request: Forwarded<'_>) -> Reply {
-        let addr = node.leader_addr.clone();
-        forwarder(deadline_ms)
-            .forward_write(node, 1, addr, ID, request)
-            .await
-    }
-
-    /// Forwards the write `line` from a follower of a fake leader playing `script`: its answer,
-    /// what the fake received, and the follower.
-    async fn forward_to_fake(
-        script: Script,
-        deadline_ms: u64,
-        line: &str,
-    ) -> (Reply, Received, Follower) {
-        let (addr, received) = fake_leader(script).await;
-        let node = Follower::of(&addr);
-        let reply = forward_from(&node, deadline_ms, Forwarded::Write(&request(line))).await;
-        (reply, received, node)
-    }
-
-    #[tokio::test]
-    async fn a_transaction_is_forwarded_as_one_group_under_its_id_and_only_exec_is_relayed() {
-        let (addr, received) = fake_leader(ANSWERS).await;
-        let queued = vec![request("INCR n"), request("GET n")];
-        let reply = forward_from(&Follower::of(&addr), 1_000, Forwarded::Exec(&queued)).await;
-        assert_eq!(
-            reply,
-            Reply::Array(vec![Reply::Integer(1), Reply::bulk(&b"v"[..])])
-        );
-        let received = received.lock().unwrap().clone();
-        let expected: Vec<Vec<Bytes>> = [
-            "CLIENT SETNAME",
-            "MULTI",
-            "INCR n",
-            "GET n",
-            "RAFT.FORWARD 4277006349 42",
-            "EXEC",
-        ]
-        .iter()
-        .map(|l| request(l))
-        .collect();
-        assert_eq!(received[0][..2], expected[0][..]);
-        assert_eq!(received[1..], expected[1..]);
-    }
-
-    #[tokio::test]
-    async fn a_write_whose_link_is_lost_is_sent_again_under_its_id_and_answered() {
-        let script = Script {
-            hang_ups: 2,
-            ..ANSWERS
-        };
-        let (reply, received, node) = forward_to_fake(script, 10_000, "INCR n").await;
-        assert_eq!(reply, Reply::Integer(1));
-        assert_eq!(ids(&received), [ID, ID, ID]);
-        // Each retry asked this node first, which named the leader again.
-        assert_eq!(node.proposals.load(Ordering::Relaxed), 2);
-    }
-
-    #[tokio::test]
-    async fn a_write_lost_until_its_deadline_is_an_unknown_outcome() {
-        let script = Script {
-            hang_ups: usize::MAX,
-            ..ANSWERS
-        };
-        let (reply, received, _) = forward_to_fake(script, 600, "SET k v").await;
-        assert_eq!(reply, Reply::error("TRYAGAIN outcome unknown"));
-        let sent = ids(&received);
-        assert!(sent.len() >= 2, "{sent:?}");
-        assert!(sent.iter().all(|&id| id == ID), "{sent:?}");
-    }
-
-    #[tokio::test]
-    async fn a_leader_that_ignores_the_id_gets_the_write_once() {
-        let answers = Script {
-            hang_ups: 0,
-            knows_forward: false,
-        };
-        let (reply, answered, _) = forward_to_fake(answers, 10_000, "SET k v").await;
-        assert_eq!(reply, Reply::OK, "the write's own reply");
-        let hangs_up = Script {
-            hang_ups: usize::MAX,
-            knows_forward: false,
-        };
-        let (reply, lost, node) = forward_to_fake(hangs_up, 10_000, "SET k v").await;
-        assert_eq!(reply, Reply::error("TRYAGAIN outcome unknown"));
-        for received in [answered, lost] {
-            assert_eq!(names(&received), ["CLIENT", "RAFT.FORWARD", "SET"]);
-        }
-        assert_eq!(node.proposals.load(Ordering::Relaxed), 0);
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_leader_is_a_definite_failure() {
-        let addr = {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            listener.local_addr().unwrap().to_string()
-        };
-        let node = Follower::of(&addr);
-        let read = forwarder(1_000)
-            .forward(1, &addr, &request("GET n"), false)
-            .await;
-        let write = forward_from(&node, 400, Forwarded::Write(&request("INCR n"))).await;
-        for reply in [read, write] {
-            let Reply::Error(error) = reply else {
-                panic!("not an error")
-            };
-            assert!(error.starts_with("TRYAGAIN leader is node 1"), "{error}");
-            assert!(error.contains("not reachable"), "{error}");
-        }
-        assert!(
-            node.proposals.load(Ordering::Relaxed) >= 1,
-            "the write was retried"
-        );
-    }
-
-    /// What the leader answers a forwarding connection, as the decision module reads it.
-    #[test]
-    fn every_refusal_a_leader_answers_is_told_apart() {
-        let refusals = [
-            (
-                ClientError::NotLeader {
-                    leader: None,
-                    leader_addr: None,
-                },
-                Answer::NotApplied,
-            ),
-            (ClientError::Busy("pending proposals"), Answer::NotApplied),
-            (ClientError::Unknown, Answer::MaybeApplied),
-            (ClientError::Shutdown, Answer::MaybeApplied),
-            (ClientError::Rejected("no".into()), Answer::Final),
-        ];
-        for (error, answer) in refusals {
-            assert_eq!(
-                Answer::of(&super::super::error_reply(&error)),
-                answer,
-                "{error:?}"
-            );
-        }
-        assert_eq!(Answer::of(&leader_elsewhere(3, "h:1")), Answer::NotApplied);
-        assert_eq!(Answer::of(&leader_address_unknown(3)), Answer::NotApplied);
-    }
-
-    /// The id goes as a request of its own, so a write the front door took within its limits
-    /// reaches the leader's decoder, with the same limits, unchanged.
-    #[test]
-    fn a_write_at_the_request_limits_crosses_to_the_leader_unchanged() {
-        let limits = Limits::default();
-        let mut write = vec![Bytes::from_static(b"DEL")];
-        write.resize(limits.args_max, Bytes::from_static(b"k"));
-        let prefix = forward_request(RequestId {
-            client_id: u64::MAX,
-            seq: u64::MAX,
-        });
-        let mut wire = BytesMut::new();
-        for args in group_with_id(Forwarded::Write(&write), &prefix) {
-            encode_request(args, &mut wire);
-        }
-        let mut decoder = Decoder::new(limits);
-        let (first, used) = decoder.decode(&wire).unwrap().unwrap();
-        assert_eq!(first.args, prefix);
-        let (second, rest) = decoder.decode(&wire[used..]).unwrap().unwrap();
-        assert_eq!(second.args, write);
-        assert_eq!(used + rest, wire.len());
-    }
-
-    #[test]
-    fn a_retry_proposes_the_entry_the_client_connection_proposed() {
-        let limits = Limits::default();
-        let (set, none) =
-            log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234).unwrap();
-        assert!(none.is_empty());
-        let decoded = LogCommand::decode(&set).unwrap();
-        assert_eq!(
-            (decoded.client_id, decoded.request_seq, decoded.stamp_ms),
-            (ID.client_id, ID.seq, 1234)
-        );
-        let queued = vec![
-            request("INCR n"),
-            request("SELECT 0"),
-            request("PING"),
-            request("GET n"),
-        ];
-        let (exec, local) = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234).unwrap();
-        let LoggedCommand::Exec(commands) = LogCommand::decode(&exec).unwrap().command else {
-            panic!("not a transaction")
-        };
-        assert_eq!(commands.len(), 3);
-        assert_eq!(local, vec![(1, Reply::OK)], "SELECT's reply, answered here");
-        assert_eq!(
-            log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234),
-            None
-        );
-    }
-}
+#[path = "forward_tests.rs"]
+mod tests;
