@@ -40,6 +40,10 @@ use crate::state_machine::{LogCommand, LoggedCommand};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Requests of one exchange are encoded and written this many bytes at a time, at most (plus
+/// one request).
+const EXCHANGE_WRITE_BYTES: usize = 64 * 1024;
+
 pub(super) use crate::forwarding::Forwarded;
 use crate::forwarding::{group_with_id, EXEC, MULTI};
 
@@ -516,22 +520,27 @@ fn log_entry(
 }
 
 impl Link {
-    /// Writes every request of `group` at once and reads one reply each until `deadline`,
-    /// showing each to `each` with its position; returns the last.
+    /// Writes every request of `group`, then reads one reply each until `deadline`, showing
+    /// each to `each` with its position; returns the last.
     async fn exchange(
         &mut self,
         group: &[&[Bytes]],
         deadline: Instant,
         mut each: impl FnMut(usize, &Reply),
     ) -> Result<Reply, String> {
+        // Written in pieces of about `EXCHANGE_WRITE_BYTES`: a group of large writes is not
+        // copied whole (one small group is still one write).
         let mut request = BytesMut::new();
-        for args in group {
+        for (at, args) in group.iter().enumerate() {
             encode_request(args, &mut request);
+            if request.len() >= EXCHANGE_WRITE_BYTES || at + 1 == group.len() {
+                timeout_at(deadline, self.stream.write_all(&request))
+                    .await
+                    .map_err(|_| "the leader took nothing in time".to_string())?
+                    .map_err(|e| e.to_string())?;
+                request.clear();
+            }
         }
-        timeout_at(deadline, self.stream.write_all(&request))
-            .await
-            .map_err(|_| "the leader took nothing in time".to_string())?
-            .map_err(|e| e.to_string())?;
         let mut last = None;
         for at in 0..group.len() {
             let reply = self.read_reply(deadline).await?;

@@ -283,6 +283,33 @@ async fn a_group_of_writes_goes_to_the_leader_at_once_and_each_gets_its_own_repl
     assert_eq!(node.proposals.load(Ordering::Relaxed), 0, "no retry");
 }
 
+/// A group larger than one piece of the exchange's writes (`EXCHANGE_WRITE_BYTES`) still goes
+/// whole before any reply.
+#[tokio::test]
+async fn a_group_of_large_writes_goes_in_pieces_and_is_answered() {
+    let script = Script {
+        hold_writes: 3,
+        ..ANSWERS
+    };
+    let (addr, received) = fake_leader(script).await;
+    let node = Follower::of(&addr);
+    let value = "v".repeat(EXCHANGE_WRITE_BYTES / 2 + 1);
+    let lines: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|key| format!("SET {key} {value}"))
+        .collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let replies = forward_group(&node, 2_000, &lines).await;
+    assert_eq!(replies, [Reply::OK, Reply::OK, Reply::OK]);
+    let received = received.lock().unwrap();
+    let values: Vec<usize> = received
+        .iter()
+        .filter(|r| r[0].as_ref() == b"SET")
+        .map(|r| r[2].len())
+        .collect();
+    assert_eq!(values, [value.len(); 3]);
+}
+
 /// The link fails with the whole group sent and no write answered: each write is sent again
 /// on its own, in order, under its own id, and answered.
 #[tokio::test]
