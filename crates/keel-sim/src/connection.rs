@@ -387,12 +387,10 @@ impl World {
                 // refused write go to the leader with it, up to `FORWARD_GROUP_MAX`. Here each
                 // is a forward of its own, all under way at once: any order the server's one
                 // exchange and its retries can give, and more.
+                let groups = !self.params.single_forwards && matches!(relay, Relay::WithId(..));
                 let mut group = vec![(slot, relay)];
                 let mut other = None;
-                while !self.params.single_forwards
-                    && matches!(group[0].1, Relay::WithId(..))
-                    && group.len() < FORWARD_GROUP_MAX
-                {
+                while groups && group.len() < FORWARD_GROUP_MAX {
                     let last = group.last().expect("one at least").0;
                     match c.pipeline.behind(last) {
                         Behind::Refused {

@@ -224,30 +224,26 @@ impl Forwarder {
             .collect();
         // The first attempts: every write whose first step is to send (all of them, unless a
         // policy allows no attempt), in one exchange.
-        let sending: Vec<usize> = (0..started.len())
-            .filter(|&at| matches!(started[at].1, Next::Send { .. }))
-            .collect();
-        let reply_by = sending
+        let sending: Vec<(usize, RequestId, u64)> = started
             .iter()
-            .filter_map(|&at| match started[at].1 {
-                Next::Send { reply_by_ms, .. } => Some(clock.at(reply_by_ms)),
+            .enumerate()
+            .filter_map(|(at, (_, next))| match *next {
+                Next::Send { id, reply_by_ms } => Some((at, id, reply_by_ms)),
                 _ => None,
             })
-            .min();
+            .collect();
+        let reply_by = sending.iter().map(|&(_, _, ms)| clock.at(ms)).min();
         let mut answers: Vec<Reply> = vec![Reply::error("TRYAGAIN no leader"); writes.len()];
         if let Some(reply_by) = reply_by {
             let group: Vec<(RequestId, Forwarded<'_>)> = sending
                 .iter()
-                .map(|&at| match started[at].1 {
-                    Next::Send { id, .. } => (id, writes[at].1),
-                    _ => unreachable!("filtered above"),
-                })
+                .map(|&(at, id, _)| (id, writes[at].1))
                 .collect();
             let mut refused_ids = vec![false; group.len()];
             let attempts = self
                 .send_group(leader, &addr, &group, &mut refused_ids, reply_by)
                 .await;
-            for ((&at, attempt), refused) in sending.iter().zip(attempts).zip(refused_ids) {
+            for ((&(at, _, _), attempt), refused) in sending.iter().zip(attempts).zip(refused_ids) {
                 let (write, next) = &mut started[at];
                 if refused {
                     write.on_id_refused();

@@ -254,6 +254,19 @@ async fn forward_group(node: &Follower, deadline_ms: u64, lines: &[&str]) -> Vec
         .await
 }
 
+/// Forwards writes `lines` together from a follower of a fake leader playing `script`: their
+/// answers, what the fake received, and the follower.
+async fn forward_group_to_fake(
+    script: Script,
+    deadline_ms: u64,
+    lines: &[&str],
+) -> (Vec<Reply>, Received, Follower) {
+    let (addr, received) = fake_leader(script).await;
+    let node = Follower::of(&addr);
+    let replies = forward_group(&node, deadline_ms, lines).await;
+    (replies, received, node)
+}
+
 /// A leader that answers nothing until it has all three writes: only a forwarder that sends
 /// a group's writes before their replies come is answered (one sent at a time would wait
 /// past its deadline: `TRYAGAIN outcome unknown`).
@@ -263,9 +276,8 @@ async fn a_group_of_writes_goes_to_the_leader_at_once_and_each_gets_its_own_repl
         hold_writes: 3,
         ..ANSWERS
     };
-    let (addr, received) = fake_leader(script).await;
-    let node = Follower::of(&addr);
-    let replies = forward_group(&node, 1_000, &["SET a 1", "INCR n", "SET b 2"]).await;
+    let (replies, received, node) =
+        forward_group_to_fake(script, 1_000, &["SET a 1", "INCR n", "SET b 2"]).await;
     assert_eq!(replies, [Reply::OK, Reply::Integer(1), Reply::OK]);
     assert_eq!(ids(&received), ids_from(ID.seq, 3));
     assert_eq!(
@@ -291,15 +303,13 @@ async fn a_group_of_large_writes_goes_in_pieces_and_is_answered() {
         hold_writes: 3,
         ..ANSWERS
     };
-    let (addr, received) = fake_leader(script).await;
-    let node = Follower::of(&addr);
     let value = "v".repeat(EXCHANGE_WRITE_BYTES / 2 + 1);
     let lines: Vec<String> = ["a", "b", "c"]
         .iter()
         .map(|key| format!("SET {key} {value}"))
         .collect();
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let replies = forward_group(&node, 2_000, &lines).await;
+    let (replies, received, _) = forward_group_to_fake(script, 2_000, &lines).await;
     assert_eq!(replies, [Reply::OK, Reply::OK, Reply::OK]);
     let received = received.lock().unwrap();
     let values: Vec<usize> = received
@@ -318,9 +328,8 @@ async fn a_group_whose_link_is_lost_is_retried_write_by_write_under_the_same_ids
         hang_ups: 1,
         ..ANSWERS
     };
-    let (addr, received) = fake_leader(script).await;
-    let node = Follower::of(&addr);
-    let replies = forward_group(&node, 10_000, &["SET a 1", "INCR n", "SET b 2"]).await;
+    let (replies, received, node) =
+        forward_group_to_fake(script, 10_000, &["SET a 1", "INCR n", "SET b 2"]).await;
     assert_eq!(replies, [Reply::OK, Reply::Integer(1), Reply::OK]);
     let group = ids_from(ID.seq, 3);
     let expected: Vec<RequestId> = group.iter().chain(&group).copied().collect();
