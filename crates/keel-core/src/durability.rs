@@ -32,9 +32,10 @@ pub struct Write {
     /// (keel-core's `node/repair.rs`): storage lowers its promise record to what the log holds
     /// now, so that a restart does not take the log for damaged again. Always synced.
     pub release_promise: bool,
-    /// The node, recovering, lowered the promise it recovers to, to this entry: committed in the
-    /// cluster, beyond its log (keel-core's `node/repair.rs`). Storage records it as the promise
-    /// and keeps it as the floor until the log reaches it. Always synced.
+    /// The node, recovering, lowered the promise it recovers to, to this entry beyond its log:
+    /// committed in the cluster, or one of the lost entries after which none was ever committed
+    /// (keel-core's `node/repair.rs`). Storage records it as the promise and keeps it as the
+    /// floor until the log reaches it. Always synced.
     pub lower_promise_to: Option<LogId>,
 }
 

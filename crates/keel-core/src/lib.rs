@@ -97,10 +97,13 @@ pub enum Mutation {
     /// A recovering node lets go of its promise on the first peer that reports lacking the
     /// entries, whatever its term and whatever the quorums (keel-core's `repair.rs`).
     ReleasePromiseEarly,
+    /// A recovering node that lowers its promise to a former entry it lacks
+    /// (keel-core's `repair.rs`) lowers it one entry further, below an entry a quorum may hold.
+    LowerPromiseTooFar,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 20] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -120,6 +123,7 @@ impl Mutation {
         Mutation::RecoveryNeverEnds,
         Mutation::PruneBootstrapSnapshot,
         Mutation::ReleasePromiseEarly,
+        Mutation::LowerPromiseTooFar,
     ];
 
     pub fn name(self) -> &'static str {
@@ -143,6 +147,7 @@ impl Mutation {
             Mutation::RecoveryNeverEnds => "recovery-never-ends",
             Mutation::PruneBootstrapSnapshot => "prune-bootstrap-snapshot",
             Mutation::ReleasePromiseEarly => "release-promise-early",
+            Mutation::LowerPromiseTooFar => "lower-promise-too-far",
         }
     }
 

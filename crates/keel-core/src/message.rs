@@ -66,13 +66,16 @@ pub enum MessageBody {
     /// of the part of its log known to be a prefix of the log that held `promised` (or an entry
     /// a peer reported committed), `terms` what it knows of that log after `last`: the first
     /// index of each of its terms, rising, the last one of `promised.term` (the first may be
-    /// clipped to `last.index + 1`; node/repair.rs). It changes nobody's term by itself (a
-    /// leaderless peer that lacks the entries may move to the term after `promised.term`, see
+    /// clipped to `last.index + 1`; node/repair.rs). `holds_last`: the requester holds `last`
+    /// and can append entries after it (false when `last` is a committed entry it lacks, which
+    /// only a leader's snapshot can bring). It changes nobody's term by itself (a leaderless
+    /// peer that lacks the entries may move to the term after `promised.term`, see
     /// [`RepairAnswer::Lacks`]).
     RepairRequest {
         promised: LogId,
         last: LogId,
         terms: Vec<LogId>,
+        holds_last: bool,
     },
     /// The answer to a `RepairRequest`, in the responder's term.
     RepairResponse(RepairAnswer),
@@ -81,7 +84,8 @@ pub enum MessageBody {
 /// What a peer can do for a recovering node (node/repair.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RepairAnswer {
-    /// Entries of the responder's log after `prev` (the request's `last`), through at most the
+    /// Entries of the responder's log after `prev` (the request's `last`, which the requester
+    /// holds), through at most the
     /// requester's promised index: entries of the log the requester had (the responder holds an
     /// entry of one of its terms at or before that term's last index in it, which only that
     /// term's leader wrote, and Log Matching makes the prefix before it the requester's own), or
@@ -91,6 +95,16 @@ pub enum RepairAnswer {
     /// request's `last`), and its term (the message's) is above the promised term, so it will
     /// never acknowledge one to that term's leader: no commit of them can count on it.
     Lacks { after: LogId },
+    /// The responder's log holds the entries the requester had after `after` (the request's
+    /// `last`) through `through` and none after it, in effect there the configuration `config`,
+    /// and its term (the message's) is above the promised term, so it will never acknowledge a
+    /// later one to that term's leader: [`RepairAnswer::Lacks`] from `through` on. Sent when the
+    /// requester cannot take entries after `after`.
+    Holds {
+        after: LogId,
+        through: LogId,
+        config: Membership,
+    },
     /// The responder's commit index is `through`, beyond the request's `last`, in effect there
     /// the configuration `config`, and it cannot send the entries (it compacted them): the
     /// requester may ask from there instead.

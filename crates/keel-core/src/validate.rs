@@ -34,7 +34,8 @@
 //!   [`REPAIR_TERMS_MAX`]) describe a log from its `last` entry to its promise: rising in term and
 //!   index, after `last`, none above the promise, the last one of the promised term. A committed
 //!   answer names an entry of no later term than the message's and a configuration with a voter
-//!   and no node 0.
+//!   and no node 0; so does a holds answer, whose entry is also after the one it was asked from
+//!   (a later index, no earlier term).
 //! - **A snapshot's term history rises** in term and index and ends at or before its last entry,
 //!   which is of no later term than the message.
 //! - **A vote request's log is no newer than its term** (`last_log_id.term` at most the
@@ -55,6 +56,7 @@
 //! follower commits only what the current Append proved to match, S15), and so are rejections
 //! or acknowledgements of positions the leader never sent (it ignores them).
 
+use crate::membership::Membership;
 use crate::message::{AppendResult, Message, MessageBody, RepairAnswer};
 use crate::node::RaftNode;
 use crate::types::{
@@ -94,6 +96,10 @@ pub enum InvalidMessage {
         "a repair request's term starts do not describe a log from its last entry to its promise"
     )]
     BadRepairTerms,
+    #[error(
+        "reports holding entries through {through}, not after {after} where it was asked from"
+    )]
+    HeldNotAfter { after: LogId, through: LogId },
     #[error("claims to lead term {term}, which node {leader} leads")]
     SecondLeader { term: Term, leader: NodeId },
     #[error("answers in term {term}, which this node (term {local_term}) never reached")]
@@ -116,6 +122,7 @@ impl InvalidMessage {
             InvalidMessage::BadConfiguration => "bad_configuration",
             InvalidMessage::BadTermHistory => "bad_term_history",
             InvalidMessage::BadRepairTerms => "bad_repair_terms",
+            InvalidMessage::HeldNotAfter { .. } => "held_not_after",
             InvalidMessage::SecondLeader { .. } => "second_leader",
             InvalidMessage::AnswerFromFutureTerm { .. } => "answer_from_future_term",
         }
@@ -218,6 +225,7 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
             promised,
             last,
             terms,
+            holds_last: _,
         } => {
             check_position(*promised)?;
             check_position(*last)?;
@@ -234,9 +242,25 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
                 if through.term > msg.term {
                     return Err(above("committed entry", through.term));
                 }
-                if config.voters.is_empty() || config.members().contains(&0) {
-                    return Err(InvalidMessage::BadConfiguration);
+                check_configuration(config)?;
+            }
+            RepairAnswer::Holds {
+                after,
+                through,
+                config,
+            } => {
+                check_position(*after)?;
+                check_position(*through)?;
+                if through.term > msg.term {
+                    return Err(above("held entry", through.term));
                 }
+                if through.index <= after.index || through.term < after.term {
+                    return Err(InvalidMessage::HeldNotAfter {
+                        after: *after,
+                        through: *through,
+                    });
+                }
+                check_configuration(config)?;
             }
             RepairAnswer::Unknown => {}
         },
@@ -284,10 +308,15 @@ fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
 fn check_configurations(entries: &[Entry]) -> Result<(), InvalidMessage> {
     for e in entries {
         if let EntryPayload::Membership(m) = &e.payload {
-            if m.voters.is_empty() || m.members().contains(&0) {
-                return Err(InvalidMessage::BadConfiguration);
-            }
+            check_configuration(m)?;
         }
+    }
+    Ok(())
+}
+
+fn check_configuration(config: &Membership) -> Result<(), InvalidMessage> {
+    if config.voters.is_empty() || config.members().contains(&0) {
+        return Err(InvalidMessage::BadConfiguration);
     }
     Ok(())
 }

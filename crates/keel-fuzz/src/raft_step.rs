@@ -420,8 +420,9 @@ impl Harness {
                 promised: self.log_id(input),
                 last: self.log_id(input),
                 terms: (0..input.below(4)).map(|_| self.log_id(input)).collect(),
+                holds_last: input.bool(),
             },
-            10 => MessageBody::RepairResponse(match input.below(4) {
+            10 => MessageBody::RepairResponse(match input.below(5) {
                 0 => {
                     let prev = self.log_id(input);
                     let entries = self.entries(input, prev, term);
@@ -431,6 +432,11 @@ impl Harness {
                     after: self.log_id(input),
                 },
                 2 => RepairAnswer::Committed {
+                    through: self.log_id(input),
+                    config: membership(input),
+                },
+                3 => RepairAnswer::Holds {
+                    after: self.log_id(input),
                     through: self.log_id(input),
                     config: membership(input),
                 },

@@ -153,6 +153,7 @@ fn sample_messages() -> Vec<Message> {
             promised: LogId::new(3, 9),
             last: LogId::new(2, 6),
             terms: vec![LogId::new(2, 7), LogId::new(3, 8)],
+            holds_last: false,
         },
         MessageBody::RepairResponse(RepairAnswer::Entries {
             prev: LogId::new(1, 4),
@@ -164,6 +165,11 @@ fn sample_messages() -> Vec<Message> {
         MessageBody::RepairResponse(RepairAnswer::Unknown),
         MessageBody::RepairResponse(RepairAnswer::Committed {
             through: LogId::new(2, 6),
+            config: (*membership).clone(),
+        }),
+        MessageBody::RepairResponse(RepairAnswer::Holds {
+            after: LogId::new(2, 6),
+            through: LogId::new(3, 8),
             config: (*membership).clone(),
         }),
     ];

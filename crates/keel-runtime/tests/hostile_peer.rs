@@ -179,8 +179,8 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
     .await;
     // To a follower, as a recovering peer: a promise of the last term below the limit (moving
     // past it would leave no term to campaign in), repair entries with a gap, a report from an
-    // unreachable term, term starts that fall, and a committed entry whose configuration names
-    // node 0.
+    // unreachable term, term starts that fall, a committed entry whose configuration names
+    // node 0, and a holds answer that holds nothing after where it was asked from.
     send_as(
         c.addrs[&follower],
         other,
@@ -193,6 +193,7 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
                     promised: LogId::new(keel_core::TERM_LIMIT - 1, 1),
                     last: LogId::new(0, 0),
                     terms: vec![LogId::new(keel_core::TERM_LIMIT - 1, 1)],
+                    holds_last: true,
                 },
             ),
             message(
@@ -203,6 +204,7 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
                     promised: LogId::new(term, 9),
                     last: LogId::new(1, 1),
                     terms: vec![LogId::new(term, 5), LogId::new(term - 1, 7)],
+                    holds_last: false,
                 },
             ),
             message(
@@ -212,6 +214,16 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
                 MessageBody::RepairResponse(RepairAnswer::Committed {
                     through: last,
                     config: keel_core::Membership::new_voters([0, 1]),
+                }),
+            ),
+            message(
+                other,
+                follower,
+                term,
+                MessageBody::RepairResponse(RepairAnswer::Holds {
+                    after: last,
+                    through: last,
+                    config: keel_core::Membership::new_voters([1]),
                 }),
             ),
             message(
@@ -261,7 +273,7 @@ async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
     // has a leader, and the term after the promised one is the limit).
     assert_eq!(
         refused_at(&c, follower).await,
-        7,
+        8,
         "all crafted to the follower but the first repair request"
     );
     assert_eq!(refused_at(&c, other).await, 0, "honest traffic passes");

@@ -581,13 +581,21 @@ fn storage_fault_regression_seeds_pass() {
 /// terms where its lost ones had been; they pass since the promise record keeps the former log's
 /// terms and compacted peers report their commit point (the node lowers its promise to it). The
 /// seeds' runs changed with the promise record's format, so keel-core's
-/// `node/tests/repair_terms.rs` scripts both shapes as the regressions.
+/// `node/tests/repair_terms.rs` scripts both shapes as the regressions. 22974257, 23274161 and
+/// 23318452 (sweeps 73 and 79, as found: grouped forwards) waited for good: peers compacted the
+/// lost range, so the node asked from a reported commit point it did not hold and could take no
+/// entries, while the only log reaching its promise was a learner's (or none); they pass since
+/// peers say how far they hold the lost log and the node lowers its promise to the furthest
+/// entry a quorum may hold (`node/tests/repair_holds.rs` scripts the shape).
 #[test]
 fn recovery_without_a_leader_seeds_pass() {
     for seed in [
         21_014_950, 21_022_969, 21_079_861, 22_001_847, 22_091_803, 22_140_785,
     ] {
         assert_damaged_and_clean(&recorded(seed));
+    }
+    for seed in [22_974_257, 23_274_161, 23_318_452] {
+        assert_damaged_and_clean(&config(seed, false));
     }
     assert_damaged_and_clean(&RunConfig {
         storage_faults: StorageFaults::All,

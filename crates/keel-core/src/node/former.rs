@@ -47,6 +47,20 @@ impl FormerTerms {
         self.promised
     }
 
+    /// What is known of the former log through `point`, one of its entries: the promise
+    /// lowered to it (`repair.rs`).
+    pub fn lowered_to(&self, point: LogId) -> Self {
+        let through = self.starts.partition_point(|s| s.index <= point.index);
+        let starts = match through.checked_sub(1) {
+            Some(at) if self.starts[at].term == point.term => self.starts[..through].to_vec(),
+            _ => vec![point],
+        };
+        FormerTerms {
+            promised: point,
+            starts,
+        }
+    }
+
     /// What is known after `last`: the starts after it, and the start of the term that holds
     /// `last.index + 1`, if known, clipped to it.
     pub fn after(&self, last: LogId) -> Vec<LogId> {

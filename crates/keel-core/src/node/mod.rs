@@ -359,7 +359,8 @@ impl RaftNode {
                     promised,
                     last,
                     terms,
-                } => self.on_repair_request(msg.from, promised, last, terms),
+                    holds_last,
+                } => self.on_repair_request(msg.from, promised, last, terms, holds_last),
                 MessageBody::RepairResponse(answer) => {
                     self.on_repair_response(msg.from, msg.term, answer)
                 }

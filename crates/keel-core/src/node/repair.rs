@@ -53,6 +53,22 @@
 //!   durably ([`crate::Write::lower_promise_to`]), and recovers to it: it votes only for logs at
 //!   least as up to date as that entry, which hold every entry committed up to it (Leader
 //!   Completeness), and the leader such a vote elects brings it there.
+//! - **Holding part of the way.** A node asking from a committed entry it does not hold cannot
+//!   take entries (it cannot append after an entry it lacks; only a leader's snapshot brings it
+//!   there), so it says so (`holds_last`), and a peer that holds former entries after that point
+//!   says instead how far: through its last former entry `h`, with the configuration in effect
+//!   there ([`RepairAnswer::Holds`]), from a term above `promised.term` as for Lacks (which is
+//!   "through the point asked from"). It holds none after `h` and acknowledges none to the old
+//!   terms' leaders. The same argument, at `h` instead of the point asked from: once the peers
+//!   holding through `h` or less block every quorum of the configuration in effect at `h` (and
+//!   of its incoming half, if joint), the former entry after `h` was never committed, nor will
+//!   be; the commit that first covers it needs such a quorum, as every change after `h` passes
+//!   through a joint configuration with it. The node lowers its promise to the first such `h`
+//!   (the candidates: the point asked from, then each `h` reported), durably, and goes on
+//!   recovering to it, as a node that received the former log only through `h`: a log it really
+//!   held, whose entries after the last commit no quorum can have counted. Without this, when
+//!   every log reaching the promise belongs to a node that cannot win (simulator seeds 22974257,
+//!   23274161, 23318452: a learner's, or none), no leader is ever elected.
 //!
 //! A peer that is recovering itself answers none of these: it may have held the entries, and its
 //! own log may have lost more than its promise shows (a promise record trails the log by a few
@@ -81,8 +97,9 @@ pub(super) struct Recovery {
     /// An entry beyond `former_end` a peer reported committed, which its log does not hold, and
     /// the configuration in effect there: where it asks from instead of `former_end`.
     pub committed: Option<(LogId, Membership)>,
-    /// The peers that reported lacking every former entry after where it asks from.
-    pub lacking: Vec<NodeId>,
+    /// What peers reported holding of the former log after where it asks from (nothing, for a
+    /// Lacks answer), one report per peer.
+    pub held: Vec<Held>,
     /// It acknowledged an Append or a snapshot since it started recovering: a leader repairs it,
     /// and its log may no longer be replaced by a peer's.
     pub acknowledged_leader: bool,
@@ -92,13 +109,24 @@ pub(super) struct Recovery {
     pub lowered: bool,
 }
 
+/// A peer's report of how far it holds the former log after where the node asks from, from a
+/// term above the promised one ([`RepairAnswer::Lacks`], [`RepairAnswer::Holds`]).
+#[derive(Clone, Debug)]
+pub(super) struct Held {
+    pub from: NodeId,
+    /// Its last former entry: where the node asks from, for a Lacks answer.
+    pub through: LogId,
+    /// The configuration in effect at `through` (a Holds answer's).
+    pub config: Option<Membership>,
+}
+
 impl Recovery {
     pub fn new(former: FormerTerms, former_end: LogId) -> Self {
         Recovery {
             former,
             former_end,
             committed: None,
-            lacking: Vec::new(),
+            held: Vec::new(),
             acknowledged_leader: false,
             released: false,
             lowered: false,
@@ -150,6 +178,7 @@ impl RaftNode {
             promised,
             last,
             terms,
+            holds_last: recovery.committed.is_none(),
         };
         let own_id = self.id;
         let members = self.log.membership().members();
@@ -171,6 +200,7 @@ impl RaftNode {
         promised: LogId,
         last: LogId,
         terms: Vec<LogId>,
+        holds_last: bool,
     ) {
         if self.recovery.is_some() {
             // Its own log may have lost what it acknowledged (module documentation).
@@ -178,38 +208,66 @@ impl RaftNode {
             return;
         }
         let former = FormerTerms::received(promised, terms);
-        let answer = match self.repair_entries(&former, last) {
-            Some(entries) => RepairAnswer::Entries {
+        let entries = holds_last
+            .then(|| self.repair_entries(&former, last))
+            .flatten();
+        let answer = if let Some(entries) = entries {
+            RepairAnswer::Entries {
                 prev: last,
                 entries,
-            },
-            None if former.lacked_by(&self.log, last) => {
-                if self.term <= promised.term {
-                    let next_term = promised.term + 1;
-                    if self.leader.is_some() || next_term >= TERM_LIMIT {
-                        // A leader of the promised term (or an older one) is alive here: it
-                        // repairs the requester itself.
-                        self.answer_repair(from, RepairAnswer::Unknown);
-                        return;
-                    }
-                    self.become_follower_keeping_timer(next_term, None);
-                }
-                RepairAnswer::Lacks { after: last }
             }
-            None => match self.log.term_of_any(self.commit) {
-                Some(term) if self.commit > last.index => RepairAnswer::Committed {
-                    through: LogId::new(term, self.commit),
-                    config: self.log.membership_at(self.commit).clone(),
-                },
-                _ => RepairAnswer::Unknown,
-            },
+        } else if former.lacked_by(&self.log, last) {
+            self.above_promised(promised, RepairAnswer::Lacks { after: last })
+        } else if let Some(through) = self.committed_beyond(last) {
+            RepairAnswer::Committed {
+                through,
+                config: self.log.membership_at(through.index).clone(),
+            }
+        } else if let Some(through) = self.former_held_beyond(&former, last) {
+            let config = self.log.membership_at(through.index).clone();
+            let holds = RepairAnswer::Holds {
+                after: last,
+                through,
+                config,
+            };
+            self.above_promised(promised, holds)
+        } else {
+            RepairAnswer::Unknown
         };
         self.answer_repair(from, answer);
     }
 
+    /// `answer`, a promise never to acknowledge entries of `promised.term` or older again, if
+    /// this node's term is above it or may move there: a leaderless node moves to the next term
+    /// (module documentation). Else (a leader of the promised term or an older one is alive
+    /// here, and repairs the requester itself) Unknown.
+    fn above_promised(&mut self, promised: LogId, answer: RepairAnswer) -> RepairAnswer {
+        if self.term <= promised.term {
+            let next_term = promised.term + 1;
+            if self.leader.is_some() || next_term >= TERM_LIMIT {
+                return RepairAnswer::Unknown;
+            }
+            self.become_follower_keeping_timer(next_term, None);
+        }
+        answer
+    }
+
+    /// This node's commit point, if beyond `last`.
+    fn committed_beyond(&self, last: LogId) -> Option<LogId> {
+        let term = self.log.term_of_any(self.commit)?;
+        (self.commit > last.index).then_some(LogId::new(term, self.commit))
+    }
+
+    /// This log's last former entry, if beyond `last` and this log holds `last` (the
+    /// requester's commit point or known prefix, which the former log then holds too).
+    fn former_held_beyond(&self, former: &FormerTerms, last: LogId) -> Option<LogId> {
+        let held = former.held_by(&self.log)?;
+        (held.index > last.index && self.log.matches(last)).then_some(held)
+    }
+
     fn answer_repair(&mut self, to: NodeId, answer: RepairAnswer) {
         let reply = self.message(to, MessageBody::RepairResponse(answer));
-        // A Lacks answer promises the term it names.
+        // A Lacks or Holds answer promises the term it names.
         self.send_after_persist(reply);
     }
 
@@ -235,7 +293,6 @@ impl RaftNode {
     }
 
     pub(super) fn on_repair_response(&mut self, from: NodeId, term: Term, answer: RepairAnswer) {
-        let early = self.mutated(crate::Mutation::ReleasePromiseEarly);
         let Some(recovery) = self.recovery.as_mut().filter(|r| r.asks()) else {
             return;
         };
@@ -252,14 +309,12 @@ impl RaftNode {
                     self.append_repair(entries);
                 }
             }
-            RepairAnswer::Lacks { after } => {
-                let counts = after == recovery.base() && (term > recovery.promised().term || early);
-                if !counts || recovery.lacking.contains(&from) {
-                    return;
-                }
-                recovery.lacking.push(from);
-                self.maybe_let_go();
-            }
+            RepairAnswer::Lacks { after } => self.note_held(from, term, after, after, None),
+            RepairAnswer::Holds {
+                after,
+                through,
+                config,
+            } => self.note_held(from, term, after, through, Some(config)),
             RepairAnswer::Committed { through, config } => self.note_committed(through, config),
             RepairAnswer::Unknown => {}
         }
@@ -276,7 +331,7 @@ impl RaftNode {
         let recovery = self.recovery.as_mut().expect("recovering");
         if end != recovery.former_end {
             recovery.former_end = end;
-            recovery.lacking.clear();
+            recovery.held.clear();
             if recovery
                 .committed
                 .as_ref()
@@ -302,7 +357,7 @@ impl RaftNode {
         let differs = recovery
             .former
             .differs_from(through, recovery.former_end.term);
-        recovery.lacking.clear();
+        recovery.held.clear();
         if holds {
             recovery.former_end = through;
             recovery.committed = None;
@@ -314,23 +369,101 @@ impl RaftNode {
         }
     }
 
-    /// Lets go of the promise once the members lacking the former entries block every quorum
-    /// that can have counted this node's acknowledgement of them (module documentation).
-    fn maybe_let_go(&mut self) {
+    /// A peer reported holding the former log after where this node asks from (`after`)
+    /// through `through` and no further (`through` = `after`: a Lacks answer), from its `term`.
+    fn note_held(
+        &mut self,
+        from: NodeId,
+        term: Term,
+        after: LogId,
+        through: LogId,
+        config: Option<Membership>,
+    ) {
+        let early = self.mutated(crate::Mutation::ReleasePromiseEarly);
+        let Some(recovery) = self.recovery.as_mut() else {
+            return;
+        };
+        let base = recovery.base();
+        let promised = recovery.promised();
+        // An entry of a term the former log cannot have there is not one of its entries (only
+        // a hostile or confused peer reports one).
+        let former = through == base
+            || (through.index > base.index
+                && through.index < promised.index
+                && !recovery.former.differs_from(through, base.term));
+        let counts = after == base && former && (term > promised.term || early);
+        if !counts || recovery.held.iter().any(|held| held.from == from) {
+            return;
+        }
+        recovery.held.push(Held {
+            from,
+            through,
+            config,
+        });
+        if early {
+            self.let_go();
+        } else {
+            self.maybe_lower();
+        }
+    }
+
+    /// Lowers the promise to the first former entry `K` (from where this node asks on) after
+    /// which the peers that hold no further block every quorum that can have counted its
+    /// acknowledgement of the next (module documentation): none after `K` was ever committed.
+    /// The candidates are where it asks from and each entry a peer holds through, with the
+    /// configuration in effect there.
+    fn maybe_lower(&mut self) {
         let Some(recovery) = self.recovery.as_ref() else {
             return;
         };
-        let lacking = &recovery.lacking;
-        let blocked = |m: &Membership| !m.is_quorum(|id| !lacking.contains(&id));
-        let config = match &recovery.committed {
+        let base = recovery.base();
+        let base_config = match &recovery.committed {
             Some((_, config)) => config,
             None => self.log.membership_at(recovery.former_end.index),
         };
-        let incoming = Membership::new_voters(config.voters.iter().copied());
-        let early = self.mutated(crate::Mutation::ReleasePromiseEarly);
-        if early || (blocked(config) && (!config.is_joint() || blocked(&incoming))) {
-            self.let_go();
+        let mut points: Vec<(LogId, &Membership)> = recovery
+            .held
+            .iter()
+            .filter_map(|held| Some((held.through, held.config.as_ref()?)))
+            .chain(std::iter::once((base, base_config)))
+            .collect();
+        points.sort_by_key(|(point, _)| point.index);
+        let lowest = points.into_iter().find(|(point, config)| {
+            let lacking =
+                |id| (recovery.held.iter()).any(|h| h.from == id && h.through.index <= point.index);
+            blocks_every_quorum(config, lacking)
+        });
+        match lowest {
+            Some((point, _)) if point == base => self.let_go(),
+            Some((point, _)) => self.lower_within(point),
+            None => {}
         }
+    }
+
+    /// No former entry after `point`, one this node lacks, was ever committed, nor ever will be:
+    /// it lowers its promise to `point` (durably) and goes on recovering to it, as a node that
+    /// received the former log only through there.
+    fn lower_within(&mut self, point: LogId) {
+        let lowered = self.mutated(crate::Mutation::LowerPromiseTooFar);
+        let recovery = self.recovery.as_mut().expect("recovering");
+        let from = recovery.promised();
+        let point = match lowered && point.index - 1 > recovery.base().index {
+            // Test-only: one entry further, where a quorum may hold the next.
+            true => LogId::new(
+                recovery
+                    .former
+                    .term_at(point.index - 1)
+                    .unwrap_or(point.term),
+                point.index - 1,
+            ),
+            false => point,
+        };
+        recovery.former = recovery.former.lowered_to(point);
+        recovery.held.clear();
+        self.durability.lower_promise_to(point);
+        let first = self.lowered_promise.map_or(from, |(first, _)| first);
+        self.lowered_promise = Some((first, point));
+        self.check_recovered();
     }
 
     /// No former entry after where this node asks from was committed with its help, nor ever
@@ -342,7 +475,7 @@ impl RaftNode {
             Some((point, _)) => {
                 let from = recovery.promised();
                 recovery.former = FormerTerms::new(point, &[]);
-                recovery.lacking.clear();
+                recovery.held.clear();
                 // A leader brings it to `point` (module documentation).
                 recovery.lowered = true;
                 self.durability.lower_promise_to(point);
@@ -367,4 +500,13 @@ impl RaftNode {
     pub fn take_lowered_promise(&mut self) -> Option<(LogId, LogId)> {
         self.lowered_promise.take()
     }
+}
+
+/// Whether the members for which `lacking` holds block every quorum of `config` and, if it is
+/// joint, of its incoming half alone: the quorums that can first commit anything after a point
+/// where `config` is in effect (module documentation).
+fn blocks_every_quorum(config: &Membership, lacking: impl Fn(NodeId) -> bool) -> bool {
+    let blocked = |m: &Membership| !m.is_quorum(|id| !lacking(id));
+    let incoming = Membership::new_voters(config.voters.iter().copied());
+    blocked(config) && (!config.is_joint() || blocked(&incoming))
 }

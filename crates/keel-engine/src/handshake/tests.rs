@@ -281,9 +281,15 @@ fn from_changed_storage_only_what_promises_nothing_is_heard() {
             promised: LogId::new(2, 5),
             last: LogId::default(),
             terms: vec![LogId::new(2, 5)],
+            holds_last: true,
         },
         MessageBody::RepairResponse(RepairAnswer::Lacks {
             after: LogId::default(),
+        }),
+        MessageBody::RepairResponse(RepairAnswer::Holds {
+            after: LogId::default(),
+            through: LogId::new(1, 1),
+            config: keel_core::Membership::new_voters([1]),
         }),
     ];
     for body in &promises {

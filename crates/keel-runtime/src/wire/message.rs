@@ -31,6 +31,7 @@ const REPAIR_ENTRIES: u8 = 0;
 const REPAIR_LACKS: u8 = 1;
 const REPAIR_UNKNOWN: u8 = 2;
 const REPAIR_COMMITTED: u8 = 3;
+const REPAIR_HOLDS: u8 = 4;
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -245,6 +246,7 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
             promised,
             last,
             terms,
+            holds_last,
         } => {
             out.push(TAG_REPAIR_REQUEST);
             put_log_id(out, *promised);
@@ -253,6 +255,7 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
             for start in terms {
                 put_log_id(out, *start);
             }
+            out.push(u8::from(*holds_last));
         }
         MessageBody::RepairResponse(answer) => {
             out.push(TAG_REPAIR_RESPONSE);
@@ -269,6 +272,16 @@ pub fn encode_message_fields(msg: &Message, out: &mut Vec<u8>) {
                 RepairAnswer::Unknown => out.push(REPAIR_UNKNOWN),
                 RepairAnswer::Committed { through, config } => {
                     out.push(REPAIR_COMMITTED);
+                    put_log_id(out, *through);
+                    put_membership(out, config);
+                }
+                RepairAnswer::Holds {
+                    after,
+                    through,
+                    config,
+                } => {
+                    out.push(REPAIR_HOLDS);
+                    put_log_id(out, *after);
                     put_log_id(out, *through);
                     put_membership(out, config);
                 }
@@ -375,6 +388,7 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
                 let n = r.count(16, "term starts")?;
                 (0..n).map(|_| get_log_id(r)).collect::<Result<_, _>>()?
             },
+            holds_last: r.bool("holds last")?,
         },
         TAG_REPAIR_RESPONSE => MessageBody::RepairResponse(match r.u8("repair answer")? {
             REPAIR_ENTRIES => RepairAnswer::Entries {
@@ -386,6 +400,11 @@ pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
             },
             REPAIR_UNKNOWN => RepairAnswer::Unknown,
             REPAIR_COMMITTED => RepairAnswer::Committed {
+                through: get_log_id(r)?,
+                config: get_membership(r)?,
+            },
+            REPAIR_HOLDS => RepairAnswer::Holds {
+                after: get_log_id(r)?,
                 through: get_log_id(r)?,
                 config: get_membership(r)?,
             },

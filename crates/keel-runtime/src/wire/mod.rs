@@ -1,4 +1,4 @@
-//! The peer wire format, protocol version 4 (snapshot channel version 2, authentication by handshake
+//! The peer wire format, protocol version 5 (snapshot channel version 2, authentication by handshake
 //! flag bit 1): frames, the handshake, peer authentication, and a hand-written encoding of every
 //! [`keel_core::Message`] (docs/DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
@@ -49,7 +49,7 @@
 //! |-------:|-----:|--------------------------------------------------------------------|
 //! |      0 |    1 | body kind, 1                                                       |
 //! |      1 |    4 | magic `KEEL`                                                       |
-//! |      5 |    2 | protocol version (u16, currently 3)                                |
+//! |      5 |    2 | protocol version (u16, currently 5)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
 //! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 1: authenticated (the sender has a cluster secret; see "Authentication"). Bit 16: the extension is a list of records. |
 //! |     12 |    8 | cluster id (u64)                                                   |
@@ -191,8 +191,8 @@
 //! |   8 | HeartbeatResponse  | read round u64, lagging bool, echoed sent at ms u64, answered at ms u64 |
 //! |   9 | TimeoutNow         | nothing                                                        |
 //! |  10 | InstallSnapshot    | snapshot meta                                                  |
-//! |  11 | RepairRequest      | promised log id, last log id, count u32, `count` log ids: term starts (`keel_core::MessageBody::RepairRequest`) |
-//! |  12 | RepairResponse     | answer kind u8: 0 = entries, prev log id, count u32, `count` entries; 1 = lacks, after log id; 2 = unknown; 3 = committed, through log id, membership |
+//! |  11 | RepairRequest      | promised log id, last log id, count u32, `count` log ids: term starts, holds last bool (`keel_core::MessageBody::RepairRequest`) |
+//! |  12 | RepairResponse     | answer kind u8: 0 = entries, prev log id, count u32, `count` entries; 1 = lacks, after log id; 2 = unknown; 3 = committed, through log id, membership; 4 = holds, after log id, through log id, membership |
 //!
 //! - log id: term u64, index u64.
 //! - bool: one byte, 0 or 1 (anything else is refused).
@@ -363,8 +363,9 @@ pub use snapshot::{
 
 /// Protocol version this build speaks.
 /// Version 2 added the clock readings of heartbeats and their responses; version 3 the repair
-/// messages (tags 11 and 12); version 4 their term starts and committed answers.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// messages (tags 11 and 12); version 4 their term starts and committed answers; version 5 the
+/// request's holds-last flag and holds answers.
+pub const PROTOCOL_VERSION: u16 = 5;
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"KEEL";
 /// Default bound on a frame body on message connections.
 pub const FRAME_SIZE_BYTES_MAX_DEFAULT: u32 = 16 << 20;

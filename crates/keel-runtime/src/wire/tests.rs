@@ -111,13 +111,14 @@ fn body() -> impl Strategy<Value = MessageBody> {
         ),
         Just(MessageBody::TimeoutNow),
         meta().prop_map(|meta| MessageBody::InstallSnapshot { meta }),
-        (log_id(), log_id(), vec(log_id(), 0..5)).prop_map(|(promised, last, terms)| {
-            MessageBody::RepairRequest {
+        (log_id(), log_id(), vec(log_id(), 0..5), any::<bool>()).prop_map(
+            |(promised, last, terms, holds_last)| MessageBody::RepairRequest {
                 promised,
                 last,
                 terms,
+                holds_last,
             }
-        }),
+        ),
         (log_id(), vec(entry(), 0..4)).prop_map(|(prev, entries)| {
             MessageBody::RepairResponse(RepairAnswer::Entries { prev, entries })
         }),
@@ -125,6 +126,13 @@ fn body() -> impl Strategy<Value = MessageBody> {
         Just(MessageBody::RepairResponse(RepairAnswer::Unknown)),
         (log_id(), membership()).prop_map(|(through, config)| {
             MessageBody::RepairResponse(RepairAnswer::Committed { through, config })
+        }),
+        (log_id(), log_id(), membership()).prop_map(|(after, through, config)| {
+            MessageBody::RepairResponse(RepairAnswer::Holds {
+                after,
+                through,
+                config,
+            })
         }),
     ]
 }

@@ -114,8 +114,9 @@ impl<F: Fs> Wal<F> {
         self.poison_on_error(result)
     }
 
-    /// The core lowered the promise it recovers to, to `point`, a committed entry beyond the
-    /// log (`Write::lower_promise_to`): the floor becomes `point`, flushed.
+    /// The core lowered the promise it recovers to, to `point`, an entry beyond the log
+    /// (`Write::lower_promise_to`): the floor becomes `point`, flushed. Of the lost log's terms
+    /// the record then names only `point`'s (a restart asks peers knowing only that entry).
     pub(super) fn lower_promise_floor(&mut self, point: LogId) -> Result<()> {
         let promise = self.synced_promise();
         let Some(file) = self.promise.as_mut() else {

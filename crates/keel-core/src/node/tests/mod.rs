@@ -23,6 +23,7 @@ mod membership;
 mod proptest_step;
 mod read_index;
 mod repair;
+mod repair_holds;
 mod repair_terms;
 mod replication;
 mod restart;

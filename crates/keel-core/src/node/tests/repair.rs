@@ -61,6 +61,7 @@ fn request_knowing(
             promised,
             last,
             terms,
+            holds_last: true,
         },
     )
 }

@@ -31,6 +31,7 @@ fn request(to: NodeId, promised: LogId, last: LogId, terms: Vec<LogId>) -> Messa
             promised,
             last,
             terms,
+            holds_last: true,
         },
     )
 }
@@ -137,7 +138,7 @@ fn a_peer_lacks_the_lost_entries_exactly_where_the_former_terms_are_known() {
 
 /// A peer that compacted a part of the former log (committed) into its snapshot, holding it as
 /// entries no longer.
-fn compacted_peer(id: NodeId, terms: &[Term], compact_to: Index) -> RaftNode {
+pub(super) fn compacted_peer(id: NodeId, terms: &[Term], compact_to: Index) -> RaftNode {
     let mut cfg = test_config(id);
     cfg.snapshot_trailing_entries = 0;
     let mut peer = node_with_config(cfg, &[1, 2, 3], terms, hs(3, None, compact_to));

@@ -381,6 +381,7 @@ fn repair_term_starts_and_committed_answers_describe_real_logs() {
                 promised: LogId::new(3, 9),
                 last: LogId::new(1, 4),
                 terms: terms.into_iter().map(|(t, i)| LogId::new(t, i)).collect(),
+                holds_last: true,
             },
         )
     };
@@ -423,6 +424,38 @@ fn repair_term_starts_and_committed_answers_describe_real_logs() {
     );
     assert!(matches!(
         f.validate(&committed(LogId::new(4, 7), &[1, 2, 3])),
+        Err(InvalidMessage::TermAboveMessage { .. })
+    ));
+    let holds = |after: LogId, through: LogId, voters: &[NodeId]| {
+        msg(
+            3,
+            2,
+            3,
+            MessageBody::RepairResponse(RepairAnswer::Holds {
+                after,
+                through,
+                config: crate::Membership::new_voters(voters.iter().copied()),
+            }),
+        )
+    };
+    let after = LogId::new(2, 5);
+    assert_eq!(
+        f.validate(&holds(after, LogId::new(3, 7), &[1, 2, 3])),
+        Ok(())
+    );
+    for through in [after, LogId::new(3, 5), LogId::new(3, 4), LogId::new(1, 6)] {
+        assert_eq!(
+            f.validate(&holds(after, through, &[1, 2, 3])),
+            Err(InvalidMessage::HeldNotAfter { after, through }),
+            "{through}"
+        );
+    }
+    assert_eq!(
+        f.validate(&holds(after, LogId::new(3, 7), &[0, 1])),
+        Err(InvalidMessage::BadConfiguration)
+    );
+    assert!(matches!(
+        f.validate(&holds(after, LogId::new(4, 7), &[1, 2, 3])),
         Err(InvalidMessage::TermAboveMessage { .. })
     ));
 }
