@@ -85,11 +85,10 @@ pub enum MessageBody {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RepairAnswer {
     /// Entries of the responder's log after `prev` (the request's `last`, which the requester
-    /// holds), through at most the
-    /// requester's promised index: entries of the log the requester had (the responder holds an
-    /// entry of one of its terms at or before that term's last index in it, which only that
-    /// term's leader wrote, and Log Matching makes the prefix before it the requester's own), or
-    /// committed ones.
+    /// holds), through at most the requester's promised index: entries of the log the requester
+    /// had (the responder holds an entry of one of its terms at or before that term's last index
+    /// in it, which only that term's leader wrote, and Log Matching makes the prefix before it
+    /// the requester's own), or committed ones.
     Entries { prev: LogId, entries: Vec<Entry> },
     /// The responder's log holds none of the entries the requester had after `after` (the
     /// request's `last`), and its term (the message's) is above the promised term, so it will
