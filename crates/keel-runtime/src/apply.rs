@@ -143,11 +143,21 @@ impl<S: StateMachine> RuntimeApplier<S> {
 
 struct Shared<S> {
     applier: Mutex<RuntimeApplier<S>>,
-    /// The engine's queue of items for the apply thread, and whether the node task let go of it.
-    queue: Mutex<(EngineQueue<S>, bool)>,
+    queue: Mutex<QueueState<S>>,
+    /// Signalled when an item is queued while the thread waits (or the node task lets go).
     queue_filled: Condvar,
     /// Items handed to the apply thread and not yet processed by it.
     queued: AtomicUsize,
+}
+
+/// The engine's queue of items for the apply thread, and what the two sides know of each other.
+struct QueueState<S> {
+    items: EngineQueue<S>,
+    /// The node task let go of the queue: the thread ends once it is empty.
+    let_go: bool,
+    /// The thread waits on `queue_filled`: only then is it signalled (a signal is a system call,
+    /// and a busy thread finds the item when it looks next).
+    waiting: bool,
 }
 
 /// The node task's end of the apply pipeline.
@@ -172,7 +182,7 @@ impl<S> Drop for ApplyQueue<S> {
             .queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .1 = true;
+            .let_go = true;
         self.shared.queue_filled.notify_one();
     }
 }
@@ -187,13 +197,18 @@ impl<S: StateMachine> ApplyQueue<S> {
 
     fn enqueue(&self, item: ApplyItem<S>) {
         self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        self.shared
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
-            .push(item);
-        self.shared.queue_filled.notify_one();
+        let waiting = {
+            let mut queue = self
+                .shared
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.items.push(item);
+            queue.waiting
+        };
+        if waiting {
+            self.shared.queue_filled.notify_one();
+        }
     }
 
     /// Applies `item` inline if it qualifies; gives it back otherwise.
@@ -249,7 +264,11 @@ pub(crate) fn spawn<S: StateMachine>(
             entry_cost_ns: COST_BEFORE_MEASURED_NS,
             read_cost_ns: COST_BEFORE_MEASURED_NS,
         }),
-        queue: Mutex::new((EngineQueue::default(), false)),
+        queue: Mutex::new(QueueState {
+            items: EngineQueue::default(),
+            let_go: false,
+            waiting: false,
+        }),
         queue_filled: Condvar::new(),
         queued: AtomicUsize::new(0),
     });
@@ -265,16 +284,18 @@ pub(crate) fn spawn<S: StateMachine>(
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     loop {
-                        if let Some(item) = queue.0.pop() {
+                        if let Some(item) = queue.items.pop() {
                             break item;
                         }
-                        if queue.1 {
+                        if queue.let_go {
                             return; // the node task let go and everything was processed
                         }
+                        queue.waiting = true;
                         queue = shared
                             .queue_filled
                             .wait(queue)
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        queue.waiting = false;
                     }
                 };
                 let mut applier = shared

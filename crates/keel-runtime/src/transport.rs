@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::{ConfigurationChange, HandshakeGate, Refusal};
 use keel_wal::StdFs;
@@ -753,10 +753,18 @@ pub async fn read_frame_raw<R: AsyncRead + Unpin>(
     }
     reader.read_exact(&mut header[1..]).await?;
     let header = FrameHeader::parse(header, max_bytes)?;
-    let mut body = vec![0u8; header.len_bytes as usize];
-    reader.read_exact(&mut body).await?;
+    // Read into spare capacity, never zeroed first: zeroing a buffer the read overwrites anyway
+    // (fresh memory, for a large Append) was a large share of receiving a frame.
+    let len_bytes = header.len_bytes as usize;
+    let mut body = BytesMut::with_capacity(len_bytes);
+    let mut rest = (&mut *reader).take(len_bytes as u64);
+    while body.len() < len_bytes {
+        if rest.read_buf(&mut body).await? == 0 {
+            return Err(TransportError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
     header.verify(&body)?;
-    Ok(Some(Bytes::from(body)))
+    Ok(Some(body.freeze()))
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts. The length is

@@ -51,7 +51,7 @@ use bytes::{Bytes, BytesMut};
 pub use clients::{ClientRecord, ClientRegistry, Registration};
 pub use config::{ConfigValues, SharedConfig};
 pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeStatus};
-pub use stats::{CommandStat, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
+pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
 
 use crate::command::{
     AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,

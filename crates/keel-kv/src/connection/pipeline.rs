@@ -40,7 +40,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use keel_engine::ClientError;
 
-use super::{ClientConnection, Dispatch, ServerStats};
+use super::{ClientConnection, Dispatch, LocalStats, ServerStats};
 use crate::command::{self, AdminCommand, QueuedCommand, ReadCommand};
 use crate::forwarding::{write_reply, Forwarded, RequestId};
 use crate::resp::Reply;
@@ -291,8 +291,14 @@ pub struct Pipeline<W, R> {
     seq: u64,
     /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
     announced_id: Option<RequestId>,
-    /// Where each admitted request's reply is counted (INFO's stats), if anywhere.
+    /// Where each admitted request's reply is counted (INFO's stats), if anywhere, and the counts
+    /// not added there yet ([`Pipeline::flush_stats`]).
     stats: Option<Arc<ServerStats>>,
+    local_stats: LocalStats,
+    /// The time the meters read, once per burst of admissions or of replies released: nothing
+    /// waits within a burst, and a clock read per request and per reply was a measurable share
+    /// of a pipelined request's cost. Forgotten whenever the shell is told to wait.
+    meter_clock: Option<Instant>,
 }
 
 impl<W, R> Pipeline<W, R> {
@@ -306,12 +312,23 @@ impl<W, R> Pipeline<W, R> {
             seq: 0,
             announced_id: None,
             stats: None,
+            local_stats: LocalStats::default(),
+            meter_clock: None,
         }
     }
 
-    /// Counts every admitted request's reply in `stats` when it is released.
+    /// Counts every admitted request's reply in `stats` when it is released (in part kept here
+    /// until [`Pipeline::flush_stats`]).
     pub fn count_in(&mut self, stats: Arc<ServerStats>) {
         self.stats = Some(stats);
+    }
+
+    /// Adds the counts kept here, and `net` (the connection's bytes), to the shared stats.
+    pub fn flush_stats(&mut self, net: &mut LocalStats) {
+        if let Some(stats) = &self.stats {
+            stats.flush(&mut self.local_stats);
+            stats.flush(net);
+        }
     }
 
     /// Requests in flight (decoded, not yet answered).
@@ -401,10 +418,13 @@ impl<W, R> Pipeline<W, R> {
             args,
             given_id,
         } = request;
-        let meter = self.stats.as_ref().map(|_| Meter {
-            command: ServerStats::command_index(&args),
-            admitted: Instant::now(),
-        });
+        let meter = match self.stats {
+            Some(_) => Some(Meter {
+                command: ServerStats::command_index(&args),
+                admitted: *self.meter_clock.get_or_insert_with(Instant::now),
+            }),
+            None => None,
+        };
         match dispatch {
             Dispatch::Reply(reply) => self.push_answer(reply, meter),
             Dispatch::ReplyAndClose(reply) => return Admission::Close(reply),
@@ -606,6 +626,14 @@ impl<W, R> Pipeline<W, R> {
     /// What the front request needs for its reply to leave. Call until it says
     /// [`Release::Await`] or [`Release::Idle`].
     pub fn release(&mut self) -> Release<W, R> {
+        let release = self.release_front();
+        if !matches!(release, Release::Send(_) | Release::Watched { .. }) {
+            self.meter_clock = None; // the shell waits now
+        }
+        release
+    }
+
+    fn release_front(&mut self) -> Release<W, R> {
         let Some(front) = self.slots.front_mut() else {
             self.run = None;
             return Release::Idle;
@@ -622,7 +650,13 @@ impl<W, R> Pipeline<W, R> {
                     unreachable!("matched above")
                 };
                 if let (Some(stats), Some(meter)) = (&self.stats, popped.meter) {
-                    stats.record(meter.command, &reply, meter.admitted.elapsed());
+                    let now = *self.meter_clock.get_or_insert_with(Instant::now);
+                    stats.record_local(
+                        &mut self.local_stats,
+                        meter.command,
+                        &reply,
+                        now.saturating_duration_since(meter.admitted),
+                    );
                 }
                 match popped.origin {
                     Origin::Read { mut args } if is_watch(&args) => {

@@ -1,11 +1,16 @@
 //! The node's counters for INFO's `stats`, `commandstats` and `errorstats` sections, zeroed by
 //! `CONFIG RESETSTAT`.
 //!
-//! Counting is cheap on the request path: a few relaxed atomic additions per request (the
-//! command's counters are found by its index in the command table, so they are bounded by the
-//! table, never one per name a client sends); errors take a lock, to count them by code
+//! Counting is cheap on the request path. The counters are shared by every connection's task, so
+//! a connection does not add to them once per request (an atomic addition on a cache line the
+//! other cores write too costs more than the rest of counting): it counts a command's calls and
+//! time, and the bytes it reads and writes, in its own [`LocalStats`], and adds those to the
+//! shared counters ([`ServerStats::flush`]) once it has answered everything it read, before its
+//! replies leave — so a client that got its reply finds its request counted. The command's
+//! counters are found by its index in the command table, so they are bounded by the table, never
+//! one per name a client sends. Errors are counted at once and take a lock, to count them by code
 //! ([`ERROR_CODES_MAX`] codes at most). A connection's pipeline counts each request when its
-//! reply leaves ([`ServerStats::record`]); the server counts connections and bytes.
+//! reply leaves ([`ServerStats::record_local`]); the server counts connections and bytes.
 //!
 //! What a command's `usec` measures differs from Redis: the time from the request's dispatch on
 //! this node until its reply was ready, so for writes and reads it includes the Raft round (the
@@ -34,6 +39,31 @@ const ERROR_CODE_LEN_MAX: usize = 32;
 /// Redis: 16 samples, 100 ms apart).
 pub const RATE_SAMPLES: usize = 16;
 pub const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most commands a [`LocalStats`] counts apart before it is added to the shared counters.
+const LOCAL_COMMANDS_MAX: usize = 16;
+
+/// A connection's counts not yet added to its node's [`ServerStats`] (see the module
+/// documentation): at most [`LOCAL_COMMANDS_MAX`] commands.
+#[derive(Debug, Default)]
+pub struct LocalStats {
+    /// `(command index, calls, usec)`.
+    commands: Vec<(usize, u64, u64)>,
+    input_bytes: u64,
+    output_bytes: u64,
+}
+
+impl LocalStats {
+    /// `bytes` were read from the client.
+    pub fn input(&mut self, bytes: usize) {
+        self.input_bytes += bytes as u64;
+    }
+
+    /// `bytes` were written to the client.
+    pub fn output(&mut self, bytes: usize) {
+        self.output_bytes += bytes as u64;
+    }
+}
 
 #[derive(Debug, Default)]
 struct CommandCounters {
@@ -181,6 +211,56 @@ impl ServerStats {
                     }
                 }
             }
+        }
+    }
+
+    /// [`ServerStats::record`], with a call that did not fail counted in `local` (added to the
+    /// shared counters by [`ServerStats::flush`]); a failure, a refusal, and an EXEC's array (whose
+    /// errors count) are counted here at once.
+    pub fn record_local(
+        &self,
+        local: &mut LocalStats,
+        command: Option<usize>,
+        reply: &Reply,
+        elapsed: Duration,
+    ) {
+        let counted_apart = match reply {
+            Reply::Error(_) => true,
+            Reply::Simple(s) => s == "QUEUED",
+            Reply::Array(_) => command.is_some_and(|index| command_name(index) == "exec"),
+            _ => false,
+        };
+        let Some(index) = command.filter(|_| !counted_apart) else {
+            return self.record(command, reply, elapsed);
+        };
+        let usec = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        match local.commands.iter_mut().find(|(i, _, _)| *i == index) {
+            Some((_, calls, total)) => {
+                *calls += 1;
+                *total = total.saturating_add(usec);
+            }
+            None => {
+                if local.commands.len() == LOCAL_COMMANDS_MAX {
+                    self.flush(local);
+                }
+                local.commands.push((index, 1, usec));
+            }
+        }
+    }
+
+    /// Adds `local`'s counts to the shared counters, and empties it.
+    pub fn flush(&self, local: &mut LocalStats) {
+        for (index, calls, usec) in local.commands.drain(..) {
+            if let Some(counters) = self.commands.get(index) {
+                counters.calls.fetch_add(calls, Relaxed);
+                counters.usec.fetch_add(usec, Relaxed);
+            }
+        }
+        if local.input_bytes > 0 {
+            self.input(std::mem::take(&mut local.input_bytes) as usize);
+        }
+        if local.output_bytes > 0 {
+            self.output(std::mem::take(&mut local.output_bytes) as usize);
         }
     }
 
@@ -401,6 +481,56 @@ mod tests {
         assert_eq!(errors.get("NOAUTH"), Some(&1));
         assert_eq!(errors.get("ERR"), Some(&1));
         assert_eq!(stats.snapshot().commands[0].failed_calls, 0);
+    }
+
+    #[test]
+    fn local_counts_reach_the_shared_ones_at_a_flush_and_errors_at_once() {
+        let stats = ServerStats::default();
+        let mut local = LocalStats::default();
+        let set = ServerStats::command_index(&args(&["set"]));
+        let exec = ServerStats::command_index(&args(&["exec"]));
+        let ms = Duration::from_millis(1);
+        stats.record_local(&mut local, set, &Reply::OK, ms);
+        stats.record_local(&mut local, set, &Reply::OK, ms * 2);
+        local.input(100);
+        local.output(10);
+        // Counted at once: a failure, QUEUED (never a call), an EXEC's array with its error.
+        stats.record_local(&mut local, set, &Reply::error("ERR syntax error"), ms);
+        stats.record_local(&mut local, set, &Reply::simple("QUEUED"), ms);
+        let exec_reply = Reply::Array(vec![Reply::error("WRONGTYPE wrong kind")]);
+        stats.record_local(&mut local, exec, &exec_reply, ms);
+        let before = stats.snapshot();
+        assert_eq!(before.total_error_replies, 2);
+        assert_eq!(before.total_net_input_bytes, 0);
+        let calls = |s: &StatsSnapshot, name: &str| {
+            s.commands.iter().find(|c| c.name == name).map(|c| c.calls)
+        };
+        assert_eq!(calls(&before, "set"), Some(1), "only the failure so far");
+        assert_eq!(calls(&before, "exec"), Some(1));
+        stats.flush(&mut local);
+        let after = stats.snapshot();
+        assert_eq!(calls(&after, "set"), Some(3));
+        assert_eq!(after.commands[0].usec, 4000);
+        assert_eq!(after.total_net_input_bytes, 100);
+        assert_eq!(after.total_net_output_bytes, 10);
+        stats.flush(&mut local);
+        assert_eq!(stats.snapshot(), after, "a flush empties the local counts");
+    }
+
+    #[test]
+    fn local_counts_of_many_commands_flush_themselves_and_lose_nothing() {
+        let stats = ServerStats::default();
+        let mut local = LocalStats::default();
+        let names: Vec<usize> = (0..LOCAL_COMMANDS_MAX * 2 + 3).collect();
+        for index in &names {
+            stats.record_local(&mut local, Some(*index), &Reply::OK, Duration::ZERO);
+            assert!(local.commands.len() <= LOCAL_COMMANDS_MAX);
+        }
+        assert!(stats.snapshot().commands.len() >= LOCAL_COMMANDS_MAX);
+        stats.flush(&mut local);
+        let counted = stats.snapshot().commands;
+        assert_eq!(counted.len(), names.len());
+        assert!(counted.iter().all(|c| c.calls == 1));
     }
 
     #[test]

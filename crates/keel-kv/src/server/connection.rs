@@ -50,7 +50,7 @@ use crate::connection::pipeline::{
     is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Behind, Handle, Intake,
     Pipeline, Redirect, Relay, Release, Request, WriteRequest,
 };
-use crate::connection::{ClientConnection, ClientRecord, Dispatch, NodeStatus};
+use crate::connection::{ClientConnection, ClientRecord, Dispatch, LocalStats, NodeStatus};
 use crate::forwarding::{RequestId, FORWARD_GROUP_MAX};
 use crate::resp::{Decoder, Reply};
 
@@ -88,6 +88,14 @@ struct Session<'a> {
     peer: SocketAddr,
     /// The deadlines of the requests awaited in `finish_all`, one timer for all.
     timer: DeadlineTimer,
+    /// The bytes read and written, not yet added to the node's stats (see `connection/stats.rs`).
+    net: LocalStats,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.pipeline.flush_stats(&mut self.net);
+    }
 }
 
 /// Replies not sent, after CLIENT REPLY OFF or SKIP.
@@ -149,6 +157,7 @@ pub(super) async fn serve_connection(
         silence: Silence::None,
         peer,
         timer: DeadlineTimer::new(),
+        net: LocalStats::default(),
     };
     session.pipeline.count_in(Arc::clone(&ctx.server_stats));
     let mut decoder = Decoder::new(ctx.limits);
@@ -217,6 +226,7 @@ pub(super) async fn serve_connection(
         }
         session.finish_all().await?;
         session.flush_some()?;
+        session.pipeline.flush_stats(&mut session.net);
     }
 }
 
@@ -311,7 +321,7 @@ impl Session<'_> {
                 match self.stream.try_read_buf(input) {
                     Ok(0) => return Ok(Io::Closed),
                     Ok(n) => {
-                        self.ctx.server_stats.input(n);
+                        self.net.input(n);
                         return Ok(Io::Read);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -393,7 +403,7 @@ impl Session<'_> {
             match self.stream.try_write(&self.output) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.ctx.server_stats.output(n);
+                    self.net.output(n);
                     self.output.advance(n);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
@@ -572,7 +582,11 @@ impl Session<'_> {
         }
         loop {
             match self.pipeline.release() {
-                Release::Idle => return Ok(()),
+                Release::Idle => {
+                    // Everything read is answered: counted before the replies leave.
+                    self.pipeline.flush_stats(&mut self.net);
+                    return Ok(());
+                }
                 Release::Send(reply) => match captured.as_deref_mut() {
                     Some(slot) => *slot = Some(reply),
                     None => self.push(&reply)?,

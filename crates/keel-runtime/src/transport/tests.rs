@@ -450,3 +450,35 @@ async fn open_connections_are_bounded() {
     closed_by_peer(&mut extra).await;
     assert!(b.refused_connections() >= 1);
 }
+
+/// A frame arriving a few bytes at a time is read whole (into spare capacity, the body never
+/// zeroed first); one cut short in its body is an error, a stream ending between frames is not.
+#[tokio::test]
+async fn a_frame_is_read_whole_from_pieces_and_a_cut_one_is_an_error() {
+    let msg = heartbeat(1, 2, 7);
+    let mut frame = Vec::new();
+    wire::encode_message(&msg, &mut frame);
+    let (mut tx, mut rx) = tokio::io::duplex(3);
+    let sent = frame.clone();
+    let writer = tokio::spawn(async move {
+        tx.write_all(&sent).await.unwrap();
+        tx.write_all(&sent[..sent.len() - 1]).await.unwrap();
+    });
+    let max = 1 << 20;
+    let body = read_frame(&mut rx, max).await.unwrap().expect("a frame");
+    assert_eq!(
+        body,
+        wire::decode_body(Bytes::from(frame[FRAME_HEADER_SIZE_BYTES..].to_vec())).unwrap()
+    );
+    match read_frame(&mut rx, max).await {
+        Err(TransportError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+        other => panic!("a frame cut short must be an error, got {other:?}"),
+    }
+    writer.await.unwrap();
+    let (tx, mut rx) = tokio::io::duplex(3);
+    drop(tx);
+    assert!(
+        read_frame(&mut rx, max).await.unwrap().is_none(),
+        "a clean end"
+    );
+}
