@@ -2,6 +2,7 @@
 //! runs and the simulator drives.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -11,12 +12,22 @@ use crate::{LogCommand, WriteReply};
 
 /// What INFO needs from the state machine without a quorum round or a trip through the apply
 /// thread: updated after every apply and restore, read by any connection.
+///
+/// Published after every entry, so the figures are a sequence lock over atomics, not a mutex:
+/// the applying thread (one at a time) writes without a read-modify-write, readers (INFO) retry
+/// the rare read that overlapped a write.
 #[derive(Debug, Default)]
 pub struct SmStats {
-    inner: Mutex<SmStatsValue>,
+    /// Odd while a write is under way; bumped twice per write.
+    sequence: AtomicU64,
+    fields: [AtomicU64; SM_STATS_FIELDS],
+    /// The version of `members` (compared without the lock: only the writer changes it).
+    members_version: AtomicU64,
     /// The members' recorded addresses, republished only when they changed.
-    members: Mutex<(u64, Arc<BTreeMap<u64, MemberAddrs>>)>,
+    members: Mutex<Arc<BTreeMap<u64, MemberAddrs>>>,
 }
+
+const SM_STATS_FIELDS: usize = 6;
 
 /// One consistent reading of [`SmStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,18 +45,54 @@ pub struct SmStatsValue {
     pub used_bytes: u64,
 }
 
+impl SmStatsValue {
+    fn to_fields(self) -> [u64; SM_STATS_FIELDS] {
+        [
+            self.applied_index,
+            self.state_digest,
+            self.log_time_ms,
+            self.keys,
+            self.expires,
+            self.used_bytes,
+        ]
+    }
+
+    fn from_fields(f: [u64; SM_STATS_FIELDS]) -> Self {
+        SmStatsValue {
+            applied_index: f[0],
+            state_digest: f[1],
+            log_time_ms: f[2],
+            keys: f[3],
+            expires: f[4],
+            used_bytes: f[5],
+        }
+    }
+}
+
 impl SmStats {
     pub fn get(&self) -> SmStatsValue {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let fields = std::array::from_fn(|i| self.fields[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if self.sequence.load(Ordering::Relaxed) == before {
+                return SmStatsValue::from_fields(fields);
+            }
+        }
     }
 
     /// The members' addresses as last applied (`RAFT.MEMBER ADD`), by node id.
     pub fn member_addrs(&self) -> Arc<BTreeMap<u64, MemberAddrs>> {
-        Arc::clone(&self.members.lock().unwrap_or_else(|e| e.into_inner()).1)
+        Arc::clone(&self.members.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Called by one thread at a time (the state machine's caller).
     fn publish(&self, sm: &KvStateMachine) {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = SmStatsValue {
+        let value = SmStatsValue {
             applied_index: sm.applied_index(),
             state_digest: sm.state_digest(),
             log_time_ms: sm.log_time_ms(),
@@ -53,13 +100,24 @@ impl SmStats {
             expires: sm.keys_with_deadline() as u64,
             used_bytes: sm.used_bytes(),
         };
-        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
-        if members.0 != sm.member_addrs_version() {
-            *members = (
-                sm.member_addrs_version(),
-                Arc::new(sm.member_addrs().clone()),
-            );
+        self.store(value);
+        if self.members_version.load(Ordering::Relaxed) != sm.member_addrs_version() {
+            *self.members.lock().unwrap_or_else(|e| e.into_inner()) =
+                Arc::new(sm.member_addrs().clone());
+            self.members_version
+                .store(sm.member_addrs_version(), Ordering::Relaxed);
         }
+    }
+
+    /// Writes `value` (one writer at a time).
+    fn store(&self, value: SmStatsValue) {
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (field, v) in self.fields.iter().zip(value.to_fields()) {
+            field.store(v, Ordering::Relaxed);
+        }
+        self.sequence.store(sequence + 2, Ordering::Release);
     }
 }
 
@@ -150,6 +208,27 @@ impl keel_engine::StateMachine for KvAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reading_of_the_stats_never_mixes_two_writes() {
+        let stats = Arc::new(SmStats::default());
+        let writer = {
+            let stats = Arc::clone(&stats);
+            std::thread::spawn(move || {
+                for i in 1..=200_000u64 {
+                    stats.store(SmStatsValue::from_fields([i; SM_STATS_FIELDS]));
+                }
+            })
+        };
+        let mut last = 0;
+        while last < 200_000 {
+            let fields = stats.get().to_fields();
+            assert!(fields.iter().all(|&f| f == fields[0]), "torn: {fields:?}");
+            assert!(fields[0] >= last, "went back from {last} to {}", fields[0]);
+            last = fields[0];
+        }
+        writer.join().unwrap();
+    }
     use crate::command::{SetCondition, WriteCommand};
     use keel_engine::StateMachine;
 

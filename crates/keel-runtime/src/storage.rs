@@ -135,6 +135,13 @@ fn next_command(
         if !worker.store().wal.promise_unflushed() {
             return commands.blocking_recv();
         }
+        // Under load the next batch is usually queued already: taken without a timer (arming
+        // and clearing one is a measurable share of a busy storage thread's time).
+        match commands.try_recv() {
+            Ok(command) => return Some(command),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
         // The timeout is made inside `block_on`: its timer needs the runtime's context.
         let waited = timer
             .block_on(async { tokio::time::timeout(PROMISE_IDLE_FLUSH, commands.recv()).await });

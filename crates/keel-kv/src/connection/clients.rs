@@ -45,7 +45,7 @@ pub struct ClientState {
     pub lib_name: String,
     pub lib_version: String,
     /// The last command run, as Redis names it (`client|list`; empty before the first).
-    pub last_command: String,
+    pub last_command: CommandName,
     pub last_active: Instant,
     pub resp: i64,
 }
@@ -66,7 +66,7 @@ impl ClientRecord {
                 name: String::new(),
                 lib_name: String::new(),
                 lib_version: String::new(),
-                last_command: String::new(),
+                last_command: CommandName::default(),
                 last_active: now,
                 resp: 2,
             }),
@@ -97,7 +97,13 @@ impl ClientRecord {
             if self.kill_flag.load(Ordering::Acquire) {
                 return std::task::Poll::Ready(());
             }
-            *self.kill_waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+            {
+                let mut waker = self.kill_waker.lock().unwrap_or_else(|e| e.into_inner());
+                // Polled on every wait of the connection: the waker is cloned only when it changed.
+                if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *waker = Some(cx.waker().clone());
+                }
+            }
             // Checked again once the waker is in place: a kill in between is not lost.
             if self.kill_flag.load(Ordering::Acquire) {
                 std::task::Poll::Ready(())
@@ -142,7 +148,7 @@ impl ClientRecord {
             if state.last_command.is_empty() {
                 "NULL"
             } else {
-                &state.last_command
+                state.last_command.as_str()
             },
             state.resp,
             state.lib_name,
@@ -241,26 +247,92 @@ impl Drop for Registration {
 
 /// What a request takes in Redis's query buffer: its RESP array encoding.
 pub fn request_bytes(args: &[Bytes]) -> usize {
-    let digits = |n: usize| n.to_string().len();
-    let header = 3 + digits(args.len());
+    let header = 3 + decimal_digits(args.len());
     header
         + args
             .iter()
-            .map(|a| 1 + digits(a.len()) + 2 + a.len() + 2)
+            .map(|a| 1 + decimal_digits(a.len()) + 2 + a.len() + 2)
             .sum::<usize>()
 }
 
-/// Commands whose first argument is a subcommand, which Redis names with them (`client|list`).
-const CONTAINERS: [&str; 5] = ["client", "config", "command", "function", "debug"];
+/// The number of digits of `n` in decimal (counted, not formatted: this runs on every request).
+fn decimal_digits(n: usize) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
 
-/// Redis's name of the command `args` run: `get`, `client|list`.
-fn command_name(args: &[Bytes]) -> String {
-    let mut name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    if let Some(sub) = args.get(1).filter(|_| CONTAINERS.contains(&name.as_str())) {
-        name.push('|');
-        name.push_str(&String::from_utf8_lossy(sub).to_ascii_lowercase());
+/// Commands whose first argument is a subcommand, which Redis names with them (`client|list`).
+const CONTAINERS: [&[u8]; 5] = [b"client", b"config", b"command", b"function", b"debug"];
+
+/// A command's name as CLIENT LIST shows it (`get`, `client|list`), held inline: it is recorded
+/// on every request, which must not allocate for it. Longer names (none of Redis's) are cut.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct CommandName {
+    len: u8,
+    bytes: [u8; COMMAND_NAME_BYTES_MAX],
+}
+
+const COMMAND_NAME_BYTES_MAX: usize = 46;
+
+impl Default for CommandName {
+    fn default() -> Self {
+        CommandName {
+            len: 0,
+            bytes: [0; COMMAND_NAME_BYTES_MAX],
+        }
     }
-    name
+}
+
+impl CommandName {
+    /// Redis's name of the command `args` run, lowercased.
+    pub fn of(args: &[Bytes]) -> Self {
+        let mut name = CommandName::default();
+        let Some(command) = args.first() else {
+            return name;
+        };
+        name.push(command);
+        let is_container = CONTAINERS.iter().any(|c| c.eq_ignore_ascii_case(command));
+        if let Some(sub) = args.get(1).filter(|_| is_container) {
+            name.push(b"|");
+            name.push(sub);
+        }
+        name
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        let at = self.len as usize;
+        let taken = part.len().min(COMMAND_NAME_BYTES_MAX - at);
+        for (to, from) in self.bytes[at..at + taken].iter_mut().zip(part) {
+            // Shown as text: a byte that is not ASCII is shown as `?`.
+            *to = if from.is_ascii() {
+                from.to_ascii_lowercase()
+            } else {
+                b'?'
+            };
+        }
+        self.len = (at + taken) as u8;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).expect("only ASCII is kept")
+    }
+}
+
+impl From<&str> for CommandName {
+    fn from(name: &str) -> Self {
+        let mut command = CommandName::default();
+        command.push(name.as_bytes());
+        command
+    }
+}
+
+impl std::fmt::Debug for CommandName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl ClientConnection {
@@ -269,7 +341,7 @@ impl ClientConnection {
         let argv_bytes = args.iter().map(Bytes::len).sum();
         self.current_request = (request_bytes(args), argv_bytes);
         let mut state = self.record.state();
-        state.last_command = command_name(args);
+        state.last_command = CommandName::of(args);
         state.last_active = Instant::now();
     }
 
@@ -463,5 +535,42 @@ mod tests {
         assert_eq!(ids, [2]);
         drop(second);
         assert!(registry.records().is_empty());
+    }
+
+    #[test]
+    fn command_names_are_lowercased_with_their_subcommand_and_bounded() {
+        let name = |args: &[&str]| {
+            let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+            CommandName::of(&args).as_str().to_owned()
+        };
+        assert_eq!(name(&["SET", "Key", "Value"]), "set");
+        assert_eq!(name(&["Client", "LIST"]), "client|list");
+        assert_eq!(name(&["config", "get", "maxmemory"]), "config|get");
+        assert_eq!(name(&["get", "client"]), "get");
+        assert_eq!(name(&["caf\u{e9}"]), "caf??");
+        let long = "x".repeat(100);
+        assert_eq!(name(&["client", &long]).len(), COMMAND_NAME_BYTES_MAX);
+        assert!(CommandName::default().is_empty());
+    }
+
+    #[test]
+    fn request_bytes_counts_the_resp_encoding() {
+        for args in [
+            vec![Bytes::from_static(b"get"), Bytes::from_static(b"k")],
+            vec![Bytes::from(vec![b'v'; 9]), Bytes::from(vec![b'v'; 10])],
+            (0..12).map(|_| Bytes::from(vec![b'a'; 1000])).collect(),
+        ] {
+            let mut encoded = format!("*{}\r\n", args.len()).into_bytes();
+            for arg in &args {
+                encoded.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+                encoded.extend_from_slice(arg);
+                encoded.extend_from_slice(b"\r\n");
+            }
+            assert_eq!(request_bytes(&args), encoded.len());
+        }
+        assert_eq!(decimal_digits(0), 1);
+        assert_eq!(decimal_digits(9), 1);
+        assert_eq!(decimal_digits(10), 2);
+        assert_eq!(decimal_digits(usize::MAX), 20);
     }
 }

@@ -7,7 +7,8 @@
 //! in Redis (a CONFIG SET is not replicated).
 
 use std::net::SocketAddr;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
@@ -82,22 +83,53 @@ const REPL_BACKLOG_SIZE_DEFAULT: u64 = 1 << 20;
 /// reads them where they take effect (`maxmemory` on each write, `timeout` on each wait,
 /// `maxclients` on each accept).
 #[derive(Debug, Default)]
-pub struct SharedConfig(RwLock<ConfigValues>);
+pub struct SharedConfig {
+    values: RwLock<ConfigValues>,
+    /// The two values read on every request or wait, copied out of the lock so those reads
+    /// touch no shared lock word (every connection of the node reads them; CONFIG SET writes
+    /// them under the write lock).
+    timeout_seconds: AtomicU64,
+    maxmemory: AtomicU64,
+}
 
 impl SharedConfig {
     pub fn new(values: ConfigValues) -> Self {
-        SharedConfig(RwLock::new(values))
+        let shared = SharedConfig::default();
+        shared.replace(&mut shared.write(), values);
+        shared
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, ConfigValues> {
+        self.values.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the values, under the write lock `lock` of this config.
+    fn replace(&self, lock: &mut ConfigValues, values: ConfigValues) {
+        self.timeout_seconds
+            .store(values.timeout_seconds, Ordering::Relaxed);
+        self.maxmemory.store(values.maxmemory, Ordering::Relaxed);
+        *lock = values;
+    }
+
+    /// `timeout`: seconds a client may stay idle (0: forever).
+    pub fn timeout_seconds(&self) -> u64 {
+        self.timeout_seconds.load(Ordering::Relaxed)
+    }
+
+    /// `maxmemory` in bytes (0: no limit).
+    pub fn maxmemory(&self) -> u64 {
+        self.maxmemory.load(Ordering::Relaxed)
     }
 
     /// The current values (a writer never panics while holding the lock, so poisoning is
     /// ignored).
     pub fn read(&self) -> RwLockReadGuard<'_, ConfigValues> {
-        self.0.read().unwrap_or_else(|e| e.into_inner())
+        self.values.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the address the client listener is bound to (`bind` and `port` report it).
     pub fn set_listener(&self, addr: SocketAddr) {
-        self.0.write().unwrap_or_else(|e| e.into_inner()).listener = Some(addr);
+        self.write().listener = Some(addr);
     }
 }
 
@@ -222,10 +254,10 @@ pub(crate) fn config_set(
     limits: &Limits,
     shared: &SharedConfig,
 ) -> Reply {
-    let mut lock = shared.0.write().unwrap_or_else(|e| e.into_inner());
+    let mut lock = shared.write();
     match with_set(pairs, limits, &lock) {
         Ok(values) => {
-            *lock = values;
+            shared.replace(&mut lock, values);
             Reply::OK
         }
         Err(error) => error,

@@ -16,6 +16,7 @@
 //! a monitor that does not read fast enough is marked overflowed, its queue dropped, and its
 //! connection closed by the server. Without a monitor, feeding costs one atomic load.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, SystemTime};
@@ -41,7 +42,12 @@ pub enum MonitorEvent {
 
 /// A connection's monitor queue: off until MONITOR.
 #[derive(Debug, Default)]
-pub struct MonitorFeed(Mutex<FeedState>);
+pub struct MonitorFeed {
+    state: Mutex<FeedState>,
+    /// `state.on`, read without the lock: every request and every wait of every connection
+    /// asks, and only monitors are ever on (once on, a queue stays on).
+    on: AtomicBool,
+}
 
 #[derive(Debug, Default)]
 struct FeedState {
@@ -54,7 +60,7 @@ struct FeedState {
 
 impl MonitorFeed {
     fn lock(&self) -> MutexGuard<'_, FeedState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Turns the queue on, bounded by `limit` bytes. False if it was on already.
@@ -65,11 +71,12 @@ impl MonitorFeed {
         }
         state.on = true;
         state.limit = limit;
+        self.on.store(true, Ordering::Release);
         true
     }
 
     pub fn is_on(&self) -> bool {
-        self.lock().on
+        self.on.load(Ordering::Acquire)
     }
 
     /// Queues `line`, or marks the queue overflowed if it would pass its bound.
@@ -93,6 +100,10 @@ impl MonitorFeed {
     /// (the session polls it beside the socket).
     pub async fn next(&self) -> MonitorEvent {
         std::future::poll_fn(|cx| {
+            if !self.is_on() {
+                // Nothing is ever queued while off.
+                return Poll::Pending;
+            }
             let mut state = self.lock();
             if state.overflowed {
                 return Poll::Ready(MonitorEvent::Overflowed);
@@ -100,7 +111,11 @@ impl MonitorFeed {
             if !state.queued.is_empty() {
                 return Poll::Ready(MonitorEvent::Lines(std::mem::take(&mut state.queued)));
             }
-            if state.on {
+            if !state
+                .waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
                 state.waker = Some(cx.waker().clone());
             }
             Poll::Pending

@@ -286,6 +286,9 @@ pub struct Pipeline<W, R> {
     front: u64,
     /// The kind of the run in flight (`None`: only local answers, or nothing).
     run: Option<RunKind>,
+    /// How many of the slots are WATCHes (what a request behind one waits for), kept so that
+    /// admitting a request does not look through the whole pipeline.
+    watches: usize,
     /// The connection's dedup session and the seq of its last write.
     client_id: u64,
     seq: u64,
@@ -308,6 +311,7 @@ impl<W, R> Pipeline<W, R> {
             slots: VecDeque::new(),
             front: 0,
             run: None,
+            watches: 0,
             client_id,
             seq: 0,
             announced_id: None,
@@ -405,11 +409,14 @@ impl<W, R> Pipeline<W, R> {
         // A request behind a WATCH waits for the watch point: a read started beside it could be
         // served from an older state than the point (on a follower the leader reads the point,
         // the follower the read), and a value read under a watch must be at or after it.
-        let behind_watch = !matches!(request.dispatch, Dispatch::Reply(_))
-            && self
-                .slots
+        let behind_watch = !matches!(request.dispatch, Dispatch::Reply(_)) && self.watches > 0;
+        debug_assert_eq!(
+            self.watches,
+            self.slots
                 .iter()
-                .any(|s| matches!(&s.origin, Origin::Read { args } if is_watch(args)));
+                .filter(|s| matches!(&s.origin, Origin::Read { args } if is_watch(args)))
+                .count()
+        );
         if waits || behind_watch {
             return Admission::AfterAll(request);
         }
@@ -446,6 +453,7 @@ impl<W, R> Pipeline<W, R> {
             ),
             Dispatch::Read(command) => {
                 self.run = Some(RunKind::Read);
+                self.watches += usize::from(is_watch(&args));
                 let slot = self.next_slot();
                 self.slots.push_back(Slot {
                     origin: Origin::Read { args },
@@ -506,7 +514,7 @@ impl<W, R> Pipeline<W, R> {
     /// batch, then attach their handles with [`Pipeline::proposed`].
     pub fn take_batch(&mut self, now_ms: u64) -> Vec<(u64, Bytes)> {
         let front = self.front;
-        let mut batch = Vec::new();
+        let mut batch = Vec::with_capacity(self.slots.len());
         for (at, slot) in self.slots.iter_mut().enumerate() {
             if !matches!(slot.progress, Progress::Unproposed(_)) {
                 continue;
@@ -660,6 +668,7 @@ impl<W, R> Pipeline<W, R> {
                 }
                 match popped.origin {
                     Origin::Read { mut args } if is_watch(&args) => {
+                        self.watches -= 1;
                         args.remove(0);
                         Release::Watched {
                             keys: args,

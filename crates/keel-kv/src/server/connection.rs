@@ -269,7 +269,7 @@ impl Session<'_> {
     /// A forwarding connection is the other node's to close: it stays open while idle.
     fn idle_timeout(&self) -> Option<Duration> {
         // CONFIG SET timeout may have changed it since the last wait.
-        let seconds = self.ctx.config.read().timeout_seconds;
+        let seconds = self.ctx.config.timeout_seconds();
         (seconds > 0 && !self.is_forwarding()).then(|| Duration::from_secs(seconds))
     }
 

@@ -245,7 +245,7 @@ impl ServerContext {
     /// who leads only when this node's data is past the limit, so writes cost nothing extra
     /// below it.
     async fn out_of_memory(&self, may_grow: bool) -> bool {
-        let maxmemory = self.config.read().maxmemory;
+        let maxmemory = self.config.maxmemory();
         if maxmemory == 0 || !may_grow || self.stats.get().used_bytes <= maxmemory {
             return false;
         }
