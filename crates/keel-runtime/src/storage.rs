@@ -135,8 +135,8 @@ fn next_command(
         if !worker.store().wal.promise_unflushed() {
             return commands.blocking_recv();
         }
-        // Under load the next batch is usually queued already: taken without a timer (arming
-        // and clearing one is a measurable share of a busy storage thread's time).
+        // Under load the next batch is usually queued already: it is taken at once, without
+        // arming and clearing the idle timer for a wait that does not happen.
         match commands.try_recv() {
             Ok(command) => return Some(command),
             Err(mpsc::error::TryRecvError::Disconnected) => return None,
