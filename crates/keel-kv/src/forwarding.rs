@@ -70,17 +70,28 @@ pub enum Forwarded<'a> {
     Exec(&'a [Vec<Bytes>]),
 }
 
-/// The requests that carry `request` to the leader under the id of `prefix` (a `RAFT.FORWARD`
-/// request, see `command/forward.rs`), `RAFT.FORWARD` second to last: the write after it, or
-/// `MULTI`, the queued requests, `EXEC`. The client's requests go as they are.
-pub fn group_with_id<'a>(request: Forwarded<'a>, prefix: &'a [Bytes]) -> Vec<&'a [Bytes]> {
-    match request {
-        Forwarded::Write(args) => vec![prefix, args],
-        Forwarded::Exec(queued) => std::iter::once(&MULTI[..])
-            .chain(queued.iter().map(Vec::as_slice))
-            .chain([prefix, &EXEC[..]])
-            .collect(),
-    }
+/// One request that carries a forwarded write to the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WirePart<'a> {
+    /// `RAFT.FORWARD <client-id> <seq>` (see `command/forward.rs`): the id of the request after it.
+    Announce(RequestId),
+    /// A request as the client sent it (or `MULTI` / `EXEC` around a transaction's).
+    Request(&'a [Bytes]),
+}
+
+/// The requests that carry `request` to the leader under `id`, in order, the announcement second
+/// to last: the write after it, or `MULTI`, the queued requests, the announcement, `EXEC`. The
+/// client's requests go as they are. The leader answers each with one reply, in this order.
+pub fn wire_parts(id: RequestId, request: Forwarded<'_>) -> impl Iterator<Item = WirePart<'_>> {
+    let (opening, queued, last): (Option<&[Bytes]>, &[Vec<Bytes>], &[Bytes]) = match request {
+        Forwarded::Write(args) => (None, &[], args),
+        Forwarded::Exec(queued) => (Some(&MULTI[..]), queued, &EXEC[..]),
+    };
+    opening
+        .into_iter()
+        .chain(queued.iter().map(Vec::as_slice))
+        .map(WirePart::Request)
+        .chain([WirePart::Announce(id), WirePart::Request(last)])
 }
 
 /// Most refused writes of one client connection a follower forwards to the leader together, in

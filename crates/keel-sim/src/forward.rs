@@ -7,7 +7,7 @@
 //!
 //! At the leader each attempt arrives on a forwarding connection of its own
 //! (`connection.rs`): `CLIENT SETNAME keel-forward`, then the group the server sends
-//! ([`group_with_id`]: `RAFT.FORWARD <id>` and the write, or `MULTI`, the queued requests,
+//! ([`wire_parts`]: `RAFT.FORWARD <id>` and the write, or `MULTI`, the queued requests,
 //! `RAFT.FORWARD <id>`, `EXEC`), dispatched and pipelined by the server's code and proposed
 //! through the leader's engine under the forwarded id. A retry of a write that did apply is
 //! answered by keel-kv's deduplication, not applied again.
@@ -18,7 +18,7 @@ use keel_engine::ClientError;
 use keel_kv::command::{forward_request, FORWARD_CLIENT_NAME};
 use keel_kv::connection::pipeline::{Relay, WriteRequest};
 use keel_kv::forwarding::{
-    error_reply, group_with_id, ForwardedWrite, Next, Outcome, RequestId, RetryPolicy,
+    error_reply, wire_parts, ForwardedWrite, Next, Outcome, RequestId, RetryPolicy, WirePart,
 };
 use keel_kv::Reply;
 use rand::Rng;
@@ -340,11 +340,18 @@ impl World {
         let mut until_id = None;
         match (&f.how, id) {
             (How::Retried { request, .. }, Some(id)) => {
-                let prefix = forward_request(id);
-                let group = group_with_id(request.forwarded(), &prefix);
-                // RAFT.FORWARD is second to last; SETNAME's reply comes first.
-                until_id = Some(group.len() - 1);
-                frames.extend(group.into_iter().map(|args| Frame::new(args.to_vec())));
+                for part in wire_parts(id, request.forwarded()) {
+                    let args = match part {
+                        WirePart::Announce(id) => {
+                            // Its reply is the one after as many as there are frames before it
+                            // (SETNAME's first).
+                            until_id = Some(frames.len());
+                            forward_request(id).to_vec()
+                        }
+                        WirePart::Request(args) => args.to_vec(),
+                    };
+                    frames.push(Frame::new(args));
+                }
             }
             (How::Once { args }, _) => frames.push(Frame::new(args.clone())),
             (How::Retried { .. }, None) => unreachable!("a write is sent under its id"),

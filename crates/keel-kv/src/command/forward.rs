@@ -76,6 +76,16 @@ pub fn forward_request(id: RequestId) -> [Bytes; 3] {
     ]
 }
 
+/// Appends the `RAFT.FORWARD` request of `id` to `out`, encoded: the bytes of
+/// [`forward_request`]'s, without allocating (a follower sends one per forwarded write).
+pub fn encode_forward_request(id: RequestId, out: &mut bytes::BytesMut) {
+    use crate::resp::{put_array_header, put_bulk_arg, put_decimal_bulk};
+    put_array_header(out, 3);
+    put_bulk_arg(out, FORWARD.as_bytes());
+    put_decimal_bulk(out, id.client_id);
+    put_decimal_bulk(out, id.seq);
+}
+
 /// Whether `args` may take the id of the `RAFT.FORWARD` before it: a write, or in a transaction
 /// (`in_transaction`) its `EXEC`. Checked by name, before the request runs; a write with bad
 /// arguments is refused when it is parsed, as anywhere.

@@ -35,7 +35,8 @@ pub use collections::{
 };
 pub use error::CommandError;
 pub use forward::{
-    forward_request, is_forward, may_follow_forward, parse_forward, FORWARD, FORWARD_CLIENT_NAME,
+    encode_forward_request, forward_request, is_forward, may_follow_forward, parse_forward,
+    FORWARD, FORWARD_CLIENT_NAME,
 };
 pub use local::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, CommandQuery, DebugCommand,

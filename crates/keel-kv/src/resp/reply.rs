@@ -143,18 +143,38 @@ fn put_bulk(out: &mut BytesMut, data: &[u8]) {
 /// Writes `n` in decimal without going through `fmt` (this runs for every reply).
 fn put_decimal(out: &mut BytesMut, n: i64) {
     let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut magnitude = n.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
-    }
     if n < 0 {
         out.put_u8(b'-');
     }
-    out.put_slice(&digits[at..]);
+    out.put_slice(decimal(n.unsigned_abs(), &mut digits));
+}
+
+/// The decimal digits of `n`, written at the end of `digits`.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &digits[at..]
+}
+
+/// Appends `n` in decimal as a bulk string (a request's numeric argument), without allocating.
+pub fn put_decimal_bulk(out: &mut BytesMut, n: u64) {
+    let mut digits = [0u8; 20];
+    put_bulk(out, decimal(n, &mut digits));
+}
+
+/// Appends a RESP array header of `len` elements (the start of a request of `len` arguments).
+pub fn put_array_header(out: &mut BytesMut, len: usize) {
+    header(out, b'*', len);
+}
+
+/// Appends one bulk string (an argument of a request started by [`put_array_header`]).
+pub fn put_bulk_arg(out: &mut BytesMut, data: &[u8]) {
+    put_bulk(out, data);
 }

@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
 use super::{ServerContext, FORWARD_CLIENT_NAME};
-use crate::command::forward_request;
+use crate::command::encode_forward_request;
 use crate::connection::{ClientConnection, Dispatch, NodeStatus};
 use crate::forwarding::{ForwardedWrite, Next, Outcome, RequestId, RetryPolicy, FORWARD_GROUP_MAX};
 use crate::resp::{encode_request, parse_reply, Limits, Reply};
@@ -45,7 +45,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const EXCHANGE_WRITE_BYTES: usize = 64 * 1024;
 
 pub(super) use crate::forwarding::Forwarded;
-use crate::forwarding::{group_with_id, EXEC, MULTI};
+use crate::forwarding::{wire_parts, WirePart, EXEC, MULTI};
 
 /// What forwarding needs of this node.
 pub(super) trait Node {
@@ -87,6 +87,9 @@ struct Link {
     leader: u64,
     stream: TcpStream,
     input: BytesMut,
+    /// Requests encoded and not written yet, kept between exchanges (a buffer a large group grew
+    /// is given back once written).
+    output: BytesMut,
     limits: Limits,
 }
 
@@ -101,17 +104,6 @@ enum Attempt {
 }
 
 pub(super) use crate::forwarding::{leader_address_unknown, leader_elsewhere};
-
-/// Which of a forwarded write's requests a reply answers.
-#[derive(Clone, Copy)]
-enum Role {
-    /// Its `RAFT.FORWARD`.
-    Prefix,
-    /// Its last request: the write, or the transaction's `EXEC`.
-    Last,
-    /// `MULTI` or a queued request of a transaction.
-    Other,
-}
 
 /// Milliseconds since the first attempt of a forward, the time its decisions run on.
 struct Clock {
@@ -386,44 +378,42 @@ impl Forwarder {
                     .collect();
             }
         };
-        let prefixes: Vec<[Bytes; 3]> = group.iter().map(|(id, _)| forward_request(*id)).collect();
-        let mut requests: Vec<&[Bytes]> = Vec::new();
-        // For each request sent: the write it belongs to, and whether it is that write's
-        // `RAFT.FORWARD` or its last (the one whose reply is the write's).
-        let mut roles: Vec<(usize, Role)> = Vec::new();
-        for (at, ((_, request), prefix)) in group.iter().zip(&prefixes).enumerate() {
-            let parts = group_with_id(*request, prefix);
-            let prefix_at = parts.len() - 2;
-            let last_at = parts.len() - 1;
-            for (part, args) in parts.into_iter().enumerate() {
-                let role = if part == prefix_at {
-                    Role::Prefix
-                } else if part == last_at {
-                    Role::Last
-                } else {
-                    Role::Other
-                };
-                roles.push((at, role));
-                requests.push(args);
+        // One reply per request sent, in order: a write's is the reply to its last request, its
+        // announcement's says whether the leader took the id.
+        let mut attempts: Vec<Attempt> = group.iter().map(|_| Attempt::Lost).collect();
+        let exchanged = async {
+            let mut pieces = link.pieces(reply_by);
+            for &(id, request) in group {
+                for part in wire_parts(id, request) {
+                    match part {
+                        WirePart::Announce(id) => encode_forward_request(id, pieces.buffer()),
+                        WirePart::Request(args) => pieces.push(args).await?,
+                    }
+                }
             }
+            pieces.finish().await?;
+            for (at, &(id, request)) in group.iter().enumerate() {
+                let mut parts = wire_parts(id, request).peekable();
+                while let Some(part) = parts.next() {
+                    let reply = link.read_reply(reply_by).await?;
+                    match part {
+                        WirePart::Announce(_) if reply != Reply::OK => id_refused[at] = true,
+                        WirePart::Request(_) if parts.peek().is_none() => {
+                            attempts[at] = Attempt::Answered(reply)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Ok::<(), String>(())
         }
-        let mut replies: Vec<Option<Reply>> = vec![None; group.len()];
-        let exchanged = link
-            .exchange(&requests, reply_by, |sent, reply| match roles[sent] {
-                (at, Role::Prefix) if *reply != Reply::OK => id_refused[at] = true,
-                (at, Role::Last) => replies[at] = Some(reply.clone()),
-                _ => {}
-            })
-            .await;
+        .await;
         if exchanged.is_err() {
             self.link = None;
         }
         // A write whose reply came before the link failed has its answer; the others were sent
         // (or may have been) and got none.
-        replies
-            .into_iter()
-            .map(|reply| reply.map_or(Attempt::Lost, Attempt::Answered))
-            .collect()
+        attempts
     }
 
     /// The link to `leader`, opened (authenticated and named) if it is not open yet.
@@ -451,6 +441,7 @@ impl Forwarder {
             leader,
             stream,
             input: BytesMut::new(),
+            output: BytesMut::new(),
             limits: self.limits,
         };
         if let Some(password) = &self.password {
@@ -524,19 +515,11 @@ impl Link {
         deadline: Instant,
         mut each: impl FnMut(usize, &Reply),
     ) -> Result<Reply, String> {
-        // Written in pieces of about `EXCHANGE_WRITE_BYTES`: a group of large writes is not
-        // copied whole (one small group is still one write).
-        let mut request = BytesMut::new();
-        for (at, args) in group.iter().enumerate() {
-            encode_request(args, &mut request);
-            if request.len() >= EXCHANGE_WRITE_BYTES || at + 1 == group.len() {
-                timeout_at(deadline, self.stream.write_all(&request))
-                    .await
-                    .map_err(|_| "the leader took nothing in time".to_string())?
-                    .map_err(|e| e.to_string())?;
-                request.clear();
-            }
+        let mut pieces = self.pieces(deadline);
+        for args in group {
+            pieces.push(args).await?;
         }
+        pieces.finish().await?;
         let mut last = None;
         for at in 0..group.len() {
             let reply = self.read_reply(deadline).await?;
@@ -544,6 +527,15 @@ impl Link {
             last = Some(reply);
         }
         last.ok_or_else(|| "nothing to send".to_string())
+    }
+
+    /// A writer of requests to the leader, in pieces of about `EXCHANGE_WRITE_BYTES`: a group
+    /// of large writes is not copied whole (one small group is still one write).
+    fn pieces(&mut self, deadline: Instant) -> Pieces<'_> {
+        Pieces {
+            link: self,
+            deadline,
+        }
     }
 
     async fn read_reply(&mut self, deadline: Instant) -> Result<Reply, String> {
@@ -568,6 +560,52 @@ impl Link {
         })
         .await
         .map_err(|_| "no reply in time".to_string())?
+    }
+}
+
+/// See [`Link::pieces`]. Requests are encoded into the link's output buffer and written once it
+/// holds `EXCHANGE_WRITE_BYTES`, and at [`Pieces::finish`].
+struct Pieces<'a> {
+    link: &'a mut Link,
+    deadline: Instant,
+}
+
+impl Pieces<'_> {
+    /// Where a request may be encoded directly (a `RAFT.FORWARD` prefix); it goes with the next
+    /// [`Pieces::push`].
+    fn buffer(&mut self) -> &mut BytesMut {
+        &mut self.link.output
+    }
+
+    /// Encodes the request `args`, and writes what is buffered if it is enough.
+    async fn push(&mut self, args: &[Bytes]) -> Result<(), String> {
+        encode_request(args, &mut self.link.output);
+        if self.link.output.len() >= EXCHANGE_WRITE_BYTES {
+            self.write().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes whatever is buffered.
+    async fn finish(mut self) -> Result<(), String> {
+        self.write().await
+    }
+
+    async fn write(&mut self) -> Result<(), String> {
+        let link = &mut *self.link;
+        if link.output.is_empty() {
+            return Ok(());
+        }
+        let written = timeout_at(self.deadline, link.stream.write_all(&link.output))
+            .await
+            .map_err(|_| "the leader took nothing in time".to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        if link.output.capacity() > 2 * EXCHANGE_WRITE_BYTES {
+            link.output = BytesMut::new();
+        } else {
+            link.output.clear();
+        }
+        written
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
 use super::*;
+use crate::command::forward_request;
 use crate::forwarding::Answer;
 use crate::resp::Decoder;
 
@@ -433,14 +434,12 @@ fn a_write_at_the_request_limits_crosses_to_the_leader_unchanged() {
     let limits = Limits::default();
     let mut write = vec![Bytes::from_static(b"DEL")];
     write.resize(limits.args_max, Bytes::from_static(b"k"));
-    let prefix = forward_request(RequestId {
+    let id = RequestId {
         client_id: u64::MAX,
         seq: u64::MAX,
-    });
-    let mut wire = BytesMut::new();
-    for args in group_with_id(Forwarded::Write(&write), &prefix) {
-        encode_request(args, &mut wire);
-    }
+    };
+    let prefix = forward_request(id);
+    let wire = encoded(id, Forwarded::Write(&write));
     let mut decoder = Decoder::new(limits);
     let (first, used) = decoder.decode(&wire).unwrap().unwrap();
     assert_eq!(first.args, prefix);
@@ -475,4 +474,48 @@ fn a_retry_proposes_the_entry_the_client_connection_proposed() {
         log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234),
         None
     );
+}
+
+/// What `send_group` writes for `request` under `id`.
+fn encoded(id: RequestId, request: Forwarded<'_>) -> BytesMut {
+    let mut wire = BytesMut::new();
+    for part in wire_parts(id, request) {
+        match part {
+            WirePart::Announce(id) => encode_forward_request(id, &mut wire),
+            WirePart::Request(args) => encode_request(args, &mut wire),
+        }
+    }
+    wire
+}
+
+/// The announcement is encoded without allocating, byte for byte as the request
+/// `forward_request` makes; a transaction goes as MULTI, its requests, the announcement, EXEC.
+#[test]
+fn a_transaction_crosses_as_multi_its_requests_the_id_and_exec() {
+    for (client_id, seq) in [(0, 1), (7, 10), (u64::MAX, u64::MAX), (1 << 63, 99)] {
+        let id = RequestId { client_id, seq };
+        let mut direct = BytesMut::new();
+        encode_forward_request(id, &mut direct);
+        let mut via_args = BytesMut::new();
+        encode_request(&forward_request(id), &mut via_args);
+        assert_eq!(direct, via_args);
+    }
+    let queued = vec![request("INCR n"), request("GET n")];
+    let wire = encoded(ID, Forwarded::Exec(&queued));
+    let mut decoder = Decoder::new(Limits::default());
+    let mut at = 0;
+    let mut requests = Vec::new();
+    while at < wire.len() {
+        let (frame, used) = decoder.decode(&wire[at..]).unwrap().unwrap();
+        requests.push(frame.args);
+        at += used;
+    }
+    let expected: Vec<Vec<Bytes>> = vec![
+        MULTI.to_vec(),
+        queued[0].clone(),
+        queued[1].clone(),
+        forward_request(ID).to_vec(),
+        EXEC.to_vec(),
+    ];
+    assert_eq!(requests, expected);
 }
