@@ -24,6 +24,11 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A loopback port for a server process to bind later, drawn below the kernel's ephemeral range
 /// (32768 and up by default) so no outgoing connection can be handed it meanwhile; each test
 /// process walks its own sequence (from its id) and checks each port by binding it.
+///
+/// A port free now may be drawn by another test process before this one's server binds it
+/// (test binaries and, under nextest, single tests run as parallel processes): each port drawn
+/// is claimed in a file named after it in a directory all test processes share, created only if
+/// absent, and holding the claimant's process id. A claim whose process is gone is taken over.
 pub fn free_port() -> u16 {
     const FIRST_PORT: u64 = 10_000;
     const PORTS: u64 = 32_768 - FIRST_PORT;
@@ -32,10 +37,46 @@ pub fn free_port() -> u16 {
     loop {
         let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let port = (FIRST_PORT + (start + next) % PORTS) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if claim_port(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
+}
+
+/// Claims `port` for this process among the test processes of this machine (see
+/// [`free_port`]). False if another live process holds it.
+fn claim_port(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("keel-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(port.to_string());
+    let me = std::process::id().to_string();
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                use std::io::Write;
+                return file.write_all(me.as_bytes()).is_ok();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                if holder == me {
+                    return true;
+                }
+                let alive = holder.is_empty() || Path::new("/proc").join(holder.trim()).exists();
+                if alive {
+                    // Held (or being written) by a live process.
+                    return false;
+                }
+                // Its claimant is gone: the claim is stale; remove it and try once more.
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(_) => return true, // no shared directory: fall back to the bind check alone
+        }
+    }
+    false
 }
 
 /// Retries `f` every 50 ms until it returns `Some` or `deadline` passes (then panics naming
