@@ -70,9 +70,30 @@ pub fn flip_byte_in(path: &Path, at: usize) {
     std::fs::File::open(path).unwrap().sync_all().unwrap();
 }
 
-/// Flips a byte halfway through the data of the active segment: inside an acknowledged record.
+/// A run of bytes found only inside the values the damage tests write (`"v"` repeated 100
+/// times): a byte within it is entry data, never a frame header or a commit-only frame.
+const VALUE_RUN: &[u8] = b"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv";
+
+/// Flips a byte inside an acknowledged record: in a written value (see [`VALUE_RUN`]), the one
+/// nearest the middle of the data of the newest segment holding one (the active segment, unless
+/// it holds only commit-only frames). Not simply the middle byte: that may lie in a commit-only
+/// frame a later frame supersedes, which recovery rightly skips as moot (keel-wal's "Recovery,
+/// case by case", step 4), so the damage would go unseen.
 pub fn flip_acknowledged_record(dir: &Path) {
-    let (segment, bytes) = active_segment(dir);
-    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-    flip_byte_in(&segment, end / 2);
+    for segment in files_ending_in(dir, "wal").into_iter().rev() {
+        let bytes = std::fs::read(&segment).unwrap();
+        let Some(end) = bytes.iter().rposition(|b| *b != 0) else {
+            continue;
+        };
+        let nearest_middle = bytes
+            .windows(VALUE_RUN.len())
+            .enumerate()
+            .filter(|(_, window)| *window == VALUE_RUN)
+            .map(|(at, _)| at + VALUE_RUN.len() / 2)
+            .min_by_key(|at| at.abs_diff(end / 2));
+        if let Some(at) = nearest_middle {
+            return flip_byte_in(&segment, at);
+        }
+    }
+    panic!("no segment holds a written value");
 }
