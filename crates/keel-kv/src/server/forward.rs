@@ -532,6 +532,8 @@ impl Link {
     /// A writer of requests to the leader, in pieces of about `EXCHANGE_WRITE_BYTES`: a group
     /// of large writes is not copied whole (one small group is still one write).
     fn pieces(&mut self, deadline: Instant) -> Pieces<'_> {
+        // Nothing of an exchange that did not finish (its future dropped) goes with this one.
+        self.output.clear();
         Pieces {
             link: self,
             deadline,
