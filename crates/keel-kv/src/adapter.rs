@@ -209,6 +209,9 @@ impl keel_engine::StateMachine for KvAdapter {
 mod tests {
     use super::*;
 
+    use crate::command::{SetCondition, WriteCommand};
+    use keel_engine::StateMachine;
+
     #[test]
     fn a_reading_of_the_stats_never_mixes_two_writes() {
         let stats = Arc::new(SmStats::default());
@@ -229,8 +232,6 @@ mod tests {
         }
         writer.join().unwrap();
     }
-    use crate::command::{SetCondition, WriteCommand};
-    use keel_engine::StateMachine;
 
     #[test]
     fn apply_returns_the_encoded_reply_and_snapshots_round_trip() {

@@ -79,9 +79,9 @@ pub fn forward_request(id: RequestId) -> [Bytes; 3] {
 /// Appends the `RAFT.FORWARD` request of `id` to `out`, encoded: the bytes of
 /// [`forward_request`]'s, without allocating (a follower sends one per forwarded write).
 pub fn encode_forward_request(id: RequestId, out: &mut bytes::BytesMut) {
-    use crate::resp::{put_array_header, put_bulk_arg, put_decimal_bulk};
+    use crate::resp::{put_array_header, put_bulk, put_decimal_bulk};
     put_array_header(out, 3);
-    put_bulk_arg(out, FORWARD.as_bytes());
+    put_bulk(out, FORWARD.as_bytes());
     put_decimal_bulk(out, id.client_id);
     put_decimal_bulk(out, id.seq);
 }

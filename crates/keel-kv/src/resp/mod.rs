@@ -14,7 +14,7 @@ mod reply;
 mod reply_parse;
 mod request;
 
-pub use reply::{encode, encode_request, put_array_header, put_bulk_arg, put_decimal_bulk, Reply};
+pub use reply::{encode, encode_request, put_array_header, put_bulk, put_decimal_bulk, Reply};
 pub use reply_parse::{parse_reply, skip_reply, ReplyKind};
 pub use request::{parse, Decoder, Frame, FrameKind};
 

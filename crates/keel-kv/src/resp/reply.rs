@@ -133,7 +133,8 @@ fn header(out: &mut BytesMut, marker: u8, len: usize) {
     out.put_slice(b"\r\n");
 }
 
-fn put_bulk(out: &mut BytesMut, data: &[u8]) {
+/// Appends one bulk string (also an argument of a request started by [`put_array_header`]).
+pub fn put_bulk(out: &mut BytesMut, data: &[u8]) {
     out.reserve(data.len() + 16);
     header(out, b'$', data.len());
     out.put_slice(data);
@@ -172,9 +173,4 @@ pub fn put_decimal_bulk(out: &mut BytesMut, n: u64) {
 /// Appends a RESP array header of `len` elements (the start of a request of `len` arguments).
 pub fn put_array_header(out: &mut BytesMut, len: usize) {
     header(out, b'*', len);
-}
-
-/// Appends one bulk string (an argument of a request started by [`put_array_header`]).
-pub fn put_bulk_arg(out: &mut BytesMut, data: &[u8]) {
-    put_bulk(out, data);
 }
