@@ -288,6 +288,17 @@ impl<P, R> NodeEngine<P, R> {
         }
     }
 
+    /// The answer every proposal gets here now, whatever it holds, if there is one: `NotLeader`
+    /// while this node serves and follows a known leader (a proposal reaching [`Self::propose`]
+    /// then is refused the same way by the core). A shell may publish it after each step and
+    /// refuse proposals with it before they are queued for the node (the runtime's handles do:
+    /// a follower's writes are forwarded without a round trip through its node task). Anything
+    /// else (a candidate, no known leader, replay) answers `None`: the node decides.
+    pub fn proposal_refusal<T: Shell>(&self, raft: &RaftNode, shell: &T) -> Option<ClientError> {
+        let follows = raft.role() == Role::Follower && raft.leader().is_some_and(|l| l != self.id);
+        (self.serving && follows).then(|| self.not_leader(raft, shell))
+    }
+
     fn propose_error<T: Shell>(&self, raft: &RaftNode, shell: &T, e: ProposeError) -> ClientError {
         match e {
             ProposeError::NotLeader { .. } => self.not_leader(raft, shell),

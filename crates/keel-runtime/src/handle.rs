@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -166,11 +167,41 @@ impl Default for DeadlineTimer {
     }
 }
 
+/// The answer every proposal gets at this node now, as its node task last published it
+/// ([`keel_engine::NodeEngine::proposal_refusal`]: `NotLeader` on a follower of a known leader).
+/// A handle gives it to a proposal without queueing it for the node task, so a follower's writes
+/// go on to the leader without a round trip through a task that could only refuse them. The
+/// answer is the node's as of its last step: one that has just become leader may still refuse a
+/// proposal it would take, which is then definitely not applied, as any refusal.
+#[derive(Default)]
+pub(crate) struct ProposalRefusal {
+    /// Whether `refusal` holds one: read without the lock by every proposal.
+    refusing: AtomicBool,
+    refusal: Mutex<Option<ClientError>>,
+}
+
+impl ProposalRefusal {
+    /// Called by the node task whenever the answer changes.
+    pub(crate) fn publish(&self, refusal: Option<ClientError>) {
+        let mut held = self.refusal.lock().expect("proposal refusal lock");
+        self.refusing.store(refusal.is_some(), Ordering::Release);
+        *held = refusal;
+    }
+
+    fn current(&self) -> Option<ClientError> {
+        if !self.refusing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.refusal.lock().expect("proposal refusal lock").clone()
+    }
+}
+
 /// A cheap, cloneable handle to a running node.
 pub struct Handle<S> {
     pub(crate) requests: mpsc::Sender<Request<S>>,
     pub(crate) request_timeout: Duration,
     pub(crate) client_addrs: Arc<ClientAddrs>,
+    pub(crate) proposal_refusal: Arc<ProposalRefusal>,
 }
 
 impl<S> Clone for Handle<S> {
@@ -179,6 +210,7 @@ impl<S> Clone for Handle<S> {
             requests: self.requests.clone(),
             request_timeout: self.request_timeout,
             client_addrs: Arc::clone(&self.client_addrs),
+            proposal_refusal: Arc::clone(&self.proposal_refusal),
         }
     }
 }
@@ -229,6 +261,9 @@ impl<S: Send + 'static> Handle<S> {
 
     /// Proposes `data` and resolves with the state machine's result once it is applied here.
     pub async fn propose(&self, data: Bytes) -> Result<Bytes, ClientError> {
+        if let Some(refusal) = self.proposal_refusal.current() {
+            return Err(refusal);
+        }
         self.call(|reply| Request::Propose { data, reply }).await
     }
 
@@ -244,6 +279,12 @@ impl<S: Send + 'static> Handle<S> {
             batch.len() <= PROPOSE_BATCH_MAX,
             "proposal batch over its bound"
         );
+        if let Some(refusal) = self.proposal_refusal.current() {
+            return batch
+                .iter()
+                .map(|_| Pending::failed(refusal.clone()))
+                .collect();
+        }
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         let mut pending = Vec::with_capacity(batch.len());
         let mut request = Vec::with_capacity(batch.len());
@@ -438,5 +479,37 @@ mod tests {
             Err(ClientError::Shutdown)
         );
         assert_eq!(Instant::now(), start + ms(500));
+    }
+
+    #[tokio::test]
+    async fn a_published_refusal_answers_proposals_without_the_node_task() {
+        // A handle whose node task holds its queue but never reads it.
+        let (requests, mut queue) = mpsc::channel::<Request<()>>(8);
+        let handle = Handle {
+            requests,
+            request_timeout: ms(50),
+            client_addrs: Arc::default(),
+            proposal_refusal: Arc::default(),
+        };
+        let not_leader = ClientError::NotLeader {
+            leader: Some(2),
+            leader_addr: Some("127.0.0.1:7002".parse().unwrap()),
+        };
+        handle.proposal_refusal.publish(Some(not_leader.clone()));
+        assert_eq!(
+            handle.propose(Bytes::from_static(b"x")).await,
+            Err(not_leader.clone())
+        );
+        let batch = vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+        for pending in handle.propose_batch(batch.clone()).await {
+            assert_eq!(pending.wait().await, Err(not_leader.clone()));
+        }
+        assert!(queue.try_recv().is_err(), "nothing reached the node task");
+
+        // Withdrawn (the node leads, or knows no leader): proposals go to the node task again.
+        handle.proposal_refusal.publish(None);
+        let pendings = handle.propose_batch(batch).await;
+        assert!(matches!(queue.try_recv(), Ok(Request::ProposeBatch(b)) if b.len() == 2));
+        assert_eq!(pendings.len(), 2);
     }
 }

@@ -210,6 +210,19 @@ async fn elects_commits_fails_over_and_replays_after_restart() {
     assert!(s.serving);
     assert!(s.replay.target_index >= 11, "{:?}", s.replay); // noop + 10 entries
     assert_eq!(s.replay.entries, s.replay.target_index);
+
+    // Back as a follower, its handle refuses proposals naming the leader it follows now (the
+    // answer its node task publishes to the handles, `ProposalRefusal`).
+    match c.handle(leader).propose(add(1)).await {
+        Err(ClientError::NotLeader {
+            leader: Some(hint),
+            leader_addr,
+        }) => {
+            assert_eq!(hint, new_leader);
+            assert_eq!(leader_addr, Some(c.addrs[&new_leader]));
+        }
+        other => panic!("expected NotLeader naming the new leader, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

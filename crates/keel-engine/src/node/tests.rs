@@ -277,3 +277,50 @@ fn replay_ends_once_the_target_is_applied() {
     assert!(!waiting.check_replay_done(&raft));
     assert!(!waiting.serving());
 }
+
+#[test]
+fn a_serving_follower_of_a_known_leader_refuses_every_proposal_alike() {
+    let (raft, engine, shell) = leader();
+    assert_eq!(
+        engine.proposal_refusal(&raft, &shell),
+        None,
+        "a leader decides"
+    );
+
+    let state = MemStorage::new_cluster([1, 2, 3]).recover().unwrap();
+    let mut follower = RaftNode::new(Config::new(2), state).unwrap();
+    let replaying = NodeEngine::<u32, u32>::new(2, limits(), CLOCK, 0, 5);
+    let mut engine = NodeEngine::<u32, u32>::new(2, limits(), CLOCK, 0, 0);
+    let mut shell = Recorder::default();
+    engine.check_replay_done(&follower);
+    assert_eq!(
+        engine.proposal_refusal(&follower, &shell),
+        None,
+        "no leader known yet"
+    );
+    follower.step(Message {
+        from: 1,
+        to: 2,
+        term: 1,
+        body: keel_core::MessageBody::Append {
+            prev: follower.log().last_log_id(),
+            entries: Vec::new(),
+            commit: 0,
+        },
+    });
+    drain(&mut follower, &mut engine, &mut shell);
+    assert_eq!(follower.leader(), Some(1));
+    let refusal = engine.proposal_refusal(&follower, &shell);
+    assert_eq!(
+        refusal,
+        Some(ClientError::NotLeader {
+            leader: Some(1),
+            leader_addr: None
+        })
+    );
+    // The same answer the node gives a proposal that reaches it.
+    let proposed = engine.propose(&mut follower, Bytes::from_static(b"x"), 7, &mut shell);
+    assert_eq!(proposed.err(), refusal);
+    // Until replay is done the node answers for itself.
+    assert_eq!(replaying.proposal_refusal(&follower, &shell), None);
+}

@@ -16,7 +16,7 @@ use super::{NodeConfig, SnapshotData};
 use crate::apply::{
     ApplyItem, ApplyQueue, ProposalReply, ReadFn, SnapshotFile, SnapshotWriter, StateMachine,
 };
-use crate::handle::{ClientError, NodeStatus, ReplayStats, Request};
+use crate::handle::{ClientError, NodeStatus, ProposalRefusal, ReplayStats, Request};
 use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
 use crate::transport::{AbortOnDrop, Inbound, Transport};
 
@@ -70,6 +70,8 @@ pub(super) struct Driver<S> {
     pub stopping: bool,
     pub refused: super::refused::RefusedMessages,
     pub started: Instant,
+    /// Where the handles find the answer every proposal gets now, and the answer published.
+    pub proposal_refusal: (Arc<ProposalRefusal>, Option<ClientError>),
     pub config: NodeConfig,
 }
 
@@ -184,6 +186,7 @@ impl<S: StateMachine> Driver<S> {
             }
             self.check_replay_done();
             self.io.metrics.observe(&self.raft);
+            self.publish_proposal_refusal();
             self.note_membership();
             if self.stopping {
                 self.engine.stop(&mut self.io);
@@ -224,6 +227,16 @@ impl<S: StateMachine> Driver<S> {
                     None => return, // every handle is gone
                 },
             }
+        }
+    }
+
+    /// Tells the handles the answer every proposal gets now, if it changed.
+    fn publish_proposal_refusal(&mut self) {
+        let refusal = self.engine.proposal_refusal(&self.raft, &self.io);
+        let (shared, published) = &mut self.proposal_refusal;
+        if refusal != *published {
+            shared.publish(refusal.clone());
+            *published = refusal;
         }
     }
 

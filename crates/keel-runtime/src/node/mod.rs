@@ -346,6 +346,7 @@ impl<S: StateMachine> Node<S> {
             requests: requests_tx,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             client_addrs: transport.client_addrs(),
+            proposal_refusal: Arc::default(),
         };
         let engine = keel_engine::NodeEngine::new(
             config.id,
@@ -383,6 +384,7 @@ impl<S: StateMachine> Node<S> {
             stopping: false,
             refused: refused::RefusedMessages::new(config.id),
             started,
+            proposal_refusal: (Arc::clone(&handle.proposal_refusal), None),
             config,
         };
         let task = tokio::spawn(driver.run(events_rx, inbound_rx, requests_rx));
