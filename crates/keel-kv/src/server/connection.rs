@@ -43,6 +43,7 @@ use tokio::net::TcpStream;
 use super::buffers::QueryBuffer;
 use super::forward::{self, Forwarded};
 use super::limits::ServerShared;
+use super::socket::read_available;
 use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
 use crate::command::ReplyMode;
 use crate::connection::monitor::MonitorEvent;
@@ -318,7 +319,7 @@ impl Session<'_> {
                 self.flush_some()?;
             }
             if ready.is_readable() || ready.is_read_closed() {
-                match self.stream.try_read_buf(input) {
+                match read_available(&self.stream, input) {
                     Ok(0) => return Ok(Io::Closed),
                     Ok(n) => {
                         self.net.input(n);

@@ -39,6 +39,7 @@ pub mod limits;
 mod membership;
 pub mod protected;
 mod restart;
+mod socket;
 mod time;
 
 use std::collections::BTreeMap;
