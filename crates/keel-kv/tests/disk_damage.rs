@@ -206,13 +206,25 @@ fn the_scrub_finds_rot_in_a_running_node_and_the_node_repairs_itself() {
     let dir = cluster.node(victim).data_dir.clone();
     let log = cluster.node(victim).log.clone();
     // The damage must be in the newest snapshot (damage in an older one is set aside without a
-    // restart): wait for the snapshot of the 400 keys, which the follower may still be writing
-    // when the cluster has converged, and for a clean pass over it.
-    eventually("the snapshot at index 400 on disk", || {
+    // restart): wait for a snapshot of the 400 keys, which the follower may still be writing
+    // when the cluster has converged, and for a clean pass over it. Its snapshots fall where
+    // its apply batches end past each 100 entries (at 105, 205, 305, say), so it may have none
+    // at 400 or later until more is written: one more write each time it has not.
+    let newest_index = || -> Option<u64> {
         let newest = files_ending_in(&dir, "snap").pop()?;
         let name = newest.file_name()?.to_str()?;
-        let index: u64 = name.strip_prefix("snapshot-")?.get(..20)?.parse().ok()?;
-        (index >= 400).then_some(())
+        name.strip_prefix("snapshot-")?.get(..20)?.parse().ok()
+    };
+    let mut fillers = 0;
+    eventually("a snapshot at index 400 or later on disk", || {
+        if newest_index().is_some_and(|index| index >= 400) {
+            return Some(());
+        }
+        if fillers < 200 {
+            set(cluster.node(leader), &format!("filler-{fillers}"), "1");
+            fillers += 1;
+        }
+        None
     });
     let passes = cluster.node(victim).info_u64("scrub_passes").unwrap_or(0);
     eventually("a clean scrub pass over it", || {
