@@ -181,8 +181,8 @@ pub(crate) struct ProposalRefusal {
 }
 
 impl ProposalRefusal {
-    /// Called by the node task whenever the answer changes.
-    pub(crate) fn publish(&self, refusal: Option<ClientError>) {
+    /// Called by the node task whenever the answer changes ([`RefusalPublisher`]).
+    fn publish(&self, refusal: Option<ClientError>) {
         let mut held = self.refusal.lock().expect("proposal refusal lock");
         self.refusing.store(refusal.is_some(), Ordering::Release);
         *held = refusal;
@@ -193,6 +193,36 @@ impl ProposalRefusal {
             return None;
         }
         self.refusal.lock().expect("proposal refusal lock").clone()
+    }
+}
+
+/// The node task's side of [`ProposalRefusal`]: publishes the answer when it changes, and
+/// withdraws it when the task ends however it ends (stopped, aborted), so that proposals then
+/// find the node gone (`Shutdown`) rather than a follower.
+pub(crate) struct RefusalPublisher {
+    shared: Arc<ProposalRefusal>,
+    published: Option<ClientError>,
+}
+
+impl RefusalPublisher {
+    pub(crate) fn new(shared: Arc<ProposalRefusal>) -> Self {
+        RefusalPublisher {
+            shared,
+            published: None,
+        }
+    }
+
+    pub(crate) fn publish(&mut self, refusal: Option<ClientError>) {
+        if refusal != self.published {
+            self.shared.publish(refusal.clone());
+            self.published = refusal;
+        }
+    }
+}
+
+impl Drop for RefusalPublisher {
+    fn drop(&mut self) {
+        self.shared.publish(None);
     }
 }
 

@@ -165,6 +165,30 @@ impl Drop for Cluster {
     }
 }
 
+/// A follower's handle refuses proposals itself while its node follows a known leader; once the
+/// node is stopped, a handle kept finds it gone, not a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_follower_s_handle_answers_shutdown_not_not_leader() {
+    let mut c = Cluster::start("stopped_follower", 1_000).await;
+    let leader = c.leader().await;
+    c.propose(1).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let kept = c.handle(follower);
+    assert!(matches!(
+        kept.propose(add(1)).await,
+        Err(ClientError::NotLeader {
+            leader: Some(hint),
+            ..
+        }) if hint == leader
+    ));
+    c.stop(follower).await;
+    assert_eq!(kept.propose(add(1)).await, Err(ClientError::Shutdown));
+    let pending = kept.propose_batch(vec![add(1)]).await;
+    for p in pending {
+        assert_eq!(p.wait().await, Err(ClientError::Shutdown));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn elects_commits_fails_over_and_replays_after_restart() {
     let mut c = Cluster::start("failover", 1_000).await;

@@ -21,6 +21,9 @@ pub(super) fn read_available(stream: &TcpStream, input: &mut BytesMut) -> std::i
     let read = stream.try_io(Interest::READABLE, || {
         let room = input.spare_capacity_mut();
         let room_bytes = room.len();
+        // No room would read 0 bytes, which says the peer closed (`QueryBuffer::prepare` always
+        // leaves room for a read).
+        debug_assert!(room_bytes > 0, "a read with no room in the buffer");
         // SAFETY: `recv` writes at most `room_bytes` bytes into the spare capacity, which
         // `room` borrows whole for the call.
         let n = unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room_bytes, 0) };

@@ -16,7 +16,7 @@ use super::{NodeConfig, SnapshotData};
 use crate::apply::{
     ApplyItem, ApplyQueue, ProposalReply, ReadFn, SnapshotFile, SnapshotWriter, StateMachine,
 };
-use crate::handle::{ClientError, NodeStatus, ProposalRefusal, ReplayStats, Request};
+use crate::handle::{ClientError, NodeStatus, RefusalPublisher, ReplayStats, Request};
 use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
 use crate::transport::{AbortOnDrop, Inbound, Transport};
 
@@ -70,8 +70,8 @@ pub(super) struct Driver<S> {
     pub stopping: bool,
     pub refused: super::refused::RefusedMessages,
     pub started: Instant,
-    /// Where the handles find the answer every proposal gets now, and the answer published.
-    pub proposal_refusal: (Arc<ProposalRefusal>, Option<ClientError>),
+    /// Tells the handles the answer every proposal gets now.
+    pub proposal_refusal: RefusalPublisher,
     pub config: NodeConfig,
 }
 
@@ -233,11 +233,7 @@ impl<S: StateMachine> Driver<S> {
     /// Tells the handles the answer every proposal gets now, if it changed.
     fn publish_proposal_refusal(&mut self) {
         let refusal = self.engine.proposal_refusal(&self.raft, &self.io);
-        let (shared, published) = &mut self.proposal_refusal;
-        if refusal != *published {
-            shared.publish(refusal.clone());
-            *published = refusal;
-        }
+        self.proposal_refusal.publish(refusal);
     }
 
     /// A member that left the configuration may be added back later with new storage: its old

@@ -384,7 +384,9 @@ impl<S: StateMachine> Node<S> {
             stopping: false,
             refused: refused::RefusedMessages::new(config.id),
             started,
-            proposal_refusal: (Arc::clone(&handle.proposal_refusal), None),
+            proposal_refusal: crate::handle::RefusalPublisher::new(Arc::clone(
+                &handle.proposal_refusal,
+            )),
             config,
         };
         let task = tokio::spawn(driver.run(events_rx, inbound_rx, requests_rx));
