@@ -130,6 +130,20 @@ impl Cluster {
         self.nodes[&id].handle()
     }
 
+    /// A proposal at `at` is refused with a hint naming `leader` and its address.
+    async fn assert_refuses_naming(&self, at: NodeId, leader: NodeId) {
+        match self.handle(at).propose(add(1)).await {
+            Err(ClientError::NotLeader {
+                leader: Some(hint),
+                leader_addr,
+            }) => {
+                assert_eq!(hint, leader, "node {at}'s hint");
+                assert_eq!(leader_addr, Some(self.addrs[&leader]), "node {at}'s hint");
+            }
+            other => panic!("expected node {at} to name leader {leader}, got {other:?}"),
+        }
+    }
+
     async fn leader(&self) -> NodeId {
         common::leader(&self.nodes, WAIT).await
     }
@@ -173,14 +187,8 @@ async fn a_stopped_follower_s_handle_answers_shutdown_not_not_leader() {
     let leader = c.leader().await;
     c.propose(1).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
+    c.assert_refuses_naming(follower, leader).await;
     let kept = c.handle(follower);
-    assert!(matches!(
-        kept.propose(add(1)).await,
-        Err(ClientError::NotLeader {
-            leader: Some(hint),
-            ..
-        }) if hint == leader
-    ));
     c.stop(follower).await;
     assert_eq!(kept.propose(add(1)).await, Err(ClientError::Shutdown));
     let pending = kept.propose_batch(vec![add(1)]).await;
@@ -201,16 +209,7 @@ async fn elects_commits_fails_over_and_replays_after_restart() {
 
     // A follower refuses with a hint naming the leader and its address.
     let follower = (1..=3).find(|id| *id != leader).unwrap();
-    match c.handle(follower).propose(add(1)).await {
-        Err(ClientError::NotLeader {
-            leader: Some(hint),
-            leader_addr,
-        }) => {
-            assert_eq!(hint, leader);
-            assert_eq!(leader_addr, Some(c.addrs[&leader]));
-        }
-        other => panic!("expected NotLeader with a hint, got {other:?}"),
-    }
+    c.assert_refuses_naming(follower, leader).await;
     assert!(matches!(
         c.handle(follower).read(|c: &Counter| c.total).await,
         Err(ClientError::NotLeader { .. })
@@ -237,16 +236,7 @@ async fn elects_commits_fails_over_and_replays_after_restart() {
 
     // Back as a follower, its handle refuses proposals naming the leader it follows now (the
     // answer its node task publishes to the handles, `ProposalRefusal`).
-    match c.handle(leader).propose(add(1)).await {
-        Err(ClientError::NotLeader {
-            leader: Some(hint),
-            leader_addr,
-        }) => {
-            assert_eq!(hint, new_leader);
-            assert_eq!(leader_addr, Some(c.addrs[&new_leader]));
-        }
-        other => panic!("expected NotLeader naming the new leader, got {other:?}"),
-    }
+    c.assert_refuses_naming(leader, new_leader).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
