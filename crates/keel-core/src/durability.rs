@@ -4,6 +4,44 @@
 //! The node hands storage one [`Write`] per `Ready`. A write replaces the log from its first entry
 //! on (dropping any conflicting suffix) and may carry the hard state. Storage completes writes in
 //! the order it received them; completing write `w` implies every earlier write is durable.
+//!
+//! # The persistence model (asynchronous writes)
+//!
+//! The node changes its in-memory log and hard state at once, and hands storage one [`Write`] per
+//! `ready()`: entries to store (storage first drops everything at or after the first one) and the
+//! hard state. `persisted(id)` reports that write `id` and all earlier ones are durable. From that
+//! the node derives `durable_index`: every entry at or below it is on disk *and* equal to the
+//! in-memory log (a later write that rewrites part of the log lowers it until it completes). This
+//! module also tracks the durable hard state and whether a promise release or lowering
+//! (`release_promise`, `lower_promise_to`, from `node/repair.rs`) is durable yet. Consequences,
+//! each enforced in one place:
+//!
+//! - **Leader**: sends Appends before its own write completes; counts itself toward commit only
+//!   up to `durable_index` (`maybe_commit`). While every follower's window of Appends is full it
+//!   writes new entries only with the Append that carries them (`write_limit`): one group commit
+//!   fewer, and they could not commit earlier anyway. The limit only holds back entries not yet
+//!   written: a leader never writes an entry twice, since a rewrite of entries it counted durable
+//!   could lose a committed one in a crash (checked on every write: only a truncation rewrites
+//!   the log).
+//! - **Follower**: acknowledgements and vote grants are held (`send_after_persist`) until the
+//!   write that makes them true completes. A heartbeat response asserts only the term and vote,
+//!   so it waits only until those are durable (`send_after_term_persisted`), not behind entries
+//!   still being written: a follower whose disk stalls keeps answering, and check-quorum keeps a
+//!   healthy leader.
+//! - **Candidate**: its own vote counts only once durable; RequestVote leaves only then.
+//! - **Apply**: only entries that are committed *and* locally durable are handed out (scenario
+//!   S23), and at most `max_unapplied_entries` beyond what the application reported applied, so
+//!   the apply pipeline is bounded however far behind the state machine is.
+//! - **Restart**: the node comes back with the persisted commit index and hands out the committed
+//!   entries from the snapshot on (configuration entries included, they are part of the log);
+//!   `is_replaying()` stays true, and the node does not campaign, until the application has
+//!   applied up to that index (docs/DESIGN.md section 1.3). A replay of millions of entries
+//!   streams through the bounded apply pipeline (S19).
+//! - **Commit index**: written with every write; a commit-only change waits for the next
+//!   heartbeat tick and is written without forcing a sync (`sync: false`). On restart it is
+//!   clamped into `[max(snapshot, applied), last index]`. A torn batch that kept entries of a
+//!   newer term than its hard state resumes in that term with no vote (no vote of that term was
+//!   ever released).
 
 use std::collections::VecDeque;
 

@@ -4,6 +4,11 @@
 //! [`RaftNode::tick`], messages as [`RaftNode::step`], storage and state-machine progress as
 //! completions ([`RaftNode::persisted`], [`RaftNode::applied`]), and everything the node wants done
 //! comes out of [`RaftNode::ready`]. See ARCHITECTURE.md for the map.
+//!
+//! With the `mutations` feature (enabled only by keel-sim), `Config::mutation` switches on a
+//! deliberately broken variant ([`Mutation`]); keel-engine and keel-wal branch on the same enum
+//! (the Redis server's variants are keel-redis's own), and the simulator's tests show that it
+//! catches each.
 
 pub mod config;
 mod durability;
@@ -58,18 +63,14 @@ pub enum Mutation {
     InstallBelowCommit,
     /// Keep log entries after a snapshot whose last (index, term) the log does not hold.
     KeepConflictingSuffix,
-    // Runtime and application variants: branches in keel-engine and keel-kv code that the
-    // server runs too (compiled out without the feature).
+    // Runtime variants: branches in keel-engine and keel-wal code that the server runs too
+    // (compiled out without the feature). The Redis server's own are `keel_redis::Mutation`.
     /// A snapshot restore overtakes committed entries still queued in the apply pipeline.
     ApplySnapshotOverPending,
     /// The storage worker reports a write durable before its sync.
     StorageCompleteBeforeSync,
     /// A resumed snapshot transfer starts one chunk after the offset the receiver holds.
     SnapshotResumeSkipsChunk,
-    /// The key-value state machine ignores request ids: a retried request applies twice.
-    DedupOff,
-    /// A forwarded request retried after a lost link is sent under a new request id.
-    ForwardRetryNewId,
     /// The handshake gate never forgets a member's storage incarnation when the member leaves
     /// the configuration (nor after a snapshot skipped its history): a member added back with
     /// a new disk is refused for good.
@@ -78,8 +79,6 @@ pub enum Mutation {
     /// which a slow or lopsided network can move beyond the truth, instead of the value nearest
     /// zero.
     ClockOffsetMidpoint,
-    /// The key-value state machine runs a watched `EXEC` whatever happened to the watched keys.
-    WatchIgnored,
     /// A node recovering from storage damage (`RaftNode::start_recovering`) grants votes as if
     /// its log still held what it had promised: to candidates whose logs stop below it.
     VoteBelowPromise,
@@ -103,7 +102,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 20] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
         Mutation::AckBeforeDurable,
@@ -113,11 +112,8 @@ impl Mutation {
         Mutation::ApplySnapshotOverPending,
         Mutation::StorageCompleteBeforeSync,
         Mutation::SnapshotResumeSkipsChunk,
-        Mutation::DedupOff,
-        Mutation::ForwardRetryNewId,
         Mutation::KeepDepartedIncarnations,
         Mutation::ClockOffsetMidpoint,
-        Mutation::WatchIgnored,
         Mutation::VoteBelowPromise,
         Mutation::TrustDamagedTail,
         Mutation::RecoveryNeverEnds,
@@ -137,11 +133,8 @@ impl Mutation {
             Mutation::ApplySnapshotOverPending => "apply-snapshot-over-pending",
             Mutation::StorageCompleteBeforeSync => "storage-complete-before-sync",
             Mutation::SnapshotResumeSkipsChunk => "snapshot-resume-skips-chunk",
-            Mutation::DedupOff => "dedup-off",
-            Mutation::ForwardRetryNewId => "forward-retry-new-id",
             Mutation::KeepDepartedIncarnations => "keep-departed-incarnations",
             Mutation::ClockOffsetMidpoint => "clock-offset-midpoint",
-            Mutation::WatchIgnored => "watch-ignored",
             Mutation::VoteBelowPromise => "vote-below-promise",
             Mutation::TrustDamagedTail => "trust-damaged-tail",
             Mutation::RecoveryNeverEnds => "recovery-never-ends",

@@ -1,6 +1,11 @@
 //! Cluster configurations and the quorum arithmetic over them, including joint consensus
 //! (Raft thesis section 4.3): while a configuration is joint, every decision needs a majority of
 //! the incoming voters *and* a majority of the outgoing voters.
+//!
+//! [`Membership`] holds the voters, the outgoing voters while a configuration is joint, and the
+//! learners (who receive the log and never count); it answers quorum and vote counting
+//! ([`VoteResult`]). [`MembershipChange`] is one requested change (add a voter, add a learner,
+//! remove), which the node turns into the joint configuration (`node/membership_change.rs`).
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,12 @@
 //! The leader's view of one follower's replication (etcd-raft's `tracker` in spirit).
+//!
+//! Per follower: the match and next indexes, the state ([`ReplicationState`]: Probe, one Append
+//! at a time; Replicate, pipelined; Snapshot, waiting for a transfer), the in-flight window of
+//! Appends, the ticks since it last answered (`RaftNode::progress` reports it
+//! `recently_active` when it answered within an election timeout), and the snapshot on its way
+//! (`pending_snapshot`: after a failed transfer the follower is probed from just after it, as in
+//! etcd-raft, never from the match index, which would ask a follower the leader never heard from
+//! for purged entries, and so send the snapshot again, forever).
 
 use std::collections::VecDeque;
 

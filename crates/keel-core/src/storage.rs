@@ -1,4 +1,6 @@
-//! The storage contract between a node and its durable state, and an in-memory implementation.
+//! The storage contract between a node and its durable state ([`Storage`]), and an in-memory
+//! implementation ([`MemStorage`]). keel-wal's WAL implements the same trait, and its
+//! conformance suite checks both.
 //!
 //! Contract (docs/DESIGN.md section 3): writes are applied in the order they are issued; a write first
 //! drops every entry at or after its first entry's index, then appends its entries, then stores its

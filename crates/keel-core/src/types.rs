@@ -1,4 +1,9 @@
 //! The vocabulary every other module speaks: identifiers, log positions, entries, hard state.
+//!
+//! [`LogId`] is a log position (term, index); [`Entry`] an entry at one, carrying an
+//! [`EntryPayload`] (`Noop`, `Normal` application data, or a `Membership` configuration);
+//! [`HardState`] the term, vote and commit index a node persists; [`SnapshotMeta`] what a
+//! snapshot records beside its data.
 
 use std::sync::Arc;
 

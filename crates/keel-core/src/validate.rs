@@ -55,6 +55,9 @@
 //! Commit indexes beyond what the message proves are left to the protocol, which clamps them (a
 //! follower commits only what the current Append proved to match, S15), and so are rejections
 //! or acknowledgements of positions the leader never sent (it ignores them).
+//!
+//! A runtime drops what this check refuses. The handlers ignore such input by themselves too:
+//! no message panics the core.
 
 use crate::membership::Membership;
 use crate::message::{AppendResult, Message, MessageBody, RepairAnswer};
@@ -186,6 +189,7 @@ impl RaftNode {
 }
 
 /// The rules that need nothing but the message.
+#[expect(clippy::too_many_lines)]
 fn check_shape(msg: &Message) -> Result<(), InvalidMessage> {
     if msg.term >= TERM_LIMIT {
         return Err(InvalidMessage::OutOfRange);

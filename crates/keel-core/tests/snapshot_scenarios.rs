@@ -79,6 +79,7 @@ include!("common/snapshot_drivers.rs");
 /// the install; the application finishes what it was handed, restores, and the next entry it
 /// sees is snapshot.index + 1. The log is never read below its first index.
 #[test]
+#[expect(clippy::too_many_lines)]
 fn s02_install_over_a_slow_apply_loop_resumes_at_snapshot_plus_one() {
     let mut cfg = test_config(2);
     cfg.max_apply_entries = 16;
@@ -366,6 +367,7 @@ fn s10_snapshot_with_a_term_above_the_leader_term_is_rejected() {
 /// never lowers (in memory or in any write), every entry is handed out exactly once in order,
 /// and applied reaches commit.
 #[test]
+#[expect(clippy::too_many_lines)]
 fn s22_paginated_apply_never_lowers_commit_and_hands_out_each_entry_once() {
     let mut cfg = test_config(2);
     cfg.max_apply_entries = 7;

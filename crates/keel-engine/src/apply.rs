@@ -7,7 +7,14 @@
 //! the order it is given (an entry is the one after the applied index, a restore moves past it)
 //! and refuses anything else with a [`PipelineError`], which the runtime turns into a fail-stop
 //! and the simulator into a violation: a state machine that skipped or repeated an entry would
-//! diverge from the others silently.
+//! diverge from the others silently. With the `apply-snapshot-over-pending` mutation a restore
+//! jumps ahead of queued entries.
+//!
+//! [`SnapshotPolicy`] decides when a snapshot is due: once the entry data applied since the last
+//! one is a multiple of that snapshot's file size, within a lower and an upper byte bound and an
+//! entry bound (the runtime's defaults: 4 times, 16 MiB, 256 MiB, 1,000,000 entries), so the
+//! work spent on snapshots stays a bounded share of the log's bytes however large the state
+//! grows, and the log kept meanwhile (in memory) is bounded.
 
 use std::collections::VecDeque;
 

@@ -1,11 +1,11 @@
 //! How far each node's wall clock is from its leader's, measured on heartbeats, and the hold on
 //! the campaigns of a node whose clock is too far off.
 //!
-//! Why it matters: keel-kv judges expiry by the time leaders stamp on the entries they propose
+//! Why it matters: keel-redis judges expiry by the time leaders stamp on the entries they propose
 //! (its "log time"), never by a replica's clock. A leader whose clock is ahead makes deadlines
 //! come early, one that is behind makes them come late; bounding how far the clock of any node
 //! that may lead is from its predecessor's bounds how much a TTL can shrink or stretch across a
-//! failover (README, "Expiry").
+//! failover (docs/time.md, "Locks and leases").
 //!
 //! **Measurement.** The leader writes its clock `t1` into every heartbeat; the follower's
 //! response echoes `t1` and carries the follower's clock `t3` when it answered; the leader reads
@@ -26,6 +26,12 @@
 //! the bound; the leader agrees with itself) is the one that is off: it reports no offsets, so
 //! no follower holds its campaigns because of the leader's clock, and it says so in its status
 //! (its own campaigns need no hold: it already leads).
+//!
+//! **Wiring.** `NodeEngine::start_ready` stamps outgoing heartbeats; the shell hands
+//! `NodeEngine::clock()` the readings of the messages it steps and its clock at every tick (holds
+//! age then). [`ClockEvent`]s are for the shell to log, [`ClockStatus`] for INFO. With the
+//! `clock-offset-midpoint` mutation the leader keeps the middle of the interval instead, which a
+//! lopsided network can push beyond the truth.
 
 use std::collections::BTreeMap;
 

@@ -1,10 +1,10 @@
 //! keel-engine: the decisions of a running node, without I/O.
 //!
-//! keel-core decides the protocol; this crate decides what a node does with the core's output
-//! and with its clients' requests — what is sent, persisted and applied, in which order, and what
-//! waits for which completion. It has no tokio, no threads and no clock: keel-runtime's tokio
-//! shell and the simulator (keel-sim) run exactly this code, the shell moving bytes and time, the
-//! simulator its simulated network, disks and clock.
+//! keel-core decides the protocol; this crate decides what a node does with the core's output and
+//! with its clients' requests — what is sent, persisted and applied, in which order, and what waits
+//! for which completion. It has no tokio, no threads and no clock (the wall clock comes in as an
+//! argument): keel-runtime's tokio shell and the simulator (keel-sim) run exactly this code, the
+//! shell moving bytes and time, the simulator its simulated network, disks and clock.
 //!
 //! - [`NodeEngine`] (`node.rs`): a `Ready` routed to a [`Shell`] in two phases (messages out and
 //!   the write to persist, then committed entries, restores, reads and snapshot sends), proposals

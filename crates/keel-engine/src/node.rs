@@ -16,6 +16,22 @@
 //!    proposer's answer if this node proposed it), then a snapshot restore behind them (one
 //!    ordered pipeline: the restore waits for every entry handed out before it), then reads whose
 //!    index was handed out, then snapshot transfers.
+//!
+//! Answers: a committed entry at a proposal's index that is not that proposal (another term)
+//! answers it "not the leader"; proposals a restore covers are answered "outcome unknown", or
+//! "not the leader" if their entry was overwritten.
+//!
+//! The [`Shell`]'s effects: send a message, open a snapshot for a restore, hand an item to the
+//! apply pipeline, answer a proposer, refuse a read, stream a snapshot to a follower, drop
+//! transfers when no longer leading.
+//!
+//! The requests: [`NodeEngine::propose`] (bounded by the pending proposals and by the largest
+//! entry the log stores), [`NodeEngine::propose_batch`] (in order, refused whole from the first
+//! refusal on), `propose_membership`, `read` (ReadIndex, with a bound on reads in flight),
+//! `transfer_leadership`; [`NodeEngine::proposal_refusal`] is the answer every proposal gets now
+//! (`NotLeader` on a serving follower of a known leader), which a shell may give without queueing
+//! the proposal. Startup replay: [`NodeEngine::check_replay_done`], serving only once applied up
+//! to the persisted commit. [`NodeEngine::stop`] answers what is pending.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

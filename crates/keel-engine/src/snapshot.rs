@@ -1,5 +1,11 @@
 //! Snapshot bookkeeping: writing one local snapshot at a time, and whether a received one is
 //! worth adopting.
+//!
+//! [`SnapshotWriting`]: one snapshot is written at a time; the newest view taken meanwhile waits
+//! (older ones are dropped). [`adoption`]: a fully received snapshot is adopted only if the
+//! validator accepts its `InstallSnapshot` and it is above the commit index (and of no older
+//! term); if storage already holds a newer one (adopted, its install refused because the term
+//! moved on meanwhile), that one is installed instead ([`Adoption::InstallSaved`]).
 
 use keel_core::{
     Index, InvalidMessage, Message, MessageBody, NodeId, RaftNode, SnapshotMeta, Term,

@@ -1,4 +1,6 @@
-//! What the application supplies: its replicated state machine and the snapshots of it.
+//! What the application supplies: its replicated state machine and the snapshots of it
+//! ([`StateMachine`], [`SnapshotWriter`]; keel-runtime re-exports both). Why a request failed is
+//! `ClientError` (`error.rs`).
 
 use bytes::Bytes;
 use keel_core::Index;

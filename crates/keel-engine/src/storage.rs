@@ -12,7 +12,9 @@
 //!
 //! The runtime's storage thread and the simulator's disks run this code over their own
 //! [`LogStore`] (the WAL on real files, or the WAL on the fault-injecting file layer and the
-//! in-memory storage).
+//! in-memory storage). [`StorageWorker::in_flight`] lists the writes handed over and not yet
+//! reported: what a crash may tear. With the `storage-complete-before-sync` mutation a batch is
+//! reported before it is written.
 
 use std::collections::VecDeque;
 

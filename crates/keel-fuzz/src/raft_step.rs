@@ -24,7 +24,7 @@ use keel_core::{
     MembershipChange, Message, MessageBody, NodeId, RaftNode, RepairAnswer, Role, SnapshotMeta,
     Term, Write, TERM_LIMIT,
 };
-use keel_runtime::wire::{decode_message_fields, encode_message_fields, Reader};
+use keel_transport::wire::{decode_message_fields, encode_message_fields, Reader};
 
 use crate::Input;
 
@@ -362,6 +362,7 @@ impl Harness {
         self.step_peer(msg(sent.to, sent.term, body));
     }
 
+    #[expect(clippy::too_many_lines)]
     fn compact_message(&self, input: &mut Input) -> Message {
         let from = peer(input);
         let to = match input.below(16) {

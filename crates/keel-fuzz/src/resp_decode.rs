@@ -12,7 +12,7 @@
 //!   the same arguments.
 
 use bytes::BytesMut;
-use keel_kv::resp::{self, Decoder, Frame, FrameKind, Limits, ProtocolError};
+use keel_resp::{self as resp, Decoder, Frame, FrameKind, Limits, ProtocolError};
 
 use crate::Input;
 

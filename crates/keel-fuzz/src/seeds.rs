@@ -11,7 +11,7 @@ use keel_core::{
     AppendResult, Entry, EntryPayload, HardState, LogId, Membership, Message, MessageBody,
     RepairAnswer, SnapshotMeta, Write,
 };
-use keel_runtime::wire::{
+use keel_transport::wire::{
     self, auth, AckStatus, Channel, ChunkHeader, ClusterSecret, Handshake, PositionStatus,
     SnapshotAck, SnapshotId, SnapshotOffer, SnapshotPosition, FRAME_HEADER_SIZE_BYTES,
     SNAPSHOT_CHANNEL_VERSION,
@@ -65,12 +65,12 @@ fn raft_step() -> Vec<Vec<u8>> {
 fn resp_decode() -> Vec<Vec<u8>> {
     let mut requests: Vec<Vec<u8>> = Vec::new();
     let mut set = BytesMut::new();
-    keel_kv::resp::encode_request(&["SET", "key", "value"], &mut set);
+    keel_resp::encode_request(&["SET", "key", "value"], &mut set);
     requests.push(set.to_vec());
     let mut pipelined = BytesMut::new();
-    keel_kv::resp::encode_request(&["GET", "key"], &mut pipelined);
-    keel_kv::resp::encode_request(&["INCR", "counter"], &mut pipelined);
-    keel_kv::resp::encode_request::<&[u8]>(&[], &mut pipelined);
+    keel_resp::encode_request(&["GET", "key"], &mut pipelined);
+    keel_resp::encode_request(&["INCR", "counter"], &mut pipelined);
+    keel_resp::encode_request::<&[u8]>(&[], &mut pipelined);
     requests.push(pipelined.to_vec());
     requests.push(b"PING\r\n".to_vec());
     requests.push(b"SET \"a key\" 'it''s' \"\\x41\\n\"\r\nGET k\n".to_vec());
@@ -87,6 +87,7 @@ fn resp_decode() -> Vec<Vec<u8>> {
     out
 }
 
+#[expect(clippy::too_many_lines)]
 fn sample_messages() -> Vec<Message> {
     let membership = Arc::new(Membership {
         voters: BTreeSet::from([1, 2, 3]),

@@ -1,9 +1,9 @@
-//! The peer wire format (keel-runtime `wire`): `peer_frame`, `handshake` and `snapshot_chunk`.
+//! The peer wire format (keel-transport's `wire`): `peer_frame`, `handshake` and `snapshot_chunk`.
 
 use bytes::Bytes;
 use keel_core::LogId;
 use keel_engine::handshake::{Admission, ConfigurationChange, HandshakeGate, PeerHello};
-use keel_runtime::wire::{
+use keel_transport::wire::{
     self, auth, decode_body, decode_frame, Body, Challenge, Channel, ClusterSecret, Handshake,
     Reassembly, Response, SnapshotOffer, FRAME_HEADER_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT,
     SNAPSHOT_CHUNK_BYTES_LIMIT, SNAPSHOT_CONTROL_FRAME_BYTES_MAX,
@@ -148,6 +148,7 @@ fn inspect_handshake(h: &Handshake) {
 ///   verify (`Initiator::on_challenge`);
 /// - kind 3: a record header and payload on an authenticated connection: the length bound and
 ///   the tag check (a forged tag must never open).
+#[expect(clippy::too_many_lines)]
 pub fn handshake(data: &[u8]) {
     let mut input = Input::new(data);
     let secret = ClusterSecret::new(&[0x5a; auth::SECRET_BYTES_MIN]).expect("valid secret");

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keel_core::{Index, LogId, Membership, NodeId, Role, SnapshotMeta};
-use keel_runtime::transport::{Inbound, Transport, TransportConfig};
 use keel_runtime::{ClientError, Node, NodeConfig, SnapshotWriter, StateMachine};
+use keel_transport::{Inbound, Transport, TransportConfig};
 use tokio::sync::mpsc;
 
 const MB: f64 = 1_000_000.0;
@@ -135,6 +135,7 @@ fn meta(index: u64) -> SnapshotMeta {
 
 /// Creation (view on the "apply thread", then serialize + fsync on another) and loopback
 /// transfer of a state of `size_mb`.
+#[expect(clippy::too_many_lines)]
 async fn size_run(root: &Path, size_mb: u64) {
     let dir = fresh(&root.join(format!("size-{size_mb}")));
     let (src, dst) = (fresh(&dir.join("src")), fresh(&dir.join("dst")));
@@ -257,6 +258,7 @@ async fn leader(nodes: &BTreeMap<NodeId, Node<Blob>>) -> NodeId {
 
 /// A follower misses `entries` entries of 100 bytes, then restarts: time until it has applied
 /// the leader's commit index.
+#[expect(clippy::too_many_lines)]
 async fn catchup_run(root: &Path, entries: u64, by_snapshot: bool) {
     let dir = fresh(&root.join(if by_snapshot {
         "catchup-snap"

@@ -3,6 +3,12 @@
 //! and reads that find the thread idle: the node task applies those itself, within a time budget
 //! predicted from their recent cost ([`ApplyQueue`]). Either way one lock and one order: the state
 //! machine never sees two callers at once, nor an item before the ones queued ahead of it.
+//!
+//! The queue sits behind a mutex and a condition variable; snapshot views are always captured
+//! on the apply thread, never inline. A restore reads the snapshot file the node opened when it
+//! queued it (in order with the adoption, so nothing prunes it first); restores stay wholesale
+//! (`restore(&[u8])`). An order the applier refuses stops the process. The queue is bounded by
+//! the core's `max_unapplied_entries` (16,384 by default).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

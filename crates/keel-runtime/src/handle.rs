@@ -1,4 +1,20 @@
 //! The client handle: what an application holds to use its node.
+//!
+//! A [`Handle`] proposes (`propose`; `propose_batch`: one step of the node, in order, refused
+//! whole from the first refusal on), reads linearizably (`read`; `start_read` keeps many in
+//! flight), reports status, changes membership, transfers leadership, takes a snapshot, shuts
+//! the node down, and panics the node task on request (`debug_panic`: a test hook for
+//! fail-stop). Results come as [`Pending`] values with their deadlines; [`DeadlineTimer`] is one
+//! timer for the requests a task awaits in turn.
+//!
+//! `ProposalRefusal` is the answer every proposal gets now, as the node task last published it
+//! (keel-engine's `NodeEngine::proposal_refusal`: `NotLeader` on a serving follower of a known
+//! leader). The handle gives it without queueing the proposal, so a follower's writes go on to
+//! the leader without a round trip through its node task. `RefusalPublisher`, the node task's
+//! side, withdraws it when the task ends, however it ends.
+//!
+//! The handle also reads and sets entries of the client address book (`client_addr`,
+//! `set_client_addr`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::timeout;
 
 use crate::apply::{ProposalReply, ReadFn};
-use crate::transport::ClientAddrs;
+use keel_transport::ClientAddrs;
 
 pub use keel_engine::ClientError;
 
@@ -260,7 +276,7 @@ impl<S> Handle<S> {
     /// Records where `id`'s clients reach it (e.g. given with the membership change that adds
     /// it); a later announcement by `id` itself replaces it. `addr` must be `host:port`.
     pub fn set_client_addr(&self, id: NodeId, addr: &str) -> Result<(), ClientError> {
-        if !crate::wire::valid_client_addr(addr) {
+        if !keel_transport::wire::valid_client_addr(addr) {
             return Err(ClientError::Rejected(format!(
                 "client address {addr:?} is not host:port"
             )));

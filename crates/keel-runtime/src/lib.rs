@@ -5,9 +5,10 @@
 //!   transfers leadership and takes snapshots.
 //! - The application supplies a [`StateMachine`] (apply, snapshot view, restore); bytes everywhere
 //!   else.
-//! - [`wire`]: the peer wire format (frames, handshake, message encoding), documented byte by
-//!   byte. [`transport`]: TCP peer connections with bounded queues, batching, reconnect and
-//!   backoff.
+//! - The peer transport is keel-transport's: [`keel_transport::wire`], the peer wire format
+//!   (frames, handshake, message encoding), documented byte by byte, and
+//!   [`keel_transport::Transport`], TCP peer connections with bounded queues, batching, reconnect
+//!   and backoff.
 //!
 //! Threads: the node task (tokio), the storage thread (group commit on the WAL), the apply
 //! thread (the state machine). See `node/mod.rs` for the picture.
@@ -19,8 +20,6 @@ mod node;
 pub mod recover;
 pub mod scrub;
 mod storage;
-pub mod transport;
-pub mod wire;
 
 pub use apply::{SnapshotWriter, StateMachine};
 pub use handle::{

@@ -7,6 +7,10 @@
 //!
 //! Every metric carries a `node` label (the node id): `keel up` runs three nodes in one process
 //! with one global recorder. Units are the last part of each name.
+//!
+//! [`describe()`] registers every name, unit and description; [`HISTOGRAMS`] lists the bucket
+//! bounds an exporter should give each histogram ([`LATENCY_BUCKETS_SECONDS`],
+//! [`BATCH_BUCKETS`]). Leader changes and snapshots are also logged from here.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -71,6 +75,7 @@ const LOG_TARGET: &str = "keel_runtime::node";
 const TIMED_PROPOSALS_MAX: usize = 65_536;
 
 /// Describes every metric to the installed recorder (names, units, help text).
+#[expect(clippy::too_many_lines)]
 pub fn describe() {
     describe_counter!(
         PROPOSALS,

@@ -1,13 +1,15 @@
 //! The scrub thread: keel-wal's scrub passes (`keel_wal::scrub`) over the node's data directory,
-//! one after another with a pause between them, reads paced to a configured rate.
+//! one after another with a pause between them, reads paced to a configured rate
+//! ([`ScrubConfig::rate_bytes_per_s`]; off unless it is set).
 //!
-//! A finding is read again in a second pass a moment later before anything is done, so that a
-//! file changing under the first pass cannot pass for rot; what both passes find is handed to
-//! [`ScrubConfig::on_damage`]. Rot in a running node's files harms nothing yet (the node replicates
-//! and applies from memory); the repair is a restart, on which `Wal::open_repairing` sets the
-//! damaged files aside and the node recovers what it lacks from the cluster. keel-kv's server
-//! restarts itself that way; an embedder decides (the default stops the process with status 75,
-//! for a supervisor to restart it).
+//! A finding is read again in a second pass, one second later (`CONFIRM_AFTER`), before anything
+//! is done, so that a file changing under the first pass cannot pass for rot; what both passes find
+//! is handed to [`ScrubConfig::on_damage`], an [`OnDamage`] action. Rot in a running node's files
+//! harms nothing yet (the node replicates and applies from memory); the repair is a restart, on
+//! which `Wal::open_repairing` sets the damaged files aside and the node recovers what it lacks
+//! from the cluster. keel-server restarts itself that way; an embedder decides (the default,
+//! [`OnDamage::Exit`], stops the process with status 75, for a supervisor to restart it).
+//! [`ScrubCounters`] counts passes and findings for status.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,6 +85,7 @@ pub(crate) fn spawn(
     Ok(Some(thread))
 }
 
+#[expect(clippy::too_many_lines)]
 fn run(
     node: keel_core::NodeId,
     dir: &std::path::Path,

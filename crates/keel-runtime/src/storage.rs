@@ -7,6 +7,10 @@
 //! the write here). Completion is reported as the last write id of the batch: `persisted(id)`
 //! means "this and every earlier write".
 //!
+//! The WAL sits behind `WalStore`, which times each group commit. The commands taken at once
+//! are then run unit by unit. The promise record is flushed once the log has been idle for
+//! [`PROMISE_IDLE_FLUSH`] (10 ms), and when the thread stops.
+//!
 //! A snapshot adoption is ordered with the writes around it (a later write may purge up to it or
 //! install it, which the WAL refuses unless it is already saved). The snapshot's bytes were
 //! written and fsynced elsewhere (a snapshot thread, or the transport receiving one), so this

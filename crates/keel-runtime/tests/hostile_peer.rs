@@ -12,8 +12,8 @@ use bytes::Bytes;
 use keel_core::{
     Entry, EntryPayload, Index, LogId, Message, MessageBody, NodeId, RepairAnswer, Term,
 };
-use keel_runtime::wire::{self, Channel, Handshake};
 use keel_runtime::{Node, NodeConfig, StateMachine};
+use keel_transport::wire::{self, Channel, Handshake};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -101,6 +101,7 @@ impl Drop for Cluster {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[expect(clippy::too_many_lines)]
 async fn crafted_frames_take_no_node_down_and_the_cluster_keeps_committing() {
     let dir = common::scratch_dir("hostile-peer");
     let addrs: BTreeMap<NodeId, SocketAddr> = (1..=3).map(|id| (id, common::free_addr())).collect();

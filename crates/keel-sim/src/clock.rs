@@ -7,13 +7,16 @@
 //! ```
 //!
 //! computed in integers (the drift term rounded down), so every run of a seed reads the same
-//! times. Offsets are drawn in `[-spread, spread]`, the spread one of `OFFSET_SPREADS_MS` per
-//! seed (at most `OFFSET_MS_MAX`), and drifts in `[-DRIFT_PPM_MAX, DRIFT_PPM_MAX]`, per node slot, from a generator of their own derived from
-//! the seed (as `Params::draw_every_size` does): the run's generator is not touched, so adding
-//! clocks shifted no other draw. A clock is hardware: a crash or a wiped disk keeps it.
+//! times. `EPOCH_BASE_MS` is 1.7e12 (a date in 2023). Offsets are drawn in `[-spread, spread]`,
+//! the spread one of `OFFSET_SPREADS_MS` per seed (100, 400 or 2,000 ms, at most
+//! `OFFSET_MS_MAX`: some seeds keep every clock within the nodes' default 500 ms bound, others
+//! do not), and drifts in `[-DRIFT_PPM_MAX, DRIFT_PPM_MAX]` (±200 ppm), per node slot, from a
+//! generator of their own derived from the seed (as `Params::draw_every_size` does): the run's
+//! generator is not touched, so adding clocks shifted no other draw. A clock is hardware: a
+//! crash or a wiped disk keeps it.
 //!
 //! The clock is what heartbeats carry for measuring offsets (`clock_watch.rs`) and what a node
-//! stamps the entries it proposes with (keel-kv's
+//! stamps the entries it proposes with (keel-redis's
 //! `Pipeline::take_batch`): the state machine's time (`KvStateMachine::log_time_ms`) is derived
 //! from the stamps in the log, so it must agree on every replica whatever their clocks say, and
 //! the state-digest invariant (which covers it) checks that at every applied index.
@@ -70,8 +73,9 @@ pub fn draw_clocks(seed: u64, nodes: usize) -> Vec<WallClock> {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use keel_kv::command::{SetCondition, WriteCommand};
-    use keel_kv::{KvStateMachine, LogCommand};
+    use keel_redis::command::{SetCondition, WriteCommand};
+    use keel_redis::KvStateMachine;
+    use keel_redis::LogCommand;
 
     #[test]
     fn a_clock_reads_the_base_plus_its_offset_and_drift() {

@@ -1,6 +1,7 @@
 //! keel-engine's `ClockWatch` in the simulated world: heartbeats carry the nodes' own wall clocks
 //! (`clock.rs`, offsets and drifts per node), leaders measure their followers' offsets, and a
-//! node too far from its leader's clock holds its campaigns, as the runtime does.
+//! node too far from its leader's clock holds its campaigns, as the runtime does. The readings
+//! come from delivered heartbeats and their answers; holds age at every tick.
 //!
 //! The invariant checked after every measurement: **a measured offset is never larger than the
 //! true one** (the truth being the two simulated clocks' difference), whatever the network's

@@ -1,10 +1,13 @@
-//! The server's side of a client connection, hosted in the simulated world: keel-kv's protocol
+//! The server's side of a client connection, hosted in the simulated world: keel-session's protocol
 //! layer ([`ClientConnection::dispatch`], MULTI ... EXEC) and its pipeline
-//! ([`keel_kv::connection::pipeline`]: runs, what waits for what, the order replies leave in) —
+//! ([`keel_session::connection::pipeline`]: runs, what waits for what, the order replies leave in) —
 //! the code the server's tokio session runs — over the node's engine: a write run is proposed as
-//! one batch with `NodeEngine::propose_batch`, a read goes through the engine's ReadIndex path
-//! and apply pipeline. A request the node refused is resolved as the server resolves it: forwarded
-//! to the leader (`forward.rs`, in the seeds that draw forwarding) or its refusal answered.
+//! one batch with `NodeEngine::propose_batch`, its entries stamped with the node's wall clock
+//! (`clock.rs`), a read goes through the engine's ReadIndex path and apply pipeline. A request the
+//! node refused is resolved as the server resolves it (`redirect`): forwarded to the leader
+//! (`forward.rs`, in the seeds that draw forwarding) with the refused writes right behind it,
+//! each a forward of its own under way at once (any order the server's grouped exchange can
+//! give), or its refusal answered.
 //!
 //! A connection belongs to a simulated client (`client.rs`), or on a leader to one attempt of a
 //! forward: what a follower forwards arrives on a forwarding connection of its own (named
@@ -21,13 +24,17 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use keel_core::NodeId;
 use keel_engine::ClientError;
-use keel_kv::command::ReadCommand;
-use keel_kv::connection::pipeline::{
+use keel_redis::command::client_error_reply;
+use keel_redis::command::ReadCommand;
+use keel_redis::RequestId;
+use keel_resp::Limits;
+use keel_resp::Reply;
+use keel_session::connection::pipeline::{
     is_forwarding, redirect, Admission, Behind, Intake, Pipeline, Redirect, Relay, Release, Request,
 };
-use keel_kv::connection::{NodeInfo, NodeStatus};
-use keel_kv::forwarding::{error_reply, leader_address_unknown, RequestId, FORWARD_GROUP_MAX};
-use keel_kv::{ClientConnection, Limits, Reply};
+use keel_session::connection::{NodeInfo, NodeStatus};
+use keel_session::forwarding::{leader_address_unknown, FORWARD_GROUP_MAX};
+use keel_session::ClientConnection;
 
 use crate::host::{ProposalToken, ReadToken, SimShell};
 use crate::world::World;
@@ -383,10 +390,10 @@ impl World {
         let forwarding = is_forwarding(&c.protocol);
         let reply = match redirect(&error, node, forwarding) {
             Redirect::Forward(leader) if self.params.forward_writes => {
-                // As the server does (`server/connection.rs`): the refused writes right behind a
-                // refused write go to the leader with it, up to `FORWARD_GROUP_MAX`. Here each
-                // is a forward of its own, all under way at once: any order the server's one
-                // exchange and its retries can give, and more.
+                // As the server does (keel-server's `connection.rs`): the refused writes right
+                // behind a refused write go to the leader with it, up to `FORWARD_GROUP_MAX`.
+                // Here each is a forward of its own, all under way at once: any order the
+                // server's one exchange and its retries can give, and more.
                 let groups = !self.params.single_forwards && matches!(relay, Relay::WithId(..));
                 let mut group = vec![(slot, relay)];
                 let mut other = None;
@@ -426,7 +433,7 @@ impl World {
             Redirect::Forward(leader) | Redirect::LeaderElsewhere(leader) => {
                 leader_address_unknown(leader)
             }
-            Redirect::Answer => error_reply(&error),
+            Redirect::Answer => client_error_reply(&error),
         };
         self.trace_line(|| format!("conn {connection} n{node} refused {slot}: {error}"));
         self.connection_answered(connection, slot, reply);

@@ -1,6 +1,9 @@
 //! What the end of a seed demands once the faults heal: the liveness bound, and the converged
 //! cluster (a leader, every member applied and agreeing, nothing outstanding, every damaged
 //! member whole again).
+//!
+//! The liveness bound includes the core's snapshot timeout and the time to ship the longest log
+//! any node holds, committed or not, one message per round trip (`heal_bound`).
 
 use keel_core::{NodeId, Role};
 

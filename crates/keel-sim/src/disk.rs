@@ -6,7 +6,11 @@
 //! out of order. A stop (before a storage fault, `storage_faults.rs`) completes what the worker
 //! holds and flushes the promise record, as the runtime's shutdown does. The WAL is opened as
 //! the runtime opens it, repairing damage (`Wal::open_repairing`).
+//!
+//! Each write or snapshot adoption handed to the disk schedules a unit of work after a disk
+//! latency, in order; a group commit takes along what was queued meanwhile.
 
+use crate::mutation::Layers;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -92,7 +96,7 @@ pub(crate) struct SimDisk {
     /// The file system snapshot transfers keep their partial file on: the WAL's, or one of its
     /// own beside the in-memory storage (crashed with the node all the same).
     transfer_fs: SimFs,
-    mutation: Option<keel_core::Mutation>,
+    mutation: Option<crate::Mutation>,
     pub last_completion: u64,
 }
 
@@ -106,20 +110,20 @@ pub(crate) fn entry_bytes_max() -> usize {
     wal_config(None).entry_payload_bytes_max()
 }
 
-fn wal_config(mutation: Option<keel_core::Mutation>) -> WalConfig {
+fn wal_config(mutation: Option<crate::Mutation>) -> WalConfig {
     // Small segments so that rotation and purge happen in every run.
     WalConfig {
         segment_size_bytes: 64 << 10,
         frame_size_bytes_max: 32 << 10,
         entry_size_bytes_max: 48 << 10,
-        mutation,
+        mutation: mutation.core(),
         ..WalConfig::default()
     }
 }
 
 impl SimDisk {
     /// A disk for a node of a new cluster (`voters` non-empty) or a node that will join one.
-    pub fn new(use_wal: bool, voters: &[NodeId], mutation: Option<keel_core::Mutation>) -> SimDisk {
+    pub fn new(use_wal: bool, voters: &[NodeId], mutation: Option<crate::Mutation>) -> SimDisk {
         let mut transfer_fs = SimFs::new();
         let backend = if use_wal {
             let fs = SimFs::new();
@@ -140,7 +144,7 @@ impl SimDisk {
             .create_dir_all(&wal_dir())
             .expect("simulated file system");
         SimDisk {
-            worker: Some(StorageWorker::with_mutation(backend, mutation)),
+            worker: Some(StorageWorker::with_mutation(backend, mutation.core())),
             transfer_fs,
             mutation,
             last_completion: 0,
@@ -263,7 +267,7 @@ impl SimDisk {
                 fs.crash_with(random_crash(rng));
             }
         }
-        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
+        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation.core()));
     }
 }
 
@@ -294,7 +298,7 @@ impl SimDisk {
         *wal = None;
         // Nothing of the log is left unsynced; a partial snapshot transfer may be.
         fs.crash_with(Crash::LoseUnsynced);
-        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation));
+        self.worker = Some(StorageWorker::with_mutation(backend, self.mutation.core()));
         flushed.map(|()| adopted)
     }
 }

@@ -1,8 +1,9 @@
-//! Forwarding as the server does it, in the simulated world. A follower's connection whose write
-//! (or EXEC) the node refused as not the leader forwards it to the leader under the request id it
-//! was proposed with, and retries under that id after a lost link, a reply that does not come in
-//! time or a "not applied" answer — each decision made by keel-kv's [`ForwardedWrite`] (the
-//! server's code), on the simulated clock. A refused read is forwarded once, as it is. The
+//! Forwarding as the server does it, in the simulated world, in two thirds of the seeds
+//! (`Params::forward_writes`). A follower's connection whose write (or EXEC) the node refused as
+//! not the leader forwards it to the leader under the request id it was proposed with, and retries
+//! under that id after a lost link, a reply that does not come in time or a "not applied" answer —
+//! each decision made by keel-session's [`ForwardedWrite`] (the server's code), on the simulated clock
+//! with a retry policy scaled to simulated time. A refused read is forwarded once, as it is. The
 //! requests and replies travel the simulated network (lost, delayed, cut by partitions).
 //!
 //! At the leader each attempt arrives on a forwarding connection of its own
@@ -10,17 +11,20 @@
 //! ([`wire_parts`]: `RAFT.FORWARD <id>` and the write, or `MULTI`, the queued requests,
 //! `RAFT.FORWARD <id>`, `EXEC`), dispatched and pipelined by the server's code and proposed
 //! through the leader's engine under the forwarded id. A retry of a write that did apply is
-//! answered by keel-kv's deduplication, not applied again.
+//! answered by keel-redis's deduplication, not applied again. The server's own `send_group` follows
+//! [`wire_parts`] too. With `--mutation forward-retry-new-id` a retry gets a new id and applies
+//! twice, which the checker must catch.
 
+use crate::mutation::Layers;
 use bytes::Bytes;
 use keel_core::NodeId;
 use keel_engine::ClientError;
-use keel_kv::command::{forward_request, FORWARD_CLIENT_NAME};
-use keel_kv::connection::pipeline::{Relay, WriteRequest};
-use keel_kv::forwarding::{
-    error_reply, wire_parts, ForwardedWrite, Next, Outcome, RequestId, RetryPolicy, WirePart,
-};
-use keel_kv::Reply;
+use keel_redis::command::client_error_reply;
+use keel_redis::command::{forward_request, FORWARD_CLIENT_NAME};
+use keel_redis::RequestId;
+use keel_resp::Reply;
+use keel_session::connection::pipeline::{Relay, WriteRequest};
+use keel_session::forwarding::{wire_parts, ForwardedWrite, Next, Outcome, RetryPolicy, WirePart};
 use rand::Rng;
 
 use crate::connection::{ForwardLeg, Frame, Owner};
@@ -45,7 +49,7 @@ pub(crate) struct SimForward {
 }
 
 enum How {
-    /// A write or transaction, under its id, retried as keel-kv decides.
+    /// A write or transaction, under its id, retried as keel-session decides.
     Retried {
         write: ForwardedWrite,
         request: WriteRequest,
@@ -88,7 +92,7 @@ impl World {
             backoff_first_ms: 2,
             backoff_max_ms: 4 * round_trip,
             attempts_max: 16,
-            mutation: self.mutation,
+            mutation: self.mutation.redis(),
         }
     }
 
@@ -205,7 +209,7 @@ impl World {
                 let f = self.forwards.remove(&forward).expect("checked");
                 self.trace_line(|| format!("f{forward} given up: {outcome:?}"));
                 let reply = match outcome {
-                    Outcome::Unknown => error_reply(&ClientError::Unknown),
+                    Outcome::Unknown => client_error_reply(&ClientError::Unknown),
                     Outcome::NotApplied => f.answer,
                 };
                 self.connection_answered(f.connection, f.slot, reply);
@@ -362,7 +366,7 @@ impl World {
         };
         if !app.engine.serving() {
             // Still replaying: the runtime answers that it is busy.
-            let reply = error_reply(&ClientError::Busy("replaying"));
+            let reply = client_error_reply(&ClientError::Busy("replaying"));
             return self.forward_answered(to, forward, attempt, reply, false);
         }
         let leg = ForwardLeg {

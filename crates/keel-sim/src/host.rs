@@ -1,9 +1,20 @@
 //! A node's application side as the server runs it, hosted in the simulated world: keel-engine
 //! routes the core's output and the clients' requests ([`NodeEngine`]), its ordered pipeline
-//! applies entries and restores ([`ApplyQueue`], [`Applier`]), and the state machine is keel-kv's
+//! applies entries and restores ([`ApplyQueue`], [`Applier`]), and the state machine is keel-redis's
 //! ([`KvAdapter`]). What the shell does with the engine's effects — network, disk, clock — is the
 //! simulated world's.
+//!
+//! The `SimShell` collects the engine's effects and the world carries them out: messages to the
+//! simulated network, outcomes and refusals to the connection whose request it was, snapshot
+//! transfers (`transfer.rs`). The pipeline applies at once, or slowly (a batch per event) when
+//! the seed draws a slow state machine; with `--mutation dedup-off` the state machine's
+//! deduplication is off. Snapshots are written as the runtime writes them (one at a time, the
+//! bytes the state machine's view writes) and reach the disk after a disk latency. A node still
+//! replaying neither ticks nor takes peer messages or client requests, as in the runtime. The
+//! configuration agreement check lives here: a member of the newest configuration applied
+//! anywhere that applied at least as far holds it.
 
+use crate::mutation::Layers;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -12,7 +23,8 @@ use keel_engine::{
     Applier, ApplyItem, ApplyQueue, ClientError, ClockPolicy, EngineLimits, NodeEngine, Shell,
     SnapshotPolicy, SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
 };
-use keel_kv::{KvAdapter, KvStateMachine};
+use keel_redis::KvAdapter;
+use keel_redis::KvStateMachine;
 use rand::Rng;
 
 use crate::disk::SnapshotAdoption;
@@ -41,7 +53,7 @@ pub(crate) type SimEngine = NodeEngine<ProposalToken, ReadToken>;
 type SimQueue = ApplyQueue<ProposalToken, ReadToken, Option<Bytes>>;
 type SimItem = ApplyItem<ProposalToken, ReadToken, Option<Bytes>>;
 
-/// keel-kv's state machine, with the simulator's one test-only switch: `RunConfig::break_replay`
+/// keel-redis's state machine, with the simulator's one test-only switch: `RunConfig::break_replay`
 /// skips the first command a restarted node applies, as a state machine whose applied index was
 /// saved ahead of its effects would (S24).
 pub(crate) struct SimStateMachine {
@@ -50,9 +62,9 @@ pub(crate) struct SimStateMachine {
 }
 
 impl SimStateMachine {
-    fn new(mutation: Option<keel_core::Mutation>, skip_next_command: bool) -> Self {
+    fn new(mutation: Option<crate::Mutation>, skip_next_command: bool) -> Self {
         let mut sm = KvStateMachine::new();
-        sm.set_mutation(mutation);
+        sm.set_mutation(mutation.redis());
         SimStateMachine {
             kv: KvAdapter::new(sm),
             skip_next_command,
@@ -92,7 +104,7 @@ pub(crate) struct App {
     /// Snapshots taken here: one written at a time, the newest view waiting.
     snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
     /// When this node, leading, proposes a tick entry (`time.rs`).
-    pub time_keeper: keel_kv::expiry::TimeKeeper,
+    pub time_keeper: keel_redis::expiry::TimeKeeper,
 }
 
 /// Bounds on what a node holds for clients (the runtime's defaults are larger; these are never
@@ -115,7 +127,7 @@ impl App {
         replay_target: Index,
         snapshot_every_entries: u64,
         clock: ClockPolicy,
-        mutation: Option<keel_core::Mutation>,
+        mutation: Option<crate::Mutation>,
     ) -> App {
         let policy = SnapshotPolicy {
             entries_max: snapshot_every_entries,
@@ -124,19 +136,21 @@ impl App {
             log_to_state_ratio: 0,
         };
         let mut engine = NodeEngine::new(id, limits(), clock, applied, replay_target);
-        engine.clock().set_mutation(mutation);
+        engine.clock().set_mutation(mutation.core());
         App {
             engine,
             applier: Applier::new(sm, applied, policy),
-            queue: ApplyQueue::with_mutation(mutation),
+            queue: ApplyQueue::with_mutation(mutation.core()),
             apply_scheduled: false,
             snapshot_writing: SnapshotWriting::default(),
-            time_keeper: keel_kv::expiry::TimeKeeper::new(keel_kv::expiry::TIME_TICK_MS_DEFAULT),
+            time_keeper: keel_redis::expiry::TimeKeeper::new(
+                keel_redis::expiry::TIME_TICK_MS_DEFAULT,
+            ),
         }
     }
 
     pub fn state_machine(
-        mutation: Option<keel_core::Mutation>,
+        mutation: Option<crate::Mutation>,
         skip_next_command: bool,
     ) -> SimStateMachine {
         SimStateMachine::new(mutation, skip_next_command)

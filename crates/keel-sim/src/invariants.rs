@@ -1,4 +1,8 @@
-//! The safety invariants of docs/SCENARIOS.md, checked after every simulated step.
+//! The safety invariants of docs/SCENARIOS.md, checked after every simulated step: election
+//! safety, log matching, state-machine safety, leader completeness, monotonic commit, exactly-once
+//! apply, one vote per term, the state digest at every applied index, and campaigning only as a
+//! voter (of the latest configuration, or of the latest committed one while a later one leaves
+//! the node out). Configuration agreement is checked where entries apply (`host.rs`).
 //!
 //! Each check keeps a small global registry so the work per step is proportional to what changed:
 //! entries are registered by (index, term) the first time any node holds them, committed entries by
@@ -250,6 +254,7 @@ impl Checker {
     }
 
     /// Checks one live node after a step.
+    #[expect(clippy::too_many_lines)]
     pub fn check_node(&mut self, node: &RaftNode) -> Result<(), Violation> {
         let id = node.id();
         let log = node.log();

@@ -4,6 +4,12 @@
 //! choice. [`run`] drives a cluster of `keel-core` nodes through faults, checks the invariants of
 //! docs/SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
 //! the client history for linearizability.
+//!
+//! Everything random comes from one `ChaCha8Rng` seeded by the seed; the nodes' PRNG seeds are
+//! derived from it. A few per-seed draws added later (membership of every size, disk
+//! replacements, node clocks) come from generators of their own derived from the seed, so that
+//! they shifted nothing drawn before them. The same seed gives the same trace
+//! (`tests/simulator.rs` checks it).
 
 mod client;
 pub mod clock;
@@ -18,6 +24,7 @@ mod host;
 pub mod invariants;
 pub mod linearizability;
 mod linearize;
+pub mod mutation;
 pub mod params;
 mod restart;
 mod run;
@@ -28,12 +35,13 @@ mod wipe;
 mod world;
 
 pub use coverage::MembershipCoverage;
+pub use mutation::Mutation;
 pub use run::{run, run_catching};
 pub use storage_faults::StorageFaults;
 pub use world::{DiskReplacements, RunConfig, RunReport};
 
 /// The command that replays one seed, printed with every failure.
-pub fn replay_command(seed: u64, mutation: Option<keel_core::Mutation>, steps: u64) -> String {
+pub fn replay_command(seed: u64, mutation: Option<crate::Mutation>, steps: u64) -> String {
     let mut cmd =
         format!("cargo run --release -p keel-sim -- --seed {seed} --steps {steps} --trace");
     if let Some(m) = mutation {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
-use keel_core::Mutation;
+use keel_sim::Mutation;
 use keel_sim::{
     replay_command, run_catching, DiskReplacements, RunConfig, RunReport, StorageFaults,
 };
@@ -50,7 +50,7 @@ struct Args {
     #[arg(long)]
     single_forwards: bool,
     /// In a quarter of the seeds, replace a member's disk under the same node id: removed,
-    /// wiped, added back (`wipe.rs`). Shows the limits of a same-id rebuild (SWEEPS.md).
+    /// wiped, added back (`wipe.rs`). Shows the limits of a same-id rebuild (docs/sweeps.md).
     #[arg(long)]
     disk_replacements: bool,
     /// Like --disk-replacements, but the disk is wiped while its node is still a member.
@@ -69,6 +69,7 @@ struct Args {
     jobs: Option<usize>,
 }
 
+#[expect(clippy::too_many_lines)]
 fn main() -> ExitCode {
     let args = Args::parse();
     let mutation = match args.mutation.as_deref() {
@@ -76,7 +77,7 @@ fn main() -> ExitCode {
         Some(name) => match Mutation::from_name(name) {
             Some(m) => Some(m),
             None => {
-                let known: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
+                let known: Vec<&str> = Mutation::all().map(Mutation::name).collect();
                 eprintln!("unknown mutation {name:?}; known: {}", known.join(", "));
                 return ExitCode::from(2);
             }

@@ -1,5 +1,14 @@
 //! Per-seed simulation parameters: cluster shape, fault probabilities and timings, all drawn from
 //! the seed so that every seed explores a different corner.
+//!
+//! Everything drawn per seed: the shape, the timings, the fault probabilities, adversarial crash
+//! points, whether the disks are the WAL over `SimFs` or `MemStorage` (half the seeds each),
+//! whether followers forward (`forward_writes`, two thirds of the seeds), and each node slot's
+//! wall clock (`clock.rs`). Half the seeds keep the three- or five-voter shape (never below three
+//! voters); the other half (`every_size`, drawn from a generator of its own so that the first
+//! half replays as before) start with 1 to 5 voters and at least five slots, with membership
+//! changes down to one voter and back. `--classic-shapes` (`RunConfig::classic_shapes`) draws
+//! only the first kind, to replay seeds recorded before the second existed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -54,7 +63,7 @@ pub struct Params {
     /// added and promoted.
     pub every_size: bool,
     /// A follower asked for a write forwards it to the leader under the client's request id and
-    /// retries it there (keel-kv's forwarding decisions), instead of sending the client away.
+    /// retries it there (keel-session's forwarding decisions), instead of sending the client away.
     pub forward_writes: bool,
     /// A follower forwards its connection's refused writes one at a time, each once everything
     /// before it is answered, as every seed did before grouped forwarding (`RunConfig`'s

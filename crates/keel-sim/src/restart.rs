@@ -3,6 +3,7 @@
 //! and the restart from what the disk holds, opened as the runtime opens it: damage repaired by
 //! `Wal::open_repairing`, and the node recovering what it had promised from the cluster
 //! (`RaftNode::start_recovering`, to `DamageReport::recover_to`, the runtime's own decision).
+//! Damage found on a disk no storage fault touched is a violation.
 
 use keel_core::{NodeId, RaftNode, Role};
 use keel_engine::handshake::DepartedMembers;
@@ -16,6 +17,7 @@ use crate::world::{new_gate, new_receiver, Event, World};
 
 impl World {
     /// Builds the node from its durable state (at start and after a crash).
+    #[expect(clippy::too_many_lines)]
     pub fn start_node(&mut self, id: NodeId) {
         let idx = (id - 1) as usize;
         let incarnation = self.nodes[idx].incarnation;

@@ -1,5 +1,19 @@
 //! One seed from start to verdict: faults for a number of steps, then healing, then the liveness,
 //! convergence and linearizability checks.
+//!
+//! The event loop and the nemesis: crashes, partitions of every shape, membership changes,
+//! leadership transfers, clock jumps, storage faults (`storage_faults.rs`) and disk wipes
+//! (`wipe.rs`). Membership changes of every size pick a kind first (add a learner, add a voter
+//! directly, promote or remove a learner, remove a follower, remove the leader), then its
+//! subject; a removed slot comes back with the disk it kept (a fresh disk comes only through
+//! `wipe.rs`). Healing ends the faults and, in runs without pre-vote and check-quorum, shuts down
+//! removed members: by a settled leader's configuration, or without one by what the committed
+//! configuration and the logs that could still lead can need. Then the wait for convergence
+//! (`converge.rs`).
+//!
+//! Every delivered message first passes the receiver's `HandshakeGate` (the sender's storage
+//! incarnation travels with it), then `RaftNode::validate`: all nodes here are honest, so a
+//! refusal is a violation.
 
 use keel_core::{InvalidMessage, MembershipChange, NodeId, RaftNode, Role};
 use rand::Rng;
@@ -53,6 +67,7 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
     }
 }
 
+#[expect(clippy::too_many_lines)]
 pub fn run(cfg: &RunConfig) -> RunReport {
     let mut w = World::new(cfg);
     while w.steps < cfg.fault_steps && w.violation.is_none() {
@@ -147,6 +162,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
 
 impl World {
     /// Processes the next event. Returns false when nothing is left to do.
+    #[expect(clippy::too_many_lines)]
     pub(crate) fn step(&mut self) -> bool {
         let Some((time, event)) = self.pop() else {
             return false;

@@ -22,18 +22,21 @@
 //! Damage is only ever drawn within what the durable promise covers. The promise trails the log
 //! by up to `WalConfig::promise_write_every_batches` group commits while a node runs, and what a
 //! crash loses beyond it is indistinguishable from writes that never reached their fsync: that
-//! window is undetectable (keel-wal's `damage.rs` and the README say so), so faults after an
-//! abrupt crash, where the promise trails, would test a promise the WAL never makes.
+//! window is undetectable (keel-wal's `damage.rs` and docs/disk-faults.md, "The promise record",
+//! say so), so faults after an abrupt crash, where the promise trails, would test a promise the
+//! WAL never makes.
 //!
 //! # How many
 //!
-//! Only in seeds over the WAL, only while every configuration that matters (the committed one
-//! and every member's latest, a node that is down counting with the one it held when it went
-//! down, both halves of a joint one) has at least three voters, and
-//! never more than `(voters - 1) / 2` damaged nodes at once, so damaged nodes stay a minority of
-//! each. A node counts as damaged from the fault until its core stops recovering (its durable
-//! log reaches the promise); while any is, the membership nemesis keeps at least `2 * damaged +
-//! 1` voters. A damaged node is not damaged again, nor wiped, until it is whole.
+//! A quarter of the seeds over the WAL draw storage faults (`--storage-faults`: all of them;
+//! `--no-storage-faults`: none). Every damaged member must end the seed whole (the `damaged node
+//! whole` check; convergence waits for it). Only in seeds over the WAL, only while every
+//! configuration that matters (the committed one and every member's latest, a node that is down
+//! counting with the one it held when it went down, both halves of a joint one) has at least three
+//! voters, and never more than `(voters - 1) / 2` damaged nodes at once, so damaged nodes stay a
+//! minority of each. A node counts as damaged from the fault until its core stops recovering (its
+//! durable log reaches the promise); while any is, the membership nemesis keeps at least `2 *
+//! damaged + 1` voters. A damaged node is not damaged again, nor wiped, until it is whole.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,21 +1,25 @@
-//! The leader's tick entries in the simulated world: keel-kv's `TimeKeeper` (the decision the
+//! The leader's tick entries in the simulated world: keel-redis's `TimeKeeper` (the decision the
 //! server's expiry task runs) on each node's own wall clock (`clock.rs`), asked at every node
-//! tick while the node leads and serves. Once the world heals it proposes only ticks that remove
-//! expired keys (see `keep_time`).
+//! tick while the node leads and serves, its tick proposed through the engine like a client's
+//! write. Once the world heals it proposes only ticks that remove expired keys (see `keep_time`):
+//! idle ticks would never let the liveness check find the cluster at rest.
 //!
-//! So that keys really expire (the clients' keys never do: the checker's registers have no
-//! time), the leader also writes short-lived keys of its own now and then, outside the clients'
-//! key space (`ttl:0` to `ttl:15`, TTLs of 1 to 500 ms), and with each a write to a list, hash,
-//! set or sorted set (`collection_write`): ticks then name keys to remove, writes
-//! find expired keys to replace, and the state-digest invariant checks at every index that
-//! replicas agree on deadlines, removals and the log's time.
+//! So that keys really expire (the clients' keys never do: the checker's registers have no time),
+//! the leader also writes short-lived keys of its own now and then, outside the clients' key space
+//! (`ttl:0` to `ttl:15`, TTLs of 1 to 500 ms), and with each a write to a list, hash, set or sorted
+//! set (`collection_write`, a fixed cycle of commands on keys `c:*`): ticks then name keys to
+//! remove, writes find expired keys to replace, and the state-digest invariant checks at every
+//! index that replicas agree on deadlines, removals and the log's time.
 
 use bytes::Bytes;
 use keel_core::{NodeId, Role};
 use keel_engine::ClientError;
-use keel_kv::command::{Expiry, SetCondition, TtlCommand};
-use keel_kv::expiry::TICK_KEYS_MAX;
-use keel_kv::{ApplyReply, LogCommand, WriteCommand, WriteReply};
+use keel_redis::command::{Expiry, SetCondition, TtlCommand};
+use keel_redis::expiry::TICK_KEYS_MAX;
+use keel_redis::ApplyReply;
+use keel_redis::LogCommand;
+use keel_redis::WriteCommand;
+use keel_redis::WriteReply;
 
 use crate::host::{ProposalToken, SimShell};
 use crate::world::World;
@@ -59,8 +63,8 @@ fn collection_write(n: u64) -> WriteCommand {
         .split(' ')
         .map(|w| Bytes::from(w.to_string()))
         .collect();
-    match keel_kv::command::Command::parse(&args) {
-        Ok(keel_kv::command::Command::Write(write)) => write,
+    match keel_redis::command::Command::parse(&args) {
+        Ok(keel_redis::command::Command::Write(write)) => write,
         other => unreachable!("{line} is a write: {other:?}"),
     }
 }

@@ -1,16 +1,17 @@
 //! The wipe fault (scenario S37): a member's disk is replaced, and the node comes back under
 //! its id with empty storage and a new storage incarnation. Off unless asked for
 //! (`--disk-replacements`, `--unplanned-wipes`): a same-id rebuild is not safe in general, and
-//! the README's procedure brings a rebuilt disk back under a new node id, which is an ordinary
-//! membership change. These modes show what the handshake gate (keel-engine's, which the
-//! runtime's transport runs too) does and does not catch.
+//! the documented procedure (docs/operating.md, "Replacing a member's disk") brings a rebuilt
+//! disk back under a new node id, which is an ordinary membership change. These modes show what
+//! the handshake gate (keel-engine's, which the runtime's transport runs too) does and does not
+//! catch.
 //!
 //! Planned (`--disk-replacements`, a quarter of the seeds): the member is removed first; once the
 //! removal is committed and no configuration lists it, its disk is wiped and it restarts empty
 //! (without an initial cluster); then it is added back, as a learner and then a voter if it was
 //! one. A peer that has not yet seen the removal refuses the new storage's answers; each peer
 //! forgets the old one when the removal reaches its log (`DepartedMembers`). Liveness held
-//! after the gate's fixes; safety failed twice in 30,000 seeds (SWEEPS.md, sweep 33): a peer
+//! after the gate's fixes; safety failed twice in 30,000 seeds (docs/sweeps.md, sweep 33): a peer
 //! that caught up from a snapshot older than the removal counted the new storage's vote in the
 //! old configuration, and a rebuilt node received an old snapshot in whose configuration it
 //! alone was a quorum.

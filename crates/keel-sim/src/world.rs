@@ -2,6 +2,7 @@
 //! driven by one event queue in simulated time. Everything random comes from one seeded RNG, so a
 //! seed replays exactly.
 
+use crate::mutation::Layers;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -31,7 +32,7 @@ pub struct RunConfig {
     /// Events processed under faults before the cluster is healed.
     pub fault_steps: u64,
     pub trace: bool,
-    pub mutation: Option<keel_core::Mutation>,
+    pub mutation: Option<crate::Mutation>,
     /// Test-only: a restarted node skips the first command it replays, as a state machine whose
     /// applied index was saved ahead of its effects would (S24). The simulator must catch it.
     pub break_replay: bool,
@@ -48,7 +49,7 @@ pub struct RunConfig {
 }
 
 /// Disk replacements under the same node id (`wipe.rs`): off unless asked for, then drawn in a
-/// quarter of the seeds. Both modes show limits of a same-id rebuild (SWEEPS.md); the
+/// quarter of the seeds. Both modes show limits of a same-id rebuild (docs/sweeps.md); the
 /// supported way to replace a disk is a new node id, which is an ordinary membership change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DiskReplacements {
@@ -257,7 +258,7 @@ pub(crate) struct World {
     /// Nodes whose disks storage faults damaged, until whole (`storage_faults.rs`).
     pub storage: crate::storage_faults::Damage,
     pub unplanned_wipes: bool,
-    pub mutation: Option<keel_core::Mutation>,
+    pub mutation: Option<crate::Mutation>,
     pub(crate) break_replay: bool,
     trace_on: bool,
     pub trace: Vec<String>,
@@ -265,6 +266,7 @@ pub(crate) struct World {
 }
 
 impl World {
+    #[expect(clippy::too_many_lines)]
     pub fn new(cfg: &RunConfig) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let mut params = if cfg.classic_shapes {
@@ -435,7 +437,7 @@ impl World {
         c.hold_partial_appends = self.params.hold_partial_appends;
         c.max_apply_entries = 64;
         c.snapshot_trailing_entries = self.params.snapshot_trailing;
-        c.mutation = self.mutation;
+        c.mutation = self.mutation.core();
         c
     }
 
@@ -569,6 +571,7 @@ impl World {
     }
 
     /// Drains a node's outputs until it has nothing more to say.
+    #[expect(clippy::too_many_lines)]
     pub fn drive(&mut self, id: NodeId) {
         let idx = (id - 1) as usize;
         loop {
@@ -705,19 +708,19 @@ impl World {
 pub(crate) fn new_gate(
     disk: &SimDisk,
     id: NodeId,
-    mutation: Option<keel_core::Mutation>,
+    mutation: Option<crate::Mutation>,
 ) -> std::io::Result<HandshakeGate<SimFs>> {
     let dir = Some(SimDisk::transfer_dir());
     let mut gate = HandshakeGate::load(crate::params::CLUSTER_ID, id, disk.transfer_fs(), dir)?;
-    gate.set_mutation(mutation);
+    gate.set_mutation(mutation.core());
     Ok(gate)
 }
 
 pub(crate) fn new_receiver(
     disk: &SimDisk,
-    mutation: Option<keel_core::Mutation>,
+    mutation: Option<crate::Mutation>,
 ) -> SnapshotReceiver<SimFs> {
     let mut receiver = SnapshotReceiver::new(disk.transfer_fs(), SimDisk::transfer_dir());
-    receiver.set_mutation(mutation);
+    receiver.set_mutation(mutation.core());
     receiver
 }

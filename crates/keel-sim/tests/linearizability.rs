@@ -338,6 +338,7 @@ fn non_linearizable_register_histories_fail() {
 }
 
 #[test]
+#[expect(clippy::too_many_lines)]
 fn timed_out_operations_may_take_effect_late_or_never() {
     // 30 timed-out writes of distinct values, then sequential reads that some of them explain
     // in an order unrelated to their invocation order.

@@ -238,7 +238,7 @@ fn catches_mutation_keep_conflicting_suffix() {
     assert_mutation_caught("keep-conflicting-suffix");
 }
 
-/// Runtime mutations: branches in keel-engine and keel-kv code the server runs, each caught within
+/// Runtime mutations: branches in keel-engine, keel-wal, keel-redis and keel-session code the server runs, each caught within
 /// 500 seeds (`--fail-fast` makes where deterministic). A restore that overtakes queued entries
 /// is refused by the applier's order check, which the server turns into a fail-stop; a state
 /// machine that ignores request ids applies a client's retry twice, which the linearizability
@@ -637,8 +637,9 @@ fn storage_fault_soak_regression_seed_passes() {
 }
 
 /// Wiping a member's disk before it is removed loses committed entries when a peer that never
-/// heard its old storage counts its new vote: the known limit the README states. The simulator
-/// shows it (so the planned procedure's clean runs mean something).
+/// heard its old storage counts its new vote: the known limit docs/operating.md states
+/// ("Replacing a member's disk"). The simulator shows it (so the planned procedure's clean runs
+/// mean something).
 #[test]
 fn an_unplanned_disk_loss_shows_the_known_limit() {
     let lost = (0..300u64).find_map(|seed| {

@@ -1,6 +1,7 @@
 //! The storage conformance suite: one set of checks of the persistence contract (docs/DESIGN.md
 //! section 3, `keel_core::storage`) that any [`Storage`] must pass — the in-memory one, this WAL,
-//! or an embedder's own.
+//! or an embedder's own. The crate's tests run it against `MemStorage` and against the WAL on
+//! both file layers (`StdFs` and `SimFs`).
 //!
 //! ```ignore
 //! keel_wal::conformance::run_all(|| MyStorage::new_cluster([1, 2, 3]), Some(&mut |s| s.reopen()));

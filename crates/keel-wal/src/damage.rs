@@ -13,7 +13,11 @@
 //!
 //! [`crate::Wal::open`] refuses a damaged directory with [`crate::WalError::Damaged`], which holds
 //! every finding and the intact prefix, and changes nothing on disk; [`crate::recover::inspect`]
-//! reports the same read-only (what `keel check` prints). The layer above decides what to do.
+//! reports the same read-only (what `keel check` prints). The layer above decides what to do:
+//! [`crate::Wal::open_repairing`] sets corrupt segments (with every later one) and corrupt
+//! snapshots aside as `*.damaged` and opens what remains, a log that lost its tail, on its intact
+//! prefix, reporting what was promised and the terms of the log that held it (`former_terms`,
+//! for keel-core's repair); a corrupt promise record is still refused.
 //!
 //! # What stays undetectable
 //!

@@ -4,7 +4,7 @@
 //! the page cache, then `fdatasync` has the file system find the dirty pages and build the I/O.
 //! Written directly, the frame goes to the device from our buffer and `fdatasync` is left to
 //! flush the device's cache: on a loaded `keel up` the three storage threads used 29% of a core
-//! instead of 41% at the same throughput (README, Performance).
+//! instead of 41% at the same throughput (docs/performance-log.md, "The measurements").
 //!
 //! **How.** `O_DIRECT` needs the offset, the length and the buffer's address aligned to the
 //! device's logical block. We align to [`BLOCK_BYTES`] (4 KiB, which covers 512-byte and 4 KiB

@@ -6,6 +6,13 @@
 //! four directory operations the WAL needs (list, rename, remove, sync). Directory entries
 //! (create, rename, remove) are durable only after [`Fs::sync_dir`] on their parent; file contents
 //! and length only after [`FileHandle::sync_data`].
+//!
+//! Three implementations: [`StdFs`] (real files: fdatasync, directory fsync; on Linux the WAL's
+//! segments are written with `O_DIRECT`, whole 4 KiB blocks around each write, the block where
+//! the log ends kept in memory, nothing read back after a frame: `direct_io.rs`), [`ReadOnlyFs`]
+//! (real files opened for reading only, every change refused: what `keel check` reads through)
+//! and [`crate::SimFs`] (in memory: loses unsynced writes, tears the last write at any byte,
+//! writes sectors back out of order, flips bits, fails a sync).
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -90,6 +90,14 @@
 //! So at any crash point the disk holds a promise at or below the log's synced end, and at or
 //! above everything reported durable before the last group commit; recovery's checks
 //! ([`crate::damage`]) rest on that.
+//!
+//! After a repaired lost tail ([`crate::Wal::open_repairing`]) the promise is never recorded
+//! below the old one (its *floor*) until the log's last entry is at least as up to date in Raft's
+//! order (where keel-core's recovery ends; then it is flushed at once), or until the core lets go
+//! of the promise (`Write::release_promise`: lowered to the log, flushed) or lowers it to an entry
+//! beyond the log (`Write::lower_promise_to`: a committed entry, or a lost one no later commit
+//! can follow, becomes the new floor, flushed, knowing only that entry's term). The log's side of
+//! all this is in `wal/promise_record.rs`.
 
 use std::path::{Path, PathBuf};
 

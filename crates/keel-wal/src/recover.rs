@@ -1,6 +1,12 @@
 //! Recovery: rebuild the log, hard state and snapshot position from the directory, telling a torn
 //! final write (never acknowledged: discard) from damage to acknowledged data (refuse to start).
 //! The case-by-case walk-through is in lib.rs ("Recovery").
+//!
+//! A bad acknowledged frame is reported naming the file, the offset and the first index at risk,
+//! and nothing is truncated. The log is read up to the first corruption, undoing a refused frame
+//! (`replay.rs`), so the intact prefix is known; the commit index is clamped into the log; the
+//! snapshot and the log are reconciled by the S05 rules. [`inspect`] does the same read-only and
+//! reports the state, the promise record and every damage (what `keel check` prints).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -228,6 +234,7 @@ fn scan_segments<F: Fs>(
     Ok(scan)
 }
 
+#[expect(clippy::too_many_lines)]
 fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<ScannedSegment> {
     let path = dir.join(segment::segment_file_name(seq));
     let file = fs.open(&path).map_err(io_err(&path))?;
@@ -573,6 +580,7 @@ pub(crate) struct Assembled {
 }
 
 /// Moves the replayed entries out of `scan`.
+#[expect(clippy::too_many_lines)]
 pub(crate) fn assemble(
     scan: &mut Scan,
     latest: LatestSnapshot,

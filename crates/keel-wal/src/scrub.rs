@@ -24,7 +24,10 @@
 //!
 //! Reads go through [`Throttled`], which spaces them to a rate in bytes per second and asks the
 //! operating system to drop each file's cached pages before reading it (so the device, not the
-//! page cache, is what gets verified).
+//! page cache, is what gets verified), and can be stopped.
+//!
+//! [`scrub_pass`] is one pass; [`set_aside_spare_snapshots`] sets aside a damaged snapshot other
+//! than the newest (which no restart reads).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,13 @@
 //! Segment files and the frames inside them: encoding, validation and a chunked reader. The
 //! layout is drawn byte by byte in the crate documentation (lib.rs, "On-disk format"); the
 //! constants here are the single source of truth for it.
+//!
+//! Segments are preallocated files (128 MiB by default) with a checksummed header. Each batch of
+//! `Write`s becomes one CRC32C-framed *frame* of typed items (checkpoint, truncate, entries, hard
+//! state, commit, reset, supersede; their encodings in `codec.rs`); a batch over
+//! `WalConfig::frame_size_bytes_max` (8 MiB) is split into frames, and an entry larger than that
+//! gets a frame of its own (up to `WalConfig::entry_size_bytes_max`, 80 MiB, which every segment
+//! must have room for).
 
 use std::io;
 

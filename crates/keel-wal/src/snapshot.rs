@@ -5,6 +5,12 @@
 //! directory. A reader therefore sees either the old set of snapshots or the new one, never a
 //! half-written file under a final name — unless the disk corrupts it later, which the two
 //! checksums (header, data) catch.
+//!
+//! The header holds the position (index, term), the membership, the term history and the CRCs;
+//! the newest `WalConfig::snapshots_kept` files are kept (and the bootstrap one). A large
+//! snapshot is streamed into a temporary file ([`create_snapshot_file`], the header patched at
+//! the end); a complete temporary file, streamed here or received whole from a leader, becomes
+//! the newest snapshot with `Wal::adopt_snapshot` (header check, rename, directory fsync).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

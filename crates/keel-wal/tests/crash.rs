@@ -136,6 +136,7 @@ struct Coverage {
 
 /// Runs `ops` once without faults to learn the state after each, then again crashing after
 /// every file-system operation, in every crash mode.
+#[expect(clippy::too_many_lines)]
 fn crash_everywhere(ops: &[Op]) -> Coverage {
     let (fs, mut wal) = fresh();
     let mut states = vec![summary(&recover(&fs, &sim_dir()).unwrap().state)];

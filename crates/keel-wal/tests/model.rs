@@ -130,6 +130,7 @@ fn crash_mode(mode: u8, tear: u16, unsynced: usize) -> Crash {
     }
 }
 
+#[expect(clippy::too_many_lines)]
 fn run(actions: Vec<Action>) {
     let fs = SimFs::new();
     let (mut wal, rec) = open_sim(&fs);

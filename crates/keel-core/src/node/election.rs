@@ -1,5 +1,10 @@
 //! Elections: terms, pre-vote, votes, check-quorum leases and leadership transfer's TimeoutNow
 //! (Raft paper section 5.2, thesis sections 3.10, 6.2, 9.6).
+//!
+//! A recovering node (`start_recovering`: its disk lost entries it had acknowledged) starts no
+//! election and votes only for a log reaching its promise, until its durable log does
+//! (`repair.rs`). A node whose clock is too far off its leader's holds its campaigns
+//! (`hold_campaigns`, decided by keel-engine's clock watch) but votes as usual.
 
 use super::{LeaderState, RaftNode, Role};
 use crate::membership::VoteResult;

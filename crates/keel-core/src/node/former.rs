@@ -7,6 +7,10 @@
 //! `e`, any log's entry of term `t` at an index up to `e` is the former log's entry there, and by
 //! Log Matching so is everything before it; an entry at an index the former log gives term `t`
 //! is the former one exactly when its term is `t`.
+//!
+//! `FormerTerms` holds those term starts; `held_by` names the last entry of a log that is the
+//! former log's entry at its index (which of a peer's entries are the lost ones), and `lacked_by`
+//! whether a log holds none of the former entries after a point.
 
 use crate::log::RaftLog;
 use crate::types::{Index, LogId, Term};

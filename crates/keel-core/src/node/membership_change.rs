@@ -1,5 +1,13 @@
 //! Membership changes by joint consensus (Raft thesis section 4.3) behind a one-call API, learners,
 //! leadership transfer, and what happens when a commit moves the configuration forward.
+//!
+//! Configurations take effect when appended. `propose_membership` turns a change of voters into
+//! C(old,new); when that commits the leader appends C(new) by itself. One change at a time. A
+//! leader not in C(new) steps down once C(new) commits. Learners receive the log and never count.
+//! A node campaigns as a voter of its latest configuration, or of the latest one it knows
+//! committed while a later one that leaves it out is not (`may_campaign` in `helpers.rs`, thesis
+//! section 4.2.2): a removed leader that crashed before C(new) spread may be the only node the
+//! remaining C(old,new) voters can elect, and it counts its own vote only where it is a voter.
 
 use super::{ProposeError, RaftNode, Role, Transfer};
 use crate::membership::{Membership, MembershipChange};

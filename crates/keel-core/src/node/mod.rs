@@ -8,6 +8,19 @@
 //! `read_index.rs`, `membership_change.rs`, `snapshot.rs`, with what they share in `helpers.rs`;
 //! the outputs are drained in `ready.rs`, and `status.rs` answers what the node reports. This
 //! file holds the state and the inputs.
+//!
+//! ```text
+//! inputs                              outputs (Ready)
+//!   tick()                              messages      send these
+//!   step(Message)                       write         persist, then call persisted(write.id)
+//!   propose(Bytes) -> LogId             committed     apply in order, then call applied(index)
+//!   propose_membership(change)          read_states   serve once applied >= index
+//!   read_index(ctx)                     failed_reads  retry elsewhere
+//!   transfer_leadership(to)
+//!   persisted(write_id), applied(index) queries: status(), commit_status(LogId), log()
+//! ```
+//!
+//! A peer's message should pass [`RaftNode::validate`] (`validate.rs`) before it is stepped.
 
 mod election;
 mod former;
@@ -176,6 +189,7 @@ impl std::fmt::Debug for RaftNode {
 }
 
 impl RaftNode {
+    #[expect(clippy::too_many_lines)]
     pub fn new(config: Config, recovered: RecoveredState) -> Result<Self, Error> {
         config.validate()?;
         let RecoveredState {

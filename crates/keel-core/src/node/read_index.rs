@@ -2,6 +2,10 @@
 //! when a read arrives, confirms it is still leader with a quorum round, and the read may be served
 //! once the state machine has applied up to the recorded index. One round serves every read that
 //! arrived before it started.
+//!
+//! The commit index is recorded only once the leader has committed an entry of its own term, and
+//! the quorum round is a heartbeat round that started after the read arrived: every read
+//! registered before a round is broadcast shares it.
 
 use std::collections::VecDeque;
 

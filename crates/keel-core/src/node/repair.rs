@@ -12,7 +12,8 @@
 //! one. The exchanges below end that, with one message pair sent to every member whenever the
 //! recovering node's election timer runs out (where it would have campaigned), as long as it has
 //! acknowledged nothing to a leader since it restarted (a leader is repairing it then, and what it
-//! acknowledged must stay).
+//! acknowledged must stay): a `RepairRequest` (the promise, where it asks from, what it knows of
+//! the former log's terms, and `holds_last`) answered by a [`RepairAnswer`].
 //!
 //! What the node knows of the log that held `promised` (the *former* log): the first index of
 //! each of its last terms, which the promise record keeps (`former.rs`: a log's entry of a term at
@@ -74,8 +75,8 @@
 //! own log may have lost more than its promise shows (a promise record trails the log by a few
 //! group commits). With two of three nodes damaged, repairing one from the other would let them
 //! elect a leader between them that lacks what the third holds; they wait for it instead,
-//! unavailable rather than wrong. The fault model is the storage faults' (README, "What the
-//! repair assumes"): damaged nodes are a minority of every configuration that matters, and a
+//! unavailable rather than wrong. The fault model is the storage faults' (docs/disk-faults.md,
+//! "What the repair assumes"): damaged nodes are a minority of every configuration that matters, and a
 //! peer's log is whole unless it says it is recovering.
 
 use super::former::FormerTerms;

@@ -1,5 +1,23 @@
 //! Log replication: the leader's Append pipeline and commit rule, the follower's consistency
-//! check (Raft paper section 5.3, Figure 2) and heartbeats.
+//! check (Raft paper section 5.3, Figure 2), heartbeats, and the leader's write pacing.
+//!
+//! Followers are in Probe (one Append at a time, finding the match point with the conflict hint:
+//! the follower names the term at the rejected index and that term's first index, or its last
+//! index) or Replicate (pipelined up to `max_inflight_messages`: 64 in the core's default, 2 in
+//! the runtime's; each message bounded by `max_entries_per_message` and
+//! `max_bytes_per_message`). New proposals are batched: appending only marks replication
+//! pending; `ready()` sends one batch per follower. With `hold_partial_appends` (the default),
+//! only Appends the limits cut short are pipelined (a follower catching up); the log's tail waits
+//! until the Appends in flight are answered and then leaves as one message, so each round costs a
+//! follower one write and one fsync. A follower whose Appends stall for half an election timeout
+//! is probed again (lost messages). A probe rejected at or below the follower's acknowledged
+//! index means it lost acknowledged entries (S29); the leader resets its view and re-replicates.
+//!
+//! Commit advances only through an entry of the leader's term (Figure 8), counting the leader
+//! itself only up to its `durable_index` (`maybe_commit`); while every follower's window is full,
+//! new entries are written only with the Append that carries them (`write_limit`; the
+//! persistence model is in `durability.rs`). A follower commits at most what the current request
+//! proved to match (S15) and at most its last index (S29).
 
 use super::{RaftNode, Role};
 use crate::message::{AppendResult, FollowerClock, LeaderClock, Message, MessageBody};
@@ -331,7 +349,7 @@ impl RaftNode {
     /// and leave in one write with it. Written earlier, they would cost this node a write and an
     /// fsync of their own without committing sooner: no quorum holds them before a follower does.
     /// Under load this cuts the leader's writes by a third (each is two I/Os, a write and a
-    /// flush, often on the disk its followers wait for too; README, Performance). The leader's
+    /// flush, often on the disk its followers wait for too; docs/performance-log.md). The leader's
     /// write still starts with the Append, in parallel with replication.
     ///
     /// The limit may fall (a follower replicating again from a lower index) below entries

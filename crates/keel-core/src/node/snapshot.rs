@@ -1,6 +1,34 @@
 //! Snapshots: compaction after the application saved one, streaming one to a follower that needs
 //! purged entries, and the follower's install rules (Raft Figure 13 with the fixes of docs/DESIGN.md
 //! section 4: never install at or below the *commit* index; keep a matching suffix).
+//!
+//! **Compaction.** The application snapshots its state machine at an applied index
+//! (`snapshot_meta(index)` gives the metadata to record: last entry, configuration, term history;
+//! none where the node knows no configuration, as a node that joined from entries does below its
+//! own AddVoter, since the bootstrap configuration lives only in the bootstrap snapshot) and
+//! reports it durable with `snapshot_saved(meta)`; the node then purges its log up to
+//! `snapshot_trailing_entries` below it (`Write::purge_to`). The term history survives
+//! compaction, so `commit_status` stays exact.
+//!
+//! **Sending.** A leader whose follower needs purged entries switches it to the Snapshot state and
+//! asks the transport to stream the snapshot (`Ready::send_snapshots`); no Appends go to it
+//! meanwhile. A failed transfer (`snapshot_send_failed`) or a timeout sends it back to probing,
+//! from just after the snapshot that was on its way (`Progress::pending_snapshot`, as
+//! etcd-raft): a follower that already holds it (the receiver refused it as not needed) accepts
+//! the probe, one that does not rejects it and is sent a snapshot again (probing from the match
+//! index would ask a follower the leader never heard from for purged entries: the snapshot
+//! again, forever). After a failed transfer the probe leaves at once, before a "lagging"
+//! heartbeat answer can send the leader back to the match index.
+//!
+//! **Installing.** The transport makes the data durable on the receiver, then steps
+//! `InstallSnapshot { meta }` into the core, which applies the install rules: at or below the
+//! commit index, ignored, the leader told to continue after the commit index (S01, S13); the log
+//! holds the snapshot's last entry, keep the suffix and move the commit (S03); otherwise the log
+//! is replaced (`Write::install`), configuration and term history come from the snapshot (S32),
+//! and `Ready::install_snapshot` tells the application to restore, after applying what it was
+//! already handed (one ordered pipeline). On restart, entries the snapshot covers are skipped; a
+//! log that holds the snapshot's index with another term is an interrupted install and its old
+//! suffix is dropped.
 
 use super::{RaftNode, Role};
 use crate::message::{AppendResult, MessageBody};

@@ -160,6 +160,7 @@ impl Sim {
         assert_log_monotonic(node);
     }
 
+    #[expect(clippy::too_many_lines)]
     fn process(&mut self, id: NodeId) {
         let peer = self.c.peers.get_mut(&id).expect("no such node");
         let Some(node) = peer.node.as_mut() else {

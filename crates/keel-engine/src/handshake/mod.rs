@@ -17,6 +17,25 @@
 //!
 //! [`DepartedMembers`] tells which members left the configuration, so that their incarnations
 //! are forgotten and a member added back with new storage is heard again.
+//!
+//! From changed storage, what passes `hears_message` is a leader's Appends, heartbeats,
+//! snapshots and TimeoutNow, and vote requests; the runtime refuses the connection, with the
+//! reason, at its first answer, so none of the member's votes or acknowledgements counts
+//! (everything a follower promises travels on its own outbound connections). `DepartedMembers`
+//! follows every configuration entry the log gains; a snapshot that skipped configuration
+//! entries forgets every incarnation (a member may have left and come back within it), each
+//! learned again as its member next connects. With the `keep-departed-incarnations` mutation the
+//! gate never forgets.
+//!
+//! Peer addresses ([`adopts_peer_addr`]): a node knows the ones it was given (the initial cluster,
+//! a membership change run on it) and learns the rest from handshakes, so a member added through
+//! one node is reachable from all the others once it has connected to them (as a candidate or a
+//! leader: the first time it needs them). Membership entries carry no addresses.
+//!
+//! The limit: a peer that never heard the old storage (it joined later, was itself rebuilt, or
+//! installed a snapshot since) cannot tell a wiped member from a new one. A rebuilt disk comes
+//! back under a new node id (docs/operating.md, "Replacing a member's disk"); the simulator's
+//! `--disk-replacements` and `--unplanned-wipes` show where a same-id rebuild goes wrong.
 
 mod incarnations;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Snapshot transfer decisions: what a sender streams and resends, what a receiver accepts,
-//! writes, resumes, refuses and hands to its node. No sockets, no timers: keel-runtime's tokio
-//! shell (`transport/snapshot.rs`) moves the frames over TCP, the simulator over its simulated
-//! network, and both run this code. The frames' byte layout is keel-runtime's (`wire`, section
+//! writes, resumes, refuses and hands to its node. No sockets, no timers: keel-transport's tokio
+//! shell (its `snapshot.rs`) moves the frames over TCP, the simulator over its simulated
+//! network, and both run this code. The frames' byte layout is keel-transport's (`wire`, section
 //! "Snapshot channel"); the frames themselves are the types here.
 //!
 //! One transfer is one connection's worth of frames:
@@ -25,6 +25,18 @@
 //! - **Sender** ([`SendSession`]): at most a window of chunks unacknowledged; a refusal rewinds
 //!   to the offset the receiver holds; a lost connection reconnects and resumes from the
 //!   receiver's durable offset, at most [`RESUME_ATTEMPTS_MAX`] times ([`resume_backoff_ms`]).
+//!
+//! Offers: one at or below the commit index, or of the snapshot just received while the node is
+//! still handling it (until [`SnapshotReceiver::settled`]), is answered "not needed"; one too
+//! large, or from a stale leader, is refused; the same snapshot as the partial file resumes at its
+//! durable offset; another starts anew. One the node did not install (a stale leader's, or one its
+//! storage already had a newer snapshot than) is taken again when a leader offers it. A later offer
+//! of the same snapshot takes the partial file over: an older connection still streaming it (a
+//! deposed leader's) is superseded. [`ReceiveSession`] checks each chunk; after a refusal, the
+//! chunks in flight behind it are skipped without an answer until the sender resends from the
+//! offset held. [`starts_transfer`]: the core asking again does not restart a running transfer of
+//! the same snapshot; a transfer of another one replaces it. With the `snapshot-resume-skips-chunk`
+//! mutation a resumed partial believes it holds one chunk more than it does.
 
 pub mod partial;
 mod receiver;

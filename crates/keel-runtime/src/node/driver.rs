@@ -1,4 +1,14 @@
 //! The node task's loop: inputs into the core, `ready()` out to storage, transport and apply.
+//!
+//! Taking a snapshot (docs/DESIGN.md section 4): the apply thread captures
+//! `StateMachine::snapshot_view()` (a copy of the in-memory state or a copy-on-write view, the
+//! only pause apply sees) and goes on; a blocking task here serializes the view
+//! (`SnapshotWriter::write_to`) straight into a `snapshot-….snap.tmp` file
+//! (`keel_wal::create_snapshot_file`: buffered, checksummed, header patched at the end,
+//! fsynced); the storage thread then adopts it (`Wal::adopt_snapshot`) in order with the writes,
+//! and the core compacts. One write at a time (keel-engine's `SnapshotWriting`); the newest view
+//! taken meanwhile waits. The node tells the apply thread each new snapshot's size, which the
+//! snapshot policy scales with.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +28,7 @@ use crate::apply::{
 };
 use crate::handle::{ClientError, NodeStatus, RefusalPublisher, ReplayStats, Request};
 use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
-use crate::transport::{AbortOnDrop, Inbound, Transport};
+use keel_transport::{AbortOnDrop, Inbound, Transport};
 
 /// Completions from the storage thread, the apply pipeline and snapshot transfers.
 #[derive(Debug)]
@@ -317,6 +327,7 @@ impl<S: StateMachine> Driver<S> {
         });
     }
 
+    #[expect(clippy::too_many_lines)]
     async fn on_event(&mut self, event: Event) {
         match event {
             Event::Persisted(id) => {
@@ -573,7 +584,7 @@ impl<S: StateMachine> Driver<S> {
 }
 
 /// This machine's wall clock, in ms since the Unix epoch: what heartbeats carry, and what
-/// keel-kv stamps entries with and runs its time keeper on (one clock for both).
+/// keel-redis stamps entries with and runs its time keeper on (one clock for both).
 pub fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -14,7 +14,29 @@
 //! snapshot → `RaftNode::new` → replay every committed entry up to the persisted commit index
 //! through the apply pipeline. Until that replay is done the node neither ticks (so it cannot
 //! campaign), nor reads peer messages, nor accepts client requests (they wait in the bounded
-//! queue).
+//! queue). Damage `Wal::open` reports is repaired by `Wal::open_repairing` and the node starts
+//! recovering (`RaftNode::start_recovering`; `whole again` is logged when it is); a corrupt
+//! promise record is refused with [`StartError::Damaged`], naming every finding.
+//!
+//! The node task takes up to 256 queued messages or requests (`INPUTS_PER_READY_MAX` in
+//! `driver.rs`) before each `ready()`, so many proposals become one Append and one write. Each
+//! `ready()` is routed by keel-engine's `NodeEngine` through the `Io` shell in `driver.rs`:
+//! messages first, then the write to the storage thread (a bounded queue of 1,024 commands: the
+//! node awaits room, which throttles it to the disk), so the leader's fsync overlaps replication.
+//!
+//! Bounds: a proposal larger than `WalConfig::entry_payload_bytes_max` (80 MiB by default) is
+//! refused before it reaches the core (the WAL could only stop on it, on every node);
+//! [`Node::start`] refuses a peer message bound (`TransportConfig::message_size_bytes_max`) too
+//! small for an Append of that largest entry, and the transport refuses a frame bound below the
+//! parts peers send. Client requests wait in a queue of `client_queue_requests_max` (4,096);
+//! the engine holds at most `pending_proposals_max` and `pending_reads_max` (65,536 each).
+//!
+//! Storage incarnation (S37): the data directory draws a random one the first time a node uses
+//! it (file `incarnation`), and the transport announces it in every handshake.
+//!
+//! Stopping: [`Node::shutdown`] lets the task end after handing its last write to storage; the
+//! storage thread completes it, fsync included, and the apply thread what it holds.
+//! [`Node::stop`] aborts.
 
 mod driver;
 mod refused;
@@ -35,7 +57,7 @@ use tokio::task::JoinHandle;
 use crate::apply::{self, StateMachine};
 use crate::handle::Handle;
 use crate::storage;
-use crate::transport::{Transport, TransportConfig};
+use keel_transport::{Transport, TransportConfig};
 
 pub use driver::{wall_clock_ms, Event};
 
@@ -62,8 +84,8 @@ pub struct NodeConfig {
     /// bounds the work spent on snapshots to about a quarter of the log's bytes (default 4)
     /// however large the state; the log kept meanwhile (in memory) is bounded by the two
     /// thresholds. With 100-byte values on 100,000 keys that is a snapshot every ≈ 350,000
-    /// writes instead of every 100,000 (the default before): +12% SET/s pipelined (README,
-    /// Performance).
+    /// writes instead of every 100,000 (the default before): +12% SET/s pipelined
+    /// (docs/performance-log.md, "The measurements").
     pub snapshot_threshold_entries: u64,
     /// At most this many bytes of entry data between snapshots (default 256 MiB).
     pub snapshot_threshold_bytes: u64,
@@ -105,7 +127,7 @@ impl NodeConfig {
                 // `hold_partial_appends`, only a follower catching up has two (full ones): the
                 // log's tail leaves when the Append in flight is answered, so entries proposed
                 // meanwhile leave together. Under load that means fewer, larger messages and
-                // one fsync per round on each follower (README, Performance), and a single
+                // one fsync per round on each follower (docs/performance-log.md), and a single
                 // client's latency is unchanged (its next entry waits for nothing).
                 max_inflight_messages: 2,
                 ..keel_core::Config::new(id)
@@ -220,7 +242,7 @@ pub struct Node<S> {
     task: Option<JoinHandle<()>>,
     threads: Arc<Mutex<Vec<ThreadHandle<()>>>>,
     peer_addr: SocketAddr,
-    snapshot_counters: Arc<crate::transport::SnapshotCounters>,
+    snapshot_counters: Arc<keel_transport::SnapshotCounters>,
     /// Ends the scrub thread (set on stop and drop).
     scrub_stop: Arc<std::sync::atomic::AtomicBool>,
     scrub_counters: Arc<crate::scrub::ScrubCounters>,
@@ -229,6 +251,7 @@ pub struct Node<S> {
 impl<S: StateMachine> Node<S> {
     /// Recovers from `config.data_dir` (or bootstraps it) and starts the node. Returns once the
     /// peer listener is bound; replay continues in the background and clients wait for it.
+    #[expect(clippy::too_many_lines)]
     pub async fn start(config: NodeConfig, mut sm: S) -> Result<Node<S>, StartError> {
         let started = Instant::now();
         let entry_bytes_max = config.wal.entry_payload_bytes_max();
@@ -273,7 +296,7 @@ impl<S: StateMachine> Node<S> {
         let replay_target = raft.commit_index();
         // A partial snapshot transfer at or below what is committed here is of no use: the core
         // would ignore it. One above is resumed if its leader offers it again.
-        crate::transport::discard_stale_partial(&config.data_dir, replay_target)?;
+        keel_transport::discard_stale_partial(&config.data_dir, replay_target)?;
         let mut config = config;
         if config.transport.snapshot_dir.is_none() {
             config.transport.snapshot_dir = Some(config.data_dir.clone());
@@ -411,13 +434,13 @@ impl<S: StateMachine> Node<S> {
     }
 
     /// Counters of snapshot transfers sent and received by this node.
-    pub fn snapshot_transfer_stats(&self) -> crate::transport::SnapshotTransferStats {
+    pub fn snapshot_transfer_stats(&self) -> keel_transport::SnapshotTransferStats {
         self.snapshot_counters.get()
     }
 
     /// The live counters behind [`Node::snapshot_transfer_stats`]; they outlive the node (a
     /// stopped node's must stand still: nothing of it keeps streaming).
-    pub fn snapshot_transfer_counters(&self) -> Arc<crate::transport::SnapshotCounters> {
+    pub fn snapshot_transfer_counters(&self) -> Arc<keel_transport::SnapshotCounters> {
         self.snapshot_counters.clone()
     }
 

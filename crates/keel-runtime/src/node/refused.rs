@@ -2,6 +2,10 @@
 //! sees them, counted ([`crate::metrics::PEER_MESSAGES_REFUSED`], by rule) and logged at warn
 //! level, at most one line per peer per [`LOG_INTERVAL`] with the number dropped since that
 //! peer's last line, so a peer that floods garbage cannot flood the log too.
+//!
+//! A received snapshot passes the same check before it is adopted. Every peer message goes
+//! through `Driver::step_peer`; the count is also [`crate::NodeStatus::refused_messages`]. The
+//! transport already closes a connection whose message names another `from` than its handshake.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

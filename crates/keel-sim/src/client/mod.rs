@@ -1,7 +1,7 @@
-//! Simulated clients: each is a user of keel-kv's client port that sends a small pipeline of
-//! requests at once (1 to [`PIPELINE_OPS_MAX`] operations, drawn from the seed) on its connection
-//! to the node it believes leads, reads the replies in order, retries what was refused, and
-//! records every operation in the history for the linearizability check. The node serves the
+//! Simulated clients: each is a user of the Redis server's client port that sends a small pipeline of
+//! requests at once (1 to [`PIPELINE_OPS_MAX`] operations, mostly 1, drawn from the seed) on its
+//! connection to the node it believes leads, reads the replies in order, retries what was refused,
+//! and records every operation in the history for the linearizability check. The node serves the
 //! connection with the server's own code (`connection.rs`).
 //!
 //! The operations, all on one key each so that the per-key checker can check them:
@@ -26,18 +26,21 @@
 //! retried: a retry would watch again and expect another value.
 //!
 //! A refusal (`-TRYAGAIN ...`, including "outcome unknown") sends the operation into the next
-//! attempt, at the leader the refusal names if it names one, once the connection answered the
-//! whole attempt. A write (or EXEC) is retried under the request id of its first attempt: the
-//! state machine's deduplication must make it apply once (a transaction retried after it applied
-//! answers that its replies are not kept: applied, its old value unknown). An operation still
-//! unanswered when its pipeline's time is up is recorded with an unknown outcome.
+//! attempt, at the leader the refusal names if it names one, once the connection answered the whole
+//! attempt (backing off while every attempt is refused). With the `watch-ignored` mutation the
+//! state machine runs a watched transaction whatever changed, which the checker must catch. A write
+//! (or EXEC) is retried under the request id of its first attempt: the state machine's
+//! deduplication must make it apply once (a transaction retried after it applied answers that its
+//! replies are not kept: applied, its old value unknown). An operation still unanswered when its
+//! pipeline's time is up is recorded with an unknown outcome.
 
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use keel_core::NodeId;
-use keel_kv::forwarding::RequestId;
-use keel_kv::{ApplyReply, Reply};
+use keel_redis::ApplyReply;
+use keel_redis::RequestId;
+use keel_resp::Reply;
 use rand::Rng;
 
 use crate::connection::{Connections, Frame, Owner};
@@ -426,6 +429,7 @@ impl World {
     }
 
     /// Draws client `c`'s next pipeline of operations.
+    #[expect(clippy::too_many_lines)]
     fn start_pipeline(&mut self, c: usize) {
         // Mostly short: a client's pipeline loads the log as much as that many clients would.
         let count = PIPELINE_SIZES[self.rng.random_range(0..PIPELINE_SIZES.len())];

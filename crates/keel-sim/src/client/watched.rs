@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use keel_kv::Reply;
+use keel_resp::Reply;
 
 use super::{register_value, Awaited, ClientOp};
 use crate::connection::Frame;

@@ -174,6 +174,7 @@ impl<S: Clone + Eq + std::hash::Hash> Builder<S> {
 
 /// The blocks worth trying before the returned operations that may go next, or `None` if the
 /// budget ran out.
+#[expect(clippy::too_many_lines)]
 pub(super) fn blocks<M: Model>(
     window: &Window<'_, M>,
     max_steps: u64,

@@ -6,7 +6,8 @@
 //! proof of a consistency bug, so the verdict explains which operations cannot be ordered.
 //!
 //! - [`Model`] is the sequential specification; [`Register`] (read/write/compare-and-set over
-//!   an optional `u64`) and [`Append`] (get/put/append over strings) implement it.
+//!   an optional `u64`, and swap: a write returning the value it replaced) and [`Append`]
+//!   (get/put/append over strings) implement it.
 //! - [`History`] holds the operations; keys are independent objects and are checked one at a
 //!   time, since linearizability is compositional.
 //! - [`check`] runs the Wing–Gong search with Lowe's memoisation under a [`SearchBudget`].

@@ -111,6 +111,7 @@ pub const ETCD_KEY: &str = "etcd";
 /// a compare-and-set that did not swap; any other `:fail` means the operation did not happen
 /// and it is dropped (this includes `:fail :read :timed-out`); `:info` leaves the outcome
 /// unknown, as does reaching the end of the log with the operation pending.
+#[expect(clippy::too_many_lines)]
 pub fn parse_jepsen_etcd(text: &str) -> Result<History<Register>, ParseError> {
     let mut history = History::new();
     let mut pending: HashMap<u64, (u64, &str, RegisterOp)> = HashMap::new();
@@ -267,6 +268,7 @@ fn parse_etcd_value(text: &str) -> Result<Value, ParseErrorKind> {
 /// `:f` is `:get`, `:put` or `:append`, and a `:get` returning `nil` read the empty string.
 /// `:ok` completes the process's pending operation, `:fail` drops it (it did not happen) and
 /// `:info` leaves its outcome unknown, as does reaching the end with it pending.
+#[expect(clippy::too_many_lines)]
 pub fn parse_jepsen_kv(text: &str) -> Result<History<Append>, ParseError> {
     let mut history = History::new();
     let mut pending: HashMap<u64, (u64, Key, AppendOp)> = HashMap::new();

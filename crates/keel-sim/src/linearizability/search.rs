@@ -200,6 +200,7 @@ impl<M: Model> Position<M> {
 /// timed-out operations and followed by the reads that fit (see [`Position::take_reads`]):
 /// every linearization can be rearranged into such steps once timed-out operations after the
 /// last returned one are dropped, which they can be.
+#[expect(clippy::too_many_lines)]
 pub(super) fn search<'o, M: Model>(
     ops: &[&'o Operation<M>],
     max_steps: u64,

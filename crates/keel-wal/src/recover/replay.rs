@@ -74,6 +74,7 @@ impl Replay {
         }
     }
 
+    #[expect(clippy::too_many_lines)]
     pub(super) fn apply(
         &mut self,
         item: Item,

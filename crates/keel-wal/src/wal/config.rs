@@ -1,4 +1,7 @@
-//! Tunables of the WAL, with their bounds.
+//! Tunables of the WAL, with their bounds. Defaults: segments of 128 MiB, frames of at most
+//! 8 MiB, entries of at most 80 MiB, two snapshots kept besides the bootstrap one, direct I/O and
+//! zero-ahead on, one promise write every 16 synced batches. With the `mutations` feature (the
+//! simulator's), `WalConfig::mutation` switches on `trust-damaged-tail` in recovery's judgment.
 
 use crate::error::{Result, WalError};
 use crate::recover::FRAME_SIZE_BYTES_LIMIT;
@@ -56,7 +59,7 @@ impl Default for WalConfig {
             segment_size_bytes: 128 << 20,
             frame_size_bytes_max: 8 << 20,
             // The largest value a client may send (64 MiB) with its key and encoding, and room
-            // to spare (see keel-kv's request limits).
+            // to spare (see keel-server's request limits).
             entry_size_bytes_max: 80 << 20,
             snapshots_kept: 2,
             snapshot_size_bytes_max: 16 << 30,

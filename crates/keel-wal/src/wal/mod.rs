@@ -10,6 +10,23 @@
 //! they begin and sets the commit index itself. So recovery can treat a damaged spot followed by a
 //! valid frame as corruption of synced data unless that frame supersedes the spot, and only the
 //! end of the log as possibly torn.
+//!
+//! [`Wal::write_batch`] is the group commit: one buffer, one write, one fdatasync per batch;
+//! commit-only writes become frames of their own without an fsync, superseded by the next synced
+//! frame (format version 2: nothing is ever overwritten). Rotation finds the next segment already
+//! prepared. The frame whose write reaches past the zeros written so far carries the next
+//! [`ZERO_AHEAD_BYTES`] (256 KiB) of zeros in the same write, so blocks are allocated before
+//! frames reach them and fdatasyncs flush data only (on ext4 half the CPU per fdatasync; a
+//! quarter less CPU for the storage threads under 50 clients). Purge deletes whole segments below
+//! a durable snapshot. An fsync error poisons the WAL: every later call fails and the process
+//! must stop.
+//!
+//! One group commit, in order: the promise record raised by an earlier batch, if one is due,
+//! written and its writeback started; the frames written; the promise pushed to the device; the
+//! log fdatasynced (the device's cache flush makes both durable); the completion reported; the
+//! promise raised in memory to what is now durable. The promise is never written before the
+//! fsync of the entries it names returned: a crash could keep it and lose the entries, which
+//! recovery would take for a lost tail (`promise_record.rs`, `crate::promise`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -157,6 +174,7 @@ impl<F: Fs> Wal<F> {
     ///
     /// A write's `install` must name a snapshot already saved with [`Wal::save_snapshot`]; its
     /// `purge_to` is carried out (whole segments) once the batch is durable.
+    #[expect(clippy::too_many_lines)]
     pub fn write_batch(&mut self, writes: &[Write]) -> Result<()> {
         self.check_usable()?;
         // Coalesce the writes in order: later writes may rewrite entries of earlier ones.

@@ -49,6 +49,7 @@ impl<F: Fs> Wal<F> {
         Self::open_inner(fs, dir.into(), config, true)
     }
 
+    #[expect(clippy::too_many_lines)]
     fn open_inner(
         fs: F,
         dir: PathBuf,

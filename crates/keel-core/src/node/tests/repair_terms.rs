@@ -155,6 +155,7 @@ pub(super) fn compacted_peer(id: NodeId, terms: &[Term], compact_to: Index) -> R
 /// it, the node lowers its promise to that committed entry (durably), votes for the logs that
 /// reach it, and a leader brings it there.
 #[test]
+#[expect(clippy::too_many_lines)]
 fn a_promise_is_lowered_to_an_entry_compacted_peers_report_committed() {
     let promised = LogId::new(3, 6);
     let record = positions(&[(1, 1), (3, 5)]);

@@ -369,6 +369,7 @@ fn no_answers_from_a_term_this_node_never_reached() {
 /// peer reasons from them about which of its entries are the lost ones), and a committed answer
 /// names a real configuration in a term the sender reached.
 #[test]
+#[expect(clippy::too_many_lines)]
 fn repair_term_starts_and_committed_answers_describe_real_logs() {
     use crate::message::RepairAnswer;
     let f = follower();

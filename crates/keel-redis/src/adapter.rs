@@ -1,0 +1,326 @@
+//! [`KvAdapter`]: the key-value state machine as `keel_engine::StateMachine`, the one the runtime
+//! runs and the simulator drives.
+//!
+//! An entry that does not decode is applied as the same no-op on every replica, logged, and
+//! answers its proposer an error (a forged entry must not crash-loop the cluster). [`SmStats`]
+//! is what INFO reads. With the `mutations` feature, `KvStateMachine::set_mutation(DedupOff)`
+//! makes the state machine ignore request ids.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::state_machine::{ApplyReply, KvStateMachine, MemberAddrs, WriteError};
+use crate::LogCommand;
+use crate::WriteReply;
+
+/// What INFO needs from the state machine without a quorum round or a trip through the apply
+/// thread: updated after every apply and restore, read by any connection.
+///
+/// Published after every entry, so the figures are a sequence lock over atomics, not a mutex:
+/// the applying thread (one at a time) writes without a read-modify-write, readers (INFO) retry
+/// the rare read that overlapped a write.
+#[derive(Debug, Default)]
+pub struct SmStats {
+    /// Odd while a write is under way; bumped twice per write.
+    sequence: AtomicU64,
+    fields: [AtomicU64; SM_STATS_FIELDS],
+    /// The version of `members` (compared without the lock: only the writer changes it).
+    members_version: AtomicU64,
+    /// The members' recorded addresses, republished only when they changed.
+    members: Mutex<Arc<BTreeMap<u64, MemberAddrs>>>,
+}
+
+const SM_STATS_FIELDS: usize = 6;
+
+/// One consistent reading of [`SmStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmStatsValue {
+    /// The last log index that carried a key-value command (no-ops and configuration entries do
+    /// not reach the state machine, so the node's applied index may be higher).
+    pub applied_index: u64,
+    pub state_digest: u64,
+    /// [`KvStateMachine::log_time_ms`]: the state machine's time at `applied_index`.
+    pub log_time_ms: u64,
+    pub keys: u64,
+    /// Keys with a deadline (`KvStateMachine::keys_with_deadline`).
+    pub expires: u64,
+    /// [`KvStateMachine::used_bytes`]: what `maxmemory` bounds.
+    pub used_bytes: u64,
+}
+
+impl SmStatsValue {
+    fn to_fields(self) -> [u64; SM_STATS_FIELDS] {
+        [
+            self.applied_index,
+            self.state_digest,
+            self.log_time_ms,
+            self.keys,
+            self.expires,
+            self.used_bytes,
+        ]
+    }
+
+    fn from_fields(f: [u64; SM_STATS_FIELDS]) -> Self {
+        SmStatsValue {
+            applied_index: f[0],
+            state_digest: f[1],
+            log_time_ms: f[2],
+            keys: f[3],
+            expires: f[4],
+            used_bytes: f[5],
+        }
+    }
+}
+
+impl SmStats {
+    pub fn get(&self) -> SmStatsValue {
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let fields = std::array::from_fn(|i| self.fields[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if self.sequence.load(Ordering::Relaxed) == before {
+                return SmStatsValue::from_fields(fields);
+            }
+        }
+    }
+
+    /// The members' addresses as last applied (`RAFT.MEMBER ADD`), by node id.
+    pub fn member_addrs(&self) -> Arc<BTreeMap<u64, MemberAddrs>> {
+        Arc::clone(&self.members.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Called by one thread at a time (the state machine's caller).
+    fn publish(&self, sm: &KvStateMachine) {
+        let value = SmStatsValue {
+            applied_index: sm.applied_index(),
+            state_digest: sm.state_digest(),
+            log_time_ms: sm.log_time_ms(),
+            keys: sm.len() as u64,
+            expires: sm.keys_with_deadline() as u64,
+            used_bytes: sm.used_bytes(),
+        };
+        self.store(value);
+        if self.members_version.load(Ordering::Relaxed) != sm.member_addrs_version() {
+            *self.members.lock().unwrap_or_else(|e| e.into_inner()) =
+                Arc::new(sm.member_addrs().clone());
+            self.members_version
+                .store(sm.member_addrs_version(), Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `value` (one writer at a time).
+    fn store(&self, value: SmStatsValue) {
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (field, v) in self.fields.iter().zip(value.to_fields()) {
+            field.store(v, Ordering::Relaxed);
+        }
+        self.sequence.store(sequence + 2, Ordering::Release);
+    }
+}
+
+/// [`KvStateMachine`] behind `keel_engine::StateMachine`: entries are encoded
+/// [`crate::LogCommand`]s, results encoded [`crate::WriteReply`]s.
+#[derive(Debug)]
+pub struct KvAdapter {
+    sm: KvStateMachine,
+    stats: Arc<SmStats>,
+}
+
+impl KvAdapter {
+    pub fn new(sm: KvStateMachine) -> Self {
+        let stats = Arc::new(SmStats::default());
+        stats.publish(&sm);
+        KvAdapter { sm, stats }
+    }
+
+    pub fn stats(&self) -> Arc<SmStats> {
+        Arc::clone(&self.stats)
+    }
+
+    pub fn state(&self) -> &KvStateMachine {
+        &self.sm
+    }
+
+    /// The state machine's time: the highest entry stamp applied so far, in ms since the Unix
+    /// epoch (0: none), [`KvStateMachine::log_time_ms`]. Read-only: only applying entries moves
+    /// it.
+    pub fn log_time_ms(&self) -> u64 {
+        self.sm.log_time_ms()
+    }
+}
+
+/// A replica that cannot apply a committed entry or restore a snapshot must not go on: skipping
+/// would diverge silently from the others. Stop the process (the WAL still holds everything).
+/// Logged as a panic is (`fail_stop.rs`): to stderr first, then through `tracing`.
+fn fatal(what: std::fmt::Arguments<'_>) -> ! {
+    eprintln!("keel: fatal: {what}; stopping the process");
+    tracing::error!("fatal: {what}; stopping the process");
+    std::process::abort();
+}
+
+/// A [`crate::state_machine::SnapshotView`] as the runtime's snapshot writer.
+struct KvSnapshotWriter(crate::state_machine::SnapshotView);
+
+impl keel_engine::SnapshotWriter for KvSnapshotWriter {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.0.write_to(out)
+    }
+}
+
+impl keel_engine::StateMachine for KvAdapter {
+    fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
+        match self.sm.apply(index, data) {
+            Ok(reply) => {
+                if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
+                    // Every replica skips it alike; its proposer (if any) gets the error.
+                    let reason = LogCommand::decode(data).err();
+                    tracing::warn!(
+                        index,
+                        size_bytes = data.len(),
+                        "committed entry {index} is not a key-value command this build can \
+                         decode ({reason:?}); applied as a no-op"
+                    );
+                }
+                self.stats.publish(&self.sm);
+                reply.to_bytes()
+            }
+            Err(e) => fatal(format_args!("{e}")),
+        }
+    }
+
+    /// A copy of the map (reference-counted values: pointers are copied, not bytes),
+    /// serialized by the runtime on a snapshot thread while this one keeps applying.
+    fn snapshot_view(&self) -> Box<dyn keel_engine::SnapshotWriter> {
+        Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        match self.sm.restore(data) {
+            Ok(()) => self.stats.publish(&self.sm),
+            Err(e) => fatal(format_args!("cannot restore the snapshot: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::command::{SetCondition, WriteCommand};
+    use keel_engine::StateMachine;
+
+    #[test]
+    fn a_reading_of_the_stats_never_mixes_two_writes() {
+        let stats = Arc::new(SmStats::default());
+        let writer = {
+            let stats = Arc::clone(&stats);
+            std::thread::spawn(move || {
+                for i in 1..=200_000u64 {
+                    stats.store(SmStatsValue::from_fields([i; SM_STATS_FIELDS]));
+                }
+            })
+        };
+        let mut last = 0;
+        while last < 200_000 {
+            let fields = stats.get().to_fields();
+            assert!(fields.iter().all(|&f| f == fields[0]), "torn: {fields:?}");
+            assert!(fields[0] >= last, "went back from {last} to {}", fields[0]);
+            last = fields[0];
+        }
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn apply_returns_the_encoded_reply_and_snapshots_round_trip() {
+        let mut a = KvAdapter::new(KvStateMachine::new());
+        let set = WriteCommand::Set {
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+            condition: SetCondition::Always,
+        };
+        let entry = LogCommand::new(7, 1, 1_700_000_000_000, set).encode();
+        let result = a.apply(3, &entry);
+        assert_eq!(WriteReply::decode(&result), Some(WriteReply::Ok));
+        let stats = a.stats().get();
+        assert_eq!(stats.applied_index, 3);
+        assert_eq!(stats.log_time_ms, 1_700_000_000_000);
+        assert_eq!(a.log_time_ms(), 1_700_000_000_000);
+        assert_eq!(stats.keys, 1);
+        assert_ne!(stats.state_digest, 0);
+        // The same request id again is deduplicated: same reply, nothing changes.
+        assert_eq!(
+            WriteReply::decode(&a.apply(4, &entry)),
+            Some(WriteReply::Ok)
+        );
+        assert_eq!(a.stats().get().state_digest, stats.state_digest);
+
+        let mut bytes = Vec::new();
+        a.snapshot_view().write_to(&mut bytes).unwrap();
+        assert_eq!(bytes, a.state().snapshot());
+        let mut b = KvAdapter::new(KvStateMachine::new());
+        b.restore(&bytes);
+        assert_eq!(b.state(), a.state());
+        assert_eq!(b.stats().get().state_digest, stats.state_digest);
+        assert_eq!(b.stats().get().log_time_ms, stats.log_time_ms);
+    }
+
+    #[test]
+    fn an_undecodable_entry_applies_as_a_no_op_and_answers_an_error() {
+        let mut a = KvAdapter::new(KvStateMachine::new());
+        let set = WriteCommand::Set {
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+            condition: SetCondition::Always,
+        };
+        a.apply(3, &LogCommand::new(7, 1, 0, set).encode());
+        let before = a.stats().get();
+        let result = a.apply(4, &Bytes::from_static(b"not a command"));
+        let reply = ApplyReply::decode(&result).expect("a reply for the proposer");
+        assert_eq!(
+            reply,
+            ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry))
+        );
+        assert!(matches!(reply.into_reply(), keel_resp::Reply::Error(_)));
+        let after = a.stats().get();
+        assert_eq!(after.applied_index, 4);
+        assert_eq!(
+            (after.state_digest, after.keys),
+            (before.state_digest, before.keys)
+        );
+    }
+
+    /// The simulator's `dedup-off` mutation: the same request id applies twice.
+    #[cfg(feature = "mutations")]
+    #[test]
+    fn the_dedup_off_mutation_applies_a_retry_again() {
+        let incr = |sm: KvStateMachine| {
+            let mut a = KvAdapter::new(sm);
+            let entry = LogCommand::new(
+                7,
+                1,
+                0,
+                WriteCommand::IncrBy {
+                    key: Bytes::from_static(b"n"),
+                    delta: 1,
+                },
+            )
+            .encode();
+            a.apply(1, &entry);
+            a.apply(2, &entry);
+            a.state().get(b"n").map(<[u8]>::to_vec)
+        };
+        assert_eq!(incr(KvStateMachine::new()), Some(b"1".to_vec()));
+        let mut broken = KvStateMachine::new();
+        broken.set_mutation(Some(crate::Mutation::DedupOff));
+        assert_eq!(incr(broken), Some(b"2".to_vec()));
+    }
+}

@@ -1,0 +1,215 @@
+//! The list commands (LPUSH, LPOP, LRANGE, ...), with Redis's replies.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::{index_of, index_range, List};
+use crate::command::End;
+use crate::state_machine::execute::Outcome;
+use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
+use keel_resp::Reply;
+
+/// A copy of an argument to keep: its own allocation, not a slice of the request's buffer.
+pub(super) fn owned(arg: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(arg)
+}
+
+fn pop(list: &mut List, end: End) -> Option<Bytes> {
+    match end {
+        End::Left => list.pop_front(),
+        End::Right => list.pop_back(),
+    }
+}
+
+fn push(list: &mut List, end: End, element: Bytes) {
+    match end {
+        End::Left => list.push_front(element),
+        End::Right => list.push_back(element),
+    }
+}
+
+impl KvStateMachine {
+    /// LPUSH, RPUSH, LPUSHX, RPUSHX: the new length (0 for the X forms on no key).
+    pub(super) fn push(
+        &mut self,
+        key: &[u8],
+        elements: &[Bytes],
+        end: End,
+        existing_only: bool,
+    ) -> Outcome {
+        let pushed = self.change(key, !existing_only, |list: &mut List| {
+            for element in elements {
+                push(list, end, owned(element));
+            }
+            list.items().len()
+        });
+        match pushed {
+            Ok(len) => WriteReply::Integer(len.unwrap_or(0) as i64).into(),
+            Err(error) => error.into(),
+        }
+    }
+
+    /// LPOP, RPOP: without a count one element or null; with one an array of up to `count`
+    /// (null for no key, as Redis answers).
+    pub(super) fn pop(&mut self, key: &[u8], end: End, count: Option<u64>) -> Outcome {
+        let popped = self.change(key, false, |list: &mut List| {
+            let n = count.unwrap_or(1).min(list.items().len() as u64);
+            (0..n).filter_map(|_| pop(list, end)).collect::<Vec<_>>()
+        });
+        match (popped, count) {
+            (Err(error), _) => error.into(),
+            (Ok(None), _) => Outcome::Value(Reply::Null),
+            (Ok(Some(mut popped)), None) => {
+                Outcome::Value(popped.pop().map_or(Reply::Null, Reply::Bulk))
+            }
+            (Ok(Some(popped)), Some(_)) => {
+                Outcome::Value(Reply::Array(popped.into_iter().map(Reply::Bulk).collect()))
+            }
+        }
+    }
+
+    pub(super) fn lset(&mut self, key: &[u8], index: i64, element: &Bytes) -> Outcome {
+        let set = self.change(key, false, |list: &mut List| {
+            let at = index_of(index, list.items().len())?;
+            list.set(at, owned(element));
+            Some(())
+        });
+        match set {
+            Err(error) => error.into(),
+            Ok(None) => WriteError::NoSuchKey.into(),
+            Ok(Some(None)) => WriteError::IndexOutOfRange.into(),
+            Ok(Some(Some(()))) => WriteReply::Ok.into(),
+        }
+    }
+
+    /// LREM: removes up to |count| elements equal to `element` (from the head for count > 0,
+    /// the tail for < 0, all for 0); how many.
+    pub(super) fn lrem(&mut self, key: &[u8], count: i64, element: &[u8]) -> Outcome {
+        let removed = self.change(key, false, |list: &mut List| {
+            let limit = if count == 0 {
+                usize::MAX
+            } else {
+                count.unsigned_abs().min(usize::MAX as u64) as usize
+            };
+            let mut items: Vec<Bytes> = list.items().iter().cloned().collect();
+            if count < 0 {
+                items.reverse();
+            }
+            let mut removed = 0;
+            items.retain(|e| {
+                let drop = removed < limit && e[..] == *element;
+                removed += usize::from(drop);
+                !drop
+            });
+            if count < 0 {
+                items.reverse();
+            }
+            if removed > 0 {
+                list.replace_all(VecDeque::from(items));
+            }
+            removed
+        });
+        match removed {
+            Ok(n) => WriteReply::Integer(n.unwrap_or(0) as i64).into(),
+            Err(error) => error.into(),
+        }
+    }
+
+    pub(super) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> Outcome {
+        let trimmed = self.change(key, false, |list: &mut List| {
+            let kept = match index_range(start, stop, list.items().len()) {
+                Some((first, last)) => list.items().range(first..=last).cloned().collect(),
+                None => VecDeque::new(),
+            };
+            if kept.len() != list.items().len() {
+                list.replace_all(kept);
+            }
+        });
+        match trimmed {
+            Ok(_) => WriteReply::Ok.into(),
+            Err(error) => error.into(),
+        }
+    }
+
+    /// LINSERT: the new length, -1 if `pivot` is not in the list, 0 for no key.
+    pub(super) fn linsert(
+        &mut self,
+        key: &[u8],
+        before: bool,
+        pivot: &[u8],
+        element: &Bytes,
+    ) -> Outcome {
+        let inserted = self.change(key, false, |list: &mut List| {
+            let at = list.items().iter().position(|e| e[..] == *pivot)?;
+            let mut items = list.items().clone();
+            items.insert(if before { at } else { at + 1 }, owned(element));
+            list.replace_all(items);
+            Some(list.items().len())
+        });
+        match inserted {
+            Err(error) => error.into(),
+            Ok(None) => WriteReply::Integer(0).into(),
+            Ok(Some(None)) => WriteReply::Integer(-1).into(),
+            Ok(Some(Some(len))) => WriteReply::Integer(len as i64).into(),
+        }
+    }
+
+    /// LMOVE and RPOPLPUSH: the element moved, or null when `source` has none. Both keys are
+    /// checked to be lists before anything moves.
+    pub(super) fn lmove(
+        &mut self,
+        source: &[u8],
+        destination: &[u8],
+        from: End,
+        to: End,
+    ) -> Outcome {
+        self.expire_if_due(destination);
+        if let Err(error) = self.collection::<List>(destination) {
+            return error.into();
+        }
+        let popped = self.change(source, false, |list: &mut List| pop(list, from));
+        let element = match popped {
+            Err(error) => return error.into(),
+            Ok(None | Some(None)) => return Outcome::Value(Reply::Null),
+            Ok(Some(Some(element))) => element,
+        };
+        let moved = element.clone();
+        if let Err(error) = self.change(destination, true, |list: &mut List| push(list, to, moved))
+        {
+            debug_assert!(false, "the destination was checked: {error}");
+        }
+        Outcome::Value(Reply::Bulk(element))
+    }
+
+    pub(super) fn llen(&self, key: &[u8]) -> Result<Reply, WriteError> {
+        Ok(Reply::Integer(
+            self.collection::<List>(key)?.map_or(0, |l| l.items().len()) as i64,
+        ))
+    }
+
+    pub(super) fn lrange(&self, key: &[u8], start: i64, stop: i64) -> Result<Reply, WriteError> {
+        let Some(list) = self.collection::<List>(key)? else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        Ok(Reply::Array(
+            match index_range(start, stop, list.items().len()) {
+                Some((first, last)) => list
+                    .items()
+                    .range(first..=last)
+                    .map(|e| Reply::Bulk(e.clone()))
+                    .collect(),
+                None => Vec::new(),
+            },
+        ))
+    }
+
+    pub(super) fn lindex(&self, key: &[u8], index: i64) -> Result<Reply, WriteError> {
+        let Some(list) = self.collection::<List>(key)? else {
+            return Ok(Reply::Null);
+        };
+        Ok(index_of(index, list.items().len())
+            .and_then(|at| list.get(at))
+            .map_or(Reply::Null, |e| Reply::Bulk(e.clone())))
+    }
+}

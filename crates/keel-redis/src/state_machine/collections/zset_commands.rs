@@ -1,0 +1,285 @@
+//! The sorted set commands (ZADD, ZRANGE, ZPOPMIN, ...), with Redis's replies. Scores are
+//! written as the shortest decimal that reads back as the same number (`inf`, `-inf` for the
+//! infinities), as Redis 7.2 writes them.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::list_commands::owned;
+use super::{index_range, Collection, Score, ZSet};
+use crate::command::{FloatBits, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
+use crate::state_machine::execute::Outcome;
+use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
+use keel_resp::number::format_f64;
+use keel_resp::Reply;
+
+pub(crate) fn format_score(score: f64) -> Bytes {
+    if score == f64::INFINITY {
+        Bytes::from_static(b"inf")
+    } else if score == f64::NEG_INFINITY {
+        Bytes::from_static(b"-inf")
+    } else {
+        Bytes::from(format_f64(score))
+    }
+}
+
+fn score_bounds(min: &Bound<FloatBits>, max: &Bound<FloatBits>) -> (Bound<Score>, Bound<Score>) {
+    let convert = |bound: &Bound<FloatBits>| match bound {
+        Bound::Included(f) => Score::new(f.0).map_or(Bound::Unbounded, Bound::Included),
+        Bound::Excluded(f) => Score::new(f.0).map_or(Bound::Unbounded, Bound::Excluded),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (convert(min), convert(max))
+}
+
+fn pairs_reply<'a>(
+    pairs: impl IntoIterator<Item = &'a (Score, Bytes)>,
+    with_scores: bool,
+) -> Reply {
+    let mut out = Vec::new();
+    for (score, member) in pairs {
+        out.push(Reply::Bulk(member.clone()));
+        if with_scores {
+            out.push(Reply::Bulk(format_score(score.get())));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// What one ZADD pair did.
+enum Added {
+    New,
+    Changed,
+    Same,
+    Skipped,
+}
+
+fn zadd_one(
+    zset: &mut ZSet,
+    condition: ZAddCondition,
+    incr: bool,
+    score: f64,
+    member: &Bytes,
+) -> Result<(Added, Option<f64>), WriteError> {
+    let existing = zset.score(member);
+    if (condition.only_new && existing.is_some()) || (condition.only_existing && existing.is_none())
+    {
+        return Ok((Added::Skipped, None));
+    }
+    let wanted = if incr {
+        existing.map_or(0.0, Score::get) + score
+    } else {
+        score
+    };
+    let new = Score::new(wanted).ok_or(WriteError::ScoreNotANumber)?;
+    match existing {
+        Some(old)
+            if (condition.only_greater && new <= old) || (condition.only_lesser && new >= old) =>
+        {
+            Ok((Added::Skipped, None))
+        }
+        Some(old) if old == new => Ok((Added::Same, Some(new.get()))),
+        Some(_) => {
+            zset.insert(owned(member), new);
+            Ok((Added::Changed, Some(new.get())))
+        }
+        None => {
+            zset.insert(owned(member), new);
+            Ok((Added::New, Some(new.get())))
+        }
+    }
+}
+
+impl KvStateMachine {
+    pub(super) fn execute_zset(&mut self, command: &ZSetWrite) -> Outcome {
+        match command {
+            ZSetWrite::Add {
+                key,
+                condition,
+                changed,
+                incr,
+                pairs,
+            } => self.zadd(key, *condition, *changed, *incr, pairs),
+            ZSetWrite::IncrBy { key, delta, member } => self.zadd(
+                key,
+                ZAddCondition::default(),
+                false,
+                true,
+                &[(*delta, member.clone())],
+            ),
+            ZSetWrite::Rem { key, members } => {
+                let removed = self.change(key, false, |z: &mut ZSet| {
+                    members.iter().filter(|m| z.remove(m).is_some()).count()
+                });
+                match removed {
+                    Ok(n) => WriteReply::Integer(n.unwrap_or(0) as i64).into(),
+                    Err(error) => error.into(),
+                }
+            }
+            ZSetWrite::Pop { key, max, count } => {
+                let popped = self.change(key, false, |z: &mut ZSet| {
+                    let n = count.unwrap_or(1) as usize;
+                    let chosen: Vec<(Score, Bytes)> = if *max {
+                        z.ascending().rev().take(n).cloned().collect()
+                    } else {
+                        z.ascending().take(n).cloned().collect()
+                    };
+                    chosen.iter().for_each(|(_, m)| {
+                        z.remove(m);
+                    });
+                    chosen
+                });
+                match popped {
+                    Err(error) => error.into(),
+                    Ok(popped) => {
+                        Outcome::Value(pairs_reply(popped.unwrap_or_default().iter(), true))
+                    }
+                }
+            }
+            ZSetWrite::RemRangeByScore { key, min, max } => {
+                let (min, max) = score_bounds(min, max);
+                self.zremove_where(key, |z| {
+                    z.by_score(min, max)
+                        .into_iter()
+                        .map(|(_, m)| m.clone())
+                        .collect()
+                })
+            }
+            ZSetWrite::RemRangeByRank { key, start, stop } => {
+                self.zremove_where(key, |z| match index_range(*start, *stop, z.len()) {
+                    Some((first, last)) => z
+                        .ascending()
+                        .skip(first)
+                        .take(last - first + 1)
+                        .map(|(_, m)| m.clone())
+                        .collect(),
+                    None => Vec::new(),
+                })
+            }
+        }
+    }
+
+    fn zremove_where(&mut self, key: &[u8], chosen: impl FnOnce(&ZSet) -> Vec<Bytes>) -> Outcome {
+        let removed = self.change(key, false, |z: &mut ZSet| {
+            let members = chosen(z);
+            members.iter().for_each(|m| {
+                z.remove(m);
+            });
+            members.len()
+        });
+        match removed {
+            Ok(n) => WriteReply::Integer(n.unwrap_or(0) as i64).into(),
+            Err(error) => error.into(),
+        }
+    }
+
+    fn zadd(
+        &mut self,
+        key: &[u8],
+        condition: ZAddCondition,
+        changed: bool,
+        incr: bool,
+        pairs: &[(FloatBits, Bytes)],
+    ) -> Outcome {
+        let result = self.change(key, !condition.only_existing, |z: &mut ZSet| {
+            let (mut added, mut updated, mut score) = (0, 0, None);
+            for (delta, member) in pairs {
+                let (what, new) = zadd_one(z, condition, incr, delta.0, member)?;
+                match what {
+                    Added::New => added += 1,
+                    Added::Changed => updated += 1,
+                    Added::Same | Added::Skipped => {}
+                }
+                score = new;
+            }
+            Ok((added, updated, score))
+        });
+        let (added, updated, score) = match result {
+            Err(error) | Ok(Some(Err(error))) => return error.into(),
+            Ok(None) => (0, 0, None),
+            Ok(Some(Ok(counts))) => counts,
+        };
+        if incr {
+            return Outcome::Value(score.map_or(Reply::Null, |s| Reply::Bulk(format_score(s))));
+        }
+        WriteReply::Integer(if changed { added + updated } else { added }).into()
+    }
+
+    pub(super) fn read_zset(&self, command: &ZSetRead) -> Result<Reply, WriteError> {
+        let score_reply =
+            |s: Option<Score>| s.map_or(Reply::Null, |s| Reply::Bulk(format_score(s.get())));
+        Ok(match command {
+            ZSetRead::Score { key, member } => {
+                score_reply(self.collection::<ZSet>(key)?.and_then(|z| z.score(member)))
+            }
+            ZSetRead::MScore { key, members } => {
+                let zset = self.collection::<ZSet>(key)?;
+                Reply::Array(
+                    members
+                        .iter()
+                        .map(|m| score_reply(zset.and_then(|z| z.score(m))))
+                        .collect(),
+                )
+            }
+            ZSetRead::Card { key } => {
+                Reply::Integer(self.collection::<ZSet>(key)?.map_or(0, |z| z.len()) as i64)
+            }
+            ZSetRead::Rank { key, member, rev } => {
+                let Some(zset) = self.collection::<ZSet>(key)? else {
+                    return Ok(Reply::Null);
+                };
+                zset.rank(member).map_or(Reply::Null, |rank| {
+                    Reply::Integer(if *rev { zset.len() - 1 - rank } else { rank } as i64)
+                })
+            }
+            ZSetRead::Count { key, min, max } => {
+                let (min, max) = score_bounds(min, max);
+                Reply::Integer(
+                    self.collection::<ZSet>(key)?
+                        .map_or(0, |z| z.by_score(min, max).len()) as i64,
+                )
+            }
+            ZSetRead::Range(range) => self.zrange(range)?,
+        })
+    }
+
+    fn zrange(&self, range: &ZRange) -> Result<Reply, WriteError> {
+        let Some(zset) = self.collection::<ZSet>(&range.key)? else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        let mut selected: Vec<&(Score, Bytes)> = match &range.by {
+            ZRangeBy::Index { start, stop } => {
+                let ordered: Vec<&(Score, Bytes)> = if range.rev {
+                    zset.ascending().rev().collect()
+                } else {
+                    zset.ascending().collect()
+                };
+                return Ok(pairs_reply(
+                    match index_range(*start, *stop, ordered.len()) {
+                        Some((first, last)) => ordered[first..=last].to_vec(),
+                        None => Vec::new(),
+                    },
+                    range.with_scores,
+                ));
+            }
+            ZRangeBy::Score { min, max } => {
+                let (min, max) = score_bounds(min, max);
+                zset.by_score(min, max)
+            }
+            ZRangeBy::Lex { min, max } => zset
+                .ascending()
+                .filter(|(_, m)| min.admits_from_below(m) && max.admits_from_above(m))
+                .collect(),
+        };
+        if range.rev {
+            selected.reverse();
+        }
+        if let Some((offset, count)) = range.limit {
+            let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+            let count = usize::try_from(count).unwrap_or(usize::MAX);
+            selected = selected.into_iter().skip(offset).take(count).collect();
+        }
+        Ok(pairs_reply(selected, range.with_scores))
+    }
+}

@@ -1,0 +1,313 @@
+//! The tokio side of scripts (`keel_redis::script` has the protocol): runs a script on a blocking
+//! thread, copies its keys with linearizable reads, proposes its effects as a watched
+//! transaction through the connection's pipeline, and runs it again when a key it touched
+//! changed meanwhile.
+//!
+//! The effects go through the connection's pipeline as `EXEC WATCHED`, forwarded like any EXEC.
+//! A rerun after a conflict takes a node-wide turn, so reruns do not conflict with each other;
+//! at most [`SCRIPT_ATTEMPTS_MAX`] (8) runs in all. A script without writes whose keys came from
+//! more than one read checks them once more. A follower forwards a script that reads keys to
+//! the leader.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use keel_runtime::{ClientError, Handle};
+
+use super::{Forwarding, Session};
+use keel_redis::script::lua::{self, Limits as LuaLimits};
+use keel_redis::script::sha1::sha1_hex;
+use keel_redis::script::view::{Effects, Fetch, ScriptView, ViewFailure, ViewLimits};
+use keel_redis::script::{
+    ScriptCommand, ScriptSource, SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX,
+};
+use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
+use keel_redis::KvAdapter;
+use keel_resp::Reply;
+use keel_session::connection::pipeline::{Admission, Request};
+use keel_session::connection::{Dispatch, Transaction};
+
+/// [`Fetch`] through the runtime: a linearizable read per fetch, from the script's thread.
+struct RuntimeFetch {
+    runtime: tokio::runtime::Handle,
+    handle: Handle<KvAdapter>,
+    monitors: Arc<keel_session::connection::ClientRegistry>,
+}
+
+impl Fetch for RuntimeFetch {
+    fn fetch(
+        &mut self,
+        keys: Vec<Bytes>,
+        scratch: &mut KvStateMachine,
+    ) -> Result<(u64, u64), ClientError> {
+        let mut taken = std::mem::take(scratch);
+        let copied = self
+            .runtime
+            .block_on(self.handle.read(move |sm: &KvAdapter| {
+                let state = sm.state();
+                for key in &keys {
+                    state.copy_key_into(key, &mut taken);
+                }
+                (taken, state.applied_index(), state.log_time_ms())
+            }));
+        let (copied, index, time_ms) = copied?;
+        *scratch = copied;
+        Ok((index, time_ms))
+    }
+
+    fn wall_clock_us(&self) -> u64 {
+        super::super::wall_clock_ms().saturating_mul(1000)
+    }
+
+    fn show(&self, args: &[Bytes]) {
+        if self.monitors.has_monitors() && keel_session::connection::monitor::shows(args) {
+            self.monitors
+                .feed_monitors("lua", &[keel_session::connection::monitor::redacted(args)]);
+        }
+    }
+}
+
+/// One run of a script: its reply, and what it changed (or why that cannot be proposed).
+type Run = (Reply, Result<Effects, ViewFailure>);
+
+impl Session<'_> {
+    /// Answers a script command (everything before it is answered).
+    pub(super) async fn script(&mut self, command: ScriptCommand, request: &[Bytes]) -> Reply {
+        let scripts = Arc::clone(&self.ctx.scripts);
+        match command {
+            ScriptCommand::Load(body) => match lua::check(&body) {
+                Ok(()) => {
+                    let sha = sha1_hex(&body);
+                    scripts.cache().insert(sha.clone(), body, true);
+                    Reply::text(sha)
+                }
+                Err(error) => error,
+            },
+            ScriptCommand::Exists(shas) => {
+                let cache = scripts.cache();
+                Reply::Array(
+                    shas.iter()
+                        .map(|sha| Reply::Integer(i64::from(cache.contains(sha))))
+                        .collect(),
+                )
+            }
+            ScriptCommand::Flush => {
+                scripts.cache().clear();
+                Reply::OK
+            }
+            ScriptCommand::Kill => self.kill_scripts(request).await,
+            ScriptCommand::Eval {
+                source,
+                keys,
+                args,
+                read_only,
+            } => {
+                let (body, sha) = match source {
+                    ScriptSource::Body(body) => {
+                        let sha = sha1_hex(&body);
+                        scripts.cache().insert(sha.clone(), body.clone(), false);
+                        (body, sha)
+                    }
+                    ScriptSource::Sha(sha) => match scripts.cache().get(&sha) {
+                        Some(body) => (body, String::from_utf8_lossy(&sha).to_ascii_lowercase()),
+                        None => {
+                            return Reply::error("NOSCRIPT No matching script. Please use EVAL.")
+                        }
+                    },
+                };
+                let Some(running) = scripts.start(Instant::now()) else {
+                    return Reply::error(format!(
+                        "BUSY {} scripts are running on this node already: try again later",
+                        keel_redis::script::SCRIPTS_RUNNING_MAX
+                    ));
+                };
+                let kill = running.shared_kill_flag();
+                let script = Script {
+                    body,
+                    sha,
+                    keys,
+                    args,
+                    read_only,
+                };
+                // Registered until the reply is known, forwarding included: this node answers
+                // -BUSY meanwhile, as the one its client sent the script to.
+                let reply = self.eval(&script, kill, request).await;
+                drop(running);
+                reply
+            }
+        }
+    }
+
+    /// SCRIPT KILL: the scripts running here, or else the leader's (where this node's clients'
+    /// scripts that read keys run).
+    async fn kill_scripts(&mut self, request: &[Bytes]) -> Reply {
+        if self.ctx.scripts.kill_all() > 0 {
+            return Reply::OK;
+        }
+        let leader = match self.ctx.handle.status().await {
+            Ok(status) => status.raft.leader,
+            Err(_) => None,
+        };
+        match leader {
+            Some(leader) if leader != self.ctx.node_id && !self.is_forwarding() => {
+                let error = ClientError::NotLeader {
+                    leader: Some(leader),
+                    leader_addr: None,
+                };
+                self.resolve(Err(error), Forwarding::Once(request, false))
+                    .await
+            }
+            _ => Reply::error("NOTBUSY No scripts in execution right now."),
+        }
+    }
+
+    /// Runs `script` until its effects commit, it needs none, or it fails.
+    async fn eval(&mut self, script: &Script, kill: Arc<AtomicBool>, request: &[Bytes]) -> Reply {
+        let ctx = self.ctx;
+        for attempt in 0..SCRIPT_ATTEMPTS_MAX {
+            // The first run is optimistic, beside any other script; a run after a conflict
+            // waits its turn, so that reruns never conflict with each other (every script that
+            // reads keys runs on the leader): only plain writes to its keys can still beat it.
+            let _turn = if attempt > 0 {
+                Some(ctx.script_turn.lock().await)
+            } else {
+                None
+            };
+            let (reply, outcome) = self.run_once(script, Arc::clone(&kill)).await;
+            let effects = match outcome {
+                // Only the leader reads linearizably: the script runs there.
+                Err(ViewFailure::Fetch(error)) => {
+                    return self
+                        .resolve(Err(error), Forwarding::Once(request, true))
+                        .await
+                }
+                Err(ViewFailure::TooLarge(error)) => return error,
+                Ok(effects) => effects,
+            };
+            if kill.load(std::sync::atomic::Ordering::Relaxed) {
+                // Killed: nothing of it is proposed.
+                return reply;
+            }
+            if effects.writes.is_empty() {
+                if effects.fetches <= 1 {
+                    return reply;
+                }
+                match self.reads_still_hold(effects).await {
+                    Ok(true) => return reply,
+                    Ok(false) => continue,
+                    Err(error) => return keel_redis::command::client_error_reply(&error),
+                }
+            }
+            match self.commit(effects).await {
+                Ok(Reply::Null) => continue,
+                Ok(Reply::Array(_)) => return reply,
+                Ok(other) => return other,
+                Err(_) => return Reply::error("TRYAGAIN outcome unknown"),
+            }
+        }
+        Reply::error(format!(
+            "TRYAGAIN the keys the script touched changed while it ran, {SCRIPT_ATTEMPTS_MAX} \
+             times: nothing of it applied"
+        ))
+    }
+
+    /// Runs the script once on a blocking thread.
+    async fn run_once(&self, script: &Script, kill: Arc<AtomicBool>) -> Run {
+        let mut fetch = RuntimeFetch {
+            runtime: tokio::runtime::Handle::current(),
+            handle: self.ctx.handle.clone(),
+            monitors: Arc::clone(&self.ctx.client_registry),
+        };
+        let limits = ViewLimits {
+            commands_max: self.ctx.limits.multi_commands_max,
+            bytes_max: self.ctx.limits.multi_bytes_max,
+        };
+        let script = script.clone();
+        let run = tokio::task::spawn_blocking(move || {
+            let mut view = ScriptView::new(script.read_only, limits, &mut fetch);
+            let lua_limits = LuaLimits {
+                memory_bytes_max: SCRIPT_MEMORY_BYTES_MAX,
+                reply_bytes_max: EXEC_REPLY_BYTES_MAX,
+            };
+            let reply = lua::run(
+                &script.body,
+                &script.sha,
+                &script.keys,
+                &script.args,
+                &kill,
+                &lua_limits,
+                &mut view,
+            );
+            (reply, view.finish())
+        });
+        match run.await {
+            Ok(run) => run,
+            // A panic stops the process (`fail_stop.rs`) before this is seen.
+            Err(_) => (
+                Reply::error("ERR the script's thread stopped"),
+                Err(ViewFailure::Fetch(ClientError::Unknown)),
+            ),
+        }
+    }
+
+    /// Whether every key a script without writes read is unchanged now (what `EXEC WATCHED`
+    /// checks, read linearizably here).
+    async fn reads_still_hold(&self, effects: Effects) -> Result<bool, ClientError> {
+        let watched = effects.watched;
+        self.ctx
+            .handle
+            .read(move |sm: &KvAdapter| watched.iter().all(|key| !sm.state().watched_changed(key)))
+            .await
+    }
+
+    /// Proposes a script's effects as one watched transaction through the pipeline (forwarded
+    /// to the leader like a client's), and answers its reply: an array if it applied, null if
+    /// a watched key had changed.
+    async fn commit(&mut self, effects: Effects) -> std::io::Result<Reply> {
+        let transaction = Transaction {
+            commands: effects.writes,
+            requests: effects.requests,
+            local_replies: Vec::new(),
+            watched: effects.watched,
+        };
+        let dispatch = Dispatch::Exec(transaction);
+        if self
+            .ctx
+            .out_of_memory(keel_session::connection::pipeline::may_grow_memory(
+                &dispatch,
+            ))
+            .await
+        {
+            return Ok(Reply::error(super::super::OOM));
+        }
+        let request = Request {
+            dispatch,
+            args: Vec::new(),
+            given_id: None,
+        };
+        match self.pipeline.admit(request) {
+            Admission::Queued => {}
+            // The pipeline is empty before a script runs: a transaction is always queued.
+            _ => {
+                return Ok(Reply::error(
+                    "ERR internal error: the script's writes were not queued",
+                ))
+            }
+        }
+        let mut captured = None;
+        self.finish(Some(&mut captured)).await?;
+        Ok(captured.unwrap_or(Reply::error("TRYAGAIN outcome unknown")))
+    }
+}
+
+/// What a script run needs, owned, for its thread.
+#[derive(Clone)]
+struct Script {
+    body: Bytes,
+    sha: String,
+    keys: Vec<Bytes>,
+    args: Vec<Bytes>,
+    read_only: bool,
+}
