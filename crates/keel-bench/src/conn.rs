@@ -151,7 +151,7 @@ fn write_digits(slot: &mut [u8], mut n: u64) {
 }
 
 /// What one connection measured.
-pub(crate) struct Outcome {
+pub(crate) struct ConnectionTally {
     pub(crate) get_latency: Histogram<u64>,
     pub(crate) set_latency: Histogram<u64>,
     pub(crate) get_errors: u64,
@@ -170,8 +170,12 @@ struct InFlight {
     measured: bool,
 }
 
-pub(crate) async fn run(mut stream: TcpStream, mut plan: Plan, shared: Arc<Shared>) -> Outcome {
-    let mut outcome = Outcome {
+pub(crate) async fn run(
+    mut stream: TcpStream,
+    mut plan: Plan,
+    shared: Arc<Shared>,
+) -> ConnectionTally {
+    let mut outcome = ConnectionTally {
         get_latency: new_histogram(),
         set_latency: new_histogram(),
         get_errors: 0,
@@ -196,7 +200,7 @@ async fn drive(
     stream: &mut TcpStream,
     plan: &mut Plan,
     shared: &Shared,
-    outcome: &mut Outcome,
+    outcome: &mut ConnectionTally,
 ) -> Result<(), (String, u64)> {
     let (mut reader, mut writer) = stream.split();
     let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(plan.pipeline);
@@ -284,7 +288,13 @@ enum Progress {
     Wrote(usize),
 }
 
-fn record(outcome: &mut Outcome, request: &InFlight, kind: ReplyKind, reply: &[u8], now: Instant) {
+fn record(
+    outcome: &mut ConnectionTally,
+    request: &InFlight,
+    kind: ReplyKind,
+    reply: &[u8],
+    now: Instant,
+) {
     let micros = now.duration_since(request.sent_at).as_micros();
     let micros = u64::try_from(micros)
         .unwrap_or(u64::MAX)

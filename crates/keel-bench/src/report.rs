@@ -9,7 +9,7 @@ use comfy_table::{presets, CellAlignment, Table};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::conn::{new_histogram, Outcome};
+use super::conn::{new_histogram, ConnectionTally};
 use super::{BenchConfig, Shared, Stop};
 
 /// Latency percentiles in microseconds.
@@ -19,7 +19,7 @@ pub struct LatencySummary {
     pub p90_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
-    pub max_us: u64,
+    pub us_max: u64,
     pub mean_us: f64,
 }
 
@@ -33,7 +33,7 @@ impl LatencySummary {
             p90_us: histogram.value_at_quantile(0.90),
             p99_us: histogram.value_at_quantile(0.99),
             p999_us: histogram.value_at_quantile(0.999),
-            max_us: histogram.max(),
+            us_max: histogram.max(),
             mean_us: histogram.mean(),
         }
     }
@@ -87,7 +87,7 @@ impl BenchReport {
     pub(crate) fn from_outcomes(
         config: &BenchConfig,
         measure_start: Instant,
-        outcomes: Vec<Outcome>,
+        outcomes: Vec<ConnectionTally>,
     ) -> Self {
         let mut get = new_histogram();
         let mut set = new_histogram();
@@ -153,7 +153,7 @@ impl BenchReport {
                 ms(l.p90_us),
                 ms(l.p99_us),
                 ms(l.p999_us),
-                ms(l.max_us),
+                ms(l.us_max),
             ]);
         }
         for column in table.column_iter_mut().skip(1) {
@@ -218,7 +218,7 @@ impl BenchReport {
                 ("p90_us", l.p90_us),
                 ("p99_us", l.p99_us),
                 ("p999_us", l.p999_us),
-                ("max_us", l.max_us),
+                ("max_us", l.us_max),
             ] {
                 fields.push((format!("{prefix}{name}"), value.to_string()));
             }

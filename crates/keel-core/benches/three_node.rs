@@ -26,7 +26,7 @@ impl Cluster {
         for id in 1..=3 {
             let disk = MemStorage::new_cluster([1, 2, 3]);
             let mut config = Config::new(id);
-            config.max_uncommitted_entries = 1 << 20;
+            config.uncommitted_entries_max = 1 << 20;
             nodes.push(RaftNode::new(config, disk.recover().unwrap()).unwrap());
             disks.push(disk);
         }

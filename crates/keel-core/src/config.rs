@@ -22,10 +22,10 @@ pub struct Config {
     /// (Raft thesis 4.2.3); shut such a node down. Either one alone prevents it.
     pub check_quorum: bool,
     /// Flow control: bounds on one Append message.
-    pub max_entries_per_message: usize,
-    pub max_bytes_per_message: usize,
+    pub entries_per_message_max: usize,
+    pub bytes_per_message_max: usize,
     /// Pipelining: Append messages in flight per follower.
-    pub max_inflight_messages: usize,
+    pub inflight_messages_max: usize,
     /// Batching while an Append is in flight. With this set, a further Append to the same
     /// follower leaves only if the message limits cut it short (more entries wait behind it, as
     /// in a follower's catch-up); one that would carry the log's tail waits for the answer, and
@@ -36,15 +36,15 @@ pub struct Config {
     /// cost of more, smaller messages.
     pub hold_partial_appends: bool,
     /// Bound on entries handed to the application in one `Ready`.
-    pub max_apply_entries: usize,
+    pub apply_entries_max: usize,
     /// Bound on entries handed to the application and not yet reported applied: the length of
     /// the apply pipeline. Startup replay of millions of committed entries streams through it
     /// instead of being handed out at once.
-    pub max_unapplied_entries: u64,
+    pub unapplied_entries_max: u64,
     /// Bound on proposals accepted but not yet committed; beyond it `propose` refuses.
-    pub max_uncommitted_entries: usize,
+    pub uncommitted_entries_max: usize,
     /// Bound on ReadIndex requests waiting on the leader.
-    pub max_pending_reads: usize,
+    pub pending_reads_max: usize,
     /// Log entries kept below a snapshot's index when the log is compacted, so a follower that is
     /// slightly behind catches up from the log instead of by snapshot.
     pub snapshot_trailing_entries: u64,
@@ -65,14 +65,14 @@ impl Config {
             heartbeat_interval_ticks: 2,
             pre_vote: true,
             check_quorum: true,
-            max_entries_per_message: 512,
-            max_bytes_per_message: 1 << 20,
-            max_inflight_messages: 64,
+            entries_per_message_max: 512,
+            bytes_per_message_max: 1 << 20,
+            inflight_messages_max: 64,
             hold_partial_appends: true,
-            max_apply_entries: 4096,
-            max_unapplied_entries: 16_384,
-            max_uncommitted_entries: 65_536,
-            max_pending_reads: 65_536,
+            apply_entries_max: 4096,
+            unapplied_entries_max: 16_384,
+            uncommitted_entries_max: 65_536,
+            pending_reads_max: 65_536,
             snapshot_trailing_entries: 1024,
             snapshot_timeout_ticks: 200,
             #[cfg(feature = "mutations")]
@@ -91,12 +91,12 @@ impl Config {
         if self.election_timeout_ticks <= self.heartbeat_interval_ticks {
             return bad("election_timeout_ticks must exceed heartbeat_interval_ticks");
         }
-        if self.max_entries_per_message == 0
-            || self.max_bytes_per_message == 0
-            || self.max_inflight_messages == 0
-            || self.max_apply_entries == 0
-            || self.max_unapplied_entries == 0
-            || self.max_uncommitted_entries == 0
+        if self.entries_per_message_max == 0
+            || self.bytes_per_message_max == 0
+            || self.inflight_messages_max == 0
+            || self.apply_entries_max == 0
+            || self.unapplied_entries_max == 0
+            || self.uncommitted_entries_max == 0
         {
             return bad("message, in-flight, apply and uncommitted bounds must be positive");
         }

@@ -30,7 +30,7 @@
 //!   healthy leader.
 //! - **Candidate**: its own vote counts only once durable; RequestVote leaves only then.
 //! - **Apply**: only entries that are committed *and* locally durable are handed out (scenario
-//!   S23), and at most `max_unapplied_entries` beyond what the application reported applied, so
+//!   S23), and at most `unapplied_entries_max` beyond what the application reported applied, so
 //!   the apply pipeline is bounded however far behind the state machine is.
 //! - **Restart**: the node comes back with the persisted commit index and hands out the committed
 //!   entries from the snapshot on (configuration entries included, they are part of the log);

@@ -130,20 +130,20 @@ impl RaftLog {
         Some(last)
     }
 
-    /// Entries in `[lo, hi]`, at most `max_entries` and, beyond the first, at most `max_bytes`.
-    pub fn slice(&self, lo: Index, hi: Index, max_entries: usize, max_bytes: usize) -> Vec<Entry> {
+    /// Entries in `[lo, hi]`, at most `entries_max` and, beyond the first, at most `bytes_max`.
+    pub fn slice(&self, lo: Index, hi: Index, entries_max: usize, bytes_max: usize) -> Vec<Entry> {
         debug_assert!(lo > self.purged.index, "slice below the purged prefix");
         let hi = hi.min(self.last_index());
         if lo > hi {
             return Vec::new();
         }
-        let count = ((hi - lo + 1) as usize).min(max_entries);
+        let count = ((hi - lo + 1) as usize).min(entries_max);
         let start = (lo - self.purged.index - 1) as usize;
         let mut out = Vec::with_capacity(count);
         let mut bytes = 0;
         for e in self.entries.range(start..start + count) {
             bytes += e.size_bytes();
-            if !out.is_empty() && bytes > max_bytes {
+            if !out.is_empty() && bytes > bytes_max {
                 break;
             }
             out.push(e.clone());
@@ -151,10 +151,10 @@ impl RaftLog {
         out
     }
 
-    /// Whether the entries from `lo` to the end exceed one message of at most `max_entries` and
-    /// `max_bytes`: whether an Append starting at `lo` would be cut by the limits (the same
+    /// Whether the entries from `lo` to the end exceed one message of at most `entries_max` and
+    /// `bytes_max`: whether an Append starting at `lo` would be cut by the limits (the same
     /// measure as [`RaftLog::slice`]) instead of reaching the last entry.
-    pub fn exceeds_one_message(&self, lo: Index, max_entries: usize, max_bytes: usize) -> bool {
+    pub fn exceeds_one_message(&self, lo: Index, entries_max: usize, bytes_max: usize) -> bool {
         debug_assert!(lo > self.purged.index, "range below the purged prefix");
         let Some(start) = lo.checked_sub(self.purged.index + 1) else {
             return false;
@@ -163,13 +163,13 @@ impl RaftLog {
         if start >= self.entries.len() {
             return false;
         }
-        if self.entries.len() - start > max_entries {
+        if self.entries.len() - start > entries_max {
             return true;
         }
         let mut bytes = 0;
         for (i, e) in self.entries.range(start..).enumerate() {
             bytes += e.size_bytes();
-            if i > 0 && bytes > max_bytes {
+            if i > 0 && bytes > bytes_max {
                 return true;
             }
         }
@@ -377,14 +377,14 @@ mod tests {
         let log = log_with(&[1; 10]);
         let one = entry(1, 1).size_bytes();
         for lo in 1..=11 {
-            for max_entries in [1, 3, 10, 100] {
-                for max_bytes in [1, one, 3 * one, usize::MAX] {
-                    let slice = log.slice(lo, log.last_index(), max_entries, max_bytes);
+            for entries_max in [1, 3, 10, 100] {
+                for bytes_max in [1, one, 3 * one, usize::MAX] {
+                    let slice = log.slice(lo, log.last_index(), entries_max, bytes_max);
                     let cut = slice.last().is_some_and(|e| e.index < log.last_index());
                     assert_eq!(
-                        log.exceeds_one_message(lo, max_entries, max_bytes),
+                        log.exceeds_one_message(lo, entries_max, bytes_max),
                         cut,
-                        "from {lo}, {max_entries} entries, {max_bytes} bytes"
+                        "from {lo}, {entries_max} entries, {bytes_max} bytes"
                     );
                 }
             }

@@ -71,10 +71,10 @@ impl Progress {
     }
 
     /// Whether another Append with entries may be sent now.
-    pub fn can_send(&self, max_inflight: usize) -> bool {
+    pub fn can_send(&self, inflight_max: usize) -> bool {
         match self.state {
             ReplicationState::Probe => !self.probe_sent,
-            ReplicationState::Replicate => self.inflight.len() < max_inflight,
+            ReplicationState::Replicate => self.inflight.len() < inflight_max,
             ReplicationState::Snapshot => false,
         }
     }

@@ -100,7 +100,7 @@ fn s18_restart_restores_membership_changes_after_the_snapshot() {
 fn s19_replay_larger_than_any_batch_completes() {
     const COMMITTED: Index = 10_000;
     let mut config = Config::new(1);
-    config.max_apply_entries = 64;
+    config.apply_entries_max = 64;
     let mut node = restarted_with_log(config, COMMITTED + 50, COMMITTED);
     let mut next = 1;
     let mut batches = 0;
@@ -119,15 +119,15 @@ fn s19_replay_larger_than_any_batch_completes() {
     assert!(node.ready().committed.is_empty());
 }
 
-/// S19, memory: however long the replay, the node hands out at most `max_unapplied_entries`
+/// S19, memory: however long the replay, the node hands out at most `unapplied_entries_max`
 /// ahead of what the application reported applied, so the apply pipeline stays bounded while a
 /// slow state machine works through millions of entries.
 #[test]
 fn s19_replay_never_runs_ahead_of_the_application_by_more_than_the_bound() {
     const COMMITTED: Index = 20_000;
     let mut config = Config::new(1);
-    config.max_apply_entries = 100;
-    config.max_unapplied_entries = 1_000;
+    config.apply_entries_max = 100;
+    config.unapplied_entries_max = 1_000;
     let mut node = restarted_with_log(config, COMMITTED, COMMITTED);
     let mut handed_out = 0;
     let mut applied = 0;

@@ -167,7 +167,7 @@ fn figure8_until_c(tweak: impl Fn(&mut Config)) -> Cluster {
         .map(|&id| {
             let mut config = test_config(id);
             // One entry per Append, so `2/2` can reach n3 without `4/3`.
-            config.max_entries_per_message = 1;
+            config.entries_per_message_max = 1;
             tweak(&mut config);
             (config, storage_with(&voters, &[1], hs(1, 1)))
         })
@@ -324,7 +324,7 @@ fn next_heartbeat(c: &mut Cluster, leader: NodeId, to: NodeId) -> Message {
 
 /// Runs a 3-node cluster to `n` committed entries with n1 leading.
 fn three_nodes_with_entries(n: u64) -> Cluster {
-    let mut c = Cluster::with_config(3, |config| config.max_entries_per_message = 3);
+    let mut c = Cluster::with_config(3, |config| config.entries_per_message_max = 3);
     c.elect(1);
     while c.node(1).commit_index() < n {
         c.propose_and_commit(1, "x");
@@ -467,7 +467,7 @@ fn s29_leader_stops_counting_an_amnesiac_follower() {
 
     let voters = [1, 2, 3, 4, 5];
     let config = |id| Config {
-        max_entries_per_message: 1,
+        entries_per_message_max: 1,
         ..test_config(id)
     };
     let stale_disk = storage_with(&voters, &[1; 6], hs(1, 3));

@@ -82,7 +82,7 @@ include!("common/snapshot_drivers.rs");
 #[expect(clippy::too_many_lines)]
 fn s02_install_over_a_slow_apply_loop_resumes_at_snapshot_plus_one() {
     let mut cfg = test_config(2);
-    cfg.max_apply_entries = 16;
+    cfg.apply_entries_max = 16;
     let mut s = Solo::new(cfg, &[1; 100], hs(1, 0));
     // Leader 1 (term 1) commits the whole log in one go.
     s.step(
@@ -178,7 +178,7 @@ fn s02_install_over_a_slow_apply_loop_resumes_at_snapshot_plus_one() {
 fn s02_cluster_follower_with_unapplied_entries_installs_and_resumes_after_the_snapshot() {
     let mut s = Sim::new(3, |cfg| {
         cfg.snapshot_trailing_entries = 0;
-        cfg.max_apply_entries = 4;
+        cfg.apply_entries_max = 4;
     });
     s.elect(1);
     // Node 3's application is slow: it is handed entries but reports nothing.
@@ -370,7 +370,7 @@ fn s10_snapshot_with_a_term_above_the_leader_term_is_rejected() {
 #[expect(clippy::too_many_lines)]
 fn s22_paginated_apply_never_lowers_commit_and_hands_out_each_entry_once() {
     let mut cfg = test_config(2);
-    cfg.max_apply_entries = 7;
+    cfg.apply_entries_max = 7;
     let mut s = Solo::new(cfg, &[1; 200], hs(1, 0));
     s.step(
         1,
@@ -453,12 +453,12 @@ fn s22_paginated_apply_never_lowers_commit_and_hands_out_each_entry_once() {
 }
 
 /// S22 in a cluster: a follower cut off while 80 entries commit catches up through Appends with
-/// `max_apply_entries = 3`; its state machine is contiguous and its commit never goes back.
+/// `apply_entries_max = 3`; its state machine is contiguous and its commit never goes back.
 #[test]
 fn s22_cluster_catch_up_in_small_apply_batches() {
     let mut s = Sim::new(3, |cfg| {
-        cfg.max_apply_entries = 3;
-        cfg.max_entries_per_message = 16;
+        cfg.apply_entries_max = 3;
+        cfg.entries_per_message_max = 16;
     });
     s.elect(1);
     s.isolate(3);

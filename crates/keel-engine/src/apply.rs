@@ -41,7 +41,7 @@ pub enum ApplyItem<P, R, F> {
 /// The pipeline's queue, in log order.
 ///
 /// Unbounded as a container, bounded in effect: it holds only committed entries the core handed
-/// out (at most `max_unapplied_entries` beyond what was applied), reads (bounded by the node's
+/// out (at most `unapplied_entries_max` beyond what was applied), reads (bounded by the node's
 /// pending-read limit) and restores (one per install).
 pub struct ApplyQueue<P, R, F> {
     items: VecDeque<ApplyItem<P, R, F>>,

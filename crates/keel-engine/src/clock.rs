@@ -16,7 +16,7 @@
 //! network widens the interval and so hides offsets, it never invents one).
 //!
 //! **Hold.** The leader tells each follower its offset in the next heartbeat. A follower whose
-//! offset exceeds `max_offset_ms` holds its campaigns (`RaftNode::hold_campaigns`: it starts no
+//! offset exceeds `offset_ms_max` holds its campaigns (`RaftNode::hold_campaigns`: it starts no
 //! election, votes as usual) until a heartbeat reports a smaller one, or until `hold_ms` pass
 //! without any report: so if the leader with the good clock dies, a node with a bad one does not
 //! replace it while others can; and if all of them are held by a leader that then died, they
@@ -42,13 +42,13 @@ use keel_core::{FollowerClock, Message, MessageBody, NodeId, RaftNode, Role, Ter
 pub struct ClockPolicy {
     /// The largest offset from the leader's clock a node may have and still campaign; 0 turns
     /// the check off (offsets are still measured and reported).
-    pub max_offset_ms: u64,
+    pub offset_ms_max: u64,
     /// How long a measurement stays current without a newer one.
     pub hold_ms: u64,
 }
 
 impl ClockPolicy {
-    pub const MAX_OFFSET_MS_DEFAULT: u64 = 500;
+    pub const OFFSET_MS_MAX_DEFAULT: u64 = 500;
 }
 
 /// A change worth a log line, reported by [`ClockWatch::heard`] and [`ClockWatch::tick`].
@@ -141,7 +141,7 @@ impl ClockWatch {
     }
 
     fn beyond_bound(&self, offset_ms: i64) -> bool {
-        self.policy.max_offset_ms > 0 && offset_ms.unsigned_abs() > self.policy.max_offset_ms
+        self.policy.offset_ms_max > 0 && offset_ms.unsigned_abs() > self.policy.offset_ms_max
     }
 
     /// Writes this node's clock readings into an outgoing message.
@@ -291,5 +291,4 @@ impl ClockWatch {
 }
 
 #[cfg(test)]
-#[path = "clock_tests.rs"]
 mod tests;

@@ -73,13 +73,13 @@ impl Harness {
         config.check_quorum = setup & 0x08 != 0;
         if setup & 0x20 != 0 {
             // Small limits: partial Appends, pipelining limits and compaction are reached quickly.
-            config.max_entries_per_message = 2;
-            config.max_bytes_per_message = 64;
-            config.max_inflight_messages = 2;
-            config.max_apply_entries = 2;
-            config.max_unapplied_entries = 4;
-            config.max_uncommitted_entries = 8;
-            config.max_pending_reads = 4;
+            config.entries_per_message_max = 2;
+            config.bytes_per_message_max = 64;
+            config.inflight_messages_max = 2;
+            config.apply_entries_max = 2;
+            config.unapplied_entries_max = 4;
+            config.uncommitted_entries_max = 8;
+            config.pending_reads_max = 4;
             config.snapshot_trailing_entries = 0;
             config.snapshot_timeout_ticks = 20;
         }
@@ -303,7 +303,7 @@ impl Harness {
     }
 
     /// Drains the node with a fast disk and application until it has nothing left to say. The
-    /// node hands out committed entries a few at a time (`max_unapplied_entries`), so a long
+    /// node hands out committed entries a few at a time (`unapplied_entries_max`), so a long
     /// committed log takes many rounds: only rounds in which nothing more was applied count
     /// against the bound.
     fn settle(&mut self) {

@@ -21,7 +21,7 @@ const FRAMES_MAX: usize = 64;
 /// is encoded again and must come back identical, byte for byte.
 pub fn peer_frame(data: &[u8]) {
     let mut input = Input::new(data);
-    let max_bytes = if input.bool() {
+    let bytes_max = if input.bool() {
         FRAME_SIZE_BYTES_MAX_DEFAULT
     } else {
         256
@@ -30,7 +30,7 @@ pub fn peer_frame(data: &[u8]) {
     // Parts of a message are put back together as a message connection does.
     let mut reassembly = Reassembly::default();
     for _ in 0..FRAMES_MAX {
-        match decode_frame(&buf, max_bytes) {
+        match decode_frame(&buf, bytes_max) {
             Ok(Some((body, used))) => {
                 assert!(used >= FRAME_HEADER_SIZE_BYTES && used <= buf.len());
                 check_body(&body, &buf[..used]);

@@ -17,6 +17,7 @@ pub mod adapter;
 pub mod command;
 pub mod expiry;
 pub mod glob;
+pub mod kind;
 pub mod script;
 pub mod state_machine;
 

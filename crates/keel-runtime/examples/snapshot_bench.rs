@@ -238,7 +238,7 @@ fn node_config(
     } else {
         c.snapshot_threshold_entries = u64::MAX / 2;
         c.raft.snapshot_trailing_entries = u64::MAX / 2;
-        c.raft.max_uncommitted_entries = 1 << 22;
+        c.raft.uncommitted_entries_max = 1 << 22;
     }
     c
 }

@@ -1,34 +1,30 @@
 //! The apply pipeline's tokio-side shell: the engine's ordered pipeline (`keel_engine::ApplyQueue`
 //! and `Applier`, which check the order) run by the apply thread, except small batches of entries
 //! and reads that find the thread idle: the node task applies those itself, within a time budget
-//! predicted from their recent cost ([`ApplyQueue`]). Either way one lock and one order: the state
+//! predicted from their recent cost ([`ApplyWorker`]). Either way one lock and one order: the state
 //! machine never sees two callers at once, nor an item before the ones queued ahead of it.
 //!
 //! The queue sits behind a mutex and a condition variable; snapshot views are always captured
 //! on the apply thread, never inline. A restore reads the snapshot file the node opened when it
 //! queued it (in order with the adoption, so nothing prunes it first); restores stay wholesale
 //! (`restore(&[u8])`). An order the applier refuses stops the process. The queue is bounded by
-//! the core's `max_unapplied_entries` (16,384 by default).
+//! the core's `unapplied_entries_max` (16,384 by default).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index, SnapshotMeta};
 use keel_engine::{Applier, SnapshotPolicy};
 use keel_wal::{Fs, StdFs};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 pub use keel_engine::{SnapshotWriter, StateMachine};
 
-use crate::handle::ClientError;
-use crate::node::Event;
+use crate::event::Event;
+use crate::handle::{ProposalReply, ReadFn};
 
-pub(crate) type ProposalReply = oneshot::Sender<Result<Bytes, ClientError>>;
-/// A read runs against the state, or is told why it cannot.
-pub(crate) type ReadFn<S> = Box<dyn FnOnce(Result<&S, ClientError>) + Send>;
 /// The snapshot file a restore reads, opened by the node when it queued the restore (so a newer
 /// snapshot pruning it meanwhile cannot take it away).
 pub(crate) type SnapshotFile = (PathBuf, <StdFs as Fs>::File);
@@ -176,12 +172,12 @@ struct QueueState<S> {
 /// batch. Order is kept: inline only when every item sent before has been processed (`queued` is
 /// zero) and with the state machine's lock held. A snapshot view is never captured inline (it
 /// copies the state's map): when one is due, it is queued to the thread.
-pub(crate) struct ApplyQueue<S> {
+pub(crate) struct ApplyWorker<S> {
     shared: Arc<Shared<S>>,
     inline_budget_ns: u64,
 }
 
-impl<S> Drop for ApplyQueue<S> {
+impl<S> Drop for ApplyWorker<S> {
     fn drop(&mut self) {
         // The thread ends once it has processed what is queued.
         self.shared
@@ -193,7 +189,7 @@ impl<S> Drop for ApplyQueue<S> {
     }
 }
 
-impl<S: StateMachine> ApplyQueue<S> {
+impl<S: StateMachine> ApplyWorker<S> {
     /// Hands `item` to the pipeline: applied inline now if it qualifies, else queued.
     pub fn submit(&self, item: ApplyItem<S>) {
         if let Some(item) = self.try_inline(item) {
@@ -261,7 +257,7 @@ pub(crate) fn spawn<S: StateMachine>(
     last_snapshot_bytes: Arc<AtomicU64>,
     inline_budget_ns: u64,
     events: mpsc::UnboundedSender<Event>,
-) -> std::io::Result<(ApplyQueue<S>, std::thread::JoinHandle<()>)> {
+) -> std::io::Result<(ApplyWorker<S>, std::thread::JoinHandle<()>)> {
     let shared = Arc::new(Shared {
         applier: Mutex::new(RuntimeApplier {
             applier: Applier::new(sm, applied, policy),
@@ -314,7 +310,7 @@ pub(crate) fn spawn<S: StateMachine>(
             }
         })?;
     Ok((
-        ApplyQueue {
+        ApplyWorker {
             shared,
             inline_budget_ns,
         },
@@ -323,4 +319,4 @@ pub(crate) fn spawn<S: StateMachine>(
 }
 
 #[cfg(test)]
-mod queue_tests;
+mod tests;

@@ -27,8 +27,12 @@ use keel_core::{FollowerProgress, Index, MembershipChange, NodeId, Status};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::timeout;
 
-use crate::apply::{ProposalReply, ReadFn};
 use keel_transport::ClientAddrs;
+
+/// How a proposal's result reaches its proposer.
+pub(crate) type ProposalReply = oneshot::Sender<Result<Bytes, ClientError>>;
+/// A read runs against the state, or is told why it cannot.
+pub(crate) type ReadFn<S> = Box<dyn FnOnce(Result<&S, ClientError>) + Send>;
 
 pub use keel_engine::ClientError;
 

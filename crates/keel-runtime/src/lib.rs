@@ -14,6 +14,7 @@
 //! thread (the state machine). See `node/mod.rs` for the picture.
 
 mod apply;
+mod event;
 mod handle;
 pub mod metrics;
 mod node;

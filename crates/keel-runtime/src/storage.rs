@@ -26,7 +26,7 @@ use keel_engine::{Completion, LogStore, StorageWorker};
 use keel_wal::{StdFs, Wal};
 use tokio::sync::mpsc;
 
-use crate::node::Event;
+use crate::event::Event;
 
 pub(crate) type StorageCommand = keel_engine::StorageCommand<SnapshotAdoption>;
 

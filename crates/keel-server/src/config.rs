@@ -151,7 +151,8 @@ pub struct ServeSettings {
     /// How far the log's time may lag the leader's clock before it commits a tick entry.
     pub time_tick_ms: Option<u64>,
     /// The largest clock offset from the leader's with which a node campaigns (0: only measure).
-    pub max_clock_offset_ms: Option<u64>,
+    #[serde(rename = "max-clock-offset-ms")]
+    pub clock_offset_ms_max: Option<u64>,
     /// The scrub's read rate in MiB/s (0: off) and the pause between its passes.
     pub scrub_rate_mib_s: Option<u64>,
     pub scrub_interval_ms: Option<u64>,
@@ -212,7 +213,7 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms.or(file.election_timeout_ms),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             time_tick_ms: self.time_tick_ms.or(file.time_tick_ms),
-            max_clock_offset_ms: self.max_clock_offset_ms.or(file.max_clock_offset_ms),
+            clock_offset_ms_max: self.clock_offset_ms_max.or(file.clock_offset_ms_max),
             scrub_rate_mib_s: self.scrub_rate_mib_s.or(file.scrub_rate_mib_s),
             scrub_interval_ms: self.scrub_interval_ms.or(file.scrub_interval_ms),
             snapshot_threshold: self.snapshot_threshold.or(file.snapshot_threshold),
@@ -315,7 +316,7 @@ impl ServeSettings {
             election_timeout_ms: self.election_timeout_ms,
             heartbeat_ms: self.heartbeat_ms,
             time_tick_ms: self.time_tick_ms,
-            max_clock_offset_ms: self.max_clock_offset_ms,
+            clock_offset_ms_max: self.clock_offset_ms_max,
             scrub_rate_mib_s: self.scrub_rate_mib_s,
             scrub_interval_ms: self.scrub_interval_ms,
             snapshot_threshold: self.snapshot_threshold,
@@ -362,6 +363,7 @@ mod tests {
         protected-mode = "no"
         maxmemory = "100mb"
         maxmemory-policy = "noeviction"
+        max-clock-offset-ms = 250
     "#;
 
     #[test]
@@ -375,6 +377,8 @@ mod tests {
         assert_eq!(s.log_format, Some(LogFormat::Json));
         assert_eq!(s.log_level.as_deref(), Some("debug"));
         assert_eq!(s.worker_threads, Some(1));
+        // The key keeps its name whatever the field is called (operators' files do not change).
+        assert_eq!(s.clock_offset_ms_max, Some(250));
         let options = s.node_options().unwrap();
         assert_eq!(options.id, 2);
         assert_eq!(options.cluster_id, 7);

@@ -8,7 +8,7 @@
 //! the connection's earlier writes, a write for its earlier reads; local answers take their place
 //! without waiting. This session owns the socket, the buffers and the timers, and does the
 //! waiting: it proposes, starts reads, awaits their outcomes in order and forwards what the node
-//! refused (`forward.rs`; an EXEC as the group `MULTI`, the queued requests, `EXEC`).
+//! refused (`leader_link.rs`; an EXEC as the group `MULTI`, the queued requests, `EXEC`).
 //!
 //! Past `--maxmemory` the leader answers a write that may grow the data (or an EXEC holding
 //! one) `-OOM ...` instead of proposing it; a follower forwards it as any write.
@@ -16,7 +16,7 @@
 //! Request ids: a write (or EXEC) is proposed under the connection's random dedup client id and
 //! its next seq; refused as not the leader, it is forwarded under that same id. On another node's
 //! forwarding connection, a write announced by `RAFT.FORWARD <client-id> <seq>` is proposed under
-//! the id that node gave it instead (keel-redis's `command/forward.rs`). A write is proposed
+//! the id that node gave it instead (keel-redis's `command/raft_forward.rs`). A write is proposed
 //! again only when forwarded, under its id.
 //!
 //! Bounds: at most
@@ -47,7 +47,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use super::buffers::QueryBuffer;
-use super::forward::{self, Forwarded};
+use super::leader_link::{self, Forwarded};
 use super::limits::ServerShared;
 use super::socket::read_available;
 use super::{admin, random_client_id, Fetched, KvAdapter, ServerContext};
@@ -56,10 +56,10 @@ use keel_redis::RequestId;
 use keel_resp::{Decoder, Reply};
 use keel_session::connection::monitor::MonitorEvent;
 use keel_session::connection::pipeline::{
-    is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Behind, Handle, Intake,
-    Pipeline, Redirect, Relay, Release, Request, WriteRequest,
+    is_forwarding, may_grow_memory, needs_node_status, redirect, Admission, Behind, InFlight,
+    Intake, Pipeline, Redirect, Relay, Release, Request, WriteRequest,
 };
-use keel_session::connection::{ClientConnection, ClientRecord, Dispatch, LocalStats, NodeStatus};
+use keel_session::connection::{ClientConnection, ClientRecord, Dispatch, LocalStats, NodeReport};
 use keel_session::forwarding::FORWARD_GROUP_MAX;
 
 /// Output is written once this much is buffered, even in the middle of a pipeline.
@@ -86,7 +86,7 @@ struct Session<'a> {
     connection: ClientConnection,
     /// The requests in flight, and the connection's request ids.
     pipeline: Pipeline<Pending<Bytes>, Pending<Reply>>,
-    forward: forward::Forwarder,
+    forward: leader_link::Forwarder,
     /// Encoded replies the socket has not taken yet.
     output: BytesMut,
     /// The most `output` held since it was last empty.
@@ -160,7 +160,11 @@ pub(super) async fn serve_connection(
             .with_monitor_limit(ctx.client_limits.output_buffer_bytes)
             .with_stats(Arc::clone(&ctx.server_stats)),
         pipeline: Pipeline::new(random_client_id()),
-        forward: forward::Forwarder::new(ctx.catch_up.timeout, ctx.requirepass.clone(), ctx.limits),
+        forward: leader_link::Forwarder::new(
+            ctx.catch_up.timeout,
+            ctx.requirepass.clone(),
+            ctx.limits,
+        ),
         output: BytesMut::new(),
         output_peak: 0,
         silence: Silence::None,
@@ -492,7 +496,7 @@ impl Session<'_> {
             self.finish_all().await?;
             self.ctx.node_status().await
         } else {
-            NodeStatus::default()
+            NodeReport::default()
         };
         let busy = self.ctx.script_busy();
         let mut dispatch = self.connection.dispatch(&args, &Fetched(status, busy));
@@ -605,11 +609,11 @@ impl Session<'_> {
                     let reply = self.connection.watch_point(&keys, &point);
                     self.push(&reply)?
                 }
-                Release::Await(slot, Some(Handle::Write(pending))) => {
+                Release::Await(slot, Some(InFlight::Write(pending))) => {
                     let outcome = pending.wait_with(&mut self.timer).await;
                     self.pipeline.settle_write(slot, outcome);
                 }
-                Release::Await(slot, Some(Handle::Read(pending))) => {
+                Release::Await(slot, Some(InFlight::Read(pending))) => {
                     let outcome = pending.wait_with(&mut self.timer).await;
                     self.pipeline.settle(slot, outcome);
                 }
@@ -640,7 +644,7 @@ impl Session<'_> {
 
     /// Resolves the refused write `slot` together with the refused writes right behind it (at
     /// most [`FORWARD_GROUP_MAX`] in all): each run of them bound for the same leader goes there
-    /// in one exchange ([`forward::Forwarder::forward_writes`]), so a pipelining client of a
+    /// in one exchange ([`leader_link::Forwarder::forward_writes`]), so a pipelining client of a
     /// follower waits one round trip to the leader per group instead of one per write. Every
     /// write taken is answered here.
     async fn resolve_writes(
@@ -704,7 +708,7 @@ impl Session<'_> {
 
     /// The reply for a request's outcome: on `NotLeader` with a known leader, the request is
     /// forwarded there (unless it came from a forwarding node, see [`redirect`]): a write under
-    /// its id, retried until answered (`forward.rs`), anything else once.
+    /// its id, retried until answered (`leader_link.rs`), anything else once.
     async fn resolve(
         &mut self,
         result: Result<Reply, ClientError>,
@@ -727,11 +731,11 @@ impl Session<'_> {
                         self.forward.forward(leader, &addr, args, may_change).await
                     }
                 },
-                None => forward::leader_address_unknown(leader),
+                None => leader_link::leader_address_unknown(leader),
             },
             Redirect::LeaderElsewhere(leader) => match ctx.client_addr(leader) {
-                Some(addr) => forward::leader_elsewhere(leader, &addr),
-                None => forward::leader_address_unknown(leader),
+                Some(addr) => leader_link::leader_elsewhere(leader, &addr),
+                None => leader_link::leader_address_unknown(leader),
             },
             Redirect::Answer => keel_redis::command::client_error_reply(&error),
         }
@@ -747,7 +751,6 @@ enum Forwarding<'a> {
     Once(&'a [Bytes], bool),
 }
 
-#[path = "script_runner.rs"]
 mod script_runner;
 
 /// The reply of an applied write, from what the state machine answered.

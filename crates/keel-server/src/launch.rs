@@ -77,7 +77,7 @@ pub struct NodeOptions {
     /// `--time-tick-ms` (`keel_redis::expiry`); None: the default.
     pub time_tick_ms: Option<u64>,
     /// `--max-clock-offset-ms` (keel-engine's `ClockWatch`); None: the default.
-    pub max_clock_offset_ms: Option<u64>,
+    pub clock_offset_ms_max: Option<u64>,
     /// `--scrub-rate-mib-s` (0: off) and `--scrub-interval-ms`; None: the defaults.
     pub scrub_rate_mib_s: Option<u64>,
     pub scrub_interval_ms: Option<u64>,
@@ -425,13 +425,13 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         config.raft.heartbeat_interval_ticks = ticks(ms, config.tick_ms)?;
     }
     let tick_ms = time_tick_ms(options)?;
-    if let Some(ms) = options.max_clock_offset_ms {
-        if ms > MAX_CLOCK_OFFSET_MS_MAX {
+    if let Some(ms) = options.clock_offset_ms_max {
+        if ms > CLOCK_OFFSET_MS_MAX_LIMIT {
             return Err(format!(
-                "--max-clock-offset-ms {ms}: must be at most {MAX_CLOCK_OFFSET_MS_MAX} (0: measure only)"
+                "--max-clock-offset-ms {ms}: must be at most {CLOCK_OFFSET_MS_MAX_LIMIT} (0: measure only)"
             ));
         }
-        config.max_clock_offset_ms = ms;
+        config.clock_offset_ms_max = ms;
     }
     config.scrub = scrub_config(options)?;
     if let Some(n) = options.snapshot_threshold_bytes {
@@ -559,7 +559,7 @@ fn scrub_config(options: &NodeOptions) -> Result<keel_runtime::scrub::ScrubConfi
 }
 
 /// Largest `--max-clock-offset-ms`: an hour (beyond it the bound bounds nothing useful).
-const MAX_CLOCK_OFFSET_MS_MAX: u64 = 3_600_000;
+const CLOCK_OFFSET_MS_MAX_LIMIT: u64 = 3_600_000;
 
 /// Longest `--time-tick-ms`: expiry may be late by about this much on an idle cluster.
 const TIME_TICK_MS_MAX: u64 = 60_000;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! socket -> Decoder -> ClientConnection::dispatch
-//!     Reply          sent as is (INFO / RAFT.STATUS get a fresh NodeStatus first)
+//!     Reply          sent as is (INFO / RAFT.STATUS get a fresh NodeReport first)
 //!     Write          propose LogCommand { client_id, seq, stamp_ms, cmd } (stamp_ms: this
 //!                    node's wall clock when the batch is proposed); the result is a WriteReply
 //!     Read           Handle::read (ReadIndex, linearizable)
@@ -31,15 +31,15 @@
 //! A write on the leader is proposed once: a timeout answers `-TRYAGAIN outcome unknown`. A write
 //! a follower forwards keeps the id the follower gave it (`RAFT.FORWARD <client-id> <seq>` just
 //! before it): after a lost link, no reply in time or a not-leader answer it is sent again under
-//! that id until answered or its deadline passes (`forward.rs`, decided by
+//! that id until answered or its deadline passes (`leader_link.rs`, decided by
 //! `keel_session::forwarding`), and the state machine's deduplication applies it once.
 
 mod buffers;
 pub mod config;
 mod connection;
 pub mod fail_stop;
-mod forward;
 pub mod launch;
+mod leader_link;
 pub mod limits;
 mod membership;
 pub mod protected;
@@ -63,7 +63,7 @@ use limits::{AcceptErrors, ServerShared};
 use keel_redis::command::{AdminCommand, DebugCommand};
 use keel_resp::{Limits, Reply};
 use keel_session::connection::{
-    ClientRegistry, ConfigValues, CpuTimes, FollowerInfo, MemberInfo, NodeInfo, NodeStatus,
+    ClientRegistry, ConfigValues, CpuTimes, FollowerInfo, MemberInfo, NodeInfo, NodeReport,
     ServerStats, SharedConfig, RATE_SAMPLE_INTERVAL,
 };
 
@@ -111,7 +111,7 @@ pub struct ServerContext {
     /// The script cache and the scripts running (`keel_redis::script`).
     pub scripts: Arc<keel_redis::script::ScriptRegistry>,
     /// Held by a script running again after a conflict, so that such runs do not conflict
-    /// with each other (`script_runner.rs`).
+    /// with each other (`connection/script_runner.rs`).
     pub script_turn: tokio::sync::Mutex<()>,
     next_connection_id: AtomicU64,
 }
@@ -154,7 +154,7 @@ impl ServerContext {
     /// so `state_digest` is the digest at the reported `applied_index`: every key-value entry at
     /// or below the runtime's applied index is already in the stats read after it).
     #[expect(clippy::too_many_lines)]
-    pub async fn node_status(&self) -> NodeStatus {
+    pub async fn node_status(&self) -> NodeReport {
         let runtime = self.handle.status().await;
         let stats = self.stats.get();
         let peer_addrs = self
@@ -162,7 +162,7 @@ impl ServerContext {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut status = NodeStatus {
+        let mut status = NodeReport {
             node_id: self.node_id,
             role: "unknown".into(),
             applied_index: stats.applied_index,
@@ -181,7 +181,7 @@ impl ServerContext {
             cpu: cpu_times(),
             scrub_passes: self.scrub.passes.load(Ordering::Relaxed),
             scrub_damage_found: self.scrub.damage_found.load(Ordering::Relaxed),
-            ..NodeStatus::default()
+            ..NodeReport::default()
         };
         let Ok(runtime) = runtime else {
             return status;
@@ -362,10 +362,10 @@ impl ServerContext {
 
 /// A `NodeInfo` answering with a status fetched beforehand (INFO is synchronous in the protocol
 /// layer, the runtime's status is not).
-struct Fetched(NodeStatus, bool);
+struct Fetched(NodeReport, bool);
 
 impl NodeInfo for Fetched {
-    fn status(&self) -> NodeStatus {
+    fn status(&self) -> NodeReport {
         self.0.clone()
     }
 

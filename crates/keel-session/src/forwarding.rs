@@ -3,11 +3,11 @@
 //!
 //! A follower that is asked for a write proposes it under its connection's request id
 //! `(client id, seq)`; refused as not the leader, it forwards the write to the leader under that
-//! same id (`RAFT.FORWARD`, see `command/forward.rs`), and the leader proposes it under that id. A
-//! lost link, a reply that does not come in time, or an answer that the request was not applied
-//! (the node it reached no longer leads, it was busy) is retried under the same id at the node
-//! that leads by then, until an answer comes or the deadline passes. A write retried after its
-//! first copy applied is not applied again: the state machine answers a request id it applied
+//! same id (`RAFT.FORWARD`, see `command/raft_forward.rs`), and the leader proposes it under that
+//! id. A lost link, a reply that does not come in time, or an answer that the request was not
+//! applied (the node it reached no longer leads, it was busy) is retried under the same id at the
+//! node that leads by then, until an answer comes or the deadline passes. A write retried after
+//! its first copy applied is not applied again: the state machine answers a request id it applied
 //! with the reply it remembered (`state_machine/dedup.rs`).
 //!
 //! The limit of that guarantee is the deduplication window: a session is evicted once
@@ -15,7 +15,7 @@
 //! session applies again. Within the 15 s a forwarded write is retried, that takes more than
 //! 4,096 distinct clients writing through the cluster meanwhile.
 //!
-//! [`ForwardedWrite`] is driven by the tokio shell in keel-server's `forward.rs` and, the same
+//! [`ForwardedWrite`] is driven by the tokio shell in keel-server's `leader_link.rs` and, the same
 //! code, by the deterministic simulator: time comes in as milliseconds on any clock that only
 //! moves forward, and every call answers with the [`Next`] thing to do.
 
@@ -61,7 +61,8 @@ pub enum Forwarded<'a> {
 /// One request that carries a forwarded write to the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WirePart<'a> {
-    /// `RAFT.FORWARD <client-id> <seq>` (see `command/forward.rs`): the id of the request after it.
+    /// `RAFT.FORWARD <client-id> <seq>` (see `command/raft_forward.rs`): the id of the request
+    /// after it.
     Announce(RequestId),
     /// A request as the client sent it (or `MULTI` / `EXEC` around a transaction's).
     Request(&'a [Bytes]),
@@ -113,9 +114,9 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            // The forwarding reply timeout (keel-server's `forward.rs`): longer than the runtime's
-            // request timeout (10 s), after which a leader answers `-TRYAGAIN outcome unknown`
-            // by itself.
+            // The forwarding reply timeout (keel-server's `leader_link.rs`): longer than the
+            // runtime's request timeout (10 s), after which a leader answers
+            // `-TRYAGAIN outcome unknown` by itself.
             deadline_ms: 15_000,
             // A healthy leader answers in milliseconds; a leader stopped or cut off does not
             // answer at all, and two election timeouts (100 to 200 ms each by default) elect
@@ -141,12 +142,12 @@ pub enum Next {
     /// The reply just reported is the answer: relay it to the client.
     Relay,
     /// No more attempts: answer the client with this outcome.
-    GiveUp(Outcome),
+    GiveUp(Abandoned),
 }
 
 /// What a write that was given up on may have done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Abandoned {
     /// Some attempt may have been applied: `-TRYAGAIN outcome unknown`.
     Unknown,
     /// No attempt was applied (nothing was sent, or every node that got it refused it): the
@@ -249,7 +250,7 @@ impl ForwardedWrite {
     pub fn on_lost_link(&mut self, now_ms: u64) -> Next {
         self.may_have_applied = true;
         if self.id_refused {
-            return Next::GiveUp(Outcome::Unknown);
+            return Next::GiveUp(Abandoned::Unknown);
         }
         self.after_failure(now_ms)
     }
@@ -306,9 +307,9 @@ impl ForwardedWrite {
 
     fn give_up(&self) -> Next {
         Next::GiveUp(if self.may_have_applied {
-            Outcome::Unknown
+            Abandoned::Unknown
         } else {
-            Outcome::NotApplied
+            Abandoned::NotApplied
         })
     }
 
@@ -442,7 +443,7 @@ mod tests {
             now += 10;
             next = write.on_reply(now, &Reply::error("TRYAGAIN leader is node 2 at h:1"));
         }
-        assert_eq!(next, Next::GiveUp(Outcome::Unknown));
+        assert_eq!(next, Next::GiveUp(Abandoned::Unknown));
         assert!(now <= policy().deadline_ms);
     }
 
@@ -454,7 +455,7 @@ mod tests {
             write.on_wake(until_ms);
             next = write.on_not_sent(until_ms + 1);
         }
-        assert_eq!(next, Next::GiveUp(Outcome::Unknown));
+        assert_eq!(next, Next::GiveUp(Abandoned::Unknown));
     }
 
     #[test]
@@ -470,7 +471,7 @@ mod tests {
             now += 1_500;
             next = write.on_not_sent(now);
         }
-        assert_eq!(next, Next::GiveUp(Outcome::NotApplied));
+        assert_eq!(next, Next::GiveUp(Abandoned::NotApplied));
         assert!(write.attempts() < policy().attempts_max);
         // Refused by every node it reached: not applied either.
         let (mut write, _) = start();
@@ -479,7 +480,7 @@ mod tests {
             write.on_wake(until_ms);
             next = write.on_reply(until_ms + 1, &Reply::error("TRYAGAIN no leader"));
         }
-        assert_eq!(next, Next::GiveUp(Outcome::NotApplied));
+        assert_eq!(next, Next::GiveUp(Abandoned::NotApplied));
     }
 
     #[test]
@@ -489,7 +490,7 @@ mod tests {
             ..policy()
         };
         let (_, first) = ForwardedWrite::start(ID, 5_000, no_time);
-        assert_eq!(first, Next::GiveUp(Outcome::NotApplied));
+        assert_eq!(first, Next::GiveUp(Abandoned::NotApplied));
         let short = RetryPolicy {
             deadline_ms: 100,
             ..policy()
@@ -503,13 +504,13 @@ mod tests {
             }
         );
         // A pause that would end past the deadline is not taken.
-        assert_eq!(write.on_lost_link(990), Next::GiveUp(Outcome::Unknown));
+        assert_eq!(write.on_lost_link(990), Next::GiveUp(Abandoned::Unknown));
         // Nor is an attempt started at the deadline.
         let (mut write, _) = ForwardedWrite::start(ID, 900, short);
         let wake = wake_time(write.on_not_sent(920));
         assert_eq!(
             write.on_wake(wake.max(1_000)),
-            Next::GiveUp(Outcome::NotApplied)
+            Next::GiveUp(Abandoned::NotApplied)
         );
     }
 
@@ -573,7 +574,7 @@ mod tests {
                     next = write.on_wake(now);
                 }
                 Next::GiveUp(outcome) => {
-                    assert_eq!(outcome, Outcome::NotApplied);
+                    assert_eq!(outcome, Abandoned::NotApplied);
                     break;
                 }
                 Next::Relay => panic!("nothing to relay"),
@@ -588,7 +589,7 @@ mod tests {
     fn a_node_that_ignores_the_id_is_never_sent_the_write_again() {
         let (mut write, _) = start();
         write.on_id_refused();
-        assert_eq!(write.on_lost_link(10), Next::GiveUp(Outcome::Unknown));
+        assert_eq!(write.on_lost_link(10), Next::GiveUp(Abandoned::Unknown));
         let (mut write, _) = start();
         write.on_id_refused();
         let tryagain = Reply::error("TRYAGAIN no leader");

@@ -13,4 +13,4 @@
 pub mod connection;
 pub mod forwarding;
 
-pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeStatus, Transaction};
+pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeReport, Transaction};

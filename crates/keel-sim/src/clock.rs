@@ -52,7 +52,7 @@ impl WallClock {
 
 /// How far apart a seed's clocks may be: each seed draws one of these as its offsets' bound, so
 /// that some seeds keep every clock within the nodes' 500 ms bound on offsets
-/// (`ClockPolicy::MAX_OFFSET_MS_DEFAULT`), some have a few pairs beyond it, and some most.
+/// (`ClockPolicy::OFFSET_MS_MAX_DEFAULT`), some have a few pairs beyond it, and some most.
 pub const OFFSET_SPREADS_MS: [i64; 3] = [100, 400, OFFSET_MS_MAX];
 
 /// The clocks of node slots 1..=`nodes` of `seed`: slot i's clock is the i-th draw after the

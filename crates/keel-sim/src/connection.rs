@@ -32,7 +32,7 @@ use keel_resp::Reply;
 use keel_session::connection::pipeline::{
     is_forwarding, redirect, Admission, Behind, Intake, Pipeline, Redirect, Relay, Release, Request,
 };
-use keel_session::connection::{NodeInfo, NodeStatus};
+use keel_session::connection::{NodeInfo, NodeReport};
 use keel_session::forwarding::{leader_address_unknown, FORWARD_GROUP_MAX};
 use keel_session::ClientConnection;
 
@@ -177,8 +177,8 @@ impl Connections {
 struct NoStatus;
 
 impl NodeInfo for NoStatus {
-    fn status(&self) -> NodeStatus {
-        NodeStatus::default()
+    fn status(&self) -> NodeReport {
+        NodeReport::default()
     }
 }
 
@@ -311,7 +311,7 @@ impl World {
     /// Starts a read admitted in slot `slot`: a ReadIndex round, then its turn in the apply
     /// pipeline ([`World::read_served`]).
     fn start_read(&mut self, connection: u64, slot: u64, command: ReadCommand) {
-        let floor = self.checker.max_committed();
+        let floor = self.checker.committed_max();
         let Some(c) = self.clients.connections.get_mut(connection) else {
             return;
         };

@@ -37,8 +37,8 @@ impl World {
             .map(|r| r.log().last_index())
             .max()
             .unwrap_or(0)
-            .max(self.checker.max_committed());
-        let messages = longest_log / p.max_entries_per_message as u64 + 1;
+            .max(self.checker.committed_max());
+        let messages = longest_log / p.entries_per_message_max as u64 + 1;
         HEAL_BOUND_ELECTION_TIMEOUTS * et
             + p.clock_policy().hold_ms
             + snapshot_timeout * TICK_INTERVAL

@@ -24,7 +24,9 @@ use keel_redis::command::{forward_request, FORWARD_CLIENT_NAME};
 use keel_redis::RequestId;
 use keel_resp::Reply;
 use keel_session::connection::pipeline::{Relay, WriteRequest};
-use keel_session::forwarding::{wire_parts, ForwardedWrite, Next, Outcome, RetryPolicy, WirePart};
+use keel_session::forwarding::{
+    wire_parts, Abandoned, ForwardedWrite, Next, RetryPolicy, WirePart,
+};
 use rand::Rng;
 
 use crate::connection::{ForwardLeg, Frame, Owner};
@@ -209,8 +211,8 @@ impl World {
                 let f = self.forwards.remove(&forward).expect("checked");
                 self.trace_line(|| format!("f{forward} given up: {outcome:?}"));
                 let reply = match outcome {
-                    Outcome::Unknown => client_error_reply(&ClientError::Unknown),
-                    Outcome::NotApplied => f.answer,
+                    Abandoned::Unknown => client_error_reply(&ClientError::Unknown),
+                    Abandoned::NotApplied => f.answer,
                 };
                 self.connection_answered(f.connection, f.slot, reply);
             }

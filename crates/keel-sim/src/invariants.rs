@@ -129,7 +129,7 @@ impl Checker {
         self.committed.get(index as usize).map(|c| c.term)
     }
 
-    pub fn max_committed(&self) -> Index {
+    pub fn committed_max(&self) -> Index {
         self.committed.len().saturating_sub(1) as Index
     }
 

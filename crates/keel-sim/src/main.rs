@@ -203,7 +203,7 @@ fn main() -> ExitCode {
         if let Some(r) = reports.first() {
             println!(
                 "seed {} steps {} ops_completed {} ops_unknown {} max_commit {} digest {:016x}",
-                r.seed, r.steps, r.ops_completed, r.ops_unknown, r.max_commit, r.trace_digest
+                r.seed, r.steps, r.ops_completed, r.ops_unknown, r.commit_max, r.trace_digest
             );
         }
     }

@@ -37,8 +37,8 @@ pub struct Params {
     pub pre_vote: bool,
     pub check_quorum: bool,
     pub heartbeat_interval_ticks: u32,
-    pub max_entries_per_message: usize,
-    pub max_inflight_messages: usize,
+    pub entries_per_message_max: usize,
+    pub inflight_messages_max: usize,
     /// The core's `hold_partial_appends`: batching while an Append is in flight, or not.
     pub hold_partial_appends: bool,
     /// Network: one-way delay in `[min, max]` units (different delays reorder messages).
@@ -107,6 +107,15 @@ pub struct Params {
 }
 
 impl Params {
+    /// The trace's `params` line: the derived `Debug`, except that the two fields renamed after
+    /// traces were first recorded keep their old names there (`max_entries_per_message`,
+    /// `max_inflight_messages`), so that a seed's trace stays byte-identical.
+    pub fn trace_text(&self) -> String {
+        format!("{self:?}")
+            .replacen("entries_per_message_max: ", "max_entries_per_message: ", 1)
+            .replacen("inflight_messages_max: ", "max_inflight_messages: ", 1)
+    }
+
     /// Draws the parameters of `seed` from `rng` (the run's generator, seeded by it).
     pub fn draw(seed: u64, rng: &mut ChaCha8Rng) -> Params {
         let mut p = Params::draw_classic(rng);
@@ -130,7 +139,7 @@ impl Params {
     /// (twice the base) ones.
     pub fn clock_policy(&self) -> keel_engine::ClockPolicy {
         keel_engine::ClockPolicy {
-            max_offset_ms: keel_engine::ClockPolicy::MAX_OFFSET_MS_DEFAULT,
+            offset_ms_max: keel_engine::ClockPolicy::OFFSET_MS_MAX_DEFAULT,
             hold_ms: 20 * u64::from(self.election_timeout_ticks) * TICK_INTERVAL,
         }
     }
@@ -152,8 +161,8 @@ impl Params {
             pre_vote: rng.random_bool(0.6),
             check_quorum: rng.random_bool(0.6),
             heartbeat_interval_ticks: rng.random_range(1..=(election_timeout_ticks / 3).max(1)),
-            max_entries_per_message: [1, 1, 4, 64][rng.random_range(0..4)],
-            max_inflight_messages: [1, 1, 4, 32][rng.random_range(0..4)],
+            entries_per_message_max: [1, 1, 4, 64][rng.random_range(0..4)],
+            inflight_messages_max: [1, 1, 4, 32][rng.random_range(0..4)],
             net_delay_min,
             net_delay_max: net_delay_min + rng.random_range(0..=30),
             loss_probability: [0.0, 0.01, 0.05, 0.15][rng.random_range(0..4)],

@@ -178,7 +178,7 @@ pub struct RunReport {
     pub violation: Option<Violation>,
     pub ops_completed: usize,
     pub ops_unknown: usize,
-    pub max_commit: Index,
+    pub commit_max: Index,
     /// Client operations in the history and the time the linearizability check took
     /// (wall clock: reported, never part of the trace).
     pub history_ops: usize,
@@ -346,7 +346,7 @@ impl World {
             trace_digest: 0xcbf2_9ce4_8422_2325,
         };
         let params = world.params.clone();
-        world.trace_line(|| format!("params {params:?}"));
+        world.trace_line(|| format!("params {}", params.trace_text()));
         for id in 1..=world.params.node_count as NodeId {
             world.start_node(id);
             let offset = world.rng.random_range(0..TICK_INTERVAL);
@@ -432,10 +432,10 @@ impl World {
         c.heartbeat_interval_ticks = self.params.heartbeat_interval_ticks;
         c.pre_vote = self.params.pre_vote;
         c.check_quorum = self.params.check_quorum;
-        c.max_entries_per_message = self.params.max_entries_per_message;
-        c.max_inflight_messages = self.params.max_inflight_messages;
+        c.entries_per_message_max = self.params.entries_per_message_max;
+        c.inflight_messages_max = self.params.inflight_messages_max;
         c.hold_partial_appends = self.params.hold_partial_appends;
-        c.max_apply_entries = 64;
+        c.apply_entries_max = 64;
         c.snapshot_trailing_entries = self.params.snapshot_trailing;
         c.mutation = self.mutation.core();
         c

@@ -127,7 +127,7 @@ fn sweep_of_seeds_has_no_violation_and_makes_progress() {
             report.ops_completed > 0,
             "seed {seed} completed no client operation"
         );
-        committed += report.max_commit;
+        committed += report.commit_max;
         expired += report.keys_expired_by_ticks;
         holds += report.clock_holds;
         swapped += report.watched_swapped;

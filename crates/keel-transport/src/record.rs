@@ -41,7 +41,7 @@ pub struct RecordReader<R> {
     inner: R,
     key: Option<RecordKey>,
     /// Bound on one record's payload, checked before anything is allocated for it.
-    max_record_bytes: u32,
+    record_bytes_max: u32,
     state: ReadState,
     header: [u8; RECORD_HEADER_BYTES],
     payload: Vec<u8>,
@@ -52,7 +52,7 @@ impl<R> RecordReader<R> {
         RecordReader {
             inner,
             key: None,
-            max_record_bytes: 0,
+            record_bytes_max: 0,
             state: ReadState::Serving { pos: 0 },
             header: [0; RECORD_HEADER_BYTES],
             payload: Vec::new(),
@@ -60,10 +60,10 @@ impl<R> RecordReader<R> {
     }
 
     /// From now on every byte must arrive in a record sealed with `key`, whose payload is at
-    /// most `max_record_bytes`.
-    pub fn seal(&mut self, key: RecordKey, max_record_bytes: u32) {
+    /// most `record_bytes_max`.
+    pub fn seal(&mut self, key: RecordKey, record_bytes_max: u32) {
         self.key = Some(key);
-        self.max_record_bytes = max_record_bytes;
+        self.record_bytes_max = record_bytes_max;
     }
 
     /// The stream underneath (to drain a closing connection without checking tags).
@@ -106,7 +106,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for RecordReader<R> {
                     *filled += n;
                     if *filled == RECORD_HEADER_BYTES {
                         let (len, tag) =
-                            auth::parse_record_header(&this.header, this.max_record_bytes)
+                            auth::parse_record_header(&this.header, this.record_bytes_max)
                                 .map_err(auth_io_error)?;
                         this.payload.clear();
                         this.payload.resize(len as usize, 0);

@@ -118,10 +118,10 @@ impl From<TransferError> for TransportError {
             TransferError::CorruptWhole => TransportError::Io(std::io::Error::other(e.to_string())),
             TransferError::OversizeChunk {
                 len_bytes,
-                max_bytes,
+                bytes_max,
             } => wire::WireError::Oversize {
                 len_bytes: len_bytes.into(),
-                max_bytes: max_bytes.into(),
+                bytes_max: bytes_max.into(),
             }
             .into(),
         }
@@ -512,3 +512,6 @@ fn lock_receiver(
 pub fn discard_stale_partial(dir: &std::path::Path, index: u64) -> std::io::Result<()> {
     transfer::discard_stale_partial(&StdFs, dir, index)
 }
+
+#[cfg(test)]
+mod tests;

@@ -99,7 +99,7 @@ pub(crate) struct ScannedSegment {
     /// The log's last index before this segment (from its checkpoint).
     pub first_index: Index,
     /// Highest last-index the log had while this segment was written (bounds purging).
-    pub max_index: Index,
+    pub index_max: Index,
     pub tail: Tail,
     /// The log's last index after this segment's valid frames (names the index at risk).
     pub last_index_at_end: Index,
@@ -263,7 +263,7 @@ fn scan_segment<F: Fs>(fs: &F, dir: &Path, seq: u64, scan: &mut Scan) -> Result<
         end: SEGMENT_HEADER_SIZE_BYTES,
         has_frames: false,
         first_index: 0,
-        max_index: 0,
+        index_max: 0,
         tail: Tail::Clean,
         last_index_at_end: scan.replay.last_index(),
     };
@@ -409,7 +409,7 @@ fn apply_frame(
         scan.replay
             .apply(item, first_in_segment)
             .map_err(|r| corrupt_at(seg, pos, r))?;
-        seg.max_index = seg.max_index.max(scan.replay.last_index());
+        seg.index_max = seg.index_max.max(scan.replay.last_index());
     }
     if scan.replay.hard_state.commit > scan.replay.last_index() {
         return Err(corrupt_at(seg, pos, "commit index beyond the log"));

@@ -222,8 +222,8 @@ struct Tunables {
     time_tick_ms: Option<u64>,
     /// A node whose clock is further than this from its leader's (measured on heartbeats) does
     /// not campaign; 0 only measures [default: 500].
-    #[arg(long)]
-    max_clock_offset_ms: Option<u64>,
+    #[arg(long = "max-clock-offset-ms", value_name = "MAX_CLOCK_OFFSET_MS")]
+    clock_offset_ms_max: Option<u64>,
     /// The background scrub re-reads the data directory's sealed log segments and snapshots at
     /// most this fast, in MiB/s, and restarts the node to repair what it finds; 0: no scrub
     /// [default: 8].
@@ -495,7 +495,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         election_timeout_ms: args.tunables.election_timeout_ms,
         heartbeat_ms: args.tunables.heartbeat_ms,
         time_tick_ms: args.tunables.time_tick_ms,
-        max_clock_offset_ms: args.tunables.max_clock_offset_ms,
+        clock_offset_ms_max: args.tunables.clock_offset_ms_max,
         scrub_rate_mib_s: args.tunables.scrub_rate_mib_s,
         scrub_interval_ms: args.tunables.scrub_interval_ms,
         snapshot_threshold: args.tunables.snapshot_threshold,
@@ -637,7 +637,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 election_timeout_ms: args.tunables.election_timeout_ms,
                 heartbeat_ms: args.tunables.heartbeat_ms,
                 time_tick_ms: args.tunables.time_tick_ms,
-                max_clock_offset_ms: args.tunables.max_clock_offset_ms,
+                clock_offset_ms_max: args.tunables.clock_offset_ms_max,
                 scrub_rate_mib_s: args.tunables.scrub_rate_mib_s,
                 scrub_interval_ms: args.tunables.scrub_interval_ms,
                 snapshot_threshold: args.tunables.snapshot_threshold,

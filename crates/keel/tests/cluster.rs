@@ -663,15 +663,15 @@ fn snapshot_heavy_run_with_a_stopped_follower_that_catches_up_by_snapshot() {
         .collect();
 
     let done = Arc::new(AtomicU64::new(0));
-    let max_reply_ms = Arc::new(AtomicU64::new(0));
+    let reply_ms_max = Arc::new(AtomicU64::new(0));
     let acknowledged = Arc::new(Mutex::new(BTreeMap::new()));
     let failed = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let port = targets[w % targets.len()];
-            let (done, max_reply_ms, acknowledged, failed) = (
+            let (done, reply_ms_max, acknowledged, failed) = (
                 done.clone(),
-                max_reply_ms.clone(),
+                reply_ms_max.clone(),
                 acknowledged.clone(),
                 failed.clone(),
             );
@@ -694,7 +694,7 @@ fn snapshot_heavy_run_with_a_stopped_follower_that_catches_up_by_snapshot() {
                         let result: redis::RedisResult<String> =
                             redis::cmd("SET").arg(&k).arg(&v).query(&mut con);
                         let took = start.elapsed();
-                        max_reply_ms.fetch_max(took.as_millis() as u64, Ordering::Relaxed);
+                        reply_ms_max.fetch_max(took.as_millis() as u64, Ordering::Relaxed);
                         match result {
                             Ok(ok) => {
                                 assert_eq!(ok, "OK");
@@ -747,13 +747,13 @@ fn snapshot_heavy_run_with_a_stopped_follower_that_catches_up_by_snapshot() {
         w.join().expect("writer");
     }
     assert!(!failed.load(Ordering::Relaxed));
-    let max_ms = max_reply_ms.load(Ordering::Relaxed);
+    let ms_max = reply_ms_max.load(Ordering::Relaxed);
     eprintln!(
-        "snapshot-heavy run: {total} SETs, slowest reply {max_ms} ms; node {stopped} stopped \
+        "snapshot-heavy run: {total} SETs, slowest reply {ms_max} ms; node {stopped} stopped \
          holding at most index {bound}, resumed when the leader's snapshot was at \
          {leader_snapshot}"
     );
-    assert!(max_ms <= REPLY_BOUND.as_millis() as u64);
+    assert!(ms_max <= REPLY_BOUND.as_millis() as u64);
 
     let applied = cluster.node(leader).info_u64("applied_index").unwrap();
     let (at, _) = cluster.converged(&[1, 2, 3], applied);

@@ -96,7 +96,7 @@ impl Target {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+enum SuiteResult {
     Passed,
     Failed,
     Skipped,
@@ -108,7 +108,7 @@ enum Outcome {
 #[derive(Debug, Default)]
 struct UnitRun {
     /// Per test name (a name the unit uses twice passes only if both passed).
-    outcomes: BTreeMap<String, Outcome>,
+    outcomes: BTreeMap<String, SuiteResult>,
     /// `[ignore]` lines: tests, or groups of tests, that the tag filters and external mode leave
     /// out (a skip-list entry is an outcome: `[skip]` names its test).
     ignored: usize,
@@ -131,27 +131,27 @@ impl UnitRun {
             .any(|why| why.contains("TRYAGAIN no leader"))
     }
 
-    fn count(&self, outcome: Outcome) -> usize {
+    fn count(&self, outcome: SuiteResult) -> usize {
         self.outcomes.values().filter(|o| **o == outcome).count()
     }
 
     fn passed(&self) -> usize {
-        self.count(Outcome::Passed)
+        self.count(SuiteResult::Passed)
     }
 
     fn failed(&self) -> usize {
-        self.count(Outcome::Failed) + self.count(Outcome::NotRun)
+        self.count(SuiteResult::Failed) + self.count(SuiteResult::NotRun)
     }
 
     fn skipped(&self) -> usize {
-        self.count(Outcome::Skipped) + self.ignored
+        self.count(SuiteResult::Skipped) + self.ignored
     }
 
-    fn record(&mut self, name: &str, outcome: Outcome) {
+    fn record(&mut self, name: &str, outcome: SuiteResult) {
         let merged = match (self.outcomes.get(name), outcome) {
             (None, new) => new,
-            (Some(Outcome::Failed), _) | (_, Outcome::Failed) => Outcome::Failed,
-            (Some(Outcome::Passed), _) | (_, Outcome::Passed) => Outcome::Passed,
+            (Some(SuiteResult::Failed), _) | (_, SuiteResult::Failed) => SuiteResult::Failed,
+            (Some(SuiteResult::Passed), _) | (_, SuiteResult::Passed) => SuiteResult::Passed,
             (Some(old), _) => *old,
         };
         self.outcomes.insert(name.to_string(), merged);
@@ -161,8 +161,10 @@ impl UnitRun {
     /// stops early cannot look better than one that fails.
     fn add_not_run(&mut self, baseline: &UnitRun) {
         for (name, outcome) in &baseline.outcomes {
-            if *outcome != Outcome::Skipped {
-                self.outcomes.entry(name.clone()).or_insert(Outcome::NotRun);
+            if *outcome != SuiteResult::Skipped {
+                self.outcomes
+                    .entry(name.clone())
+                    .or_insert(SuiteResult::NotRun);
             }
         }
     }
@@ -215,11 +217,11 @@ fn parse_suite_output(unit: &str, output: &str) -> UnitRun {
                 .rsplit_once(" (")
                 .filter(|(_, t)| t.ends_with(" ms)"))
                 .map_or(rest.as_str(), |(name, _)| name);
-            run.record(name, Outcome::Passed);
+            run.record(name, SuiteResult::Passed);
         } else if let Some(rest) = tagged("err") {
             match rest.strip_suffix(&test_file_suffix) {
                 Some(name) => {
-                    run.record(name, Outcome::Failed);
+                    run.record(name, SuiteResult::Failed);
                     failure = Some((name.to_string(), String::new()));
                 }
                 None => run
@@ -227,7 +229,7 @@ fn parse_suite_output(unit: &str, output: &str) -> UnitRun {
                     .push(format!("a group of tests stopped: {rest}")),
             }
         } else if let Some(name) = tagged("skip") {
-            run.record(&name, Outcome::Skipped);
+            run.record(&name, SuiteResult::Skipped);
         } else if tagged("ignore").is_some() {
             run.ignored += 1;
         } else if let Some(rest) = tagged("exception") {
@@ -391,7 +393,7 @@ fn bless(listed: &BTreeSet<Listed>, runs: &BTreeMap<(Target, &str), UnitRun>, un
             continue;
         }
         for (name, outcome) in &run.outcomes {
-            if *outcome == Outcome::Passed {
+            if *outcome == SuiteResult::Passed {
                 passing.insert((unit.to_string(), target.role().to_string(), name.clone()));
             }
         }
@@ -491,12 +493,12 @@ fn not_passed(runs: &BTreeMap<(Target, &str), UnitRun>, units: &[&str]) -> Strin
     let mut out = String::from("passed against redis-server, not against keel:\n");
     for unit in units {
         for (name, outcome) in &runs[&(Target::Redis, *unit)].outcomes {
-            if *outcome != Outcome::Passed {
+            if *outcome != SuiteResult::Passed {
                 continue;
             }
             let missed: Vec<&str> = [Target::Leader, Target::Follower]
                 .into_iter()
-                .filter(|t| runs[&(*t, *unit)].outcomes.get(name) != Some(&Outcome::Passed))
+                .filter(|t| runs[&(*t, *unit)].outcomes.get(name) != Some(&SuiteResult::Passed))
                 .map(|t| t.role())
                 .collect();
             if !missed.is_empty() {
@@ -593,7 +595,9 @@ fn redis_test_suite_against_keel() {
     for unit in &units {
         let baseline = &runs[&(Target::Redis, *unit)];
         assert!(
-            baseline.finished && baseline.stopped.is_empty() && baseline.count(Outcome::Passed) > 0,
+            baseline.finished
+                && baseline.stopped.is_empty()
+                && baseline.count(SuiteResult::Passed) > 0,
             "unit/{unit} did not run cleanly against redis-server: {:?}",
             baseline.stopped
         );
@@ -604,7 +608,7 @@ fn redis_test_suite_against_keel() {
         let skipped_in_baseline: BTreeSet<&String> = units
             .iter()
             .flat_map(|u| runs[&(Target::Redis, *u)].outcomes.iter())
-            .filter(|(_, o)| **o == Outcome::Skipped)
+            .filter(|(_, o)| **o == SuiteResult::Skipped)
             .map(|(name, _)| name)
             .collect();
         let stale: Vec<&String> = skipped_tests
@@ -630,10 +634,10 @@ fn redis_test_suite_against_keel() {
             for (name, outcome) in &run.outcomes {
                 let key = (unit.to_string(), target.role().to_string(), name.clone());
                 let is_listed = listed.contains(&key);
-                if *outcome == Outcome::Passed && !is_listed {
+                if *outcome == SuiteResult::Passed && !is_listed {
                     newly_passing += 1;
                 }
-                if is_listed && *outcome != Outcome::Passed {
+                if is_listed && *outcome != SuiteResult::Passed {
                     let why = run.failures.get(name).map_or("", String::as_str);
                     regressions.push(format!(
                         "unit/{unit} on the {}: {name:?} {outcome:?}\n{why}",

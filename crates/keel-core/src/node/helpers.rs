@@ -48,11 +48,11 @@ impl RaftNode {
     }
 
     /// How far entries may be handed to the application now: committed, locally durable, and
-    /// within `max_unapplied_entries` of what it reported applied.
+    /// within `unapplied_entries_max` of what it reported applied.
     pub(super) fn apply_limit(&self) -> Index {
         self.committed_and_durable().min(
             self.applied
-                .saturating_add(self.config.max_unapplied_entries),
+                .saturating_add(self.config.unapplied_entries_max),
         )
     }
 
@@ -176,7 +176,7 @@ impl RaftNode {
             return Err(ProposeError::TransferInProgress);
         }
         let uncommitted = self.log.last_index() - self.commit;
-        if uncommitted >= self.config.max_uncommitted_entries as u64 {
+        if uncommitted >= self.config.uncommitted_entries_max as u64 {
             return Err(ProposeError::Backpressure);
         }
         Ok(())

@@ -74,9 +74,9 @@ impl RaftNode {
         let committed_in_term = self.committed_in_current_term()
             || self.mutated(crate::Mutation::ReadWithoutTermCommit);
         let commit = self.commit;
-        let max_pending = self.config.max_pending_reads;
+        let pending_max = self.config.pending_reads_max;
         let state = self.leader_state.as_mut().expect("leader has leader state");
-        if state.reads.pending.len() >= max_pending {
+        if state.reads.pending.len() >= pending_max {
             return Err(ReadError::Backpressure);
         }
         state.reads.pending.push_back(PendingRead {

@@ -105,7 +105,7 @@ impl RaftNode {
             let batch = self.log.slice(
                 self.apply_requested + 1,
                 apply_to,
-                self.config.max_apply_entries,
+                self.config.apply_entries_max,
                 usize::MAX,
             );
             if let Some(last) = batch.last() {

@@ -287,8 +287,8 @@ impl RaftNode {
         let entries = self.log.slice(
             last.index + 1,
             through,
-            self.config.max_entries_per_message,
-            self.config.max_bytes_per_message,
+            self.config.entries_per_message_max,
+            self.config.bytes_per_message_max,
         );
         (!entries.is_empty()).then_some(entries)
     }

@@ -3,9 +3,9 @@
 //!
 //! Followers are in Probe (one Append at a time, finding the match point with the conflict hint:
 //! the follower names the term at the rejected index and that term's first index, or its last
-//! index) or Replicate (pipelined up to `max_inflight_messages`: 64 in the core's default, 2 in
-//! the runtime's; each message bounded by `max_entries_per_message` and
-//! `max_bytes_per_message`). New proposals are batched: appending only marks replication
+//! index) or Replicate (pipelined up to `inflight_messages_max`: 64 in the core's default, 2 in
+//! the runtime's; each message bounded by `entries_per_message_max` and
+//! `bytes_per_message_max`). New proposals are batched: appending only marks replication
 //! pending; `ready()` sends one batch per follower. With `hold_partial_appends` (the default),
 //! only Appends the limits cut short are pipelined (a follower catching up); the log's tail waits
 //! until the Appends in flight are answered and then leaves as one message, so each round costs a
@@ -400,7 +400,7 @@ impl RaftNode {
     pub(super) fn send_append(&mut self, to: NodeId) {
         let last_index = self.log.last_index();
         loop {
-            let max_inflight = self.config.max_inflight_messages;
+            let inflight_max = self.config.inflight_messages_max;
             // A commit may have just removed this leader from the configuration.
             let Some(state) = self.leader_state.as_mut() else {
                 return;
@@ -408,7 +408,7 @@ impl RaftNode {
             let Some(pr) = state.progress(to) else {
                 return;
             };
-            if !pr.can_send(max_inflight) {
+            if !pr.can_send(inflight_max) {
                 return;
             }
             let probing = pr.state == ReplicationState::Probe;
@@ -428,8 +428,8 @@ impl RaftNode {
                 && !pr.inflight.is_empty()
                 && !self.log.exceeds_one_message(
                     next,
-                    self.config.max_entries_per_message,
-                    self.config.max_bytes_per_message,
+                    self.config.entries_per_message_max,
+                    self.config.bytes_per_message_max,
                 );
             if holding {
                 // The tail waits for the Appends in flight to be answered (see the config).
@@ -438,8 +438,8 @@ impl RaftNode {
             let entries = self.log.slice(
                 next,
                 last_index,
-                self.config.max_entries_per_message,
-                self.config.max_bytes_per_message,
+                self.config.entries_per_message_max,
+                self.config.bytes_per_message_max,
             );
             let sent_to = prev_index + entries.len() as Index;
             let has_entries = !entries.is_empty();

@@ -56,7 +56,7 @@ impl Shell for Recorder {
 }
 
 const CLOCK: ClockPolicy = ClockPolicy {
-    max_offset_ms: 500,
+    offset_ms_max: 500,
     hold_ms: 10_000,
 };
 
@@ -152,7 +152,7 @@ fn a_read_waits_for_its_round_and_goes_behind_the_entries_it_needs() {
     let mut shell = Recorder::default();
     let mut config = Config::new(1);
     // Entries are handed out one at a time, as a lagging apply pipeline gets them.
-    config.max_unapplied_entries = 1;
+    config.unapplied_entries_max = 1;
     let state = MemStorage::new_cluster([1]).recover().unwrap();
     let mut raft = RaftNode::new(config, state).unwrap();
     let mut engine = NodeEngine::new(1, limits(), CLOCK, 0, 0);

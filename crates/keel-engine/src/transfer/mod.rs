@@ -156,6 +156,6 @@ pub enum TransferError {
     #[error("the receiver found the whole snapshot corrupt")]
     CorruptWhole,
     /// A chunk longer than this receiver takes, refused before anything is allocated for it.
-    #[error("a chunk of {len_bytes} bytes (at most {max_bytes})")]
-    OversizeChunk { len_bytes: u32, max_bytes: u32 },
+    #[error("a chunk of {len_bytes} bytes (at most {bytes_max})")]
+    OversizeChunk { len_bytes: u32, bytes_max: u32 },
 }

@@ -328,7 +328,7 @@ impl ReceiveSession {
         if header.len_bytes > limits.chunk_bytes_max {
             return Err(TransferError::OversizeChunk {
                 len_bytes: header.len_bytes,
-                max_bytes: limits.chunk_bytes_max,
+                bytes_max: limits.chunk_bytes_max,
             });
         }
         Ok(())

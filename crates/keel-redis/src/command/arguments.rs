@@ -46,7 +46,8 @@ pub enum LcsForm {
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScanArgs {
-    /// Where the previous call stopped (0: from the start); see `state_machine/keys.rs`.
+    /// Where the previous call stopped (0: from the start); see
+    /// `state_machine/keyspace_commands.rs`.
     pub cursor: u64,
     /// None: every key (also for MATCH `*`).
     pub pattern: Option<Bytes>,
@@ -63,7 +64,7 @@ pub enum TypeFilter {
     /// No TYPE: every key.
     Any,
     /// The keys holding this kind of value.
-    Only(crate::state_machine::Kind),
+    Only(crate::kind::Kind),
     /// TYPE names a type keel does not hold (`zset`, `stream`, or any other word): no key.
     Nothing,
 }

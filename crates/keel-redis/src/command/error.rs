@@ -127,7 +127,7 @@ pub enum CommandError {
     InvalidPeerAddr(String),
     #[error("ERR invalid client address '{0}': expected host:port")]
     InvalidClientAddr(String),
-    /// A malformed or misplaced `RAFT.FORWARD` (see `forward.rs`).
+    /// A malformed or misplaced `RAFT.FORWARD` (see `raft_forward.rs`).
     #[error("ERR RAFT.FORWARD: {0}")]
     Forward(&'static str),
 }

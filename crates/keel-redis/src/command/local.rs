@@ -43,7 +43,7 @@ pub enum LocalCommand {
     Monitor,
     /// `EVAL`, `EVALSHA`, their `_RO` forms and `SCRIPT`: run by the node's script runner
     /// (`crate::script`), not answered by the connection.
-    Script(crate::script::ScriptCommand),
+    Script(super::ScriptCommand),
     /// `AUTH [username] password`.
     Auth {
         user: Option<Bytes>,

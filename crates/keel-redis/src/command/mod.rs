@@ -12,7 +12,7 @@
 //! | [`CommandClass::Transaction`] | MULTI, EXEC, DISCARD, WATCH, UNWATCH | the connection queues commands between MULTI and EXEC; EXEC proposes them as one log entry ([`QueuedCommand`]) |
 //!
 //! `RAFT.FORWARD` is not in the table: nodes send it to each other on forwarding connections
-//! (`forward.rs`), and to every other client it is an unknown command.
+//! (`raft_forward.rs`), and to every other client it is an unknown command.
 //!
 //! Beside the table: the commands a node answers itself and the admin commands, never
 //! replicated (`local.rs`); Redis-worded errors (`error.rs`); lists, hashes and sets
@@ -24,13 +24,14 @@
 mod arguments;
 mod collections;
 mod error;
-mod forward;
 mod local;
 pub mod metadata;
 mod parse;
 mod parse_keys;
 mod parse_keyspace;
 mod parse_strings;
+mod raft_forward;
+pub(crate) mod script;
 mod sort;
 mod table;
 mod zsets;
@@ -41,20 +42,25 @@ pub use collections::{
     SRANDMEMBER_REPEATS_MAX,
 };
 pub use error::{client_error_reply, CommandError};
-pub use forward::{
-    encode_forward_request, forward_request, is_forward, may_follow_forward, parse_forward,
-    FORWARD, FORWARD_CLIENT_NAME,
-};
 pub use local::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, CommandQuery, DebugCommand,
     HelloArgs, KillFilters, ListFilter, LocalCommand, ReplyMode,
 };
 pub use parse::ADDR_BYTES_MAX;
+pub use raft_forward::{
+    encode_forward_request, forward_request, is_forward, may_follow_forward, parse_forward,
+    FORWARD, FORWARD_CLIENT_NAME,
+};
+pub use script::{ScriptCommand, ScriptSource};
 pub use sort::SortArgs;
 pub use table::{CommandSpec, COMMAND_TABLE};
 pub use zsets::{parse_score, LexBound, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 
 use bytes::Bytes;
+
+/// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
+/// not a setting: the outcome of a write must be the same on every replica.
+pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Where a command runs; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -384,7 +390,7 @@ pub enum ReadCommand {
     Keys {
         pattern: Bytes,
     },
-    /// SCAN: one step of an iteration over the keys (`state_machine/keys.rs`).
+    /// SCAN: one step of an iteration over the keys (`state_machine/keyspace_commands.rs`).
     Scan(ScanArgs),
     /// `RAFT.WATCHPOINT` (what WATCH reads; a follower forwards it for its client's WATCH): the
     /// applied index and the log's time of the state read, `[index, time_ms]`.
@@ -395,7 +401,8 @@ pub enum ReadCommand {
 
 /// A key a transaction watches, and the state it was watched at: the applied index and the
 /// log's time of a linearizable read made by WATCH. EXEC aborts if the key changed after that
-/// index or expired after that time (decided by the state machine: `state_machine/keyspace.rs`).
+/// index or expired after that time (decided by the state machine:
+/// `state_machine/key_metadata.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchedKey {
     pub key: Bytes,

@@ -163,9 +163,9 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         },
         "raft.status" => local(LocalCommand::RaftStatus),
         "monitor" => local(LocalCommand::Monitor),
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => {
-            local(LocalCommand::Script(crate::script::parse(spec.name, rest)?))
-        }
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => local(LocalCommand::Script(
+            super::script::parse_script(spec.name, rest)?,
+        )),
         "function" => match rest {
             [sub] if is(sub, "FLUSH") => local(LocalCommand::FunctionFlush),
             [sub, mode] if is(sub, "FLUSH") && (is(mode, "ASYNC") || is(mode, "SYNC")) => {

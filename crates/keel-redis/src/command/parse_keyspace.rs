@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::parse::{integer, is};
 use super::{CommandError, ScanArgs, TypeFilter, WriteCommand};
-use crate::state_machine::Kind;
+use crate::kind::Kind;
 
 /// SCAN's COUNT when none is given (Redis's).
 const SCAN_COUNT_DEFAULT: u32 = 10;

@@ -617,5 +617,4 @@ fn trim_fraction(text: &str) -> &str {
 }
 
 #[cfg(test)]
-#[path = "lua_tests.rs"]
 mod tests;

@@ -1,7 +1,9 @@
 use bytes::Bytes;
 
-use super::{parse, ScriptCache, ScriptCommand, ScriptSource};
+use super::ScriptCache;
+use crate::command::script::parse_script as parse;
 use crate::command::{Command, LocalCommand};
+use crate::command::{ScriptCommand, ScriptSource};
 
 fn args(words: &[&str]) -> Vec<Bytes> {
     words

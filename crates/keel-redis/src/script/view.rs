@@ -325,5 +325,4 @@ fn popped_as_srem(key: &Bytes, reply: &Reply) -> Option<(WriteCommand, Vec<Bytes
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
 mod tests;

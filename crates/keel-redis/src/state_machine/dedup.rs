@@ -5,8 +5,8 @@
 //! id; when both copies commit, the second must not apply again. So per client we remember which
 //! recent sequence numbers were applied and what they replied:
 //!
-//! - **Per client**: the highest applied seq `max_seq` and the replies of the applied seqs in the
-//!   window `(max_seq - replies_per_client_max, max_seq]`. Seqs need not arrive in order (a
+//! - **Per client**: the highest applied seq `seq_max` and the replies of the applied seqs in the
+//!   window `(seq_max - replies_per_client_max, seq_max]`. Seqs need not arrive in order (a
 //!   pipelined connection has several in flight): a seq inside the window that is not remembered
 //!   was never applied and applies now. A seq *below* the window cannot be told apart from one
 //!   that was applied and forgotten, so it is refused with [`WriteError::RequestTooOld`] and changes
@@ -79,7 +79,7 @@ pub(crate) enum Seen {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Session {
     pub(crate) last_used_index: u64,
-    pub(crate) max_seq: u64,
+    pub(crate) seq_max: u64,
     /// Applied seqs in the window with their replies, ascending by seq.
     pub(crate) replies: VecDeque<(u64, WriteReply)>,
 }
@@ -141,13 +141,13 @@ impl DedupTable {
         let Some(session) = self.sessions.get(&client_id) else {
             return Seen::New;
         };
-        if seq > session.max_seq {
+        if seq > session.seq_max {
             return Seen::New; // the common case: the client's next request
         }
         if let Ok(at) = session.replies.binary_search_by_key(&seq, |(s, _)| *s) {
             return Seen::Duplicate(session.replies[at].1);
         }
-        if seq.saturating_add(self.window()) <= session.max_seq {
+        if seq.saturating_add(self.window()) <= session.seq_max {
             return Seen::TooOld;
         }
         Seen::New
@@ -199,11 +199,11 @@ impl DedupTable {
         let window = self.window();
         let session = self.sessions.entry(client_id).or_insert(Session {
             last_used_index: index,
-            max_seq: seq,
+            seq_max: seq,
             replies: VecDeque::new(),
         });
         session.last_used_index = index;
-        session.max_seq = session.max_seq.max(seq);
+        session.seq_max = session.seq_max.max(seq);
         // A client numbers its requests in order, so the new one nearly always goes last.
         if session.replies.back().is_none_or(|(last, _)| *last < seq) {
             session.replies.push_back((seq, reply));
@@ -215,7 +215,7 @@ impl DedupTable {
             session.replies.insert(at, (seq, reply));
         }
         while let Some(&(oldest, _)) = session.replies.front() {
-            if oldest.saturating_add(window) > session.max_seq {
+            if oldest.saturating_add(window) > session.seq_max {
                 break;
             }
             session.replies.pop_front();
@@ -254,7 +254,7 @@ impl DedupTable {
             let in_window = session
                 .replies
                 .iter()
-                .all(|(s, _)| *s <= session.max_seq && s.saturating_add(window) > session.max_seq);
+                .all(|(s, _)| *s <= session.seq_max && s.saturating_add(window) > session.seq_max);
             if !seqs_ascending || !in_window {
                 return Err("session replies out of order or outside the window");
             }

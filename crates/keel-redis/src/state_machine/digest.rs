@@ -19,8 +19,8 @@
 //!
 //! A key's deadline (expiry) is replicated state too: every key with one adds
 //! `expiry_hash(key, deadline)` (below) to the XOR, so the digest depends on the set of (key,
-//! value, deadline) triples. Versions and tombstones (what WATCH compares, `keyspace.rs`) are not
-//! in the digest: they are functions of the log indexes at which keys changed, checked by the
+//! value, deadline) triples. Versions and tombstones (what WATCH compares, `key_metadata.rs`) are
+//! not in the digest: they are functions of the log indexes at which keys changed, checked by the
 //! snapshot round trips and the transaction tests instead.
 //!
 //! The state machine's log time (`log_time_ms`, see `mod.rs`) is replicated state too, so the

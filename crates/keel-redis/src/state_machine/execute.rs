@@ -32,28 +32,28 @@ use std::sync::Arc;
 
 /// What a write answers: compact (remembered by deduplication as it is), or a value (SET GET,
 /// GETDEL, GETEX, INCRBYFLOAT), of which deduplication remembers only that it applied.
-pub(super) enum Outcome {
+pub(super) enum WriteAnswer {
     Compact(WriteReply),
     Value(Reply),
 }
 
-impl From<WriteReply> for Outcome {
+impl From<WriteReply> for WriteAnswer {
     fn from(reply: WriteReply) -> Self {
-        Outcome::Compact(reply)
+        WriteAnswer::Compact(reply)
     }
 }
 
-impl From<WriteError> for Outcome {
+impl From<WriteError> for WriteAnswer {
     fn from(error: WriteError) -> Self {
-        Outcome::Compact(WriteReply::Error(error))
+        WriteAnswer::Compact(WriteReply::Error(error))
     }
 }
 
-impl Outcome {
+impl WriteAnswer {
     fn into_reply(self) -> Reply {
         match self {
-            Outcome::Compact(reply) => reply.to_reply(),
-            Outcome::Value(reply) => reply,
+            WriteAnswer::Compact(reply) => reply.to_reply(),
+            WriteAnswer::Value(reply) => reply,
         }
     }
 }
@@ -112,9 +112,9 @@ impl KvStateMachine {
     pub(super) fn execute_logged(&mut self, command: &LoggedCommand) -> (ApplyReply, WriteReply) {
         match command {
             LoggedCommand::Write(write) => match self.execute(write) {
-                Outcome::Compact(reply) => (ApplyReply::Write(reply), reply),
+                WriteAnswer::Compact(reply) => (ApplyReply::Write(reply), reply),
                 // Only "applied" is remembered (see apply_reply.rs).
-                Outcome::Value(reply) => (ApplyReply::Value(reply), WriteReply::Ok),
+                WriteAnswer::Value(reply) => (ApplyReply::Value(reply), WriteReply::Ok),
             },
             LoggedCommand::Exec(commands) => {
                 (ApplyReply::Exec(self.execute_all(commands)), WriteReply::Ok)
@@ -180,7 +180,7 @@ impl KvStateMachine {
     }
 
     #[expect(clippy::too_many_lines)]
-    fn execute(&mut self, command: &WriteCommand) -> Outcome {
+    fn execute(&mut self, command: &WriteCommand) -> WriteAnswer {
         match command {
             WriteCommand::Set {
                 key,
@@ -292,7 +292,7 @@ impl KvStateMachine {
                 if value.is_some() {
                     self.remove_live(key);
                 }
-                Outcome::Value(value.map_or(Reply::Null, Reply::Bulk))
+                WriteAnswer::Value(value.map_or(Reply::Null, Reply::Bulk))
             }
             WriteCommand::GetEx { key, expiry } => self.get_ex(key, *expiry),
             WriteCommand::Expire {
@@ -340,7 +340,7 @@ impl KvStateMachine {
         expiry: Expiry,
         get: bool,
         command: TtlCommand,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         if too_large(key) || too_large(value) {
             return WriteError::StringTooLarge.into();
         }
@@ -374,16 +374,16 @@ impl KvStateMachine {
             }
         }
         match (get, allowed) {
-            (true, _) => Outcome::Value(old.map_or(Reply::Null, Reply::Bulk)),
+            (true, _) => WriteAnswer::Value(old.map_or(Reply::Null, Reply::Bulk)),
             (false, true) => WriteReply::Ok.into(),
             (false, false) => WriteReply::Nil.into(),
         }
     }
 
-    fn get_ex(&mut self, key: &[u8], expiry: Expiry) -> Outcome {
+    fn get_ex(&mut self, key: &[u8], expiry: Expiry) -> WriteAnswer {
         self.expire_if_due(key);
         let Some(stored) = self.data.get(key) else {
-            return Outcome::Value(Reply::Null);
+            return WriteAnswer::Value(Reply::Null);
         };
         let Some(value) = stored.string().map(Bytes::copy_from_slice) else {
             return WriteError::WrongType.into();
@@ -401,7 +401,7 @@ impl KvStateMachine {
                 }
             }
         }
-        Outcome::Value(Reply::Bulk(value))
+        WriteAnswer::Value(Reply::Bulk(value))
     }
 
     fn expire(
@@ -410,7 +410,7 @@ impl KvStateMachine {
         deadline: Expiry,
         condition: ExpireCondition,
         command: TtlCommand,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         self.expire_if_due(key);
         let Some(current) = self.data.get(key).map(|s| s.expire_at_ms) else {
             return WriteReply::Integer(0).into();
@@ -550,7 +550,7 @@ impl KvStateMachine {
     fn flush(&mut self) {
         let index = self.applied_index;
         let data = std::mem::take(&mut self.data);
-        if self.tombstones.len() + data.len() <= super::keyspace::TOMBSTONES_MAX {
+        if self.tombstones.len() + data.len() <= super::key_metadata::TOMBSTONES_MAX {
             // Every key removed gets its tombstone; a key that did not exist is untouched (a
             // transaction watching it still runs, as in Redis).
             for key in data.keys() {
@@ -563,7 +563,7 @@ impl KvStateMachine {
         self.deadlines.clear();
     }
 
-    /// Whether `watched` changed since it was watched (`keyspace.rs`). Every key counts as
+    /// Whether `watched` changed since it was watched (`key_metadata.rs`). Every key counts as
     /// changed while versions are placeholders (`versions_valid`).
     /// Test-only: the `watch-ignored` mutation (a broken variant for the simulator to catch).
     fn ignores_watches(&self) -> bool {

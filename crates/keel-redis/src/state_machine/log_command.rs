@@ -76,7 +76,7 @@
 //!              EXEC WATCHED  count w >= 1, then w x (bytes key, index u64, time_ms u64): the
 //!                      keys the transaction watches and the applied index and log time they
 //!                      were watched at; then count n >= 0 and n x (op u8, body) as EXEC. Aborted,
-//!                      nothing run, if a watched key changed since (`keyspace.rs`).
+//!                      nothing run, if a watched key changed since (`key_metadata.rs`).
 //!              TICK    count n >= 0, then n x bytes key: the leader's tick (the log's time moves
 //!                      on) naming keys to remove if they have expired (active expiry). Its
 //!                      client_id and request_seq are 0: a tick is not deduplicated. Not valid

@@ -13,10 +13,10 @@
 //!   operation must not be proposed before every replica runs a build that decodes it, or
 //!   replicas of the older build would skip what the newer ones apply.
 //! - [`KvStateMachine::read`] answers GET, MGET, EXISTS, STRLEN, DBSIZE, TTL and its family, and
-//!   the reads of `strings.rs` and `keys.rs`, from the current state.
+//!   the reads of `strings.rs` and `keyspace_commands.rs`, from the current state.
 //! - Keys may have a deadline (EXPIRE, SET ... PX, ...), judged at the log time below: how, and
 //!   how expired keys are removed on every replica alike, is in `execute.rs`; the index of
-//!   deadlines and what WATCH compares are in `keyspace.rs`.
+//!   deadlines and what WATCH compares are in `key_metadata.rs`.
 //! - [`KvStateMachine::state_digest`] is maintained incrementally (see `digest.rs` for why XOR of
 //!   pair hashes, and what it cannot detect); it covers the log time below too.
 //! - [`KvStateMachine::log_time_ms`] is the state machine's time: the highest `stamp_ms` (the
@@ -45,8 +45,8 @@ mod dedup;
 mod digest;
 mod execute;
 mod key;
-pub(crate) mod keys;
-mod keyspace;
+mod key_metadata;
+pub(crate) mod keyspace_commands;
 mod lcs;
 mod log_command;
 mod map;
@@ -63,8 +63,8 @@ use bytes::Bytes;
 pub use apply_reply::ApplyReply;
 pub use collections::SORT_RESULT_BYTES_MAX;
 pub use dedup::{DedupLimits, RequestId};
-pub use keys::SCAN_COUNT_MAX;
-pub use keyspace::TOMBSTONES_MAX;
+pub use key_metadata::TOMBSTONES_MAX;
+pub use keyspace_commands::SCAN_COUNT_MAX;
 pub use lcs::LCS_CELLS_MAX;
 pub use log_command::{DecodeError, LogCommand, LoggedCommand, MemberAddrs};
 pub use snapshot::SnapshotError;
@@ -73,14 +73,12 @@ use crate::command::TtlCommand;
 use dedup::{DedupTable, Seen};
 use digest::log_time_hash;
 use keel_resp::Reply;
-use keyspace::{Deadlines, Tombstones};
+use key_metadata::{Deadlines, Tombstones};
 use map::Map;
 pub use value::Kind;
 use value::Stored;
 
-/// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
-/// not a setting: the outcome of a write must be the same on every replica.
-pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use crate::command::STRING_BYTES_MAX;
 
 /// Largest reply of one EXEC (RESP bytes, roughly). A read that would make it larger answers an
 /// error in its place instead of its value (the transaction's writes still apply). A constant,
@@ -205,7 +203,7 @@ pub struct KvStateMachine {
     digest: u64,
     /// The keys of `data` that have a deadline, in deadline order.
     deadlines: Deadlines,
-    /// What WATCH compares absent keys by (`keyspace.rs`).
+    /// What WATCH compares absent keys by (`key_metadata.rs`).
     tombstones: Tombstones,
     /// False after restoring a snapshot of a format without versions, until the next tick entry
     /// numbers every key again (`execute.rs`): until then a transaction that watches keys aborts.
@@ -219,8 +217,8 @@ pub struct KvStateMachine {
     members: BTreeMap<u64, MemberAddrs>,
     /// Bumped on every change of `members`, so a reader republishes only what changed.
     members_version: ChangeCounter,
-    /// RANDOMKEY's draws (`keys.rs`): not replicated state.
-    random_draws: keys::Draws,
+    /// RANDOMKEY's draws (`keyspace_commands.rs`): not replicated state.
+    random_draws: keyspace_commands::Draws,
     /// Test-only: a deliberately broken variant (`crate::Mutation::DedupOff`).
     #[cfg(feature = "mutations")]
     mutation: Option<crate::Mutation>,
@@ -263,7 +261,7 @@ impl KvStateMachine {
             dedup: DedupTable::new(limits),
             members: BTreeMap::new(),
             members_version: ChangeCounter::default(),
-            random_draws: keys::Draws::default(),
+            random_draws: keyspace_commands::Draws::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         }
@@ -496,7 +494,7 @@ impl KvStateMachine {
             dedup: restored.dedup,
             members: restored.members,
             members_version: ChangeCounter::default(),
-            random_draws: keys::Draws::default(),
+            random_draws: keyspace_commands::Draws::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         })

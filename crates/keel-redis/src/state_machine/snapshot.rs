@@ -26,7 +26,7 @@
 //! ...     ...   session_count x session, client ids strictly ascending:
 //!                 8  client_id u64
 //!                 8  last_used_index u64  (unique across sessions)
-//!                 8  max_seq u64
+//!                 8  seq_max u64
 //!                 4  reply_count u32      (<= replies_per_client_max)
 //!                 reply_count x (seq u64, reply), seqs strictly ascending within the window
 //! ...     4     member_count u32          (<= MEMBER_ADDRS_MAX; versions 2 and 3)
@@ -41,7 +41,7 @@
 //! ...     8     tombstone horizon u64     (versions 4 and 5, at most applied_index)
 //! ...     4     tombstone_count u32       (versions 4 and 5, <= TOMBSTONES_MAX)
 //! ...     ...   tombstone_count x (bytes key, tombstone u64 <= applied_index), keys strictly
-//!               ascending, none of them a key of the map (`keyspace.rs`)
+//!               ascending, none of them a key of the map (`key_metadata.rs`)
 //! end-4   4     crc32c of every byte before it
 //! ```
 //!
@@ -79,7 +79,7 @@ use super::collections::{decode_value, encode_value, value_pair_hash};
 use super::dedup::{DedupLimits, DedupTable, Session};
 use super::digest::expiry_hash;
 use super::key::Key;
-use super::keyspace::{Deadlines, Tombstones, TOMBSTONES_MAX};
+use super::key_metadata::{Deadlines, Tombstones, TOMBSTONES_MAX};
 use super::log_command::MEMBER_ADDR_BYTES_MAX;
 use super::map::Map;
 use super::value::{Kind, Stored, Value};
@@ -325,7 +325,7 @@ fn encode_version_to(
         }
         buf.put_u64_le(client_id);
         buf.put_u64_le(session.last_used_index);
-        buf.put_u64_le(session.max_seq);
+        buf.put_u64_le(session.seq_max);
         buf.put_u32_le(session.replies.len() as u32);
         for (seq, reply) in &session.replies {
             buf.put_u64_le(*seq);
@@ -591,7 +591,7 @@ fn decode_session(r: &mut Reader, limits: &DedupLimits) -> Result<(u64, Session)
     let truncated = SnapshotError::Truncated("a session");
     let client_id = r.u64().ok_or(truncated.clone())?;
     let last_used_index = r.u64().ok_or(truncated.clone())?;
-    let max_seq = r.u64().ok_or(truncated.clone())?;
+    let seq_max = r.u64().ok_or(truncated.clone())?;
     let reply_count = r.u32().ok_or(truncated)?;
     if reply_count > limits.replies_per_client_max {
         return Err(SnapshotError::Malformed("more replies than the window"));
@@ -611,7 +611,7 @@ fn decode_session(r: &mut Reader, limits: &DedupLimits) -> Result<(u64, Session)
         client_id,
         Session {
             last_used_index,
-            max_seq,
+            seq_max,
             replies,
         },
     ))

@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use super::execute::Outcome;
+use super::execute::WriteAnswer;
 use super::{too_large, KvStateMachine, WriteError, WriteReply, STRING_BYTES_MAX};
 use crate::command::{BitRange, BitUnit};
 use keel_resp::number::{format_f64, parse_f64};
@@ -18,7 +18,7 @@ use keel_resp::Reply;
 impl KvStateMachine {
     /// INCRBYFLOAT: the sum in `f64` (Redis adds in `long double`; see `number.rs` for what that
     /// changes), stored and answered as text.
-    pub(super) fn incr_by_float(&mut self, key: &[u8], delta: f64) -> Outcome {
+    pub(super) fn incr_by_float(&mut self, key: &[u8], delta: f64) -> WriteAnswer {
         let current = match self.counter(key, parse_f64, 0.0, WriteError::NotFloat) {
             Ok(current) => current,
             Err(error) => return error.into(),
@@ -29,12 +29,12 @@ impl KvStateMachine {
         }
         let text = Bytes::from(format_f64(sum));
         self.put_keeping_deadline(key, &text);
-        Outcome::Value(Reply::Bulk(text))
+        WriteAnswer::Value(Reply::Bulk(text))
     }
 
     /// SETRANGE: the new length. An empty `value` writes nothing, wherever it is (a missing key
     /// is not created), and is never too far, as in Redis.
-    pub(super) fn set_range(&mut self, key: &[u8], offset: u64, value: &[u8]) -> Outcome {
+    pub(super) fn set_range(&mut self, key: &[u8], offset: u64, value: &[u8]) -> WriteAnswer {
         if too_large(key) {
             return WriteError::StringTooLarge.into();
         }
@@ -64,7 +64,7 @@ impl KvStateMachine {
 
     /// SETBIT: the bit's old value. A key is created (zero bytes up to the bit) even to clear a
     /// bit, as in Redis; a bit set to what it was changes nothing.
-    pub(super) fn set_bit(&mut self, key: &[u8], offset: u64, bit: bool) -> Outcome {
+    pub(super) fn set_bit(&mut self, key: &[u8], offset: u64, bit: bool) -> WriteAnswer {
         let byte = offset >> 3;
         if too_large(key) {
             return WriteError::StringTooLarge.into();

@@ -23,36 +23,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{interval, MissedTickBehavior};
 
 use super::{NodeConfig, SnapshotData};
-use crate::apply::{
-    ApplyItem, ApplyQueue, ProposalReply, ReadFn, SnapshotFile, SnapshotWriter, StateMachine,
+use crate::apply::{ApplyItem, ApplyWorker, SnapshotFile, SnapshotWriter, StateMachine};
+use crate::event::Event;
+use crate::handle::{
+    ClientError, NodeStatus, ProposalReply, ReadFn, RefusalPublisher, ReplayStats, Request,
 };
-use crate::handle::{ClientError, NodeStatus, RefusalPublisher, ReplayStats, Request};
 use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
 use keel_transport::{AbortOnDrop, Inbound, Transport};
-
-/// Completions from the storage thread, the apply pipeline and snapshot transfers.
-#[derive(Debug)]
-pub enum Event {
-    Persisted(u64),
-    Applied(Index),
-    /// The apply thread captured a view of the state at `index`.
-    SnapshotTaken {
-        index: Index,
-        view: Box<dyn SnapshotWriter>,
-    },
-    /// A snapshot thread finished writing a view to a file (and queued its adoption).
-    SnapshotWritten,
-    SnapshotSaved {
-        meta: SnapshotMeta,
-        /// The snapshot file, under its final name.
-        path: PathBuf,
-        /// The leader (and its term) for a received snapshot; `None` for one taken here.
-        from: Option<(NodeId, Term)>,
-    },
-    /// The storage kept a newer snapshot than the one it was given to adopt.
-    SnapshotNotAdopted,
-    SnapshotSendFailed(NodeId),
-}
 
 /// Bound on the messages (or client requests) taken in one go before the core's `ready()` is
 /// drained. Taking everything already queued turns many proposals into one Append and one write
@@ -91,7 +68,7 @@ pub(super) struct Io<S> {
     pub transport: Transport,
     /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
     /// which the core keeps in memory anyway until they are applied and snapshotted.
-    pub apply: ApplyQueue<S>,
+    pub apply: ApplyWorker<S>,
     pub events_tx: mpsc::UnboundedSender<Event>,
     pub snapshot_data: SnapshotData,
     /// The newest snapshot file's size, for the apply pipeline's snapshot policy.
@@ -593,20 +570,20 @@ pub fn wall_clock_ms() -> u64 {
 
 /// One log line per change of the clock hold or the leader's outlier state.
 fn log_clock_events(node: NodeId, events: Vec<ClockEvent>) {
-    let max_ms = "max-clock-offset-ms";
+    let ms_max = "max-clock-offset-ms";
     for event in events {
         match event {
             ClockEvent::Held { leader, offset_ms } => tracing::warn!(
                 node, leader, offset_ms,
-                "this node's clock is further from the leader's than {max_ms} allows: it will not campaign until that changes"
+                "this node's clock is further from the leader's than {ms_max} allows: it will not campaign until that changes"
             ),
             ClockEvent::Released { offset_ms } => tracing::info!(
                 node, ?offset_ms,
-                "this node's clock offset is within {max_ms} again (or no longer measured): it may campaign"
+                "this node's clock offset is within {ms_max} again (or no longer measured): it may campaign"
             ),
             ClockEvent::Outlier { disagreeing, voters } => tracing::warn!(
                 node, disagreeing, voters,
-                "this leader's clock is further than {max_ms} from a majority of the voters' clocks: expiry follows this leader's clock; fix its time"
+                "this leader's clock is further than {ms_max} from a majority of the voters' clocks: expiry follows this leader's clock; fix its time"
             ),
             ClockEvent::NoLongerOutlier => tracing::info!(
                 node,

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Small batches of committed entries and reads that find the apply thread idle are applied by
-//! the node task itself, within `apply_inline_budget_us` (see `apply::ApplyQueue`).
+//! the node task itself, within `apply_inline_budget_us` (see `apply::ApplyWorker`).
 //!
 //! Startup recovers before it serves: `Wal::open` → restore the state machine from the newest
 //! snapshot → `RaftNode::new` → replay every committed entry up to the persisted commit index
@@ -59,7 +59,7 @@ use crate::handle::Handle;
 use crate::storage;
 use keel_transport::{Transport, TransportConfig};
 
-pub use driver::{wall_clock_ms, Event};
+pub use driver::wall_clock_ms;
 
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
@@ -109,7 +109,7 @@ pub struct NodeConfig {
     pub apply_inline_budget_us: u64,
     /// The largest offset of this node's clock from its leader's with which it still campaigns
     /// (measured on heartbeats; keel-engine's `ClockWatch`). 0: measured, never enforced.
-    pub max_clock_offset_ms: u64,
+    pub clock_offset_ms_max: u64,
     /// The background scrub of the data directory (`crate::scrub`; off by default).
     pub scrub: crate::scrub::ScrubConfig,
 }
@@ -129,7 +129,7 @@ impl NodeConfig {
                 // meanwhile leave together. Under load that means fewer, larger messages and
                 // one fsync per round on each follower (docs/performance-log.md), and a single
                 // client's latency is unchanged (its next entry waits for nothing).
-                max_inflight_messages: 2,
+                inflight_messages_max: 2,
                 ..keel_core::Config::new(id)
             },
             transport: TransportConfig::new(cluster_id, id),
@@ -144,7 +144,7 @@ impl NodeConfig {
             pending_reads_max: 65_536,
             request_timeout_ms: 10_000,
             apply_inline_budget_us: 100,
-            max_clock_offset_ms: keel_engine::ClockPolicy::MAX_OFFSET_MS_DEFAULT,
+            clock_offset_ms_max: keel_engine::ClockPolicy::OFFSET_MS_MAX_DEFAULT,
             scrub: crate::scrub::ScrubConfig::default(),
         }
     }
@@ -379,7 +379,7 @@ impl<S: StateMachine> Node<S> {
                 entry_bytes_max,
             },
             keel_engine::ClockPolicy {
-                max_offset_ms: config.max_clock_offset_ms,
+                offset_ms_max: config.clock_offset_ms_max,
                 hold_ms: clock_hold_ms(&config),
             },
             applied,

@@ -39,7 +39,7 @@ pub struct MemberInfo {
 /// What a node reports about itself. Filled by the runtime; all fields are this node's local
 /// view, answered without a quorum round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeStatus {
+pub struct NodeReport {
     pub node_id: u64,
     /// `leader`, `follower`, `candidate`, `precandidate` or `learner`.
     pub role: String,
@@ -138,7 +138,7 @@ const SECTIONS: [(&str, bool); 10] = [
 
 /// Renders the requested sections: the default ones for none or `default`, every one for `all`
 /// or `everything`. Unknown section names are ignored, as Redis does.
-pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
+pub(crate) fn render(status: &NodeReport, requested: &[Bytes]) -> String {
     let asked = |word: &str| {
         requested
             .iter()
@@ -201,7 +201,7 @@ pub(crate) fn render(status: &NodeStatus, requested: &[Bytes]) -> String {
     out
 }
 
-fn render_memory(out: &mut String, status: &NodeStatus) {
+fn render_memory(out: &mut String, status: &NodeReport) {
     out.push_str("# Memory\r\n");
     line(out, "used_memory", status.used_memory);
     line(out, "used_memory_human", human(status.used_memory));
@@ -251,7 +251,7 @@ fn render_stats(out: &mut String, stats: &StatsSnapshot) {
     line(out, "total_error_replies", stats.total_error_replies);
 }
 
-fn render_replication(out: &mut String, status: &NodeStatus) {
+fn render_replication(out: &mut String, status: &NodeReport) {
     out.push_str("# Replication\r\n");
     if status.role == "leader" {
         line(out, "role", "master");
@@ -363,7 +363,7 @@ fn render_server(out: &mut String) {
 }
 
 /// The `# Raft` section, also the whole reply of RAFT.STATUS.
-pub(crate) fn render_raft(status: &NodeStatus) -> String {
+pub(crate) fn render_raft(status: &NodeReport) -> String {
     let mut out = String::from("# Raft\r\n");
     line(&mut out, "node_id", status.node_id);
     line(&mut out, "role", &status.role);
@@ -411,7 +411,7 @@ pub(crate) fn render_raft(status: &NodeStatus) -> String {
 }
 
 /// `1=host:port,2=host:port`.
-fn member_list(status: &NodeStatus, voters: bool) -> String {
+fn member_list(status: &NodeReport, voters: bool) -> String {
     let mut list = String::new();
     for member in status.members.iter().filter(|m| m.voter == voters) {
         if !list.is_empty() {
@@ -423,7 +423,7 @@ fn member_list(status: &NodeStatus, voters: bool) -> String {
 }
 
 /// `1=host:port,2=host:port`: every member whose client address this node knows.
-fn client_addr_list(status: &NodeStatus) -> String {
+fn client_addr_list(status: &NodeReport) -> String {
     let mut list = String::new();
     for member in status.members.iter().filter(|m| !m.client_addr.is_empty()) {
         if !list.is_empty() {
@@ -440,5 +440,4 @@ fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
 }
 
 #[cfg(test)]
-#[path = "info_tests.rs"]
 mod tests;

@@ -422,5 +422,4 @@ fn command_docs_reply(name: &'static str) -> Reply {
 }
 
 #[cfg(test)]
-#[path = "introspection_tests.rs"]
 mod tests;

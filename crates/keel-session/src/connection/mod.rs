@@ -32,7 +32,7 @@
 //! WATCH outside a transaction is a read of the watch point: a linearizable read
 //! (`RAFT.WATCHPOINT`: the applied index and log time; on a follower the leader reads it),
 //! recorded per key by [`ClientConnection::watch_point`] when the pipeline releases it
-//! ([`pipeline::Release::Watched`]); keel-redis's `state_machine/keyspace.rs` decides. EXEC's
+//! ([`pipeline::Release::Watched`]); keel-redis's `state_machine/key_metadata.rs` decides. EXEC's
 //! entry carries the watched keys ([`LoggedCommand::WatchedExec`], decided by the state
 //! machine); a follower forwards them ahead of the queued requests as `RAFT.WATCHED`. [`splice`]
 //! puts the local replies into EXEC's array by position; it is also where a forwarded
@@ -65,7 +65,7 @@ use bytes::{Bytes, BytesMut};
 
 pub use clients::{ClientRecord, ClientRegistry, Registration};
 pub use config::{ConfigValues, SharedConfig};
-pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeStatus};
+pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeReport};
 pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
 
 use keel_redis::command::{
@@ -80,7 +80,7 @@ pub use keel_redis::REDIS_COMPAT_VERSION;
 /// What local commands may ask about the node. The runtime implements it; `status` is called only
 /// by INFO and RAFT.STATUS.
 pub trait NodeInfo {
-    fn status(&self) -> NodeStatus;
+    fn status(&self) -> NodeReport;
 
     /// Whether a script has run on the node for longer than `busy-reply-threshold`: then
     /// commands other than those [`allowed_while_busy`] answer `-BUSY` (`keel_redis::script`).
@@ -113,7 +113,7 @@ pub enum Dispatch {
     /// id, and reply with the array the state machine returns.
     Exec(Transaction),
     /// EVAL and its family, SCRIPT: for the node's script runner (`keel_redis::script`).
-    Script(keel_redis::script::ScriptCommand),
+    Script(keel_redis::command::ScriptCommand),
 }
 
 /// The commands queued between MULTI and EXEC.
@@ -786,8 +786,6 @@ impl ClientConnection {
     }
 }
 
-#[cfg(test)]
-mod collection_tests;
 #[cfg(test)]
 mod tests;
 

@@ -121,12 +121,12 @@ pub enum Admission {
     Admin(AdminCommand, Vec<Bytes>),
     /// A script command (everything before it is answered): run it (`keel_redis::script`) and send
     /// its reply.
-    Script(keel_redis::script::ScriptCommand, Vec<Bytes>),
+    Script(keel_redis::command::ScriptCommand, Vec<Bytes>),
 }
 
 /// The handle of a proposal or a read, whose outcome the shell awaits.
 #[derive(Debug)]
-pub enum Handle<W, R> {
+pub enum InFlight<W, R> {
     Write(W),
     Read(R),
 }
@@ -154,7 +154,7 @@ pub enum Release<W, R> {
     /// shell to wait on; report the outcome with [`Pipeline::settle_write`] /
     /// [`Pipeline::settle`]. `None`: it was handed out before (or the write's batch was not
     /// proposed yet, see [`Pipeline::take_batch`]).
-    Await(u64, Option<Handle<W, R>>),
+    Await(u64, Option<InFlight<W, R>>),
     /// The front request (slot `slot`) was refused with `error`, and every request before it is
     /// answered: decide with [`redirect`] whether to forward it (`relay`) or answer the refusal,
     /// and give its reply with [`Pipeline::answer`].
@@ -261,7 +261,7 @@ enum Progress<W, R> {
     Proposing,
     /// Proposed or started; the handle until the shell takes it (`None` before it is attached,
     /// and after it was handed out).
-    Waiting(Option<Handle<W, R>>),
+    Waiting(Option<InFlight<W, R>>),
     /// Refused; resolved once it is at the front.
     Refused(ClientError),
     /// Its refusal is being resolved (a forward in flight).
@@ -364,8 +364,8 @@ impl<W, R> Pipeline<W, R> {
     }
 
     /// Takes a request before it is dispatched: on a forwarding connection, a `RAFT.FORWARD`
-    /// announces the id of the write after it (see `command/forward.rs`); anywhere else it goes on
-    /// as an unknown command.
+    /// announces the id of the write after it (see `command/raft_forward.rs`); anywhere else it
+    /// goes on as an unknown command.
     pub fn intake(&mut self, args: &[Bytes], connection: &ClientConnection) -> Intake {
         if let Some(id) = self.announced_id.take() {
             return match command::may_follow_forward(args, connection.in_transaction()) {
@@ -544,7 +544,7 @@ impl<W, R> Pipeline<W, R> {
         for slot in &mut self.slots {
             if matches!(slot.progress, Progress::Proposing) {
                 match handles.next() {
-                    Some(h) => slot.progress = Progress::Waiting(Some(Handle::Write(h))),
+                    Some(h) => slot.progress = Progress::Waiting(Some(InFlight::Write(h))),
                     None => return,
                 }
             }
@@ -555,7 +555,7 @@ impl<W, R> Pipeline<W, R> {
     pub fn read_started(&mut self, slot: u64, handle: R) {
         if let Some(s) = self.slot_mut(slot) {
             if let Progress::Waiting(none @ None) = &mut s.progress {
-                *none = Some(Handle::Read(handle));
+                *none = Some(InFlight::Read(handle));
             }
         }
     }
@@ -613,8 +613,8 @@ impl<W, R> Pipeline<W, R> {
             return Behind::Stop;
         }
         match &mut s.progress {
-            Progress::Waiting(handle @ Some(Handle::Write(_))) => match handle.take() {
-                Some(Handle::Write(pending)) => Behind::Await(next, pending),
+            Progress::Waiting(handle @ Some(InFlight::Write(_))) => match handle.take() {
+                Some(InFlight::Write(pending)) => Behind::Await(next, pending),
                 _ => unreachable!("matched above"),
             },
             Progress::Refused(_) => {
@@ -728,5 +728,4 @@ pub fn is_forwarding(connection: &ClientConnection) -> bool {
 }
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
 mod tests;

@@ -145,7 +145,7 @@ impl<M: Model> Window<'_, M> {
 struct Builder<S> {
     kept: HashMap<S, Vec<Vec<usize>>, MixBuild>,
     next: Vec<Block<S>>,
-    max_steps: u64,
+    steps_max: u64,
 }
 
 impl<S: Clone + Eq + std::hash::Hash> Builder<S> {
@@ -154,7 +154,7 @@ impl<S: Clone + Eq + std::hash::Hash> Builder<S> {
         let sets = self.kept.entry(state.clone()).or_default();
         // Dominance checks cost time too, so they count against the budget.
         *steps += 1 + sets.len() as u64;
-        if *steps > self.max_steps {
+        if *steps > self.steps_max {
             return false;
         }
         if sets
@@ -177,7 +177,7 @@ impl<S: Clone + Eq + std::hash::Hash> Builder<S> {
 #[expect(clippy::too_many_lines)]
 pub(super) fn blocks<M: Model>(
     window: &Window<'_, M>,
-    max_steps: u64,
+    steps_max: u64,
     steps: &mut u64,
 ) -> Option<Vec<Block<M::State>>> {
     let (ops, entries, unknowns) = (window.ops, window.entries, window.unknowns);
@@ -228,7 +228,7 @@ pub(super) fn blocks<M: Model>(
     let mut builder = Builder {
         kept: HashMap::default(),
         next: Vec::new(),
-        max_steps,
+        steps_max,
     };
     builder.kept.insert(root.state.clone(), vec![Vec::new()]);
     let mut out = Vec::new();

@@ -203,7 +203,7 @@ impl<M: Model> Position<M> {
 #[expect(clippy::too_many_lines)]
 pub(super) fn search<'o, M: Model>(
     ops: &[&'o Operation<M>],
-    max_steps: u64,
+    steps_max: u64,
     steps: &mut u64,
 ) -> Search<'o, M> {
     // Invocation order makes "earliest of a group of interchangeable operations" well defined.
@@ -272,7 +272,7 @@ pub(super) fn search<'o, M: Model>(
             return Search::Linearizable(pos.trail.iter().map(|&i| ops[i]).collect());
         }
         *steps += 1;
-        if *steps > max_steps {
+        if *steps > steps_max {
             return Search::OutOfBudget;
         }
         let top = stack.len() - 1;
@@ -327,7 +327,7 @@ pub(super) fn search<'o, M: Model>(
         // current block. Move on to the next block, computing them when first needed.
         match &mut frame.blocks {
             None => {
-                let Some(blocks) = blocks(&pos.window(&ctx), max_steps, steps) else {
+                let Some(blocks) = blocks(&pos.window(&ctx), steps_max, steps) else {
                     return Search::OutOfBudget;
                 };
                 if !blocks.is_empty() {

@@ -18,18 +18,18 @@ pub struct SearchBudget {
     /// explain a violation. A step is one elementary move: trying an operation next, adding a
     /// timed-out operation to a block, checking whether a result can still be explained, or
     /// backtracking. A step costs from a few to a few hundred nanoseconds.
-    pub max_steps: u64,
+    pub steps_max: u64,
 }
 
 impl SearchBudget {
     /// No limit at all.
     pub const UNLIMITED: SearchBudget = SearchBudget {
-        max_steps: u64::MAX,
+        steps_max: u64::MAX,
     };
 
-    /// At most `max_steps` search steps.
-    pub const fn steps(max_steps: u64) -> Self {
-        SearchBudget { max_steps }
+    /// At most `steps_max` search steps.
+    pub const fn steps(steps_max: u64) -> Self {
+        SearchBudget { steps_max }
     }
 }
 
@@ -214,7 +214,7 @@ pub fn check<M: Model>(history: &History<M>, budget: SearchBudget) -> Verdict<M>
     let mut steps = 0u64;
     for (key, ops) in partitions {
         let before = steps;
-        match search(&ops, budget.max_steps, &mut steps) {
+        match search(&ops, budget.steps_max, &mut steps) {
             Search::Linearizable(_) => {}
             Search::OutOfBudget => {
                 return Verdict::BudgetExceeded {
@@ -224,7 +224,7 @@ pub fn check<M: Model>(history: &History<M>, budget: SearchBudget) -> Verdict<M>
             }
             Search::Stuck(dead) => {
                 let used = steps - before;
-                let cx = explain(key, &ops, dead, used, budget.max_steps, &mut steps);
+                let cx = explain(key, &ops, dead, used, budget.steps_max, &mut steps);
                 return Verdict::NotLinearizable(Box::new(cx));
             }
         }
@@ -233,7 +233,7 @@ pub fn check<M: Model>(history: &History<M>, budget: SearchBudget) -> Verdict<M>
 }
 
 /// How many operations [`explain`] tries removing.
-const MAX_SUSPECTS: usize = 8;
+const SUSPECTS_MAX: usize = 8;
 
 /// Steps [`explain`] may always spend, on top of a multiple of what the failed search took.
 const EXPLAIN_STEPS: u64 = 1_000_000;
@@ -263,23 +263,23 @@ impl<M: Model> Suspect<'_, M> {
 /// The suspects are the operations the search found unexplainable at its dead end, then the
 /// one it could not get past. Rechecking without a suspect can be much harder than finding the
 /// violation was, so it gets a budget proportional to the search that found the violation
-/// (`used` steps), within what is left of `max_steps`.
+/// (`used` steps), within what is left of `steps_max`.
 fn explain<M: Model>(
     key: &str,
     ops: &[&Operation<M>],
     dead: DeadEnd<'_, M>,
     used: u64,
-    max_steps: u64,
+    steps_max: u64,
     steps: &mut u64,
 ) -> Counterexample<M> {
     let mut suspects: Vec<&Operation<M>> = Vec::new();
     for op in dead.doomed.iter().copied().chain([dead.blocked]) {
-        if suspects.len() < MAX_SUSPECTS && !suspects.iter().any(|s| std::ptr::eq(*s, op)) {
+        if suspects.len() < SUSPECTS_MAX && !suspects.iter().any(|s| std::ptr::eq(*s, op)) {
             suspects.push(op);
         }
     }
     let allowance = used.saturating_mul(4).saturating_add(EXPLAIN_STEPS);
-    let limit = max_steps.min(steps.saturating_add(allowance));
+    let limit = steps_max.min(steps.saturating_add(allowance));
     // The best suspect so far: a confirmed one beats an undecided one beats a refuted one.
     let mut best: Option<Suspect<'_, M>> = None;
     for &op in &suspects {

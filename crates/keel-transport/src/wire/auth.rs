@@ -57,8 +57,8 @@ pub enum AuthError {
     WrongPeer { expected: NodeId, got: NodeId },
     #[error("a record's tag does not match (tampered, replayed or reordered)")]
     BadTag,
-    #[error("a record of {len_bytes} bytes exceeds the maximum of {max_bytes}")]
-    OversizeRecord { len_bytes: u64, max_bytes: u64 },
+    #[error("a record of {len_bytes} bytes exceeds the maximum of {bytes_max}")]
+    OversizeRecord { len_bytes: u64, bytes_max: u64 },
 }
 
 /// The cluster secret: at least [`SECRET_BYTES_MIN`] bytes. Its `Debug` never shows it.
@@ -353,14 +353,17 @@ fn record_len(payload: &[u8]) -> u32 {
 /// is allocated) and the tag.
 pub fn parse_record_header(
     header: &[u8; RECORD_HEADER_BYTES],
-    max_bytes: u32,
+    bytes_max: u32,
 ) -> Result<(u32, [u8; TAG_BYTES]), AuthError> {
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-    if len > max_bytes {
+    if len > bytes_max {
         return Err(AuthError::OversizeRecord {
             len_bytes: len.into(),
-            max_bytes: max_bytes.into(),
+            bytes_max: bytes_max.into(),
         });
     }
     Ok((len, header[4..].try_into().expect("16 bytes")))
 }
+
+#[cfg(test)]
+mod tests;

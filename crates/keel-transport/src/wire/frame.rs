@@ -43,13 +43,13 @@ pub struct FrameHeader {
 
 impl FrameHeader {
     /// Parses a header and checks its length bound: call before allocating the body.
-    pub fn parse(header: [u8; FRAME_HEADER_SIZE_BYTES], max_bytes: u32) -> Result<Self, WireError> {
+    pub fn parse(header: [u8; FRAME_HEADER_SIZE_BYTES], bytes_max: u32) -> Result<Self, WireError> {
         let len_bytes = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
         let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-        if len_bytes > max_bytes {
+        if len_bytes > bytes_max {
             return Err(WireError::Oversize {
                 len_bytes: len_bytes.into(),
-                max_bytes: max_bytes.into(),
+                bytes_max: bytes_max.into(),
             });
         }
         Ok(FrameHeader { len_bytes, crc })
@@ -177,13 +177,13 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
 /// Splits one whole frame off the front of `buf`: the decoded body and the bytes consumed, or
 /// `Ok(None)` if `buf` does not hold a whole frame yet. The length is checked before anything
 /// else.
-pub fn decode_frame(buf: &Bytes, max_bytes: u32) -> Result<Option<(Body, usize)>, WireError> {
+pub fn decode_frame(buf: &Bytes, bytes_max: u32) -> Result<Option<(Body, usize)>, WireError> {
     if buf.len() < FRAME_HEADER_SIZE_BYTES {
         return Ok(None);
     }
     let header: [u8; FRAME_HEADER_SIZE_BYTES] =
         buf[..FRAME_HEADER_SIZE_BYTES].try_into().expect("8 bytes");
-    let header = FrameHeader::parse(header, max_bytes)?;
+    let header = FrameHeader::parse(header, bytes_max)?;
     let end = FRAME_HEADER_SIZE_BYTES + header.len_bytes as usize;
     if buf.len() < end {
         return Ok(None);

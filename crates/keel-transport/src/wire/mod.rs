@@ -337,10 +337,6 @@ mod parts;
 mod snapshot;
 
 #[cfg(test)]
-mod auth_tests;
-#[cfg(test)]
-mod parts_tests;
-#[cfg(test)]
 mod tests;
 
 pub use auth::{AuthError, Challenge, ClusterSecret, Response};
@@ -406,8 +402,8 @@ pub const REFUSAL_REASON_BYTES_MAX: usize = 1024;
 /// Why bytes from a peer were refused. Every variant closes that connection only.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("frame of {len_bytes} bytes exceeds the maximum of {max_bytes}")]
-    Oversize { len_bytes: u64, max_bytes: u64 },
+    #[error("frame of {len_bytes} bytes exceeds the maximum of {bytes_max}")]
+    Oversize { len_bytes: u64, bytes_max: u64 },
     #[error("frame checksum mismatch (header {expected:#010x}, body {actual:#010x})")]
     BadChecksum { expected: u32, actual: u32 },
     #[error("truncated: needed {needed} more bytes while decoding {what}")]

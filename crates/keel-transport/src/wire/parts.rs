@@ -111,7 +111,7 @@ impl Reassembly {
             if part.message_len > message_bytes_max {
                 return Err(WireError::Oversize {
                     len_bytes: part.message_len.into(),
-                    max_bytes: message_bytes_max.into(),
+                    bytes_max: message_bytes_max.into(),
                 });
             }
             self.message_len = part.message_len as usize;
@@ -138,3 +138,6 @@ impl Reassembly {
         self.buf.len()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -300,7 +300,7 @@ fn oversize_is_rejected_from_the_header_alone() {
         decode_frame(&Bytes::from(header.clone()), 1024),
         Err(WireError::Oversize {
             len_bytes: u32::MAX as u64,
-            max_bytes: 1024
+            bytes_max: 1024
         })
     );
     let h: [u8; 8] = header.try_into().unwrap();

@@ -56,7 +56,7 @@ struct SegmentMeta {
     path: PathBuf,
     /// Highest last-index the log reached while this segment was active: it may be deleted once
     /// a snapshot covers this.
-    max_index: Index,
+    index_max: Index,
 }
 
 /// How far ahead of a frame's end the active segment is overwritten with zeros, in the same write
@@ -491,7 +491,7 @@ impl<F: Fs> Wal<F> {
         }
         let last_index = self.last_index;
         let active = self.segments.back_mut().expect("an active segment");
-        active.max_index = active.max_index.max(last_index);
+        active.index_max = active.index_max.max(last_index);
     }
 
     fn note_term(&mut self, term: u64, index: Index) {
@@ -519,7 +519,7 @@ impl<F: Fs> Wal<F> {
         self.segments.push_back(SegmentMeta {
             seq,
             path: self.dir.join(segment::segment_file_name(seq)),
-            max_index: self.last_index,
+            index_max: self.last_index,
         });
         self.active = file;
         self.active_size_bytes = self.config.segment_size_bytes;
@@ -567,7 +567,7 @@ impl<F: Fs> Wal<F> {
             ));
         }
         let mut purged = 0;
-        while self.segments.len() > 1 && self.segments[0].max_index <= index {
+        while self.segments.len() > 1 && self.segments[0].index_max <= index {
             let path = self.segments[0].path.clone();
             let result = self
                 .fs

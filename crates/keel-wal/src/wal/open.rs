@@ -120,7 +120,7 @@ impl<F: Fs> Wal<F> {
                 wal.segments.push_back(SegmentMeta {
                     seq,
                     path: wal.dir.join(segment::segment_file_name(seq)),
-                    max_index: base.index,
+                    index_max: base.index,
                 });
                 wal.last_index = base.index;
                 // The first frame carries the checkpoint that says where the log starts.
@@ -145,7 +145,7 @@ impl<F: Fs> Wal<F> {
                     .map(|s| SegmentMeta {
                         seq: s.seq,
                         path: s.path.clone(),
-                        max_index: s.max_index,
+                        index_max: s.index_max,
                     })
                     .collect();
                 wal.last_index = disk_last_index;

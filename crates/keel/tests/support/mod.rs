@@ -20,7 +20,7 @@ use keel_resp::{Decoder, Limits};
 use keel_session::ClientConnection;
 use keel_session::Dispatch;
 use keel_session::NodeInfo;
-use keel_session::NodeStatus;
+use keel_session::NodeReport;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -44,9 +44,9 @@ pub struct State {
 struct Node<'a>(&'a State);
 
 impl NodeInfo for Node<'_> {
-    fn status(&self) -> NodeStatus {
+    fn status(&self) -> NodeReport {
         let sm = self.0.sm.lock().unwrap();
-        NodeStatus {
+        NodeReport {
             node_id: 1,
             role: "leader".into(),
             term: 1,
@@ -57,7 +57,7 @@ impl NodeInfo for Node<'_> {
             log_time_ms: sm.log_time_ms(),
             keys: sm.len() as u64,
             connected_clients: self.0.connections.load(Ordering::Relaxed),
-            ..NodeStatus::default()
+            ..NodeReport::default()
         }
     }
 }

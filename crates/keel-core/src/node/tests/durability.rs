@@ -152,7 +152,7 @@ fn leader_replicates_before_own_write_and_counts_itself_after() {
 #[test]
 fn leader_writes_entries_with_their_append_while_every_window_is_full() {
     let config = Config {
-        max_inflight_messages: 1,
+        inflight_messages_max: 1,
         ..test_config(1)
     };
     let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
@@ -204,8 +204,8 @@ fn leader_writes_entries_with_their_append_while_every_window_is_full() {
 #[test]
 fn a_falling_write_limit_never_rewrites_what_the_leader_wrote() {
     let config = Config {
-        max_inflight_messages: 1,
-        max_entries_per_message: 1,
+        inflight_messages_max: 1,
+        entries_per_message_max: 1,
         ..test_config(1)
     };
     let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));

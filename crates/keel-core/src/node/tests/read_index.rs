@@ -128,7 +128,7 @@ fn readindex_single_voter_needs_no_messages() {
 #[test]
 fn readindex_backpressure_bounds_pending_reads() {
     let config = Config {
-        max_pending_reads: 2,
+        pending_reads_max: 2,
         ..test_config(1)
     };
     let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));

@@ -114,7 +114,7 @@ fn append_overlapping_commit_skips_the_committed_prefix() {
 fn fig2_leader_commits_only_current_term_entries() {
     let voters = [1, 2, 3];
     let config = |id| Config {
-        max_entries_per_message: 1,
+        entries_per_message_max: 1,
         ..test_config(id)
     };
     let mut c = Cluster::from_storages(vec![
@@ -163,7 +163,7 @@ fn fast_backtracking_uses_conflict_term_hint() {
     let leader_log = [1, 1, 1, 4, 4, 5, 5, 6, 6, 6];
     // Raft paper Figure 7 (f) (leader lacks the follower's terms), and a follower with extra
     // entries of a term the leader has.
-    for (follower_log, max_conflicts) in [
+    for (follower_log, conflicts_max) in [
         (&[1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3][..], 2),
         (&[1, 1, 1, 4, 4, 4, 4][..], 2),
     ] {
@@ -184,7 +184,7 @@ fn fast_backtracking_uses_conflict_term_hint() {
         c.elect(1);
         let conflicts = conflicts_from(&c, 2);
         assert!(
-            conflicts <= max_conflicts,
+            conflicts <= conflicts_max,
             "{conflicts} rejections for {follower_log:?}, one per term at most"
         );
         assert_eq!(c.log_terms(2), c.log_terms(1));
@@ -195,8 +195,8 @@ fn fast_backtracking_uses_conflict_term_hint() {
 #[test]
 fn flow_control_bounds_entries_and_inflight() {
     let mut c = Cluster::with_config(3, |config| {
-        config.max_entries_per_message = 2;
-        config.max_inflight_messages = 3;
+        config.entries_per_message_max = 2;
+        config.inflight_messages_max = 3;
     });
     c.elect(1);
     for i in 0..20 {
@@ -236,8 +236,8 @@ fn flow_control_bounds_entries_and_inflight() {
 fn flow_control_holds_the_tail_while_an_append_is_in_flight() {
     for hold in [true, false] {
         let mut c = Cluster::with_config(3, |config| {
-            config.max_entries_per_message = 2;
-            config.max_inflight_messages = 8;
+            config.entries_per_message_max = 2;
+            config.inflight_messages_max = 8;
             config.hold_partial_appends = hold;
         });
         c.elect(1);
@@ -292,7 +292,7 @@ fn flow_control_holds_the_tail_while_an_append_is_in_flight() {
 
 #[test]
 fn flow_control_bounds_bytes_per_message() {
-    let mut c = Cluster::with_config(3, |config| config.max_bytes_per_message = 100);
+    let mut c = Cluster::with_config(3, |config| config.bytes_per_message_max = 100);
     c.elect(1);
     for _ in 0..4 {
         c.propose(1, &"x".repeat(60)); // 84 bytes counted each
@@ -395,7 +395,7 @@ fn leader_resets_progress_when_follower_reports_lost_entries() {
 #[test]
 fn propose_backpressure_bounds_uncommitted_entries() {
     let config = Config {
-        max_uncommitted_entries: 3,
+        uncommitted_entries_max: 3,
         ..test_config(1)
     };
     let mut n = node_with_config(config, &[1, 2, 3], &[1], hs(1, None, 1));
@@ -412,7 +412,7 @@ fn propose_backpressure_bounds_uncommitted_entries() {
 #[test]
 fn apply_batches_are_bounded_by_max_apply_entries() {
     let config = Config {
-        max_apply_entries: 3,
+        apply_entries_max: 3,
         ..test_config(1)
     };
     let mut n = node_with_config(config, &[1], &[], hs(0, None, 0));

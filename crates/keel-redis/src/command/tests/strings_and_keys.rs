@@ -1,7 +1,7 @@
 //! Parsing the string and keyspace commands: Redis's errors, options and bounds.
 
 use super::*;
-use crate::state_machine::STRING_BYTES_MAX;
+use crate::command::STRING_BYTES_MAX;
 
 #[test]
 #[expect(clippy::too_many_lines)]
@@ -56,9 +56,9 @@ fn string_commands() {
             bit: true
         }
     );
-    let max_offset = (STRING_BYTES_MAX as u64) * 8 - 1;
-    assert!(parse(&format!("SETBIT k {max_offset} 0")).is_ok());
-    for offset in ["-1", "x", "4294967296", &(max_offset + 1).to_string()] {
+    let offset_max = (STRING_BYTES_MAX as u64) * 8 - 1;
+    assert!(parse(&format!("SETBIT k {offset_max} 0")).is_ok());
+    for offset in ["-1", "x", "4294967296", &(offset_max + 1).to_string()] {
         for line in [format!("SETBIT k {offset} 1"), format!("GETBIT k {offset}")] {
             assert_eq!(
                 error(&line),
@@ -259,7 +259,7 @@ fn scan_options() {
             cursor: 42,
             pattern: Some(b("key:*")),
             count: 5,
-            types: TypeFilter::Only(crate::state_machine::Kind::String)
+            types: TypeFilter::Only(crate::kind::Kind::String)
         }
     );
     assert_eq!(scan("SCAN 18446744073709551615").cursor, u64::MAX);
@@ -272,12 +272,12 @@ fn scan_options() {
     assert_eq!(scan("SCAN 1 MATCH *").pattern, None);
     assert_eq!(
         scan("SCAN 1 TYPE list").types,
-        TypeFilter::Only(crate::state_machine::Kind::List)
+        TypeFilter::Only(crate::kind::Kind::List)
     );
     assert_eq!(scan("SCAN 1 TYPE stream").types, TypeFilter::Nothing);
     assert_eq!(
         scan("SCAN 1 TYPE String").types,
-        TypeFilter::Only(crate::state_machine::Kind::String)
+        TypeFilter::Only(crate::kind::Kind::String)
     );
     assert_eq!(scan("SCAN 1 COUNT 9999999999").count, u32::MAX);
     assert_eq!(scan("SCAN 1 COUNT 1 COUNT 7").count, 7, "the last one wins");

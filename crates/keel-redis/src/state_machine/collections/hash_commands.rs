@@ -5,7 +5,7 @@ use bytes::Bytes;
 use super::list_commands::owned;
 use super::Hash;
 use crate::command::HSetReply;
-use crate::state_machine::execute::Outcome;
+use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 use keel_resp::number::{format_f64, parse_f64, parse_i64};
 use keel_resp::Reply;
@@ -17,7 +17,7 @@ impl KvStateMachine {
         key: &[u8],
         pairs: &[(Bytes, Bytes)],
         reply: HSetReply,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         let added = self.change(key, true, |hash: &mut Hash| {
             if reply == HSetReply::IfNew && hash.get(&pairs[0].0).is_some() {
                 return 0;
@@ -34,7 +34,7 @@ impl KvStateMachine {
         }
     }
 
-    pub(super) fn hdel(&mut self, key: &[u8], fields: &[Bytes]) -> Outcome {
+    pub(super) fn hdel(&mut self, key: &[u8], fields: &[Bytes]) -> WriteAnswer {
         let removed = self.change(key, false, |hash: &mut Hash| {
             fields.iter().filter(|field| hash.remove(field)).count()
         });
@@ -44,7 +44,7 @@ impl KvStateMachine {
         }
     }
 
-    pub(super) fn hincrby(&mut self, key: &[u8], field: &Bytes, delta: i64) -> Outcome {
+    pub(super) fn hincrby(&mut self, key: &[u8], field: &Bytes, delta: i64) -> WriteAnswer {
         let result = self.change(key, true, |hash: &mut Hash| {
             let current = match hash.get(field) {
                 None => 0,
@@ -61,7 +61,7 @@ impl KvStateMachine {
         }
     }
 
-    pub(super) fn hincrbyfloat(&mut self, key: &[u8], field: &Bytes, delta: f64) -> Outcome {
+    pub(super) fn hincrbyfloat(&mut self, key: &[u8], field: &Bytes, delta: f64) -> WriteAnswer {
         let result = self.change(key, true, |hash: &mut Hash| {
             let current = match hash.get(field) {
                 None => 0.0,
@@ -77,7 +77,7 @@ impl KvStateMachine {
         });
         match result {
             Err(error) | Ok(Some(Err(error))) => error.into(),
-            Ok(Some(Ok(text))) => Outcome::Value(Reply::Bulk(text)),
+            Ok(Some(Ok(text))) => WriteAnswer::Value(Reply::Bulk(text)),
             Ok(None) => unreachable!("created when absent"),
         }
     }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::{index_of, index_range, List};
 use crate::command::End;
-use crate::state_machine::execute::Outcome;
+use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 use keel_resp::Reply;
 
@@ -37,7 +37,7 @@ impl KvStateMachine {
         elements: &[Bytes],
         end: End,
         existing_only: bool,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         let pushed = self.change(key, !existing_only, |list: &mut List| {
             for element in elements {
                 push(list, end, owned(element));
@@ -52,24 +52,24 @@ impl KvStateMachine {
 
     /// LPOP, RPOP: without a count one element or null; with one an array of up to `count`
     /// (null for no key, as Redis answers).
-    pub(super) fn pop(&mut self, key: &[u8], end: End, count: Option<u64>) -> Outcome {
+    pub(super) fn pop(&mut self, key: &[u8], end: End, count: Option<u64>) -> WriteAnswer {
         let popped = self.change(key, false, |list: &mut List| {
             let n = count.unwrap_or(1).min(list.items().len() as u64);
             (0..n).filter_map(|_| pop(list, end)).collect::<Vec<_>>()
         });
         match (popped, count) {
             (Err(error), _) => error.into(),
-            (Ok(None), _) => Outcome::Value(Reply::Null),
+            (Ok(None), _) => WriteAnswer::Value(Reply::Null),
             (Ok(Some(mut popped)), None) => {
-                Outcome::Value(popped.pop().map_or(Reply::Null, Reply::Bulk))
+                WriteAnswer::Value(popped.pop().map_or(Reply::Null, Reply::Bulk))
             }
             (Ok(Some(popped)), Some(_)) => {
-                Outcome::Value(Reply::Array(popped.into_iter().map(Reply::Bulk).collect()))
+                WriteAnswer::Value(Reply::Array(popped.into_iter().map(Reply::Bulk).collect()))
             }
         }
     }
 
-    pub(super) fn lset(&mut self, key: &[u8], index: i64, element: &Bytes) -> Outcome {
+    pub(super) fn lset(&mut self, key: &[u8], index: i64, element: &Bytes) -> WriteAnswer {
         let set = self.change(key, false, |list: &mut List| {
             let at = index_of(index, list.items().len())?;
             list.set(at, owned(element));
@@ -85,7 +85,7 @@ impl KvStateMachine {
 
     /// LREM: removes up to |count| elements equal to `element` (from the head for count > 0,
     /// the tail for < 0, all for 0); how many.
-    pub(super) fn lrem(&mut self, key: &[u8], count: i64, element: &[u8]) -> Outcome {
+    pub(super) fn lrem(&mut self, key: &[u8], count: i64, element: &[u8]) -> WriteAnswer {
         let removed = self.change(key, false, |list: &mut List| {
             let limit = if count == 0 {
                 usize::MAX
@@ -116,7 +116,7 @@ impl KvStateMachine {
         }
     }
 
-    pub(super) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> Outcome {
+    pub(super) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> WriteAnswer {
         let trimmed = self.change(key, false, |list: &mut List| {
             let kept = match index_range(start, stop, list.items().len()) {
                 Some((first, last)) => list.items().range(first..=last).cloned().collect(),
@@ -139,7 +139,7 @@ impl KvStateMachine {
         before: bool,
         pivot: &[u8],
         element: &Bytes,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         let inserted = self.change(key, false, |list: &mut List| {
             let at = list.items().iter().position(|e| e[..] == *pivot)?;
             let mut items = list.items().clone();
@@ -163,7 +163,7 @@ impl KvStateMachine {
         destination: &[u8],
         from: End,
         to: End,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         self.expire_if_due(destination);
         if let Err(error) = self.collection::<List>(destination) {
             return error.into();
@@ -171,7 +171,7 @@ impl KvStateMachine {
         let popped = self.change(source, false, |list: &mut List| pop(list, from));
         let element = match popped {
             Err(error) => return error.into(),
-            Ok(None | Some(None)) => return Outcome::Value(Reply::Null),
+            Ok(None | Some(None)) => return WriteAnswer::Value(Reply::Null),
             Ok(Some(Some(element))) => element,
         };
         let moved = element.clone();
@@ -179,7 +179,7 @@ impl KvStateMachine {
         {
             debug_assert!(false, "the destination was checked: {error}");
         }
-        Outcome::Value(Reply::Bulk(element))
+        WriteAnswer::Value(Reply::Bulk(element))
     }
 
     pub(super) fn llen(&self, key: &[u8]) -> Result<Reply, WriteError> {

@@ -86,7 +86,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::digest::{collection_pair_hash, expiry_hash};
-use super::execute::Outcome;
+use super::execute::WriteAnswer;
 use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Kind, Stored, Value};
 use super::{KvStateMachine, WriteError, WriteReply, STRING_BYTES_MAX};
@@ -195,7 +195,11 @@ impl KvStateMachine {
 
     /// The STORE commands' last step: `destination` becomes `result`, whatever it held, or is
     /// removed if `result` is empty (a change WATCH sees, if it existed); the result's size.
-    pub(super) fn store_result<C: Collection>(&mut self, destination: &[u8], result: C) -> Outcome {
+    pub(super) fn store_result<C: Collection>(
+        &mut self,
+        destination: &[u8],
+        result: C,
+    ) -> WriteAnswer {
         let size = result.len();
         self.expire_if_due(destination);
         self.remove_live(destination);
@@ -255,7 +259,7 @@ impl KvStateMachine {
     pub(in crate::state_machine) fn execute_collection(
         &mut self,
         command: &CollectionWrite,
-    ) -> Outcome {
+    ) -> WriteAnswer {
         use CollectionWrite as W;
         if let Some(error) = command_too_large(command) {
             return error.into();

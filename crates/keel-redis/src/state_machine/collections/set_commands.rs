@@ -8,8 +8,8 @@ use super::list_commands::owned;
 use super::Set;
 use crate::command::SetAlgebra;
 use crate::state_machine::digest::element_hash;
-use crate::state_machine::execute::Outcome;
-use crate::state_machine::keys::keyed_hash;
+use crate::state_machine::execute::WriteAnswer;
+use crate::state_machine::keyspace_commands::keyed_hash;
 use keel_resp::Reply;
 
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
@@ -19,7 +19,7 @@ fn members_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
 }
 
 impl KvStateMachine {
-    pub(super) fn sadd(&mut self, key: &[u8], members: &[Bytes]) -> Outcome {
+    pub(super) fn sadd(&mut self, key: &[u8], members: &[Bytes]) -> WriteAnswer {
         let added = self.change(key, true, |set: &mut Set| {
             members.iter().filter(|m| set.insert(owned(m))).count()
         });
@@ -29,7 +29,7 @@ impl KvStateMachine {
         }
     }
 
-    pub(super) fn srem(&mut self, key: &[u8], members: &[Bytes]) -> Outcome {
+    pub(super) fn srem(&mut self, key: &[u8], members: &[Bytes]) -> WriteAnswer {
         let removed = self.change(key, false, |set: &mut Set| {
             members.iter().filter(|m| set.remove(m)).count()
         });
@@ -41,7 +41,12 @@ impl KvStateMachine {
 
     /// SMOVE: 1 if `member` moved from `source` to `destination` (both checked to be sets
     /// first), 0 if `source` does not hold it.
-    pub(super) fn smove(&mut self, source: &[u8], destination: &[u8], member: &Bytes) -> Outcome {
+    pub(super) fn smove(
+        &mut self,
+        source: &[u8],
+        destination: &[u8],
+        member: &Bytes,
+    ) -> WriteAnswer {
         self.expire_if_due(destination);
         if let Err(error) = self.collection::<Set>(destination) {
             return error.into();
@@ -63,7 +68,7 @@ impl KvStateMachine {
 
     /// SPOP: without a count one member or null, with one an array. The members are those of
     /// least hash under the entry's index: arbitrary, but the same on every replica.
-    pub(super) fn spop(&mut self, key: &[u8], count: Option<u64>) -> Outcome {
+    pub(super) fn spop(&mut self, key: &[u8], count: Option<u64>) -> WriteAnswer {
         let index = self.applied_index.to_le_bytes();
         let popped = self.change(key, false, |set: &mut Set| {
             let n = count.unwrap_or(1).min(set.len_u64()) as usize;
@@ -81,12 +86,12 @@ impl KvStateMachine {
         });
         match (popped, count) {
             (Err(error), _) => error.into(),
-            (Ok(None), None) => Outcome::Value(Reply::Null),
-            (Ok(None), Some(_)) => Outcome::Value(Reply::Array(Vec::new())),
+            (Ok(None), None) => WriteAnswer::Value(Reply::Null),
+            (Ok(None), Some(_)) => WriteAnswer::Value(Reply::Array(Vec::new())),
             (Ok(Some(mut chosen)), None) => {
-                Outcome::Value(chosen.pop().map_or(Reply::Null, Reply::Bulk))
+                WriteAnswer::Value(chosen.pop().map_or(Reply::Null, Reply::Bulk))
             }
-            (Ok(Some(chosen)), Some(_)) => Outcome::Value(members_reply(chosen)),
+            (Ok(Some(chosen)), Some(_)) => WriteAnswer::Value(members_reply(chosen)),
         }
     }
 
@@ -97,7 +102,7 @@ impl KvStateMachine {
         algebra: SetAlgebra,
         destination: &[u8],
         keys: &[Bytes],
-    ) -> Outcome {
+    ) -> WriteAnswer {
         for key in keys {
             self.expire_if_due(key);
         }

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use super::{Hash, List};
 use crate::command::SortArgs;
 use crate::state_machine::apply_reply::reply_bytes;
-use crate::state_machine::execute::Outcome;
+use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::value::{CollectionValue, Value};
 use crate::state_machine::{KvStateMachine, WriteError, EXEC_REPLY_BYTES_MAX};
 use keel_resp::number::parse_f64;
@@ -60,7 +60,7 @@ impl KvStateMachine {
     /// SORT ... STORE: `destination` becomes a list of the result (GET's missing values empty
     /// strings), or is removed if the result is empty, whatever it held (a change WATCH sees);
     /// the result's length. An error stores nothing.
-    pub(super) fn sort_store(&mut self, args: &SortArgs, destination: &[u8]) -> Outcome {
+    pub(super) fn sort_store(&mut self, args: &SortArgs, destination: &[u8]) -> WriteAnswer {
         self.expire_if_due(&args.key);
         let values = match self.sort_result(args) {
             Ok(values) => values,

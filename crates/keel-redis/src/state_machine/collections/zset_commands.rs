@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::list_commands::owned;
 use super::{index_range, Collection, Score, ZSet};
 use crate::command::{FloatBits, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
-use crate::state_machine::execute::Outcome;
+use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 use keel_resp::number::format_f64;
 use keel_resp::Reply;
@@ -92,7 +92,7 @@ fn zadd_one(
 }
 
 impl KvStateMachine {
-    pub(super) fn execute_zset(&mut self, command: &ZSetWrite) -> Outcome {
+    pub(super) fn execute_zset(&mut self, command: &ZSetWrite) -> WriteAnswer {
         match command {
             ZSetWrite::Add {
                 key,
@@ -133,7 +133,7 @@ impl KvStateMachine {
                 match popped {
                     Err(error) => error.into(),
                     Ok(popped) => {
-                        Outcome::Value(pairs_reply(popped.unwrap_or_default().iter(), true))
+                        WriteAnswer::Value(pairs_reply(popped.unwrap_or_default().iter(), true))
                     }
                 }
             }
@@ -160,7 +160,11 @@ impl KvStateMachine {
         }
     }
 
-    fn zremove_where(&mut self, key: &[u8], chosen: impl FnOnce(&ZSet) -> Vec<Bytes>) -> Outcome {
+    fn zremove_where(
+        &mut self,
+        key: &[u8],
+        chosen: impl FnOnce(&ZSet) -> Vec<Bytes>,
+    ) -> WriteAnswer {
         let removed = self.change(key, false, |z: &mut ZSet| {
             let members = chosen(z);
             members.iter().for_each(|m| {
@@ -181,7 +185,7 @@ impl KvStateMachine {
         changed: bool,
         incr: bool,
         pairs: &[(FloatBits, Bytes)],
-    ) -> Outcome {
+    ) -> WriteAnswer {
         let result = self.change(key, !condition.only_existing, |z: &mut ZSet| {
             let (mut added, mut updated, mut score) = (0, 0, None);
             for (delta, member) in pairs {
@@ -201,7 +205,7 @@ impl KvStateMachine {
             Ok(Some(Ok(counts))) => counts,
         };
         if incr {
-            return Outcome::Value(score.map_or(Reply::Null, |s| Reply::Bulk(format_score(s))));
+            return WriteAnswer::Value(score.map_or(Reply::Null, |s| Reply::Bulk(format_score(s))));
         }
         WriteReply::Integer(if changed { added + updated } else { added }).into()
     }

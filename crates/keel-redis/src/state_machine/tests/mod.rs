@@ -652,7 +652,7 @@ proptest! {
 mod collections;
 mod exec;
 mod expiry;
-mod keys;
+mod keyspace_commands;
 mod members;
 mod sort;
 mod string_key_ops;

@@ -6,8 +6,8 @@ use super::*;
 struct BusyNode(bool);
 
 impl NodeInfo for BusyNode {
-    fn status(&self) -> NodeStatus {
-        NodeStatus::default()
+    fn status(&self) -> NodeReport {
+        NodeReport::default()
     }
 
     fn script_busy(&self) -> bool {
@@ -33,7 +33,7 @@ fn a_busy_node_refuses_data_commands_and_lets_kill_through() {
     assert_eq!(send(&mut c, "PING", true), busy_reply());
     assert_eq!(
         send(&mut c, "SCRIPT KILL", true),
-        Dispatch::Script(keel_redis::script::ScriptCommand::Kill)
+        Dispatch::Script(keel_redis::command::ScriptCommand::Kill)
     );
     assert!(matches!(
         send(&mut c, "CLIENT ID", true),

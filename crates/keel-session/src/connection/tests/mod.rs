@@ -4,6 +4,7 @@ use super::*;
 
 mod busy;
 mod clients;
+mod collections;
 mod hello_auth;
 mod introspection;
 mod monitor;
@@ -13,16 +14,16 @@ fn b(text: &str) -> Bytes {
     Bytes::copy_from_slice(text.as_bytes())
 }
 
-struct FakeNode(NodeStatus);
+struct FakeNode(NodeReport);
 
 impl NodeInfo for FakeNode {
-    fn status(&self) -> NodeStatus {
+    fn status(&self) -> NodeReport {
         self.0.clone()
     }
 }
 
 fn node() -> FakeNode {
-    FakeNode(NodeStatus {
+    FakeNode(NodeReport {
         node_id: 2,
         role: "follower".into(),
         term: 7,
@@ -67,7 +68,7 @@ fn node() -> FakeNode {
         used_memory: 1_572_864,
         used_memory_rss: 10_485_760,
         maxmemory: 104_857_600,
-        ..NodeStatus::default()
+        ..NodeReport::default()
     })
 }
 

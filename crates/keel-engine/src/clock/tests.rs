@@ -4,7 +4,7 @@ use keel_core::{Config, LeaderClock, Message, MessageBody, RaftNode, Role};
 use super::*;
 
 const POLICY: ClockPolicy = ClockPolicy {
-    max_offset_ms: 500,
+    offset_ms_max: 500,
     hold_ms: 10_000,
 };
 const BASE_MS: u64 = 1_700_000_000_000;
@@ -286,7 +286,7 @@ fn a_report_counts_only_from_the_leader_of_the_current_term() {
 #[test]
 fn a_zero_bound_measures_but_never_holds() {
     let policy = ClockPolicy {
-        max_offset_ms: 0,
+        offset_ms_max: 0,
         ..POLICY
     };
     let mut trio = Trio::new([0, 60_000, -60_000], policy);

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use keel_engine::ClientError;
 
 use super::*;
-use crate::connection::{NodeInfo, NodeStatus};
+use crate::connection::{NodeInfo, NodeReport};
 use keel_redis::state_machine::{ApplyReply, WriteReply};
 use keel_resp::Limits;
 
@@ -12,8 +12,8 @@ const NOW_MS: u64 = 1_700_000_000_000;
 struct NoNode;
 
 impl NodeInfo for NoNode {
-    fn status(&self) -> NodeStatus {
-        NodeStatus::default()
+    fn status(&self) -> NodeReport {
+        NodeReport::default()
     }
 }
 
@@ -111,7 +111,10 @@ fn consecutive_writes_are_one_batch_in_request_order_under_the_next_seqs() {
     c.pipeline.proposed([10, 11]);
     let (sent, front) = c.released();
     assert!(sent.is_empty());
-    assert!(matches!(front, Release::Await(0, Some(Handle::Write(10)))));
+    assert!(matches!(
+        front,
+        Release::Await(0, Some(InFlight::Write(10)))
+    ));
     // The second write's outcome comes first; its reply waits for the first's, and PING's
     // answer leaves in between.
     c.pipeline
@@ -136,7 +139,7 @@ fn a_read_waits_for_the_earlier_writes_and_a_write_for_the_earlier_reads() {
     c.pipeline.proposed([5]);
     assert!(matches!(
         c.pipeline.release(),
-        Release::Await(0, Some(Handle::Write(5)))
+        Release::Await(0, Some(InFlight::Write(5)))
     ));
     c.pipeline.settle_write(0, Ok(applied(WriteReply::Ok)));
     let (sent, front) = c.released();
@@ -160,7 +163,7 @@ fn a_read_waits_for_the_earlier_writes_and_a_write_for_the_earlier_reads() {
     );
     assert!(matches!(
         c.pipeline.release(),
-        Release::Await(1, Some(Handle::Read(9)))
+        Release::Await(1, Some(InFlight::Read(9)))
     ));
 }
 
@@ -243,7 +246,7 @@ fn a_refused_write_is_resolved_only_once_everything_before_it_is_answered() {
     c.pipeline.settle_write(1, Err(not_leader(Some(3))));
     assert!(matches!(
         c.pipeline.release(),
-        Release::Await(0, Some(Handle::Write(1)))
+        Release::Await(0, Some(InFlight::Write(1)))
     ));
     c.pipeline.settle_write(0, Ok(applied(WriteReply::Ok)));
     let (sent, front) = c.released();
@@ -328,7 +331,7 @@ fn the_refused_writes_behind_a_resolved_one_are_handed_out_to_be_forwarded_toget
             Reply::simple("QUEUED")
         ]
     );
-    assert!(matches!(front, Release::Await(4, Some(Handle::Write(3)))));
+    assert!(matches!(front, Release::Await(4, Some(InFlight::Write(3)))));
     c.pipeline.settle_write(4, Err(not_leader(Some(3))));
     let Release::Resolve { slot: 4, .. } = c.pipeline.release() else {
         panic!("the transaction is refused")

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 
 use super::digest::SipHasher24;
-use super::execute::Outcome;
+use super::execute::WriteAnswer;
 use super::value::{Stored, Value};
 use super::{too_large, KvStateMachine, WriteError, WriteReply};
 use crate::command::{ScanArgs, TypeFilter};
@@ -103,7 +103,12 @@ impl KvStateMachine {
     /// RENAME (`+OK`) and RENAMENX (1, or 0 when `new_key` exists): the value and its deadline
     /// move; removing the source is a change for WATCH, as is writing the destination. A key
     /// renamed onto itself stays as it is.
-    pub(super) fn rename(&mut self, key: &[u8], new_key: &[u8], only_if_absent: bool) -> Outcome {
+    pub(super) fn rename(
+        &mut self,
+        key: &[u8],
+        new_key: &[u8],
+        only_if_absent: bool,
+    ) -> WriteAnswer {
         let carried = match self.carried(key, new_key) {
             Ok(Some(carried)) => carried,
             Ok(None) => return WriteError::NoSuchKey.into(),
@@ -127,7 +132,7 @@ impl KvStateMachine {
     }
 
     /// COPY: 1 if `destination` now holds `source`'s value and deadline.
-    pub(super) fn copy(&mut self, source: &[u8], destination: &[u8], replace: bool) -> Outcome {
+    pub(super) fn copy(&mut self, source: &[u8], destination: &[u8], replace: bool) -> WriteAnswer {
         let carried = match self.carried(source, destination) {
             Ok(Some(carried)) => carried,
             Ok(None) => return WriteReply::Integer(0).into(),

@@ -6,7 +6,7 @@
 //!
 //! A write (or a transaction) goes under the request id this node gave it, its client
 //! connection's dedup session and the write's seq, announced by `RAFT.FORWARD` just before it
-//! (keel-redis's `command/forward.rs`); the leader proposes it under that id.
+//! (keel-redis's `command/raft_forward.rs`); the leader proposes it under that id.
 //! `keel_session::forwarding` (`ForwardedWrite`, time as an input) decides whether and when it
 //! is sent again, always under that id: after a lost link, no reply in time, or an answer that
 //! it was not applied; when it gives up, the client is answered `-TRYAGAIN outcome unknown`. A
@@ -45,8 +45,8 @@ use keel_redis::command::encode_forward_request;
 use keel_redis::state_machine::{LogCommand, LoggedCommand};
 use keel_redis::RequestId;
 use keel_resp::{encode_request, parse_reply, Limits, Reply};
-use keel_session::connection::{ClientConnection, Dispatch, NodeStatus};
-use keel_session::forwarding::{ForwardedWrite, Next, Outcome, RetryPolicy, FORWARD_GROUP_MAX};
+use keel_session::connection::{ClientConnection, Dispatch, NodeReport};
+use keel_session::forwarding::{Abandoned, ForwardedWrite, Next, RetryPolicy, FORWARD_GROUP_MAX};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -302,8 +302,10 @@ impl Forwarder {
                     tokio::time::sleep_until(clock.at(until_ms)).await;
                     write.on_wake(clock.now_ms())
                 }
-                Next::GiveUp(Outcome::Unknown) => return Reply::error("TRYAGAIN outcome unknown"),
-                Next::Relay | Next::GiveUp(Outcome::NotApplied) => return answer,
+                Next::GiveUp(Abandoned::Unknown) => {
+                    return Reply::error("TRYAGAIN outcome unknown")
+                }
+                Next::Relay | Next::GiveUp(Abandoned::NotApplied) => return answer,
             };
         }
     }
@@ -492,7 +494,7 @@ fn log_entry(
     now_ms: u64,
 ) -> Option<(Bytes, Vec<(usize, Reply)>)> {
     let mut protocol = ClientConnection::new(0, "", *limits);
-    let node = super::Fetched(NodeStatus::default(), false);
+    let node = super::Fetched(NodeReport::default(), false);
     let command = match request {
         Forwarded::Write(args) => match protocol.dispatch(args, &node) {
             Dispatch::Write(command) => (LoggedCommand::Write(command), Vec::new()),
@@ -622,5 +624,4 @@ impl Pieces<'_> {
 }
 
 #[cfg(test)]
-#[path = "forward_tests.rs"]
 mod tests;

@@ -12,12 +12,12 @@ use tokio::sync::mpsc;
 
 use keel_engine::transfer::partial;
 
-use super::snapshot::{self, SharedReceiver, SnapshotCounters};
-use super::*;
+use crate::snapshot::{self, SharedReceiver, SnapshotCounters};
 use crate::wire::{
     AckStatus, ChunkHeader, PositionStatus, SnapshotId, SnapshotOffer, SNAPSHOT_CHANNEL_VERSION,
     SNAPSHOT_CONTROL_FRAME_BYTES_MAX,
 };
+use crate::*;
 
 const CHUNK: u32 = 1000;
 

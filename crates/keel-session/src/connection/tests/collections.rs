@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{ClientConnection, Dispatch, NodeStatus, Transaction};
+use crate::connection::{ClientConnection, Dispatch, NodeReport, Transaction};
 use keel_redis::command::{
     CollectionRead, CollectionWrite, QueuedCommand, ReadCommand, WriteCommand,
 };
@@ -11,9 +11,9 @@ use keel_resp::{Limits, Reply};
 
 struct Node;
 
-impl super::NodeInfo for Node {
-    fn status(&self) -> NodeStatus {
-        NodeStatus::default()
+impl crate::connection::NodeInfo for Node {
+    fn status(&self) -> NodeReport {
+        NodeReport::default()
     }
 }
 

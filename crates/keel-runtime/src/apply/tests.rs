@@ -9,8 +9,8 @@ use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{spawn, ApplyItem, ApplyQueue, SnapshotPolicy, SnapshotWriter, StateMachine};
-use crate::node::Event;
+use super::{spawn, ApplyItem, ApplyWorker, SnapshotPolicy, SnapshotWriter, StateMachine};
+use crate::event::Event;
 
 /// Records which thread applied each index; sleeps `delay_ms` in each apply when set.
 struct Recorder {
@@ -31,7 +31,7 @@ impl StateMachine for Recorder {
 }
 
 struct Harness {
-    queue: ApplyQueue<Recorder>,
+    queue: ApplyWorker<Recorder>,
     applied: Arc<Mutex<Vec<(Index, String)>>>,
     delay_ms: Arc<AtomicU64>,
     events: mpsc::UnboundedReceiver<Event>,

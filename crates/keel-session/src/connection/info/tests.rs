@@ -15,8 +15,8 @@ fn args(line: &str) -> Vec<Bytes> {
         .collect()
 }
 
-fn follower() -> NodeStatus {
-    NodeStatus {
+fn follower() -> NodeReport {
+    NodeReport {
         node_id: 2,
         role: "follower".into(),
         leader_id: Some(1),
@@ -36,7 +36,7 @@ fn follower() -> NodeStatus {
                 voter: true,
             },
         ],
-        ..NodeStatus::default()
+        ..NodeReport::default()
     }
 }
 
@@ -57,7 +57,7 @@ fn headers(text: &str) -> Vec<&str> {
 
 #[test]
 fn default_leaves_out_commandstats_all_and_everything_give_every_section() {
-    let status = NodeStatus::default();
+    let status = NodeReport::default();
     let default = [
         "Server",
         "Clients",
@@ -87,7 +87,7 @@ fn default_leaves_out_commandstats_all_and_everything_give_every_section() {
 
 #[test]
 fn stats_section_has_redis_field_names() {
-    let status = NodeStatus {
+    let status = NodeReport {
         stats: StatsSnapshot {
             total_connections_received: 5,
             rejected_connections: 1,
@@ -115,7 +115,7 @@ fn stats_section_has_redis_field_names() {
             ],
             errors: BTreeMap::from([("ERR".to_string(), 2), ("WRONGTYPE".to_string(), 1)]),
         },
-        ..NodeStatus::default()
+        ..NodeReport::default()
     };
     let text = render(&status, &args("stats commandstats errorstats"));
     assert_eq!(
@@ -148,14 +148,14 @@ fn stats_section_has_redis_field_names() {
 
 #[test]
 fn cpu_section_has_seconds_with_six_decimals() {
-    let status = NodeStatus {
+    let status = NodeReport {
         cpu: Some(CpuTimes {
             sys_us: 1_500_000,
             user_us: 12_000_042,
             children_sys_us: 0,
             children_user_us: 0,
         }),
-        ..NodeStatus::default()
+        ..NodeReport::default()
     };
     assert_eq!(
         render(&status, &args("cpu")),
@@ -183,7 +183,7 @@ fn a_follower_is_a_slave_of_the_leaders_client_address() {
          master_repl_offset:99\r\n"
     );
     // No leader known (a candidate): the link is down and there is no master to name.
-    let candidate = NodeStatus {
+    let candidate = NodeReport {
         role: "candidate".into(),
         leader_id: None,
         ..follower()
@@ -197,7 +197,7 @@ fn a_follower_is_a_slave_of_the_leaders_client_address() {
 
 #[test]
 fn the_leader_is_a_master_listing_the_members_it_hears_from() {
-    let leader = NodeStatus {
+    let leader = NodeReport {
         node_id: 1,
         role: "leader".into(),
         leader_id: Some(1),
@@ -239,10 +239,10 @@ fn the_leader_is_a_master_listing_the_members_it_hears_from() {
     );
 }
 
-struct Status(NodeStatus);
+struct Status(NodeReport);
 
 impl NodeInfo for Status {
-    fn status(&self) -> NodeStatus {
+    fn status(&self) -> NodeReport {
         self.0.clone()
     }
 }
@@ -260,7 +260,7 @@ fn config_resetstat_zeroes_the_counters() {
         Duration::from_micros(3),
     );
     assert_eq!(stats.snapshot().total_commands_processed(), 1);
-    let node = Status(NodeStatus::default());
+    let node = Status(NodeReport::default());
     assert_eq!(
         conn.dispatch(&args("CONFIG RESETSTAT"), &node),
         Dispatch::Reply(Reply::OK)

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, LogId, Message, MessageBody};
 
-use super::*;
+use crate::wire::*;
 
 fn append_of(payload_bytes: usize) -> Message {
     let payload: Vec<u8> = (0..payload_bytes).map(|i| (i % 251) as u8).collect();

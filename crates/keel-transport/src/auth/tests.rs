@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
-use super::*;
 use crate::wire::auth::{Initiator, SessionKeys, NONCE_BYTES};
+use crate::*;
 
 const CLUSTER: u64 = 0xC0FFEE;
 /// Generous: these bound a hang, they are not latency assertions.
@@ -22,7 +22,7 @@ fn config(id: NodeId, secret: Option<ClusterSecret>) -> TransportConfig {
     config
 }
 
-use super::tests::{heartbeat, start_with as start};
+use crate::tests::{heartbeat, start_with as start};
 
 async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
     loop {

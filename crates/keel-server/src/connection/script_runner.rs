@@ -17,12 +17,11 @@ use bytes::Bytes;
 use keel_runtime::{ClientError, Handle};
 
 use super::{Forwarding, Session};
+use keel_redis::command::{ScriptCommand, ScriptSource};
 use keel_redis::script::lua::{self, Limits as LuaLimits};
 use keel_redis::script::sha1::sha1_hex;
 use keel_redis::script::view::{Effects, Fetch, ScriptView, ViewFailure, ViewLimits};
-use keel_redis::script::{
-    ScriptCommand, ScriptSource, SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX,
-};
+use keel_redis::script::{SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX};
 use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
 use keel_redis::KvAdapter;
 use keel_resp::Reply;

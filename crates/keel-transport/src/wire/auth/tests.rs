@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 
-use super::auth::*;
 use super::*;
+use crate::wire::*;
 
 const CLUSTER: u64 = 0xC1;
 
@@ -299,7 +299,7 @@ fn an_oversize_record_is_refused_before_allocating() {
         parse_record_header(&header, 1 << 20).err(),
         Some(AuthError::OversizeRecord {
             len_bytes: u32::MAX.into(),
-            max_bytes: 1 << 20
+            bytes_max: 1 << 20
         })
     );
 }
