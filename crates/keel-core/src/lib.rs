@@ -10,6 +10,7 @@
 //! (the Redis server's variants are keel-redis's own), and the simulator's tests show that it
 //! catches each.
 
+pub mod codec;
 pub mod config;
 mod durability;
 pub mod log;

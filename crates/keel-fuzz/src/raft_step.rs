@@ -24,7 +24,7 @@ use keel_core::{
     MembershipChange, Message, MessageBody, NodeId, RaftNode, RepairAnswer, Role, SnapshotMeta,
     Term, Write, TERM_LIMIT,
 };
-use keel_transport::wire::{decode_message_fields, encode_message_fields, Reader};
+use keel_transport::wire::{decode_message_fields, encode_message_fields, ReadWire, Reader};
 
 use crate::Input;
 

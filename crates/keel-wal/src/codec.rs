@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, HardState, LogId, Membership, NodeId};
 
 /// Encoded size of a [`HardState`]: term, vote, commit.
@@ -121,106 +120,19 @@ pub fn put_log_ids(buf: &mut Vec<u8>, ids: &[LogId]) {
 /// knows the file and offset.
 pub type DecodeError = String;
 
-/// A bounds-checked cursor over a shared buffer; payloads are zero-copy slices of it.
-pub struct Reader<'a> {
-    buf: &'a Bytes,
-    pos: usize,
-    end: usize,
+pub use keel_core::codec::Reader;
+
+/// The core's types as keel-wal encodes them, read off keel-core's [`Reader`] (which checks
+/// every length; its short reads become this crate's messages).
+pub trait ReadWal {
+    fn hard_state(&mut self) -> Result<HardState, DecodeError>;
+    fn membership(&mut self) -> Result<Membership, DecodeError>;
+    fn entry(&mut self, index: u64) -> Result<Entry, DecodeError>;
+    fn log_ids(&mut self) -> Result<Vec<LogId>, DecodeError>;
 }
 
-impl<'a> Reader<'a> {
-    pub fn new(buf: &'a Bytes) -> Self {
-        Reader {
-            buf,
-            pos: 0,
-            end: buf.len(),
-        }
-    }
-
-    /// A reader over `buf[start..end]`.
-    pub fn range(buf: &'a Bytes, start: usize, end: usize) -> Self {
-        assert!(
-            start <= end && end <= buf.len(),
-            "reader range out of bounds"
-        );
-        Reader {
-            buf,
-            pos: start,
-            end,
-        }
-    }
-
-    pub fn remaining(&self) -> usize {
-        self.end - self.pos
-    }
-
-    pub fn position(&self) -> usize {
-        self.pos
-    }
-
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
-        if n > self.remaining() {
-            return Err(format!(
-                "{what}: needs {n} bytes, {} remain",
-                self.remaining()
-            ));
-        }
-        let slice = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(slice)
-    }
-
-    pub fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    pub fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
-        Ok(get_u32(self.take(4, what)?, 0))
-    }
-
-    pub fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
-        Ok(get_u64(self.take(8, what)?, 0))
-    }
-
-    pub fn bytes(&mut self, n: usize, what: &str) -> Result<Bytes, DecodeError> {
-        if n > self.remaining() {
-            return Err(format!(
-                "{what}: length {n} exceeds the {} bytes that remain",
-                self.remaining()
-            ));
-        }
-        let out = self.buf.slice(self.pos..self.pos + n);
-        self.pos += n;
-        Ok(out)
-    }
-
-    /// Steps over `n` bytes: [`Reader::bytes`] without taking a reference to the buffer (same
-    /// check, same error).
-    pub fn skip(&mut self, n: usize, what: &str) -> Result<(), DecodeError> {
-        if n > self.remaining() {
-            return Err(format!(
-                "{what}: length {n} exceeds the {} bytes that remain",
-                self.remaining()
-            ));
-        }
-        self.pos += n;
-        Ok(())
-    }
-
-    /// A count of `item_size_bytes`-sized items, checked against what remains before anyone
-    /// allocates for it.
-    pub fn count(&mut self, item_size_bytes: usize, what: &str) -> Result<usize, DecodeError> {
-        let n = self.u32(what)? as usize;
-        if n.saturating_mul(item_size_bytes) > self.remaining() {
-            return Err(format!(
-                "{what}: count {n} cannot fit in the {} bytes that remain",
-                self.remaining()
-            ));
-        }
-        Ok(n)
-    }
-
-    pub fn hard_state(&mut self) -> Result<HardState, DecodeError> {
+impl ReadWal for Reader {
+    fn hard_state(&mut self) -> Result<HardState, DecodeError> {
         let term = self.u64("hard state term")?;
         let vote = self.u64("hard state vote")?;
         let commit = self.u64("hard state commit")?;
@@ -231,7 +143,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    pub fn membership(&mut self) -> Result<Membership, DecodeError> {
+    fn membership(&mut self) -> Result<Membership, DecodeError> {
         let mut sets: [BTreeSet<NodeId>; 3] = Default::default();
         for set in &mut sets {
             let n = self.count(8, "member count")?;
@@ -247,7 +159,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    pub fn entry(&mut self, index: u64) -> Result<Entry, DecodeError> {
+    fn entry(&mut self, index: u64) -> Result<Entry, DecodeError> {
         let term = self.u64("entry term")?;
         let kind = self.u8("entry payload kind")?;
         let len = self.u32("entry payload length")? as usize;
@@ -256,7 +168,7 @@ impl<'a> Reader<'a> {
             PAYLOAD_NORMAL => EntryPayload::Normal(self.bytes(len, "entry payload")?),
             PAYLOAD_MEMBERSHIP => {
                 let body = self.bytes(len, "membership payload")?;
-                let mut inner = Reader::new(&body);
+                let mut inner = Reader::new(body);
                 let m = inner.membership()?;
                 if inner.remaining() != 0 {
                     return Err("membership payload has trailing bytes".into());
@@ -272,7 +184,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    pub fn log_ids(&mut self) -> Result<Vec<LogId>, DecodeError> {
+    fn log_ids(&mut self) -> Result<Vec<LogId>, DecodeError> {
         let n = self.count(16, "term history length")?;
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
@@ -286,6 +198,8 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -318,7 +232,7 @@ mod tests {
         let total: usize = entries.iter().map(entry_size_bytes).sum();
         assert_eq!(buf.len(), total);
         let bytes = Bytes::from(buf);
-        let mut r = Reader::new(&bytes);
+        let mut r = Reader::new(bytes.clone());
         let back: Vec<Entry> = (7..10).map(|i| r.entry(i).unwrap()).collect();
         assert_eq!(back, entries);
         assert_eq!(r.remaining(), 0);
@@ -329,7 +243,7 @@ mod tests {
         let mut buf = Vec::new();
         put_u32(&mut buf, u32::MAX);
         let bytes = Bytes::from(buf);
-        assert!(Reader::new(&bytes).membership().is_err());
-        assert!(Reader::new(&bytes).log_ids().is_err());
+        assert!(Reader::new(bytes.clone()).membership().is_err());
+        assert!(Reader::new(bytes.clone()).log_ids().is_err());
     }
 }

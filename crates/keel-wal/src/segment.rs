@@ -14,7 +14,9 @@ use std::io;
 use bytes::Bytes;
 use keel_core::{Entry, HardState, Index, LogId};
 
-use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, put_u8, DecodeError, Reader};
+use crate::codec::{
+    self, get_u32, get_u64, put_u32, put_u64, put_u8, DecodeError, ReadWal, Reader,
+};
 use crate::fs::FileHandle;
 
 /// Version of the segment and frame format. Bumped on any layout change; a reader refuses
@@ -315,7 +317,7 @@ fn is_partial_mark(found: u32, expected: u32) -> bool {
 /// Decodes the items of a valid frame. `frame` holds the whole frame.
 pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeError> {
     let mut r = Reader::range(
-        frame,
+        frame.clone(),
         FRAME_HEADER_SIZE_BYTES,
         FRAME_HEADER_SIZE_BYTES + body_len,
     );
@@ -328,7 +330,7 @@ pub fn decode_items(frame: &Bytes, body_len: usize) -> Result<Vec<Item>, DecodeE
             return Err(format!("item of kind {kind} longer than its frame"));
         }
         let end = r.position() + len;
-        let mut p = Reader::range(frame, r.position(), end);
+        let mut p = Reader::range(frame.clone(), r.position(), end);
         let item = match kind {
             ITEM_CHECKPOINT => Item::Checkpoint {
                 first_index: p.u64("checkpoint first index")?,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use keel_core::{LogId, Membership, SnapshotMeta};
 
-use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, Reader};
+use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, ReadWal, Reader};
 use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
 
@@ -198,7 +198,7 @@ pub fn verify_snapshot_header<H: FileHandle>(
     let data_len = get_u64(&header, 32);
     let data_crc = get_u32(&header, 40);
     let header = Bytes::from(header);
-    let mut r = Reader::range(&header, FIXED_HEADER_SIZE_BYTES, crc_at);
+    let mut r = Reader::range(header, FIXED_HEADER_SIZE_BYTES, crc_at);
     let membership = r.membership()?;
     let term_history = r.log_ids()?;
     if r.remaining() != 0 {

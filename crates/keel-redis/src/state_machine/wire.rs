@@ -1,8 +1,9 @@
-//! Little-endian primitives shared by the log-command and snapshot encodings. The reader checks
-//! every length against the bytes actually remaining before it slices, and slices (zero-copy)
-//! rather than allocates.
+//! Little-endian primitives shared by the log-command and snapshot encodings. Reading is
+//! keel-core's `codec::Reader`, which checks every length against the bytes actually remaining
+//! before it slices, and slices (zero-copy) rather than allocates.
 
 use bytes::{BufMut, Bytes};
+use keel_core::codec;
 
 pub(crate) fn put_bytes(out: &mut Vec<u8>, data: &[u8]) {
     let len = u32::try_from(data.len()).expect("lengths are bounded far below 4 GiB");
@@ -10,46 +11,35 @@ pub(crate) fn put_bytes(out: &mut Vec<u8>, data: &[u8]) {
     out.put_slice(data);
 }
 
-/// A cursor over encoded bytes. Every accessor returns `None` when the input is too short.
-pub(crate) struct Reader {
-    buf: Bytes,
-    pos: usize,
-}
+/// keel-core's bounds-checked reader (`keel_core::codec`), with the conventions of these
+/// encodings: a short read is `None` (the decoders report where it fell short, by position), a
+/// signed integer is its two's-complement `u64`, and a byte string is a `u32` length and its
+/// bytes.
+pub(crate) struct Reader(codec::Reader);
 
 impl Reader {
     pub(crate) fn new(buf: Bytes) -> Self {
-        Reader { buf, pos: 0 }
+        Reader(codec::Reader::new(buf))
     }
 
     pub(crate) fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
+        self.0.remaining()
     }
 
     pub(crate) fn position(&self) -> usize {
-        self.pos
-    }
-
-    fn take(&mut self, len: usize) -> Option<&[u8]> {
-        if self.remaining() < len {
-            return None;
-        }
-        let slice = &self.buf[self.pos..self.pos + len];
-        self.pos += len;
-        Some(slice)
+        self.0.position()
     }
 
     pub(crate) fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
+        self.0.u8("u8").ok()
     }
 
     pub(crate) fn u32(&mut self) -> Option<u32> {
-        self.take(4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        self.0.u32("u32").ok()
     }
 
     pub(crate) fn u64(&mut self) -> Option<u64> {
-        self.take(8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        self.0.u64("u64").ok()
     }
 
     pub(crate) fn i64(&mut self) -> Option<i64> {
@@ -58,19 +48,13 @@ impl Reader {
 
     /// A `u32` length followed by that many bytes, as a slice of the input.
     pub(crate) fn bytes(&mut self) -> Option<Bytes> {
-        let len = self.u32()? as usize;
-        if self.remaining() < len {
-            return None;
-        }
-        let slice = self.buf.slice(self.pos..self.pos + len);
-        self.pos += len;
-        Some(slice)
+        let len = self.0.u32("length").ok()? as usize;
+        self.0.bytes(len, "bytes").ok()
     }
 
     /// A count of items each at least `item_bytes_min` long, rejected if the remaining input could
     /// not hold that many: so the count can size an allocation.
     pub(crate) fn count(&mut self, item_bytes_min: usize) -> Option<usize> {
-        let count = self.u32()? as usize;
-        (count.checked_mul(item_bytes_min)? <= self.remaining()).then_some(count)
+        self.0.count(item_bytes_min, "count").ok()
     }
 }

@@ -10,7 +10,7 @@ use keel_core::Message;
 
 use super::{
     auth, decode_message_fields, encode_message_fields, parts, snapshot, Challenge, ChunkHeader,
-    Handshake, MessagePart, OutgoingParts, Reader, Response, SnapshotAck, SnapshotOffer,
+    Handshake, MessagePart, OutgoingParts, ReadWire, Reader, Response, SnapshotAck, SnapshotOffer,
     SnapshotPosition, WireError, BODY_HANDSHAKE, BODY_MESSAGE, BODY_MESSAGE_PART, BODY_REFUSAL,
     FRAME_HEADER_SIZE_BYTES, MESSAGE_PART_BYTES, REFUSAL_REASON_BYTES_MAX,
 };

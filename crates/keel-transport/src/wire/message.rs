@@ -9,7 +9,7 @@ use keel_core::{
     MessageBody, NodeId, RepairAnswer, SnapshotMeta,
 };
 
-use super::{Reader, WireError};
+use super::{ReadWire, Reader, WireError};
 
 /// term + index + payload kind + payload length.
 const ENTRY_SIZE_BYTES_MIN: usize = 8 + 8 + 1 + 4;
@@ -65,7 +65,7 @@ fn put_set(out: &mut Vec<u8>, set: &BTreeSet<NodeId>) {
 
 fn get_set(r: &mut Reader) -> Result<BTreeSet<NodeId>, WireError> {
     let n = r.count(8, "membership set")?;
-    (0..n).map(|_| r.u64("node id")).collect()
+    (0..n).map(|_| Ok(r.u64("node id")?)).collect()
 }
 
 fn put_membership(out: &mut Vec<u8>, m: &Membership) {

@@ -340,7 +340,7 @@ mod snapshot;
 mod tests;
 
 pub use auth::{AuthError, Challenge, ClusterSecret, Response};
-pub use codec::Reader;
+pub use codec::{ReadWire, Reader};
 pub use frame::{
     decode_body, decode_frame, encode_challenge, encode_handshake, encode_handshake_body,
     encode_message, encode_message_or_parts, encode_refusal, encode_response, Body, FrameHeader,
