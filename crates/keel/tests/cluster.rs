@@ -205,10 +205,9 @@ fn membership_run(promote_in_place: bool, teach_addresses_by_restart: bool) {
     }
 
     if teach_addresses_by_restart {
-        // Peer addresses are not carried in membership entries (ARCHITECTURE.md, "Not yet"):
-        // only the node that executed RAFT.MEMBER ADD knows node 4's peer address. A restart
-        // with node 4 in --initial-cluster (only its addresses are used: the data dir is not
-        // empty) teaches the remaining follower where node 4 is.
+        // The other way to learn node 4's peer address: a restart with node 4 in
+        // --initial-cluster (only its addresses are used: the data dir is not empty) teaches the
+        // remaining follower where node 4 is.
         let node = cluster.node_mut(kept);
         node.kill();
         let at = node

@@ -241,7 +241,7 @@ pub enum ExpireCondition {
     IfEarlierWithDeadline,
 }
 
-/// The command a deadline came from, for Redis's "invalid expire time in '<name>' command".
+/// The command a deadline came from, for Redis's "invalid expire time in '`<name>`' command".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TtlCommand {
     Set,

@@ -73,7 +73,7 @@ impl LoggedCommand {
 }
 
 impl WriteCommand {
-    /// Whether the reply carries a stored value (see [`LoggedCommand::reply_is_remembered`]).
+    /// Whether the reply carries a stored value (see `LoggedCommand::reply_is_remembered`).
     pub fn replies_with_value(&self) -> bool {
         if let WriteCommand::Collection(typed) = self {
             return typed.op.replies_with_value();

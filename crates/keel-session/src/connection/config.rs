@@ -37,16 +37,16 @@ pub struct ConfigValues {
     /// `maxmemory` in bytes; 0: no limit.
     pub maxmemory: u64,
     pub protected_mode: bool,
-    /// `save` as last set (normalized): accepted but inert, see [`config_set`].
+    /// `save` as last set (normalized): accepted but inert, see `config_set`.
     pub save: String,
-    /// `repl-backlog-size` as last set, in bytes: accepted but inert, see [`set_one`].
+    /// `repl-backlog-size` as last set, in bytes: accepted but inert, see `set_one`.
     pub repl_backlog_size: u64,
     /// `maxmemory-samples` as last set: accepted but inert (keel never evicts).
     pub maxmemory_samples: u64,
     /// The client listener's address (`--client-addr`, as bound): `bind` and `port` report it;
     /// `None` until the server tells ([`SharedConfig::set_listener`]).
     pub listener: Option<SocketAddr>,
-    /// Redis's encoding thresholds as last set, in [`ENCODING_HINTS`]'s order: accepted but
+    /// Redis's encoding thresholds as last set, in `ENCODING_HINTS`'s order: accepted but
     /// inert (keel has one representation per kind of value).
     pub encoding_hints: [i64; ENCODING_HINTS.len()],
 }

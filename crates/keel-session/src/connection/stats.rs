@@ -46,7 +46,7 @@ pub const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 const LOCAL_COMMANDS_MAX: usize = 16;
 
 /// A connection's counts not yet added to its node's [`ServerStats`] (see the module
-/// documentation): at most [`LOCAL_COMMANDS_MAX`] commands.
+/// documentation): at most `LOCAL_COMMANDS_MAX` (16) commands.
 #[derive(Debug, Default)]
 pub struct LocalStats {
     /// `(command index, calls, usec)`.
