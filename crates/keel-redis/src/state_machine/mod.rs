@@ -75,10 +75,9 @@ use digest::log_time_hash;
 use keel_resp::Reply;
 use key_metadata::{Deadlines, Tombstones};
 use map::Map;
-pub use value::Kind;
 use value::Stored;
 
-pub use crate::command::STRING_BYTES_MAX;
+use crate::command::STRING_BYTES_MAX;
 
 /// Largest reply of one EXEC (RESP bytes, roughly). A read that would make it larger answers an
 /// error in its place instead of its value (the transaction's writes still apply). A constant,

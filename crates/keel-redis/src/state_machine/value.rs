@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::collections::{Collection, Hash, List, Set, ZSet};
-pub use crate::kind::Kind;
+use crate::kind::Kind;
 
 /// A key's value. Collections are reference-counted and copied on write
 /// ([`Arc::make_mut`]), as strings are shared: a snapshot view shares every value with the state

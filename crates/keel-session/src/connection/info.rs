@@ -23,7 +23,7 @@ use std::fmt::Write;
 use bytes::Bytes;
 
 use super::stats::StatsSnapshot;
-use super::REDIS_COMPAT_VERSION;
+use keel_redis::REDIS_COMPAT_VERSION;
 
 /// One member of the cluster configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -73,9 +73,8 @@ use keel_redis::command::{
     ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
+use keel_redis::REDIS_COMPAT_VERSION;
 use keel_resp::{encode, Limits, ProtocolVersion, Reply};
-
-pub use keel_redis::REDIS_COMPAT_VERSION;
 
 /// What local commands may ask about the node. The runtime implements it; `status` is called only
 /// by INFO and RAFT.STATUS.

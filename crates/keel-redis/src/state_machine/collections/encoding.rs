@@ -19,10 +19,11 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes};
 
 use super::{Collection, Hash, List, Score, Set, ZSet};
+use crate::command::STRING_BYTES_MAX;
+use crate::kind::Kind;
 use crate::state_machine::snapshot::SnapshotError;
-use crate::state_machine::value::{CollectionValue, Kind, Value};
+use crate::state_machine::value::{CollectionValue, Value};
 use crate::state_machine::wire::{put_bytes, Reader};
-use crate::state_machine::STRING_BYTES_MAX;
 
 /// Smallest encoding of one `bytes` field (an empty one): its length.
 const BYTES_FIELD_MIN: usize = 4;

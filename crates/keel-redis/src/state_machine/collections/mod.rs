@@ -15,8 +15,7 @@
 macro_rules! collection_impl {
     ($type:ident, $variant:ident, $elements:ident, $bytes:ident) => {
         impl $crate::state_machine::collections::Collection for $type {
-            const KIND: $crate::state_machine::value::Kind =
-                $crate::state_machine::value::Kind::$variant;
+            const KIND: $crate::kind::Kind = $crate::kind::Kind::$variant;
 
             fn of(value: &Value) -> Option<&Self> {
                 match value {
@@ -88,9 +87,11 @@ use bytes::Bytes;
 use super::digest::{collection_pair_hash, expiry_hash};
 use super::execute::WriteAnswer;
 use super::map::PAIR_OVERHEAD_BYTES;
-use super::value::{CollectionValue, Kind, Stored, Value};
-use super::{KvStateMachine, WriteError, WriteReply, STRING_BYTES_MAX};
+use super::value::{CollectionValue, Stored, Value};
+use super::{KvStateMachine, WriteError, WriteReply};
+use crate::command::STRING_BYTES_MAX;
 use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
+use crate::kind::Kind;
 use keel_resp::Reply;
 
 /// What each element is counted as taking beyond its bytes (`map.rs`): its slot and allocation.

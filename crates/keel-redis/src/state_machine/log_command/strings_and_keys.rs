@@ -10,8 +10,8 @@ use super::{DecodeError, Reader};
 use crate::command::{
     BitRange, BitUnit, FloatBits, LcsForm, ReadCommand, ScanArgs, TypeFilter, WriteCommand,
 };
+use crate::kind::Kind;
 use crate::state_machine::wire::put_bytes;
-use crate::state_machine::Kind;
 
 const OP_INCRBYFLOAT: u8 = 64;
 const OP_SETRANGE: u8 = 65;

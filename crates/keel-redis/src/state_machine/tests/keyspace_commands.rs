@@ -295,7 +295,7 @@ fn scan_returns_every_key_in_pages_of_count() {
     };
     assert_eq!(scan_all(&mut log, matching, |_| {}).len(), 100);
     let lists = ScanArgs {
-        types: TypeFilter::Only(crate::state_machine::Kind::List),
+        types: TypeFilter::Only(crate::kind::Kind::List),
         ..all_keys(10)
     };
     assert!(scan_all(&mut log, lists, |_| {}).is_empty());

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use super::expiry::{set_px, T0};
 use super::*;
 use crate::command::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
-use crate::state_machine::Kind;
+use crate::kind::Kind;
 
 /// Any read of the new ops, as an EXEC carries it.
 pub(super) fn arb_read() -> impl Strategy<Value = QueuedCommand> {
