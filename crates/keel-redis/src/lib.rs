@@ -4,7 +4,8 @@
 //!   as write / read / local / admin.
 //! - [`state_machine`]: the replicated state machine (ordered map of typed values, incremental
 //!   digest, request-id deduplication, expiry, WATCH points, snapshots) and the log encoding of
-//!   writes.
+//!   writes. The values themselves (lists, hashes, sets, sorted sets: structure, content hash,
+//!   snapshot body, the operations on one value) are keel-redis-types', a module per family.
 //! - [`script`]: EVAL and its kin: Lua 5.1 scripts, run against a view of the state machine.
 //! - [`expiry`]: the leader's clock for keys with deadlines (time as an input).
 //! - [`adapter`]: the state machine behind `keel_engine::StateMachine`, which the runtime and the

@@ -14,6 +14,8 @@ use super::parse::{integer, is, lossy};
 use super::sort::SortArgs;
 use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
+use keel_redis_types::list::End;
+use keel_redis_types::set::SetAlgebra;
 use keel_resp::number::parse_f64;
 
 /// A parsed command and the arguments (its name first) it was parsed from.
@@ -21,13 +23,6 @@ use keel_resp::number::parse_f64;
 pub struct Typed<Op> {
     pub args: Vec<Bytes>,
     pub op: Op,
-}
-
-/// Which end of a list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
-    Left,
-    Right,
 }
 
 /// What HSET-like commands answer.
@@ -39,14 +34,6 @@ pub enum HSetReply {
     Ok,
     /// HSETNX: 1 if set, 0 if the field existed (then nothing is set).
     IfNew,
-}
-
-/// SINTER, SUNION, SDIFF (and their STORE forms).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SetAlgebra {
-    Inter,
-    Union,
-    Diff,
 }
 
 /// The commands that change a list, hash, set or sorted set.

@@ -38,8 +38,7 @@ mod zsets;
 
 pub use arguments::{BitRange, BitUnit, FloatBits, LcsForm, ScanArgs, TypeFilter};
 pub use collections::{
-    CollectionRead, CollectionWrite, End, HSetReply, ObjectQuery, SetAlgebra, Typed,
-    SRANDMEMBER_REPEATS_MAX,
+    CollectionRead, CollectionWrite, HSetReply, ObjectQuery, Typed, SRANDMEMBER_REPEATS_MAX,
 };
 pub use error::{client_error_reply, CommandError};
 pub use local::{
@@ -54,13 +53,9 @@ pub use raft_forward::{
 pub use script::{ScriptCommand, ScriptSource};
 pub use sort::SortArgs;
 pub use table::{CommandSpec, COMMAND_TABLE};
-pub use zsets::{parse_score, LexBound, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
+pub use zsets::{parse_score, LexBound, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 
 use bytes::Bytes;
-
-/// Largest key or value the state machine stores (APPEND cannot grow a value past it). A constant,
-/// not a setting: the outcome of a write must be the same on every replica.
-pub const STRING_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Where a command runs; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::parse::{integer, is};
 use super::{BitRange, BitUnit, CommandError, FloatBits, LcsForm, ReadCommand, WriteCommand};
-use crate::command::STRING_BYTES_MAX;
+use keel_redis_types::STRING_BYTES_MAX;
 use keel_resp::number::{parse_f64, parse_i64};
 
 /// `INCRBYFLOAT key increment`.

@@ -8,20 +8,8 @@ use bytes::Bytes;
 use super::collections::optional_count;
 use super::parse::{integer, is};
 use super::{CommandError, FloatBits};
+use keel_redis_types::zset::ZAddCondition;
 use keel_resp::number::parse_f64;
-
-/// ZADD's NX / XX / GT / LT.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ZAddCondition {
-    /// NX: only new members.
-    pub only_new: bool,
-    /// XX: only existing members.
-    pub only_existing: bool,
-    /// GT: only a greater score (new members are added).
-    pub only_greater: bool,
-    /// LT: only a lesser score (new members are added).
-    pub only_lesser: bool,
-}
 
 /// What a range of a sorted set selects.
 #[derive(Clone, Debug, PartialEq, Eq)]

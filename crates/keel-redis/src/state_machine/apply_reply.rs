@@ -46,8 +46,8 @@ use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes};
 
-use super::wire::{put_bytes, Reader};
 use super::WriteReply;
+use keel_redis_types::wire::{put_bytes, Reader};
 use keel_resp::Reply;
 
 /// Deepest nesting of values decoded in an EXEC reply: EXEC's array holds LCS IDX's map, which

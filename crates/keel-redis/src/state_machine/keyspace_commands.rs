@@ -38,12 +38,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::digest::SipHasher24;
 use super::execute::WriteAnswer;
 use super::value::{Stored, Value};
 use super::{too_large, KvStateMachine, WriteError, WriteReply};
 use crate::command::{ScanArgs, TypeFilter};
 use crate::glob::{glob_match, Case};
+use keel_redis_types::siphash::SipHasher24;
 use keel_resp::Reply;
 
 /// Most keys one SCAN call returns (a larger COUNT counts as this): bounds the heap and the

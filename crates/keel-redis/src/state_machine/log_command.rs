@@ -124,9 +124,9 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::wire::{put_bytes, Reader};
 use crate::command::{QueuedCommand, WatchedKey, WriteCommand};
 use fields::{bytes, count, field_len, list_count};
+use keel_redis_types::wire::{put_bytes, Reader};
 use queued::{decode_queued, put_queued, queued_len_hint};
 use writes::{decode_write, put_write, write_len_hint};
 

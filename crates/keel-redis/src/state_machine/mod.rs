@@ -54,7 +54,6 @@ mod scratch;
 mod snapshot;
 mod strings;
 mod value;
-mod wire;
 
 use std::collections::BTreeMap;
 
@@ -77,7 +76,7 @@ use key_metadata::{Deadlines, Tombstones};
 use map::Map;
 use value::Stored;
 
-use crate::command::STRING_BYTES_MAX;
+use keel_redis_types::STRING_BYTES_MAX;
 
 /// Largest reply of one EXEC (RESP bytes, roughly). A read that would make it larger answers an
 /// error in its place instead of its value (the transaction's writes still apply). A constant,
@@ -161,6 +160,19 @@ pub enum WriteError {
     SortTooLarge,
 }
 
+impl From<keel_redis_types::ValueError> for WriteError {
+    fn from(error: keel_redis_types::ValueError) -> WriteError {
+        use keel_redis_types::ValueError as V;
+        match error {
+            V::HashValueNotInteger => WriteError::HashValueNotInteger,
+            V::HashValueNotFloat => WriteError::HashValueNotFloat,
+            V::Overflow => WriteError::Overflow,
+            V::NanOrInfinity => WriteError::NanOrInfinity,
+            V::ScoreNotANumber => WriteError::ScoreNotANumber,
+        }
+    }
+}
+
 impl WriteReply {
     pub fn to_reply(&self) -> Reply {
         match self {
@@ -179,7 +191,7 @@ impl WriteReply {
 
     /// Decodes what [`Self::encode`] wrote; `data` must hold exactly one reply.
     pub fn decode(data: &[u8]) -> Option<WriteReply> {
-        let mut r = wire::Reader::new(Bytes::copy_from_slice(data));
+        let mut r = keel_redis_types::wire::Reader::new(Bytes::copy_from_slice(data));
         let reply = snapshot::read_reply(&mut r).ok()?;
         (r.remaining() == 0).then_some(reply)
     }

@@ -83,12 +83,12 @@ use super::key_metadata::{Deadlines, Tombstones, TOMBSTONES_MAX};
 use super::log_command::MEMBER_ADDR_BYTES_MAX;
 use super::map::Map;
 use super::value::{Stored, Value};
-use super::wire::{put_bytes, Reader};
 use super::{
     KvStateMachine, MemberAddrs, WriteError, WriteReply, MEMBER_ADDRS_MAX, STRING_BYTES_MAX,
 };
 use crate::command::TtlCommand;
 use crate::kind::Kind;
+use keel_redis_types::wire::{put_bytes, Reader};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";

@@ -11,8 +11,8 @@ use bytes::Bytes;
 
 use super::execute::WriteAnswer;
 use super::{too_large, KvStateMachine, WriteError, WriteReply};
-use crate::command::STRING_BYTES_MAX;
 use crate::command::{BitRange, BitUnit};
+use keel_redis_types::STRING_BYTES_MAX;
 use keel_resp::number::{format_f64, parse_f64};
 use keel_resp::Reply;
 

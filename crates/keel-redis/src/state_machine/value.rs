@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::collections::{Collection, Hash, List, Set, ZSet};
+use super::collections::{Family, Hash, List, Set, ZSet};
 use crate::kind::Kind;
 
 /// A key's value. Collections are reference-counted and copied on write

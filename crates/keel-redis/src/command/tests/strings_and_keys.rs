@@ -1,7 +1,7 @@
 //! Parsing the string and keyspace commands: Redis's errors, options and bounds.
 
 use super::*;
-use crate::command::STRING_BYTES_MAX;
+use keel_redis_types::STRING_BYTES_MAX;
 
 #[test]
 #[expect(clippy::too_many_lines)]

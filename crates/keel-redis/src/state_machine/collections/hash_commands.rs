@@ -7,7 +7,6 @@ use super::Hash;
 use crate::command::HSetReply;
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
-use keel_resp::number::{format_f64, parse_f64, parse_i64};
 use keel_resp::Reply;
 
 impl KvStateMachine {
@@ -46,16 +45,11 @@ impl KvStateMachine {
 
     pub(super) fn hincrby(&mut self, key: &[u8], field: &Bytes, delta: i64) -> WriteAnswer {
         let result = self.change(key, true, |hash: &mut Hash| {
-            let current = match hash.get(field) {
-                None => 0,
-                Some(value) => parse_i64(value).ok_or(WriteError::HashValueNotInteger)?,
-            };
-            let new = current.checked_add(delta).ok_or(WriteError::Overflow)?;
-            hash.insert(owned(field), Bytes::from(new.to_string()));
-            Ok(new)
+            hash.incr_by(owned(field), delta)
         });
         match result {
-            Err(error) | Ok(Some(Err(error))) => error.into(),
+            Err(error) => error.into(),
+            Ok(Some(Err(error))) => WriteError::from(error).into(),
             Ok(Some(Ok(new))) => WriteReply::Integer(new).into(),
             Ok(None) => unreachable!("created when absent"),
         }
@@ -63,20 +57,11 @@ impl KvStateMachine {
 
     pub(super) fn hincrbyfloat(&mut self, key: &[u8], field: &Bytes, delta: f64) -> WriteAnswer {
         let result = self.change(key, true, |hash: &mut Hash| {
-            let current = match hash.get(field) {
-                None => 0.0,
-                Some(value) => parse_f64(value).ok_or(WriteError::HashValueNotFloat)?,
-            };
-            let sum = current + delta;
-            if !sum.is_finite() {
-                return Err(WriteError::NanOrInfinity);
-            }
-            let text = Bytes::from(format_f64(sum));
-            hash.insert(owned(field), text.clone());
-            Ok(text)
+            hash.incr_by_float(owned(field), delta)
         });
         match result {
-            Err(error) | Ok(Some(Err(error))) => error.into(),
+            Err(error) => error.into(),
+            Ok(Some(Err(error))) => WriteError::from(error).into(),
             Ok(Some(Ok(text))) => WriteAnswer::Value(Reply::Bulk(text)),
             Ok(None) => unreachable!("created when absent"),
         }

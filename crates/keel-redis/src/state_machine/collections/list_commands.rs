@@ -1,32 +1,16 @@
 //! The list commands (LPUSH, LPOP, LRANGE, ...), with Redis's replies.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
-use super::{index_of, index_range, List};
-use crate::command::End;
+use super::List;
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
+use keel_redis_types::list::End;
 use keel_resp::Reply;
 
 /// A copy of an argument to keep: its own allocation, not a slice of the request's buffer.
 pub(super) fn owned(arg: &Bytes) -> Bytes {
     Bytes::copy_from_slice(arg)
-}
-
-fn pop(list: &mut List, end: End) -> Option<Bytes> {
-    match end {
-        End::Left => list.pop_front(),
-        End::Right => list.pop_back(),
-    }
-}
-
-fn push(list: &mut List, end: End, element: Bytes) {
-    match end {
-        End::Left => list.push_front(element),
-        End::Right => list.push_back(element),
-    }
 }
 
 impl KvStateMachine {
@@ -40,7 +24,7 @@ impl KvStateMachine {
     ) -> WriteAnswer {
         let pushed = self.change(key, !existing_only, |list: &mut List| {
             for element in elements {
-                push(list, end, owned(element));
+                list.push(end, owned(element));
             }
             list.items().len()
         });
@@ -54,8 +38,7 @@ impl KvStateMachine {
     /// (null for no key, as Redis answers).
     pub(super) fn pop(&mut self, key: &[u8], end: End, count: Option<u64>) -> WriteAnswer {
         let popped = self.change(key, false, |list: &mut List| {
-            let n = count.unwrap_or(1).min(list.items().len() as u64);
-            (0..n).filter_map(|_| pop(list, end)).collect::<Vec<_>>()
+            list.pop_up_to(end, count.unwrap_or(1))
         });
         match (popped, count) {
             (Err(error), _) => error.into(),
@@ -71,15 +54,13 @@ impl KvStateMachine {
 
     pub(super) fn lset(&mut self, key: &[u8], index: i64, element: &Bytes) -> WriteAnswer {
         let set = self.change(key, false, |list: &mut List| {
-            let at = index_of(index, list.items().len())?;
-            list.set(at, owned(element));
-            Some(())
+            list.set_at(index, owned(element))
         });
         match set {
             Err(error) => error.into(),
             Ok(None) => WriteError::NoSuchKey.into(),
-            Ok(Some(None)) => WriteError::IndexOutOfRange.into(),
-            Ok(Some(Some(()))) => WriteReply::Ok.into(),
+            Ok(Some(false)) => WriteError::IndexOutOfRange.into(),
+            Ok(Some(true)) => WriteReply::Ok.into(),
         }
     }
 
@@ -87,28 +68,7 @@ impl KvStateMachine {
     /// the tail for < 0, all for 0); how many.
     pub(super) fn lrem(&mut self, key: &[u8], count: i64, element: &[u8]) -> WriteAnswer {
         let removed = self.change(key, false, |list: &mut List| {
-            let limit = if count == 0 {
-                usize::MAX
-            } else {
-                count.unsigned_abs().min(usize::MAX as u64) as usize
-            };
-            let mut items: Vec<Bytes> = list.items().iter().cloned().collect();
-            if count < 0 {
-                items.reverse();
-            }
-            let mut removed = 0;
-            items.retain(|e| {
-                let drop = removed < limit && e[..] == *element;
-                removed += usize::from(drop);
-                !drop
-            });
-            if count < 0 {
-                items.reverse();
-            }
-            if removed > 0 {
-                list.replace_all(VecDeque::from(items));
-            }
-            removed
+            list.remove_matching(count, element)
         });
         match removed {
             Ok(n) => WriteReply::Integer(n.unwrap_or(0) as i64).into(),
@@ -117,15 +77,7 @@ impl KvStateMachine {
     }
 
     pub(super) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> WriteAnswer {
-        let trimmed = self.change(key, false, |list: &mut List| {
-            let kept = match index_range(start, stop, list.items().len()) {
-                Some((first, last)) => list.items().range(first..=last).cloned().collect(),
-                None => VecDeque::new(),
-            };
-            if kept.len() != list.items().len() {
-                list.replace_all(kept);
-            }
-        });
+        let trimmed = self.change(key, false, |list: &mut List| list.trim(start, stop));
         match trimmed {
             Ok(_) => WriteReply::Ok.into(),
             Err(error) => error.into(),
@@ -141,11 +93,7 @@ impl KvStateMachine {
         element: &Bytes,
     ) -> WriteAnswer {
         let inserted = self.change(key, false, |list: &mut List| {
-            let at = list.items().iter().position(|e| e[..] == *pivot)?;
-            let mut items = list.items().clone();
-            items.insert(if before { at } else { at + 1 }, owned(element));
-            list.replace_all(items);
-            Some(list.items().len())
+            list.insert_by_pivot(before, pivot, owned(element))
         });
         match inserted {
             Err(error) => error.into(),
@@ -168,15 +116,14 @@ impl KvStateMachine {
         if let Err(error) = self.collection::<List>(destination) {
             return error.into();
         }
-        let popped = self.change(source, false, |list: &mut List| pop(list, from));
+        let popped = self.change(source, false, |list: &mut List| list.pop(from));
         let element = match popped {
             Err(error) => return error.into(),
             Ok(None | Some(None)) => return WriteAnswer::Value(Reply::Null),
             Ok(Some(Some(element))) => element,
         };
         let moved = element.clone();
-        if let Err(error) = self.change(destination, true, |list: &mut List| push(list, to, moved))
-        {
+        if let Err(error) = self.change(destination, true, |list: &mut List| list.push(to, moved)) {
             debug_assert!(false, "the destination was checked: {error}");
         }
         WriteAnswer::Value(Reply::Bulk(element))
@@ -193,14 +140,9 @@ impl KvStateMachine {
             return Ok(Reply::Array(Vec::new()));
         };
         Ok(Reply::Array(
-            match index_range(start, stop, list.items().len()) {
-                Some((first, last)) => list
-                    .items()
-                    .range(first..=last)
-                    .map(|e| Reply::Bulk(e.clone()))
-                    .collect(),
-                None => Vec::new(),
-            },
+            list.range(start, stop)
+                .map(|e| Reply::Bulk(e.clone()))
+                .collect(),
         ))
     }
 
@@ -208,8 +150,8 @@ impl KvStateMachine {
         let Some(list) = self.collection::<List>(key)? else {
             return Ok(Reply::Null);
         };
-        Ok(index_of(index, list.items().len())
-            .and_then(|at| list.get(at))
+        Ok(list
+            .at(index)
             .map_or(Reply::Null, |e| Reply::Bulk(e.clone())))
     }
 }

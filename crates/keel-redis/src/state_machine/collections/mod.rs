@@ -1,21 +1,20 @@
-//! Lists, hashes, sets and sorted sets: their data structures (`list.rs`, `hash.rs`, `set.rs`,
-//! `zset.rs`), the commands that run on them (`list_commands.rs`, ...), and the one way every
-//! write changes a collection ([`KvStateMachine::change`]), which keeps the digest, the memory
-//! count and the key's version right and removes a collection left empty (as Redis does: an
-//! empty list is no key). Collections are copied on write: snapshot views and replies share
-//! them.
+//! Lists, hashes, sets and sorted sets as keys hold them. The families' values and the
+//! operations on one value are keel-redis-types'; here are the commands that look keys up and
+//! run those operations (`list_commands.rs`, ...), and the one way every write changes a
+//! collection ([`KvStateMachine::change`]), which keeps the digest, the memory count and the
+//! key's version right and removes a collection left empty (as Redis does: an empty list is no
+//! key). Collections are copied on write: snapshot views and replies share them.
 //!
-//! Each structure keeps a content hash up to date as it changes, so a key's share of the digest
+//! Each value keeps a content hash up to date as it changes, so a key's share of the digest
 //! (`digest::collection_pair_hash`) costs O(1) hash work per element changed, not O(size):
 //! a set's, a hash's and a sorted set's is the XOR of their elements' hashes (order does not
-//! matter); a list's is a polynomial in its elements' hashes (`list.rs`), so order does.
+//! matter); a list's is a polynomial in its elements' hashes, so order does.
 
-/// The [`Collection`] impl of a structure held as `Value::$variant`, whose elements are in field
-/// `$elements` and whose element bytes are counted in field `$bytes`.
+/// The [`Collection`] impl of a family's value held as `CollectionValue::$variant`.
 macro_rules! collection_impl {
-    ($type:ident, $variant:ident, $elements:ident, $bytes:ident) => {
-        impl $crate::state_machine::collections::Collection for $type {
-            const KIND: $crate::kind::Kind = $crate::kind::Kind::$variant;
+    ($type:ident, $variant:ident) => {
+        impl Collection for $type {
+            const KIND: Kind = Kind::$variant;
 
             fn of(value: &Value) -> Option<&Self> {
                 match value {
@@ -44,41 +43,26 @@ macro_rules! collection_impl {
             fn into_value(self) -> Value {
                 Value::Collection(Arc::new(CollectionValue::$variant(self)))
             }
-
-            fn len(&self) -> usize {
-                self.$elements.len()
-            }
-
-            fn content_hash(&self) -> u64 {
-                self.hash
-            }
-
-            fn counted_bytes(&self) -> u64 {
-                self.$bytes
-                    + self.$elements.len() as u64
-                        * $crate::state_machine::collections::ELEMENT_OVERHEAD_BYTES
-            }
         }
     };
 }
 
 mod encoding;
-mod hash;
 mod hash_commands;
-mod list;
 mod list_commands;
-mod set;
 mod set_commands;
 mod sort;
-mod zset;
 mod zset_commands;
 
 pub(crate) use encoding::{decode_value, encode_value};
-pub(crate) use hash::Hash;
-pub(crate) use list::List;
-pub(crate) use set::Set;
 pub use sort::SORT_RESULT_BYTES_MAX;
-pub(crate) use zset::{Score, ZSet};
+
+pub(crate) use keel_redis_types::hash::Hash;
+pub(crate) use keel_redis_types::list::List;
+pub(crate) use keel_redis_types::set::Set;
+pub(crate) use keel_redis_types::zset::{Score, ZSet};
+pub(crate) use keel_redis_types::Family;
+use keel_redis_types::STRING_BYTES_MAX;
 
 use std::sync::Arc;
 
@@ -89,27 +73,24 @@ use super::execute::WriteAnswer;
 use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Stored, Value};
 use super::{KvStateMachine, WriteError, WriteReply};
-use crate::command::STRING_BYTES_MAX;
 use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
 use crate::kind::Kind;
 use keel_resp::Reply;
 
-/// What each element is counted as taking beyond its bytes (`map.rs`): its slot and allocation.
-pub(crate) const ELEMENT_OVERHEAD_BYTES: u64 = 32;
-
-/// A list, hash, set or sorted set, as [`KvStateMachine::change`] and the snapshot code handle
-/// them.
-pub(crate) trait Collection: Clone + Default {
+/// A list, hash, set or sorted set as a key holds it: a family's value (`keel_redis_types`)
+/// inside a [`Value`], as [`KvStateMachine::change`] and the snapshot code handle them.
+pub(crate) trait Collection: Family {
     const KIND: Kind;
     fn of(value: &Value) -> Option<&Self>;
     /// The collection to change, copied first if something shares it (a snapshot view, COPY).
     fn of_mut(value: &mut Value) -> Option<&mut Self>;
     fn into_value(self) -> Value;
-    fn len(&self) -> usize;
-    /// The hash of the content (see the module documentation).
-    fn content_hash(&self) -> u64;
-    fn counted_bytes(&self) -> u64;
 }
+
+collection_impl!(List, List);
+collection_impl!(Hash, Hash);
+collection_impl!(Set, Set);
+collection_impl!(ZSet, ZSet);
 
 /// The key's share of the digest for a collection.
 pub(crate) fn pair_hash_of<C: Collection>(key: &[u8], collection: &C) -> u64 {
@@ -230,29 +211,6 @@ impl KvStateMachine {
         self.data
             .insert_new(key, Stored::holding(value, hash, expire_at_ms, index));
     }
-}
-
-/// Redis's index convention for LRANGE, LTRIM, ...: `start` and `stop` inclusive, negative
-/// from the end; the positions they name within a sequence of `len`, None if empty.
-pub(crate) fn index_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let start = if start < 0 {
-        (len + start).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        len + stop
-    } else {
-        stop.min(len - 1)
-    };
-    (start <= stop && start < len).then_some((start as usize, stop as usize))
-}
-
-/// A single position, negative from the end; None if outside a sequence of `len`.
-pub(crate) fn index_of(index: i64, len: usize) -> Option<usize> {
-    let at = if index < 0 { len as i64 + index } else { index };
-    (0..len as i64).contains(&at).then_some(at as usize)
 }
 
 impl KvStateMachine {

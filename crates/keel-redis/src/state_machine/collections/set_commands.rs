@@ -1,15 +1,13 @@
 //! The set commands (SADD, SMEMBERS, SINTER, SPOP, ...), with Redis's replies. Members leave in
-//! ascending byte order (Redis's order is its hash table's, which no client may rely on), so
-//! every replica answers the same.
+//! ascending byte order (`keel_redis_types::set`), so every replica answers the same.
 
 use bytes::Bytes;
 
 use super::list_commands::owned;
 use super::Set;
-use crate::command::SetAlgebra;
-use crate::state_machine::digest::element_hash;
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::keyspace_commands::keyed_hash;
+use keel_redis_types::set::SetAlgebra;
 use keel_resp::Reply;
 
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
@@ -71,18 +69,7 @@ impl KvStateMachine {
     pub(super) fn spop(&mut self, key: &[u8], count: Option<u64>) -> WriteAnswer {
         let index = self.applied_index.to_le_bytes();
         let popped = self.change(key, false, |set: &mut Set| {
-            let n = count.unwrap_or(1).min(set.len_u64()) as usize;
-            let mut ranked: Vec<(u64, Bytes)> = set
-                .sorted()
-                .into_iter()
-                .map(|m| (element_hash(4, &index, m), m.clone()))
-                .collect();
-            ranked.sort_unstable();
-            let chosen: Vec<Bytes> = ranked.into_iter().take(n).map(|(_, m)| m).collect();
-            chosen.iter().for_each(|m| {
-                set.remove(m);
-            });
-            chosen
+            set.pop_least_hashed(count.unwrap_or(1), &index)
         });
         match (popped, count) {
             (Err(error), _) => error.into(),
@@ -125,31 +112,7 @@ impl KvStateMachine {
             .collect::<Result<Vec<_>, _>>()?;
         let empty = Set::default();
         let sets: Vec<&Set> = sets.into_iter().map(|s| s.unwrap_or(&empty)).collect();
-        let mut result = Set::default();
-        match algebra {
-            SetAlgebra::Union => sets.iter().flat_map(|s| s.sorted()).for_each(|m| {
-                result.insert(m.clone());
-            }),
-            SetAlgebra::Inter => {
-                let smallest = sets
-                    .iter()
-                    .min_by_key(|s| s.len_u64())
-                    .expect("at least one key");
-                for m in smallest.sorted() {
-                    if sets.iter().all(|s| s.contains(m)) {
-                        result.insert(m.clone());
-                    }
-                }
-            }
-            SetAlgebra::Diff => {
-                for m in sets[0].sorted() {
-                    if !sets[1..].iter().any(|s| s.contains(m)) {
-                        result.insert(m.clone());
-                    }
-                }
-            }
-        }
-        Ok(result)
+        Ok(Set::algebra(algebra, &sets))
     }
 
     pub(super) fn set_algebra_reply(

@@ -1,28 +1,17 @@
-//! The sorted set commands (ZADD, ZRANGE, ZPOPMIN, ...), with Redis's replies. Scores are
-//! written as the shortest decimal that reads back as the same number (`inf`, `-inf` for the
-//! infinities), as Redis 7.2 writes them.
+//! The sorted set commands (ZADD, ZRANGE, ZPOPMIN, ...), with Redis's replies (scores written
+//! as `keel_redis_types::zset::format_score` writes them).
 
 use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::list_commands::owned;
-use super::{index_range, Collection, Score, ZSet};
-use crate::command::{FloatBits, ZAddCondition, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
+use super::{Family, Score, ZSet};
+use crate::command::{FloatBits, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
-use keel_resp::number::format_f64;
+use keel_redis_types::index_range;
+use keel_redis_types::zset::{format_score, Added, ZAddCondition};
 use keel_resp::Reply;
-
-pub(crate) fn format_score(score: f64) -> Bytes {
-    if score == f64::INFINITY {
-        Bytes::from_static(b"inf")
-    } else if score == f64::NEG_INFINITY {
-        Bytes::from_static(b"-inf")
-    } else {
-        Bytes::from(format_f64(score))
-    }
-}
 
 fn score_bounds(min: &Bound<FloatBits>, max: &Bound<FloatBits>) -> (Bound<Score>, Bound<Score>) {
     let convert = |bound: &Bound<FloatBits>| match bound {
@@ -47,50 +36,6 @@ fn pairs_reply<'a>(
     Reply::Array(out)
 }
 
-/// What one ZADD pair did.
-enum Added {
-    New,
-    Changed,
-    Same,
-    Skipped,
-}
-
-fn zadd_one(
-    zset: &mut ZSet,
-    condition: ZAddCondition,
-    incr: bool,
-    score: f64,
-    member: &Bytes,
-) -> Result<(Added, Option<f64>), WriteError> {
-    let existing = zset.score(member);
-    if (condition.only_new && existing.is_some()) || (condition.only_existing && existing.is_none())
-    {
-        return Ok((Added::Skipped, None));
-    }
-    let wanted = if incr {
-        existing.map_or(0.0, Score::get) + score
-    } else {
-        score
-    };
-    let new = Score::new(wanted).ok_or(WriteError::ScoreNotANumber)?;
-    match existing {
-        Some(old)
-            if (condition.only_greater && new <= old) || (condition.only_lesser && new >= old) =>
-        {
-            Ok((Added::Skipped, None))
-        }
-        Some(old) if old == new => Ok((Added::Same, Some(new.get()))),
-        Some(_) => {
-            zset.insert(owned(member), new);
-            Ok((Added::Changed, Some(new.get())))
-        }
-        None => {
-            zset.insert(owned(member), new);
-            Ok((Added::New, Some(new.get())))
-        }
-    }
-}
-
 impl KvStateMachine {
     pub(super) fn execute_zset(&mut self, command: &ZSetWrite) -> WriteAnswer {
         match command {
@@ -109,9 +54,7 @@ impl KvStateMachine {
                 &[(*delta, member.clone())],
             ),
             ZSetWrite::Rem { key, members } => {
-                let removed = self.change(key, false, |z: &mut ZSet| {
-                    members.iter().filter(|m| z.remove(m).is_some()).count()
-                });
+                let removed = self.change(key, false, |z: &mut ZSet| z.remove_all(members));
                 match removed {
                     Ok(n) => WriteReply::Integer(n.unwrap_or(0) as i64).into(),
                     Err(error) => error.into(),
@@ -119,16 +62,7 @@ impl KvStateMachine {
             }
             ZSetWrite::Pop { key, max, count } => {
                 let popped = self.change(key, false, |z: &mut ZSet| {
-                    let n = count.unwrap_or(1) as usize;
-                    let chosen: Vec<(Score, Bytes)> = if *max {
-                        z.ascending().rev().take(n).cloned().collect()
-                    } else {
-                        z.ascending().take(n).cloned().collect()
-                    };
-                    chosen.iter().for_each(|(_, m)| {
-                        z.remove(m);
-                    });
-                    chosen
+                    z.pop(*max, count.unwrap_or(1) as usize)
                 });
                 match popped {
                     Err(error) => error.into(),
@@ -189,7 +123,7 @@ impl KvStateMachine {
         let result = self.change(key, !condition.only_existing, |z: &mut ZSet| {
             let (mut added, mut updated, mut score) = (0, 0, None);
             for (delta, member) in pairs {
-                let (what, new) = zadd_one(z, condition, incr, delta.0, member)?;
+                let (what, new) = z.add(condition, incr, delta.0, member)?;
                 match what {
                     Added::New => added += 1,
                     Added::Changed => updated += 1,
@@ -197,10 +131,11 @@ impl KvStateMachine {
                 }
                 score = new;
             }
-            Ok((added, updated, score))
+            Ok::<_, keel_redis_types::ValueError>((added, updated, score))
         });
         let (added, updated, score) = match result {
-            Err(error) | Ok(Some(Err(error))) => return error.into(),
+            Err(error) => return error.into(),
+            Ok(Some(Err(error))) => return WriteError::from(error).into(),
             Ok(None) => (0, 0, None),
             Ok(Some(Ok(counts))) => counts,
         };

@@ -6,7 +6,7 @@
 use bytes::{BufMut, Bytes};
 
 use super::{DecodeError, BYTES_FIELD_MIN};
-use crate::state_machine::wire::{put_bytes, Reader};
+use keel_redis_types::wire::{put_bytes, Reader};
 
 pub(super) fn field_len(b: &Bytes) -> usize {
     b.len() + BYTES_FIELD_MIN

@@ -13,7 +13,7 @@ use super::{
     OP_PING, OP_STRLEN, OP_TTL, OP_WATCHPOINT,
 };
 use crate::command::{Command, QueuedCommand, ReadCommand, TtlForm};
-use crate::state_machine::wire::{put_bytes, Reader};
+use keel_redis_types::wire::{put_bytes, Reader};
 
 pub(super) fn queued_len_hint(command: &QueuedCommand) -> usize {
     match command {

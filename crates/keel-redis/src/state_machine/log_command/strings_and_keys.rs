@@ -11,7 +11,7 @@ use crate::command::{
     BitRange, BitUnit, FloatBits, LcsForm, ReadCommand, ScanArgs, TypeFilter, WriteCommand,
 };
 use crate::kind::Kind;
-use crate::state_machine::wire::put_bytes;
+use keel_redis_types::wire::put_bytes;
 
 const OP_INCRBYFLOAT: u8 = 64;
 const OP_SETRANGE: u8 = 65;

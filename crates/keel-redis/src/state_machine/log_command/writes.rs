@@ -16,7 +16,7 @@ use super::{
     OP_WATCHPOINT,
 };
 use crate::command::{Command, ExpireCondition, Expiry, SetCondition, TtlCommand, WriteCommand};
-use crate::state_machine::wire::{put_bytes, Reader};
+use keel_redis_types::wire::{put_bytes, Reader};
 
 pub(super) fn write_len_hint(command: &WriteCommand) -> usize {
     1 + match command {
