@@ -7,7 +7,7 @@
 //! The queue sits behind a mutex and a condition variable; snapshot views are always captured
 //! on the apply thread, never inline. A restore reads the snapshot file the node opened when it
 //! queued it (in order with the adoption, so nothing prunes it first); restores stay wholesale
-//! (`restore(&[u8])`). An order the applier refuses stops the process. The queue is bounded by
+//! (`restore(&[u8])`). An order the applier refuses stops the node (`failure.rs`). The queue is bounded by
 //! the core's `unapplied_entries_max` (16,384 by default).
 
 use std::path::PathBuf;
@@ -23,7 +23,9 @@ use tokio::sync::mpsc;
 pub use keel_engine::{SnapshotWriter, StateMachine};
 
 use crate::event::Event;
+use crate::failure::{guarded, FailureCell, NodeFailure};
 use crate::handle::{ProposalReply, ReadFn};
+use crate::storage::storage_failure;
 
 /// The snapshot file a restore reads, opened by the node when it queued the restore (so a newer
 /// snapshot pruning it meanwhile cannot take it away).
@@ -38,6 +40,7 @@ struct RuntimeApplier<S> {
     applier: Applier<S>,
     last_snapshot_bytes: Arc<AtomicU64>,
     events: mpsc::UnboundedSender<Event>,
+    failure: Arc<FailureCell>,
     /// Moving averages over batches, in nanoseconds.
     entry_cost_ns: u64,
     read_cost_ns: u64,
@@ -67,12 +70,12 @@ fn moving_average(old_ns: u64, new_ns: u64) -> u64 {
     (old_ns.saturating_mul(7).saturating_add(new_ns)) / 8
 }
 
-/// An item out of order would make this replica diverge silently: stop the process.
-fn out_of_order(e: keel_engine::PipelineError) -> ! {
-    crate::storage::fatal("apply pipeline", &e)
-}
-
 impl<S: StateMachine> RuntimeApplier<S> {
+    /// An item out of order would make this replica diverge silently: stop the node.
+    fn out_of_order(&self, e: keel_engine::PipelineError) -> ! {
+        self.failure.halt(NodeFailure::Pipeline(e.to_string()))
+    }
+
     /// Applies a batch of entries in order and reports the new applied index. Returns whether a
     /// snapshot is due.
     fn apply_entries(&mut self, batch: Vec<(Entry, Option<ProposalReply>)>) -> bool {
@@ -84,7 +87,7 @@ impl<S: StateMachine> RuntimeApplier<S> {
             }
         });
         if let Err(e) = answered {
-            out_of_order(e);
+            self.out_of_order(e);
         }
         if let Some(per_entry_ns) = (started.elapsed().as_nanos() as u64).checked_div(count) {
             self.entry_cost_ns = moving_average(self.entry_cost_ns, per_entry_ns);
@@ -111,7 +114,7 @@ impl<S: StateMachine> RuntimeApplier<S> {
     fn restore(&mut self, meta: SnapshotMeta, (path, file): SnapshotFile) {
         let data = match keel_wal::snapshot::read_snapshot_handle(&file, &path, u64::MAX) {
             Ok((read, data)) if read.meta.last == meta.last => data,
-            Ok((read, _)) => crate::storage::fatal(
+            Ok((read, _)) => self.failure.halt(storage_failure(
                 "restore",
                 &format!(
                     "{} holds {}, not {}",
@@ -119,12 +122,12 @@ impl<S: StateMachine> RuntimeApplier<S> {
                     read.meta.last,
                     meta.last
                 ),
-            ),
-            Err(e) => crate::storage::fatal("restore", &e),
+            )),
+            Err(e) => self.failure.halt(storage_failure("restore", &e)),
         };
         drop(file);
         if let Err(e) = self.applier.restore(&meta, &data) {
-            out_of_order(e);
+            self.out_of_order(e);
         }
         let _ = self.events.send(Event::Applied(self.applier.applied()));
     }
@@ -257,12 +260,14 @@ pub(crate) fn spawn<S: StateMachine>(
     last_snapshot_bytes: Arc<AtomicU64>,
     inline_budget_ns: u64,
     events: mpsc::UnboundedSender<Event>,
+    failure: Arc<FailureCell>,
 ) -> std::io::Result<(ApplyWorker<S>, std::thread::JoinHandle<()>)> {
     let shared = Arc::new(Shared {
         applier: Mutex::new(RuntimeApplier {
             applier: Applier::new(sm, applied, policy),
             last_snapshot_bytes,
             events,
+            failure: Arc::clone(&failure),
             entry_cost_ns: COST_BEFORE_MEASURED_NS,
             read_cost_ns: COST_BEFORE_MEASURED_NS,
         }),
@@ -278,36 +283,7 @@ pub(crate) fn spawn<S: StateMachine>(
     let thread = std::thread::Builder::new()
         .name("keel-apply".into())
         .spawn(move || {
-            let shared = thread_shared;
-            loop {
-                let item = {
-                    let mut queue = shared
-                        .queue
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    loop {
-                        if let Some(item) = queue.items.pop() {
-                            break item;
-                        }
-                        if queue.let_go {
-                            return; // the node task let go and everything was processed
-                        }
-                        queue.waiting = true;
-                        queue = shared
-                            .queue_filled
-                            .wait(queue)
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        queue.waiting = false;
-                    }
-                };
-                let mut applier = shared
-                    .applier
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                applier.process(item);
-                // Still holding the lock: the node task sees zero only once this item is done.
-                shared.queued.fetch_sub(1, Ordering::AcqRel);
-            }
+            guarded(&failure, "the apply thread", || run(&thread_shared));
         })?;
     Ok((
         ApplyWorker {
@@ -316,6 +292,39 @@ pub(crate) fn spawn<S: StateMachine>(
         },
         thread,
     ))
+}
+
+/// The apply thread's loop: ends once the node task lets go and the queue is empty.
+fn run<S: StateMachine>(shared: &Shared<S>) {
+    loop {
+        let item = {
+            let mut queue = shared
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            loop {
+                if let Some(item) = queue.items.pop() {
+                    break item;
+                }
+                if queue.let_go {
+                    return; // the node task let go and everything was processed
+                }
+                queue.waiting = true;
+                queue = shared
+                    .queue_filled
+                    .wait(queue)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                queue.waiting = false;
+            }
+        };
+        let mut applier = shared
+            .applier
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        applier.process(item);
+        // Still holding the lock: the node task sees zero only once this item is done.
+        shared.queued.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,16 @@
 //!   [`keel_transport::Transport`], TCP peer connections with bounded queues, batching, reconnect
 //!   and backoff.
 //!
+//! A node that cannot go on (a storage error, a panic) stops alone and says why
+//! ([`Node::failed`], [`NodeFailure`]); the library never exits the process ([`exit_on_failure`]
+//! is the one line a process that wants fail-stop adds).
+//!
 //! Threads: the node task (tokio), the storage thread (group commit on the WAL), the apply
 //! thread (the state machine). See `node/mod.rs` for the picture.
 
 mod apply;
 mod event;
+mod failure;
 mod handle;
 pub mod metrics;
 mod node;
@@ -23,8 +28,9 @@ pub mod scrub;
 mod storage;
 
 pub use apply::{SnapshotWriter, StateMachine};
+pub use failure::NodeFailure;
 pub use handle::{
     ClientError, DeadlineTimer, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX,
 };
 pub use keel_core::Role;
-pub use node::{wall_clock_ms, Node, NodeConfig, StartError};
+pub use node::{exit_on_failure, wall_clock_ms, Node, NodeConfig, StartError};

@@ -8,7 +8,8 @@
 //! harms nothing yet (the node replicates and applies from memory); the repair is a restart, on
 //! which `Wal::open_repairing` sets the damaged files aside and the node recovers what it lacks
 //! from the cluster. keel-server restarts itself that way; an embedder decides (the default,
-//! [`OnDamage::Exit`], stops the process with status 75, for a supervisor to restart it).
+//! [`OnDamage::Stop`], stops the node with `NodeFailure::Damaged`, whose exit code is 75 for a
+//! process that exits on failure and a supervisor that restarts it).
 //! [`ScrubCounters`] counts passes and findings for status.
 
 use std::path::PathBuf;
@@ -16,13 +17,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::failure::{FailureCell, NodeFailure};
 use keel_wal::{scrub_pass, set_aside_spare_snapshots, ReadOnlyFs, ScrubPass, StdFs, Throttled};
 
 /// What the node does when the scrub finds damage both passes agree on.
 #[derive(Clone)]
 pub enum OnDamage {
-    /// Log it and stop the process with status 75 (`EX_TEMPFAIL`): restarted, it repairs itself.
-    Exit,
+    /// Log it and stop the node (`NodeFailure::Damaged`, see [`crate::Node::failed`]):
+    /// restarted, it repairs itself.
+    Stop,
     /// Call this (on the scrub thread). The node keeps running: the callback decides.
     Call(Arc<dyn Fn(&ScrubPass) + Send + Sync>),
 }
@@ -30,7 +33,7 @@ pub enum OnDamage {
 impl std::fmt::Debug for OnDamage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OnDamage::Exit => write!(f, "Exit"),
+            OnDamage::Stop => write!(f, "Stop"),
             OnDamage::Call(_) => write!(f, "Call(..)"),
         }
     }
@@ -51,7 +54,7 @@ impl Default for ScrubConfig {
         ScrubConfig {
             rate_bytes_per_s: 0,
             pause_between_passes: Duration::from_secs(60),
-            on_damage: OnDamage::Exit,
+            on_damage: OnDamage::Stop,
         }
     }
 }
@@ -75,13 +78,14 @@ pub(crate) fn spawn(
     config: ScrubConfig,
     stop: Arc<AtomicBool>,
     counters: Arc<ScrubCounters>,
+    failure: Arc<FailureCell>,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
     if config.rate_bytes_per_s == 0 {
         return Ok(None);
     }
     let thread = std::thread::Builder::new()
         .name("keel-scrub".into())
-        .spawn(move || run(node, &dir, &config, &stop, &counters))?;
+        .spawn(move || run(node, &dir, &config, &stop, &counters, &failure))?;
     Ok(Some(thread))
 }
 
@@ -92,6 +96,7 @@ fn run(
     config: &ScrubConfig,
     stop: &Arc<AtomicBool>,
     counters: &ScrubCounters,
+    failure: &FailureCell,
 ) {
     let fs = Throttled::new(ReadOnlyFs, config.rate_bytes_per_s, stop.clone());
     while !stop.load(Ordering::Relaxed) {
@@ -152,14 +157,16 @@ fn run(
                     continue;
                 }
                 match &config.on_damage {
-                    OnDamage::Exit => {
+                    OnDamage::Stop => {
                         tracing::error!(
                             node,
-                            "stopping the process: restarted, the node sets the damaged files \
-                             aside and recovers from the cluster"
+                            "stopping the node: restarted, it sets the damaged files aside and \
+                             recovers from the cluster"
                         );
-                        eprintln!("keel: the scrub found damage on disk; stopping the process");
-                        std::process::exit(75);
+                        let findings: Vec<String> =
+                            confirmed.findings.iter().map(ToString::to_string).collect();
+                        failure.record(NodeFailure::Damaged(findings.join("; ")));
+                        return;
                     }
                     OnDamage::Call(handler) => handler(&confirmed),
                 }

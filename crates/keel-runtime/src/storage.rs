@@ -17,9 +17,11 @@
 //! thread only verifies the header, renames and fsyncs the directory: a large snapshot never
 //! holds up group commit.
 //!
-//! A fatal WAL error (failed fsync, I/O error) stops the process: never retry an fsync.
+//! A fatal WAL error (failed fsync, I/O error) stops the node (`failure.rs`): never retry an
+//! fsync, never write again after one failed.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use keel_core::{NodeId, Term, Write};
 use keel_engine::{Completion, LogStore, StorageWorker};
@@ -27,6 +29,7 @@ use keel_wal::{StdFs, Wal};
 use tokio::sync::mpsc;
 
 use crate::event::Event;
+use crate::failure::{guarded, FailureCell, NodeFailure};
 
 pub(crate) type StorageCommand = keel_engine::StorageCommand<SnapshotAdoption>;
 
@@ -37,11 +40,13 @@ pub(crate) struct SnapshotAdoption {
     pub from: Option<(NodeId, Term)>,
 }
 
-/// Logs and exits: the only safe reaction to a failed fsync or write (docs/DESIGN.md section 3).
-pub(crate) fn fatal(what: &str, error: &dyn std::fmt::Display) -> ! {
-    tracing::error!("fatal storage error, stopping the process: {what}: {error}");
-    eprintln!("keel: fatal storage error, stopping the process: {what}: {error}");
-    std::process::exit(70)
+/// The failure of a storage step: the only safe reaction to a failed fsync or write is to stop
+/// (docs/DESIGN.md section 3).
+pub(crate) fn storage_failure(what: &'static str, error: &dyn std::fmt::Display) -> NodeFailure {
+    NodeFailure::Storage {
+        what,
+        error: error.to_string(),
+    }
 }
 
 /// The WAL as keel-engine's log store, timing each group commit.
@@ -89,6 +94,7 @@ pub(crate) fn spawn(
     mut commands: mpsc::Receiver<StorageCommand>,
     events: mpsc::UnboundedSender<Event>,
     metrics: crate::metrics::StorageMetrics,
+    failure: Arc<FailureCell>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let mut worker = StorageWorker::new(WalStore { wal, metrics });
     // Only for waiting on `commands` with a timeout: the thread's work is all blocking I/O.
@@ -98,28 +104,41 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name("keel-storage".into())
         .spawn(move || {
-            // Ends when the node task drops its sender.
-            while let Some(first) = next_command(&mut worker, &mut commands, &timer) {
-                worker.submit(first);
-                // Group commit: everything queued meanwhile (the channel's bound bounds it).
-                while let Ok(next) = commands.try_recv() {
-                    worker.submit(next);
-                }
-                while let Some(done) = worker.run_next() {
-                    let event = match done {
-                        Ok(Completion::Persisted(id)) => Event::Persisted(id),
-                        Ok(Completion::Adopted(saved)) => saved,
-                        Ok(Completion::NotAdopted) => Event::SnapshotNotAdopted,
-                        Err((what, e)) => fatal(what, &e),
-                    };
-                    let _ = events.send(event);
-                }
-            }
-            // Stopping: the newest promise is made durable (keel-wal's promise.rs).
-            if let Err(e) = worker.store_mut().wal.flush_promise() {
-                fatal("flush_promise", &e);
-            }
+            guarded(&failure, "the storage thread", || {
+                run(&mut worker, &mut commands, &timer, &events, &failure);
+            });
         })
+}
+
+/// The storage thread's loop. Ends when the node task drops its sender, or at the first failure
+/// (recorded in `failure`, and nothing written after it).
+fn run(
+    worker: &mut StorageWorker<WalStore>,
+    commands: &mut mpsc::Receiver<StorageCommand>,
+    timer: &tokio::runtime::Runtime,
+    events: &mpsc::UnboundedSender<Event>,
+    failure: &FailureCell,
+) {
+    while let Some(first) = next_command(worker, commands, timer, failure) {
+        worker.submit(first);
+        // Group commit: everything queued meanwhile (the channel's bound bounds it).
+        while let Ok(next) = commands.try_recv() {
+            worker.submit(next);
+        }
+        while let Some(done) = worker.run_next() {
+            let event = match done {
+                Ok(Completion::Persisted(id)) => Event::Persisted(id),
+                Ok(Completion::Adopted(saved)) => saved,
+                Ok(Completion::NotAdopted) => Event::SnapshotNotAdopted,
+                Err((what, e)) => failure.halt(storage_failure(what, &e)),
+            };
+            let _ = events.send(event);
+        }
+    }
+    // Stopping: the newest promise is made durable (keel-wal's promise.rs).
+    if let Err(e) = worker.store_mut().wal.flush_promise() {
+        failure.halt(storage_failure("flush_promise", &e));
+    }
 }
 
 /// How long the log may stay idle before the promise record raised by its last group commit is
@@ -134,6 +153,7 @@ fn next_command(
     worker: &mut StorageWorker<WalStore>,
     commands: &mut mpsc::Receiver<StorageCommand>,
     timer: &tokio::runtime::Runtime,
+    failure: &FailureCell,
 ) -> Option<StorageCommand> {
     loop {
         if !worker.store().wal.promise_unflushed() {
@@ -153,7 +173,7 @@ fn next_command(
             Ok(command) => return command,
             Err(_idle) => {
                 if let Err(e) = worker.store_mut().wal.flush_promise() {
-                    fatal("flush_promise", &e);
+                    failure.halt(storage_failure("flush_promise", &e));
                 }
             }
         }

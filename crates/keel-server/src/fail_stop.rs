@@ -14,9 +14,11 @@
 //! unknown state runs, and where core dumps are enabled one is written. `DEBUG PANIC`, behind
 //! `--enable-debug-command`, panics the node task through `Handle::debug_panic`, to test it.
 //!
-//! The deliberate stops keep their own exits: a storage error (a failed fsync) exits with status
-//! 70 after logging the same way, and a committed entry or snapshot the state machine cannot
-//! apply aborts (`adapter.rs`).
+//! The deliberate stops keep their own exits: a node that stops itself (keel-runtime's
+//! `failure.rs`: a storage error such as a failed fsync, damage the scrub found) makes the
+//! process exit with the failure's status (70; 75 for damage a restart repairs) through
+//! `keel_runtime::exit_on_failure`, installed by `launch.rs`; a committed entry or snapshot the
+//! state machine cannot apply aborts (`adapter.rs`).
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::io::Write;

@@ -477,6 +477,9 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         ),
         _ => format!("node {}: {e}", options.id),
     })?;
+    // Fail-stop: a node that stopped by itself (a storage error, a panic, damage the scrub
+    // found) takes its process with it, for a supervisor to restart (`fail_stop.rs`).
+    keel_runtime::exit_on_failure(&node);
     let mut ctx = ServerContext::new(
         options.id,
         node.handle(),

@@ -54,6 +54,7 @@ fn harness(inline_budget_ns: u64, policy: SnapshotPolicy) -> Harness {
         Arc::new(AtomicU64::new(0)),
         inline_budget_ns,
         events_tx,
+        crate::failure::FailureCell::new(1),
     )
     .expect("spawn");
     Harness {

@@ -25,10 +25,11 @@ use tokio::time::{interval, MissedTickBehavior};
 use super::{NodeConfig, SnapshotData};
 use crate::apply::{ApplyItem, ApplyWorker, SnapshotFile, SnapshotWriter, StateMachine};
 use crate::event::Event;
+use crate::failure::FailureCell;
 use crate::handle::{
     ClientError, NodeStatus, ProposalReply, ReadFn, RefusalPublisher, ReplayStats, Request,
 };
-use crate::storage::{fatal, SnapshotAdoption, StorageCommand};
+use crate::storage::{storage_failure, SnapshotAdoption, StorageCommand};
 use keel_transport::{AbortOnDrop, Inbound, Transport};
 
 /// Bound on the messages (or client requests) taken in one go before the core's `ready()` is
@@ -77,6 +78,8 @@ pub(super) struct Io<S> {
     /// replaced or when the driver is dropped (a stopped node streams nothing).
     pub snapshot_sends: HashMap<NodeId, (LogId, AbortOnDrop<()>)>,
     pub metrics: crate::metrics::NodeMetrics,
+    /// Where a part of the node that cannot go on records why (`failure.rs`).
+    pub failure: Arc<FailureCell>,
 }
 
 impl<S: StateMachine> Shell for Io<S> {
@@ -95,7 +98,9 @@ impl<S: StateMachine> Shell for Io<S> {
         };
         let file = match keel_wal::Fs::open(&keel_wal::StdFs, &path) {
             Ok(file) => file,
-            Err(e) => fatal("open the snapshot to restore", &e),
+            Err(e) => self
+                .failure
+                .halt(storage_failure("open the snapshot to restore", &e)),
         };
         let size_bytes = keel_wal::FileHandle::len_bytes(&file).unwrap_or(0);
         self.metrics.installed(meta.last, size_bytes);
@@ -167,6 +172,7 @@ impl<S: StateMachine> Driver<S> {
     ) {
         let mut ticker = interval(std::time::Duration::from_millis(self.config.tick_ms));
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut failed = self.io.failure.subscribe();
         loop {
             while self.raft.has_ready() {
                 self.handle_ready().await;
@@ -182,8 +188,10 @@ impl<S: StateMachine> Driver<S> {
             }
             let serving = self.engine.serving();
             tokio::select! {
-                // Completions first: they unblock everything else.
                 biased;
+                // A part of the node failed (`failure.rs`): not another word to anyone.
+                _ = failed.changed() => return,
+                // Completions first: they unblock everything else.
                 Some(event) = events.recv() => {
                     self.on_event(event).await;
                     for _ in 1..INPUTS_PER_READY_MAX {
@@ -215,6 +223,15 @@ impl<S: StateMachine> Driver<S> {
                 },
             }
         }
+    }
+
+    /// The storage thread ended while the node runs: it failed (and recorded why first), or
+    /// something killed it. Either way the node cannot persist anything more: it stops.
+    fn storage_gone(&self) -> ! {
+        self.io.failure.halt(storage_failure(
+            "storage thread",
+            &"the storage thread stopped",
+        ))
     }
 
     /// Tells the handles the answer every proposal gets now, if it changed.
@@ -267,7 +284,7 @@ impl<S: StateMachine> Driver<S> {
                 .await
                 .is_err()
             {
-                fatal("storage thread", &"stopped");
+                self.storage_gone();
             }
         }
         self.engine.finish_ready(&self.raft, ready, &mut self.io);
@@ -282,6 +299,7 @@ impl<S: StateMachine> Driver<S> {
         let dir = self.config.data_dir.clone();
         let storage = self.storage.clone();
         let events = self.io.events_tx.clone();
+        let failure = Arc::clone(&self.io.failure);
         tokio::spawn(async move {
             let written = tokio::task::spawn_blocking(move || -> Result<PathBuf, String> {
                 let mut file = keel_wal::create_snapshot_file(&keel_wal::StdFs, &dir, &meta)
@@ -297,8 +315,8 @@ impl<S: StateMachine> Driver<S> {
                         return; // the node is stopping
                     }
                 }
-                Ok(Err(e)) => fatal("write a snapshot", &e),
-                Err(e) => fatal("write a snapshot", &e),
+                Ok(Err(e)) => failure.halt(storage_failure("write a snapshot", &e)),
+                Err(e) => failure.halt(storage_failure("write a snapshot", &e)),
             }
             let _ = events.send(Event::SnapshotWritten);
         });
@@ -467,7 +485,7 @@ impl<S: StateMachine> Driver<S> {
                     from: Some((from, term)),
                 });
                 if self.storage.send(cmd).await.is_err() {
-                    fatal("storage thread", &"stopped");
+                    self.storage_gone();
                 }
             }
             Adoption::InstallSaved => {

@@ -55,6 +55,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::apply::{self, StateMachine};
+use crate::failure::{FailureCell, Guarded, NodeFailure};
 use crate::handle::Handle;
 use crate::storage;
 use keel_transport::{Transport, TransportConfig};
@@ -160,7 +161,9 @@ fn clock_hold_ms(config: &NodeConfig) -> u64 {
     10 * election_timeout_max_ms
 }
 
+/// Why a node did not start; [`StartError::is_retryable`] says whether starting again can help.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     #[error("storage: {0}")]
     Wal(#[from] keel_wal::WalError),
@@ -182,6 +185,22 @@ pub enum StartError {
         dir: PathBuf,
         report: Box<keel_wal::DamageReport>,
     },
+}
+
+impl StartError {
+    /// Whether starting again, unchanged, can succeed: an I/O error on a file or a socket may be
+    /// passing (a port still held by the previous process, a full disk being cleared, a
+    /// directory lock another process is letting go of), and a node that failed to start left
+    /// nothing half-done. Settings that contradict each other, a recovered state the core
+    /// refuses, corruption and unrepairable damage fail the same way every time: they need a
+    /// person (`keel check --data-dir` lists findings).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StartError::Io(_) => true,
+            StartError::Wal(e) => matches!(e, keel_wal::WalError::Io { .. }),
+            StartError::Core(_) | StartError::Settings(_) | StartError::Damaged { .. } => false,
+        }
+    }
 }
 
 /// Opens the WAL, repairing what the cluster can make good (`Wal::open_repairing`: a lost tail,
@@ -246,6 +265,7 @@ pub struct Node<S> {
     /// Ends the scrub thread (set on stop and drop).
     scrub_stop: Arc<std::sync::atomic::AtomicBool>,
     scrub_counters: Arc<crate::scrub::ScrubCounters>,
+    failure: Arc<FailureCell>,
 }
 
 impl<S: StateMachine> Node<S> {
@@ -315,6 +335,7 @@ impl<S: StateMachine> Node<S> {
             raft.log().last_index()
         );
 
+        let failure = FailureCell::new(config.id);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         // The storage queue is bounded: the node awaits room, which throttles it to the disk.
         let (storage_tx, storage_rx) = mpsc::channel(1024);
@@ -331,6 +352,7 @@ impl<S: StateMachine> Node<S> {
             Arc::clone(&last_snapshot_bytes),
             config.apply_inline_budget_us.saturating_mul(1000),
             events_tx.clone(),
+            Arc::clone(&failure),
         )?;
         let mut threads = vec![
             storage::spawn(
@@ -338,6 +360,7 @@ impl<S: StateMachine> Node<S> {
                 storage_rx,
                 events_tx.clone(),
                 crate::metrics::StorageMetrics::new(config.id),
+                Arc::clone(&failure),
             )?,
             apply_thread,
         ];
@@ -349,6 +372,7 @@ impl<S: StateMachine> Node<S> {
             config.scrub.clone(),
             scrub_stop.clone(),
             scrub_counters.clone(),
+            Arc::clone(&failure),
         )?);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
         let transport = Transport::bind(
@@ -399,6 +423,7 @@ impl<S: StateMachine> Node<S> {
                 last_snapshot_bytes,
                 snapshot_sends: HashMap::new(),
                 metrics: crate::metrics::NodeMetrics::new(config.id),
+                failure: Arc::clone(&failure),
             },
             storage: storage_tx,
             snapshot_writing: keel_engine::SnapshotWriting::default(),
@@ -412,7 +437,11 @@ impl<S: StateMachine> Node<S> {
             )),
             config,
         };
-        let task = tokio::spawn(driver.run(events_rx, inbound_rx, requests_rx));
+        let task = tokio::spawn(Guarded {
+            inner: Box::pin(driver.run(events_rx, inbound_rx, requests_rx)),
+            cell: Arc::clone(&failure),
+            thread: "the node task",
+        });
         Ok(Node {
             handle,
             task: Some(task),
@@ -421,7 +450,23 @@ impl<S: StateMachine> Node<S> {
             snapshot_counters,
             scrub_stop,
             scrub_counters,
+            failure,
         })
+    }
+
+    /// Why the node stopped by itself, if it did ([`NodeFailure`]): a storage error, a panic, a
+    /// refused apply order, damage the scrub found. A failed node answers nothing more (its
+    /// handles' requests fail with `ClientError::Shutdown`); the process goes on, and deciding
+    /// what happens next is the embedder's: restart the node, or exit ([`exit_on_failure`]).
+    pub fn failure(&self) -> Option<NodeFailure> {
+        self.failure.get()
+    }
+
+    /// Resolves when the node stops by itself, with why; never while it runs (a shutdown or stop
+    /// is not a failure). Cancel-safe.
+    pub fn failed(&self) -> impl std::future::Future<Output = NodeFailure> + Send + 'static {
+        let cell = Arc::clone(&self.failure);
+        async move { cell.wait().await }
     }
 
     /// The scrub's passes and findings so far (`crate::scrub`).
@@ -526,5 +571,36 @@ fn incarnation(data_dir: &std::path::Path) -> std::io::Result<u64> {
             Ok(drawn)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Fail-stop for a process that runs one node, as keel's server does: once `node` stops by
+/// itself, logs why and exits the process with [`NodeFailure::exit_code`] (a supervisor
+/// restarts it, and recovery starts from what the disk holds). Must be called within a tokio
+/// runtime; the watcher it spawns lives as long as the runtime.
+pub fn exit_on_failure<S: StateMachine>(node: &Node<S>) {
+    let failed = node.failed();
+    tokio::spawn(async move {
+        let failure = failed.await;
+        eprintln!("keel: the node stopped: {failure}; stopping the process");
+        std::process::exit(failure.exit_code());
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StartError;
+
+    #[test]
+    fn only_passing_io_errors_are_worth_a_retry() {
+        let io = || std::io::Error::new(std::io::ErrorKind::AddrInUse, "port held");
+        assert!(StartError::Io(io()).is_retryable());
+        assert!(StartError::Wal(keel_wal::WalError::Io {
+            path: "seg".into(),
+            source: io()
+        })
+        .is_retryable());
+        assert!(!StartError::Wal(keel_wal::WalError::CorruptLog("gap".into())).is_retryable());
+        assert!(!StartError::Settings("contradiction".into()).is_retryable());
     }
 }

@@ -46,8 +46,9 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 
 /// Stops every node of a cluster — its storage and apply threads finished — and then removes
 /// the cluster's directory. Dropping the nodes instead leaves their threads running on: one
-/// still saving a snapshot into a directory being removed fails its I/O, and a node stops the
-/// whole (test) process on a storage error. Needs the multi-thread runtime the tests run on.
+/// still saving a snapshot into a directory being removed fails its I/O, and the node stops on
+/// that storage error with a failure no test asked for. Needs the multi-thread runtime the tests
+/// run on.
 pub fn stop_nodes_and_remove_dir<S: keel_runtime::StateMachine>(
     nodes: &mut BTreeMap<NodeId, keel_runtime::Node<S>>,
     dir: &std::path::Path,

@@ -375,7 +375,7 @@ fn serve_rejects_incomplete_or_unsupported_settings() {
 }
 
 /// For checking by hand with redis-cli and redis-benchmark (not run by default):
-/// `KEEL_TEST_PORT=7777 cargo test -p keel --test end_to_end -- --ignored --nocapture serve_for_manual_checks`
+/// `KEEL_TEST_PORT=7777 cargo test -p keel-cli --test end_to_end -- --ignored --nocapture serve_for_manual_checks`
 /// serves for `KEEL_TEST_SERVE_SECS` seconds (default 60).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

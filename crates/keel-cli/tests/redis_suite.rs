@@ -377,7 +377,7 @@ fn read_passing_list() -> BTreeSet<Listed> {
 
 const PASSING_LIST_HEADER: &str = "\
 # Tests of Redis's own suite known to pass against keel: unit, the port they ran against
-# (leader or follower) and the test's name, tab-separated. crates/keel/tests/redis_suite.rs
+# (leader or follower) and the test's name, tab-separated. crates/keel-cli/tests/redis_suite.rs
 # fails if one of them does not pass; KEEL_REDIS_SUITE_BLESS=1 rewrites this file from a run.
 ";
 

@@ -1,0 +1,137 @@
+//! A node that cannot go on stops alone and says why; the process lives on (`failure.rs`): a
+//! panicking state machine, a panic in the node task, a storage step that fails. Each is a real
+//! fault of a real node (one voter, loopback), not a simulated one.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_core::Index;
+use keel_runtime::{ClientError, Node, NodeConfig, NodeFailure, SnapshotWriter, StateMachine};
+
+mod common;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Counts entries; panics on the entry `boom`.
+#[derive(Default)]
+struct Fragile {
+    applied: u64,
+}
+
+impl StateMachine for Fragile {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+        assert_ne!(&data[..], b"boom", "the state machine met boom");
+        self.applied += 1;
+        Bytes::copy_from_slice(&self.applied.to_le_bytes())
+    }
+
+    fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
+        Box::new(self.applied.to_le_bytes().to_vec())
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        self.applied = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+    }
+}
+
+async fn one_voter(name: &str) -> (Node<Fragile>, std::path::PathBuf) {
+    let dir = common::scratch_dir(name);
+    let config = || {
+        let mut config = NodeConfig::new(1, 7, dir.join("n1"));
+        config.peer_listen_addr = common::free_addr();
+        config.initial_members = vec![1];
+        config.wal.segment_size_bytes = 1 << 20;
+        config.wal.frame_size_bytes_max = 64 << 10;
+        config.wal.entry_size_bytes_max = 512 << 10;
+        config
+    };
+    let node = common::start_node(config, Fragile::default, WAIT).await;
+    let handle = node.handle();
+    tokio::time::timeout(WAIT, async {
+        while !handle
+            .status()
+            .await
+            .is_ok_and(|s| s.serving && s.raft.role == keel_core::Role::Leader)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a cluster of one elects itself");
+    (node, dir)
+}
+
+async fn failure_of(node: &Node<Fragile>) -> NodeFailure {
+    tokio::time::timeout(WAIT, node.failed())
+        .await
+        .expect("the node stops within the deadline")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_state_machine_stops_the_node_not_the_process() {
+    let (node, dir) = one_voter("sm-panic").await;
+    let handle = node.handle();
+    handle
+        .propose(Bytes::from_static(b"one"))
+        .await
+        .expect("applied");
+    assert_eq!(node.failure(), None);
+
+    let answer = handle.propose(Bytes::from_static(b"boom")).await;
+    assert!(
+        answer.is_err(),
+        "a proposal whose apply panicked: {answer:?}"
+    );
+    match failure_of(&node).await {
+        NodeFailure::Panicked { message, .. } => {
+            assert!(message.contains("the state machine met boom"), "{message}");
+        }
+        other => panic!("expected a panic, got {other}"),
+    }
+    // Stopped for good: nothing is served, and the answer says so.
+    assert_eq!(
+        handle.propose(Bytes::from_static(b"two")).await,
+        Err(ClientError::Shutdown)
+    );
+    assert_eq!(node.failure().map(|f| f.exit_code()), Some(70));
+    node.stop().await;
+    common::remove_scratch_dir(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_node_task_stops_the_node() {
+    let (node, dir) = one_voter("task-panic").await;
+    let _ = node.handle().debug_panic().await;
+    assert!(matches!(
+        failure_of(&node).await,
+        NodeFailure::Panicked {
+            thread: "the node task",
+            ..
+        }
+    ));
+    node.stop().await;
+    common::remove_scratch_dir(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_storage_step_stops_the_node() {
+    let (node, dir) = one_voter("storage").await;
+    let handle = node.handle();
+    handle
+        .propose(Bytes::from_static(b"one"))
+        .await
+        .expect("applied");
+    // The data directory vanishes under the node: the snapshot file cannot be created.
+    std::fs::remove_dir_all(&dir).expect("remove the data directory");
+    let _ = handle.snapshot_now().await;
+    match failure_of(&node).await {
+        NodeFailure::Storage { what, .. } => assert_eq!(what, "write a snapshot"),
+        other => panic!("expected a storage failure, got {other}"),
+    }
+    assert_eq!(
+        handle.propose(Bytes::from_static(b"two")).await,
+        Err(ClientError::Shutdown)
+    );
+    node.stop().await;
+    common::remove_scratch_dir(&dir);
+}

@@ -1,0 +1,86 @@
+//! keel: Raft consensus for Rust, with its durable log and its runtime.
+//!
+//! Bring a deterministic [`StateMachine`]; keel replicates the entries you propose to a majority
+//! of nodes, persists them in its write-ahead log (the commit index with them), applies them to
+//! your state machine in one order on every node, snapshots it, and serves linearizable reads.
+//! Nodes talk over TCP; with a cluster secret every connection is authenticated and sealed.
+//!
+//! A runnable example, three nodes of a replicated counter in one process, is
+//! `examples/counter.rs` (`cargo run -p keel --example counter`).
+//!
+//! This crate is the one to depend on: it re-exports every type a node needs and nothing else.
+//! The crates behind it (`keel-core`, the protocol without I/O; `keel-wal`, the log;
+//! `keel-engine`, the node's decisions; `keel-transport`, the peer wire format; `keel-runtime`,
+//! the tokio driver) are the implementation.
+//!
+//! # A node
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use keel::{Index, Node, NodeConfig, SnapshotWriter, StateMachine};
+//!
+//! /// Adds the little-endian u64 of each entry; answers the new total.
+//! #[derive(Default)]
+//! struct Counter(u64);
+//!
+//! impl StateMachine for Counter {
+//!     fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+//!         self.0 += u64::from_le_bytes(data[..8].try_into().unwrap());
+//!         Bytes::copy_from_slice(&self.0.to_le_bytes())
+//!     }
+//!     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
+//!         Box::new(self.0.to_le_bytes().to_vec())
+//!     }
+//!     fn restore(&mut self, data: &[u8]) {
+//!         self.0 = u64::from_le_bytes(data.try_into().unwrap());
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Node 1 of a new cluster of one (a cluster of three lists three ids and their addresses).
+//! let mut config = NodeConfig::new(1, 0x6b65656c, "data/node-1");
+//! config.initial_members = vec![1];
+//! let node = Node::start(config, Counter::default()).await?;
+//!
+//! let handle = node.handle();
+//! let total = handle.propose(Bytes::copy_from_slice(&5u64.to_le_bytes())).await?;
+//! assert_eq!(total[..], 5u64.to_le_bytes());
+//! let read = handle.read(|counter: &Counter| counter.0).await?;
+//! assert_eq!(read, 5);
+//! node.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What keel guarantees, and what it asks
+//!
+//! - A proposal that returns `Ok` was committed and applied exactly once, at one index, on every
+//!   node that applies that index. [`ClientError`] says whether a failed one was certainly not
+//!   applied (`NotLeader`, `Busy`) or may have been (`Unknown`: retry only with an id your state
+//!   machine deduplicates).
+//! - A read runs on the leader's state after every write that completed before the read began.
+//! - A node that cannot go on (its disk failed a write or an fsync, your state machine or keel
+//!   panicked) stops whole and says why: [`Node::failed`] resolves with a [`NodeFailure`]. keel
+//!   never exits your process; [`exit_on_failure`] is the one line that makes it do so.
+//! - The state machine must be deterministic: the same entries in the same order give the same
+//!   state and the same answers on every node (no clock, no randomness, no iteration over hash
+//!   maps into results or snapshots).
+//!
+//! The design contract, the failure model and the scenarios keel is tested against are in the
+//! repository: `docs/DESIGN.md`, `docs/SCENARIOS.md`.
+
+pub use keel_core::{Index, LogId, Membership, NodeId, Role, Term};
+pub use keel_engine::{SnapshotWriter, StateMachine};
+pub use keel_runtime::{
+    exit_on_failure, ClientError, DeadlineTimer, Handle, Node, NodeConfig, NodeFailure, NodeStatus,
+    Pending, ReplayStats, StartError, PROPOSE_BATCH_MAX,
+};
+
+/// The Raft protocol's settings (election timeout, heartbeats, flow control, bounds): the
+/// `raft` field of [`NodeConfig`].
+pub use keel_core::Config as RaftConfig;
+/// The peer transport's settings (cluster id and secret, frame bounds, queues): the
+/// `transport` field of [`NodeConfig`].
+pub use keel_transport::TransportConfig;
+/// The write-ahead log's settings: the `wal` field of [`NodeConfig`].
+pub use keel_wal::WalConfig;
