@@ -4,8 +4,10 @@ use std::net::SocketAddr;
 
 use keel_core::NodeId;
 
-/// Why a request did not produce a result.
+/// Why a request did not produce a result. Each variant says whether the request may have been
+/// applied: only [`ClientError::Unknown`] leaves that open.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// Definitely not applied: this node is not the leader (or the entry was overwritten).
     /// Retry at `leader` if known.
@@ -28,4 +30,8 @@ pub enum ClientError {
     /// The node is shutting down or gone.
     #[error("the node is shut down")]
     Shutdown,
+    /// Definitely not applied: the request's deadline passed while it waited in the node's queue,
+    /// so it was dropped there rather than proposed behind its caller's back. Retry freely.
+    #[error("not proposed: its deadline passed while it was queued")]
+    NotProposed,
 }

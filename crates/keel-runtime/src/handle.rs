@@ -23,8 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{FollowerProgress, Index, MembershipChange, NodeId, Status};
-use tokio::sync::{mpsc, oneshot};
+use keel_core::{
+    CommitStatus, FollowerProgress, Index, LogId, Membership, MembershipChange, NodeId, Role,
+    Status, Term,
+};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
 
 use keel_transport::ClientAddrs;
@@ -65,11 +68,20 @@ pub(crate) enum Request<S> {
     Propose {
         data: Bytes,
         reply: ProposalReply,
+        /// Past this the node drops the request unproposed (`ClientError::NotProposed`): its
+        /// caller has given up on it, and proposing it then would act behind the caller's back.
+        deadline: tokio::time::Instant,
+        /// For [`Handle::propose_tracked`]: where the entry was appended, sent as soon as it
+        /// is, and the claim that decides between the node taking the request and its caller
+        /// abandoning it.
+        tracked: Option<(oneshot::Sender<LogId>, Arc<Claim>)>,
     },
     /// Proposed in order in one step of the node: either all reach the log in this order, or
     /// the ones refused are refused for a reason that held for the whole batch from its first
-    /// refusal on (not leader, a bound reached).
-    ProposeBatch(Vec<(Bytes, ProposalReply)>),
+    /// refusal on (not leader, a bound reached). Dropped unproposed past the deadline.
+    ProposeBatch(Vec<(Bytes, ProposalReply)>, tokio::time::Instant),
+    /// [`Handle::commit_status`].
+    CommitStatus(LogId, oneshot::Sender<CommitStatus>),
     Read(ReadFn<S>),
     Status(oneshot::Sender<NodeStatus>),
     Membership {
@@ -86,6 +98,68 @@ pub(crate) enum Request<S> {
     Shutdown,
     /// Panic in the node task (see [`Handle::debug_panic`]); the sender is dropped unanswered.
     DebugPanic(oneshot::Sender<()>),
+}
+
+/// What a node is, as [`Handle::watch`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeView {
+    pub role: Role,
+    pub term: Term,
+    /// The leader this node knows of in `term`, itself included.
+    pub leader: Option<NodeId>,
+    /// The newest configuration in this node's log (in force once appended, committed or not:
+    /// Raft's rule).
+    pub membership: Arc<Membership>,
+    /// Whether the node serves clients (false while it replays its log at start).
+    pub serving: bool,
+}
+
+/// A proposal appended to the leader's log ([`Handle::propose_tracked`]).
+#[must_use = "a proposal resolves only when awaited"]
+pub struct Proposal {
+    log_id: LogId,
+    result: Pending<Bytes>,
+}
+
+impl Proposal {
+    /// Where the entry was appended: ask [`Handle::commit_status`] what became of it.
+    pub fn log_id(&self) -> LogId {
+        self.log_id
+    }
+
+    /// The state machine's result once the entry is applied on this node; `Unknown` once the
+    /// deadline (fixed when it was proposed) passed: then [`Handle::commit_status`] tells.
+    pub async fn wait(self) -> Result<Bytes, ClientError> {
+        self.result.wait().await
+    }
+}
+
+/// Who decides a tracked proposal's fate at its deadline: the node, taking it from its queue, or
+/// the caller, abandoning it. Whoever comes first wins; the other sees it.
+#[derive(Debug, Default)]
+pub(crate) struct Claim(std::sync::atomic::AtomicU8);
+
+const CLAIM_QUEUED: u8 = 0;
+const CLAIM_TAKEN: u8 = 1;
+const CLAIM_ABANDONED: u8 = 2;
+
+impl Claim {
+    /// The node takes the request; false if its caller abandoned it first.
+    pub(crate) fn take(&self) -> bool {
+        self.settle(CLAIM_TAKEN)
+    }
+
+    /// The caller abandons the request; false if the node took it first.
+    fn abandon(&self) -> bool {
+        self.settle(CLAIM_ABANDONED)
+    }
+
+    fn settle(&self, to: u8) -> bool {
+        self.0
+            .compare_exchange(CLAIM_QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// Bound on the proposals of one [`Handle::propose_batch`] call.
@@ -252,6 +326,7 @@ pub struct Handle<S> {
     pub(crate) request_timeout: Duration,
     pub(crate) client_addrs: Arc<ClientAddrs>,
     pub(crate) proposal_refusal: Arc<ProposalRefusal>,
+    pub(crate) view: watch::Receiver<NodeView>,
 }
 
 impl<S> Clone for Handle<S> {
@@ -261,11 +336,33 @@ impl<S> Clone for Handle<S> {
             request_timeout: self.request_timeout,
             client_addrs: Arc::clone(&self.client_addrs),
             proposal_refusal: Arc::clone(&self.proposal_refusal),
+            view: self.view.clone(),
         }
     }
 }
 
 impl<S> Handle<S> {
+    /// The node's role, term, leader, membership and whether it serves, as they change: the
+    /// receiver holds the newest [`NodeView`] and `changed()` resolves at each change (several
+    /// changes between two looks are seen as the last). `changed()` fails once the node stopped
+    /// (shut down, or failed: `Node::failed` says why). Watching costs the node nothing: it
+    /// publishes a change whether anyone watches or not.
+    pub fn watch(&self) -> watch::Receiver<NodeView> {
+        let mut view = self.view.clone();
+        view.mark_unchanged();
+        view
+    }
+
+    /// A handle to the same node whose requests have `timeout` instead of the node's
+    /// `NodeConfig::request_timeout_ms` (queueing included): past it a request resolves with
+    /// `Unknown` (or `NotProposed` when it never left the queue).
+    pub fn with_request_timeout(&self, timeout: Duration) -> Handle<S> {
+        Handle {
+            request_timeout: timeout,
+            ..self.clone()
+        }
+    }
+
     /// Where `id`'s clients reach it, as far as this node knows (its own advertised address,
     /// what members announced in their handshakes, what was set here). Answered locally.
     pub fn client_addr(&self, id: NodeId) -> Option<String> {
@@ -314,7 +411,90 @@ impl<S: Send + 'static> Handle<S> {
         if let Some(refusal) = self.proposal_refusal.current() {
             return Err(refusal);
         }
-        self.call(|reply| Request::Propose { data, reply }).await
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        self.call(|reply| Request::Propose {
+            data,
+            reply,
+            deadline,
+            tracked: None,
+        })
+        .await
+    }
+
+    /// Proposes `data` and returns as soon as the leader appended it, with where
+    /// ([`Proposal::log_id`]); the [`Proposal`] then resolves with the state machine's result.
+    /// Whatever happens next (a timeout, a lost leader, a crash), the `LogId` says what became
+    /// of the entry: [`Handle::commit_status`] answers, from any node, whether it committed.
+    ///
+    /// Fails without appending anything with `NotLeader`, `Busy`, `Rejected`, `Shutdown`, or
+    /// `NotProposed` when the deadline passed before the node took the request (the node then
+    /// never proposes it): every error here means the entry is not in any log.
+    pub async fn propose_tracked(&self, data: Bytes) -> Result<Proposal, ClientError> {
+        if let Some(refusal) = self.proposal_refusal.current() {
+            return Err(refusal);
+        }
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let (reply, mut result) = oneshot::channel();
+        let (appended, mut log_id) = oneshot::channel();
+        let claim = Arc::new(Claim::default());
+        let request = Request::Propose {
+            data,
+            reply,
+            deadline,
+            tracked: Some((appended, Arc::clone(&claim))),
+        };
+        let appended = tokio::time::timeout_at(deadline, async {
+            self.requests
+                .send(request)
+                .await
+                .map_err(|_| ClientError::Shutdown)?;
+            Ok::<_, ClientError>((&mut log_id).await)
+        })
+        .await;
+        let appended = match appended {
+            Ok(Err(error)) => return Err(error),
+            Ok(Ok(appended)) => appended,
+            // Too late: unless the node took the request meanwhile, it never will.
+            Err(_) if claim.abandon() => return Err(ClientError::NotProposed),
+            // The node took it and is deciding now: its answer is on its way.
+            Err(_) => log_id.await,
+        };
+        match appended {
+            Ok(log_id) => Ok(Proposal {
+                log_id,
+                result: Pending {
+                    state: PendingState::Queued {
+                        rx: result,
+                        deadline,
+                    },
+                },
+            }),
+            // Refused before it was appended: the refusal is the answer.
+            Err(_) => Err(match result.try_recv() {
+                Ok(Err(error)) => error,
+                _ => ClientError::Shutdown,
+            }),
+        }
+    }
+
+    /// What became of the entry at `log_id`, as this node knows it (keel-core's
+    /// `RaftNode::commit_status`), also after the entry was compacted into a snapshot:
+    /// `Committed` and `Overwritten` are final; `Pending` (not committed yet, may still be) and
+    /// `Unknown` (this node never had that index) are not. On the leader the answer is exact;
+    /// a follower's commit index may lag the leader's, so its `Pending` or `Unknown` may be
+    /// stale: ask the leader, or read through it first ([`Handle::read`] is a read-index
+    /// barrier) for an exact answer.
+    pub async fn commit_status(&self, log_id: LogId) -> Result<CommitStatus, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        timeout(self.request_timeout, async {
+            self.requests
+                .send(Request::CommitStatus(log_id, tx))
+                .await
+                .map_err(|_| ClientError::Shutdown)?;
+            rx.await.map_err(|_| ClientError::Shutdown)
+        })
+        .await
+        .map_err(|_| ClientError::Unknown)?
     }
 
     /// Proposes every entry of `batch` in this order in one step of the node, and returns one
@@ -345,8 +525,10 @@ impl<S: Send + 'static> Handle<S> {
                 state: PendingState::Queued { rx, deadline },
             });
         }
-        let sent =
-            tokio::time::timeout_at(deadline, self.requests.send(Request::ProposeBatch(request)));
+        let sent = tokio::time::timeout_at(
+            deadline,
+            self.requests.send(Request::ProposeBatch(request, deadline)),
+        );
         let error = match sent.await {
             Ok(Ok(())) => return pending,
             Ok(Err(_)) => ClientError::Shutdown,
@@ -540,6 +722,14 @@ mod tests {
             request_timeout: ms(50),
             client_addrs: Arc::default(),
             proposal_refusal: Arc::default(),
+            view: watch::channel(NodeView {
+                role: Role::Follower,
+                term: 0,
+                leader: None,
+                membership: Arc::default(),
+                serving: true,
+            })
+            .1,
         };
         let not_leader = ClientError::NotLeader {
             leader: Some(2),
@@ -559,7 +749,7 @@ mod tests {
         // Withdrawn (the node leads, or knows no leader): proposals go to the node task again.
         handle.proposal_refusal.publish(None);
         let pendings = handle.propose_batch(batch).await;
-        assert!(matches!(queue.try_recv(), Ok(Request::ProposeBatch(b)) if b.len() == 2));
+        assert!(matches!(queue.try_recv(), Ok(Request::ProposeBatch(b, _)) if b.len() == 2));
         assert_eq!(pendings.len(), 2);
     }
 }

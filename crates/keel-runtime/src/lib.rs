@@ -1,7 +1,9 @@
 //! keel-runtime: the tokio driver around the sans-IO `keel_core::RaftNode` (docs/DESIGN.md section 2).
 //!
 //! - [`Node::start`]: recover from the WAL (or bootstrap), replay to the persisted commit index,
-//!   then serve. A [`Handle`] proposes, reads linearizably, reports status, changes membership,
+//!   then serve. A [`Handle`] proposes (with [`Handle::propose_tracked`], learning the entry's
+//!   `LogId` at once, and [`Handle::commit_status`] to ask what became of it), reads
+//!   linearizably, reports status, changes membership,
 //!   transfers leadership and takes snapshots.
 //! - The application supplies a [`StateMachine`] (apply, snapshot view, restore); bytes everywhere
 //!   else.
@@ -30,7 +32,9 @@ mod storage;
 pub use apply::{SnapshotWriter, StateMachine};
 pub use failure::NodeFailure;
 pub use handle::{
-    ClientError, DeadlineTimer, Handle, NodeStatus, Pending, ReplayStats, PROPOSE_BATCH_MAX,
+    ClientError, DeadlineTimer, Handle, NodeStatus, NodeView, Pending, Proposal, ReplayStats,
+    PROPOSE_BATCH_MAX,
 };
 pub use keel_core::Role;
+pub use keel_core::{CommitStatus, LogId};
 pub use node::{exit_on_failure, wall_clock_ms, Node, NodeConfig, StartError};

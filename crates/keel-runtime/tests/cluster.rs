@@ -215,6 +215,12 @@ async fn elects_commits_fails_over_and_replays_after_restart() {
         Err(ClientError::NotLeader { .. })
     ));
 
+    // A watcher on the follower sees the leader it follows, and no change while it leads on.
+    let mut watch = c.handle(follower).watch();
+    assert_eq!(watch.borrow().leader, Some(leader));
+    assert!(watch.borrow().serving && watch.borrow().membership.voters.len() == 3);
+    assert!(!watch.has_changed().unwrap());
+
     // Kill the leader: the other two elect a new one and keep committing. First let a
     // heartbeat persist the leader's commit index (commit-only changes are written lazily), so
     // the replay below has a known floor.
@@ -222,6 +228,13 @@ async fn elects_commits_fails_over_and_replays_after_restart() {
     c.stop(leader).await;
     let new_leader = c.leader().await;
     assert_ne!(new_leader, leader);
+    // The watcher learns of it without asking: a later term, the new leader.
+    let seen = tokio::time::timeout(WAIT, watch.wait_for(|view| view.leader == Some(new_leader)))
+        .await
+        .expect("the watcher sees the new leader")
+        .expect("the follower runs")
+        .clone();
+    assert!(seen.term > 1, "{seen:?}");
     assert_eq!(c.propose(5).await, 15);
     let commit = c.handle(new_leader).status().await.unwrap().raft.commit;
 

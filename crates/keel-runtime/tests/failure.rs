@@ -101,6 +101,7 @@ async fn a_panicking_state_machine_stops_the_node_not_the_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_the_node_task_stops_the_node() {
     let (node, dir) = one_voter("task-panic").await;
+    let mut watch = node.handle().watch();
     let _ = node.handle().debug_panic().await;
     assert!(matches!(
         failure_of(&node).await,
@@ -109,6 +110,11 @@ async fn a_panic_in_the_node_task_stops_the_node() {
             ..
         }
     ));
+    // Watchers learn that the node is gone.
+    assert!(tokio::time::timeout(WAIT, watch.changed())
+        .await
+        .expect("the watch ends")
+        .is_err());
     node.stop().await;
     common::remove_scratch_dir(&dir);
 }

@@ -57,7 +57,11 @@
 //! - A proposal that returns `Ok` was committed and applied exactly once, at one index, on every
 //!   node that applies that index. [`ClientError`] says whether a failed one was certainly not
 //!   applied (`NotLeader`, `Busy`) or may have been (`Unknown`: retry only with an id your state
-//!   machine deduplicates).
+//!   machine deduplicates). A request the node never took from its queue before its deadline is
+//!   dropped there (`NotProposed`), never proposed later behind your back.
+//! - [`Handle::propose_tracked`] returns the entry's [`LogId`] as soon as the leader appended it;
+//!   whatever happens next, [`Handle::commit_status`] tells what became of it (`Committed` and
+//!   `Overwritten` are final), also after the entry was compacted into a snapshot.
 //! - A read runs on the leader's state after every write that completed before the read began.
 //! - A node that cannot go on (its disk failed a write or an fsync, your state machine or keel
 //!   panicked) stops whole and says why: [`Node::failed`] resolves with a [`NodeFailure`]. keel
@@ -69,7 +73,7 @@
 //! The design contract, the failure model and the scenarios keel is tested against are in the
 //! repository: `docs/DESIGN.md`, `docs/SCENARIOS.md`.
 
-pub use keel_core::{Index, LogId, Membership, NodeId, Role, Term};
+pub use keel_core::{CommitStatus, Index, LogId, Membership, NodeId, Role, Term};
 pub use keel_engine::{SnapshotWriter, StateMachine};
 pub use keel_runtime::{
     exit_on_failure, ClientError, DeadlineTimer, Handle, Node, NodeConfig, NodeFailure, NodeStatus,

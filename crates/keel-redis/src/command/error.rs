@@ -16,6 +16,9 @@ pub fn client_error_reply(error: &ClientError) -> Reply {
         ClientError::Busy(what) => Reply::error(format!("TRYAGAIN busy: {what}")),
         ClientError::Rejected(why) => Reply::error(format!("ERR rejected: {why}")),
         ClientError::Shutdown => Reply::error("TRYAGAIN the node is shutting down"),
+        ClientError::NotProposed => Reply::error("TRYAGAIN not proposed: the node was too busy"),
+        // A variant added later: retrying is the safe default.
+        _ => Reply::error(format!("TRYAGAIN {error}")),
     }
 }
 

@@ -27,10 +27,22 @@ use crate::apply::{ApplyItem, ApplyWorker, SnapshotFile, SnapshotWriter, StateMa
 use crate::event::Event;
 use crate::failure::FailureCell;
 use crate::handle::{
-    ClientError, NodeStatus, ProposalReply, ReadFn, RefusalPublisher, ReplayStats, Request,
+    ClientError, NodeStatus, NodeView, ProposalReply, ReadFn, RefusalPublisher, ReplayStats,
+    Request,
 };
 use crate::storage::{storage_failure, SnapshotAdoption, StorageCommand};
 use keel_transport::{AbortOnDrop, Inbound, Transport};
+
+/// The node as [`crate::Handle::watch`] shows it.
+pub(super) fn view_of(raft: &RaftNode, serving: bool) -> NodeView {
+    NodeView {
+        role: raft.role(),
+        term: raft.term(),
+        leader: raft.leader(),
+        membership: Arc::clone(raft.log().membership_shared()),
+        serving,
+    }
+}
 
 /// Bound on the messages (or client requests) taken in one go before the core's `ready()` is
 /// drained. Taking everything already queued turns many proposals into one Append and one write
@@ -60,6 +72,8 @@ pub(super) struct Driver<S> {
     pub started: Instant,
     /// Tells the handles the answer every proposal gets now.
     pub proposal_refusal: RefusalPublisher,
+    /// What [`crate::Handle::watch`] shows: published when it changes.
+    pub view: tokio::sync::watch::Sender<NodeView>,
     pub config: NodeConfig,
 }
 
@@ -180,6 +194,7 @@ impl<S: StateMachine> Driver<S> {
             self.check_replay_done();
             self.io.metrics.observe(&self.raft);
             self.publish_proposal_refusal();
+            self.publish_view();
             self.note_membership();
             if self.stopping {
                 self.engine.stop(&mut self.io);
@@ -232,6 +247,24 @@ impl<S: StateMachine> Driver<S> {
             "storage thread",
             &"the storage thread stopped",
         ))
+    }
+
+    /// Publishes the node's view to its watchers if it changed. Compared field by field under the
+    /// channel's read lock (the membership by pointer: the log replaces it whenever it changes),
+    /// so the common pass, nothing changed, costs an uncontended read lock and a few comparisons.
+    fn publish_view(&mut self) {
+        let serving = self.engine.serving();
+        let unchanged = {
+            let view = self.view.borrow();
+            view.role == self.raft.role()
+                && view.term == self.raft.term()
+                && view.leader == self.raft.leader()
+                && view.serving == serving
+                && Arc::ptr_eq(&view.membership, self.raft.log().membership_shared())
+        };
+        if !unchanged {
+            self.view.send_replace(view_of(&self.raft, serving));
+        }
     }
 
     /// Tells the handles the answer every proposal gets now, if it changed.
@@ -517,18 +550,54 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
+    /// One proposal, unless its caller gave up on it: proposing it then would act behind its
+    /// back (`ClientError::NotProposed`).
+    fn on_propose(
+        &mut self,
+        data: bytes::Bytes,
+        reply: ProposalReply,
+        deadline: tokio::time::Instant,
+        tracked: Option<(oneshot::Sender<LogId>, Arc<crate::handle::Claim>)>,
+    ) {
+        let (appended, taken) = match tracked {
+            Some((appended, claim)) => (Some(appended), claim.take()),
+            None => (None, true),
+        };
+        if !taken || tokio::time::Instant::now() >= deadline {
+            let _ = reply.send(Err(ClientError::NotProposed));
+            return;
+        }
+        let (raft, io) = (&mut self.raft, &mut self.io);
+        if let Ok(id) = self.engine.propose(raft, data, reply, io) {
+            io.metrics.proposed(id.index);
+            if let Some(appended) = appended {
+                let _ = appended.send(id);
+            }
+        }
+    }
+
     fn on_request(&mut self, request: Request<S>) {
         let (raft, io) = (&mut self.raft, &mut self.io);
         match request {
-            Request::Propose { data, reply } => {
-                if let Ok(id) = self.engine.propose(raft, data, reply, io) {
-                    io.metrics.proposed(id.index);
+            Request::Propose {
+                data,
+                reply,
+                deadline,
+                tracked,
+            } => self.on_propose(data, reply, deadline, tracked),
+            Request::ProposeBatch(batch, deadline) => {
+                if tokio::time::Instant::now() >= deadline {
+                    for (_, reply) in batch {
+                        let _ = reply.send(Err(ClientError::NotProposed));
+                    }
+                    return;
                 }
-            }
-            Request::ProposeBatch(batch) => {
                 for id in self.engine.propose_batch(raft, batch, io) {
                     io.metrics.proposed(id.index);
                 }
+            }
+            Request::CommitStatus(log_id, reply) => {
+                let _ = reply.send(raft.commit_status(log_id));
             }
             Request::Membership {
                 change,

@@ -389,11 +389,13 @@ impl<S: StateMachine> Node<S> {
         let peer_addr = transport.local_addr();
         let snapshot_counters = transport.snapshot_counters();
         let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
+        let (view_tx, view_rx) = tokio::sync::watch::channel(driver::view_of(&raft, false));
         let handle = Handle {
             requests: requests_tx,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             client_addrs: transport.client_addrs(),
             proposal_refusal: Arc::default(),
+            view: view_rx,
         };
         let engine = keel_engine::NodeEngine::new(
             config.id,
@@ -435,6 +437,7 @@ impl<S: StateMachine> Node<S> {
             proposal_refusal: crate::handle::RefusalPublisher::new(Arc::clone(
                 &handle.proposal_refusal,
             )),
+            view: view_tx,
             config,
         };
         let task = tokio::spawn(Guarded {
