@@ -2,6 +2,10 @@
 //! and on followers, convergence of `state_digest`, kill -9 of the leader, restart and catch-up.
 //!
 //! Every wait is a retry loop with a generous deadline; nothing asserts a latency.
+//!
+//! Each node's stdout and stderr go to `node-<id>.log` in the cluster's directory, with role and
+//! term changes logged (`--log-level`); when a test fails, the directory is kept and its path
+//! printed, with each running node's `RAFT.STATUS`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -26,16 +30,30 @@ struct NodeProcess {
     id: u64,
     client_port: u16,
     args: Vec<String>,
+    /// Where the process's stdout and stderr go (appended to across restarts).
+    log: PathBuf,
     child: Option<Child>,
 }
 
+/// The node logs' filter: elections step by step (role and term changes), peer connections.
+const LOG_LEVEL: &str = "keel_runtime=debug,keel_transport=debug,info";
+
 impl NodeProcess {
     fn spawn(&mut self) {
+        if let Some(dir) = self.log.parent() {
+            std::fs::create_dir_all(dir).expect("create the cluster directory");
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the node log");
         let child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args(&self.args)
+            .args(["--log-level", LOG_LEVEL])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("clone the log file")))
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("start keel serve");
         self.child = Some(child);
@@ -72,10 +90,23 @@ impl NodeProcess {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let failed = std::thread::panicking();
+        if failed {
+            for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+                eprintln!("node {} RAFT.STATUS: {:?}", node.id, node.status());
+            }
+        }
         for node in &mut self.nodes {
             node.kill();
         }
-        let _ = std::fs::remove_dir_all(&self.root);
+        if failed {
+            eprintln!(
+                "kept the cluster's data and logs (node-<id>.log) in {}",
+                self.root.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
 }
 
@@ -121,6 +152,7 @@ impl Cluster {
                 id,
                 client_port: client_ports[i],
                 args,
+                log: root.join(format!("node-{id}.log")),
                 child: None,
             });
         }
@@ -254,6 +286,7 @@ fn one_node_pipelines_in_order_and_survives_bad_input() {
             "--initial-cluster".into(),
             format!("1=127.0.0.1:{peer_port}"),
         ],
+        log: root.join("node-1.log"),
         child: None,
     };
     node.spawn();

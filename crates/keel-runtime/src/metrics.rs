@@ -186,6 +186,8 @@ pub(crate) struct NodeMetrics {
     /// The leader last seen, with its term (`None` before the first).
     last_leader: Option<(NodeId, Term)>,
     leading: bool,
+    /// The role and term last logged (at debug level: every step of every election).
+    last_role: Option<(Role, Term)>,
     /// Appended proposals not committed yet, in index order (one term at a time).
     timed: VecDeque<(Index, Instant)>,
 }
@@ -215,6 +217,7 @@ impl NodeMetrics {
             last_applied: 0,
             last_leader: None,
             leading: false,
+            last_role: None,
             timed: VecDeque::new(),
         }
     }
@@ -229,6 +232,21 @@ impl NodeMetrics {
             self.timed.clear();
         }
         let node = self.node;
+        let role = raft.role();
+        if self.last_role != Some((role, term)) {
+            self.last_role = Some((role, term));
+            tracing::debug!(
+                target: LOG_TARGET,
+                node,
+                term,
+                ?role,
+                leader = ?raft.leader(),
+                last_log = %raft.log().last_log_id(),
+                commit = raft.commit_index(),
+                campaigns_held = raft.campaigns_held(),
+                "role or term changed"
+            );
+        }
         if let Some(leader) = raft.leader() {
             if self.last_leader != Some((leader, term)) {
                 self.last_leader = Some((leader, term));
