@@ -279,6 +279,22 @@ async fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("'{addr}' resolves to no address"))
 }
 
+/// The seed of a node's election-timeout draws, from its id, its cluster, its process id and the
+/// time it started. Different nodes must draw different sequences: two nodes with the same seed
+/// draw the same timeouts, and once a split vote restarts both timers together they time out
+/// together again, split again, and so on with no leader. Each input is mixed in through
+/// SplitMix64's finalizer; XORing them raw let the id and the process id cancel out for nodes
+/// started one after the other (ids 2 and 3 as processes p and p + 1, p even, drew the same).
+pub fn raft_seed(id: u64, cluster_id: u64, pid: u32, started_ns: u64) -> u64 {
+    fn mix(z: u64) -> u64 {
+        let z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    mix(mix(mix(mix(id) ^ cluster_id) ^ u64::from(pid)) ^ started_ns)
+}
+
 fn ticks(ms: u64, tick_ms: u64) -> Result<u32, String> {
     u32::try_from(ms.div_ceil(tick_ms).max(1)).map_err(|_| format!("{ms} ms is too long"))
 }
@@ -446,8 +462,14 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     if let Some(n) = options.snapshot_trailing {
         config.raft.snapshot_trailing_entries = n;
     }
-    // Different nodes draw different election timeouts.
-    config.raft.seed = options.id ^ std::process::id() as u64 ^ options.cluster_id.rotate_left(17);
+    config.raft.seed = raft_seed(
+        options.id,
+        options.cluster_id,
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
     std::fs::create_dir_all(&options.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", options.data_dir.display()))?;
 
@@ -614,5 +636,25 @@ mod tests {
         assert!(parse_id_map("x=a:1").is_err());
         assert!(parse_id_map("1=a:1,1=b:2").is_err());
         assert!(parse_id_map("").unwrap().is_empty());
+    }
+
+    /// The nodes of a cluster started one after the other (consecutive process ids, even in the
+    /// same nanosecond) get different seeds, whatever the process ids and the cluster.
+    #[test]
+    fn nodes_started_together_draw_different_election_timeouts() {
+        for cluster_id in [0, 1, 0x5eed, u64::MAX] {
+            for first_pid in 1_000..1_256u32 {
+                for started_ns in [0, 1_796_616_104_062_033_691] {
+                    let seeds: std::collections::BTreeSet<u64> = (0..3u32)
+                        .map(|i| raft_seed(u64::from(i) + 1, cluster_id, first_pid + i, started_ns))
+                        .collect();
+                    assert_eq!(
+                        seeds.len(),
+                        3,
+                        "pids from {first_pid}, cluster {cluster_id}"
+                    );
+                }
+            }
+        }
     }
 }
