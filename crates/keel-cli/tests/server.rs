@@ -204,7 +204,11 @@ fn three_processes_elect_replicate_survive_kill_and_catch_up() {
     // A follower forwards to the leader (or, if it cannot, says who leads).
     let follower = (leader + 1) % 3;
     let follower_port = cluster.nodes[follower].client_port;
-    match request(follower_port, &["SET", "b", "2"]).unwrap() {
+    // The follower may still be starting (its client port not yet open): connection errors retry.
+    let reply = eventually("the follower's answer to SET", || {
+        request(follower_port, &["SET", "b", "2"]).ok()
+    });
+    match reply {
         Reply::Simple(s) if s == "OK" => {}
         Reply::Error(e) if e.starts_with("TRYAGAIN") => set(leader_port, "b", "2"),
         other => panic!("SET on a follower: {other:?}"),
