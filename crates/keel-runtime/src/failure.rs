@@ -23,12 +23,19 @@ pub enum NodeFailure {
     /// The disk failed a write, an fsync or a read the node cannot do without (the data
     /// directory is as the last successful fsync left it: restarting recovers from it).
     #[error("storage failed: {what}: {error}")]
-    Storage { what: &'static str, error: String },
+    Storage {
+        /// The step that failed (`write_batch`, `flush_promise`, `write a snapshot`, ...).
+        what: &'static str,
+        /// The error the step met.
+        error: String,
+    },
     /// A part of the node panicked: the state machine (on the apply thread, or on the node task
     /// that applies small batches itself) or keel.
     #[error("{thread} panicked: {message}")]
     Panicked {
+        /// Where: `the node task`, `the apply thread` or `the storage thread`.
         thread: &'static str,
+        /// The panic's message.
         message: String,
     },
     /// The apply pipeline was handed an item out of order: a bug, stopped before the state

@@ -42,12 +42,16 @@ pub use keel_engine::ClientError;
 /// A node's status as the runtime sees it.
 #[derive(Clone, Debug)]
 pub struct NodeStatus {
+    /// The protocol's view: role, term, leader, log positions, membership.
     pub raft: Status,
     /// On the leader: every follower's replication progress.
     pub progress: Vec<FollowerProgress>,
     /// Whether startup replay finished and the node serves clients.
     pub serving: bool,
+    /// What startup replayed before serving.
     pub replay: ReplayStats,
+    /// Peer messages the transport dropped because a peer's send queue was full or the peer
+    /// unknown (Raft retransmits what matters).
     pub dropped_messages: u64,
     /// Peer messages dropped because no honest peer sends them (`RaftNode::validate`).
     pub refused_messages: u64,
@@ -60,7 +64,9 @@ pub struct NodeStatus {
 pub struct ReplayStats {
     /// The persisted commit index the node replayed to.
     pub target_index: Index,
+    /// Entries applied by the replay.
     pub entries: u64,
+    /// From the start of `Node::start` to the end of the replay.
     pub duration: Duration,
 }
 
@@ -104,7 +110,9 @@ pub(crate) enum Request<S> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeView {
+    /// Leader, follower, candidate, pre-candidate or learner.
     pub role: Role,
+    /// The node's current term.
     pub term: Term,
     /// The leader this node knows of in `term`, itself included.
     pub leader: Option<NodeId>,
@@ -576,6 +584,8 @@ impl<S: Send + 'static> Handle<S> {
         .await
     }
 
+    /// The node's status, answered by its node task (so a node that answers is alive and
+    /// stepping); `Shutdown` once it stopped.
     pub async fn status(&self) -> Result<NodeStatus, ClientError> {
         let (tx, rx) = oneshot::channel();
         self.requests
@@ -613,6 +623,9 @@ impl<S: Send + 'static> Handle<S> {
         self.change(MembershipChange::AddVoter(id), None).await
     }
 
+    /// Removes `id` from the configuration, voter or learner (joint consensus for a voter);
+    /// resolves once the change is applied here. Removing the leader makes it step down once
+    /// the change commits.
     pub async fn remove(&self, id: NodeId) -> Result<(), ClientError> {
         self.change(MembershipChange::Remove(id), None).await
     }

@@ -19,6 +19,8 @@
 //! Threads: the node task (tokio), the storage thread (group commit on the WAL), the apply
 //! thread (the state machine). See `node/mod.rs` for the picture.
 
+#![deny(missing_docs)]
+
 mod apply;
 mod event;
 mod failure;

@@ -34,14 +34,23 @@ pub const STORAGE_BATCH_WRITES: &str = "keel_storage_batch_writes";
 pub const STORAGE_BATCH_ENTRIES: &str = "keel_storage_batch_entries";
 /// Leaders this node saw elected (a new leader, or the same one in a new term).
 pub const LEADER_CHANGES: &str = "keel_leader_changes_total";
+/// Snapshots this node took of its own state.
 pub const SNAPSHOTS_TAKEN: &str = "keel_snapshots_taken_total";
+/// The bytes of the snapshot files this node took.
 pub const SNAPSHOTS_TAKEN_BYTES: &str = "keel_snapshots_taken_bytes_total";
+/// Snapshots this node (as leader) sent to followers that lagged behind its log.
 pub const SNAPSHOTS_SENT: &str = "keel_snapshots_sent_total";
+/// The bytes of the snapshots sent to followers.
 pub const SNAPSHOTS_SENT_BYTES: &str = "keel_snapshots_sent_bytes_total";
+/// Snapshots received from a leader and installed here.
 pub const SNAPSHOTS_INSTALLED: &str = "keel_snapshots_installed_total";
+/// The bytes of the snapshots installed here.
 pub const SNAPSHOTS_INSTALLED_BYTES: &str = "keel_snapshots_installed_bytes_total";
+/// This node's current term (a gauge).
 pub const TERM: &str = "keel_term";
+/// The highest log index this node knows to be committed (a gauge).
 pub const COMMIT_INDEX: &str = "keel_commit_index";
+/// The highest log index applied to this node's state machine (a gauge).
 pub const APPLIED_INDEX: &str = "keel_applied_index";
 /// Committed entries not yet applied here (commit − applied).
 pub const APPLY_LAG: &str = "keel_apply_lag_entries";

@@ -31,12 +31,16 @@ pub struct ForcedCluster {
     pub commit: u64,
 }
 
+/// Why an offline recovery did not run or did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
+    /// The log could not be read or rewritten.
     #[error("storage: {0}")]
     Wal(#[from] keel_wal::WalError),
+    /// A file outside the log (the data directory, a lock) could not be used.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The recovery would be unsafe as asked; the message says why and what to do instead.
     #[error("{0}")]
     Refused(String),
 }

@@ -46,6 +46,7 @@ pub struct ScrubConfig {
     pub rate_bytes_per_s: u64,
     /// The pause after each pass.
     pub pause_between_passes: Duration,
+    /// What to do with damage both passes agree on.
     pub on_damage: OnDamage,
 }
 
@@ -66,6 +67,7 @@ const CONFIRM_AFTER: Duration = Duration::from_secs(1);
 /// Counters of the scrub, shared with the metrics and `INFO`.
 #[derive(Debug, Default)]
 pub struct ScrubCounters {
+    /// Passes over the data directory completed.
     pub passes: AtomicU64,
     /// Findings both passes agreed on (each handed to `on_damage`).
     pub damage_found: AtomicU64,

@@ -70,8 +70,12 @@
 //!   state and the same answers on every node (no clock, no randomness, no iteration over hash
 //!   maps into results or snapshots).
 //!
-//! The design contract, the failure model and the scenarios keel is tested against are in the
-//! repository: `docs/DESIGN.md`, `docs/SCENARIOS.md`.
+//! The guide for embedders (a node's life, what a state machine must guarantee, threads, errors
+//! and retries, failures, upgrades) is `docs/embedding.md` in the repository; the design contract,
+//! the failure model and the scenarios keel is tested against are `docs/DESIGN.md` and
+//! `docs/SCENARIOS.md`.
+
+#![deny(missing_docs)]
 
 pub use keel_core::{CommitStatus, Index, LogId, Membership, NodeId, Role, Term};
 pub use keel_engine::{SnapshotWriter, StateMachine};

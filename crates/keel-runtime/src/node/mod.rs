@@ -65,7 +65,11 @@ pub use driver::wall_clock_ms;
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
+    /// This node's id: unique in its cluster, never reused by another data directory's node
+    /// while this one's is a member. Not 0.
     pub id: NodeId,
+    /// Where the log, its snapshots and the node's small state files live; created if missing.
+    /// One node per directory.
     pub data_dir: PathBuf,
     /// Where the peer listener binds (port 0: any).
     pub peer_listen_addr: SocketAddr,
@@ -74,9 +78,13 @@ pub struct NodeConfig {
     /// The voters of a new cluster, used only when the data directory is empty. Empty: this node
     /// joins an existing cluster (it is added as a learner by the leader).
     pub initial_members: Vec<NodeId>,
+    /// The protocol's settings; election and heartbeat times are in ticks of `tick_ms`.
     pub raft: keel_core::Config,
+    /// The peer transport's settings: the cluster id and secret, frame bounds, queues.
     pub transport: TransportConfig,
+    /// The write-ahead log's settings: segment size, the largest entry, snapshots kept.
     pub wal: WalConfig,
+    /// The length of one tick of the protocol's clock, in milliseconds (default 10).
     pub tick_ms: u64,
     /// When to take a snapshot (see `apply::SnapshotPolicy`): once the entry data applied since
     /// the last snapshot reaches `snapshot_log_ratio` times that snapshot's size, but no sooner
@@ -98,7 +106,9 @@ pub struct NodeConfig {
     pub snapshot_log_ratio: u64,
     /// Bounds: queued client requests, proposals awaiting their result, reads in flight.
     pub client_queue_requests_max: usize,
+    /// Proposals appended and awaiting their result, at most (65,536).
     pub pending_proposals_max: usize,
+    /// Reads waiting for their read index or their apply, at most (65,536).
     pub pending_reads_max: usize,
     /// Past this a request resolves with `ClientError::Unknown`.
     pub request_timeout_ms: u64,
@@ -116,6 +126,10 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Node `id` of cluster `cluster_id` (every node of a cluster must agree on it: peers of
+    /// another cluster are refused), keeping its data in `data_dir`, with every other setting
+    /// at its default: a peer listener on 127.0.0.1 at any free port, no peers known, no
+    /// initial members (set them to bootstrap a new cluster).
     pub fn new(id: NodeId, cluster_id: u64, data_dir: impl Into<PathBuf>) -> Self {
         NodeConfig {
             id,
@@ -165,12 +179,16 @@ fn clock_hold_ms(config: &NodeConfig) -> u64 {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// The log could not be opened or recovered.
     #[error("storage: {0}")]
     Wal(#[from] keel_wal::WalError),
+    /// The protocol refused the recovered state or the settings (`keel_core::Config`).
     #[error("recovered state: {0}")]
     Core(#[from] keel_core::Error),
+    /// A file or a socket could not be used (the peer listener's port, a state file).
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// Two settings cannot hold together (the message names them).
     #[error("settings contradict each other: {0}")]
     Settings(String),
     /// Recovery found damage it cannot repair by itself (keel-wal's `damage.rs`): a promise
@@ -182,7 +200,9 @@ pub enum StartError {
         dir.display()
     )]
     Damaged {
+        /// The data directory.
         dir: PathBuf,
+        /// Every finding.
         report: Box<keel_wal::DamageReport>,
     },
 }
@@ -477,6 +497,7 @@ impl<S: StateMachine> Node<S> {
         self.scrub_counters.clone()
     }
 
+    /// A handle to propose, read and manage the node; cheap to clone, usable from any task.
     pub fn handle(&self) -> Handle<S> {
         self.handle.clone()
     }
