@@ -45,6 +45,14 @@ pub trait FileHandle {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Reads up to `len` bytes from `offset` into a new buffer, as [`FileHandle::read_at`]
     /// does; shorter only where the file ends.
+    /// The first offset at or after `offset` where the file may hold data: every byte before it
+    /// lies in a hole, which reads as zeros. `None` when only holes lie from `offset` to the
+    /// end. Lets recovery skip a preallocated segment's unwritten tail instead of reading it
+    /// (128 MiB of zeros by default). The default knows of no holes: everything may be data.
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        Ok(Some(offset))
+    }
+
     fn read_vec_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
         let n = self.read_at(&mut buf, offset)?;
@@ -224,6 +232,26 @@ impl FileHandle for StdFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         read_full_at(&self.file, buf, offset)
+    }
+
+    /// `lseek(2)` with `SEEK_DATA`. Moving the descriptor's offset harms nothing: every read
+    /// and write here is positional. A file system that cannot tell (`EINVAL`) reads as all
+    /// data.
+    #[cfg(target_os = "linux")]
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        use std::os::fd::AsRawFd;
+        let Ok(at) = libc::off_t::try_from(offset) else {
+            return Ok(Some(offset));
+        };
+        // SAFETY: a valid descriptor owned by `self.file`; the call reads no memory of ours.
+        let found = unsafe { libc::lseek(self.file.as_raw_fd(), at, libc::SEEK_DATA) };
+        if let Ok(found) = u64::try_from(found) {
+            return Ok(Some(found.max(offset)));
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENXIO) => Ok(None),
+            _ => Ok(Some(offset)),
+        }
     }
 
     fn drop_cached_pages(&self) {

@@ -84,6 +84,9 @@
 //! so far also writes [`ZERO_AHEAD_BYTES`] more of them after it, so the blocks ahead are
 //! allocated before frames reach them; open zeroes a torn tail). Writing zeros over zeros changes
 //! nothing recovery can see, whatever a crash keeps of it.
+//! Recovery looks past a bad or blank spot for any later valid frame; it asks the file system
+//! where data resumes (`FileHandle::next_data`, `SEEK_DATA`) and skips the holes, which read as
+//! zeros, instead of reading them: a fresh node opens its 128 MiB segment in milliseconds.
 //!
 //! ## Items
 //!

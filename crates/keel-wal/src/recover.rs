@@ -453,6 +453,18 @@ fn scan_rest<H: FileHandle>(
     let mut garbage_end = from;
     let mut chunk_start = from;
     while chunk_start < len {
+        // Holes read as zeros: skip them (a preallocated segment's unwritten tail is one), in
+        // whole words so that words stay counted from `from`.
+        match reader.next_data(chunk_start)? {
+            None => break,
+            Some(data) => {
+                let align = FRAME_ALIGN_BYTES as u64;
+                chunk_start += (data.min(len) - chunk_start) / align * align;
+                if chunk_start >= len {
+                    break;
+                }
+            }
+        }
         let n = ((len - chunk_start) as usize).min(READ_CHUNK_SIZE_BYTES);
         let chunk = reader.window(chunk_start, n)?;
         // Words (of FRAME_ALIGN_BYTES, counted from `from`) that hold a non-zero byte; runs of

@@ -405,6 +405,11 @@ impl<'f, H: FileHandle> SegmentReader<'f, H> {
         self.len_bytes
     }
 
+    /// The file's [`FileHandle::next_data`]: where data may resume at or after `offset`.
+    pub fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        self.file.next_data(offset)
+    }
+
     /// The bytes `[offset, offset + len)`; the caller guarantees they lie inside the file.
     pub fn window(&mut self, offset: u64, len: usize) -> io::Result<Bytes> {
         assert!(
