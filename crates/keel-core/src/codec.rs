@@ -30,6 +30,7 @@ pub struct Reader {
 pub struct Short {
     /// What was being read (a field's name).
     pub what: &'static str,
+    /// How many bytes the read needed, and of what kind.
     pub wanted: Wanted,
     /// Bytes left when the read was tried.
     pub remaining: usize,
@@ -43,7 +44,12 @@ pub enum Wanted {
     /// A payload of this length (a length read from the input).
     Length(usize),
     /// This many items of at least `item_bytes_min` bytes each.
-    Count { count: usize, item_bytes_min: usize },
+    Count {
+        /// The count read from the input.
+        count: usize,
+        /// The smallest size of one item, in bytes, as the caller gave it.
+        item_bytes_min: usize,
+    },
 }
 
 impl Short {
@@ -112,6 +118,7 @@ impl Reader {
         }
     }
 
+    /// Bytes left between the cursor and the end of the reader's range.
     #[inline]
     pub fn remaining(&self) -> usize {
         self.end - self.pos
@@ -142,26 +149,31 @@ impl Reader {
         Ok(slice)
     }
 
+    /// The next `N` bytes, copied: a fixed-size field such as a magic number or a nonce.
     #[inline]
     pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Short> {
         Ok(self.take(N, what)?.try_into().expect("N bytes"))
     }
 
+    /// The next byte.
     #[inline]
     pub fn u8(&mut self, what: &'static str) -> Result<u8, Short> {
         Ok(self.take(1, what)?[0])
     }
 
+    /// The next 2 bytes, little-endian.
     #[inline]
     pub fn u16(&mut self, what: &'static str) -> Result<u16, Short> {
         self.array(what).map(u16::from_le_bytes)
     }
 
+    /// The next 4 bytes, little-endian.
     #[inline]
     pub fn u32(&mut self, what: &'static str) -> Result<u32, Short> {
         self.array(what).map(u32::from_le_bytes)
     }
 
+    /// The next 8 bytes, little-endian.
     #[inline]
     pub fn u64(&mut self, what: &'static str) -> Result<u64, Short> {
         self.array(what).map(u64::from_le_bytes)

@@ -2,8 +2,13 @@
 
 use crate::types::NodeId;
 
+/// The settings of one [`RaftNode`](crate::RaftNode), fixed for its lifetime. Times are in ticks,
+/// whatever real time the runtime makes a tick ([`RaftNode::tick`](crate::RaftNode::tick)).
+/// Start from [`Config::new`]; [`RaftNode::new`](crate::RaftNode::new) refuses what
+/// [`Config::validate`] refuses.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// This node's id: non-zero and unique in the cluster.
     pub id: NodeId,
     /// Seed of the node's private PRNG (election timeout jitter). The same seed and the same
     /// inputs give the same behaviour.
@@ -11,6 +16,9 @@ pub struct Config {
     /// A follower campaigns after hearing nothing for a random time in
     /// `[election_timeout_ticks, 2 * election_timeout_ticks)`.
     pub election_timeout_ticks: u32,
+    /// A leader sends heartbeats (and retransmits to stalled followers) every this many ticks,
+    /// and a commit index that moved without entries is written at the next such interval's end.
+    /// Must be below `election_timeout_ticks`.
     pub heartbeat_interval_ticks: u32,
     /// Ask whether an election could be won before disturbing the cluster with a higher term.
     pub pre_vote: bool,
@@ -21,8 +29,11 @@ pub struct Config {
     /// may never learn that it was removed and depose every later leader with its elections
     /// (Raft thesis 4.2.3); shut such a node down. Either one alone prevents it.
     pub check_quorum: bool,
-    /// Flow control: bounds on one Append message.
+    /// Flow control: the most entries one Append (or repair answer) carries.
     pub entries_per_message_max: usize,
+    /// Flow control: the most bytes of entries one Append (or repair answer) carries, counted by
+    /// [`Entry::size_bytes`](crate::Entry::size_bytes). The first entry goes even if it alone
+    /// is larger, so any entry can be replicated.
     pub bytes_per_message_max: usize,
     /// Pipelining: Append messages in flight per follower.
     pub inflight_messages_max: usize,
@@ -57,6 +68,8 @@ pub struct Config {
 }
 
 impl Config {
+    /// The defaults for node `id`, seeded with `id`: election timeouts drawn from `[10, 20)`
+    /// ticks, a heartbeat every 2, pre-vote and check-quorum on.
     pub fn new(id: NodeId) -> Self {
         Config {
             id,
@@ -80,6 +93,10 @@ impl Config {
         }
     }
 
+    /// Refuses settings the node cannot run with
+    /// ([`Error::InvalidConfig`](crate::Error::InvalidConfig)): node id 0, a zero heartbeat
+    /// interval, an election timeout not above the heartbeat interval, or a zero bound on
+    /// messages, the in-flight window, applies or uncommitted entries.
     pub fn validate(&self) -> Result<(), crate::Error> {
         let bad = |why: &'static str| Err(crate::Error::InvalidConfig(why));
         if self.id == 0 {

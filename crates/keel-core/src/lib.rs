@@ -10,6 +10,8 @@
 //! (the Redis server's variants are keel-redis's own), and the simulator's tests show that it
 //! catches each.
 
+#![deny(missing_docs)]
+
 pub mod codec;
 pub mod config;
 mod durability;
@@ -41,14 +43,20 @@ pub use validate::InvalidMessage;
 /// Errors from constructing a node.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// [`Config::validate`] refused the configuration; the text names the rule it broke.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
+    /// The [`RecoveredState`] contradicts itself: a log that is not contiguous or whose terms
+    /// fall, or an applied index below the snapshot or beyond the last entry. The text says
+    /// which, with the indexes.
     #[error("recovered state is corrupt: {0}")]
     Corrupt(String),
 }
 
-/// Deliberately broken protocol variants, compiled only with the `mutations` feature, so the
-/// simulator can show that it catches each one. Never enabled in the server.
+/// Deliberately broken protocol variants, so the simulator can show that it catches each one.
+/// The enum always exists; only the `mutations` feature compiles the fields that select a variant
+/// (`Config::mutation` here, its like in keel-engine and keel-wal), so without it no variant can
+/// be switched on. Never enabled in the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutation {
     /// Commit an entry of a previous term by counting its replicas (Raft paper Figure 8).
@@ -103,6 +111,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
+    /// Every variant, in declaration order: what the simulator's tests run one by one.
     pub const ALL: [Mutation; 17] = [
         Mutation::CommitOldTerm,
         Mutation::VoteBeforeDurable,
@@ -123,6 +132,8 @@ impl Mutation {
         Mutation::LowerPromiseTooFar,
     ];
 
+    /// The variant's kebab-case name: how keel-sim's `--mutation` names it on the command line
+    /// and in the replay command it prints.
     pub fn name(self) -> &'static str {
         match self {
             Mutation::CommitOldTerm => "commit-old-term",
@@ -145,6 +156,7 @@ impl Mutation {
         }
     }
 
+    /// The variant whose [`Mutation::name`] is `name`; `None` for any other string.
     pub fn from_name(name: &str) -> Option<Mutation> {
         Mutation::ALL.into_iter().find(|m| m.name() == name)
     }

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use crate::membership::Membership;
 use crate::types::{Entry, EntryPayload, Index, LogId, Term};
 
+/// The node's log in memory: the entries after the purged prefix, with the term history and the
+/// configurations it holds. A node's own is read through [`RaftNode::log`](crate::RaftNode::log),
+/// which lends it only immutably.
 #[derive(Clone, Debug)]
 pub struct RaftLog {
     /// The last position purged from memory (or the sentinel 0/0): a snapshot covers it. Entries
@@ -53,10 +56,13 @@ impl RaftLog {
         self.purged.index + 1
     }
 
+    /// The index of the last entry, or the purged index when no entry is held.
     pub fn last_index(&self) -> Index {
         self.purged.index + self.entries.len() as Index
     }
 
+    /// The position of the last entry, or [`RaftLog::purged`] when no entry is held: what
+    /// elections compare.
     pub fn last_log_id(&self) -> LogId {
         match self.entries.back() {
             Some(e) => e.log_id(),
@@ -64,6 +70,8 @@ impl RaftLog {
         }
     }
 
+    /// `(term, first index of that term)` for every term of the log, compacted part included,
+    /// rising in both fields.
     pub fn term_history(&self) -> &[LogId] {
         &self.term_history
     }
@@ -97,6 +105,7 @@ impl RaftLog {
         }
     }
 
+    /// The entry at `index`; `None` at or below the purged index and beyond the last.
     pub fn entry(&self, index: Index) -> Option<&Entry> {
         if index <= self.purged.index {
             return None;
@@ -104,6 +113,9 @@ impl RaftLog {
         self.entries.get((index - self.purged.index - 1) as usize)
     }
 
+    /// Whether this log holds the entry `id` (or `id` is the purged position): the consistency
+    /// check of an Append's `prev`. `false` for a compacted index other than the purged one,
+    /// even if its term is right.
     pub fn matches(&self, id: LogId) -> bool {
         self.term_at(id.index) == Some(id.term)
     }

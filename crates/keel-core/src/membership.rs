@@ -14,20 +14,28 @@ use crate::types::{Index, NodeId};
 /// A cluster configuration. `outgoing` is non-empty only while a joint change is in progress.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Membership {
+    /// The voters: while joint, those of the incoming configuration C(new).
     pub voters: BTreeSet<NodeId>,
+    /// While joint, the voters of the outgoing configuration C(old); empty otherwise.
     pub outgoing: BTreeSet<NodeId>,
+    /// Members that receive the log but never count in a quorum or vote. A node listed here and
+    /// as a voter counts as a voter ([`Membership::is_learner`]).
     pub learners: BTreeSet<NodeId>,
 }
 
 /// The result of counting votes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VoteResult {
+    /// A majority granted (of both halves, while joint).
     Won,
+    /// A majority can no longer be reached (in either half), whatever the missing votes say.
     Lost,
+    /// Neither yet: the missing votes decide.
     Pending,
 }
 
 impl Membership {
+    /// A configuration of these voters alone: not joint, no learners.
     pub fn new_voters(voters: impl IntoIterator<Item = NodeId>) -> Self {
         Membership {
             voters: voters.into_iter().collect(),
@@ -41,6 +49,8 @@ impl Membership {
         self.voters.is_empty() && self.outgoing.is_empty() && self.learners.is_empty()
     }
 
+    /// Whether a joint change is in progress (`outgoing` is non-empty): every quorum then needs
+    /// a majority of both halves.
     pub fn is_joint(&self) -> bool {
         !self.outgoing.is_empty()
     }
@@ -50,10 +60,12 @@ impl Membership {
         self.voters.contains(&id) || self.outgoing.contains(&id)
     }
 
+    /// Whether `id` is a learner and not also a voter of either half.
     pub fn is_learner(&self, id: NodeId) -> bool {
         self.learners.contains(&id) && !self.is_voter(id)
     }
 
+    /// Whether `id` is a member at all: a voter of either half or a learner.
     pub fn contains(&self, id: NodeId) -> bool {
         self.is_voter(id) || self.learners.contains(&id)
     }
@@ -66,6 +78,8 @@ impl Membership {
         all
     }
 
+    /// Bytes this configuration counts for in flow control: 8 per id in each set (a node in two
+    /// sets counts twice).
     pub fn size_bytes(&self) -> usize {
         8 * (self.voters.len() + self.outgoing.len() + self.learners.len())
     }

@@ -4,53 +4,85 @@
 use crate::membership::Membership;
 use crate::types::{Entry, Index, LogId, NodeId, SnapshotMeta, Term};
 
+/// One message between two nodes of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
+    /// The sender. Never 0, and never the receiver
+    /// ([`RaftNode::validate`](crate::RaftNode::validate) refuses both).
     pub from: NodeId,
+    /// The receiver; a node ignores a message addressed to another.
     pub to: NodeId,
     /// The sender's term. For a pre-vote request it is the term the sender would campaign in;
     /// for a granted pre-vote response it echoes that term.
     pub term: Term,
+    /// What the message says.
     pub body: MessageBody,
 }
 
+/// What a [`Message`] says: the requests and answers of the Raft protocol, plus repair of a
+/// node whose storage lost what it had acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MessageBody {
     /// Asks whether an election in `term` could be won, without disturbing anyone (thesis 9.6).
     PreVote {
+        /// The sender's last log position, for the "at least as up to date" check.
         last_log_id: LogId,
     },
+    /// The answer to a `PreVote`. A grant carries the term asked about; a refusal carries the
+    /// responder's own term (0 from a node that never had one).
     PreVoteResponse {
+        /// Whether the responder would vote for the sender in that term.
         granted: bool,
     },
     /// `transfer` marks an election started by TimeoutNow, which voters honour even while they
     /// believe a leader is alive.
     RequestVote {
+        /// The candidate's last log position, for the "at least as up to date" check.
         last_log_id: LogId,
+        /// The election was started by `TimeoutNow`.
         transfer: bool,
     },
+    /// The answer to a `RequestVote`. It leaves only once the vote it reports is durable.
     VoteResponse {
+        /// Whether the responder voted for the candidate in the message's term.
         granted: bool,
     },
+    /// Log replication (Raft paper Figure 2's AppendEntries): entries that continue `prev` in
+    /// the leader's log. An Append without entries probes where the follower's log matches.
     Append {
+        /// The entry just before `entries`, which the receiver must hold for them to be taken.
         prev: LogId,
+        /// Entries from `prev.index + 1` on, contiguous, bounded by the leader's
+        /// `entries_per_message_max` and `bytes_per_message_max`.
         entries: Vec<Entry>,
+        /// The leader's commit index. A follower commits at most what this message proved its log
+        /// to share with the leader's.
         commit: Index,
     },
+    /// The answer to an `Append` or an `InstallSnapshot`. A success leaves only once what it
+    /// acknowledges is durable.
     AppendResponse(AppendResult),
     /// Keeps followers from campaigning, carries a commit index the follower is known to hold
     /// (`min(match, commit)`), and confirms leadership for ReadIndex rounds (`read_round`).
     Heartbeat {
+        /// A commit index the follower holds the entries for, as far as the leader knows.
         commit: Index,
+        /// The latest ReadIndex round the leader broadcast (0 before its first).
         read_round: u64,
+        /// The leader's wall-clock readings; all zero as the core sends them.
         clock: LeaderClock,
     },
     /// `lagging`: the heartbeat's commit index is beyond what this node has proven to match
     /// the leader in this term (it restarted, or lost entries it had acknowledged, S29); the
     /// leader should probe it.
     HeartbeatResponse {
+        /// The heartbeat's `read_round`, echoed: the follower confirms the leader up to that
+        /// round. 0 in the bare answer a node sends a stale leader to tell it its newer term.
         read_round: u64,
+        /// Whether the heartbeat's commit index lies beyond the prefix this node has proven to
+        /// match the leader's log in this term; false in the bare answer to a stale leader.
         lagging: bool,
+        /// The readings for the leader's clock-offset measurement.
         clock: FollowerClock,
     },
     /// Tells the leadership-transfer target to campaign at once.
@@ -59,6 +91,7 @@ pub enum MessageBody {
     /// transport (chunked, checksummed, resumable) and is durable on the receiver before the
     /// transport hands this to the core. The reply is an `AppendResponse`.
     InstallSnapshot {
+        /// What the snapshot covers: its last entry, the configuration and term history there.
         meta: SnapshotMeta,
     },
     /// A node recovering from storage damage (`RaftNode::start_recovering`) that hears no leader
@@ -72,9 +105,13 @@ pub enum MessageBody {
     /// peer that lacks the entries may move to the term after `promised.term`, see
     /// [`RepairAnswer::Lacks`]).
     RepairRequest {
+        /// The last entry the requester had acknowledged before its storage lost it.
         promised: LogId,
+        /// Where the requester asks from.
         last: LogId,
+        /// The first index of each term of the lost log after `last`, rising (at most 32).
         terms: Vec<LogId>,
+        /// Whether the requester holds `last` and can take entries after it.
         holds_last: bool,
     },
     /// The answer to a `RepairRequest`, in the responder's term.
@@ -89,25 +126,41 @@ pub enum RepairAnswer {
     /// had (the responder holds an entry of one of its terms at or before that term's last index
     /// in it, which only that term's leader wrote, and Log Matching makes the prefix before it
     /// the requester's own), or committed ones.
-    Entries { prev: LogId, entries: Vec<Entry> },
+    Entries {
+        /// The entry the answer continues: the request's `last`.
+        prev: LogId,
+        /// The responder's entries from `prev.index + 1` on, within its message bounds.
+        entries: Vec<Entry>,
+    },
     /// The responder's log holds none of the entries the requester had after `after` (the
     /// request's `last`), and its term (the message's) is above the promised term, so it will
     /// never acknowledge one to that term's leader: no commit of them can count on it.
-    Lacks { after: LogId },
+    Lacks {
+        /// The request's `last`.
+        after: LogId,
+    },
     /// The responder's log holds the entries the requester had after `after` (the request's
     /// `last`) through `through` and none after it, in effect there the configuration `config`,
     /// and its term (the message's) is above the promised term, so it will never acknowledge a
     /// later one to that term's leader: [`RepairAnswer::Lacks`] from `through` on. Sent when the
     /// requester cannot take entries after `after`.
     Holds {
+        /// The request's `last`.
         after: LogId,
+        /// The responder's last entry of the requester's former log; after `after`.
         through: LogId,
+        /// The configuration in effect at `through`.
         config: Membership,
     },
     /// The responder's commit index is `through`, beyond the request's `last`, in effect there
     /// the configuration `config`, and it cannot send the entries (it compacted them): the
     /// requester may ask from there instead.
-    Committed { through: LogId, config: Membership },
+    Committed {
+        /// The responder's commit index, with that entry's term.
+        through: LogId,
+        /// The configuration in effect at `through`.
+        config: Membership,
+    },
     /// None of these can be said: the responder is recovering too, or holds entries of older
     /// terms where the requester's lost ones were.
     Unknown,
@@ -136,16 +189,27 @@ pub struct FollowerClock {
     pub answered_at_ms: u64,
 }
 
+/// A follower's answer to an `Append` or an `InstallSnapshot`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppendResult {
     /// The follower's log matches the leader's up to `match_index`, durably.
-    Success { match_index: Index },
-    /// The follower does not hold `rejected` (the request's `prev`). `hint` is where the leader
-    /// should look next: the follower's last index if its log is shorter, otherwise the term of
-    /// the follower's entry at `rejected.index` with the first index of that term.
+    Success {
+        /// For an Append, the last index the request proved to match: its last entry's, or the
+        /// follower's commit index if that is further. For an install, the snapshot's last
+        /// index, or the follower's commit index if the snapshot does not reach beyond it.
+        match_index: Index,
+    },
+    /// The follower does not hold the entry at `rejected` (the request's `prev`). The hint is
+    /// where the leader should look next (fast backtracking): one past the follower's last index
+    /// if its log is shorter, otherwise the term of the follower's entry at `rejected` with the
+    /// first index of that term.
     Conflict {
+        /// The index of the request's `prev`.
         rejected: Index,
+        /// The term of the follower's entry at `rejected`; `None` when its log ends before it.
         hint_term: Option<Term>,
+        /// With `hint_term`, the first index of that term in the follower's log (never at or
+        /// below its commit index); without, the follower's last index plus one.
         hint_index: Index,
     },
 }

@@ -15,6 +15,8 @@ use crate::types::{Entry, HardState, Index, LogId, SnapshotMeta};
 
 /// Durable storage for one node's log and hard state.
 pub trait Storage {
+    /// Why a recovery or a write failed. A failed write is fatal for the node: it is never
+    /// retried, and nothing is written after it (docs/DESIGN.md section 3).
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Everything that survived, in the form the node starts from.
@@ -82,14 +84,18 @@ impl MemStorage {
         MemStorage::default()
     }
 
+    /// The stored hard state (all zero until a write carries one).
     pub fn hard_state(&self) -> HardState {
         self.hard_state
     }
 
+    /// The stored entries, contiguous from the log start: they may begin below the snapshot's
+    /// index (trailing entries kept for slow followers).
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
+    /// The last entry of the saved snapshot (0/0 for none).
     pub fn snapshot(&self) -> LogId {
         self.snapshot
     }
@@ -103,6 +109,7 @@ impl MemStorage {
         }
     }
 
+    /// The index of the last stored entry, or the snapshot's index if that is higher.
     pub fn last_index(&self) -> Index {
         (self.log_start + self.entries.len() as Index).max(self.snapshot.index)
     }

@@ -30,13 +30,19 @@ pub const INDEX_LIMIT: Index = 1 << 62;
 /// the "at least as up to date" order of the Raft paper (section 5.4.1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LogId {
+    /// The term of the leader that appended the entry. Term 0 goes only with index 0: the
+    /// sentinel [`LogId::ZERO`].
     pub term: Term,
+    /// The entry's index, from 1; 0 only in the sentinel.
     pub index: Index,
 }
 
 impl LogId {
+    /// The sentinel before the first entry (written `0/0`): the last position of an empty log
+    /// that starts at index 1, and below every real position.
     pub const ZERO: LogId = LogId { term: 0, index: 0 };
 
+    /// The position `term/index`. Takes the term first, like the order and `Display`.
     pub const fn new(term: Term, index: Index) -> Self {
         LogId { term, index }
     }
@@ -64,12 +70,16 @@ pub enum EntryPayload {
 /// One log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The term of the leader that appended it (at least 1).
     pub term: Term,
+    /// Its position in the log (at least 1).
     pub index: Index,
+    /// What it carries.
     pub payload: EntryPayload,
 }
 
 impl Entry {
+    /// Its position, `term/index`.
     pub fn log_id(&self) -> LogId {
         LogId::new(self.term, self.index)
     }
@@ -91,8 +101,13 @@ impl Entry {
 /// node can replay what it had committed without waiting for a leader).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HardState {
+    /// The latest term this node has seen (0 before it has seen any).
     pub term: Term,
+    /// The candidate this node voted for in `term`, `None` if it has not voted in it. A leader
+    /// has voted for itself.
     pub vote: Option<NodeId>,
+    /// The highest index this node knows committed. Never stored above the last index of the
+    /// log as written with it; clamped into the log on recovery.
     pub commit: Index,
 }
 
@@ -100,8 +115,14 @@ pub struct HardState {
 /// to it (so the term of every covered index stays known: exact commit status after compaction).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotMeta {
+    /// The last entry the snapshot covers ([`LogId::ZERO`] for the bootstrap snapshot, which
+    /// covers nothing).
     pub last: LogId,
+    /// The configuration in effect at `last`: the latest configuration entry at or below it,
+    /// joint or not.
     pub membership: Arc<Membership>,
+    /// `(term, first index of that term)` for every term of the log through `last`, rising in
+    /// both fields.
     pub term_history: Vec<LogId>,
 }
 

@@ -69,44 +69,98 @@ use crate::types::{
 /// Why [`RaftNode::validate`] refused a message. [`InvalidMessage::kind`] names the rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidMessage {
+    /// `to` is another node.
     #[error("addressed to node {to}, not to this node")]
-    WrongRecipient { to: NodeId },
+    WrongRecipient {
+        /// The message's `to`.
+        to: NodeId,
+    },
+    /// `from` is this node.
     #[error("claims to come from this node")]
     FromSelf,
+    /// `from` or `to` is node 0, "nobody".
     #[error("names node 0, which is reserved")]
     ReservedNodeId,
+    /// A term at or above [`TERM_LIMIT`], or an index or commit index at or above
+    /// [`INDEX_LIMIT`].
     #[error("carries a term or index at or above 2^62, which no honest cluster reaches")]
     OutOfRange,
+    /// The message's term is 0, and it is not a refused pre-vote.
     #[error("carries term 0 outside a refused pre-vote")]
     ZeroTerm,
+    /// A position with index 0 and a term other than 0, or the reverse; or index 0 where an
+    /// entry's position belongs.
     #[error("log position {0} does not exist")]
     ImpossiblePosition(LogId),
+    /// Entries that do not continue their `prev` (or each other) index by index.
     #[error("entry at index {index} does not follow the one before it at {after}")]
-    EntryGap { after: Index, index: Index },
+    EntryGap {
+        /// The index of the entry (or `prev`) before the gap.
+        after: Index,
+        /// The index of the entry that should have been `after + 1`.
+        index: Index,
+    },
+    /// An entry of a lower term than the entry (or `prev`) before it.
     #[error("entry {entry} has a term below the entry before it ({before})")]
-    EntryTermFalls { before: Term, entry: LogId },
+    EntryTermFalls {
+        /// The term of the entry before it.
+        before: Term,
+        /// The entry whose term falls.
+        entry: LogId,
+    },
+    /// A position of a later term than the message's own: no node holds an entry of a term it
+    /// has not reached.
     #[error("{what} of term {term} comes in a message of term {message_term}")]
     TermAboveMessage {
+        /// Which position, in words ("an entry", "the snapshot's last entry", ...).
         what: &'static str,
+        /// The position's term.
         term: Term,
+        /// The message's term.
         message_term: Term,
     },
+    /// A configuration without a voter, or with node 0 as a member.
     #[error("a configuration without voters, or naming node 0")]
     BadConfiguration,
+    /// A snapshot's term history that does not rise in term and index, or goes past its last
+    /// entry.
     #[error("the snapshot's term history is out of order or runs past its last entry")]
     BadTermHistory,
+    /// A repair request's `terms` that are too many, do not rise, fall outside `last` to
+    /// `promised`, or do not end in the promised term.
     #[error(
         "a repair request's term starts do not describe a log from its last entry to its promise"
     )]
     BadRepairTerms,
+    /// A [`RepairAnswer::Holds`] whose `through` is not after `after` (a later index, no earlier
+    /// term).
     #[error(
         "reports holding entries through {through}, not after {after} where it was asked from"
     )]
-    HeldNotAfter { after: LogId, through: LogId },
+    HeldNotAfter {
+        /// The answer's `after`.
+        after: LogId,
+        /// The answer's `through`.
+        through: LogId,
+    },
+    /// A leader message in this node's term from another node than the term's known leader.
     #[error("claims to lead term {term}, which node {leader} leads")]
-    SecondLeader { term: Term, leader: NodeId },
+    SecondLeader {
+        /// The message's term, this node's.
+        term: Term,
+        /// The leader this node knows for that term (itself, if it leads).
+        leader: NodeId,
+    },
+    /// An answer only a node in the message's term could send (an Append acknowledgement or
+    /// conflict, a granted vote, a heartbeat answer with a read round or `lagging`), from a
+    /// term this node has not reached.
     #[error("answers in term {term}, which this node (term {local_term}) never reached")]
-    AnswerFromFutureTerm { term: Term, local_term: Term },
+    AnswerFromFutureTerm {
+        /// The message's term.
+        term: Term,
+        /// This node's term.
+        local_term: Term,
+    },
 }
 
 impl InvalidMessage {

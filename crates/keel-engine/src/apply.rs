@@ -30,9 +30,13 @@ pub enum ApplyItem<P, R, F> {
     Entries(Vec<(Entry, Option<P>)>),
     /// Replace the state by the snapshot at `meta.last`.
     Restore {
+        /// What the snapshot covers.
         meta: SnapshotMeta,
+        /// Where its bytes are read from.
         snapshot: F,
     },
+    /// A linearizable read, queued once every entry up to its read index was queued before it:
+    /// served from the state this item finds.
     Read(R),
     /// Take a snapshot now (at whatever is applied).
     Snapshot,
@@ -82,14 +86,17 @@ impl<P, R, F> ApplyQueue<P, R, F> {
         self.items.push_back(item);
     }
 
+    /// The oldest item, if any.
     pub fn pop(&mut self) -> Option<ApplyItem<P, R, F>> {
         self.items.pop_front()
     }
 
+    /// Items queued.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -99,10 +106,22 @@ impl<P, R, F> ApplyQueue<P, R, F> {
 /// diverge from the others.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PipelineError {
+    /// An entry other than the one right after the applied index: a gap or a repeat.
     #[error("entry {index} reached the state machine after entry {applied}: entries apply in order, each once")]
-    OutOfOrder { index: Index, applied: Index },
+    OutOfOrder {
+        /// The entry's index.
+        index: Index,
+        /// The applied index it should have followed.
+        applied: Index,
+    },
+    /// A restore of a snapshot at or below the applied index: it would move the state back.
     #[error("a restore of the snapshot at {index} reached the state machine at applied index {applied}: a restore moves past what was applied")]
-    RestoreBehind { index: Index, applied: Index },
+    RestoreBehind {
+        /// The snapshot's last index.
+        index: Index,
+        /// The applied index.
+        applied: Index,
+    },
 }
 
 /// When a snapshot is due. A snapshot rewrites the whole state, so its cost grows with the state,
@@ -155,10 +174,13 @@ impl<S: StateMachine> Applier<S> {
         }
     }
 
+    /// The index of the last entry the state reflects (applied, or covered by the last
+    /// restore).
     pub fn applied(&self) -> Index {
         self.applied
     }
 
+    /// The state machine, as of [`Applier::applied`].
     pub fn state(&self) -> &S {
         &self.sm
     }

@@ -48,6 +48,7 @@ pub struct ClockPolicy {
 }
 
 impl ClockPolicy {
+    /// The runtime's default `offset_ms_max`, in ms.
     pub const OFFSET_MS_MAX_DEFAULT: u64 = 500;
 }
 
@@ -55,11 +56,24 @@ impl ClockPolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockEvent {
     /// This node's offset from `leader`'s clock exceeds the bound: it holds its campaigns.
-    Held { leader: NodeId, offset_ms: i64 },
+    Held {
+        /// The leader that measured the offset.
+        leader: NodeId,
+        /// The offset it reported: this node's clock minus the leader's, in ms.
+        offset_ms: i64,
+    },
     /// Its campaigns are released: a smaller offset was reported, or none for `hold_ms`.
-    Released { offset_ms: Option<i64> },
+    Released {
+        /// The current measurement, if any (none after `hold_ms` without a report).
+        offset_ms: Option<i64>,
+    },
     /// This leader's clock is beyond the bound from `disagreeing` of its `voters`' clocks.
-    Outlier { disagreeing: usize, voters: usize },
+    Outlier {
+        /// The voters whose current offset from this leader exceeds the bound.
+        disagreeing: usize,
+        /// How many voters the configuration in effect has (its incoming half, while joint).
+        voters: usize,
+    },
     /// This leader's clock agrees with a majority of its voters' again (or it stopped leading).
     NoLongerOutlier,
 }
@@ -69,6 +83,7 @@ pub enum ClockEvent {
 pub struct ClockStatus {
     /// This node's offset from its leader's clock, as the leader last measured it (current only).
     pub offset_ms: Option<i64>,
+    /// Whether this node's campaigns are held for its clock.
     pub campaigns_held: bool,
     /// As leader: whether its clock disagrees with a majority of its voters'.
     pub outlier: bool,
@@ -80,7 +95,11 @@ pub struct ClockStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockReading {
     /// A heartbeat: the sender's report of this node's offset.
-    Heartbeat { your_offset_ms: Option<i64> },
+    Heartbeat {
+        /// The leader's measurement of this node's clock minus its own, in ms; `None` when it
+        /// has none or is the outlier.
+        your_offset_ms: Option<i64>,
+    },
     /// A heartbeat's response.
     Response(FollowerClock),
 }
@@ -106,6 +125,7 @@ pub struct ClockWatch {
 }
 
 impl ClockWatch {
+    /// No measurement yet and no hold.
     pub fn new(policy: ClockPolicy) -> Self {
         ClockWatch {
             policy,
@@ -272,6 +292,8 @@ impl ClockWatch {
         events
     }
 
+    /// The measurements still current at `now_ms` (this node's clock), and the hold and
+    /// outlier state as last decided.
     pub fn status(&self, now_ms: u64) -> ClockStatus {
         ClockStatus {
             offset_ms: self

@@ -13,7 +13,10 @@ pub enum ClientError {
     /// Retry at `leader` if known.
     #[error("not the leader (leader hint: {leader:?} at {leader_addr:?})")]
     NotLeader {
+        /// The leader this node knows of, if any and not itself.
         leader: Option<NodeId>,
+        /// Where to reach `leader`, if this node knows (the shell's
+        /// [`Shell::leader_addr`](crate::Shell::leader_addr)).
         leader_addr: Option<SocketAddr>,
     },
     /// The outcome is unknown (timeout, or committed under a snapshot): it may or may not have

@@ -25,6 +25,8 @@
 //! With the `mutations` feature, the runtime variants of `keel_core::Mutation` switch on
 //! deliberately broken branches of this code, so the simulator can show it catches them.
 
+#![deny(missing_docs)]
+
 mod apply;
 mod clock;
 mod error;

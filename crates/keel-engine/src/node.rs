@@ -49,10 +49,15 @@ use crate::error::ClientError;
 /// The effects of the engine's decisions. `Reply` answers a proposer, `Read` is a read waiting
 /// for the state, `Snapshot` is what a restore reads the snapshot from.
 pub trait Shell {
+    /// How a proposer is answered: travels with its entry through the apply pipeline, or is
+    /// handed back with a [`ClientError`].
     type Reply;
+    /// A read waiting for the state: queued in the apply pipeline behind its index, or refused.
     type Read;
+    /// What a restore reads the snapshot from (an open file in the runtime).
     type Snapshot;
 
+    /// Sends `msg` to the peer `msg.to`. Delivery is not guaranteed: the protocol tolerates loss.
     fn send(&mut self, msg: Message);
     /// The snapshot at `meta.last`, which the core says is durable here, opened for a restore
     /// (in order with its adoption, so nothing can prune it before the restore reads it).
@@ -85,6 +90,9 @@ pub struct EngineLimits {
     pub entry_bytes_max: usize,
 }
 
+/// What a node tracks beside its [`RaftNode`] for its clients, and the routing of its
+/// `Ready`s (see the module documentation). `P` is the shell's [`Shell::Reply`], `R` its
+/// [`Shell::Read`].
 pub struct NodeEngine<P, R> {
     id: NodeId,
     limits: EngineLimits,
@@ -145,10 +153,13 @@ impl<P, R> NodeEngine<P, R> {
         self.apply_sent
     }
 
+    /// Proposals appended and waiting for their entry to apply (or be overwritten).
     pub fn pending_proposals(&self) -> usize {
         self.pending_proposals.len()
     }
 
+    /// Reads in flight: waiting for their ReadIndex round, or for their index to be handed to the
+    /// apply pipeline. Reads already in the pipeline are not counted.
     pub fn pending_reads(&self) -> usize {
         self.pending_reads.len() + self.waiting_reads.len()
     }

@@ -26,6 +26,9 @@ pub trait StateMachine: Send + 'static {
 /// A state captured by [`StateMachine::snapshot_view`], serialized straight into the snapshot
 /// file (buffered, checksummed, fsynced by the runtime).
 pub trait SnapshotWriter: Send + 'static {
+    /// Writes the captured state to `out`, consuming the view: the bytes
+    /// [`StateMachine::restore`] is later given. An error counts as a storage failure (the
+    /// runtime stops the node).
     fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()>;
 }
 

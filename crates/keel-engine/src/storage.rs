@@ -40,8 +40,13 @@ pub trait LogStore {
     fn adopt(&mut self, adoption: Self::Adoption) -> Result<Option<Self::Adopted>, Self::Error>;
 }
 
+/// One unit of work handed to the [`StorageWorker`], run in the order submitted. `A` is the
+/// store's [`LogStore::Adoption`].
 pub enum StorageCommand<A> {
+    /// A write from a `Ready`: consecutive writes are committed as one group (at most
+    /// [`GROUP_COMMIT_WRITES_MAX`]).
     Write(Write),
+    /// Make a complete snapshot the newest one, after every write submitted before it.
     Adopt(A),
 }
 
@@ -50,10 +55,14 @@ pub enum StorageCommand<A> {
 pub enum Completion<T> {
     /// This write and every earlier one are durable.
     Persisted(u64),
+    /// The snapshot was adopted; `T` is the store's [`LogStore::Adopted`] report.
     Adopted(T),
+    /// The snapshot was not adopted and nothing changed (see [`LogStore::adopt`]).
     NotAdopted,
 }
 
+/// A [`LogStore`] with its queue of commands: runs them in order, one group commit or one
+/// adoption at a time (see the module documentation).
 pub struct StorageWorker<S: LogStore> {
     store: S,
     queue: VecDeque<StorageCommand<S::Adoption>>,
@@ -65,6 +74,7 @@ pub struct StorageWorker<S: LogStore> {
 }
 
 impl<S: LogStore> StorageWorker<S> {
+    /// A worker over `store`, with nothing queued.
     pub fn new(store: S) -> Self {
         StorageWorker {
             store,
@@ -85,6 +95,7 @@ impl<S: LogStore> StorageWorker<S> {
         }
     }
 
+    /// The store. It reflects only the work already run, not what is still queued.
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -94,6 +105,8 @@ impl<S: LogStore> StorageWorker<S> {
         self.store
     }
 
+    /// The store, to act on beside the queue: nothing done through it is ordered with the
+    /// queued commands.
     pub fn store_mut(&mut self) -> &mut S {
         &mut self.store
     }

@@ -52,17 +52,25 @@ pub use read_index::{ReadError, ReadState};
 pub use ready::Ready;
 pub use status::{CommitStatus, FollowerProgress, Status};
 
+/// A node's part in its current term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
+    /// Follows the leader it knows, if any; every node starts as one.
     Follower,
+    /// Asks the voters whether it could win an election in the next term (pre-vote), without
+    /// having raised its own term yet.
     PreCandidate,
+    /// Campaigns in its current term, having voted for itself.
     Candidate,
+    /// Leads its current term.
     Leader,
 }
 
 /// What a node recovered from storage (or, for a brand-new cluster, its bootstrap state).
 #[derive(Clone, Debug, Default)]
 pub struct RecoveredState {
+    /// The durable term, vote and commit index. The commit index is clamped into the log on
+    /// start; a term below the log's last entry's is raised to it, without a vote.
     pub hard_state: HardState,
     /// The position the snapshot covers (0/0 without one).
     pub snapshot: LogId,
@@ -80,20 +88,32 @@ pub struct RecoveredState {
 /// Why a proposal was refused. Nothing was appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
+    /// Only the leader appends.
     #[error("not the leader (leader hint: {leader:?})")]
-    NotLeader { leader: Option<NodeId> },
+    NotLeader {
+        /// The leader this node knows of in its term, if any: where to retry.
+        leader: Option<NodeId>,
+    },
+    /// The leader is handing leadership over ([`RaftNode::transfer_leadership`]): for at most an
+    /// election timeout, it accepts no proposal.
     #[error("leadership transfer in progress")]
     TransferInProgress,
+    /// At least `uncommitted_entries_max` entries of the leader's log are not committed yet.
     #[error("too many uncommitted entries")]
     Backpressure,
+    /// The configuration is joint, or its latest configuration entry is not committed yet: one
+    /// change at a time.
     #[error("a membership change is already in progress")]
     MembershipChangeInProgress,
+    /// The change leads to the configuration already in effect.
     #[error("the membership change would not change anything")]
     NoChange,
     /// `AddLearner` of a voter: a learner is added, never made of a voter (removing the voter
     /// first is the explicit way, and the one that says what it costs the quorum).
     #[error("node {0} is already a voter")]
     AlreadyVoter(NodeId),
+    /// A leadership transfer to this node itself or to a node that is not a voter, or a
+    /// membership change that would leave no voter.
     #[error("the target is not a voter of the current configuration")]
     InvalidTarget,
 }
@@ -122,6 +142,9 @@ impl LeaderState {
     }
 }
 
+/// One Raft participant, as a state machine without I/O: inputs are method calls, outputs are
+/// drained with [`RaftNode::ready`], and storage and the application report their progress back
+/// as completions ([`RaftNode::persisted`], [`RaftNode::applied`]).
 pub struct RaftNode {
     config: Config,
     id: NodeId,
@@ -189,6 +212,12 @@ impl std::fmt::Debug for RaftNode {
 }
 
 impl RaftNode {
+    /// A node that starts from `recovered` as a follower, with no leader known. Fails on a
+    /// configuration [`Config::validate`] refuses ([`Error::InvalidConfig`]) or a recovered state
+    /// that contradicts itself ([`Error::Corrupt`]). Recovered entries the snapshot covers are
+    /// skipped, and a log that does not continue the snapshot (an install interrupted by a
+    /// crash) is dropped, storage told so by the first write. Until the application has applied
+    /// up to the recovered commit index, the node replays ([`RaftNode::is_replaying`]).
     #[expect(clippy::too_many_lines)]
     pub fn new(config: Config, recovered: RecoveredState) -> Result<Self, Error> {
         config.validate()?;
@@ -427,6 +456,7 @@ impl RaftNode {
         self.campaigns_held = held;
     }
 
+    /// Whether campaigns are held ([`RaftNode::hold_campaigns`]).
     pub fn campaigns_held(&self) -> bool {
         self.campaigns_held
     }

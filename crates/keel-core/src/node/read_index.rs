@@ -16,15 +16,23 @@ use crate::types::{Index, NodeId};
 /// A read that may be served once the state machine has applied `index`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadState {
+    /// The caller's id for the read, as given to [`RaftNode::read_index`].
     pub ctx: u64,
+    /// The index to apply before serving: the leader's commit index when the read arrived, or,
+    /// if the leader had not committed an entry of its term by then, its commit index once it had.
     pub index: Index,
 }
 
 /// Why a read could not be started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
+    /// Only the leader serves ReadIndex.
     #[error("not the leader (leader hint: {leader:?})")]
-    NotLeader { leader: Option<NodeId> },
+    NotLeader {
+        /// The leader this node knows of in its term, if any: where to retry.
+        leader: Option<NodeId>,
+    },
+    /// `pending_reads_max` reads are already waiting for their confirmation round.
     #[error("too many pending reads")]
     Backpressure,
 }

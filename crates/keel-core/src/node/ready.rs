@@ -32,6 +32,7 @@ pub struct Ready {
 }
 
 impl Ready {
+    /// Whether there is nothing to do: no field holds anything.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
             && self.write.is_none()
@@ -44,6 +45,9 @@ impl Ready {
 }
 
 impl RaftNode {
+    /// Whether [`RaftNode::ready`] would return something to do: the cheap check a runtime makes
+    /// after each input before draining. It may say true for a leader whose pending replication
+    /// turns out to send nothing.
     pub fn has_ready(&self) -> bool {
         // The cheap tests first, the write test last.
         !self.messages.is_empty()

@@ -13,16 +13,27 @@ use crate::types::{HardState, Index, LogId, NodeId, Term};
 /// A snapshot of a node's volatile and persistent state, for status displays and checkers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
+    /// The node's id.
     pub id: NodeId,
+    /// Its role in `term`.
     pub role: Role,
+    /// Its current term (possibly not durable yet: see `durable_hard_state`).
     pub term: Term,
+    /// Whom it voted for in `term`, if anyone.
     pub vote: Option<NodeId>,
+    /// The leader it knows of in `term` (itself when leading), if any.
     pub leader: Option<NodeId>,
+    /// Its commit index.
     pub commit: Index,
+    /// The highest index the application reported applied.
     pub applied: Index,
+    /// The last entry of its in-memory log, durable or not.
     pub last_log_id: LogId,
+    /// Every entry at or below this index is durable and equal to the in-memory log.
     pub durable_index: Index,
+    /// The term, vote and commit index as storage last reported durable.
     pub durable_hard_state: HardState,
+    /// The last entry of the newest snapshot durable on the node (0/0 for none).
     pub snapshot: LogId,
     /// Shared with the log (a status is taken often, by checkers after every step: cloning the
     /// configuration's sets each time was most of its cost).
@@ -35,9 +46,11 @@ pub struct Status {
 /// The leader's view of one follower, for status displays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerProgress {
+    /// The follower (a voter of either half, or a learner).
     pub id: NodeId,
     /// Highest index known to be durably replicated there.
     pub match_index: Index,
+    /// The next index the leader sends it.
     pub next_index: Index,
     /// Appends in flight (pipelining).
     pub inflight_messages: usize,
@@ -61,6 +74,7 @@ pub enum CommitStatus {
 }
 
 impl RaftNode {
+    /// This node's id, from its [`Config`](crate::Config).
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -71,18 +85,24 @@ impl RaftNode {
         self.applied < self.replay_to
     }
 
+    /// Its role in its current term.
     pub fn role(&self) -> Role {
         self.role
     }
 
+    /// The current term, which may not be durable yet.
     pub fn term(&self) -> Term {
         self.term
     }
 
+    /// The leader of the current term as far as this node knows (itself when leading); `None`
+    /// until it hears from one, and while it campaigns.
     pub fn leader(&self) -> Option<NodeId> {
         self.leader
     }
 
+    /// The highest index this node knows committed. Entries up to it are handed to the
+    /// application only once also durable here.
     pub fn commit_index(&self) -> Index {
         self.commit
     }
@@ -93,14 +113,18 @@ impl RaftNode {
         self.applied
     }
 
+    /// The in-memory log, including entries not durable yet.
     pub fn log(&self) -> &RaftLog {
         &self.log
     }
 
+    /// The configuration in effect: the latest in the log, committed or not (a configuration
+    /// takes effect when appended).
     pub fn membership(&self) -> &Membership {
         self.log.membership()
     }
 
+    /// Everything [`Status`] holds, taken now.
     pub fn status(&self) -> Status {
         Status {
             id: self.id,

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use keel_core::NodeId;
 use keel_wal::{FileHandle, Fs};
 
+/// The record's file name in the data directory (format in the module documentation).
 pub const INCARNATIONS_FILE_NAME: &str = "peer-incarnations";
 const TEMP_FILE_NAME: &str = "peer-incarnations.tmp";
 const HEADER: &str = "keel-peer-incarnations 1";
@@ -124,6 +125,8 @@ impl<F: Fs> Incarnations<F> {
         }
     }
 
+    /// The incarnation remembered for `node`; `None` if none is (never seen, not a member when
+    /// seen, or forgotten since).
     pub fn known(&self, node: NodeId) -> Option<u64> {
         self.known.get(&node).copied()
     }

@@ -55,7 +55,9 @@ pub use incarnations::{Incarnations, INCARNATIONS_FILE_NAME};
 /// What a peer's handshake says, decoded (the wire format is the transport's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerHello {
+    /// The cluster the peer belongs to; it must be this node's.
     pub cluster_id: u64,
+    /// The node id the peer claims.
     pub node_id: NodeId,
     /// The peer's storage incarnation (`None`: an older peer that does not announce one).
     pub incarnation: Option<u64>,
@@ -68,13 +70,28 @@ pub struct PeerHello {
 /// Why a peer is not heard.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The peer belongs to another cluster.
     #[error("wrong cluster id {got:#x} (this cluster is {expected:#x})")]
-    WrongCluster { expected: u64, got: u64 },
+    WrongCluster {
+        /// This node's cluster id.
+        expected: u64,
+        /// The peer's.
+        got: u64,
+    },
+    /// The peer announced another storage incarnation than the one remembered for it: its disk
+    /// was replaced or wiped, and it may have forgotten its votes and acknowledgements.
     #[error(
         "node {node} came back with other storage (incarnation {got}, known {known}): it lost \
          its state and may have forgotten its votes; remove it and add it back as a new member"
     )]
-    StorageChanged { node: NodeId, known: u64, got: u64 },
+    StorageChanged {
+        /// The peer.
+        node: NodeId,
+        /// The incarnation this node remembers for it.
+        known: u64,
+        /// The one it announced.
+        got: u64,
+    },
 }
 
 /// What an admitted peer's handshake makes this node adopt.
@@ -213,6 +230,8 @@ impl<F: Fs> HandshakeGate<F> {
         self.incarnations.set_members(change.members.clone());
     }
 
+    /// The remembered incarnations: the runtime and the simulator read them and take their
+    /// persist errors to report.
     pub fn incarnations(&mut self) -> &mut Incarnations<F> {
         &mut self.incarnations
     }
@@ -221,7 +240,7 @@ impl<F: Fs> HandshakeGate<F> {
 /// A configuration change as the handshake gate needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigurationChange {
-    /// Members that left (each reported once), in order.
+    /// Members that left (each reported once), ascending by id.
     pub departed: Vec<NodeId>,
     /// A snapshot replaced the log past configuration entries never seen here: a member may
     /// have left and come back meanwhile, so no incarnation known can be trusted to be its
@@ -245,6 +264,8 @@ pub struct DepartedMembers {
 }
 
 impl DepartedMembers {
+    /// Starts from the configuration `log` has in effect now: no departure before it is
+    /// reported.
     pub fn new(log: &RaftLog) -> Self {
         DepartedMembers {
             seen_index: log.membership_index(),

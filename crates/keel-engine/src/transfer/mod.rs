@@ -65,8 +65,12 @@ pub fn starts_transfer(running: Option<keel_core::LogId>, requested: keel_core::
 /// A receiver resumes a partial transfer only for the same `(index, term)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SnapshotId {
+    /// The term of the leader sending it. A receiver holding a partial transfer of another
+    /// snapshot from a later leader refuses the offer ([`PositionStatus::RefusedStale`]).
     pub leader_term: u64,
+    /// The snapshot's last index.
     pub index: u64,
+    /// The term of the entry at `index`.
     pub term: u64,
 }
 
@@ -80,7 +84,9 @@ impl SnapshotId {
 /// Sender → receiver, first frame after the handshake: "which offset do you hold for this?"
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapshotOffer {
+    /// The snapshot channel's protocol version (keel-transport's `SNAPSHOT_CHANNEL_VERSION`).
     pub version: u16,
+    /// The snapshot offered.
     pub id: SnapshotId,
     /// Length of the whole snapshot file in bytes.
     pub total_len_bytes: u64,
@@ -99,19 +105,28 @@ pub enum PositionStatus {
     NotNeeded = 3,
 }
 
+/// Receiver → sender, the answer to a [`SnapshotOffer`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapshotPosition {
+    /// The offered snapshot's last index, echoed.
     pub index: u64,
+    /// The offered snapshot's term, echoed.
     pub term: u64,
+    /// Whether to send, and if not, why.
     pub status: PositionStatus,
+    /// With `Continue`: the offset to send from, in bytes (everything below it is durable
+    /// here).
     pub offset: u64,
 }
 
 /// Sender → receiver: the header of one chunk; `len_bytes` raw data bytes follow the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
+    /// The snapshot the chunk belongs to.
     pub id: SnapshotId,
+    /// Where the chunk's data starts in the snapshot file, in bytes.
     pub offset: u64,
+    /// Length of the chunk's data.
     pub len_bytes: u32,
     /// CRC32C of the chunk's data bytes.
     pub crc: u32,
@@ -119,6 +134,7 @@ pub struct ChunkHeader {
     pub last: Option<(u64, u32)>,
 }
 
+/// What a receiver did with a chunk ([`SnapshotAck::status`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckStatus {
     /// The chunk is written; `received` moved past it.
@@ -132,10 +148,14 @@ pub enum AckStatus {
     Failed = 3,
 }
 
+/// Receiver → sender, the answer to a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapshotAck {
+    /// The snapshot's last index.
     pub index: u64,
+    /// The snapshot's term.
     pub term: u64,
+    /// What became of the chunk.
     pub status: AckStatus,
     /// Bytes written contiguously from the start (what the sender continues from).
     pub received: u64,
@@ -157,5 +177,10 @@ pub enum TransferError {
     CorruptWhole,
     /// A chunk longer than this receiver takes, refused before anything is allocated for it.
     #[error("a chunk of {len_bytes} bytes (at most {bytes_max})")]
-    OversizeChunk { len_bytes: u32, bytes_max: u32 },
+    OversizeChunk {
+        /// The length the chunk's header announced.
+        len_bytes: u32,
+        /// The receiver's `chunk_bytes_max`.
+        bytes_max: u32,
+    },
 }

@@ -34,7 +34,9 @@ use keel_wal::{FileHandle, Fs};
 
 use super::SnapshotId;
 
+/// The data file's name in the data directory.
 pub const PART_FILE_NAME: &str = "incoming.snap.part";
+/// The state file's name in the data directory (layout in the module documentation).
 pub const STATE_FILE_NAME: &str = "incoming.snap.state";
 const STATE_MAGIC: [u8; 8] = *b"KEELPART";
 const STATE_VERSION: u32 = 1;
@@ -44,12 +46,15 @@ const STATE_SIZE_BYTES: usize = 60;
 pub struct Partial<F: Fs> {
     fs: F,
     dir: PathBuf,
+    /// The snapshot being received.
     pub id: SnapshotId,
+    /// The whole snapshot file's length, as offered.
     pub total_len_bytes: u64,
     part: F::File,
     state: F::File,
-    /// Bytes written contiguously from the start, and the CRC32C of them.
+    /// Bytes written contiguously from the start.
     pub received: u64,
+    /// The CRC32C of the first `received` bytes.
     pub crc: u32,
     /// Bytes fsynced and recorded in the state file.
     pub durable: u64,

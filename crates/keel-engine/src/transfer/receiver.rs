@@ -30,10 +30,15 @@ pub enum OfferDecision {
     /// Stream from `offset` (everything below it is durable here), writing under `ticket`.
     /// `discarded`: another snapshot's partial file was dropped for this one.
     Continue {
+        /// Where the sender starts, in bytes (0: from the start).
         offset: u64,
+        /// The connection's right to write the partial file, for its [`ReceiveSession`]; a
+        /// later offer's ticket supersedes it.
         ticket: u64,
+        /// Whether another snapshot's partial file was dropped.
         discarded: bool,
     },
+    /// Answer the offer with this refusal (`NotNeeded`, `RefusedStale` or `RefusedTooLarge`).
     Refuse(PositionStatus),
 }
 
@@ -83,6 +88,7 @@ impl<F: Fs + Clone> SnapshotReceiver<F> {
         self.mutation = mutation;
     }
 
+    /// The directory that holds the partial file.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -268,12 +274,19 @@ pub enum ChunkAnswer {
     /// The whole snapshot is durable and verified (`file.path`, `file.meta`): hand it to the
     /// node, then send `ack` (complete) and end the connection.
     Complete {
+        /// The verified snapshot file, under its received name.
         file: SnapshotFile,
+        /// The acknowledgement to send, status `Complete`.
         ack: SnapshotAck,
     },
     /// The whole snapshot failed verification and was discarded: send `ack` (failed) and end
     /// the connection.
-    Failed { why: String, ack: SnapshotAck },
+    Failed {
+        /// What did not verify, for the log.
+        why: String,
+        /// The acknowledgement to send, status `Failed`.
+        ack: SnapshotAck,
+    },
     /// End the connection with this error.
     Close(TransferError),
 }
