@@ -17,12 +17,15 @@ use std::sync::Mutex;
 
 use keel_core::NodeId;
 
+/// The address book: each member's client address, `host:port`, by node id. One per transport,
+/// shared behind an `Arc` with every `Handle`, so every method takes `&self`.
 #[derive(Debug, Default)]
 pub struct ClientAddrs {
     by_node: Mutex<BTreeMap<NodeId, String>>,
 }
 
 impl ClientAddrs {
+    /// Where `id`'s clients reach it; `None` when nothing has been heard of it.
     pub fn get(&self, id: NodeId) -> Option<String> {
         self.lock().get(&id).cloned()
     }
@@ -37,6 +40,7 @@ impl ClientAddrs {
         true
     }
 
+    /// A copy of the whole book, by node id.
     pub fn all(&self) -> BTreeMap<NodeId, String> {
         self.lock().clone()
     }

@@ -41,6 +41,8 @@
 //! be removed and added back. From changed storage (S37), a member's messages that promise
 //! nothing are heard; its first answer gets the connection refused with the reason.
 
+#![deny(missing_docs)]
+
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -83,9 +85,13 @@ const HANDSHAKE_FRAME_BYTES_MAX: u32 = 8192;
 /// default WAL stores (80 MiB), with room to spare.
 pub const MESSAGE_SIZE_BYTES_MAX_DEFAULT: u32 = 96 << 20;
 
+/// What one node's transport needs: its identity, the cluster secret, and every bound and timeout.
+/// [`TransportConfig::new`] gives the defaults; the node sets the rest before [`Transport::bind`].
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
+    /// The cluster's id: a peer whose handshake names another is refused.
     pub cluster_id: u64,
+    /// This node's id, announced in every handshake.
     pub node_id: NodeId,
     /// The cluster secret (`None`: peers are not authenticated). With it every connection, both
     /// ways and on both channels, authenticates in its handshake and seals every frame after it;
@@ -133,10 +139,19 @@ pub struct TransportConfig {
     pub send_queue_messages_max: usize,
     /// Messages written per `write_all`.
     pub batch_messages_max: usize,
+    /// The first wait before reconnecting to a peer, in milliseconds; it doubles after each attempt
+    /// that fails, and is back to this once a connection is made. Also the base of a snapshot
+    /// transfer's resume backoff.
     pub reconnect_backoff_min_ms: u64,
+    /// The longest wait between reconnection attempts, in milliseconds.
     pub reconnect_backoff_max_ms: u64,
+    /// Bound on one TCP connect, in milliseconds.
     pub connect_timeout_ms: u64,
+    /// Bound on one write of a batch to a peer on a message connection, in milliseconds: a write
+    /// stalled longer (a peer that vanished without a reset) drops the connection.
     pub write_timeout_ms: u64,
+    /// Bound on each wait for a handshake frame, in milliseconds: an inbound connection's first
+    /// frame, and with a cluster secret each reply of the authentication exchange, on both sides.
     pub handshake_timeout_ms: u64,
     /// Inbound connections still in their handshake (nothing about the peer is known yet): a
     /// new one beyond this closes the oldest, so that connections that never finish their
@@ -147,6 +162,9 @@ pub struct TransportConfig {
 }
 
 impl TransportConfig {
+    /// The defaults for node `node_id` of cluster `cluster_id`: no cluster secret, no advertised
+    /// addresses, no incarnation, incarnations kept in memory only, and no snapshot directory, so
+    /// snapshot connections are refused until the node sets one.
     pub fn new(cluster_id: u64, node_id: NodeId) -> Self {
         TransportConfig {
             cluster_id,
@@ -182,46 +200,80 @@ impl TransportConfig {
 /// What the transport hands the node task.
 #[derive(Debug)]
 pub enum Inbound {
+    /// A Raft message from a peer (its `from` is the node its connection's handshake named).
     Message(Message),
     /// A whole snapshot from `from` (leader of `term`), verified and fsynced at `path` (a
     /// temporary name the WAL deletes on open); the node adopts it as its newest snapshot, then
     /// steps `InstallSnapshot`.
     Snapshot {
+        /// The leader that sent it.
         from: NodeId,
+        /// The term the sender led when it offered the snapshot.
         term: Term,
+        /// Position, membership and term history of the snapshot, from its file header.
         meta: SnapshotMeta,
+        /// The received file, complete and fsynced.
         path: PathBuf,
     },
     /// `from` connected and says it is reached at `addr` (its handshake's advertised address).
     PeerAddress {
+        /// The peer.
         from: NodeId,
+        /// The peer address its handshake advertised.
         addr: SocketAddr,
     },
 }
 
+/// Why a connection, a handshake or a snapshot transfer failed. A connection's error closes that
+/// connection only; the transport goes on.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
+    /// A socket or file operation failed, or the peer closed the connection early: a lost
+    /// connection, retried (a snapshot transfer resumes).
     #[error("I/O: {0}")]
     Io(io::Error),
+    /// Authentication failed ([`AuthError`] says how): in the handshake (no or a wrong proof,
+    /// only one side with a secret, another node answering), or on a sealed record after it (a
+    /// tag that does not verify, an oversize record).
     #[error("authentication: {0}")]
     Auth(#[from] AuthError),
+    /// The peer broke the wire format: garbage, a bad checksum, an oversize length, a wrong cluster
+    /// id or version, an unknown required flag.
     #[error("protocol: {0}")]
     Wire(#[from] WireError),
+    /// A wait ran past its bound; the string names the wait.
     #[error("timed out: {0}")]
     Timeout(&'static str),
+    /// No address is known for the node a snapshot was to be sent to.
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),
+    /// The peer sent a frame the protocol does not allow at that point, or ended a stream where it
+    /// had to say more; the string names what came.
     #[error("the peer sent a {0} where it was not expected")]
     Unexpected(&'static str),
+    /// A definite refusal, by this node or by the peer, to go on with a connection or a snapshot
+    /// transfer (a snapshot connection without chunked transfer, no snapshot directory, a later
+    /// leader's transfer in progress, ...): reconnecting does not change it. The string says why.
     #[error("refused: {0}")]
     Refused(&'static str),
+    /// The peer refused this node's connection and said why (its refusal frame).
     #[error("the peer refused this node's connection: {0}")]
     RefusedByPeer(String),
+    /// A peer came back with another storage incarnation than this node remembers for it: it
+    /// lost its state and may have forgotten its votes. Only its messages that promise nothing
+    /// are heard; its first other one gets its connection refused with this.
     #[error(
         "node {node} came back with other storage (incarnation {got}, known {known}): it lost \
          its state and may have forgotten its votes; remove it and add it back as a new member"
     )]
-    StorageChanged { node: NodeId, known: u64, got: u64 },
+    StorageChanged {
+        /// The peer.
+        node: NodeId,
+        /// The incarnation this node remembers for it.
+        known: u64,
+        /// The incarnation its handshake announced.
+        got: u64,
+    },
 }
 
 impl From<io::Error> for TransportError {
@@ -371,6 +423,7 @@ impl Transport {
         })
     }
 
+    /// The address the peer listener is bound to (the actual port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
@@ -403,12 +456,16 @@ impl Transport {
         report_persist_error(&mut gate);
     }
 
+    /// Forgets the peer: its outbound task stops and the messages queued to it are dropped (not
+    /// counted). Inbound connections from it are not closed.
     pub fn remove_peer(&self, id: NodeId) {
         if let Some(old) = self.peers.lock().expect("peers lock").remove(&id) {
             old.task.abort();
         }
     }
 
+    /// The address messages to `id` go to; `None` for a node that is not a peer (never set or
+    /// removed).
     pub fn peer_addr(&self, id: NodeId) -> Option<SocketAddr> {
         self.peers
             .lock()
@@ -450,8 +507,6 @@ impl Transport {
             .cloned()
     }
 
-    /// Tells the receiving side the node's commit index: a snapshot offered at or below it is
-    /// answered "not needed" (the core would ignore it) instead of being transferred.
     /// The node finished handling the snapshot it was last handed (see
     /// `SnapshotReceiver::settled`).
     pub fn snapshot_settled(&self) {
@@ -465,6 +520,8 @@ impl Transport {
         }
     }
 
+    /// Tells the receiving side the node's commit index: a snapshot offered at or below it is
+    /// answered "not needed" (the core would ignore it) instead of being transferred.
     pub fn set_snapshot_floor(&self, commit: u64) {
         self.shared.snapshot_floor.store(commit, Ordering::Relaxed);
     }

@@ -56,31 +56,50 @@ use crate::wire::{
 /// Counters of snapshot transfers, for tests, benchmarks and status.
 #[derive(Debug, Default)]
 pub struct SnapshotCounters {
+    /// Chunk data bytes written to receivers, resent chunks counted again.
     pub bytes_sent: AtomicU64,
+    /// Chunk data bytes received and accepted (refused and skipped chunks not counted).
     pub bytes_received: AtomicU64,
     /// Transfers (sent or received) that resumed from a non-zero offset, and the bytes skipped.
     pub resumed: AtomicU64,
+    /// The bytes those resumed transfers did not send again (their start offsets, summed).
     pub resumed_bytes: AtomicU64,
+    /// Chunks refused by a receiver (counted by both sides: a sender's Resend acks, a receiver's
+    /// refusals).
     pub chunks_refused: AtomicU64,
+    /// Partial files a receiver discarded: replaced by an offer of another snapshot, or after a
+    /// failed write or fsync.
     pub partials_discarded: AtomicU64,
+    /// Transfers this node sent to the end (the receiver holds the whole snapshot).
     pub sends_completed: AtomicU64,
+    /// Transfers this node received whole, durable and verified.
     pub receives_completed: AtomicU64,
 }
 
 /// A reading of [`SnapshotCounters`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotTransferStats {
+    /// See [`SnapshotCounters::bytes_sent`].
     pub bytes_sent: u64,
+    /// See [`SnapshotCounters::bytes_received`].
     pub bytes_received: u64,
+    /// See [`SnapshotCounters::resumed`].
     pub resumed: u64,
+    /// See [`SnapshotCounters::resumed_bytes`].
     pub resumed_bytes: u64,
+    /// See [`SnapshotCounters::chunks_refused`].
     pub chunks_refused: u64,
+    /// See [`SnapshotCounters::partials_discarded`].
     pub partials_discarded: u64,
+    /// See [`SnapshotCounters::sends_completed`].
     pub sends_completed: u64,
+    /// See [`SnapshotCounters::receives_completed`].
     pub receives_completed: u64,
 }
 
 impl SnapshotCounters {
+    /// A reading of every counter. Each is read on its own (relaxed), so a reading taken while
+    /// transfers run need not be consistent across counters.
     pub fn get(&self) -> SnapshotTransferStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         SnapshotTransferStats {

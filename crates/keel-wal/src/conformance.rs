@@ -60,6 +60,7 @@ pub fn commit_write(id: u64, hard_state: HardState) -> Write {
     }
 }
 
+/// Shorthand for a [`HardState`] literal.
 pub fn hard_state(term: Term, vote: Option<u64>, commit: Index) -> HardState {
     HardState { term, vote, commit }
 }

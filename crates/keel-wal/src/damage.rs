@@ -61,6 +61,8 @@ pub enum DamageKind {
 }
 
 impl DamageKind {
+    /// The kind's name in kebab case (`lost-tail`, `corrupt-log`, ...), as [`Damage`]'s `Display`
+    /// prints it.
     pub fn name(self) -> &'static str {
         match self {
             DamageKind::LostTail => "lost-tail",
@@ -74,6 +76,7 @@ impl DamageKind {
 /// One finding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
+    /// What was found.
     pub kind: DamageKind,
     /// The last entry the promise record says was acknowledged (`None`: no readable promise).
     pub promised: Option<LogId>,
@@ -83,6 +86,7 @@ pub struct Damage {
     pub path: Option<PathBuf>,
     /// Where in it, for a damaged record.
     pub offset: Option<u64>,
+    /// What exactly is wrong, for a person to read.
     pub detail: String,
 }
 
@@ -107,6 +111,7 @@ impl std::fmt::Display for Damage {
 /// Everything recovery found wrong, and the intact prefix it could still read.
 #[derive(Clone, Debug)]
 pub struct DamageReport {
+    /// Every finding.
     pub damage: Vec<Damage>,
     /// The intact prefix: the state up to the first damage, with the term and vote raised to the
     /// promised ones (a node never goes back on a vote, whatever its log lost).

@@ -20,6 +20,7 @@ use std::path::Path;
 
 /// A file system the WAL can run on.
 pub trait Fs {
+    /// The handle [`Fs::create`] and [`Fs::open`] return.
     type File: FileHandle;
 
     /// Creates a new, empty file; fails if `path` exists. The new name is durable only after
@@ -33,6 +34,8 @@ pub trait Fs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Atomically renames `from` to `to` (same directory), replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file at `path`; the removal is durable only after [`Fs::sync_dir`] on its
+    /// parent.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Makes every earlier create, rename and remove in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
@@ -40,6 +43,7 @@ pub trait Fs {
 
 /// An open file.
 pub trait FileHandle {
+    /// The file's length in bytes as written so far, durable or not.
     fn len_bytes(&self) -> io::Result<u64>;
     /// Reads into `buf` from `offset` until `buf` is full or the file ends; returns the bytes read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;

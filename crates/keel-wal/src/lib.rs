@@ -246,6 +246,8 @@
 //! restates the commit. What the promise record cannot show (a lost promise file, both copies
 //! rolled back) is listed in [`damage`].
 
+#![deny(missing_docs)]
+
 mod codec;
 pub mod conformance;
 pub mod damage;

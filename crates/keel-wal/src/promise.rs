@@ -111,8 +111,11 @@ use crate::fs::{FileHandle, Fs};
 pub const PROMISE_FILE_NAME: &str = "promise";
 /// Its name while it is being created.
 pub const PROMISE_TEMP_NAME: &str = "promise.tmp";
+/// The first 8 bytes of every slot.
 pub const PROMISE_MAGIC: [u8; 8] = *b"KEELPRMS";
+/// The slot format every write uses (version 1 is still read).
 pub const PROMISE_FORMAT_VERSION: u16 = 2;
+/// A version 2 slot's size, checksum included; the rest of its 4 KiB half of the file is zeros.
 pub const PROMISE_SLOT_SIZE_BYTES: usize = 320;
 /// Version 1's slot size, still read.
 pub const PROMISE_V1_SLOT_SIZE_BYTES: usize = 64;
@@ -120,12 +123,15 @@ pub const PROMISE_V1_SLOT_SIZE_BYTES: usize = 64;
 pub const PROMISE_TERM_STARTS_MAX: usize = 16;
 /// Where slot `n` starts: `n * PROMISE_SLOT_STRIDE_BYTES`.
 pub const PROMISE_SLOT_STRIDE_BYTES: u64 = 4096;
+/// The file's fixed size: two slots, each at the start of a 4 KiB half of its own.
 pub const PROMISE_FILE_SIZE_BYTES: u64 = 2 * PROMISE_SLOT_STRIDE_BYTES;
 
 /// What a node has promised.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Promise {
+    /// The term the node has reached: it never goes back below it.
     pub term: Term,
+    /// The node's vote in `term` (`None`: it has not voted; 0 on disk).
     pub vote: Option<NodeId>,
     /// The last entry reported durable: every entry up to it, as the log held it then.
     pub acked: LogId,
@@ -164,6 +170,7 @@ impl TermStarts {
         kept
     }
 
+    /// The kept term starts, oldest first: `LogId::new(term, first index of that term)`.
     pub fn as_slice(&self) -> &[LogId] {
         &self.starts[..usize::from(self.len)]
     }
@@ -208,8 +215,12 @@ impl std::fmt::Display for Promise {
 pub enum SlotState {
     /// Never written (zeros, or beyond the end of a short file).
     Blank,
+    /// A slot that verifies.
     Valid {
+        /// The write's sequence number: 1, 2, 3, ... (write `n` goes to slot `n % 2`); the valid
+        /// slot with the higher one is the promise.
         seq: u64,
+        /// The promise that write recorded.
         promise: Promise,
     },
     /// Something that does not verify: a torn write or damage.
@@ -221,6 +232,7 @@ pub enum SlotState {
 pub struct PromiseRead {
     /// No file: a directory written before the promise existed, a new one, or a lost file.
     pub missing: bool,
+    /// Slot 0 (offset 0) and slot 1 (offset 4,096), as found.
     pub slots: [SlotState; 2],
 }
 
@@ -236,6 +248,8 @@ impl PromiseRead {
             .max_by_key(|(seq, _)| *seq)
     }
 
+    /// The promise in force: the newest valid slot's. `None` when the file is missing or neither
+    /// slot verifies.
     pub fn promise(&self) -> Option<Promise> {
         self.newest().map(|(_, p)| p)
     }

@@ -36,6 +36,7 @@ const READ_CHUNK_SIZE_BYTES: usize = 4 << 20;
 /// A final write that never completed and was discarded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TornTail {
+    /// The segment file that ends in it.
     pub path: PathBuf,
     /// Where the incomplete frame starts (the end of the valid log).
     pub offset: u64,
@@ -46,12 +47,17 @@ pub struct TornTail {
 /// What recovery did, for the startup report.
 #[derive(Clone, Debug, Default)]
 pub struct RecoveryStats {
+    /// Segment files read, spares after the last one holding data included.
     pub segments: usize,
+    /// Valid frames replayed, across all segments.
     pub frames: u64,
     /// Entries in the recovered log (after the snapshot).
     pub entries: u64,
+    /// Bytes read from segment files (snapshot files not counted).
     pub bytes_read: u64,
+    /// Wall-clock time recovery took, from the start of the scan to the assembled state.
     pub duration: Duration,
+    /// The final write found incomplete and discarded, if any (recovery step 4); open zeroes it.
     pub torn_tail: Option<TornTail>,
     /// Newer snapshots that failed verification and were passed over.
     pub skipped_snapshots: Vec<SkippedSnapshot>,
@@ -67,9 +73,12 @@ pub struct RecoveryStats {
 /// Everything a restart needs.
 #[derive(Clone, Debug)]
 pub struct Recovered {
+    /// The state the node starts from: hard state (commit clamped into the log), snapshot position
+    /// and membership, and the entries after the snapshot.
     pub state: RecoveredState,
     /// The snapshot the state starts from (its data: [`crate::Wal::read_snapshot_data`]).
     pub snapshot: Option<SnapshotFile>,
+    /// What recovery read and what it discarded.
     pub stats: RecoveryStats,
 }
 

@@ -48,8 +48,9 @@ use crate::wal::damaged_name;
 pub struct ScrubPass {
     /// What does not verify; empty for a clean pass.
     pub findings: Vec<Damage>,
-    /// Sealed segments and snapshot files read to the end.
+    /// Sealed segments read to their end (not one the scan stopped in at a corruption).
     pub segments_read: usize,
+    /// Snapshot files read to the end whose header and data checksums verified.
     pub snapshots_read: usize,
     /// Files that disappeared while the pass read them (purged or pruned): not findings.
     pub files_gone: usize,
@@ -58,6 +59,7 @@ pub struct ScrubPass {
 }
 
 impl ScrubPass {
+    /// Whether the pass found nothing that does not verify (files that vanished do not count).
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty()
     }
@@ -171,6 +173,14 @@ struct Pace {
 }
 
 impl<F: Fs> Throttled<F> {
+    /// Reads through `inner` at most `bytes_per_s` bytes per second: each read first waits until
+    /// it and the reads before it are paid for at that rate (time spent idle earns no credit).
+    /// Once `stop` is set every read fails with `io::ErrorKind::Interrupted`, one already waiting
+    /// within 50 ms. Clones share the rate and the stop.
+    ///
+    /// # Panics
+    ///
+    /// If `bytes_per_s` is 0.
     pub fn new(inner: F, bytes_per_s: u64, stop: Arc<AtomicBool>) -> Self {
         assert!(bytes_per_s > 0, "a scrub rate of zero reads nothing");
         Throttled {

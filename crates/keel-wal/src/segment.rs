@@ -24,26 +24,38 @@ use crate::fs::FileHandle;
 pub const FORMAT_VERSION: u16 = 2;
 /// The oldest version this build reads: version 1 segments are version 2 without supersede items.
 pub const FORMAT_VERSION_READ_MIN: u16 = 1;
+/// The first 8 bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELWAL\0";
+/// Size of a segment's header: the first frame starts at this offset.
 pub const SEGMENT_HEADER_SIZE_BYTES: u64 = 64;
 /// "KFRM" read as a little-endian u32: the first four bytes of every frame.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"KFRM");
 /// Mixed into the end mark so an all-zero trailer never matches (see [`end_mark`]).
 const END_MARK_SALT: u32 = u32::from_le_bytes(*b"KEND");
+/// A frame's header: magic (4), body length (4), frame sequence number (8).
 pub const FRAME_HEADER_SIZE_BYTES: usize = 16;
+/// A frame's trailer: CRC32C (4), then the end mark (4).
 pub const FRAME_TRAILER_SIZE_BYTES: usize = 8;
+/// Frames start at, and bodies are padded to, multiples of this.
 pub const FRAME_ALIGN_BYTES: usize = 8;
 /// Size of an item's own header: kind (1), reserved (3), payload length (4).
 pub const ITEM_HEADER_SIZE_BYTES: usize = 8;
 /// The sector size the torn-write heuristic assumes a disk writes atomically.
 pub const SECTOR_SIZE_BYTES: u64 = 512;
 
+/// Item kind of [`Item::Checkpoint`].
 pub const ITEM_CHECKPOINT: u8 = 1;
+/// Item kind of [`Item::Truncate`].
 pub const ITEM_TRUNCATE: u8 = 2;
+/// Item kind of [`Item::Entries`].
 pub const ITEM_ENTRIES: u8 = 3;
+/// Item kind of [`Item::HardState`].
 pub const ITEM_HARD_STATE: u8 = 4;
+/// Item kind of [`Item::Commit`].
 pub const ITEM_COMMIT: u8 = 5;
+/// Item kind of [`Item::Reset`].
 pub const ITEM_RESET: u8 = 6;
+/// Item kind of [`Item::Supersede`] (format version 2).
 pub const ITEM_SUPERSEDE: u8 = 7;
 
 const CHECKPOINT_SIZE_BYTES: usize = 8 + codec::HARD_STATE_SIZE_BYTES + 8;
@@ -60,6 +72,8 @@ pub fn segment_temp_name(seq: u64) -> String {
     format!("{seq:020}.wal.tmp")
 }
 
+/// The sequence number a segment's file name carries: `Some` only for exactly 20 digits then `.wal`
+/// (temporary and other files are `None`).
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".wal")?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
@@ -67,6 +81,8 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// The 64-byte header of segment `seq`, preallocated to `segment_size_bytes`, in the current
+/// [`FORMAT_VERSION`].
 pub fn encode_segment_header(seq: u64, segment_size_bytes: u64) -> Vec<u8> {
     let mut buf = Vec::with_capacity(SEGMENT_HEADER_SIZE_BYTES as usize);
     buf.extend_from_slice(&SEGMENT_MAGIC);
@@ -129,6 +145,9 @@ pub struct FrameBuilder<'a> {
 }
 
 impl<'a> FrameBuilder<'a> {
+    /// Starts frame number `frame_seq` at the end of `buf`, whose length must be a multiple of
+    /// [`FRAME_ALIGN_BYTES`]. Items are then added in the order the format requires (the builder
+    /// does not check it), and [`FrameBuilder::finish`] seals the frame.
     pub fn begin(buf: &'a mut Vec<u8>, frame_seq: u64) -> Self {
         let start = buf.len();
         assert_eq!(start % FRAME_ALIGN_BYTES, 0, "frames start aligned");
@@ -147,6 +166,7 @@ impl<'a> FrameBuilder<'a> {
         );
     }
 
+    /// Adds [`Item::Checkpoint`]: the first item of a segment's first frame, and only there.
     pub fn checkpoint(&mut self, first_index: Index, hs: &HardState, prev_segment_end: u64) {
         self.item(ITEM_CHECKPOINT, CHECKPOINT_SIZE_BYTES);
         put_u64(self.buf, first_index);
@@ -154,11 +174,17 @@ impl<'a> FrameBuilder<'a> {
         put_u64(self.buf, prev_segment_end);
     }
 
+    /// Adds [`Item::Truncate`].
     pub fn truncate(&mut self, from_index: Index) {
         self.item(ITEM_TRUNCATE, 8);
         put_u64(self.buf, from_index);
     }
 
+    /// Adds [`Item::Entries`].
+    ///
+    /// # Panics
+    ///
+    /// If `entries` is empty or its indexes are not contiguous.
     pub fn entries(&mut self, entries: &[&Entry]) {
         assert!(!entries.is_empty(), "empty entries item");
         let size: usize = entries.iter().map(|e| codec::entry_size_bytes(e)).sum();
@@ -171,11 +197,13 @@ impl<'a> FrameBuilder<'a> {
         }
     }
 
+    /// Adds [`Item::HardState`].
     pub fn hard_state(&mut self, hs: &HardState) {
         self.item(ITEM_HARD_STATE, codec::HARD_STATE_SIZE_BYTES);
         codec::put_hard_state(self.buf, hs);
     }
 
+    /// Adds [`Item::Commit`].
     pub fn commit(&mut self, commit: Index) {
         self.item(ITEM_COMMIT, 8);
         put_u64(self.buf, commit);
@@ -188,6 +216,7 @@ impl<'a> FrameBuilder<'a> {
         put_u64(self.buf, from);
     }
 
+    /// Adds [`Item::Reset`]: index, then term, on disk.
     pub fn reset(&mut self, snapshot: LogId) {
         self.item(ITEM_RESET, 16);
         put_u64(self.buf, snapshot.index);
@@ -220,16 +249,23 @@ pub enum Item {
     /// First item of every segment: the state of the log when the segment was started, so older
     /// segments can be deleted without losing it.
     Checkpoint {
+        /// The index the segment's first entry has or would have: the log's last index + 1 when the
+        /// segment was started.
         first_index: Index,
+        /// The synced hard state (term, vote, commit) when the segment was started.
         hard_state: HardState,
+        /// Byte offset where the previous segment's last frame ends (0 for segment 1): recovery
+        /// refuses the log when the previous segment's valid frames end elsewhere.
         prev_segment_end: u64,
     },
     /// Drop every entry at or after `from_index`.
     Truncate {
+        /// The first index dropped.
         from_index: Index,
     },
     /// Append these entries (contiguous, starting right after the last one).
     Entries(Vec<Entry>),
+    /// The hard state after this frame: term, vote (0 on disk for none) and commit.
     HardState(HardState),
     /// A commit-only change (written without an fsync).
     Commit(Index),
@@ -239,6 +275,7 @@ pub enum Item {
     /// this frame sets the commit index itself: if their bytes are damaged (a crash tore them
     /// while this frame reached the disk), recovery may skip them. Always the first item.
     Supersede {
+        /// Byte offset, in this frame's segment, where the first superseded frame starts.
         from: u64,
     },
 }
@@ -246,11 +283,16 @@ pub enum Item {
 /// The fields of a frame header, read without trusting them.
 #[derive(Clone, Copy, Debug)]
 pub struct FrameHeader {
+    /// Whether the first 4 bytes are [`FRAME_MAGIC`].
     pub magic_ok: bool,
+    /// The body length in bytes as written (unpadded), not yet checked against any bound.
     pub body_len: usize,
+    /// The frame sequence number as written.
     pub seq: u64,
 }
 
+/// Reads the fields of the frame header at the start of `bytes` (at least
+/// [`FRAME_HEADER_SIZE_BYTES`] long), without checking any of them.
 pub fn read_frame_header(bytes: &[u8]) -> FrameHeader {
     FrameHeader {
         magic_ok: get_u32(bytes, 0) == FRAME_MAGIC,
@@ -262,9 +304,11 @@ pub fn read_frame_header(bytes: &[u8]) -> FrameHeader {
 /// What a complete frame's bytes say about themselves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameCheck {
+    /// The checksum verifies and the end mark is the one this frame's sequence number gives.
     Valid,
-    /// The checksum fails but the frame was written to its end (end mark present or checksum
-    /// trailer intact) and no sector inside it is blank: a bit flip, not a torn write.
+    /// The frame was written to its end but does not verify: the checksum fails under the right
+    /// end mark, or verifies under a wrong one (not merely cut short), and no sector inside it is
+    /// blank. A bit flip, not a torn write.
     CompleteButCorrupt,
     /// The frame was not completely written.
     Torn,
@@ -386,10 +430,13 @@ pub struct SegmentReader<'f, H: FileHandle> {
     chunk: Bytes,
     chunk_offset: u64,
     chunk_size_bytes: usize,
+    /// Bytes read from the file so far (whole chunks, however little of them a window used).
     pub bytes_read: u64,
 }
 
 impl<'f, H: FileHandle> SegmentReader<'f, H> {
+    /// A reader of `file`, whose length is `len_bytes`, reading at least `chunk_size_bytes` at a
+    /// time (less only at the end of the file).
     pub fn new(file: &'f H, len_bytes: u64, chunk_size_bytes: usize) -> Self {
         SegmentReader {
             file,
@@ -401,6 +448,7 @@ impl<'f, H: FileHandle> SegmentReader<'f, H> {
         }
     }
 
+    /// The file length the reader was created with: no window reaches past it.
     pub fn len_bytes(&self) -> u64 {
         self.len_bytes
     }

@@ -46,11 +46,20 @@ pub enum Crash {
     /// `ops` survive; the next one, if it is a write, survives torn after `torn_bytes` bytes; the
     /// rest are lost. `ops >= unsynced_ops()` keeps everything (a process crash: the page cache
     /// survives).
-    KeepPrefix { ops: usize, torn_bytes: usize },
+    KeepPrefix {
+        /// How many unsynced changes, oldest first, survive whole.
+        ops: usize,
+        /// How many leading bytes of the change after them survive, if it is a write (clamped
+        /// to the write's length; 0 loses it).
+        torn_bytes: usize,
+    },
     /// Writeback in any order (power loss after the OS flushed an arbitrary subset of dirty
     /// sectors): each unsynced directory change and each 512-byte sector of each unsynced write
     /// survives or not by a draw from `seed`.
-    Scramble { seed: u64 },
+    Scramble {
+        /// Seeds the draws: the same seed over the same queue keeps the same sectors.
+        seed: u64,
+    },
 }
 
 /// A cheap handle to one simulated disk; clones share it.
@@ -279,6 +288,7 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 impl SimFs {
+    /// An empty disk: no directories, no files, nothing unsynced.
     pub fn new() -> Self {
         SimFs::default()
     }

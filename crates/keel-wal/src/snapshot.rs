@@ -22,7 +22,9 @@ use crate::codec::{self, get_u32, get_u64, put_u32, put_u64, ReadWal, Reader};
 use crate::error::{io_err, sync_err, Result, WalError};
 use crate::fs::{FileHandle, Fs};
 
+/// The first 8 bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"KEELSNAP";
+/// The snapshot file format this build writes, and the only one it reads.
 pub const SNAPSHOT_FORMAT_VERSION: u16 = 1;
 /// Fixed part of the header, before membership and term history.
 const FIXED_HEADER_SIZE_BYTES: usize = 48;
@@ -42,11 +44,16 @@ pub fn bootstrap_meta(voters: impl IntoIterator<Item = keel_core::NodeId>) -> Sn
     SnapshotMeta::initial(snapshot_membership(Membership::new_voters(voters)))
 }
 
-/// A snapshot file whose header and data checksums verified.
+/// A snapshot file whose header verified: its data checksum too where it was found by
+/// [`find_latest_snapshot`] or [`verify_snapshot`], not where [`adopt_snapshot_file`] put it in
+/// place (the data is checked again whenever it is read).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotFile {
+    /// Position, membership and term history, from the header.
     pub meta: SnapshotMeta,
+    /// Where the file is: its final name once adopted or found, else the temporary one.
     pub path: PathBuf,
+    /// Length of the data after the header, in bytes.
     pub data_len_bytes: u64,
     header_len_bytes: u64,
     data_crc: u32,
@@ -55,17 +62,23 @@ pub struct SnapshotFile {
 /// A snapshot file that failed verification and was passed over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkippedSnapshot {
+    /// The snapshot file passed over.
     pub path: PathBuf,
+    /// Which check failed, for a person to read.
     pub reason: String,
 }
 
 /// The newest valid snapshot and the newer ones that were not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LatestSnapshot {
+    /// The newest snapshot file that verifies; `None` when none does, or there is none.
     pub chosen: Option<SnapshotFile>,
+    /// The files newer than `chosen` that do not verify, newest first.
     pub skipped: Vec<SkippedSnapshot>,
 }
 
+/// The file name of the snapshot at `last`: `snapshot-{index:020}-{term:020}.snap`, zero-padded so
+/// that names sort by index, then term.
 pub fn snapshot_file_name(last: LogId) -> String {
     format!("snapshot-{:020}-{:020}.snap", last.index, last.term)
 }
@@ -76,6 +89,8 @@ fn parse_snapshot_file_name(name: &str) -> Option<LogId> {
     Some(LogId::new(term.parse().ok()?, index.parse().ok()?))
 }
 
+/// Whether `name` is a snapshot being written or received (`snapshot-...snap.tmp`): recovery
+/// ignores such files and open deletes them.
 pub fn is_snapshot_temp_name(name: &str) -> bool {
     name.starts_with("snapshot-") && name.ends_with(".snap.tmp")
 }

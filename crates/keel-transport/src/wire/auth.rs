@@ -31,7 +31,9 @@ pub const SECRET_BYTES_MIN: usize = 32;
 /// Longest cluster secret accepted (a key file, not a document).
 pub const SECRET_BYTES_MAX: usize = 4096;
 
+/// Body kind of a [`Challenge`] (responder to initiator).
 pub const BODY_AUTH_CHALLENGE: u8 = 9;
+/// Body kind of a [`Response`] (initiator to responder).
 pub const BODY_AUTH_RESPONSE: u8 = 10;
 
 /// Domain separation: every value derived from the secret has its own label, so no value made
@@ -45,20 +47,39 @@ const LABEL_KEY_TO_INITIATOR: &[u8] = b"keel auth v1 key responder to initiator"
 /// Why an authentication step failed. The peer is told only "authentication failed".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
+    /// This node has a secret, and the peer's handshake does not ask to authenticate.
     #[error("the peer did not authenticate (this node requires the cluster secret)")]
     Required,
+    /// The peer's handshake asks to authenticate, and this node has no secret.
     #[error("the peer asks to authenticate, but this node has no cluster secret")]
     NotConfigured,
+    /// The peer's handshake asks to authenticate without a nonce record.
     #[error("the peer's handshake has no nonce")]
     MissingNonce,
+    /// A proof does not match: the peer has another secret, or forged it.
     #[error("the peer's proof does not match (another cluster secret, or forged)")]
     BadProof,
+    /// The responder is another node than the one this connection was meant for.
     #[error("the peer answering is node {got}, not node {expected}")]
-    WrongPeer { expected: NodeId, got: NodeId },
+    WrongPeer {
+        /// The node the connection was meant for.
+        expected: NodeId,
+        /// The node the challenge names.
+        got: NodeId,
+    },
+    /// A sealed record's tag does not match (tampered, replayed, reordered or moved): nothing of it
+    /// was handed on.
     #[error("a record's tag does not match (tampered, replayed or reordered)")]
     BadTag,
+    /// A sealed record's declared length is over the reader's bound, refused before anything is
+    /// allocated for it.
     #[error("a record of {len_bytes} bytes exceeds the maximum of {bytes_max}")]
-    OversizeRecord { len_bytes: u64, bytes_max: u64 },
+    OversizeRecord {
+        /// The payload length the record's header declares, in bytes.
+        len_bytes: u64,
+        /// The reader's bound it exceeds, in bytes.
+        bytes_max: u64,
+    },
 }
 
 /// The cluster secret: at least [`SECRET_BYTES_MIN`] bytes. Its `Debug` never shows it.
@@ -72,6 +93,8 @@ impl std::fmt::Debug for ClusterSecret {
 }
 
 impl ClusterSecret {
+    /// The secret `bytes`, used as they are (no trimming). Refused, with the reason for the
+    /// operator, if shorter than [`SECRET_BYTES_MIN`] or longer than [`SECRET_BYTES_MAX`].
     pub fn new(bytes: &[u8]) -> Result<ClusterSecret, String> {
         if bytes.len() < SECRET_BYTES_MIN {
             return Err(format!(
@@ -114,14 +137,19 @@ impl ClusterSecret {
 /// The responder's answer to an authenticated handshake (body kind 9).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Challenge {
+    /// The responder's node id (id_b, never 0): the initiator checks it is the node it meant to
+    /// reach.
     pub responder: NodeId,
+    /// The responder's fresh random nonce (nonce_b).
     pub nonce: [u8; NONCE_BYTES],
+    /// proof_b: HMAC-SHA256 of the responder label and the transcript.
     pub proof: [u8; PROOF_BYTES],
 }
 
 /// The initiator's proof (body kind 10).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
+    /// proof_a: HMAC-SHA256 of the initiator label and the transcript.
     pub proof: [u8; PROOF_BYTES],
 }
 
@@ -162,6 +190,8 @@ pub(super) fn decode_response(r: &mut Reader) -> Result<Response, WireError> {
 pub struct Transcript([u8; 32]);
 
 impl Transcript {
+    /// The transcript of the initiator's handshake body `hello_body` (exactly as sent), the
+    /// responder's id and its nonce.
     pub fn new(hello_body: &[u8], responder: NodeId, responder_nonce: &[u8; NONCE_BYTES]) -> Self {
         let mut h = Sha256::new();
         h.update(LABEL_TRANSCRIPT);
@@ -274,6 +304,7 @@ impl Responder {
         })
     }
 
+    /// The challenge to send the initiator, its proof already computed.
     pub fn challenge(&self) -> &Challenge {
         &self.challenge
     }

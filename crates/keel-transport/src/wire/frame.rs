@@ -18,11 +18,17 @@ use super::{
 /// A decoded frame body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
+    /// The first frame of every connection (body kind 1).
     Handshake(Handshake),
+    /// One whole Raft message (body kind 2).
     Message(Message),
+    /// A sender's offer of a snapshot (body kind 4).
     SnapshotOffer(SnapshotOffer),
+    /// The receiver's answer to an offer (body kind 5).
     SnapshotPosition(SnapshotPosition),
+    /// A chunk's header (body kind 6); the chunk's raw data follows the frame.
     SnapshotChunk(ChunkHeader),
+    /// The receiver's acknowledgement of chunks (body kind 7).
     SnapshotAck(SnapshotAck),
     /// Why the receiver of a connection refused it (body kind 8).
     Refusal(String),
@@ -37,7 +43,9 @@ pub enum Body {
 /// The 8-byte frame header, checked before the body is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// Length of the body in bytes, at most the bound [`FrameHeader::parse`] was given.
     pub len_bytes: u32,
+    /// CRC32C the body must have.
     pub crc: u32,
 }
 
@@ -55,6 +63,7 @@ impl FrameHeader {
         Ok(FrameHeader { len_bytes, crc })
     }
 
+    /// Checks the body's CRC32C: [`WireError::BadChecksum`] if it is not the header's.
     pub fn verify(&self, body: &[u8]) -> Result<(), WireError> {
         let actual = crc32c::crc32c(body);
         if actual != self.crc {
@@ -84,6 +93,7 @@ fn seal_frame(out: &mut [u8], start: usize) {
     out[start + 4..body_start].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Appends `h` as a handshake frame to `out`.
 pub fn encode_handshake(h: &Handshake, out: &mut Vec<u8>) {
     put_frame(out, |b| h.encode_body(b));
 }
@@ -94,14 +104,18 @@ pub fn encode_handshake_body(body: &[u8], out: &mut Vec<u8>) {
     put_frame(out, |b| b.extend_from_slice(body));
 }
 
+/// Appends `c` as an authentication challenge frame (body kind 9) to `out`.
 pub fn encode_challenge(c: &Challenge, out: &mut Vec<u8>) {
     put_frame(out, |b| auth::encode_challenge_body(c, b));
 }
 
+/// Appends `r` as an authentication response frame (body kind 10) to `out`.
 pub fn encode_response(r: &Response, out: &mut Vec<u8>) {
     put_frame(out, |b| auth::encode_response_body(r, b));
 }
 
+/// Appends a refusal frame saying `reason` to `out`, cut to [`REFUSAL_REASON_BYTES_MAX`] bytes at a
+/// character boundary.
 pub fn encode_refusal(reason: &str, out: &mut Vec<u8>) {
     let mut len = reason.len().min(REFUSAL_REASON_BYTES_MAX);
     while !reason.is_char_boundary(len) {

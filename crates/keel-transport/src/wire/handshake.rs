@@ -33,7 +33,9 @@ pub fn valid_client_addr(addr: &str) -> bool {
 /// What a connection carries after its handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Channel {
+    /// Raft messages, one frame each or in parts (channel byte 0).
     Messages,
+    /// One snapshot transfer, chunked (channel byte 1; needs [`FLAG_CHUNKED_SNAPSHOT`]).
     Snapshot,
 }
 
@@ -49,15 +51,24 @@ struct Records {
 /// The first frame of every connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handshake {
+    /// The sender's protocol version; decoding refuses any but [`PROTOCOL_VERSION`].
     pub version: u16,
+    /// What the connection carries after the handshake.
     pub channel: Channel,
+    /// Feature bits: 0..16 required (see [`Handshake::check_required_flags`]), 16..32 optional.
     pub flags: u32,
+    /// The sender's cluster id.
     pub cluster_id: u64,
+    /// The sender's node id (never 0).
     pub node_id: NodeId,
+    /// The extension bytes, at most [`HANDSHAKE_EXTENSION_BYTES_MAX`]: extension records when
+    /// [`FLAG_EXTENSION_RECORDS`] is set, otherwise opaque and ignored.
     pub extension: Bytes,
 }
 
 impl Handshake {
+    /// A handshake of this build's protocol version with no extension; a snapshot channel's sets
+    /// [`FLAG_CHUNKED_SNAPSHOT`].
     pub fn new(cluster_id: u64, node_id: NodeId, channel: Channel) -> Self {
         Handshake {
             version: PROTOCOL_VERSION,

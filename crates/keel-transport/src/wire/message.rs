@@ -136,6 +136,8 @@ fn get_entry(r: &mut Reader) -> Result<Entry, WireError> {
     })
 }
 
+/// Writes a snapshot meta as the wire lays it out: last log id, membership, term history count u32,
+/// then (term, first index) per term.
 pub fn encode_meta(meta: &SnapshotMeta, out: &mut Vec<u8>) {
     put_log_id(out, meta.last);
     put_membership(out, &meta.membership);
@@ -303,6 +305,9 @@ fn get_entries(r: &mut Reader) -> Result<Vec<Entry>, WireError> {
     (0..n).map(|_| get_entry(r)).collect()
 }
 
+/// Reads what [`encode_message_fields`] writes, from just after the body kind byte; every count
+/// checked against the bytes left before anything is allocated. Bytes left after the message are
+/// the caller's to refuse ([`decode_body`](super::decode_body) does).
 #[expect(clippy::too_many_lines)]
 pub fn decode_message_fields(r: &mut Reader) -> Result<Message, WireError> {
     let from = r.u64("from")?;

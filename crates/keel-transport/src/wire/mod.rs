@@ -362,9 +362,11 @@ pub use snapshot::{
 /// messages (tags 11 and 12); version 4 their term starts and committed answers; version 5 the
 /// request's holds-last flag and holds answers.
 pub const PROTOCOL_VERSION: u16 = 5;
+/// The 4 bytes after a handshake's body kind, checked before anything else in it.
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"KEEL";
 /// Default bound on a frame body on message connections.
 pub const FRAME_SIZE_BYTES_MAX_DEFAULT: u32 = 16 << 20;
+/// A frame's header: body length (4), CRC32C of the body (4).
 pub const FRAME_HEADER_SIZE_BYTES: usize = 8;
 /// Bound on the handshake's opaque extension.
 pub const HANDSHAKE_EXTENSION_BYTES_MAX: usize = 4096;
@@ -393,8 +395,11 @@ pub const CLIENT_ADDR_BYTES_MAX: usize = 300;
 pub const KNOWN_REQUIRED_FLAGS: u32 = FLAG_CHUNKED_SNAPSHOT | FLAG_AUTHENTICATED;
 const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
 
+/// Body kind of the handshake, the first frame of every connection.
 pub const BODY_HANDSHAKE: u8 = 1;
+/// Body kind of one whole Raft message.
 pub const BODY_MESSAGE: u8 = 2;
+/// Body kind of a refusal: why the accepting side closes the connection.
 pub const BODY_REFUSAL: u8 = 8;
 /// Longest refusal reason on the wire; a longer one is cut (at a character boundary).
 pub const REFUSAL_REASON_BYTES_MAX: usize = 1024;
@@ -402,26 +407,79 @@ pub const REFUSAL_REASON_BYTES_MAX: usize = 1024;
 /// Why bytes from a peer were refused. Every variant closes that connection only.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// A length over the receiver's bound (a frame, a message sent in parts, a snapshot chunk),
+    /// refused before anything is allocated for it.
     #[error("frame of {len_bytes} bytes exceeds the maximum of {bytes_max}")]
-    Oversize { len_bytes: u64, bytes_max: u64 },
+    Oversize {
+        /// The length the peer declared, in bytes.
+        len_bytes: u64,
+        /// The receiver's bound it exceeds, in bytes.
+        bytes_max: u64,
+    },
+    /// A frame body whose CRC32C is not the one its header carries.
     #[error("frame checksum mismatch (header {expected:#010x}, body {actual:#010x})")]
-    BadChecksum { expected: u32, actual: u32 },
+    BadChecksum {
+        /// The CRC32C the frame header carries.
+        expected: u32,
+        /// The CRC32C of the body as received.
+        actual: u32,
+    },
+    /// A body that ends in the middle of a field, or declares a length or a count that the bytes
+    /// left cannot hold.
     #[error("truncated: needed {needed} more bytes while decoding {what}")]
-    Truncated { what: &'static str, needed: usize },
+    Truncated {
+        /// The field being decoded.
+        what: &'static str,
+        /// How many more bytes the read needed than the body had left (for a count, at the
+        /// smallest encoding of its elements).
+        needed: usize,
+    },
+    /// A tag (body kind, message tag, status, ...) this build does not know.
     #[error("unknown {what} tag {tag}")]
-    UnknownTag { what: &'static str, tag: u8 },
+    UnknownTag {
+        /// Which kind of tag: body kind, message tag, status, extension record, ...
+        what: &'static str,
+        /// The value found.
+        tag: u8,
+    },
+    /// A body with this many bytes left after its last field: a body must be consumed exactly.
     #[error("{0} trailing bytes after the body")]
     TrailingBytes(usize),
+    /// A field whose value the format does not allow (a bool other than 0 or 1, a part out of
+    /// order, a reason that is not UTF-8, ...); the string names it.
     #[error("invalid field: {0}")]
     Invalid(&'static str),
+    /// A handshake that does not start with [`HANDSHAKE_MAGIC`]; the bytes found.
     #[error("bad handshake magic {0:02x?}")]
     BadMagic([u8; 4]),
+    /// A handshake of another protocol version than [`PROTOCOL_VERSION`] (or an offer of another
+    /// snapshot channel version).
     #[error("unsupported protocol version {got} (this node speaks {supported})")]
-    UnsupportedVersion { got: u16, supported: u16 },
+    UnsupportedVersion {
+        /// The version the peer speaks.
+        got: u16,
+        /// The version this build speaks.
+        supported: u16,
+    },
+    /// A handshake that names another cluster.
     #[error("wrong cluster id {got:#x} (this cluster is {expected:#x})")]
-    WrongClusterId { expected: u64, got: u64 },
+    WrongClusterId {
+        /// This node's cluster id.
+        expected: u64,
+        /// The cluster id the peer's handshake names.
+        got: u64,
+    },
+    /// A handshake that sets required feature bits (0..16) this build does not know; the unknown
+    /// bits.
     #[error("unknown required feature flags {0:#x}")]
     UnknownRequiredFlags(u32),
+    /// A body of one kind where another had to come (a completed message sent in parts that is not
+    /// a Raft message).
     #[error("unexpected body kind {got} (expected {expected})")]
-    UnexpectedBody { expected: u8, got: u8 },
+    UnexpectedBody {
+        /// The body kind that had to come.
+        expected: u8,
+        /// The body kind that came.
+        got: u8,
+    },
 }

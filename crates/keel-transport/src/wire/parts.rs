@@ -27,8 +27,11 @@ pub const MESSAGE_FRAME_BYTES_MAX: usize = MESSAGE_PART_BYTES + MESSAGE_PART_HEA
 /// bytes (the body starts with its kind, [`BODY_MESSAGE`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessagePart {
+    /// Length in bytes of the whole message body.
     pub message_len: u32,
+    /// Where this part's data starts in the body, in bytes.
     pub offset: u32,
+    /// This part's bytes of the body: at least one, none past `message_len`.
     pub data: Bytes,
 }
 
@@ -81,6 +84,7 @@ impl OutgoingParts {
         self.sent = end;
     }
 
+    /// Whether every part's frame has been appended.
     pub fn is_done(&self) -> bool {
         self.sent == self.body.len()
     }

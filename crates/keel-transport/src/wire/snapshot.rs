@@ -31,6 +31,7 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
+/// Appends `o` as an offer frame (body kind 4) to `out`.
 pub fn encode_offer(o: &SnapshotOffer, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_SNAPSHOT_OFFER);
@@ -42,6 +43,7 @@ pub fn encode_offer(o: &SnapshotOffer, out: &mut Vec<u8>) {
     });
 }
 
+/// Appends `p` as a position frame (body kind 5) to `out`.
 pub fn encode_position(p: &SnapshotPosition, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_SNAPSHOT_POSITION);
@@ -73,6 +75,7 @@ pub fn encode_chunk_header(h: &ChunkHeader, out: &mut Vec<u8>) {
     });
 }
 
+/// Appends `a` as an ack frame (body kind 7) to `out`.
 pub fn encode_ack(a: &SnapshotAck, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_SNAPSHOT_ACK);

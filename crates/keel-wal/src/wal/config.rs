@@ -73,6 +73,14 @@ impl Default for WalConfig {
 }
 
 impl WalConfig {
+    /// Checks each bound and that they fit together: `promise_write_every_batches` and
+    /// `snapshots_kept` at least 1, `frame_size_bytes_max` in 4 KiB ..= 256 MiB, an
+    /// `entry_size_bytes_max` that leaves room for a payload and whose frame is at most 256 MiB,
+    /// and a `segment_size_bytes`, a multiple of 8, that holds the segment header and the largest
+    /// frame. A refusal is [`WalError::InvalidRequest`] naming the field; [`Wal::open`] calls
+    /// this first.
+    ///
+    /// [`Wal::open`]: crate::Wal::open
     pub fn validate(&self) -> Result<()> {
         let fail = |why: &str| Err(WalError::InvalidRequest(format!("config: {why}")));
         if self.promise_write_every_batches == 0 {

@@ -118,18 +118,24 @@ pub struct Wal<F: Fs> {
 }
 
 impl<F: Fs> Wal<F> {
+    /// The directory holding the segments, snapshots and promise record.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The file layer every read and write goes through.
     pub fn fs(&self) -> &F {
         &self.fs
     }
 
+    /// The configuration the WAL was opened with; segments found on disk keep the size they were
+    /// created with whatever it says now.
     pub fn config(&self) -> &WalConfig {
         &self.config
     }
 
+    /// Index of the last entry in the log: the position it starts after (snapshot or reset) when
+    /// it holds none. Always durable: entries are only ever written synced.
     pub fn last_index(&self) -> Index {
         self.last_index
     }
@@ -144,6 +150,7 @@ impl<F: Fs> Wal<F> {
         self.snapshot
     }
 
+    /// Live segments, the active one included and the spare prepared ahead of it not; at least 1.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
