@@ -47,8 +47,6 @@ pub trait FileHandle {
     fn len_bytes(&self) -> io::Result<u64>;
     /// Reads into `buf` from `offset` until `buf` is full or the file ends; returns the bytes read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-    /// Reads up to `len` bytes from `offset` into a new buffer, as [`FileHandle::read_at`]
-    /// does; shorter only where the file ends.
     /// The first offset at or after `offset` where the file may hold data: every byte before it
     /// lies in a hole, which reads as zeros. `None` when only holes lie from `offset` to the
     /// end. Lets recovery skip a preallocated segment's unwritten tail instead of reading it
@@ -57,6 +55,8 @@ pub trait FileHandle {
         Ok(Some(offset))
     }
 
+    /// Reads up to `len` bytes from `offset` into a new buffer, as [`FileHandle::read_at`]
+    /// does; shorter only where the file ends.
     fn read_vec_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
         let n = self.read_at(&mut buf, offset)?;
