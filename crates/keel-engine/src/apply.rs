@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, Index, SnapshotMeta};
 
-use crate::state_machine::{SnapshotWriter, StateMachine};
+use crate::state_machine::{ApplyError, SnapshotWriter, StateMachine};
 
 /// One item of the pipeline. `P` is how a proposer is answered, `R` a read waiting for the
 /// state, `F` the snapshot a restore reads (an open file in the runtime, bytes in the simulator).
@@ -102,9 +102,10 @@ impl<P, R, F> ApplyQueue<P, R, F> {
     }
 }
 
-/// An item given to the [`Applier`] out of log order: applying it would make this replica
-/// diverge from the others.
+/// Why the [`Applier`] stopped: an item out of log order (applying it would make this replica
+/// diverge from the others), or a state machine that cannot go on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PipelineError {
     /// An entry other than the one right after the applied index: a gap or a repeat.
     #[error("entry {index} reached the state machine after entry {applied}: entries apply in order, each once")]
@@ -121,6 +122,15 @@ pub enum PipelineError {
         index: Index,
         /// The applied index.
         applied: Index,
+    },
+    /// The state machine failed to apply the entry at `index` (`ApplyError::Fatal`) or to
+    /// restore the snapshot at `index`: the applied index stays below it.
+    #[error("the state machine failed at {index}: {message}")]
+    StateMachine {
+        /// The entry or snapshot it failed on.
+        index: Index,
+        /// Its error.
+        message: String,
     },
 }
 
@@ -186,11 +196,13 @@ impl<S: StateMachine> Applier<S> {
     }
 
     /// Applies a batch of entries in order. For each, `applied` is called with the entry, its
-    /// proposer's answer (if any), the state machine's result and the state after it.
+    /// proposer's answer (if any), the state machine's result (`Err`: its refusal's reason) and
+    /// the state after it. A fatal error of the state machine ends the batch there: that entry
+    /// and the ones after it are not applied (their proposers' answers are dropped).
     pub fn apply_entries<P>(
         &mut self,
         batch: Vec<(Entry, Option<P>)>,
-        mut applied: impl FnMut(&Entry, Option<P>, Bytes, &S),
+        mut applied: impl FnMut(&Entry, Option<P>, Result<Bytes, Bytes>, &S),
     ) -> Result<(), PipelineError> {
         for (entry, reply) in batch {
             if entry.index != self.applied + 1 {
@@ -200,12 +212,21 @@ impl<S: StateMachine> Applier<S> {
                 });
             }
             let result = match &entry.payload {
-                EntryPayload::Normal(data) => {
-                    self.bytes_since_snapshot += data.len() as u64;
-                    self.sm.apply(entry.index, data)
-                }
-                EntryPayload::Noop | EntryPayload::Membership(_) => Bytes::new(),
+                EntryPayload::Normal(data) => match self.sm.apply(entry.index, data) {
+                    Ok(result) => Ok(result),
+                    Err(ApplyError::Refused(reason)) => Err(reason),
+                    Err(ApplyError::Fatal(message)) => {
+                        return Err(PipelineError::StateMachine {
+                            index: entry.index,
+                            message,
+                        })
+                    }
+                },
+                EntryPayload::Noop | EntryPayload::Membership(_) => Ok(Bytes::new()),
             };
+            if let EntryPayload::Normal(data) = &entry.payload {
+                self.bytes_since_snapshot += data.len() as u64;
+            }
             self.applied = entry.index;
             applied(&entry, reply, result, &self.sm);
         }
@@ -238,7 +259,12 @@ impl<S: StateMachine> Applier<S> {
                 applied: self.applied,
             });
         }
-        self.sm.restore(data);
+        self.sm
+            .restore(data)
+            .map_err(|e| PipelineError::StateMachine {
+                index: meta.last.index,
+                message: e.0,
+            })?;
         self.applied = meta.last.index;
         self.snapshot_index = self.applied;
         self.bytes_since_snapshot = 0;

@@ -37,4 +37,9 @@ pub enum ClientError {
     /// so it was dropped there rather than proposed behind its caller's back. Retry freely.
     #[error("not proposed: its deadline passed while it was queued")]
     NotProposed,
+    /// Applied, and refused by the state machine with this reason (`ApplyError::Refused`): the
+    /// state is unchanged, on every replica. Retrying the same request gets the same answer
+    /// unless the state changed meanwhile.
+    #[error("refused by the state machine: {}", String::from_utf8_lossy(.0))]
+    Refused(bytes::Bytes),
 }

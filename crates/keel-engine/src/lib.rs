@@ -42,5 +42,5 @@ pub use clock::{ClockEvent, ClockPolicy, ClockReading, ClockStatus, ClockWatch};
 pub use error::ClientError;
 pub use node::{EngineLimits, NodeEngine, Shell};
 pub use snapshot::{adoption, install_message, Adoption, SnapshotWriting};
-pub use state_machine::{SnapshotWriter, StateMachine};
+pub use state_machine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 pub use storage::{Completion, LogStore, StorageCommand, StorageWorker, GROUP_COMMIT_WRITES_MAX};

@@ -11,8 +11,10 @@ use keel_core::Index;
 /// Calls come from one caller at a time, in log order (the runtime's apply thread, or its node
 /// task for small batches while that thread is idle; the simulator's event loop).
 pub trait StateMachine: Send + 'static {
-    /// Applies the entry at `index` and returns the result for the client that proposed it.
-    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes;
+    /// Applies the entry at `index` and returns the result for the client that proposed it, or
+    /// why not ([`ApplyError`]): a refusal (deterministic, the state unchanged, the entry counted
+    /// as applied) or a fatal error (the node stops before counting the entry as applied).
+    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, ApplyError>;
     /// A view of the state at the applied index, to be serialized elsewhere while applying goes
     /// on (docs/DESIGN.md section 4). The pipeline waits for this call only: keep it to a copy of
     /// the in-memory state or a copy-on-write view (cloning maps of reference-counted values is a
@@ -20,8 +22,31 @@ pub trait StateMachine: Send + 'static {
     /// (`Box::new(bytes_vec)`).
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter>;
     /// Replaces the whole state by the bytes a [`SnapshotWriter`] of this state machine wrote.
-    fn restore(&mut self, data: &[u8]);
+    /// An error stops the node with its applied index where it was and the snapshot kept, so a
+    /// restart tries again; the state machine must not be served from meanwhile, and is not.
+    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError>;
 }
+
+/// Why [`StateMachine::apply`] produced no result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// The operation is refused, and the state is as it was before the entry: a decision every
+    /// replica makes alike (it may depend on the state and the entry, nothing else). The entry
+    /// counts as applied; its proposer receives `ClientError::Refused` with these bytes.
+    #[error("refused: {}", String::from_utf8_lossy(.0))]
+    Refused(Bytes),
+    /// The state machine cannot apply the entry here and now (its own storage failed, an
+    /// invariant broke): the node stops (`NodeFailure::StateMachine` in keel-runtime) without
+    /// counting the entry as applied, so the next start applies it again.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Why [`StateMachine::restore`] could not restore a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RestoreError(pub String);
 
 /// A state captured by [`StateMachine::snapshot_view`], serialized straight into the snapshot
 /// file (buffered, checksummed, fsynced by the runtime).

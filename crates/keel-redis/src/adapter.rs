@@ -177,7 +177,7 @@ impl keel_engine::SnapshotWriter for KvSnapshotWriter {
 }
 
 impl keel_engine::StateMachine for KvAdapter {
-    fn apply(&mut self, index: u64, data: &Bytes) -> Bytes {
+    fn apply(&mut self, index: u64, data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
         match self.sm.apply(index, data) {
             Ok(reply) => {
                 if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
@@ -191,7 +191,7 @@ impl keel_engine::StateMachine for KvAdapter {
                     );
                 }
                 self.stats.publish(&self.sm);
-                reply.to_bytes()
+                Ok(reply.to_bytes())
             }
             Err(e) => fatal(format_args!("{e}")),
         }
@@ -203,9 +203,12 @@ impl keel_engine::StateMachine for KvAdapter {
         Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_engine::RestoreError> {
         match self.sm.restore(data) {
-            Ok(()) => self.stats.publish(&self.sm),
+            Ok(()) => {
+                self.stats.publish(&self.sm);
+                Ok(())
+            }
             Err(e) => fatal(format_args!("cannot restore the snapshot: {e}")),
         }
     }
@@ -248,7 +251,7 @@ mod tests {
             condition: SetCondition::Always,
         };
         let entry = LogCommand::new(7, 1, 1_700_000_000_000, set).encode();
-        let result = a.apply(3, &entry);
+        let result = a.apply(3, &entry).expect("applies");
         assert_eq!(WriteReply::decode(&result), Some(WriteReply::Ok));
         let stats = a.stats().get();
         assert_eq!(stats.applied_index, 3);
@@ -258,7 +261,7 @@ mod tests {
         assert_ne!(stats.state_digest, 0);
         // The same request id again is deduplicated: same reply, nothing changes.
         assert_eq!(
-            WriteReply::decode(&a.apply(4, &entry)),
+            WriteReply::decode(&a.apply(4, &entry).expect("applies")),
             Some(WriteReply::Ok)
         );
         assert_eq!(a.stats().get().state_digest, stats.state_digest);
@@ -267,7 +270,7 @@ mod tests {
         a.snapshot_view().write_to(&mut bytes).unwrap();
         assert_eq!(bytes, a.state().snapshot());
         let mut b = KvAdapter::new(KvStateMachine::new());
-        b.restore(&bytes);
+        b.restore(&bytes).expect("restores");
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
         assert_eq!(b.stats().get().log_time_ms, stats.log_time_ms);
@@ -281,9 +284,12 @@ mod tests {
             value: Bytes::from_static(b"v"),
             condition: SetCondition::Always,
         };
-        a.apply(3, &LogCommand::new(7, 1, 0, set).encode());
+        a.apply(3, &LogCommand::new(7, 1, 0, set).encode())
+            .expect("applies");
         let before = a.stats().get();
-        let result = a.apply(4, &Bytes::from_static(b"not a command"));
+        let result = a
+            .apply(4, &Bytes::from_static(b"not a command"))
+            .expect("applied as a no-op");
         let reply = ApplyReply::decode(&result).expect("a reply for the proposer");
         assert_eq!(
             reply,
@@ -314,8 +320,8 @@ mod tests {
                 },
             )
             .encode();
-            a.apply(1, &entry);
-            a.apply(2, &entry);
+            a.apply(1, &entry).expect("applies");
+            a.apply(2, &entry).expect("applies");
             a.state().get(b"n").map(<[u8]>::to_vec)
         };
         assert_eq!(incr(KvStateMachine::new()), Some(b"1".to_vec()));

@@ -23,10 +23,10 @@ struct Tally {
 }
 
 impl StateMachine for Tally {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.entries += 1;
         self.bytes += data.len() as u64;
-        Bytes::new()
+        Ok(Bytes::new())
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
@@ -35,9 +35,10 @@ impl StateMachine for Tally {
         Box::new(out)
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         self.entries = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
         self.bytes = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
+        Ok(())
     }
 }
 

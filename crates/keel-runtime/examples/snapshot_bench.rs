@@ -43,16 +43,16 @@ impl SnapshotWriter for BlobView {
 }
 
 impl StateMachine for Blob {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.entries.insert(index, data.clone());
-        Bytes::new()
+        Ok(Bytes::new())
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(BlobView(self.entries.clone()))
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         self.entries.clear();
         let data = Bytes::copy_from_slice(data);
         let mut at = 0;
@@ -63,6 +63,7 @@ impl StateMachine for Blob {
                 .insert(index, data.slice(at + 12..at + 12 + len));
             at += 12 + len;
         }
+        Ok(())
     }
 }
 
@@ -149,7 +150,7 @@ async fn size_run(root: &Path, size_mb: u64) {
     for i in 1..=n {
         let mut v = payload.clone();
         v[..8].copy_from_slice(&i.to_le_bytes());
-        sm.apply(i, &Bytes::from(v));
+        sm.apply(i, &Bytes::from(v)).expect("applies");
     }
 
     let started = Instant::now();

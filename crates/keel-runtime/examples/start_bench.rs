@@ -19,15 +19,17 @@ use keel_runtime::{Node, NodeConfig, SnapshotWriter, StateMachine};
 struct Nothing;
 
 impl StateMachine for Nothing {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Bytes {
-        Bytes::new()
+    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+        Ok(Bytes::new())
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(Vec::new())
     }
 
-    fn restore(&mut self, _data: &[u8]) {}
+    fn restore(&mut self, _data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
+        Ok(())
+    }
 }
 
 fn argument(name: &str) -> Option<String> {

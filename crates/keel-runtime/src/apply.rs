@@ -24,7 +24,7 @@ pub use keel_engine::{SnapshotWriter, StateMachine};
 
 use crate::event::Event;
 use crate::failure::{guarded, FailureCell, NodeFailure};
-use crate::handle::{ProposalReply, ReadFn};
+use crate::handle::{ClientError, ProposalReply, ReadFn};
 use crate::storage::storage_failure;
 
 /// The snapshot file a restore reads, opened by the node when it queued the restore (so a newer
@@ -71,9 +71,15 @@ fn moving_average(old_ns: u64, new_ns: u64) -> u64 {
 }
 
 impl<S: StateMachine> RuntimeApplier<S> {
-    /// An item out of order would make this replica diverge silently: stop the node.
-    fn out_of_order(&self, e: keel_engine::PipelineError) -> ! {
-        self.failure.halt(NodeFailure::Pipeline(e.to_string()))
+    /// The pipeline stopped: an item out of order (which would make this replica diverge
+    /// silently) or a state machine that cannot go on. Either way the node stops.
+    fn stopped(&self, e: keel_engine::PipelineError) -> ! {
+        self.failure.halt(match e {
+            keel_engine::PipelineError::StateMachine { index, message } => {
+                NodeFailure::StateMachine { index, message }
+            }
+            other => NodeFailure::Pipeline(other.to_string()),
+        })
     }
 
     /// Applies a batch of entries in order and reports the new applied index. Returns whether a
@@ -83,11 +89,11 @@ impl<S: StateMachine> RuntimeApplier<S> {
         let count = batch.len() as u64;
         let answered = self.applier.apply_entries(batch, |_, reply, result, _| {
             if let Some(reply) = reply {
-                let _ = reply.send(Ok(result));
+                let _ = reply.send(result.map_err(ClientError::Refused));
             }
         });
         if let Err(e) = answered {
-            self.out_of_order(e);
+            self.stopped(e);
         }
         if let Some(per_entry_ns) = (started.elapsed().as_nanos() as u64).checked_div(count) {
             self.entry_cost_ns = moving_average(self.entry_cost_ns, per_entry_ns);
@@ -127,7 +133,7 @@ impl<S: StateMachine> RuntimeApplier<S> {
         };
         drop(file);
         if let Err(e) = self.applier.restore(&meta, &data) {
-            self.out_of_order(e);
+            self.stopped(e);
         }
         let _ = self.events.send(Event::Applied(self.applier.applied()));
     }

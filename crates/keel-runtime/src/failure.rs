@@ -38,6 +38,16 @@ pub enum NodeFailure {
         /// The panic's message.
         message: String,
     },
+    /// The state machine failed to apply the entry or restore the snapshot at `index`
+    /// (`ApplyError::Fatal`, `RestoreError`): the applied index stays below it, and the next
+    /// start applies or restores it again.
+    #[error("the state machine failed at index {index}: {message}")]
+    StateMachine {
+        /// The entry or snapshot it failed on.
+        index: keel_core::Index,
+        /// Its error.
+        message: String,
+    },
     /// The apply pipeline was handed an item out of order: a bug, stopped before the state
     /// machine could diverge.
     #[error("apply pipeline: {0}")]

@@ -39,4 +39,5 @@ pub use handle::{
 };
 pub use keel_core::Role;
 pub use keel_core::{CommitStatus, LogId};
+pub use keel_engine::{ApplyError, RestoreError};
 pub use node::{exit_on_failure, wall_clock_ms, Node, NodeConfig, StartError};

@@ -24,18 +24,19 @@ struct Counter {
 }
 
 impl StateMachine for Counter {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         let add = u64::from_le_bytes(data[..8].try_into().unwrap());
         self.total += add;
-        Bytes::copy_from_slice(&self.total.to_le_bytes())
+        Ok(Bytes::copy_from_slice(&self.total.to_le_bytes()))
     }
 
     fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
         Box::new(self.total.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         self.total = u64::from_le_bytes(data.try_into().unwrap());
+        Ok(())
     }
 }
 

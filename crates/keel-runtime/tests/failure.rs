@@ -19,18 +19,19 @@ struct Fragile {
 }
 
 impl StateMachine for Fragile {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         assert_ne!(&data[..], b"boom", "the state machine met boom");
         self.applied += 1;
-        Bytes::copy_from_slice(&self.applied.to_le_bytes())
+        Ok(Bytes::copy_from_slice(&self.applied.to_le_bytes()))
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.applied.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         self.applied = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+        Ok(())
     }
 }
 

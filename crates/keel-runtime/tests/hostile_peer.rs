@@ -27,17 +27,18 @@ const WAIT: Duration = Duration::from_secs(20);
 struct Count(u64);
 
 impl StateMachine for Count {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.0 += 1;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
+        Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
     }
 
     fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         self.0 = u64::from_le_bytes(data.try_into().unwrap());
+        Ok(())
     }
 }
 

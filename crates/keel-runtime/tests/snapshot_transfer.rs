@@ -78,18 +78,18 @@ impl SnapshotWriter for BlobView {
 }
 
 impl StateMachine for Blob {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.digest ^= entry_crc(index, data);
         self.entries.insert(index, data.clone());
         self.publish();
-        Bytes::new()
+        Ok(Bytes::new())
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(BlobView(self.entries.clone()))
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
         if self.fail_restore {
             self.probe.restore_attempted.store(true, Ordering::SeqCst);
             panic!("crash between the WAL install and the state-machine restore (test)");
@@ -106,6 +106,7 @@ impl StateMachine for Blob {
             at += 12 + len;
         }
         self.publish();
+        Ok(())
     }
 }
 

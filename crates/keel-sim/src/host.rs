@@ -81,16 +81,16 @@ impl SimStateMachine {
 }
 
 impl StateMachine for SimStateMachine {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
         if std::mem::take(&mut self.skip_next_command) {
-            return Bytes::new();
+            return Ok(Bytes::new());
         }
         self.kv.apply(index, data)
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         self.kv.snapshot_view()
     }
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel_engine::RestoreError> {
         self.kv.restore(data)
     }
 }
@@ -353,7 +353,7 @@ impl World {
         }
         self.check_configuration(id);
         for (token, result) in answers {
-            self.write_settled(token, Ok(result));
+            self.write_settled(token, result.map_err(ClientError::Refused));
         }
         if snapshot_due {
             self.take_snapshot(id);

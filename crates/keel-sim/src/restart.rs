@@ -69,7 +69,13 @@ impl World {
                 let mut sm = App::state_machine(self.mutation, skip_next_command);
                 if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
-                        Some(data) => keel_engine::StateMachine::restore(&mut sm, data),
+                        Some(data) => {
+                            if let Err(e) = keel_engine::StateMachine::restore(&mut sm, data) {
+                                let detail = format!("node {id} cannot restore {snapshot}: {e}");
+                                self.violate("recovery", detail);
+                                return;
+                            }
+                        }
                         None => {
                             let detail = format!("node {id} has no data for snapshot {snapshot}");
                             self.violate("recovery", detail);

@@ -15,18 +15,19 @@ use keel::{ClientError, Handle, Index, Node, NodeConfig, NodeId, SnapshotWriter,
 struct Counter(u64);
 
 impl StateMachine for Counter {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel::ApplyError> {
         let add = data[..].try_into().map_or(0, u64::from_le_bytes);
         self.0 += add;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
+        Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
     }
 
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), keel::RestoreError> {
         self.0 = data.try_into().map_or(0, u64::from_le_bytes);
+        Ok(())
     }
 }
 

@@ -17,22 +17,28 @@
 //!
 //! ```no_run
 //! use bytes::Bytes;
-//! use keel::{Index, Node, NodeConfig, SnapshotWriter, StateMachine};
+//! use keel::{ApplyError, Index, Node, NodeConfig, RestoreError, SnapshotWriter, StateMachine};
 //!
 //! /// Adds the little-endian u64 of each entry; answers the new total.
 //! #[derive(Default)]
 //! struct Counter(u64);
 //!
 //! impl StateMachine for Counter {
-//!     fn apply(&mut self, _index: Index, data: &Bytes) -> Bytes {
-//!         self.0 += u64::from_le_bytes(data[..8].try_into().unwrap());
-//!         Bytes::copy_from_slice(&self.0.to_le_bytes())
+//!     fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+//!         let Ok(add) = data[..].try_into().map(u64::from_le_bytes) else {
+//!             // Refused alike on every node; the state is unchanged.
+//!             return Err(ApplyError::Refused(Bytes::from_static(b"not a u64")));
+//!         };
+//!         self.0 += add;
+//!         Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
 //!     }
 //!     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
 //!         Box::new(self.0.to_le_bytes().to_vec())
 //!     }
-//!     fn restore(&mut self, data: &[u8]) {
-//!         self.0 = u64::from_le_bytes(data.try_into().unwrap());
+//!     fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError> {
+//!         let bytes = data.try_into().map_err(|_| RestoreError("not a u64".into()))?;
+//!         self.0 = u64::from_le_bytes(bytes);
+//!         Ok(())
 //!     }
 //! }
 //!
@@ -78,7 +84,7 @@
 #![deny(missing_docs)]
 
 pub use keel_core::{CommitStatus, Index, LogId, Membership, NodeId, Role, Term};
-pub use keel_engine::{SnapshotWriter, StateMachine};
+pub use keel_engine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 pub use keel_runtime::{
     exit_on_failure, ClientError, DeadlineTimer, Handle, Node, NodeConfig, NodeFailure, NodeStatus,
     Pending, ReplayStats, StartError, PROPOSE_BATCH_MAX,

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use keel_core::{Entry, EntryPayload, LogId, SnapshotMeta};
 
 use super::{Applier, ApplyItem, ApplyQueue, PipelineError, SnapshotPolicy};
-use crate::state_machine::{SnapshotWriter, StateMachine};
+use crate::state_machine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 
 const MIB: u64 = 1 << 20;
 
@@ -52,20 +52,30 @@ fn ratio_zero_leaves_the_minimum_and_no_overflow() {
     assert!(p.due(1, 256 * MIB, u64::MAX));
 }
 
-/// A state machine that records the data it applied, in order.
+/// A state machine that records the data it applied, in order; it refuses `r` (changing
+/// nothing), fails on `!`, and cannot restore an empty snapshot.
 #[derive(Default)]
 struct Log(Vec<u8>);
 
 impl StateMachine for Log {
-    fn apply(&mut self, _index: u64, data: &Bytes) -> Bytes {
+    fn apply(&mut self, _index: u64, data: &Bytes) -> Result<Bytes, ApplyError> {
+        match &data[..] {
+            b"r" => return Err(ApplyError::Refused(Bytes::from_static(b"no r"))),
+            b"!" => return Err(ApplyError::Fatal("its disk is gone".into())),
+            _ => {}
+        }
         self.0.extend_from_slice(data);
-        Bytes::copy_from_slice(&self.0)
+        Ok(Bytes::copy_from_slice(&self.0))
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.0.clone())
     }
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError> {
+        if data.is_empty() {
+            return Err(RestoreError("an empty snapshot".into()));
+        }
         self.0 = data.to_vec();
+        Ok(())
     }
 }
 
@@ -95,8 +105,45 @@ fn entries_apply_in_order_and_answer_their_proposers() {
     .unwrap();
     assert_eq!(a.applied(), 2);
     assert_eq!(a.state().0, b"ab");
-    assert_eq!(answers[0], (1, Some(10), Bytes::from_static(b"a")));
-    assert_eq!(answers[1], (2, None, Bytes::from_static(b"ab")));
+    assert_eq!(answers[0], (1, Some(10), Ok(Bytes::from_static(b"a"))));
+    assert_eq!(answers[1], (2, None, Ok(Bytes::from_static(b"ab"))));
+}
+
+#[test]
+fn a_refused_entry_is_applied_unchanged_and_a_fatal_one_is_not_applied() {
+    let mut a = Applier::new(Log::default(), 0, policy());
+    let mut answers = Vec::new();
+    let stopped = a.apply_entries(
+        vec![
+            (entry(1, b'a'), Some(1)),
+            (entry(2, b'r'), Some(2)),
+            (entry(3, b'b'), Some(3)),
+            (entry(4, b'!'), Some(4)),
+            (entry(5, b'c'), Some(5)),
+        ],
+        |e, reply, result, _| answers.push((e.index, reply, result)),
+    );
+    // The refusal reaches its proposer and counts as applied; the state did not change.
+    assert_eq!(answers[1], (2, Some(2), Err(Bytes::from_static(b"no r"))));
+    assert_eq!(answers[2], (3, Some(3), Ok(Bytes::from_static(b"ab"))));
+    // The fatal error stops the batch before its entry: 4 and 5 are not applied.
+    assert_eq!(
+        stopped,
+        Err(PipelineError::StateMachine {
+            index: 4,
+            message: "its disk is gone".into()
+        })
+    );
+    assert_eq!(
+        (answers.len(), a.applied(), &a.state().0[..]),
+        (3, 3, &b"ab"[..])
+    );
+    // A failed restore leaves the applied index and the state where they were.
+    assert!(matches!(
+        a.restore(&meta(9), b""),
+        Err(PipelineError::StateMachine { index: 9, .. })
+    ));
+    assert_eq!((a.applied(), &a.state().0[..]), (3, &b"ab"[..]));
 }
 
 #[test]

@@ -19,15 +19,17 @@ struct Recorder {
 }
 
 impl StateMachine for Recorder {
-    fn apply(&mut self, index: Index, _data: &Bytes) -> Bytes {
+    fn apply(&mut self, index: Index, _data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
         std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
         self.applied.lock().unwrap().push((index, caller()));
-        Bytes::from(index.to_string())
+        Ok(Bytes::from(index.to_string()))
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(caller().into_bytes())
     }
-    fn restore(&mut self, _data: &[u8]) {}
+    fn restore(&mut self, _data: &[u8]) -> Result<(), keel_engine::RestoreError> {
+        Ok(())
+    }
 }
 
 struct Harness {

@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
 
-use keel_core::{LogId, NodeId, RaftNode};
+use keel_core::{Index, LogId, NodeId, RaftNode};
 use keel_wal::{bootstrap_meta, StdFs, Wal, WalConfig};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -191,6 +191,15 @@ pub enum StartError {
     /// Two settings cannot hold together (the message names them).
     #[error("settings contradict each other: {0}")]
     Settings(String),
+    /// The state machine could not restore the newest snapshot (`StateMachine::restore`); the
+    /// snapshot is kept for the next start.
+    #[error("the state machine could not restore the snapshot at {index}: {message}")]
+    StateMachine {
+        /// The snapshot's last index.
+        index: Index,
+        /// The state machine's error.
+        message: String,
+    },
     /// Recovery found damage it cannot repair by itself (keel-wal's `damage.rs`): a promise
     /// record neither of whose copies verifies, so nothing says what the log should hold. (A lost
     /// tail, a corrupt segment or snapshot are repaired: `open_wal`.) It refuses to start rather
@@ -218,7 +227,10 @@ impl StartError {
         match self {
             StartError::Io(_) => true,
             StartError::Wal(e) => matches!(e, keel_wal::WalError::Io { .. }),
-            StartError::Core(_) | StartError::Settings(_) | StartError::Damaged { .. } => false,
+            StartError::Core(_)
+            | StartError::Settings(_)
+            | StartError::Damaged { .. }
+            | StartError::StateMachine { .. } => false,
         }
     }
 }
@@ -322,7 +334,10 @@ impl<S: StateMachine> Node<S> {
         if let Some((file, data)) = wal.read_snapshot_data()? {
             snapshot_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
             if file.meta.last.index > 0 {
-                sm.restore(&data);
+                sm.restore(&data).map_err(|e| StartError::StateMachine {
+                    index: file.meta.last.index,
+                    message: e.0,
+                })?;
             }
             snapshot_data = Some((file.meta.last, file.path));
         }
