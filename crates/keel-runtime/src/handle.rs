@@ -361,6 +361,29 @@ impl<S> Handle<S> {
         view
     }
 
+    /// The leader this node knows of (itself included), waiting up to the request timeout for
+    /// one to be known: `NotLeader` with no hint if none is by then, `Shutdown` once the node
+    /// stopped. Answered from the node's watch ([`Handle::watch`]), not by the node task. A
+    /// leader known here may have been deposed meanwhile: a proposal it refuses answers
+    /// `NotLeader`, certainly not applied, and can be sent again.
+    pub async fn leader(&self) -> Result<NodeId, ClientError> {
+        let mut view = self.view.clone();
+        let known = timeout(self.request_timeout, async {
+            view.wait_for(|v| v.leader.is_some())
+                .await
+                .map(|v| v.leader)
+        })
+        .await;
+        match known {
+            Ok(Ok(Some(leader))) => Ok(leader),
+            Ok(Ok(None) | Err(_)) => Err(ClientError::Shutdown),
+            Err(_) => Err(ClientError::NotLeader {
+                leader: None,
+                leader_addr: None,
+            }),
+        }
+    }
+
     /// A handle to the same node whose requests have `timeout` instead of the node's
     /// `NodeConfig::request_timeout_ms` (queueing included): past it a request resolves with
     /// `Unknown` (or `NotProposed` when it never left the queue).

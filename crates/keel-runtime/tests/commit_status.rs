@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{CommitStatus, Index, LogId, Role};
+use keel_core::{CommitStatus, Index, LogId};
 use keel_runtime::{ClientError, Handle, Node, NodeConfig, SnapshotWriter, StateMachine};
 
 mod common;
@@ -45,17 +45,7 @@ async fn one_voter(dir: &std::path::Path) -> (Node<Tally>, Handle<Tally>) {
     };
     let node = common::start_node(config, Tally::default, WAIT).await;
     let handle = node.handle();
-    tokio::time::timeout(WAIT, async {
-        while !handle
-            .status()
-            .await
-            .is_ok_and(|s| s.serving && s.raft.role == Role::Leader)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a cluster of one elects itself");
+    common::wait_leading(&handle, WAIT).await;
     (node, handle)
 }
 

@@ -48,17 +48,7 @@ async fn one_voter(name: &str) -> (Node<Fragile>, std::path::PathBuf) {
     };
     let node = common::start_node(config, Fragile::default, WAIT).await;
     let handle = node.handle();
-    tokio::time::timeout(WAIT, async {
-        while !handle
-            .status()
-            .await
-            .is_ok_and(|s| s.serving && s.raft.role == keel_core::Role::Leader)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a cluster of one elects itself");
+    common::wait_leading(&handle, WAIT).await;
     (node, dir)
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Index, Role};
+use keel_core::Index;
 use keel_runtime::{
     ApplyError, ClientError, Handle, Node, NodeConfig, NodeFailure, RestoreError, SnapshotWriter,
     StartError, StateMachine,
@@ -63,17 +63,7 @@ fn config(dir: &std::path::Path) -> NodeConfig {
 async fn leading(dir: &std::path::Path, sm: &Picky) -> (Node<Picky>, Handle<Picky>) {
     let node = common::start_node(|| config(dir), || sm.clone(), WAIT).await;
     let handle = node.handle();
-    tokio::time::timeout(WAIT, async {
-        while !handle
-            .status()
-            .await
-            .is_ok_and(|s| s.serving && s.raft.role == Role::Leader)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a cluster of one elects itself");
+    common::wait_leading(&handle, WAIT).await;
     (node, handle)
 }
 
@@ -129,8 +119,9 @@ async fn a_fatal_apply_stops_the_node_and_a_restart_applies_the_entry_again() {
     // Its database back, the node applies the entry it stopped on: nothing was skipped.
     sm.fail_apply.store(false, Ordering::SeqCst);
     let (node, handle) = leading(&dir, &Picky::default()).await;
-    assert!(handle.status().await.expect("status").raft.applied >= index);
+    // The read waits for everything committed before it, the entry it stopped on included.
     assert_eq!(count(&handle).await, 2, "a and fatal");
+    assert!(handle.status().await.expect("status").raft.applied >= index);
     node.shutdown().await;
     common::remove_scratch_dir(&dir);
 }

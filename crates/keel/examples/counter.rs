@@ -1,22 +1,27 @@
 //! A replicated counter: three nodes in one process, over loopback TCP.
 //!
 //! Each node binds port 0; a node started later is told the addresses of those before it, and
-//! they learn its address from its handshake. Proposals go to whichever node leads; a node that
-//! does not lead answers `NotLeader`. Run it with `cargo run -p keel --example counter`.
+//! they learn its address from its handshake. Proposals and reads go to the leader. Run it with
+//! `cargo run -p keel --example counter`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
-use keel::{ClientError, Handle, Index, Node, NodeConfig, NodeId, SnapshotWriter, StateMachine};
+use keel::{
+    ApplyError, ClientError, Handle, Index, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter,
+    StateMachine,
+};
 
 /// Adds the little-endian u64 of each entry; answers the new total.
 #[derive(Default)]
 struct Counter(u64);
 
 impl StateMachine for Counter {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel::ApplyError> {
-        let add = data[..].try_into().map_or(0, u64::from_le_bytes);
+    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+        let Ok(add) = data[..].try_into().map(u64::from_le_bytes) else {
+            // Refused alike on every node; the state is unchanged.
+            return Err(ApplyError::Refused(Bytes::from_static(b"not a u64")));
+        };
         self.0 += add;
         Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
     }
@@ -25,27 +30,28 @@ impl StateMachine for Counter {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), keel::RestoreError> {
-        self.0 = data.try_into().map_or(0, u64::from_le_bytes);
+    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError> {
+        let bytes = data
+            .try_into()
+            .map_err(|_| RestoreError("not a u64".into()))?;
+        self.0 = u64::from_le_bytes(bytes);
         Ok(())
     }
 }
 
-/// Proposes `add` at every node in turn until the leader takes it; the new total.
-async fn add(handles: &[Handle<Counter>], add: u64) -> Result<u64, ClientError> {
-    let entry = Bytes::copy_from_slice(&add.to_le_bytes());
-    for _attempt in 0..200 {
-        for handle in handles {
-            match handle.propose(entry.clone()).await {
-                Ok(total) => return Ok(u64::from_le_bytes(total[..].try_into().unwrap())),
-                // Not applied: safe to try the next node (or again, once one is elected).
-                Err(ClientError::NotLeader { .. } | ClientError::Busy(_)) => {}
-                Err(other) => return Err(other),
-            }
+type Handles = BTreeMap<NodeId, Handle<Counter>>;
+
+/// Adds `n` at the leader: the new total.
+async fn add(handles: &Handles, n: u64) -> Result<u64, ClientError> {
+    let entry = Bytes::copy_from_slice(&n.to_le_bytes());
+    loop {
+        let leader = handles[&1].leader().await?;
+        match handles[&leader].propose(entry.clone()).await {
+            // Not applied: the leader changed before it took the entry. Ask again.
+            Err(ClientError::NotLeader { .. }) => continue,
+            result => return result.map(|total| u64::from_le_bytes(total[..].try_into().unwrap())),
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    Err(ClientError::Busy("no leader elected"))
 }
 
 async fn run(dir: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
@@ -56,21 +62,17 @@ async fn run(dir: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
         config.peers = nodes.iter().map(|(&id, n)| (id, n.peer_addr())).collect();
         nodes.insert(id, Node::start(config, Counter::default()).await?);
     }
-    let handles: Vec<_> = nodes.values().map(Node::handle).collect();
+    let handles: Handles = nodes.iter().map(|(&id, n)| (id, n.handle())).collect();
     for n in 1..=10 {
         add(&handles, n).await?;
     }
-    // A linearizable read, at whichever node leads.
-    let mut total = None;
-    while total.is_none() {
-        for handle in &handles {
-            total = total.or(handle.read(|counter: &Counter| counter.0).await.ok());
-        }
-    }
-    for (_, node) in nodes {
+    // A linearizable read, at the leader.
+    let leader = handles[&1].leader().await?;
+    let total = handles[&leader].read(|counter: &Counter| counter.0).await?;
+    for node in nodes.into_values() {
         node.shutdown().await;
     }
-    Ok(total.unwrap_or_default())
+    Ok(total)
 }
 
 #[tokio::main]

@@ -244,11 +244,12 @@ impl<F: Fs + Clone> SnapshotReceiver<F> {
         }
         let id = partial.id;
         let path = partial.complete()?;
-        self.completed = Some(id);
         // The snapshot file's own checksums (header, data) and position, before the node hears
-        // of it.
+        // of it. Only a file that passes is "just received": one that fails is taken anew when
+        // offered again.
         match keel_wal::snapshot::verify_snapshot(&self.fs, &path) {
             Ok(file) if (file.meta.last.index, file.meta.last.term) == (id.index, id.term) => {
+                self.completed = Some(id);
                 Ok(Written::Complete(file))
             }
             Ok(_) => {

@@ -257,6 +257,43 @@ fn a_different_snapshot_discards_the_partial_unless_its_leader_is_older() {
     assert_eq!(partial::peek(&fs, &dir()).unwrap(), (id(20, 4), 0));
 }
 
+/// Regression: a snapshot received whole (its whole-file checksum as the sender computed it) whose
+/// file then fails its own checks (here a damaged data byte, damaged before it was sent) was
+/// remembered as "just received", so the leader's next offer of the same snapshot was refused as
+/// not needed, and the follower never caught up until the leader took another snapshot.
+#[test]
+fn a_snapshot_that_fails_its_file_checks_is_taken_again_when_offered_again() {
+    let good = snapshot_bytes(10, 300);
+    let mut damaged = good.clone();
+    *damaged.last_mut().unwrap() ^= 0x40;
+    let (_, mut rx) = receiver();
+    let offer = offer(id(10, 3), &damaged);
+    let OfferDecision::Continue { ticket, .. } = rx.offer(&offer, 0, &limits()).unwrap() else {
+        panic!("refused");
+    };
+    let mut session = ReceiveSession::new(&offer, 0, ticket);
+    let mut sender = SendSession::new(offer.id, damaged.len() as u64, 0, 0, CHUNK, 4);
+    let answer = loop {
+        let (at, len) = sender.next_chunk().expect("window open");
+        let data = &damaged[at as usize..at as usize + len];
+        let header = sender.chunk_sent(data);
+        match session.chunk(&mut rx, &header, data, &limits()).unwrap() {
+            ChunkAnswer::Ack(ack) => assert_eq!(sender.on_ack(&ack), Ok(AckStep::Continue)),
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(answer, ChunkAnswer::Failed { .. }),
+        "expected the file checks to fail, got {answer:?}"
+    );
+    // Offered again (the leader's sender retries), the snapshot is taken, and arrives whole.
+    assert!(matches!(
+        rx.offer(&offer, 0, &limits()).unwrap(),
+        OfferDecision::Continue { offset: 0, .. }
+    ));
+    connection(&mut rx, id(10, 3), &good, 100).expect("completes");
+}
+
 #[test]
 fn a_whole_snapshot_that_fails_its_checksum_is_discarded() {
     let bytes = snapshot_bytes(10, 250);

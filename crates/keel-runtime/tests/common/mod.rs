@@ -154,3 +154,13 @@ pub async fn start_node<S: StateMachine>(
     .await
     .expect("node started")
 }
+
+/// Waits until the node behind `handle` leads and serves (a cluster of one elects itself), as
+/// its watch shows it.
+pub async fn wait_leading<S: StateMachine>(handle: &Handle<S>, wait: Duration) {
+    let mut view = handle.watch();
+    tokio::time::timeout(wait, view.wait_for(|v| v.serving && v.role == Role::Leader))
+        .await
+        .expect("the node leads within the deadline")
+        .expect("the node runs");
+}
