@@ -252,7 +252,11 @@ impl<S: StateMachine> Applier<S> {
 
     /// Replaces the state by the snapshot at `meta.last` (its bytes: `data`). Entries at or below
     /// it never come after it (the core drops them).
-    pub fn restore(&mut self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), PipelineError> {
+    pub fn restore(
+        &mut self,
+        meta: &SnapshotMeta,
+        data: &mut dyn std::io::Read,
+    ) -> Result<(), PipelineError> {
         if meta.last.index <= self.applied {
             return Err(PipelineError::RestoreBehind {
                 index: meta.last.index,

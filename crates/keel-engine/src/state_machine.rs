@@ -21,10 +21,13 @@ pub trait StateMachine: Send + 'static {
     /// copy of pointers, not of the data). A small state may simply return its serialized bytes
     /// (`Box::new(bytes_vec)`).
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter>;
-    /// Replaces the whole state by the bytes a [`SnapshotWriter`] of this state machine wrote.
-    /// An error stops the node with its applied index where it was and the snapshot kept, so a
-    /// restart tries again; the state machine must not be served from meanwhile, and is not.
-    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError>;
+    /// Replaces the whole state by the bytes a [`SnapshotWriter`] of this state machine wrote,
+    /// read from `data` as a stream: memory stays bounded by what the state machine keeps,
+    /// whatever the snapshot's size (the runtime reads the file as it is asked, and checks its
+    /// checksum on the way: a read error, the last read included, means the bytes are not the
+    /// snapshot's). An error stops the node with its applied index where it was and the snapshot
+    /// kept, so a restart tries again; a half-restored state machine is never served.
+    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError>;
 }
 
 /// Why [`StateMachine::apply`] produced no result.

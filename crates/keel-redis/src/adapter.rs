@@ -203,7 +203,12 @@ impl keel_engine::StateMachine for KvAdapter {
         Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), keel_engine::RestoreError> {
+    fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
+        let mut data = Vec::new();
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| keel_engine::RestoreError(e.to_string()))?;
+        let data = &data[..];
         match self.sm.restore(data) {
             Ok(()) => {
                 self.stats.publish(&self.sm);
@@ -270,7 +275,7 @@ mod tests {
         a.snapshot_view().write_to(&mut bytes).unwrap();
         assert_eq!(bytes, a.state().snapshot());
         let mut b = KvAdapter::new(KvStateMachine::new());
-        b.restore(&bytes).expect("restores");
+        b.restore(&mut &bytes[..]).expect("restores");
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
         assert_eq!(b.stats().get().log_time_ms, stats.log_time_ms);

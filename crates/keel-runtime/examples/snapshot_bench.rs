@@ -52,7 +52,15 @@ impl StateMachine for Blob {
         Box::new(BlobView(self.entries.clone()))
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
+    fn restore(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<(), keel_runtime::RestoreError> {
+        let mut data = Vec::new();
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        let data = &data[..];
         self.entries.clear();
         let data = Bytes::copy_from_slice(data);
         let mut at = 0;

@@ -27,7 +27,7 @@ impl StateMachine for Nothing {
         Box::new(Vec::new())
     }
 
-    fn restore(&mut self, _data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
+    fn restore(&mut self, _data: &mut dyn std::io::Read) -> Result<(), keel_runtime::RestoreError> {
         Ok(())
     }
 }

@@ -6,8 +6,8 @@
 //!
 //! The queue sits behind a mutex and a condition variable; snapshot views are always captured
 //! on the apply thread, never inline. A restore reads the snapshot file the node opened when it
-//! queued it (in order with the adoption, so nothing prunes it first); restores stay wholesale
-//! (`restore(&[u8])`). An order the applier refuses stops the node (`failure.rs`). The queue is bounded by
+//! queued it (in order with the adoption, so nothing prunes it first), verified, then streamed
+//! into `StateMachine::restore` (bounded memory). An order the applier refuses stops the node (`failure.rs`). The queue is bounded by
 //! the core's `unapplied_entries_max` (16,384 by default).
 
 use std::path::PathBuf;
@@ -117,10 +117,15 @@ impl<S: StateMachine> RuntimeApplier<S> {
         let _ = self.events.send(Event::SnapshotTaken { index, view });
     }
 
+    /// Restores the snapshot file the node opened, streamed into the state machine: its header
+    /// and its whole data are verified first (in bounded memory), so the state machine only
+    /// ever reads a snapshot that checks out.
     fn restore(&mut self, meta: SnapshotMeta, (path, file): SnapshotFile) {
-        let data = match keel_wal::snapshot::read_snapshot_handle(&file, &path, u64::MAX) {
-            Ok((read, data)) if read.meta.last == meta.last => data,
-            Ok((read, _)) => self.failure.halt(storage_failure(
+        let verified = keel_wal::snapshot::verify_snapshot_header(&file, &path)
+            .and_then(|read| keel_wal::snapshot::verify_snapshot_data(&file, &read).map(|()| read));
+        let read = match verified {
+            Ok(read) if read.meta.last == meta.last => read,
+            Ok(read) => self.failure.halt(storage_failure(
                 "restore",
                 &format!(
                     "{} holds {}, not {}",
@@ -129,12 +134,16 @@ impl<S: StateMachine> RuntimeApplier<S> {
                     meta.last
                 ),
             )),
-            Err(e) => self.failure.halt(storage_failure("restore", &e)),
+            Err(e) => self.failure.halt(storage_failure(
+                "restore",
+                &format!("{}: {e}", path.display()),
+            )),
         };
-        drop(file);
-        if let Err(e) = self.applier.restore(&meta, &data) {
+        let mut data = keel_wal::snapshot::data_reader(&file, &read);
+        if let Err(e) = self.applier.restore(&meta, &mut data) {
             self.stopped(e);
         }
+        drop(file);
         let _ = self.events.send(Event::Applied(self.applier.applied()));
     }
 

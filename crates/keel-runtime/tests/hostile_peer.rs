@@ -36,7 +36,15 @@ impl StateMachine for Count {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), keel_runtime::RestoreError> {
+    fn restore(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<(), keel_runtime::RestoreError> {
+        let mut data = Vec::new();
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        let data = &data[..];
         self.0 = u64::from_le_bytes(data.try_into().unwrap());
         Ok(())
     }

@@ -43,7 +43,12 @@ impl StateMachine for Picky {
         Box::new(self.count.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError> {
+    fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+        let mut data = Vec::new();
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| RestoreError(e.to_string()))?;
+        let data = &data[..];
         if self.fail_restore.load(Ordering::SeqCst) {
             return Err(RestoreError("its database is gone".into()));
         }

@@ -90,7 +90,7 @@ impl StateMachine for SimStateMachine {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         self.kv.snapshot_view()
     }
-    fn restore(&mut self, data: &[u8]) -> Result<(), keel_engine::RestoreError> {
+    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
         self.kv.restore(data)
     }
 }
@@ -377,7 +377,7 @@ impl World {
         let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
             return;
         };
-        if let Err(e) = app.applier.restore(&meta, &data) {
+        if let Err(e) = app.applier.restore(&meta, &mut &data[..]) {
             return self.violate("apply order", format!("node {id}: {e}"));
         }
         raft.applied(index);

@@ -70,7 +70,9 @@ impl World {
                 if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
                         Some(data) => {
-                            if let Err(e) = keel_engine::StateMachine::restore(&mut sm, data) {
+                            if let Err(e) =
+                                keel_engine::StateMachine::restore(&mut sm, &mut &data[..])
+                            {
                                 let detail = format!("node {id} cannot restore {snapshot}: {e}");
                                 self.violate("recovery", detail);
                                 return;

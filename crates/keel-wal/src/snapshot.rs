@@ -238,7 +238,7 @@ pub fn verify_snapshot_header<H: FileHandle>(
 }
 
 /// Checks the data checksum of a file whose header verified, reading it in pieces.
-fn verify_snapshot_data<H: FileHandle>(
+pub fn verify_snapshot_data<H: FileHandle>(
     file: &H,
     verified: &SnapshotFile,
 ) -> std::result::Result<(), String> {
@@ -314,6 +314,65 @@ pub fn read_snapshot_data_from<H: FileHandle>(
         return Err(corrupt("data checksum mismatch".into()));
     }
     Ok(data)
+}
+
+/// A snapshot's data as a stream: [`std::io::Read`] over the data of an open snapshot file,
+/// reading only what the caller asks for (memory bounded by the caller's buffer, whatever the
+/// snapshot's size), its checksum computed as it goes. The read that reaches the end of the data
+/// fails with `InvalidData` if the data does not match the header's checksum, and a file shorter
+/// than its header says fails with `UnexpectedEof`: a state machine that reads to the end never
+/// takes a damaged snapshot for a good one.
+pub struct SnapshotDataReader<'h, H: FileHandle> {
+    handle: &'h H,
+    /// Where the data starts in the file (the header's length).
+    start: u64,
+    len_bytes: u64,
+    read_bytes: u64,
+    crc: u32,
+    expected_crc: u32,
+}
+
+/// The data of `file` (verified header, opened as `handle`) as a stream.
+pub fn data_reader<'h, H: FileHandle>(
+    handle: &'h H,
+    file: &SnapshotFile,
+) -> SnapshotDataReader<'h, H> {
+    SnapshotDataReader {
+        handle,
+        start: file.header_len_bytes,
+        len_bytes: file.data_len_bytes,
+        read_bytes: 0,
+        crc: 0,
+        expected_crc: file.data_crc,
+    }
+}
+
+impl<H: FileHandle> std::io::Read for SnapshotDataReader<'_, H> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.len_bytes - self.read_bytes;
+        if left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let got = self
+            .handle
+            .read_at(&mut buf[..want], self.start + self.read_bytes)?;
+        if got == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "snapshot data shorter than its header says",
+            ));
+        }
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..got]);
+        self.read_bytes += got as u64;
+        if self.read_bytes == self.len_bytes && self.crc != self.expected_crc {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "snapshot data checksum mismatch",
+            ));
+        }
+        Ok(got)
+    }
 }
 
 /// Verifies an open snapshot file (header, then data checksum) and reads its data.

@@ -70,11 +70,14 @@ impl StateMachine for Log {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.0.clone())
     }
-    fn restore(&mut self, data: &[u8]) -> Result<(), RestoreError> {
-        if data.is_empty() {
+    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+        let mut bytes = Vec::new();
+        data.read_to_end(&mut bytes)
+            .map_err(|e| RestoreError(e.to_string()))?;
+        if bytes.is_empty() {
             return Err(RestoreError("an empty snapshot".into()));
         }
-        self.0 = data.to_vec();
+        self.0 = bytes;
         Ok(())
     }
 }
@@ -140,7 +143,7 @@ fn a_refused_entry_is_applied_unchanged_and_a_fatal_one_is_not_applied() {
     );
     // A failed restore leaves the applied index and the state where they were.
     assert!(matches!(
-        a.restore(&meta(9), b""),
+        a.restore(&meta(9), &mut &b""[..]),
         Err(PipelineError::StateMachine { index: 9, .. })
     ));
     assert_eq!((a.applied(), &a.state().0[..]), (3, &b"ab"[..]));
@@ -163,14 +166,14 @@ fn a_gap_a_repeat_or_a_restore_behind_is_refused_and_changes_nothing() {
     let repeat = a.apply_entries(vec![(entry(1, b'a'), none)], |_, _, _, _| {});
     assert!(matches!(repeat, Err(PipelineError::OutOfOrder { .. })));
     assert_eq!(
-        a.restore(&meta(1), b"zz"),
+        a.restore(&meta(1), &mut &b"zz"[..]),
         Err(PipelineError::RestoreBehind {
             index: 1,
             applied: 1
         })
     );
     assert_eq!((a.applied(), &a.state().0[..]), (1, &b"a"[..]));
-    a.restore(&meta(5), b"abcde").unwrap();
+    a.restore(&meta(5), &mut &b"abcde"[..]).unwrap();
     assert_eq!((a.applied(), &a.state().0[..]), (5, &b"abcde"[..]));
     a.apply_entries(vec![(entry(6, b'f'), none)], |_, _, _, _| {})
         .unwrap();
@@ -246,7 +249,7 @@ fn the_mutated_queue_lets_a_restore_overtake_and_the_applier_refuses_what_follow
     let Some(Item::Restore { meta, .. }) = q.pop() else {
         panic!("the restore comes first")
     };
-    a.restore(&meta, b"snapshot").unwrap();
+    a.restore(&meta, &mut &b"snapshot"[..]).unwrap();
     let Some(Item::Entries(batch)) = q.pop() else {
         panic!("then the entries")
     };

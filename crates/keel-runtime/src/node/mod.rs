@@ -331,13 +331,16 @@ impl<S: StateMachine> Node<S> {
         }
         let mut snapshot_data = None;
         let mut snapshot_bytes = 0;
-        if let Some((file, data)) = wal.read_snapshot_data()? {
+        if let Some((file, handle)) = wal.open_latest_snapshot()? {
             snapshot_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
             if file.meta.last.index > 0 {
-                sm.restore(&data).map_err(|e| StartError::StateMachine {
-                    index: file.meta.last.index,
-                    message: e.0,
-                })?;
+                // Verified whole when it was chosen; streamed into the state machine now.
+                let mut data = keel_wal::snapshot::data_reader(&handle, &file);
+                sm.restore(&mut data)
+                    .map_err(|e| StartError::StateMachine {
+                        index: file.meta.last.index,
+                        message: e.0,
+                    })?;
             }
             snapshot_data = Some((file.meta.last, file.path));
         }

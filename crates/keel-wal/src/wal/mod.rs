@@ -704,6 +704,17 @@ impl<F: Fs> Wal<F> {
         self.record_promise()
     }
 
+    /// The newest valid snapshot (verified whole) and the file, open: read its data with
+    /// [`snapshot::data_reader`], in bounded memory whatever its size.
+    pub fn open_latest_snapshot(&self) -> Result<Option<(SnapshotFile, F::File)>> {
+        let latest = snapshot::find_latest_snapshot(&self.fs, &self.dir)?;
+        let Some(file) = latest.chosen else {
+            return Ok(None);
+        };
+        let handle = self.fs.open(&file.path).map_err(io_err(&file.path))?;
+        Ok(Some((file, handle)))
+    }
+
     /// The newest valid snapshot and its data.
     pub fn read_snapshot_data(&self) -> Result<Option<(SnapshotFile, Vec<u8>)>> {
         let latest = snapshot::find_latest_snapshot(&self.fs, &self.dir)?;
