@@ -51,6 +51,14 @@ pub enum ApplyError {
 #[error("{0}")]
 pub struct RestoreError(pub String);
 
+/// A failed read of the snapshot (the file's checksum did not match, the disk failed) fails the
+/// restore: `?` on the stream's reads is enough.
+impl From<std::io::Error> for RestoreError {
+    fn from(error: std::io::Error) -> RestoreError {
+        RestoreError(format!("reading the snapshot: {error}"))
+    }
+}
+
 /// A state captured by [`StateMachine::snapshot_view`], serialized straight into the snapshot
 /// file (buffered, checksummed, fsynced by the runtime).
 pub trait SnapshotWriter: Send + 'static {

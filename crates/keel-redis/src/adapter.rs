@@ -205,9 +205,7 @@ impl keel_engine::StateMachine for KvAdapter {
 
     fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| keel_engine::RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         match self.sm.restore(data) {
             Ok(()) => {

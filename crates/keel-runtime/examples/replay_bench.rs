@@ -40,9 +40,7 @@ impl StateMachine for Tally {
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         self.entries = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
         self.bytes = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));

@@ -57,9 +57,7 @@ impl StateMachine for Blob {
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         self.entries.clear();
         let data = Bytes::copy_from_slice(data);

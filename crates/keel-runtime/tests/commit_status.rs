@@ -31,9 +31,7 @@ impl StateMachine for Tally {
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         self.0 = u64::from_le_bytes(data.try_into().expect("8 bytes"));
         Ok(())

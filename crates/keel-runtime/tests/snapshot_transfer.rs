@@ -94,9 +94,7 @@ impl StateMachine for Blob {
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| keel_runtime::RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         if self.fail_restore {
             self.probe.restore_attempted.store(true, Ordering::SeqCst);

@@ -45,9 +45,7 @@ impl StateMachine for Picky {
 
     fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         let mut data = Vec::new();
-        reader
-            .read_to_end(&mut data)
-            .map_err(|e| RestoreError(e.to_string()))?;
+        reader.read_to_end(&mut data)?;
         let data = &data[..];
         if self.fail_restore.load(Ordering::SeqCst) {
             return Err(RestoreError("its database is gone".into()));
