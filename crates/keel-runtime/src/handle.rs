@@ -407,6 +407,9 @@ impl<S> Handle<S> {
 
     /// Records where `id`'s clients reach it (e.g. given with the membership change that adds
     /// it); a later announcement by `id` itself replaces it. `addr` must be `host:port`.
+    /// A hook of keel's server (its client addresses ride on the peer handshake), hidden from
+    /// the embedding API's docs.
+    #[doc(hidden)]
     pub fn set_client_addr(&self, id: NodeId, addr: &str) -> Result<(), ClientError> {
         if !keel_transport::wire::valid_client_addr(addr) {
             return Err(ClientError::Rejected(format!(
@@ -663,10 +666,11 @@ impl<S: Send + 'static> Handle<S> {
         self.call(Request::SnapshotNow).await
     }
 
-    /// Makes the node task panic, as a bug there would: for testing that an application stops
-    /// the whole process on a panic (fail-stop) instead of leaving a node without its task.
-    /// Resolves with `Shutdown` if the process survives it. Never expose it to clients without
-    /// an explicit opt-in.
+    /// Makes the node task panic, as a bug there would: for testing what follows (the node stops
+    /// with `NodeFailure::Panicked`; a process with a fail-stop panic hook ends). Resolves with
+    /// `Shutdown` if the process survives it. Never expose it to clients without an explicit
+    /// opt-in. A test hook of keel's server, hidden from the embedding API's docs.
+    #[doc(hidden)]
     pub async fn debug_panic(&self) -> Result<(), ClientError> {
         let (tx, rx) = oneshot::channel();
         self.requests
