@@ -114,9 +114,38 @@ impl Config {
             || self.apply_entries_max == 0
             || self.unapplied_entries_max == 0
             || self.uncommitted_entries_max == 0
+            || self.pending_reads_max == 0
         {
-            return bad("message, in-flight, apply and uncommitted bounds must be positive");
+            return bad(
+                "message, in-flight, apply, uncommitted and pending-read bounds must be positive",
+            );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    /// Every bound 0 would refuse all its work forever (a read bound of 0 refused every read):
+    /// each is refused at start instead.
+    #[test]
+    fn a_bound_of_zero_is_refused() {
+        assert!(Config::new(1).validate().is_ok());
+        let zeroed: [fn(&mut Config); 7] = [
+            |c| c.entries_per_message_max = 0,
+            |c| c.bytes_per_message_max = 0,
+            |c| c.inflight_messages_max = 0,
+            |c| c.apply_entries_max = 0,
+            |c| c.unapplied_entries_max = 0,
+            |c| c.uncommitted_entries_max = 0,
+            |c| c.pending_reads_max = 0,
+        ];
+        for (i, zero) in zeroed.iter().enumerate() {
+            let mut config = Config::new(1);
+            zero(&mut config);
+            assert!(config.validate().is_err(), "bound {i} at zero was accepted");
+        }
     }
 }

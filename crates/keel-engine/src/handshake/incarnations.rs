@@ -62,7 +62,8 @@ impl<F: Fs> Incarnations<F> {
                         (Some(id), Some(inc), None) => id.parse().ok().zip(inc.parse().ok()),
                         _ => None,
                     };
-                    let (id, inc) = parsed.ok_or_else(|| invalid(&path, line))?;
+                    let (id, inc) = parsed
+                        .ok_or_else(|| invalid(&path, &format!("unreadable line {line:?}")))?;
                     known.insert(id, inc);
                 }
             }
@@ -191,6 +192,6 @@ fn read_if_present<F: Fs>(fs: &F, path: &Path) -> io::Result<Option<String>> {
 fn invalid(path: &Path, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("{}: unreadable line {what:?}", path.display()),
+        format!("{}: {what}", path.display()),
     )
 }

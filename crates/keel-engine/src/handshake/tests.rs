@@ -83,11 +83,24 @@ fn an_unreadable_record_refuses_to_load() {
     let path = dir().join(INCARNATIONS_FILE_NAME);
     let mut f = fs.create(&path).unwrap();
     keel_wal::FileHandle::write_at(&mut f, b"something else\n", 0).unwrap();
-    assert!(HandshakeGate::load(7, 1, fs.clone(), Some(dir())).is_err());
+    let refusal = |fs: &SimFs| match HandshakeGate::load(7, 1, fs.clone(), Some(dir())) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("an unreadable record was loaded"),
+    };
+    // Each refusal says what is wrong, in its own words.
+    assert!(
+        refusal(&fs).ends_with(": unknown header"),
+        "{}",
+        refusal(&fs)
+    );
     fs.remove_file(&path).unwrap();
     let mut f = fs.create(&path).unwrap();
     keel_wal::FileHandle::write_at(&mut f, b"keel-peer-incarnations 1\n2 x\n", 0).unwrap();
-    assert!(HandshakeGate::load(7, 1, fs, Some(dir())).is_err());
+    assert!(
+        refusal(&fs).ends_with(": unreadable line \"2 x\""),
+        "{}",
+        refusal(&fs)
+    );
 }
 
 #[test]
