@@ -187,6 +187,11 @@ impl<S: StateMachine> Driver<S> {
         let mut ticker = interval(std::time::Duration::from_millis(self.config.tick_ms));
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut failed = self.io.failure.subscribe();
+        // A failure recorded before this task first ran (a thread that failed at once) is no
+        // change to the receiver: look at it once here.
+        if *failed.borrow_and_update() {
+            return;
+        }
         loop {
             while self.raft.has_ready() {
                 self.handle_ready().await;
