@@ -144,7 +144,8 @@ pub enum AckStatus {
     Resend = 1,
     /// The whole snapshot verified, is durable, and was handed to the node.
     Complete = 2,
-    /// The whole snapshot failed verification: the partial file was discarded.
+    /// The transfer cannot complete: the whole snapshot failed verification (the partial file
+    /// was discarded), or a chunk reached past the announced length (the part before it kept).
     Failed = 3,
 }
 
@@ -172,7 +173,8 @@ pub enum TransferError {
     /// The other side broke the protocol.
     #[error("the peer sent a {0} where it was not expected")]
     Unexpected(&'static str),
-    /// The receiver found the whole snapshot corrupt and discarded it: a retry starts from zero.
+    /// The receiver answered `Failed`: the whole snapshot was corrupt and discarded (a retry
+    /// starts from zero), or a chunk ran past the announced length (a retry resumes).
     #[error("the receiver found the whole snapshot corrupt")]
     CorruptWhole,
     /// A chunk longer than this receiver takes, refused before anything is allocated for it.

@@ -280,8 +280,10 @@ pub enum ChunkAnswer {
         /// The acknowledgement to send, status `Complete`.
         ack: SnapshotAck,
     },
-    /// The whole snapshot failed verification and was discarded: send `ack` (failed) and end
-    /// the connection.
+    /// This transfer cannot complete: send `ack` (failed) and end the connection. Either the
+    /// whole snapshot failed verification (its file was discarded), or a chunk reached past the
+    /// announced length (what was received before it is kept, checked chunk by chunk: a later
+    /// offer of the same snapshot resumes from it, and the whole is verified at its end).
     Failed {
         /// What did not verify, for the log.
         why: String,

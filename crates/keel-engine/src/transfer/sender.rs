@@ -12,8 +12,9 @@ use super::{
 pub const RESUME_ATTEMPTS_MAX: u32 = 5;
 
 /// How long to wait before reconnection number `attempts_so_far + 1` of a transfer whose
-/// connection was lost (exponential from `backoff_min_ms`), or `None` once
-/// [`RESUME_ATTEMPTS_MAX`] reconnections were spent: the transfer is given up.
+/// connection was lost: `backoff_min_ms` doubled `attempts_so_far + 1` times, so the first wait
+/// is twice the minimum (at most six doublings); `None` once [`RESUME_ATTEMPTS_MAX`]
+/// reconnections were spent: the transfer is given up.
 pub fn resume_backoff_ms(attempts_so_far: u32, backoff_min_ms: u64) -> Option<u64> {
     (attempts_so_far < RESUME_ATTEMPTS_MAX).then(|| backoff_min_ms << (attempts_so_far + 1).min(6))
 }
