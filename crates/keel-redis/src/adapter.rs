@@ -204,10 +204,10 @@ impl keel_engine::StateMachine for KvAdapter {
     }
 
     fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
+        // The snapshot decoder works on one buffer: this state machine reads its snapshot whole.
         let mut data = Vec::new();
         reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        match self.sm.restore(data) {
+        match self.sm.restore(&data) {
             Ok(()) => {
                 self.stats.publish(&self.sm);
                 Ok(())

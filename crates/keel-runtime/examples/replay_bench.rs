@@ -39,11 +39,10 @@ impl StateMachine for Tally {
         &mut self,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        self.entries = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
-        self.bytes = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
+        let mut counts = [0u8; 16];
+        reader.read_exact(&mut counts)?;
+        self.entries = u64::from_le_bytes(counts[..8].try_into().expect("8 bytes"));
+        self.bytes = u64::from_le_bytes(counts[8..].try_into().expect("8 bytes"));
         Ok(())
     }
 }

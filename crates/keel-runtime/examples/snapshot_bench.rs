@@ -58,9 +58,8 @@ impl StateMachine for Blob {
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();
         reader.read_to_end(&mut data)?;
-        let data = &data[..];
         self.entries.clear();
-        let data = Bytes::copy_from_slice(data);
+        let data = Bytes::from(data);
         let mut at = 0;
         while at < data.len() {
             let index = u64::from_le_bytes(data[at..at + 8].try_into().unwrap());

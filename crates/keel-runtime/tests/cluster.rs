@@ -38,10 +38,9 @@ impl StateMachine for Counter {
         &mut self,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        self.total = u64::from_le_bytes(data.try_into().unwrap());
+        let mut total = [0u8; 8];
+        reader.read_exact(&mut total)?;
+        self.total = u64::from_le_bytes(total);
         Ok(())
     }
 }

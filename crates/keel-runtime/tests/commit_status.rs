@@ -5,60 +5,19 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{CommitStatus, Index, LogId};
-use keel_runtime::{ClientError, Handle, Node, NodeConfig, SnapshotWriter, StateMachine};
+use keel_core::{CommitStatus, LogId};
+use keel_runtime::ClientError;
 
 mod common;
 
+use common::Count;
+
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Counts the entries it applied.
-#[derive(Default)]
-struct Tally(u64);
-
-impl StateMachine for Tally {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
-        self.0 += 1;
-        Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
-    }
-
-    fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
-        Box::new(self.0.to_le_bytes().to_vec())
-    }
-
-    fn restore(
-        &mut self,
-        reader: &mut dyn std::io::Read,
-    ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        self.0 = u64::from_le_bytes(data.try_into().expect("8 bytes"));
-        Ok(())
-    }
-}
-
-async fn one_voter(dir: &std::path::Path) -> (Node<Tally>, Handle<Tally>) {
-    let config = || {
-        let mut config = NodeConfig::new(1, 7, dir.join("n1"));
-        config.peer_listen_addr = common::free_addr();
-        config.initial_members = vec![1];
-        config.raft.snapshot_trailing_entries = 0;
-        config.wal.segment_size_bytes = 1 << 20;
-        config.wal.frame_size_bytes_max = 64 << 10;
-        config.wal.entry_size_bytes_max = 512 << 10;
-        config
-    };
-    let node = common::start_node(config, Tally::default, WAIT).await;
-    let handle = node.handle();
-    common::wait_leading(&handle, WAIT).await;
-    (node, handle)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_status_is_exact_for_compacted_entries() {
     let dir = common::scratch_dir("commit-status");
-    let (node, handle) = one_voter(&dir).await;
+    let (node, handle) = common::one_voter(&dir, Count::default, WAIT).await;
     let first = handle
         .propose_tracked(Bytes::from_static(b"a"))
         .await
@@ -114,7 +73,7 @@ async fn commit_status_is_exact_for_compacted_entries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proposal_whose_deadline_passed_in_the_queue_is_never_proposed() {
     let dir = common::scratch_dir("not-proposed");
-    let (node, handle) = one_voter(&dir).await;
+    let (node, handle) = common::one_voter(&dir, Count::default, WAIT).await;
     handle
         .propose(Bytes::from_static(b"a"))
         .await

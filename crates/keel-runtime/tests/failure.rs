@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::Index;
-use keel_runtime::{ClientError, Node, NodeConfig, NodeFailure, SnapshotWriter, StateMachine};
+use keel_runtime::{ClientError, Node, NodeFailure, SnapshotWriter, StateMachine};
 
 mod common;
 
@@ -33,28 +33,16 @@ impl StateMachine for Fragile {
         &mut self,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        self.applied = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+        let mut applied = [0u8; 8];
+        reader.read_exact(&mut applied)?;
+        self.applied = u64::from_le_bytes(applied);
         Ok(())
     }
 }
 
 async fn one_voter(name: &str) -> (Node<Fragile>, std::path::PathBuf) {
     let dir = common::scratch_dir(name);
-    let config = || {
-        let mut config = NodeConfig::new(1, 7, dir.join("n1"));
-        config.peer_listen_addr = common::free_addr();
-        config.initial_members = vec![1];
-        config.wal.segment_size_bytes = 1 << 20;
-        config.wal.frame_size_bytes_max = 64 << 10;
-        config.wal.entry_size_bytes_max = 512 << 10;
-        config
-    };
-    let node = common::start_node(config, Fragile::default, WAIT).await;
-    let handle = node.handle();
-    common::wait_leading(&handle, WAIT).await;
+    let (node, _) = common::one_voter(&dir, Fragile::default, WAIT).await;
     (node, dir)
 }
 

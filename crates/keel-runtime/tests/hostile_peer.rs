@@ -12,41 +12,17 @@ use bytes::Bytes;
 use keel_core::{
     Entry, EntryPayload, Index, LogId, Message, MessageBody, NodeId, RepairAnswer, Term,
 };
-use keel_runtime::{Node, NodeConfig, StateMachine};
+use keel_runtime::{Node, NodeConfig};
 use keel_transport::wire::{self, Channel, Handshake};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 mod common;
 
+use common::Count;
+
 const CLUSTER_ID: u64 = 0x686f7374;
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Counts applied entries.
-#[derive(Default)]
-struct Count(u64);
-
-impl StateMachine for Count {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
-        self.0 += 1;
-        Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
-    }
-
-    fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
-        Box::new(self.0.to_le_bytes().to_vec())
-    }
-
-    fn restore(
-        &mut self,
-        reader: &mut dyn std::io::Read,
-    ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
-        self.0 = u64::from_le_bytes(data.try_into().unwrap());
-        Ok(())
-    }
-}
 
 fn config(dir: &std::path::Path, addrs: &BTreeMap<NodeId, SocketAddr>, id: NodeId) -> NodeConfig {
     let mut config = NodeConfig::new(id, CLUSTER_ID, dir.join(format!("n{id}")));

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::Index;
-use keel_runtime::{ApplyError, Node, NodeConfig, RestoreError, SnapshotWriter, StateMachine};
+use keel_runtime::{ApplyError, Node, RestoreError, SnapshotWriter, StateMachine};
 
 mod common;
 
@@ -95,15 +95,7 @@ fn status_bytes(field: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_snapshot_restores_in_bounded_memory() {
     let dir = common::scratch_dir("stream");
-    let config = || {
-        let mut config = NodeConfig::new(1, 7, dir.join("n1"));
-        config.peer_listen_addr = common::free_addr();
-        config.initial_members = vec![1];
-        config
-    };
-    let node = common::start_node(config, Large::default, WAIT).await;
-    let handle = node.handle();
-    common::wait_leading(&handle, WAIT).await;
+    let (node, handle) = common::one_voter(&dir, Large::default, WAIT).await;
     handle
         .propose(Bytes::from_static(b"x"))
         .await
@@ -115,7 +107,7 @@ async fn a_large_snapshot_restores_in_bounded_memory() {
     std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak resident set");
     let before = status_bytes("VmRSS:");
     let restored = Large::default();
-    let node = Node::start(config(), restored.clone())
+    let node = Node::start(common::one_voter_config(&dir), restored.clone())
         .await
         .expect("restarts");
     let peak = status_bytes("VmHWM:");

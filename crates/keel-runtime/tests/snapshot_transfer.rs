@@ -93,13 +93,12 @@ impl StateMachine for Blob {
         &mut self,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        let data = &data[..];
         if self.fail_restore {
             self.probe.restore_attempted.store(true, Ordering::SeqCst);
             panic!("crash between the WAL install and the state-machine restore (test)");
         }
+        let mut data = Vec::new();
+        reader.read_to_end(&mut data)?;
         self.entries.clear();
         self.digest = 0;
         let mut at = 0;

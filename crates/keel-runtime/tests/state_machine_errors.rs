@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use keel_core::Index;
 use keel_runtime::{
-    ApplyError, ClientError, Handle, Node, NodeConfig, NodeFailure, RestoreError, SnapshotWriter,
-    StartError, StateMachine,
+    ApplyError, ClientError, Handle, Node, NodeFailure, RestoreError, SnapshotWriter, StartError,
+    StateMachine,
 };
 
 mod common;
@@ -55,19 +55,8 @@ impl StateMachine for Picky {
     }
 }
 
-fn config(dir: &std::path::Path) -> NodeConfig {
-    let mut config = NodeConfig::new(1, 7, dir.join("n1"));
-    config.peer_listen_addr = common::free_addr();
-    config.initial_members = vec![1];
-    config.raft.snapshot_trailing_entries = 0;
-    config
-}
-
 async fn leading(dir: &std::path::Path, sm: &Picky) -> (Node<Picky>, Handle<Picky>) {
-    let node = common::start_node(|| config(dir), || sm.clone(), WAIT).await;
-    let handle = node.handle();
-    common::wait_leading(&handle, WAIT).await;
-    (node, handle)
+    common::one_voter(dir, || sm.clone(), WAIT).await
 }
 
 async fn count(handle: &Handle<Picky>) -> u64 {
@@ -144,7 +133,7 @@ async fn a_failed_restore_refuses_to_start_and_keeps_the_snapshot() {
 
     let broken = Picky::default();
     broken.fail_restore.store(true, Ordering::SeqCst);
-    match Node::start(config(&dir), broken).await {
+    match Node::start(common::one_voter_config(&dir), broken).await {
         Err(e @ StartError::StateMachine { index, .. }) => {
             assert_eq!(index, snapshot);
             assert!(!e.is_retryable());

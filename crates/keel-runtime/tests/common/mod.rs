@@ -164,3 +164,47 @@ pub async fn wait_leading<S: StateMachine>(handle: &Handle<S>, wait: Duration) {
         .expect("the node leads within the deadline")
         .expect("the node runs");
 }
+
+/// Counts the entries it applied; answers the count after each.
+#[derive(Default)]
+pub struct Count(pub u64);
+
+impl StateMachine for Count {
+    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+        self.0 += 1;
+        Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
+    }
+
+    fn snapshot_view(&self) -> Box<dyn keel_runtime::SnapshotWriter> {
+        Box::new(self.0.to_le_bytes().to_vec())
+    }
+
+    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), keel_runtime::RestoreError> {
+        let mut count = [0u8; 8];
+        data.read_exact(&mut count)?;
+        self.0 = u64::from_le_bytes(count);
+        Ok(())
+    }
+}
+
+/// Node 1 of a cluster of one, its data in `dir/n1`, on a loopback port of its own; its log keeps
+/// nothing below a snapshot, so a test compacts as far as it snapshots.
+pub fn one_voter_config(dir: &std::path::Path) -> NodeConfig {
+    let mut config = NodeConfig::new(1, 7, dir.join("n1"));
+    config.peer_listen_addr = free_addr();
+    config.initial_members = vec![1];
+    config.raft.snapshot_trailing_entries = 0;
+    config
+}
+
+/// Starts the cluster of one of [`one_voter_config`] and waits until it leads.
+pub async fn one_voter<S: StateMachine>(
+    dir: &std::path::Path,
+    sm: impl Fn() -> S,
+    wait: Duration,
+) -> (Node<S>, Handle<S>) {
+    let node = start_node(|| one_voter_config(dir), sm, wait).await;
+    let handle = node.handle();
+    wait_leading(&handle, wait).await;
+    (node, handle)
+}
