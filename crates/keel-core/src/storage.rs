@@ -13,17 +13,41 @@ use crate::membership::Membership;
 use crate::node::RecoveredState;
 use crate::types::{Entry, HardState, Index, LogId, SnapshotMeta};
 
-/// Durable storage for one node's log and hard state.
+/// Durable storage for one node's log: its entries, its hard state (term, vote and commit index)
+/// and the position, configuration and term history of its newest snapshot. The snapshot's
+/// *data* is not the log storage's: keel keeps it in snapshot files of its own (keel-wal's
+/// snapshot format) and records here that a durable snapshot covers a position
+/// ([`Storage::record_snapshot`]) before any write refers to it.
+///
+/// The built-in write-ahead log (keel-wal) implements it; [`MemStorage`] keeps everything in
+/// memory. keel-wal's conformance suite checks an implementation against this contract in one
+/// call (`keel_wal::conformance::run_all`).
 pub trait Storage {
     /// Why a recovery or a write failed. A failed write is fatal for the node: it is never
     /// retried, and nothing is written after it (docs/DESIGN.md section 3).
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Everything that survived, in the form the node starts from.
+    /// Everything that survived, in the form the node starts from. Storage that was never
+    /// written to recovers the empty state (`RecoveredState::default()`).
     fn recover(&self) -> Result<RecoveredState, Self::Error>;
 
     /// Makes `write` durable (a synchronous implementation returns once it is).
     fn write(&mut self, write: &Write) -> Result<(), Self::Error>;
+
+    /// Makes `writes` durable together, in order: what a group commit hands over. An
+    /// implementation that can sync once for many writes overrides it; the default writes them
+    /// one by one.
+    fn write_batch(&mut self, writes: &[Write]) -> Result<(), Self::Error> {
+        writes.iter().try_for_each(|w| self.write(w))
+    }
+
+    /// Records durably that a snapshot covering `meta.last` exists (its data is already durable
+    /// elsewhere): from now on a write may install it (`Write::install`) or purge the entries
+    /// it covers (`Write::purge_to`), and [`Storage::recover`] reports it (position,
+    /// configuration, term history) unless a newer one was recorded. A snapshot older than the
+    /// one recorded changes nothing. Entries after `meta.last` are kept: only a later write
+    /// changes the log.
+    fn record_snapshot(&mut self, meta: &SnapshotMeta) -> Result<(), Self::Error>;
 }
 
 /// Keeps the "durable" state in memory. Used by tests, the simulator (which decides when writes
@@ -114,9 +138,11 @@ impl MemStorage {
         (self.log_start + self.entries.len() as Index).max(self.snapshot.index)
     }
 
-    /// Records that the application saved a snapshot (its data is the application's).
+    /// Records that the application saved a snapshot (its data is the application's). One at
+    /// the position already recorded replaces it (the bootstrap snapshot of a new cluster sits
+    /// at 0/0, where an empty storage starts).
     pub fn save_snapshot(&mut self, meta: &SnapshotMeta) {
-        if meta.last.index > self.snapshot.index {
+        if meta.last.index >= self.snapshot.index {
             self.snapshot = meta.last;
             self.snapshot_membership = (*meta.membership).clone();
             self.snapshot_term_history = meta.term_history.clone();
@@ -157,6 +183,11 @@ impl MemStorage {
 
 impl Storage for MemStorage {
     type Error = Never;
+
+    fn record_snapshot(&mut self, meta: &SnapshotMeta) -> Result<(), Never> {
+        self.save_snapshot(meta);
+        Ok(())
+    }
 
     fn recover(&self) -> Result<RecoveredState, Never> {
         Ok(RecoveredState {

@@ -7,9 +7,11 @@
 //! the write here). Completion is reported as the last write id of the batch: `persisted(id)`
 //! means "this and every earlier write".
 //!
-//! The WAL sits behind `WalStore`, which times each group commit. The commands taken at once
-//! are then run unit by unit. The promise record is flushed once the log has been idle for
-//! [`PROMISE_IDLE_FLUSH`] (10 ms), and when the thread stops.
+//! The log sits behind a [`NodeLog`]: `WalStore`, the built-in WAL, which times each group commit
+//! and flushes its promise record once the log has been idle for [`PROMISE_IDLE_FLUSH`] (10 ms)
+//! and when the thread stops; or `EmbedderStore`, an embedder's `keel_core::storage::Storage`,
+//! whose snapshot files keel keeps in a directory of their own (`snapshots/` in the data
+//! directory). The commands taken at once are run unit by unit.
 //!
 //! A snapshot adoption is ordered with the writes around it (a later write may purge up to it or
 //! install it, which the WAL refuses unless it is already saved). The snapshot's bytes were
@@ -23,7 +25,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use keel_core::{NodeId, Term, Write};
+use keel_core::storage::Storage;
+use keel_core::{LogId, NodeId, Term, Write};
 use keel_engine::{Completion, LogStore, StorageWorker};
 use keel_wal::{StdFs, Wal};
 use tokio::sync::mpsc;
@@ -49,14 +52,36 @@ pub(crate) fn storage_failure(what: &'static str, error: &dyn std::fmt::Display)
     }
 }
 
+/// What failed, and why: the step's name and the error's text.
+pub(crate) type StoreError = (&'static str, String);
+
+/// A log the storage thread runs: keel-engine's `LogStore` with the runtime's adoption and
+/// report, plus the idle flush the WAL's promise record needs.
+pub(crate) trait NodeLog:
+    LogStore<Adoption = SnapshotAdoption, Adopted = Event, Error = StoreError> + Send + 'static
+{
+    /// Whether something written waits for a flush of its own when the log goes idle.
+    fn flush_pending(&self) -> bool {
+        false
+    }
+    /// That flush (also run when the thread stops).
+    fn flush(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+fn wal_error(what: &'static str) -> impl Fn(keel_wal::WalError) -> StoreError {
+    move |e| (what, e.to_string())
+}
+
 /// The WAL as keel-engine's log store, timing each group commit.
-struct WalStore {
-    wal: Wal<StdFs>,
-    metrics: crate::metrics::StorageMetrics,
+pub(crate) struct WalStore {
+    pub wal: Wal<StdFs>,
+    pub metrics: crate::metrics::StorageMetrics,
 }
 
 impl LogStore for WalStore {
-    type Error = (&'static str, keel_wal::WalError);
+    type Error = StoreError;
     type Adoption = SnapshotAdoption;
     type Adopted = Event;
 
@@ -65,7 +90,7 @@ impl LogStore for WalStore {
         // Even InvalidRequest means the core and the WAL disagree: continuing could lose data.
         self.wal
             .write_batch(writes)
-            .map_err(|e| ("write_batch", e))?;
+            .map_err(wal_error("write_batch"))?;
         timer.done();
         Ok(())
     }
@@ -77,26 +102,100 @@ impl LogStore for WalStore {
                 let path = self.wal.dir().join(keel_wal::snapshot_file_name(meta.last));
                 Ok(Some(Event::SnapshotSaved { meta, path, from }))
             }
-            Err(e) if e.is_fatal() => Err(("adopt_snapshot", e)),
+            Err(e) if e.is_fatal() => Err(wal_error("adopt_snapshot")(e)),
             // An older snapshot than one already saved (a received one overtook a local one, or
             // the reverse), or a file that does not verify: nothing to do but drop it.
-            Err(e) => {
-                tracing::info!("snapshot {} not adopted: {e}", temp.display());
-                let _ = std::fs::remove_file(&temp);
-                Ok(None)
-            }
+            Err(e) => Ok(not_adopted(&temp, &e)),
         }
     }
 }
 
-pub(crate) fn spawn(
-    wal: Wal<StdFs>,
+impl NodeLog for WalStore {
+    fn flush_pending(&self) -> bool {
+        self.wal.promise_unflushed()
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
+        self.wal
+            .flush_promise()
+            .map(drop)
+            .map_err(wal_error("flush_promise"))
+    }
+}
+
+fn not_adopted(temp: &std::path::Path, why: &dyn std::fmt::Display) -> Option<Event> {
+    tracing::info!("snapshot {} not adopted: {why}", temp.display());
+    let _ = std::fs::remove_file(temp);
+    None
+}
+
+/// An embedder's log storage. Snapshot files are keel's, in `snapshot_dir`: a complete one is
+/// renamed into place there (the newest `snapshots_kept` and the bootstrap one are kept), then
+/// recorded in the storage (`Storage::record_snapshot`) before any write refers to it.
+pub(crate) struct EmbedderStore<L> {
+    pub storage: L,
+    pub snapshot_dir: PathBuf,
+    pub snapshots_kept: usize,
+    /// The newest snapshot recorded.
+    pub recorded: LogId,
+    pub metrics: crate::metrics::StorageMetrics,
+}
+
+impl<L: Storage> LogStore for EmbedderStore<L> {
+    type Error = StoreError;
+    type Adoption = SnapshotAdoption;
+    type Adopted = Event;
+
+    fn write_batch(&mut self, writes: &[Write]) -> Result<(), Self::Error> {
+        let timer = self.metrics.group_commit(writes);
+        self.storage
+            .write_batch(writes)
+            .map_err(|e| ("write_batch", e.to_string()))?;
+        timer.done();
+        Ok(())
+    }
+
+    fn adopt(&mut self, adoption: SnapshotAdoption) -> Result<Option<Event>, Self::Error> {
+        let SnapshotAdoption { temp, from } = adoption;
+        let header = keel_wal::Fs::open(&StdFs, &temp)
+            .map_err(|e| e.to_string())
+            .and_then(|f| keel_wal::snapshot::verify_snapshot_header(&f, &temp));
+        match header {
+            Err(e) => return Ok(not_adopted(&temp, &e)),
+            Ok(file) if file.meta.last.index < self.recorded.index => {
+                let why = format!("older than the snapshot at {}", self.recorded);
+                return Ok(not_adopted(&temp, &why));
+            }
+            Ok(_) => {}
+        }
+        let file = keel_wal::snapshot::adopt_snapshot_file(
+            &StdFs,
+            &self.snapshot_dir,
+            &temp,
+            self.snapshots_kept,
+        )
+        .map_err(wal_error("adopt_snapshot"))?;
+        self.storage
+            .record_snapshot(&file.meta)
+            .map_err(|e| ("record_snapshot", e.to_string()))?;
+        self.recorded = file.meta.last;
+        Ok(Some(Event::SnapshotSaved {
+            meta: file.meta,
+            path: file.path,
+            from,
+        }))
+    }
+}
+
+impl<L: Storage + Send + 'static> NodeLog for EmbedderStore<L> {}
+
+pub(crate) fn spawn<L: NodeLog>(
+    log: L,
     mut commands: mpsc::Receiver<StorageCommand>,
     events: mpsc::UnboundedSender<Event>,
-    metrics: crate::metrics::StorageMetrics,
     failure: Arc<FailureCell>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let mut worker = StorageWorker::new(WalStore { wal, metrics });
+    let mut worker = StorageWorker::new(log);
     // Only for waiting on `commands` with a timeout: the thread's work is all blocking I/O.
     let timer = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -112,8 +211,8 @@ pub(crate) fn spawn(
 
 /// The storage thread's loop. Ends when the node task drops its sender, or at the first failure
 /// (recorded in `failure`, and nothing written after it).
-fn run(
-    worker: &mut StorageWorker<WalStore>,
+fn run<L: NodeLog>(
+    worker: &mut StorageWorker<L>,
     commands: &mut mpsc::Receiver<StorageCommand>,
     timer: &tokio::runtime::Runtime,
     events: &mpsc::UnboundedSender<Event>,
@@ -136,8 +235,8 @@ fn run(
         }
     }
     // Stopping: the newest promise is made durable (keel-wal's promise.rs).
-    if let Err(e) = worker.store_mut().wal.flush_promise() {
-        failure.halt(storage_failure("flush_promise", &e));
+    if let Err((what, e)) = worker.store_mut().flush() {
+        failure.halt(storage_failure(what, &e));
     }
 }
 
@@ -149,14 +248,14 @@ pub(crate) const PROMISE_IDLE_FLUSH: std::time::Duration = std::time::Duration::
 
 /// The next command; while the promise waits for a flush, at most [`PROMISE_IDLE_FLUSH`] is
 /// spent waiting before it is flushed. `None` once the node task is gone.
-fn next_command(
-    worker: &mut StorageWorker<WalStore>,
+fn next_command<L: NodeLog>(
+    worker: &mut StorageWorker<L>,
     commands: &mut mpsc::Receiver<StorageCommand>,
     timer: &tokio::runtime::Runtime,
     failure: &FailureCell,
 ) -> Option<StorageCommand> {
     loop {
-        if !worker.store().wal.promise_unflushed() {
+        if !worker.store().flush_pending() {
             return commands.blocking_recv();
         }
         // Under load the next batch is usually queued already: it is taken at once, without
@@ -172,8 +271,8 @@ fn next_command(
         match waited {
             Ok(command) => return command,
             Err(_idle) => {
-                if let Err(e) = worker.store_mut().wal.flush_promise() {
-                    failure.halt(storage_failure("flush_promise", &e));
+                if let Err((what, e)) = worker.store_mut().flush() {
+                    failure.halt(storage_failure(what, &e));
                 }
             }
         }

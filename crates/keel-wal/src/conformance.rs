@@ -1,16 +1,16 @@
-//! The storage conformance suite: one set of checks of the persistence contract (docs/DESIGN.md
-//! section 3, `keel_core::storage`) that any [`Storage`] must pass — the in-memory one, this WAL,
-//! or an embedder's own. The crate's tests run it against `MemStorage` and against the WAL on
-//! both file layers (`StdFs` and `SimFs`).
+//! The storage conformance suite: one set of checks of the log storage contract (docs/DESIGN.md
+//! section 3, [`keel_core::storage::Storage`]) that any storage must pass — the in-memory one,
+//! this WAL, or an embedder's own, which a downstream crate checks in one call:
 //!
 //! ```ignore
-//! keel_wal::conformance::run_all(|| MyStorage::new_cluster([1, 2, 3]), Some(&mut |s| s.reopen()));
+//! keel_wal::conformance::run_all(|| MyStorage::open_empty(), Some(&mut |s| s.reopen()));
 //! ```
 //!
-//! `make` returns empty storage of a brand-new cluster whose voters are {1, 2, 3}. `reopen`, when
-//! given, drops a storage (a clean process restart: every completed write is durable) and opens
-//! it again from the same place; without it, the restart checks are skipped. Every check panics
-//! with a description on failure.
+//! `make` returns an empty storage, never written to (a new directory, a new table). `reopen`,
+//! when given, drops a storage (a clean process restart: every completed write is durable) and
+//! opens it again from the same place; without it, the restart checks are skipped. Each check
+//! first records the bootstrap snapshot of a new cluster whose voters are {1, 2, 3}, as a node
+//! does on an empty storage. Every check panics with a description on failure.
 
 use std::sync::Arc;
 
@@ -113,6 +113,21 @@ pub fn check_invariants(state: &RecoveredState) {
     );
 }
 
+/// A new storage from `make`, checked empty, with the bootstrap snapshot of voters {1, 2, 3}
+/// recorded (as a node starting a new cluster records it).
+fn bootstrapped<S: Storage>(make: &mut impl FnMut() -> S) -> S {
+    let mut s = make();
+    let empty = recovered(&s);
+    assert!(
+        empty.entries.is_empty() && empty.hard_state == HardState::default(),
+        "a new storage is not empty"
+    );
+    assert_eq!(empty.snapshot, LogId::ZERO, "a new storage has a snapshot");
+    s.record_snapshot(&crate::snapshot::bootstrap_meta([1, 2, 3]))
+        .unwrap_or_else(|e| panic!("recording the bootstrap snapshot failed: {e}"));
+    s
+}
+
 fn recovered<S: Storage>(s: &S) -> RecoveredState {
     let state = s
         .recover()
@@ -158,10 +173,66 @@ pub fn run_all<S: Storage>(mut make: impl FnMut() -> S, mut reopen: Reopen<'_, S
     commit_only_write_survives_clean_restart(&mut make, &mut reopen);
     payload_kinds_round_trip(&mut make, &mut reopen);
     matches_a_model_over_many_writes(&mut make, &mut reopen);
+    batch_equals_its_writes(&mut make, &mut reopen);
+    snapshot_checks(&mut make, &mut reopen);
+    recorded_snapshot_survives_and_keeps_the_log(&mut make, &mut reopen);
+}
+
+fn record<S: Storage>(s: &mut S, meta: &SnapshotMeta) {
+    s.record_snapshot(meta)
+        .unwrap_or_else(|e| panic!("record_snapshot {} failed: {e}", meta.last));
+}
+
+/// `write_batch` is the writes one after the other, whatever the implementation does to sync
+/// them once.
+fn batch_equals_its_writes<S: Storage>(make: &mut impl FnMut() -> S, reopen: &mut Reopen<'_, S>) {
+    let mut s = bootstrapped(make);
+    let batch = [
+        write(1, entries(1, 1, 6), Some(hard_state(1, Some(2), 0))),
+        write(2, entries(2, 4, 8), Some(hard_state(2, None, 3))),
+        commit_write(3, hard_state(2, None, 7)),
+        write(4, entries(2, 9, 9), None),
+    ];
+    s.write_batch(&batch)
+        .unwrap_or_else(|e| panic!("write_batch failed: {e}"));
+    expect_log(
+        s,
+        reopen,
+        &[entries(1, 1, 3), entries(2, 4, 9)].concat(),
+        hard_state(2, None, 7),
+    );
+}
+
+/// A recorded snapshot is recovered (also after a restart) with its configuration and term
+/// history, the entries after it stay, and an older one recorded later changes nothing.
+fn recorded_snapshot_survives_and_keeps_the_log<S: Storage>(
+    make: &mut impl FnMut() -> S,
+    reopen: &mut Reopen<'_, S>,
+) {
+    let mut s = bootstrapped(make);
+    put(
+        &mut s,
+        write(1, entries(1, 1, 9), Some(hard_state(1, None, 9))),
+    );
+    let meta = snapshot_meta(LogId::new(1, 6), vec![LogId::new(1, 1)]);
+    record(&mut s, &meta);
+    record(
+        &mut s,
+        &snapshot_meta(LogId::new(1, 4), vec![LogId::new(1, 1)]),
+    );
+    let s = expect_log(s, reopen, &entries(1, 7, 9), hard_state(1, None, 9));
+    let state = recovered(&s);
+    assert_eq!(state.snapshot, meta.last, "the newest recorded snapshot");
+    assert_eq!(state.snapshot_membership, *meta.membership);
+    assert_eq!(state.snapshot_term_history, meta.term_history);
+    assert!(
+        state.applied >= meta.last.index,
+        "applied below the snapshot"
+    );
 }
 
 fn new_storage_is_empty<S: Storage>(make: &mut impl FnMut() -> S) {
-    let s = make();
+    let s = bootstrapped(make);
     let state = recovered(&s);
     assert_eq!(state.hard_state, HardState::default());
     assert_eq!(state.snapshot, LogId::ZERO);
@@ -176,7 +247,7 @@ fn new_storage_is_empty<S: Storage>(make: &mut impl FnMut() -> S) {
 }
 
 fn appends_in_order<S: Storage>(make: &mut impl FnMut() -> S, reopen: &mut Reopen<'_, S>) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     put(
         &mut s,
         write(1, entries(1, 1, 3), Some(hard_state(1, Some(1), 0))),
@@ -206,7 +277,7 @@ fn write_drops_conflicting_suffix<S: Storage>(
     make: &mut impl FnMut() -> S,
     reopen: &mut Reopen<'_, S>,
 ) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     put(
         &mut s,
         write(1, entries(1, 1, 5), Some(hard_state(1, None, 1))),
@@ -232,7 +303,7 @@ fn hard_state_is_stored_after_entries<S: Storage>(
     make: &mut impl FnMut() -> S,
     reopen: &mut Reopen<'_, S>,
 ) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     // A vote alone (a follower granting a vote).
     put(
         &mut s,
@@ -254,7 +325,7 @@ fn commit_only_write_survives_clean_restart<S: Storage>(
     make: &mut impl FnMut() -> S,
     reopen: &mut Reopen<'_, S>,
 ) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     put(
         &mut s,
         write(1, entries(1, 1, 4), Some(hard_state(1, None, 1))),
@@ -268,7 +339,7 @@ fn commit_only_write_survives_clean_restart<S: Storage>(
 }
 
 fn payload_kinds_round_trip<S: Storage>(make: &mut impl FnMut() -> S, reopen: &mut Reopen<'_, S>) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     let payloads = vec![
         EntryPayload::Noop,
         EntryPayload::Normal(Bytes::new()),
@@ -299,7 +370,7 @@ fn matches_a_model_over_many_writes<S: Storage>(
     make: &mut impl FnMut() -> S,
     reopen: &mut Reopen<'_, S>,
 ) {
-    let mut s = make();
+    let mut s = bootstrapped(make);
     let mut model: Vec<Entry> = Vec::new();
     let mut hs = HardState::default();
     let mut rng = 0x5EED_u64;
@@ -333,25 +404,20 @@ fn matches_a_model_over_many_writes<S: Storage>(
     expect_log(s, reopen, &model, hs);
 }
 
-/// Checks of `install` and `purge_to`. `save_snapshot` makes a snapshot durable the way the
-/// storage expects before a write refers to it.
-pub fn run_snapshot_checks<S: Storage>(
-    mut make: impl FnMut() -> S,
-    mut reopen: Reopen<'_, S>,
-    mut save_snapshot: impl FnMut(&mut S, &SnapshotMeta),
-) {
+/// Checks of `record_snapshot`, `install` and `purge_to`.
+fn snapshot_checks<S: Storage>(make: &mut impl FnMut() -> S, reopen: &mut Reopen<'_, S>) {
     // Install over a short, divergent log: the log restarts after the snapshot.
-    let mut s = make();
+    let mut s = bootstrapped(make);
     put(
         &mut s,
         write(1, entries(1, 1, 5), Some(hard_state(1, None, 2))),
     );
     let meta = snapshot_meta(LogId::new(3, 10), vec![LogId::new(1, 1), LogId::new(3, 8)]);
-    save_snapshot(&mut s, &meta);
+    record(&mut s, &meta);
     let mut w = write(2, entries(3, 11, 12), Some(hard_state(3, None, 10)));
     w.install = Some(meta.clone());
     put(&mut s, w);
-    let s = expect_log(s, &mut reopen, &entries(3, 11, 12), hard_state(3, None, 10));
+    let s = expect_log(s, reopen, &entries(3, 11, 12), hard_state(3, None, 10));
     let state = recovered(&s);
     assert_eq!(state.snapshot, meta.last);
     assert_eq!(state.snapshot_membership, *meta.membership);
@@ -359,16 +425,16 @@ pub fn run_snapshot_checks<S: Storage>(
     assert_eq!(state.applied, 10);
 
     // Purge below a local snapshot: entries after it stay.
-    let mut s = make();
+    let mut s = bootstrapped(make);
     put(
         &mut s,
         write(1, entries(2, 1, 30), Some(hard_state(2, None, 30))),
     );
     let meta = snapshot_meta(LogId::new(2, 20), vec![LogId::new(2, 1)]);
-    save_snapshot(&mut s, &meta);
+    record(&mut s, &meta);
     let mut w = write(2, entries(2, 31, 31), None);
     w.purge_to = Some(20);
     put(&mut s, w);
-    let s = expect_log(s, &mut reopen, &entries(2, 21, 31), hard_state(2, None, 30));
+    let s = expect_log(s, reopen, &entries(2, 21, 31), hard_state(2, None, 30));
     assert_eq!(recovered(&s).snapshot, meta.last);
 }

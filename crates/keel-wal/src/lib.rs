@@ -256,6 +256,7 @@ mod direct_io;
 pub mod error;
 pub mod fs;
 pub mod promise;
+pub mod records;
 pub mod recover;
 pub mod scrub;
 pub mod segment;

@@ -99,3 +99,23 @@ pub use keel_core::Config as RaftConfig;
 pub use keel_transport::TransportConfig;
 /// The write-ahead log's settings: the `wal` field of [`NodeConfig`].
 pub use keel_wal::WalConfig;
+
+/// Your own log storage: the contract ([`Storage`](storage::Storage)), the in-memory
+/// implementation, the records to store and the conformance suite that checks an
+/// implementation in one call.
+///
+/// keel's own write-ahead log is what [`Node::start`] runs on, and the right choice unless the
+/// log must live in a database you already run; [`Node::start_with_storage`] takes any
+/// [`Storage`](storage::Storage). Snapshot files stay keel's either way (under the node's data
+/// directory); the storage records which one is the newest. `examples/redb_storage.rs` is a
+/// storage on redb that passes the suite.
+pub mod storage {
+    pub use keel_core::storage::{MemStorage, Never, Storage};
+    pub use keel_core::{Entry, EntryPayload, HardState, RecoveredState, SnapshotMeta, Write};
+    /// The conformance suite: `run_all(make, reopen)` checks a storage against the contract.
+    pub use keel_wal::conformance;
+    pub use keel_wal::records::{
+        decode_entry, decode_hard_state, decode_snapshot_meta, encode_entry, encode_hard_state,
+        encode_snapshot_meta, RecordError,
+    };
+}

@@ -331,10 +331,20 @@ impl<S: StateMachine> Driver<S> {
             .set_snapshot_floor(self.raft.commit_index());
     }
 
+    /// Where snapshot files are written, received and kept: the data directory on the WAL,
+    /// `snapshots/` under it on an embedder's storage (`open.rs`).
+    fn snapshot_dir(&self) -> &std::path::Path {
+        self.config
+            .transport
+            .snapshot_dir
+            .as_deref()
+            .unwrap_or(&self.config.data_dir)
+    }
+
     /// Serializes a state view into a snapshot file on a blocking thread (apply goes on), then
     /// queues its adoption with the storage thread. One at a time (`snapshot_writing`).
     fn spawn_snapshot_write(&mut self, meta: SnapshotMeta, view: Box<dyn SnapshotWriter>) {
-        let dir = self.config.data_dir.clone();
+        let dir = self.snapshot_dir().to_owned();
         let storage = self.storage.clone();
         let events = self.io.events_tx.clone();
         let failure = Arc::clone(&self.io.failure);

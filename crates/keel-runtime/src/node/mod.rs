@@ -39,26 +39,25 @@
 //! [`Node::stop`] aborts.
 
 mod driver;
+mod open;
 mod refused;
+mod start;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use keel_core::{Index, LogId, NodeId, RaftNode};
-use keel_wal::{bootstrap_meta, StdFs, Wal, WalConfig};
-use tokio::sync::mpsc;
+use keel_core::{Index, LogId, NodeId};
+use keel_wal::WalConfig;
 use tokio::task::JoinHandle;
 
-use crate::apply::{self, StateMachine};
-use crate::failure::{FailureCell, Guarded, NodeFailure};
+use crate::apply::StateMachine;
+use crate::failure::{FailureCell, NodeFailure};
 use crate::handle::Handle;
-use crate::storage;
-use keel_transport::{Transport, TransportConfig};
+use keel_transport::TransportConfig;
 
 pub use driver::wall_clock_ms;
 
@@ -182,6 +181,10 @@ pub enum StartError {
     /// The log could not be opened or recovered.
     #[error("storage: {0}")]
     Wal(#[from] keel_wal::WalError),
+    /// The embedder's log storage failed to recover or to record a snapshot, or disagrees with
+    /// the data directory ([`Node::start_with_storage`]; the message says which).
+    #[error("log storage: {0}")]
+    Storage(String),
     /// The protocol refused the recovered state or the settings (`keel_core::Config`).
     #[error("recovered state: {0}")]
     Core(#[from] keel_core::Error),
@@ -228,6 +231,7 @@ impl StartError {
             StartError::Io(_) => true,
             StartError::Wal(e) => matches!(e, keel_wal::WalError::Io { .. }),
             StartError::Core(_)
+            | StartError::Storage(_)
             | StartError::Settings(_)
             | StartError::Damaged { .. }
             | StartError::StateMachine { .. } => false,
@@ -235,52 +239,20 @@ impl StartError {
     }
 }
 
-/// Opens the WAL, repairing what the cluster can make good (`Wal::open_repairing`: a lost tail,
-/// a corrupt segment or snapshot set aside): the entry the node had promised comes back with it,
-/// and the node recovers what it lacks from its peers (`RaftNode::start_recovering`). A corrupt
-/// promise record becomes [`StartError::Damaged`].
-/// What a node whose disk lost acknowledged data recovers to: the promised entry, and the first
-/// index of each of the last terms of the log that held it (`RaftNode::start_recovering`).
-type Promised = (LogId, Vec<LogId>);
-
-fn open_wal(
-    config: &NodeConfig,
-) -> Result<(Wal<StdFs>, keel_wal::Recovered, Option<Promised>), StartError> {
-    let opened = Wal::open_repairing(StdFs, config.data_dir.clone(), config.wal.clone());
-    let (wal, recovered, repaired) = opened.map_err(|e| match e {
-        keel_wal::WalError::Damaged(report) => {
-            tracing::error!(
-                "the data directory {} is damaged: {report}",
-                config.data_dir.display()
-            );
-            StartError::Damaged {
-                dir: config.data_dir.clone(),
-                report,
-            }
-        }
-        e => e.into(),
-    })?;
-    let promised = repaired.and_then(|report| {
-        let set_aside = report
-            .damage
-            .iter()
-            .any(|d| d.kind != keel_wal::DamageKind::LostTail);
-        tracing::error!(
-            "the data directory {} is damaged: {report}; {}what the node lacks of what it had \
-             acknowledged is recovered from the cluster (no campaigns, votes only for logs that \
-             reach what was promised)",
-            config.data_dir.display(),
-            if set_aside {
-                "the damaged files were set aside (`.damaged`), and "
-            } else {
-                ""
-            }
-        );
-        report
-            .recover_to()
-            .map(|promised| (promised, report.former_terms.clone()))
-    });
-    Ok((wal, recovered, promised))
+/// Refuses a peer message bound too small for an Append of the largest entry the log accepts:
+/// a follower would refuse the Append carrying an entry its own log accepts.
+fn check_entry_bound(config: &NodeConfig) -> Result<(), StartError> {
+    let entry_bytes_max = config.wal.entry_payload_bytes_max();
+    if (config.transport.message_size_bytes_max as usize) < entry_bytes_max + APPEND_OVERHEAD_BYTES
+    {
+        return Err(StartError::Settings(format!(
+            "the peer message bound (transport message_size_bytes_max {}) is smaller than an \
+             Append carrying the largest entry the WAL stores (wal entry_size_bytes_max {} \
+             allows entries of {entry_bytes_max} bytes)",
+            config.transport.message_size_bytes_max, config.wal.entry_size_bytes_max
+        )));
+    }
+    Ok(())
 }
 
 /// Room a peer frame needs beside the largest entry it carries: the message header, the Append's
@@ -301,198 +273,36 @@ pub struct Node<S> {
 }
 
 impl<S: StateMachine> Node<S> {
-    /// Recovers from `config.data_dir` (or bootstraps it) and starts the node. Returns once the
-    /// peer listener is bound; replay continues in the background and clients wait for it.
-    #[expect(clippy::too_many_lines)]
-    pub async fn start(config: NodeConfig, mut sm: S) -> Result<Node<S>, StartError> {
+    /// Recovers from `config.data_dir` (or bootstraps it) and starts the node on the built-in
+    /// write-ahead log. Returns once the peer listener is bound; replay continues in the
+    /// background and clients wait for it.
+    pub async fn start(config: NodeConfig, sm: S) -> Result<Node<S>, StartError> {
         let started = Instant::now();
-        let entry_bytes_max = config.wal.entry_payload_bytes_max();
-        if (config.transport.message_size_bytes_max as usize)
-            < entry_bytes_max + APPEND_OVERHEAD_BYTES
-        {
-            // A follower would refuse the Append carrying an entry its own log accepts.
-            return Err(StartError::Settings(format!(
-                "the peer message bound (transport message_size_bytes_max {}) is smaller than an \
-                 Append carrying the largest entry the WAL stores (wal entry_size_bytes_max {} \
-                 allows entries of {entry_bytes_max} bytes)",
-                config.transport.message_size_bytes_max, config.wal.entry_size_bytes_max
-            )));
-        }
+        check_entry_bound(&config)?;
         // Blocking file I/O at startup only; the node is not serving anything yet.
-        let (mut wal, mut recovered, promised) = open_wal(&config)?;
-        let fresh = recovered.snapshot.is_none()
-            && recovered.state.entries.is_empty()
-            && recovered.state.hard_state == Default::default();
-        if fresh && !config.initial_members.is_empty() {
-            let meta = bootstrap_meta(config.initial_members.iter().copied());
-            wal.save_snapshot(&meta, &[])?;
-            drop(wal);
-            (wal, recovered, _) = open_wal(&config)?;
-        }
-        let mut snapshot_data = None;
-        let mut snapshot_bytes = 0;
-        if let Some((file, handle)) = wal.open_latest_snapshot()? {
-            snapshot_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
-            if file.meta.last.index > 0 {
-                // Verified whole when it was chosen; streamed into the state machine now.
-                let mut data = keel_wal::snapshot::data_reader(&handle, &file);
-                sm.restore(&mut data)
-                    .map_err(|e| StartError::StateMachine {
-                        index: file.meta.last.index,
-                        message: e.0,
-                    })?;
-            }
-            snapshot_data = Some((file.meta.last, file.path));
-        }
-        let mut state = recovered.state;
-        state.applied = state.applied.max(state.snapshot.index);
-        let applied = state.applied;
-        let mut raft = RaftNode::new(config.raft.clone(), state)?;
-        if let Some((promised, former_terms)) = promised {
-            raft.start_recovering(promised, &former_terms);
-        }
-        let replay_target = raft.commit_index();
-        // A partial snapshot transfer at or below what is committed here is of no use: the core
-        // would ignore it. One above is resumed if its leader offers it again.
-        keel_transport::discard_stale_partial(&config.data_dir, replay_target)?;
-        let mut config = config;
-        if config.transport.snapshot_dir.is_none() {
-            config.transport.snapshot_dir = Some(config.data_dir.clone());
-        }
-        if config.transport.incarnation == 0 {
-            config.transport.incarnation = incarnation(&config.data_dir)?;
-        }
-        if config.transport.incarnations_dir.is_none() {
-            config.transport.incarnations_dir = Some(config.data_dir.clone());
-        }
-        tracing::info!(
-            node = config.id,
-            "recovered in {:?}: snapshot {}, commit {replay_target}, last {}",
-            started.elapsed(),
-            raft.snapshot().last,
-            raft.log().last_index()
-        );
+        let opened = open::open_wal(&config)?;
+        Self::start_opened(config, sm, opened, started).await
+    }
 
-        let failure = FailureCell::new(config.id);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        // The storage queue is bounded: the node awaits room, which throttles it to the disk.
-        let (storage_tx, storage_rx) = mpsc::channel(1024);
-        let last_snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        let (apply_queue, apply_thread) = apply::spawn(
-            sm,
-            applied,
-            keel_engine::SnapshotPolicy {
-                entries_max: config.snapshot_threshold_entries.max(1),
-                bytes_max: config.snapshot_threshold_bytes.max(1),
-                bytes_min: config.snapshot_min_log_bytes.max(1),
-                log_to_state_ratio: config.snapshot_log_ratio,
-            },
-            Arc::clone(&last_snapshot_bytes),
-            config.apply_inline_budget_us.saturating_mul(1000),
-            events_tx.clone(),
-            Arc::clone(&failure),
-        )?;
-        let mut threads = vec![
-            storage::spawn(
-                wal,
-                storage_rx,
-                events_tx.clone(),
-                crate::metrics::StorageMetrics::new(config.id),
-                Arc::clone(&failure),
-            )?,
-            apply_thread,
-        ];
-        let scrub_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let scrub_counters = Arc::new(crate::scrub::ScrubCounters::default());
-        threads.extend(crate::scrub::spawn(
-            config.id,
-            config.data_dir.clone(),
-            config.scrub.clone(),
-            scrub_stop.clone(),
-            scrub_counters.clone(),
-            Arc::clone(&failure),
-        )?);
-        let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
-        let transport = Transport::bind(
-            config.transport.clone(),
-            config.peer_listen_addr,
-            inbound_tx,
-        )
-        .await?;
-        for (&id, &addr) in &config.peers {
-            if id != config.id {
-                transport.set_peer(id, addr);
-            }
-        }
-        let peer_addr = transport.local_addr();
-        let snapshot_counters = transport.snapshot_counters();
-        let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
-        let (view_tx, view_rx) = tokio::sync::watch::channel(driver::view_of(&raft, false));
-        let handle = Handle {
-            requests: requests_tx,
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
-            client_addrs: transport.client_addrs(),
-            proposal_refusal: Arc::default(),
-            view: view_rx,
-        };
-        let engine = keel_engine::NodeEngine::new(
-            config.id,
-            keel_engine::EngineLimits {
-                pending_proposals_max: config.pending_proposals_max,
-                pending_reads_max: config.pending_reads_max,
-                entry_bytes_max,
-            },
-            keel_engine::ClockPolicy {
-                offset_ms_max: config.clock_offset_ms_max,
-                hold_ms: clock_hold_ms(&config),
-            },
-            applied,
-            replay_target,
-        );
-        let departed = keel_engine::handshake::DepartedMembers::new(raft.log());
-        transport.configuration_changed(&departed.current());
-        let driver = driver::Driver {
-            departed,
-            raft,
-            engine,
-            io: driver::Io {
-                transport,
-                apply: apply_queue,
-                events_tx,
-                snapshot_data,
-                last_snapshot_bytes,
-                snapshot_sends: HashMap::new(),
-                metrics: crate::metrics::NodeMetrics::new(config.id),
-                failure: Arc::clone(&failure),
-            },
-            storage: storage_tx,
-            snapshot_writing: keel_engine::SnapshotWriting::default(),
-            snapshot_waiters: Vec::new(),
-            replay_duration: Duration::ZERO,
-            stopping: false,
-            refused: refused::RefusedMessages::new(config.id),
-            started,
-            proposal_refusal: crate::handle::RefusalPublisher::new(Arc::clone(
-                &handle.proposal_refusal,
-            )),
-            view: view_tx,
-            config,
-        };
-        let task = tokio::spawn(Guarded {
-            inner: Box::pin(driver.run(events_rx, inbound_rx, requests_rx)),
-            cell: Arc::clone(&failure),
-            thread: "the node task",
-        });
-        Ok(Node {
-            handle,
-            task: Some(task),
-            threads: Arc::new(Mutex::new(threads)),
-            peer_addr,
-            snapshot_counters,
-            scrub_stop,
-            scrub_counters,
-            failure,
-        })
+    /// Starts the node on the embedder's log storage (entries, hard state, commit index, the
+    /// newest snapshot's position; see `keel_core::storage::Storage`, and keel-wal's
+    /// conformance suite for checking one). keel keeps the snapshot files in `snapshots/` under
+    /// `config.data_dir`, with the node's small state files; `config.wal` bounds the entries and
+    /// says how many snapshots are kept. The data directory's scrub does not run (it checks the
+    /// WAL's files). A storage that is empty in a data directory a node has used before is
+    /// refused ([`StartError::Storage`]): that node may have voted, and forgot it.
+    pub async fn start_with_storage<L>(
+        config: NodeConfig,
+        sm: S,
+        storage: L,
+    ) -> Result<Node<S>, StartError>
+    where
+        L: keel_core::storage::Storage + Send + 'static,
+    {
+        let started = Instant::now();
+        check_entry_bound(&config)?;
+        let opened = open::open_embedder(&config, storage)?;
+        Self::start_opened(config, sm, opened, started).await
     }
 
     /// Why the node stopped by itself, if it did ([`NodeFailure`]): a storage error, a panic, a
@@ -582,13 +392,16 @@ impl<S> Drop for Node<S> {
 /// The newest snapshot's file (to stream it to followers and restore from it).
 type SnapshotData = Option<(LogId, PathBuf)>;
 
+/// The file in the data directory that holds its storage incarnation.
+const INCARNATION_FILE: &str = "incarnation";
+
 /// This data directory's storage incarnation (S37): read from the `incarnation` file, or drawn at
 /// random and made durable the first time the directory is used. A wiped directory gets a new
 /// one, which peers that knew the old one refuse.
 fn incarnation(data_dir: &std::path::Path) -> std::io::Result<u64> {
     use std::hash::{BuildHasher, Hasher};
     use std::io::Write as _;
-    let path = data_dir.join("incarnation");
+    let path = data_dir.join(INCARNATION_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => text.trim().parse().map_err(|_| {
             std::io::Error::new(

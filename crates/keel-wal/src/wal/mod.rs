@@ -743,4 +743,24 @@ impl<F: Fs> Storage for Wal<F> {
     fn write(&mut self, write: &Write) -> Result<()> {
         self.write_batch(std::slice::from_ref(write))
     }
+
+    fn write_batch(&mut self, writes: &[Write]) -> Result<()> {
+        Wal::write_batch(self, writes)
+    }
+
+    /// Through the trait the snapshot's data lives elsewhere (keel-runtime keeps the files of a
+    /// storage of the embedder's apart): the WAL records `meta` in a snapshot file of its own
+    /// with no data, unless a file of that position is already here (saved or adopted with its
+    /// data, which is never overwritten).
+    fn record_snapshot(&mut self, meta: &SnapshotMeta) -> Result<()> {
+        if meta.last.index < self.snapshot.index {
+            return Ok(());
+        }
+        let path = self.dir.join(snapshot::snapshot_file_name(meta.last));
+        if self.fs.open(&path).is_ok() {
+            self.snapshot = meta.last;
+            return Ok(());
+        }
+        self.save_snapshot(meta, &[])
+    }
 }

@@ -1,0 +1,290 @@
+//! Starting a node on a log already opened (`open.rs`): the state machine restored from the
+//! newest snapshot, the core built from the recovered state, the storage, apply and scrub
+//! threads and the peer transport started, then the node task spawned.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle as ThreadHandle;
+use std::time::{Duration, Instant};
+
+use keel_core::{Index, RaftNode};
+use keel_transport::Transport;
+use tokio::sync::mpsc;
+
+use super::open::{Opened, Promised};
+use super::SnapshotData;
+use super::{clock_hold_ms, driver, incarnation, refused, Node, NodeConfig, StartError};
+use crate::apply::{self, StateMachine};
+use crate::event::Event;
+use crate::failure::{FailureCell, Guarded};
+use crate::handle::Handle;
+use crate::scrub::{ScrubConfig, ScrubCounters};
+use crate::storage::{self, NodeLog, StorageCommand};
+
+/// The threads beside the node task, started.
+struct Threads<S> {
+    apply: apply::ApplyWorker<S>,
+    joins: Vec<ThreadHandle<()>>,
+    scrub_stop: Arc<AtomicBool>,
+    scrub_counters: Arc<ScrubCounters>,
+}
+
+impl<S: StateMachine> Node<S> {
+    /// Starts the node on `opened` (see the module documentation).
+    pub(super) async fn start_opened<L: NodeLog>(
+        config: NodeConfig,
+        mut sm: S,
+        opened: Opened<L>,
+        started: Instant,
+    ) -> Result<Node<S>, StartError> {
+        let (snapshot_data, snapshot_bytes) = restore_newest(&mut sm, &opened)?;
+        let (raft, applied) = core_from(&config, opened.state, opened.promised, started)?;
+        let config = settle_config(config, opened.snapshot_dir, raft.commit_index())?;
+        let failure = FailureCell::new(config.id);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        // The storage queue is bounded: the node awaits room, which throttles it to the disk.
+        let (storage_tx, storage_rx) = mpsc::channel(1024);
+        let last_snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
+        let threads = spawn_threads(
+            &config,
+            (sm, applied, Arc::clone(&last_snapshot_bytes)),
+            (opened.log, storage_rx, opened.scrub),
+            &events_tx,
+            &failure,
+        )?;
+        let (transport, inbound_rx) = bind_transport(&config).await?;
+        let peer_addr = transport.local_addr();
+        let snapshot_counters = transport.snapshot_counters();
+        let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
+        let (view_tx, view_rx) = tokio::sync::watch::channel(driver::view_of(&raft, false));
+        let handle = Handle {
+            requests: requests_tx,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            client_addrs: transport.client_addrs(),
+            proposal_refusal: Arc::default(),
+            view: view_rx,
+        };
+        let io = driver::Io {
+            transport,
+            apply: threads.apply,
+            events_tx,
+            snapshot_data,
+            last_snapshot_bytes,
+            snapshot_sends: HashMap::new(),
+            metrics: crate::metrics::NodeMetrics::new(config.id),
+            failure: Arc::clone(&failure),
+        };
+        let proposal_refusal = Arc::clone(&handle.proposal_refusal);
+        let driver = new_driver(
+            config,
+            raft,
+            io,
+            storage_tx,
+            view_tx,
+            proposal_refusal,
+            started,
+        );
+        let task = tokio::spawn(Guarded {
+            inner: Box::pin(driver.run(events_rx, inbound_rx, requests_rx)),
+            cell: Arc::clone(&failure),
+            thread: "the node task",
+        });
+        Ok(Node {
+            handle,
+            task: Some(task),
+            threads: Arc::new(Mutex::new(threads.joins)),
+            peer_addr,
+            snapshot_counters,
+            scrub_stop: threads.scrub_stop,
+            scrub_counters: threads.scrub_counters,
+            failure,
+        })
+    }
+}
+
+/// Restores the state machine from the newest snapshot (streamed from its file, which was
+/// verified whole when it was chosen): that snapshot's position and file, and its size.
+fn restore_newest<S: StateMachine, L>(
+    sm: &mut S,
+    opened: &Opened<L>,
+) -> Result<(SnapshotData, u64), StartError> {
+    let Some((file, handle)) = &opened.snapshot else {
+        return Ok((None, 0));
+    };
+    let size_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
+    if file.meta.last.index > 0 {
+        let mut data = keel_wal::snapshot::data_reader(handle, file);
+        sm.restore(&mut data)
+            .map_err(|e| StartError::StateMachine {
+                index: file.meta.last.index,
+                message: e.0,
+            })?;
+    }
+    Ok((Some((file.meta.last, file.path.clone())), size_bytes))
+}
+
+/// The core, from the recovered state (recovering to `promised` when the disk lost what it had
+/// promised), and the index the state machine holds.
+fn core_from(
+    config: &NodeConfig,
+    mut state: keel_core::RecoveredState,
+    promised: Option<Promised>,
+    started: Instant,
+) -> Result<(RaftNode, Index), StartError> {
+    state.applied = state.applied.max(state.snapshot.index);
+    let applied = state.applied;
+    let mut raft = RaftNode::new(config.raft.clone(), state)?;
+    if let Some((promised, former_terms)) = promised {
+        raft.start_recovering(promised, &former_terms);
+    }
+    tracing::info!(
+        node = config.id,
+        "recovered in {:?}: snapshot {}, commit {}, last {}",
+        started.elapsed(),
+        raft.snapshot().last,
+        raft.commit_index(),
+        raft.log().last_index()
+    );
+    Ok((raft, applied))
+}
+
+/// The peer transport, bound and told the peers' addresses, and its inbound queue.
+async fn bind_transport(
+    config: &NodeConfig,
+) -> Result<(Transport, mpsc::Receiver<keel_transport::Inbound>), StartError> {
+    let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
+    let transport = Transport::bind(
+        config.transport.clone(),
+        config.peer_listen_addr,
+        inbound_tx,
+    )
+    .await?;
+    for (&id, &addr) in &config.peers {
+        if id != config.id {
+            transport.set_peer(id, addr);
+        }
+    }
+    Ok((transport, inbound_rx))
+}
+
+/// Fills in the transport's directories and incarnation, and drops a partial snapshot transfer
+/// at or below `replay_target`: the core would ignore it (one above is resumed if its leader
+/// offers it again).
+fn settle_config(
+    mut config: NodeConfig,
+    snapshot_dir: PathBuf,
+    replay_target: Index,
+) -> Result<NodeConfig, StartError> {
+    let snapshot_dir = config
+        .transport
+        .snapshot_dir
+        .get_or_insert(snapshot_dir)
+        .clone();
+    keel_transport::discard_stale_partial(&snapshot_dir, replay_target)?;
+    if config.transport.incarnation == 0 {
+        config.transport.incarnation = incarnation(&config.data_dir)?;
+    }
+    if config.transport.incarnations_dir.is_none() {
+        config.transport.incarnations_dir = Some(config.data_dir.clone());
+    }
+    Ok(config)
+}
+
+/// Starts the apply thread (on the state machine, at `applied`), the storage thread (on the
+/// log) and the scrub (when `scrub` allows it and a rate is set).
+fn spawn_threads<S: StateMachine, L: NodeLog>(
+    config: &NodeConfig,
+    (sm, applied, last_snapshot_bytes): (S, Index, Arc<AtomicU64>),
+    (log, storage_rx, scrub): (L, mpsc::Receiver<StorageCommand>, bool),
+    events_tx: &mpsc::UnboundedSender<Event>,
+    failure: &Arc<FailureCell>,
+) -> Result<Threads<S>, StartError> {
+    let (apply, apply_thread) = apply::spawn(
+        sm,
+        applied,
+        keel_engine::SnapshotPolicy {
+            entries_max: config.snapshot_threshold_entries.max(1),
+            bytes_max: config.snapshot_threshold_bytes.max(1),
+            bytes_min: config.snapshot_min_log_bytes.max(1),
+            log_to_state_ratio: config.snapshot_log_ratio,
+        },
+        last_snapshot_bytes,
+        config.apply_inline_budget_us.saturating_mul(1000),
+        events_tx.clone(),
+        Arc::clone(failure),
+    )?;
+    let mut joins = vec![
+        storage::spawn(log, storage_rx, events_tx.clone(), Arc::clone(failure))?,
+        apply_thread,
+    ];
+    let scrub_stop = Arc::new(AtomicBool::new(false));
+    let scrub_counters = Arc::new(ScrubCounters::default());
+    let scrub_config = ScrubConfig {
+        rate_bytes_per_s: if scrub {
+            config.scrub.rate_bytes_per_s
+        } else {
+            0
+        },
+        ..config.scrub.clone()
+    };
+    joins.extend(crate::scrub::spawn(
+        config.id,
+        config.data_dir.clone(),
+        scrub_config,
+        scrub_stop.clone(),
+        scrub_counters.clone(),
+        Arc::clone(failure),
+    )?);
+    Ok(Threads {
+        apply,
+        joins,
+        scrub_stop,
+        scrub_counters,
+    })
+}
+
+/// The node task's state, before it runs.
+fn new_driver<S: StateMachine>(
+    config: NodeConfig,
+    raft: RaftNode,
+    io: driver::Io<S>,
+    storage: mpsc::Sender<StorageCommand>,
+    view: tokio::sync::watch::Sender<crate::handle::NodeView>,
+    proposal_refusal: Arc<crate::handle::ProposalRefusal>,
+    started: Instant,
+) -> driver::Driver<S> {
+    let engine = keel_engine::NodeEngine::new(
+        config.id,
+        keel_engine::EngineLimits {
+            pending_proposals_max: config.pending_proposals_max,
+            pending_reads_max: config.pending_reads_max,
+            entry_bytes_max: config.wal.entry_payload_bytes_max(),
+        },
+        keel_engine::ClockPolicy {
+            offset_ms_max: config.clock_offset_ms_max,
+            hold_ms: clock_hold_ms(&config),
+        },
+        raft.applied_index(),
+        raft.commit_index(),
+    );
+    let departed = keel_engine::handshake::DepartedMembers::new(raft.log());
+    io.transport.configuration_changed(&departed.current());
+    driver::Driver {
+        departed,
+        raft,
+        engine,
+        io,
+        storage,
+        snapshot_writing: keel_engine::SnapshotWriting::default(),
+        snapshot_waiters: Vec::new(),
+        replay_duration: Duration::ZERO,
+        stopping: false,
+        refused: refused::RefusedMessages::new(config.id),
+        started,
+        proposal_refusal: crate::handle::RefusalPublisher::new(proposal_refusal),
+        view,
+        config,
+    }
+}
