@@ -85,14 +85,12 @@ impl StateMachine for KvStore {
     fn restore(&mut self, data: &mut dyn Read) -> Result<(), RestoreError> {
         let mut header = [0u8; 9];
         data.read_exact(&mut header)?;
-        if header[0] != FORMAT_VERSION {
-            return Err(RestoreError(format!(
-                "snapshot format {} unknown",
-                header[0]
-            )));
+        let [version, pairs @ ..] = header;
+        if version != FORMAT_VERSION {
+            return Err(RestoreError(format!("snapshot format {version} unknown")));
         }
         let mut map = BTreeMap::new();
-        for _ in 0..u64::from_le_bytes(header[1..].try_into().expect("8 bytes")) {
+        for _ in 0..u64::from_le_bytes(pairs) {
             let key = String::from_utf8(read_field(data, KEY_BYTES_MAX)?)
                 .map_err(|_| RestoreError("a key is not UTF-8".into()))?;
             map.insert(key, Bytes::from(read_field(data, VALUE_BYTES_MAX)?));
@@ -141,11 +139,14 @@ struct App {
 }
 
 impl App {
-    async fn propose(&self, entry: Bytes, uri: &Uri) -> Result<Bytes, Response> {
-        self.handle
-            .propose(entry)
-            .await
-            .map_err(|e| self.refusal(e, uri))
+    /// Proposes a put or a delete of `key`; a key over its bound is refused before proposing.
+    /// (A value over its bound never gets here: the body limit answers 413 while reading it.)
+    async fn propose(&self, op: u8, key: &str, value: &[u8], uri: &Uri) -> Result<Bytes, Response> {
+        if key.len() > KEY_BYTES_MAX {
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, "a key is at most 1 KiB\n").into_response());
+        }
+        let result = self.handle.propose(encode(op, key, value)).await;
+        result.map_err(|error| self.refusal(error, uri))
     }
 
     /// The answer to a request this node did not carry out.
@@ -172,78 +173,57 @@ impl App {
     }
 }
 
-fn key_too_long(key: &str) -> Result<(), Response> {
-    match key.len() {
-        0..=KEY_BYTES_MAX => Ok(()),
-        _ => Err((StatusCode::PAYLOAD_TOO_LARGE, "a key is at most 1 KiB\n").into_response()),
-    }
+async fn put(
+    State(app): State<App>,
+    Path(key): Path<String>,
+    uri: Uri,
+    value: Bytes,
+) -> Result<StatusCode, Response> {
+    app.propose(PUT, &key, &value, &uri).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
-async fn put(State(app): State<App>, Path(key): Path<String>, uri: Uri, value: Bytes) -> Response {
-    // Values over the bound never get here: the body limit answers 413 while reading them.
-    let written = async {
-        key_too_long(&key)?;
-        app.propose(encode(PUT, &key, &value), &uri).await
-    };
-    match written.await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(response) => response,
-    }
+async fn get_value(
+    State(app): State<App>,
+    Path(key): Path<String>,
+    uri: Uri,
+) -> Result<Bytes, Response> {
+    let value = app.handle.read(move |kv: &KvStore| kv.0.get(&key).cloned());
+    let value = value.await.map_err(|error| app.refusal(error, &uri))?;
+    value.ok_or(StatusCode::NOT_FOUND.into_response())
 }
 
-async fn get_value(State(app): State<App>, Path(key): Path<String>, uri: Uri) -> Response {
-    match app
-        .handle
-        .read(move |kv: &KvStore| kv.0.get(&key).cloned())
-        .await
-    {
-        Ok(Some(value)) => value.into_response(),
-        Ok(None) => StatusCode::NOT_FOUND.into_response(),
-        Err(error) => app.refusal(error, &uri),
-    }
+async fn delete(
+    State(app): State<App>,
+    Path(key): Path<String>,
+    uri: Uri,
+) -> Result<StatusCode, Response> {
+    let existed = app.propose(DELETE, &key, b"", &uri).await?;
+    Ok(match existed[..] {
+        [1] => StatusCode::NO_CONTENT,
+        _ => StatusCode::NOT_FOUND,
+    })
 }
 
-async fn delete(State(app): State<App>, Path(key): Path<String>, uri: Uri) -> Response {
-    let deleted = async {
-        key_too_long(&key)?;
-        app.propose(encode(DELETE, &key, b""), &uri).await
-    };
-    match deleted.await {
-        Ok(existed) if existed[..] == [1] => StatusCode::NO_CONTENT.into_response(),
-        Ok(_) => StatusCode::NOT_FOUND.into_response(),
-        Err(response) => response,
-    }
-}
-
-async fn status(State(app): State<App>) -> Response {
-    let status = match app.handle.status().await {
-        Ok(status) => status.raft,
-        Err(error) => {
-            return (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response()
-        }
-    };
-    let leader = match status.leader {
-        Some(id) => match app.http_addrs.get(&id) {
-            Some(addr) => format!("{id} at http://{addr}"),
-            None => id.to_string(),
-        },
+/// Answered from the node's watch of its role, term and leader: quick, even without a leader.
+async fn status(State(app): State<App>) -> String {
+    let view = app.handle.watch().borrow().clone();
+    let leader = view
+        .leader
+        .and_then(|id| Some((id, app.http_addrs.get(&id)?)));
+    let leader = match leader {
+        Some((id, addr)) => format!("{id} at http://{addr}"),
         None => "none known".into(),
     };
-    let role = format!("{:?}", status.role).to_lowercase();
-    let (id, term, applied) = (status.id, status.term, status.applied);
-    format!("node: {id}\nrole: {role}\nterm: {term}\nleader: {leader}\napplied: {applied}\n")
-        .into_response()
-}
-
-/// Each node's addresses, as `--nodes` lists them.
-struct Addrs {
-    peer: SocketAddr,
-    http: SocketAddr,
+    let role = format!("{:?}", view.role).to_lowercase();
+    format!("role: {role}\nterm: {}\nleader: {leader}\n", view.term)
 }
 
 struct Args {
     id: NodeId,
-    nodes: BTreeMap<NodeId, Addrs>,
+    /// Every node's address for Raft traffic, and its HTTP address.
+    peers: BTreeMap<NodeId, SocketAddr>,
+    http_addrs: BTreeMap<NodeId, SocketAddr>,
     data_dir: PathBuf,
 }
 
@@ -254,81 +234,64 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--id" => {
-                id = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("--id {value}: not an id"))?,
-                )
-            }
-            "--nodes" => nodes = Some(parse_nodes(&value)?),
+            "--id" => id = Some(value.parse().map_err(|_| "--id takes a number")?),
+            "--nodes" => nodes = Some(parse_nodes(&value).ok_or("--nodes: see the usage")?),
             "--data-dir" => data_dir = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
-    let (Some(id), Some(nodes), Some(data_dir)) = (id, nodes, data_dir) else {
+    let (Some(id), Some((peers, http_addrs)), Some(data_dir)) = (id, nodes, data_dir) else {
         return Err("--id, --nodes and --data-dir are required".into());
     };
-    if !nodes.contains_key(&id) {
+    if !peers.contains_key(&id) {
         return Err(format!("node {id} is not in --nodes"));
     }
     Ok(Args {
         id,
-        nodes,
+        peers,
+        http_addrs,
         data_dir,
     })
 }
 
-fn parse_nodes(list: &str) -> Result<BTreeMap<NodeId, Addrs>, String> {
-    let parse = |node: &str| {
+type Addrs = BTreeMap<NodeId, SocketAddr>;
+
+/// `ID=PEER_ADDR/HTTP_ADDR,...`: the peer addresses and the HTTP addresses.
+fn parse_nodes(list: &str) -> Option<(Addrs, Addrs)> {
+    let (mut peers, mut http_addrs) = (BTreeMap::new(), BTreeMap::new());
+    for node in list.split(',') {
         let (id, addrs) = node.split_once('=')?;
         let (peer, http) = addrs.split_once('/')?;
-        let addrs = Addrs {
-            peer: peer.parse().ok()?,
-            http: http.parse().ok()?,
-        };
-        Some((id.parse().ok()?, addrs))
-    };
-    list.split(',')
-        .map(|node| parse(node).ok_or(format!("--nodes: {node:?} is not ID=PEER_ADDR/HTTP_ADDR")))
-        .collect()
+        let id: NodeId = id.parse().ok()?;
+        peers.insert(id, peer.parse().ok()?);
+        http_addrs.insert(id, http.parse().ok()?);
+    }
+    Some((peers, http_addrs))
 }
 
 /// Runs the node and its HTTP server until Ctrl-C.
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let me = &args.nodes[&args.id];
     let mut config = NodeConfig::new(args.id, CLUSTER_ID, &args.data_dir);
-    config.peer_listen_addr = me.peer;
-    config.peers = args
-        .nodes
-        .iter()
-        .map(|(&id, node)| (id, node.peer))
-        .collect();
+    config.peer_listen_addr = args.peers[&args.id];
     // Used only on an empty data directory: a restarted node resumes its cluster.
-    config.initial_members = args.nodes.keys().copied().collect();
+    config.initial_members = args.peers.keys().copied().collect();
+    config.peers = args.peers;
     let node = Node::start(config, KvStore::default()).await?;
     // A node that cannot go on (its disk failed) ends the process, for a supervisor to restart.
     keel::exit_on_failure(&node);
 
-    let http_addrs = args
-        .nodes
-        .iter()
-        .map(|(&id, node)| (id, node.http))
-        .collect();
+    let http_addr = args.http_addrs[&args.id];
     let app = App {
         handle: node.handle(),
-        http_addrs: Arc::new(http_addrs),
+        http_addrs: Arc::new(args.http_addrs),
     };
     let router = Router::new()
         .route("/kv/{key}", get(get_value).put(put).delete(delete))
         .route("/status", get(status))
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind(me.http).await?;
-    eprintln!(
-        "node {}: HTTP on {}, peers on {}",
-        args.id, me.http, me.peer
-    );
+    let listener = tokio::net::TcpListener::bind(http_addr).await?;
+    eprintln!("node {}: serving HTTP on {http_addr}", args.id);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -348,5 +311,293 @@ async fn main() {
     if let Err(error) = serve(args).await {
         eprintln!("http_kv: {error}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use keel::{NodeId, StateMachine};
+
+    use super::{encode, parse_args, serve, KvStore, DELETE, KEY_BYTES_MAX, PUT, VALUE_BYTES_MAX};
+
+    #[test]
+    fn a_snapshot_is_the_pairs_in_key_order_and_restores_the_store() {
+        let mut store = KvStore::default();
+        let entries = [
+            encode(PUT, "b", b"2"),
+            encode(PUT, "a", b"1"),
+            encode(DELETE, "b", b""),
+        ];
+        for (index, entry) in (1..).zip(&entries) {
+            store.apply(index, entry).expect("applied");
+        }
+        assert!(store.apply(4, &Bytes::from_static(b"junk")).is_err());
+        let mut snapshot = Vec::new();
+        store.snapshot_view().write_to(&mut snapshot).unwrap();
+        let pairs = 1u64.to_le_bytes();
+        let expected = [&[1][..], &pairs, &[1, 0, 0, 0, b'a', 1, 0, 0, 0, b'1']].concat();
+        assert_eq!(snapshot, expected);
+        let mut restored = KvStore::default();
+        restored.restore(&mut &snapshot[..]).expect("restored");
+        assert_eq!(restored.0, store.0);
+    }
+
+    /// Makes `node_process` run a node: its command-line arguments, one a line.
+    const NODE_ARGS: &str = "HTTP_KV_TEST_NODE_ARGS";
+
+    /// One node of `three_processes_keep_every_acknowledged_write`, in a process of its own
+    /// (this test binary, started again with `NODE_ARGS`) until it is killed.
+    #[test]
+    #[ignore = "a node process, started by three_processes_keep_every_acknowledged_write"]
+    fn node_process() {
+        let Ok(args) = std::env::var(NODE_ARGS) else {
+            return;
+        };
+        let args = parse_args(args.lines().map(String::from)).expect("valid arguments");
+        // Ends with the test that started it, however that ends: its end closes our stdin.
+        std::thread::spawn(|| {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            std::process::exit(0);
+        });
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(serve(args)).expect("the node runs");
+    }
+
+    /// Three node processes; every one still running is killed when this is dropped, and their
+    /// directory removed unless the test failed (it keeps their logs).
+    struct Cluster {
+        dir: PathBuf,
+        /// The `--nodes` argument.
+        nodes: String,
+        http_addrs: BTreeMap<NodeId, String>,
+        processes: BTreeMap<NodeId, Child>,
+    }
+
+    impl Cluster {
+        fn new() -> Cluster {
+            let dir = std::env::temp_dir().join(format!("keel-http-kv-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            // Ports the system hands out, held until all six are drawn (so they differ), then
+            // released for the nodes to bind.
+            let mut held = Vec::new();
+            let mut free_addr = || {
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                held.push(listener);
+                addr
+            };
+            let (mut nodes, mut http_addrs) = (Vec::new(), BTreeMap::new());
+            for id in 1..=3 {
+                let (peer, http) = (free_addr(), free_addr());
+                nodes.push(format!("{id}={peer}/{http}"));
+                http_addrs.insert(id, http.to_string());
+            }
+            let nodes = nodes.join(",");
+            Cluster {
+                dir,
+                nodes,
+                http_addrs,
+                processes: BTreeMap::new(),
+            }
+        }
+
+        fn start(&mut self, id: NodeId) {
+            let data_dir = self.dir.join(format!("node-{id}"));
+            let args = format!(
+                "--id\n{id}\n--nodes\n{}\n--data-dir\n{}",
+                self.nodes,
+                data_dir.display()
+            );
+            let log_path = self.dir.join(format!("node-{id}.log"));
+            let log = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(log_path);
+            let process = Command::new(std::env::current_exe().unwrap())
+                .args(["tests::node_process", "--exact", "--ignored", "--nocapture"])
+                .env(NODE_ARGS, args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(log.unwrap())
+                .spawn()
+                .unwrap();
+            self.processes.insert(id, process);
+        }
+
+        /// SIGKILL: the node gets no chance to tidy up.
+        fn kill(&mut self, id: NodeId) {
+            let mut process = self.processes.remove(&id).expect("running");
+            process.kill().unwrap();
+            process.wait().unwrap();
+        }
+
+        /// The first node of `among` whose status shows `wanted`, once one does.
+        fn await_status(&self, among: &[NodeId], wanted: &str) -> NodeId {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                for &id in among {
+                    let status = request(&self.http_addrs[&id], "GET", "/status", "");
+                    if status.is_ok_and(|reply| reply.body.contains(wanted)) {
+                        return id;
+                    }
+                }
+                assert!(Instant::now() < deadline, "no {wanted:?} among {among:?}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+
+        /// A request to node `id`, as `curl -L` sends it: following redirects to the leader, and
+        /// asking again while no leader is known (503).
+        fn call(&self, id: NodeId, method: &str, path: &str, body: &str) -> Reply {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let (mut addr, mut path) = (self.http_addrs[&id].clone(), path.to_string());
+            loop {
+                let reply = request(&addr, method, &path, body).expect("the node answers");
+                match reply.status {
+                    307 => {
+                        let location = reply.location.expect("a redirect says where");
+                        let url = location.strip_prefix("http://").expect("an http URL");
+                        let (host, rest) = url.split_at(url.find('/').expect("a path"));
+                        (addr, path) = (host.to_string(), rest.to_string());
+                    }
+                    503 if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    _ => return reply,
+                }
+            }
+        }
+
+        fn put(&self, id: NodeId, key: &str, value: &str) -> u16 {
+            self.call(id, "PUT", &format!("/kv/{key}"), value).status
+        }
+
+        fn delete(&self, id: NodeId, key: &str) -> u16 {
+            self.call(id, "DELETE", &format!("/kv/{key}"), "").status
+        }
+
+        /// Asserts what node `id` answers for each key: its value, or 404 for `None`.
+        fn assert_values(&self, id: NodeId, expected: &BTreeMap<String, Option<String>>) {
+            for (key, value) in expected {
+                let reply = self.call(id, "GET", &format!("/kv/{key}"), "");
+                let status = if value.is_some() { 200 } else { 404 };
+                assert_eq!(reply.status, status, "GET {key} at node {id}");
+                let value = value.as_deref().unwrap_or_default();
+                assert!(reply.body == value, "GET {key} at node {id}: another value");
+            }
+        }
+    }
+
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            for process in self.processes.values_mut() {
+                let _ = process.kill();
+                let _ = process.wait();
+            }
+            if std::thread::panicking() {
+                eprintln!("the nodes' logs are in {}", self.dir.display());
+            } else {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+        }
+    }
+
+    struct Reply {
+        status: u16,
+        location: Option<String>,
+        body: String,
+    }
+
+    /// One HTTP/1.1 request on a connection of its own.
+    fn request(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<Reply> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let length = body.len();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes())?;
+        stream.write_all(body.as_bytes())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+        let status = head[9..12].parse().expect("a status code");
+        let location = head
+            .lines()
+            .find_map(|line| line.strip_prefix("location: "));
+        let location = location.map(String::from);
+        Ok(Reply {
+            status,
+            location,
+            body: body.to_string(),
+        })
+    }
+
+    #[test]
+    fn three_processes_keep_every_acknowledged_write() {
+        let mut cluster = Cluster::new();
+        for id in 1..=3 {
+            cluster.start(id);
+        }
+        let first_leader = cluster.await_status(&[1, 2, 3], "role: leader");
+        let follower = (1..=3).find(|&id| id != first_leader).unwrap();
+
+        // A follower sends clients to the leader.
+        let redirect = request(&cluster.http_addrs[&follower], "PUT", "/kv/k0", "v0").unwrap();
+        let leader_url = format!("http://{}/kv/k0", cluster.http_addrs[&first_leader]);
+        assert_eq!(
+            (redirect.status, redirect.location),
+            (307, Some(leader_url))
+        );
+
+        let mut expected = BTreeMap::new();
+        for i in 0..10 {
+            let (key, value) = (format!("k{i}"), format!("v{i}"));
+            assert_eq!(cluster.put(first_leader, &key, &value), 204);
+            expected.insert(key, Some(value));
+        }
+        assert_eq!(cluster.delete(follower, "k0"), 204);
+        assert_eq!(cluster.delete(follower, "k0"), 404);
+        expected.insert("k0".into(), None);
+        let largest = "v".repeat(VALUE_BYTES_MAX);
+        assert_eq!(cluster.put(follower, "largest", &largest), 204);
+        expected.insert("largest".into(), Some(largest));
+        for id in 1..=3 {
+            cluster.assert_values(id, &expected);
+        }
+
+        // Too large: refused before anything is proposed.
+        let long_key = "k".repeat(KEY_BYTES_MAX + 1);
+        assert_eq!(cluster.put(first_leader, &long_key, "v"), 413);
+        let too_large = "v".repeat(VALUE_BYTES_MAX + 1);
+        assert_eq!(cluster.put(first_leader, "k1", &too_large), 413);
+
+        // The leader dies: the two others elect one of them, which has every acknowledged write.
+        cluster.kill(first_leader);
+        let survivors: Vec<NodeId> = (1..=3).filter(|&id| id != first_leader).collect();
+        let leader = cluster.await_status(&survivors, "role: leader");
+        assert_eq!(cluster.put(leader, "after", "failover"), 204);
+        expected.insert("after".into(), Some("failover".into()));
+        for &id in &survivors {
+            cluster.assert_values(id, &expected);
+        }
+
+        // The old leader restarts on its data directory. With the third node gone, a write
+        // commits only once the restarted node holds the whole log: it caught up.
+        cluster.start(first_leader);
+        cluster.await_status(&[first_leader], &format!("leader: {leader} at"));
+        let third = survivors.into_iter().find(|&id| id != leader).unwrap();
+        cluster.kill(third);
+        assert_eq!(cluster.put(first_leader, "last", "caught up"), 204);
+        expected.insert("last".into(), Some("caught up".into()));
+        cluster.assert_values(first_leader, &expected);
     }
 }
