@@ -9,8 +9,10 @@
 //! ```
 //!
 //! `PUT /kv/{key}` (the body is the value), `GET /kv/{key}` (a linearizable read) and
-//! `DELETE /kv/{key}` are served by the leader; a follower redirects them there (307). `GET
-//! /status` shows the node's role, term, leader and applied index. Ctrl-C stops the node cleanly.
+//! `DELETE /kv/{key}` are served by the leader; a follower redirects them there (307), and
+//! answers 503 while it knows no leader. `GET /status` shows the node's role, term and leader.
+//! A key over 1 KiB or a value over 1 MiB is refused (413); a request whose outcome is unknown
+//! (it timed out, or leadership changed) answers 504. Ctrl-C stops the node cleanly.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -29,7 +31,7 @@ use keel::{
     StateMachine,
 };
 
-/// Nodes of another cluster are refused at their handshake.
+/// Shared by every node of the cluster: nodes of another cluster are refused at their handshake.
 const CLUSTER_ID: u64 = 0x6874_7470_6b76;
 const KEY_BYTES_MAX: usize = 1 << 10;
 const VALUE_BYTES_MAX: usize = 1 << 20;
