@@ -137,7 +137,7 @@ fn read_field(data: &mut dyn Read, max: usize) -> io::Result<Vec<u8>> {
 struct App {
     handle: Handle<KvStore>,
     /// Every node's HTTP address, to send clients to the leader.
-    http_addrs: Arc<BTreeMap<NodeId, SocketAddr>>,
+    http_addrs: Arc<Addrs>,
 }
 
 impl App {
@@ -221,11 +221,14 @@ async fn status(State(app): State<App>) -> String {
     format!("role: {role}\nterm: {}\nleader: {leader}\n", view.term)
 }
 
+type Addrs = BTreeMap<NodeId, SocketAddr>;
+
 struct Args {
     id: NodeId,
-    /// Every node's address for Raft traffic, and its HTTP address.
-    peers: BTreeMap<NodeId, SocketAddr>,
-    http_addrs: BTreeMap<NodeId, SocketAddr>,
+    /// Every node's address for Raft traffic.
+    peers: Addrs,
+    /// Every node's HTTP address.
+    http_addrs: Addrs,
     data_dir: PathBuf,
 }
 
@@ -255,8 +258,6 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         data_dir,
     })
 }
-
-type Addrs = BTreeMap<NodeId, SocketAddr>;
 
 /// `ID=PEER_ADDR/HTTP_ADDR,...`: the peer addresses and the HTTP addresses.
 fn parse_nodes(list: &str) -> Option<(Addrs, Addrs)> {
