@@ -6,7 +6,8 @@
 //! Nodes talk over TCP; with a cluster secret every connection is authenticated and sealed.
 //!
 //! A runnable example, three nodes of a replicated counter in one process, is
-//! `examples/counter.rs` (`cargo run -p keel --example counter`).
+//! `examples/counter.rs` (`cargo run -p keel --example counter`); `examples/http_kv.rs` is a
+//! key-value store with an HTTP API, one node per process.
 //!
 //! This crate is the one to depend on: it re-exports every type a node needs and nothing else.
 //! The crates behind it (`keel-core`, the protocol without I/O; `keel-wal`, the log;
