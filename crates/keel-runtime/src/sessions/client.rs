@@ -216,7 +216,7 @@ impl<S: StateMachine> Session<S> {
                 ClientError::Unknown => in_doubt = true,
                 ClientError::Busy(_) | ClientError::NotProposed => {}
                 // Rejected: the entry cannot be done as asked; retrying changes nothing.
-                _ => return Err(SessionError::Client(error)),
+                _ => return Err(unanswered(in_doubt, error)),
             }
             last_error = error;
             if attempt < self.retry.attempts {
@@ -224,11 +224,7 @@ impl<S: StateMachine> Session<S> {
                 backoff = (backoff * 2).min(self.retry.backoff_max);
             }
         }
-        Err(SessionError::Client(if in_doubt {
-            ClientError::Unknown
-        } else {
-            last_error
-        }))
+        Err(unanswered(in_doubt, last_error))
     }
 
     /// Moves on to the next node's handle, in id order, wrapping around.
@@ -240,4 +236,14 @@ impl<S: StateMachine> Session<S> {
         let next = after.or_else(|| self.handles.iter().next());
         self.current = *next.expect("at least one handle").0;
     }
+}
+
+/// The error of a request given up on after `last_error`: `Unknown` if any attempt may have
+/// applied it, whatever the last one said.
+fn unanswered(in_doubt: bool, last_error: ClientError) -> SessionError {
+    SessionError::Client(if in_doubt {
+        ClientError::Unknown
+    } else {
+        last_error
+    })
 }

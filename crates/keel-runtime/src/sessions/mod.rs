@@ -19,12 +19,21 @@
 //! # use std::collections::BTreeMap;
 //! # use bytes::Bytes;
 //! # use keel_runtime::{Node, NodeConfig, StateMachine};
-//! use keel_runtime::sessions::{Deduplicated, Session};
+//! use keel_runtime::sessions::{Deduplicated, Session, SessionError};
 //! # async fn run<S: StateMachine + Default>(config: NodeConfig) -> Result<(), Box<dyn std::error::Error>> {
+//! // Every node runs the embedder's state machine wrapped (with the same session timeout).
 //! let node = Node::start(config, Deduplicated::new(S::default())).await?;
+//! // A client opens a session through the handles of the nodes it knows, by node id.
 //! let mut session = Session::open(BTreeMap::from([(1, node.handle())])).await?;
-//! let result = session.propose(Bytes::from_static(b"my entry")).await?; // applied once
-//! let count = node.handle().read(|d: &Deduplicated<S>| d.session_count()).await?;
+//! match session.propose(Bytes::from_static(b"my entry")).await {
+//!     Ok(result) => println!("applied once: {result:?}"),
+//!     Err(SessionError::Refused(reason)) => println!("refused by S: {reason:?}"),
+//!     Err(SessionError::SessionExpired) => println!("idle too long: open a new session"),
+//!     Err(other) => return Err(other.into()),
+//! }
+//! // Reads reach the embedder's state machine through the wrapper.
+//! let sessions = node.handle().read(|d: &Deduplicated<S>| d.session_count()).await?;
+//! println!("{sessions} sessions open");
 //! # Ok(())
 //! # }
 //! ```
@@ -114,6 +123,9 @@
 //! entries under another timeout than they were first applied under, may decide differently:
 //! change it as you would change the code of `apply` (the guide's "Upgrades"). Every entry of
 //! the log must be an envelope: propose through [`Session`], or encode [`Envelope`]s yourself.
+//! Wrapping changes what the log and the snapshots hold, so a cluster adopts it from its first
+//! entry (or as an upgrade of its state machine's formats): a `Deduplicated` refuses entries
+//! that are not envelopes and cannot restore a snapshot its inner machine wrote alone.
 
 mod client;
 mod envelope;

@@ -221,3 +221,14 @@ fn a_fatal_inner_error_leaves_the_table_as_it_was() {
     assert_eq!(machine.apply(2, &retry), Ok(Bytes::new()));
     assert_eq!(machine.inner().0, 1);
 }
+
+/// A session lives in a task of its own: it and its requests' futures are `Send`.
+#[test]
+fn a_session_and_its_requests_can_move_between_threads() {
+    fn send<T: Send>(_: &T) {}
+    let check = |session: &mut super::Session<FailsOnFatal>| {
+        send(&session.propose(Bytes::new()));
+        send(session);
+    };
+    let _ = check;
+}
