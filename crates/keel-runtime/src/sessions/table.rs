@@ -22,7 +22,8 @@ pub const SESSIONS_MAX: usize = 16_384;
 pub const UNACKNOWLEDGED_RESULTS_MAX: usize = 64;
 
 /// How long a session may stay idle, by log time, before it expires, unless the wrapper is
-/// given another timeout ([`Deduplicated::with_session_timeout`](super::Deduplicated::with_session_timeout)).
+/// given another timeout
+/// ([`Deduplicated::with_session_timeout`](super::Deduplicated::with_session_timeout)).
 pub const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60 * 60);
 
 /// What a request applied to: the inner state machine's result, or its refusal's reason.
