@@ -148,15 +148,16 @@ fn a_request_applied_twice_applies_once_and_is_answered_alike() {
 }
 
 /// Entries of several sessions: copies, a refusal, acknowledgements, a malformed entry, a clock
-/// that goes back, a close, an expiry.
+/// that goes back, a close.
 fn some_entries() -> Vec<Bytes> {
     let mut entries = vec![Envelope::register(T0).encode()]; // session 1
     entries.push(Envelope::register(T0 + 10).encode()); // session 2
     entries.push(Envelope::register(T0 + 20).encode()); // session 3
     for seq in 1..=5 {
+        // Session 1 sends each request twice.
         entries.push(request(1, seq, T0 + 100 * seq, seq));
-        entries.push(request(1, seq, T0 + 100 * seq, seq)); // a copy
-                                                            // Session 2 pipelines: nothing acknowledged, answers kept.
+        entries.push(request(1, seq, T0 + 100 * seq, seq));
+        // Session 2 pipelines, acknowledging nothing: its answers are kept.
         entries.push(Envelope::request(2, seq, 1, T0 - 5 * MINUTE, add(10)).encode());
     }
     entries.push(Envelope::request(1, 6, 6, T0 + 700, Bytes::from_static(b"?")).encode());
