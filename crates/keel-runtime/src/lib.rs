@@ -11,6 +11,8 @@
 //!   (frames, handshake, message encoding), documented byte by byte, and
 //!   [`keel_transport::Transport`], TCP peer connections with bounded queues, batching, reconnect
 //!   and backoff.
+//! - [`sessions`]: client sessions whose retries apply once ([`sessions::Deduplicated`] around
+//!   the application's state machine, [`sessions::Session`] on the client side).
 //!
 //! A node that cannot go on (a storage error, a panic) stops alone and says why
 //! ([`Node::failed`], [`NodeFailure`]); the library never exits the process ([`exit_on_failure`]
@@ -29,6 +31,7 @@ pub mod metrics;
 mod node;
 pub mod recover;
 pub mod scrub;
+pub mod sessions;
 mod storage;
 
 pub use apply::{SnapshotWriter, StateMachine};

@@ -65,8 +65,9 @@
 //! - A proposal that returns `Ok` was committed and applied exactly once, at one index, on every
 //!   node that applies that index. [`ClientError`] says whether a failed one was certainly not
 //!   applied (`NotLeader`, `Busy`) or may have been (`Unknown`: retry only with an id your state
-//!   machine deduplicates). A request the node never took from its queue before its deadline is
-//!   dropped there (`NotProposed`), never proposed later behind your back.
+//!   machine deduplicates, which [`sessions`] does for you). A request the node never took from
+//!   its queue before its deadline is dropped there (`NotProposed`), never proposed later behind
+//!   your back.
 //! - [`Handle::propose_tracked`] returns the entry's [`LogId`] as soon as the leader appended it;
 //!   whatever happens next, [`Handle::commit_status`] tells what became of it (`Committed` and
 //!   `Overwritten` are final), also after the entry was compacted into a snapshot.
@@ -91,6 +92,8 @@ pub use keel_runtime::{
     exit_on_failure, ClientError, DeadlineTimer, Handle, Node, NodeConfig, NodeFailure, NodeStatus,
     Pending, ReplayStats, StartError, PROPOSE_BATCH_MAX,
 };
+
+pub use keel_runtime::sessions;
 
 /// The Raft protocol's settings (election timeout, heartbeats, flow control, bounds): the
 /// `raft` field of [`NodeConfig`].
