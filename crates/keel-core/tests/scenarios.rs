@@ -676,3 +676,33 @@ fn s09_slow_poller_sees_every_compacted_write_committed() {
         );
     }
 }
+
+/// An application whose state is durable only up to some index keeps the entries after it: a
+/// snapshot compacts the log no further than `keep_log_after` says, and no further than the
+/// snapshot once the floor is gone.
+#[test]
+fn the_log_is_kept_after_the_applications_durable_index() {
+    let mut c = Cluster::with_config(3, |cfg| cfg.snapshot_trailing_entries = 0);
+    let leader = 1;
+    c.elect(leader);
+    for i in 0..20 {
+        c.propose_and_commit(leader, &format!("w{i}"));
+    }
+    c.run_until_quiet();
+    let applied = c.node(leader).status().applied;
+    c.node_mut(leader).keep_log_after(Some(applied - 8));
+    let meta = c.node(leader).snapshot_meta(applied).expect("in the log");
+    c.peer(leader).storage.save_snapshot(&meta);
+    c.node_mut(leader).snapshot_saved(meta);
+    assert_eq!(c.node(leader).log().purged().index, applied - 8);
+    for i in 0..5 {
+        c.propose_and_commit(leader, &format!("v{i}"));
+    }
+    c.run_until_quiet();
+    c.node_mut(leader).keep_log_after(None);
+    let applied = c.node(leader).status().applied;
+    let meta = c.node(leader).snapshot_meta(applied).expect("in the log");
+    c.peer(leader).storage.save_snapshot(&meta);
+    c.node_mut(leader).snapshot_saved(meta);
+    assert_eq!(c.node(leader).log().purged().index, applied);
+}

@@ -212,7 +212,7 @@ impl<S: StateMachine> Applier<S> {
                 });
             }
             let result = match &entry.payload {
-                EntryPayload::Normal(data) => match self.sm.apply(entry.index, data) {
+                EntryPayload::Normal(data) => match self.sm.apply(entry.log_id(), data) {
                     Ok(result) => Ok(result),
                     Err(ApplyError::Refused(reason)) => Err(reason),
                     Err(ApplyError::Fatal(message)) => {

@@ -3,7 +3,7 @@
 //! `ClientError` (`error.rs`).
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 
 /// The application's replicated state machine. Implementations must be deterministic: every
 /// replica applies the same entries in the same order and must reach the same state.
@@ -11,10 +11,11 @@ use keel_core::Index;
 /// Calls come from one caller at a time, in log order (the runtime's apply thread, or its node
 /// task for small batches while that thread is idle; the simulator's event loop).
 pub trait StateMachine: Send + 'static {
-    /// Applies the entry at `index` and returns the result for the client that proposed it, or
-    /// why not ([`ApplyError`]): a refusal (deterministic, the state unchanged, the entry counted
-    /// as applied) or a fatal error (the node stops before counting the entry as applied).
-    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, ApplyError>;
+    /// Applies the entry at `at` (its index, and the term of the leader that appended it) and
+    /// returns the result for the client that proposed it, or why not ([`ApplyError`]): a
+    /// refusal (deterministic, the state unchanged, the entry counted as applied) or a fatal
+    /// error (the node stops before counting the entry as applied).
+    fn apply(&mut self, at: LogId, data: &Bytes) -> Result<Bytes, ApplyError>;
     /// A view of the state at the applied index, to be serialized elsewhere while applying goes
     /// on (docs/DESIGN.md section 4). The pipeline waits for this call only: keep it to a copy of
     /// the in-memory state or a copy-on-write view (cloning maps of reference-counted values is a
@@ -28,6 +29,23 @@ pub trait StateMachine: Send + 'static {
     /// snapshot's). An error stops the node with its applied index where it was and the snapshot
     /// kept, so a restart tries again; a half-restored state machine is never served.
     fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError>;
+
+    /// For a state machine that keeps its state durably itself (in a database file of its
+    /// own): the last entry its durable state reflects, as `apply` was given it (after a
+    /// `restore`, the restored snapshot's last entry once that state is durable). `None` (the
+    /// default): the state lives in memory, and a node restores it from the newest snapshot and
+    /// replays the log after it at every start.
+    ///
+    /// With `Some`, a node starts the state machine where its durable state is: it checks that
+    /// entry against its log (the same index with the same term, else it refuses to start),
+    /// replays only the committed entries after it, and restores the newest snapshot first only
+    /// when the log no longer holds the entries after it. It never compacts its log past what
+    /// this reports, so a crash that loses the state machine's unsynced writes loses nothing:
+    /// what it lost is replayed. It must never go back, and must never run ahead of what
+    /// survives a crash of the process.
+    fn durable(&self) -> Option<LogId> {
+        None
+    }
 }
 
 /// Why [`StateMachine::apply`] produced no result.

@@ -177,7 +177,12 @@ impl keel_engine::SnapshotWriter for KvSnapshotWriter {
 }
 
 impl keel_engine::StateMachine for KvAdapter {
-    fn apply(&mut self, index: u64, data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
+    fn apply(
+        &mut self,
+        at: keel_core::LogId,
+        data: &Bytes,
+    ) -> Result<Bytes, keel_engine::ApplyError> {
+        let index = at.index;
         match self.sm.apply(index, data) {
             Ok(reply) => {
                 if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
@@ -254,7 +259,9 @@ mod tests {
             condition: SetCondition::Always,
         };
         let entry = LogCommand::new(7, 1, 1_700_000_000_000, set).encode();
-        let result = a.apply(3, &entry).expect("applies");
+        let result = a
+            .apply(keel_core::LogId::new(1, 3), &entry)
+            .expect("applies");
         assert_eq!(WriteReply::decode(&result), Some(WriteReply::Ok));
         let stats = a.stats().get();
         assert_eq!(stats.applied_index, 3);
@@ -264,7 +271,10 @@ mod tests {
         assert_ne!(stats.state_digest, 0);
         // The same request id again is deduplicated: same reply, nothing changes.
         assert_eq!(
-            WriteReply::decode(&a.apply(4, &entry).expect("applies")),
+            WriteReply::decode(
+                &a.apply(keel_core::LogId::new(1, 4), &entry)
+                    .expect("applies")
+            ),
             Some(WriteReply::Ok)
         );
         assert_eq!(a.stats().get().state_digest, stats.state_digest);
@@ -287,11 +297,17 @@ mod tests {
             value: Bytes::from_static(b"v"),
             condition: SetCondition::Always,
         };
-        a.apply(3, &LogCommand::new(7, 1, 0, set).encode())
-            .expect("applies");
+        a.apply(
+            keel_core::LogId::new(1, 3),
+            &LogCommand::new(7, 1, 0, set).encode(),
+        )
+        .expect("applies");
         let before = a.stats().get();
         let result = a
-            .apply(4, &Bytes::from_static(b"not a command"))
+            .apply(
+                keel_core::LogId::new(1, 4),
+                &Bytes::from_static(b"not a command"),
+            )
             .expect("applied as a no-op");
         let reply = ApplyReply::decode(&result).expect("a reply for the proposer");
         assert_eq!(
@@ -323,8 +339,10 @@ mod tests {
                 },
             )
             .encode();
-            a.apply(1, &entry).expect("applies");
-            a.apply(2, &entry).expect("applies");
+            a.apply(keel_core::LogId::new(1, 1), &entry)
+                .expect("applies");
+            a.apply(keel_core::LogId::new(1, 2), &entry)
+                .expect("applies");
             a.state().get(b"n").map(<[u8]>::to_vec)
         };
         assert_eq!(incr(KvStateMachine::new()), Some(b"1".to_vec()));

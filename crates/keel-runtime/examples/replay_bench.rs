@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keel_core::{Entry, EntryPayload, HardState, Index, Write};
+use keel_core::{Entry, EntryPayload, HardState, LogId, Write};
 use keel_runtime::{Node, NodeConfig, SnapshotWriter, StateMachine};
 use keel_wal::{bootstrap_meta, StdFs, Wal, WalConfig};
 
@@ -23,7 +23,7 @@ struct Tally {
 }
 
 impl StateMachine for Tally {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.entries += 1;
         self.bytes += data.len() as u64;
         Ok(Bytes::new())

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keel_core::{Index, LogId, Membership, NodeId, Role, SnapshotMeta};
+use keel_core::{LogId, Membership, NodeId, Role, SnapshotMeta};
 use keel_runtime::{ClientError, Node, NodeConfig, SnapshotWriter, StateMachine};
 use keel_transport::{Inbound, Transport, TransportConfig};
 use tokio::sync::mpsc;
@@ -43,7 +43,8 @@ impl SnapshotWriter for BlobView {
 }
 
 impl StateMachine for Blob {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, at: LogId, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+        let index = at.index;
         self.entries.insert(index, data.clone());
         Ok(Bytes::new())
     }
@@ -155,7 +156,8 @@ async fn size_run(root: &Path, size_mb: u64) {
     for i in 1..=n {
         let mut v = payload.clone();
         v[..8].copy_from_slice(&i.to_le_bytes());
-        sm.apply(i, &Bytes::from(v)).expect("applies");
+        sm.apply(LogId::new(1, i), &Bytes::from(v))
+            .expect("applies");
     }
 
     let started = Instant::now();

@@ -12,14 +12,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_runtime::{Node, NodeConfig, SnapshotWriter, StateMachine};
 
 /// Holds nothing: the benchmark measures keel, not the application.
 struct Nothing;
 
 impl StateMachine for Nothing {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, _at: LogId, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         Ok(Bytes::new())
     }
 

@@ -98,9 +98,18 @@ impl<S: StateMachine> RuntimeApplier<S> {
         if let Some(per_entry_ns) = (started.elapsed().as_nanos() as u64).checked_div(count) {
             self.entry_cost_ns = moving_average(self.entry_cost_ns, per_entry_ns);
         }
-        let _ = self.events.send(Event::Applied(self.applier.applied()));
+        self.report_applied();
         self.applier
             .snapshot_due(self.last_snapshot_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Tells the node task what is applied now, and what of it the state machine holds
+    /// durably by itself (`StateMachine::durable`: the log is kept after it).
+    fn report_applied(&self) {
+        let _ = self.events.send(Event::Applied {
+            index: self.applier.applied(),
+            durable: self.applier.state().durable().map(|id| id.index),
+        });
     }
 
     fn read(&mut self, read: ReadFn<S>) {
@@ -144,7 +153,7 @@ impl<S: StateMachine> RuntimeApplier<S> {
             self.stopped(e);
         }
         drop(file);
-        let _ = self.events.send(Event::Applied(self.applier.applied()));
+        self.report_applied();
     }
 
     fn process(&mut self, item: ApplyItem<S>) {

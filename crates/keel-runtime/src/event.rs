@@ -11,7 +11,12 @@ use keel_engine::SnapshotWriter;
 #[derive(Debug)]
 pub enum Event {
     Persisted(u64),
-    Applied(Index),
+    /// The state machine applied up to `index`; it holds up to `durable` durably by itself, if
+    /// it keeps its own durable state (`StateMachine::durable`).
+    Applied {
+        index: Index,
+        durable: Option<Index>,
+    },
     /// The apply thread captured a view of the state at `index`.
     SnapshotTaken {
         index: Index,

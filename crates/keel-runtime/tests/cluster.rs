@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Index, NodeId, Role};
+use keel_core::{Index, LogId, NodeId, Role};
 use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
 
 mod common;
@@ -24,7 +24,7 @@ struct Counter {
 }
 
 impl StateMachine for Counter {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         let add = u64::from_le_bytes(data[..8].try_into().unwrap());
         self.total += add;
         Ok(Bytes::copy_from_slice(&self.total.to_le_bytes()))

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_runtime::{ClientError, Node, NodeFailure, SnapshotWriter, StateMachine};
 
 mod common;
@@ -19,7 +19,7 @@ struct Fragile {
 }
 
 impl StateMachine for Fragile {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         assert_ne!(&data[..], b"boom", "the state machine met boom");
         self.applied += 1;
         Ok(Bytes::copy_from_slice(&self.applied.to_le_bytes()))

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Index, NodeId};
+use keel_core::{Index, LogId, NodeId};
 use keel_runtime::sessions::{
     Deduplicated, Envelope, Refusal, RetryPolicy, Session, SessionError, ENVELOPE_HEADER_LEN,
     ENVELOPE_VERSION, SESSIONS_MAX, UNACKNOWLEDGED_RESULTS_MAX,
@@ -32,7 +32,7 @@ struct Tally {
 }
 
 impl StateMachine for Tally {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         let Ok(add) = data[..].try_into().map(u64::from_le_bytes) else {
             return Err(ApplyError::Refused(Bytes::from_static(b"not a u64")));
         };
@@ -94,7 +94,7 @@ impl Replica {
     fn apply(&mut self, entry: &Bytes) -> Result<Bytes, ApplyError> {
         let index = self.next_index;
         self.next_index += 1;
-        self.machine.apply(index, entry)
+        self.machine.apply(LogId::new(1, index), entry)
     }
 
     /// Registers a session at `time_ms`: its id.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_runtime::{ApplyError, Node, RestoreError, SnapshotWriter, StateMachine};
 
 mod common;
@@ -49,7 +49,7 @@ impl SnapshotWriter for Pattern {
 }
 
 impl StateMachine for Large {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, _data: &Bytes) -> Result<Bytes, ApplyError> {
         Ok(Bytes::new())
     }
 

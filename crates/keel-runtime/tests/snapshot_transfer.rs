@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Index, NodeId, Role};
+use keel_core::{Index, LogId, NodeId, Role};
 use keel_runtime::{Handle, Node, NodeConfig, SnapshotWriter, StateMachine};
 
 mod common;
@@ -78,7 +78,8 @@ impl SnapshotWriter for BlobView {
 }
 
 impl StateMachine for Blob {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, at: LogId, data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+        let index = at.index;
         self.digest ^= entry_crc(index, data);
         self.entries.insert(index, data.clone());
         self.publish();

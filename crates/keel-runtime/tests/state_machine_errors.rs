@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_runtime::{
     ApplyError, ClientError, Handle, Node, NodeFailure, RestoreError, SnapshotWriter, StartError,
     StateMachine,
@@ -27,7 +27,7 @@ struct Picky {
 }
 
 impl StateMachine for Picky {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         match &data[..] {
             b"no" => return Err(ApplyError::Refused(Bytes::from_static(b"no thanks"))),
             b"fatal" if self.fail_apply.load(Ordering::SeqCst) => {

@@ -81,11 +81,15 @@ impl SimStateMachine {
 }
 
 impl StateMachine for SimStateMachine {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
+    fn apply(
+        &mut self,
+        at: keel_core::LogId,
+        data: &Bytes,
+    ) -> Result<Bytes, keel_engine::ApplyError> {
         if std::mem::take(&mut self.skip_next_command) {
             return Ok(Bytes::new());
         }
-        self.kv.apply(index, data)
+        self.kv.apply(at, data)
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         self.kv.snapshot_view()

@@ -364,6 +364,7 @@ fn snapshot_only(scan: &Scan, latest: LatestSnapshot, started: Instant) -> Assem
         recovered: Recovered {
             state,
             snapshot: latest.chosen,
+            trailing: Vec::new(),
             stats: RecoveryStats {
                 segments: scan.segments.len(),
                 frames: scan.frames,

@@ -78,6 +78,10 @@ pub struct Recovered {
     pub state: RecoveredState,
     /// The snapshot the state starts from (its data: [`crate::Wal::read_snapshot_data`]).
     pub snapshot: Option<SnapshotFile>,
+    /// The entries the log still holds that the snapshot covers, up to its last entry (empty
+    /// when the log does not continue the snapshot): what a state machine holding less than the
+    /// snapshot on its own catches up on instead of restoring it (keel-runtime).
+    pub trailing: Vec<Entry>,
     /// What recovery read and what it discarded.
     pub stats: RecoveryStats,
 }
@@ -664,7 +668,11 @@ pub(crate) fn assemble(
     }
     let skip = (entries_from - log_start) as usize;
     let mut entries: Vec<Entry> = std::mem::take(&mut replay.entries);
-    entries.drain(..skip.min(entries.len()));
+    let covered: Vec<Entry> = entries.drain(..skip.min(entries.len())).collect();
+    let trailing = match needs_reset {
+        None => covered,
+        Some(_) => Vec::new(),
+    };
     let last = entries.last().map_or(snap.index, |e| e.index);
     let mut hard_state = replay.hard_state;
     hard_state.commit = hard_state.commit.clamp(snap.index, last);
@@ -691,6 +699,7 @@ pub(crate) fn assemble(
         recovered: Recovered {
             state,
             snapshot: latest.chosen,
+            trailing,
             stats,
         },
         needs_reset,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use keel::{
-    ApplyError, ClientError, Handle, Index, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter,
+    ApplyError, ClientError, Handle, LogId, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter,
     StateMachine,
 };
 
@@ -17,7 +17,7 @@ use keel::{
 struct Counter(u64);
 
 impl StateMachine for Counter {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         let Ok(add) = data[..].try_into().map(u64::from_le_bytes) else {
             // Refused alike on every node; the state is unchanged.
             return Err(ApplyError::Refused(Bytes::from_static(b"not a u64")));

@@ -27,7 +27,7 @@ use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use keel::{
-    ApplyError, ClientError, Handle, Index, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter,
+    ApplyError, ClientError, Handle, LogId, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter,
     StateMachine,
 };
 
@@ -65,7 +65,7 @@ fn decode(entry: &Bytes) -> Option<(u8, String, Bytes)> {
 
 impl StateMachine for KvStore {
     /// A put answers nothing; a delete answers `[1]` if the key was there, `[0]` if not.
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         match decode(data) {
             Some((PUT, key, value)) => {
                 self.0.insert(key, value);
@@ -327,7 +327,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use bytes::Bytes;
-    use keel::{NodeId, StateMachine};
+    use keel::{LogId, NodeId, StateMachine};
 
     use super::{encode, parse_args, serve, KvStore, DELETE, KEY_BYTES_MAX, PUT, VALUE_BYTES_MAX};
 
@@ -340,9 +340,11 @@ mod tests {
             encode(DELETE, "b", b""),
         ];
         for (index, entry) in (1..).zip(&entries) {
-            store.apply(index, entry).expect("applied");
+            store.apply(LogId::new(1, index), entry).expect("applied");
         }
-        assert!(store.apply(4, &Bytes::from_static(b"junk")).is_err());
+        assert!(store
+            .apply(LogId::new(1, 4), &Bytes::from_static(b"junk"))
+            .is_err());
         let mut snapshot = Vec::new();
         store.snapshot_view().write_to(&mut snapshot).unwrap();
         let pairs = 1u64.to_le_bytes();

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use keel::storage::{self, RecoveredState, SnapshotMeta, Storage, Write};
-use keel::{ApplyError, Index, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter};
+use keel::{ApplyError, Node, NodeConfig, NodeId, RestoreError, SnapshotWriter};
 use keel::{LogId, StateMachine};
 use redb::{Database, Durability, ReadableTable, TableDefinition};
 
@@ -174,7 +174,7 @@ impl Drop for RedbStorage {
 struct Count(u64);
 
 impl StateMachine for Count {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, _data: &Bytes) -> Result<Bytes, ApplyError> {
         self.0 += 1;
         Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
     }

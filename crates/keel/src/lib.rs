@@ -18,14 +18,14 @@
 //!
 //! ```no_run
 //! use bytes::Bytes;
-//! use keel::{ApplyError, Index, Node, NodeConfig, RestoreError, SnapshotWriter, StateMachine};
+//! use keel::{ApplyError, LogId, Node, NodeConfig, RestoreError, SnapshotWriter, StateMachine};
 //!
 //! /// Adds the little-endian u64 of each entry; answers the new total.
 //! #[derive(Default)]
 //! struct Counter(u64);
 //!
 //! impl StateMachine for Counter {
-//!     fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+//!     fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
 //!         let Ok(add) = data[..].try_into().map(u64::from_le_bytes) else {
 //!             // Refused alike on every node; the state is unchanged.
 //!             return Err(ApplyError::Refused(Bytes::from_static(b"not a u64")));

@@ -170,6 +170,9 @@ pub struct RaftNode {
     /// Set by the runtime while this node must not start elections (its clock is too far from
     /// the leader's: keel-engine's `clock` module). It still votes.
     campaigns_held: bool,
+    /// Entries after this index are kept whatever the snapshots: the application's own durable
+    /// state reflects the log up to here only ([`RaftNode::keep_log_after`]). `None`: no floor.
+    compaction_floor: Option<Index>,
     /// Set while this node's disk has lost or damaged entries it had acknowledged (keel-wal's
     /// promise record): it starts no election and votes only for a candidate whose log reaches
     /// them, until its own durable log does ([`RaftNode::start_recovering`], `repair.rs`).
@@ -331,6 +334,7 @@ impl RaftNode {
             apply_requested: applied,
             replay_to: commit,
             campaigns_held: false,
+            compaction_floor: None,
             recovery: None,
             released_promise: None,
             lowered_promise: None,

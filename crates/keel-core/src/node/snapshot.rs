@@ -73,8 +73,18 @@ impl RaftNode {
         &self.snapshot
     }
 
+    /// Keeps every entry after `index` in the log, whatever the snapshots: an application that
+    /// keeps its state durably itself, and has made it durable up to `index` only, replays the
+    /// entries after it at a restart (keel-engine's `StateMachine::durable`). A later call moves
+    /// the floor; `None` removes it. Entries already compacted stay compacted (a restart then
+    /// restores the snapshot first).
+    pub fn keep_log_after(&mut self, index: Option<Index>) {
+        self.compaction_floor = index;
+    }
+
     /// The application made a snapshot at `meta.last` durable. The log is purged up to
-    /// `snapshot_trailing_entries` below it, never beyond what is durable.
+    /// `snapshot_trailing_entries` below it, never beyond what is durable nor past the floor
+    /// of [`RaftNode::keep_log_after`].
     pub fn snapshot_saved(&mut self, meta: SnapshotMeta) {
         if meta.last.index <= self.snapshot.last.index {
             return;
@@ -95,7 +105,8 @@ impl RaftNode {
             .last
             .index
             .saturating_sub(self.config.snapshot_trailing_entries)
-            .min(self.durability.durable_index());
+            .min(self.durability.durable_index())
+            .min(self.compaction_floor.unwrap_or(Index::MAX));
         self.snapshot = meta;
         if purge_to > self.log.purged().index {
             self.log.compact_to(purge_to);

@@ -58,7 +58,7 @@ fn ratio_zero_leaves_the_minimum_and_no_overflow() {
 struct Log(Vec<u8>);
 
 impl StateMachine for Log {
-    fn apply(&mut self, _index: u64, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         match &data[..] {
             b"r" => return Err(ApplyError::Refused(Bytes::from_static(b"no r"))),
             b"!" => return Err(ApplyError::Fatal("its disk is gone".into())),

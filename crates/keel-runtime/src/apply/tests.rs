@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Entry, EntryPayload, Index};
+use keel_core::{Entry, EntryPayload, Index, LogId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{spawn, ApplyItem, ApplyWorker, SnapshotPolicy, SnapshotWriter, StateMachine};
@@ -19,7 +19,8 @@ struct Recorder {
 }
 
 impl StateMachine for Recorder {
-    fn apply(&mut self, index: Index, _data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
+    fn apply(&mut self, at: LogId, _data: &Bytes) -> Result<Bytes, keel_engine::ApplyError> {
+        let index = at.index;
         std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
         self.applied.lock().unwrap().push((index, caller()));
         Ok(Bytes::from(index.to_string()))
@@ -154,7 +155,7 @@ fn an_idle_pipeline_applies_a_small_batch_on_the_caller_and_replies_at_once() {
         assert_eq!(reply.try_recv().unwrap().unwrap(), (k + 1).to_string());
     }
     match h.events.try_recv() {
-        Ok(Event::Applied(3)) => {}
+        Ok(Event::Applied { index: 3, .. }) => {}
         other => panic!("expected Applied(3), got {other:?}"),
     }
     let applied = h.finish();
@@ -215,7 +216,10 @@ fn a_snapshot_due_after_an_inline_batch_is_captured_on_the_apply_thread() {
     let applied = h.finish();
     assert_eq!(on(&applied, &caller()), [1, 2]);
     let mut events = events.into_iter();
-    assert!(matches!(events.next(), Some(Event::Applied(2))));
+    assert!(matches!(
+        events.next(),
+        Some(Event::Applied { index: 2, .. })
+    ));
     let Some(Event::SnapshotTaken { index: 2, view }) = events.next() else {
         panic!("expected the snapshot at 2");
     };

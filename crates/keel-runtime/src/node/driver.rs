@@ -398,9 +398,12 @@ impl<S: StateMachine> Driver<S> {
                     );
                 }
             }
-            Event::Applied(index) => {
+            Event::Applied { index, durable } => {
                 self.io.metrics.applied(index);
-                self.raft.applied(index)
+                self.raft.applied(index);
+                if durable.is_some() {
+                    self.raft.keep_log_after(durable);
+                }
             }
             Event::SnapshotTaken { index, view } => {
                 if index <= self.raft.snapshot().last.index {

@@ -36,6 +36,9 @@ pub(super) struct Opened<L> {
     pub snapshot: Option<(SnapshotFile, <StdFs as Fs>::File)>,
     /// Where snapshot files are written, received and kept.
     pub snapshot_dir: PathBuf,
+    /// Entries the log holds that the newest snapshot covers, up to its last entry: what a
+    /// state machine holding less than the snapshot on its own catches up on.
+    pub trailing: Vec<keel_core::Entry>,
     /// Whether the scrub may run over the data directory (it knows the WAL's files only).
     pub scrub: bool,
 }
@@ -68,6 +71,7 @@ pub(super) fn open_wal(config: &NodeConfig) -> Result<Opened<WalStore>, StartErr
         promised,
         snapshot,
         snapshot_dir: config.data_dir.clone(),
+        trailing: recovered.trailing,
         scrub: true,
     })
 }
@@ -110,6 +114,15 @@ fn open_wal_repairing(
             .map(|promised| (promised, report.former_terms.clone()))
     });
     Ok((wal, recovered, promised))
+}
+
+/// The entries a storage returned that its snapshot covers (it may keep some).
+fn covered_by_snapshot(state: &RecoveredState) -> Vec<keel_core::Entry> {
+    let covered = state
+        .entries
+        .iter()
+        .filter(|e| e.index <= state.snapshot.index);
+    covered.cloned().collect()
 }
 
 /// An empty log storage in a data directory a node has run in (its incarnation file, or
@@ -200,6 +213,7 @@ pub(super) fn open_embedder<L: Storage + Send + 'static>(
             recorded: state.snapshot,
             metrics: StorageMetrics::new(config.id),
         },
+        trailing: covered_by_snapshot(&state),
         state,
         promised: None,
         snapshot,

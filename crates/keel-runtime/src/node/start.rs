@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
 
-use keel_core::{Index, RaftNode};
+use keel_core::{Index, RaftNode, RecoveredState, Term};
 use keel_transport::Transport;
+use keel_wal::snapshot::SnapshotFile;
+use keel_wal::{Fs, StdFs};
 use tokio::sync::mpsc;
 
 use super::open::{Opened, Promised};
@@ -39,8 +41,15 @@ impl<S: StateMachine> Node<S> {
         opened: Opened<L>,
         started: Instant,
     ) -> Result<Node<S>, StartError> {
-        let (snapshot_data, snapshot_bytes) = restore_newest(&mut sm, &opened)?;
-        let (raft, applied) = core_from(&config, opened.state, opened.promised, started)?;
+        let mut state = opened.state;
+        let (snapshot_data, snapshot_bytes) = restore_newest(
+            &mut sm,
+            &mut state,
+            opened.snapshot.as_ref(),
+            &opened.trailing,
+        )?;
+        let durable = sm.durable().map(|held| held.index);
+        let (raft, applied) = core_from(&config, state, opened.promised, durable, started)?;
         let config = settle_config(config, opened.snapshot_dir, raft.commit_index())?;
         let failure = FailureCell::new(config.id);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -105,37 +114,147 @@ impl<S: StateMachine> Node<S> {
 }
 
 /// Restores the state machine from the newest snapshot (streamed from its file, which was
-/// verified whole when it was chosen): that snapshot's position and file, and its size.
-fn restore_newest<S: StateMachine, L>(
+/// verified whole when it was chosen), unless it keeps its state durably itself and the log
+/// holds every entry after what it holds (`StateMachine::durable`): then it starts there, and
+/// `state` says so (applied, and the commit index at least that far). The newest snapshot's
+/// position and file, and its size.
+fn restore_newest<S: StateMachine>(
     sm: &mut S,
-    opened: &Opened<L>,
+    state: &mut RecoveredState,
+    snapshot: Option<&(SnapshotFile, <StdFs as Fs>::File)>,
+    trailing: &[keel_core::Entry],
 ) -> Result<(SnapshotData, u64), StartError> {
-    let Some((file, handle)) = &opened.snapshot else {
+    let durable = sm.durable();
+    if let Some(held) = durable {
+        let in_log = term_in_log(state, held.index);
+        if in_log != Some(held.term) {
+            return Err(StartError::StateMachine {
+                index: held.index,
+                message: match in_log {
+                    Some(term) => format!(
+                        "it holds the entry {held}, but this log's entry at {} has term {term}: \
+                         its state is not this log's",
+                        held.index
+                    ),
+                    None => format!(
+                        "it holds the entry {held}, beyond this log's last entry at {}",
+                        last_index(state)
+                    ),
+                },
+            });
+        }
+    }
+    let Some((file, handle)) = snapshot else {
         return Ok((None, 0));
     };
     let size_bytes = std::fs::metadata(&file.path).map_or(0, |m| m.len());
+    let data = Some((file.meta.last, file.path.clone()));
+    if let Some(held) = durable {
+        if held.index >= file.meta.last.index {
+            // Every entry after what it holds is in the log: no restore, a replay of those only.
+            tracing::info!("the state machine holds {held} durably: starting it there");
+            state.applied = held.index;
+            state.hard_state.commit = state.hard_state.commit.max(held.index);
+            return Ok((data, size_bytes));
+        }
+        if apply_up_to_snapshot(sm, trailing, held.index, file.meta.last.index)? {
+            return Ok((data, size_bytes));
+        }
+    }
     if file.meta.last.index > 0 {
-        let mut data = keel_wal::snapshot::data_reader(handle, file);
-        sm.restore(&mut data)
+        let mut reader = keel_wal::snapshot::data_reader(handle, file);
+        sm.restore(&mut reader)
             .map_err(|e| StartError::StateMachine {
                 index: file.meta.last.index,
                 message: e.0,
             })?;
     }
-    Ok((Some((file.meta.last, file.path.clone())), size_bytes))
+    Ok((data, size_bytes))
+}
+
+/// A state machine holding less than the newest snapshot covers catches up on the entries the
+/// log kept below the snapshot for it (`RaftNode::keep_log_after`), instead of restoring the
+/// whole snapshot: they are committed (the snapshot covers them) and applied here, before the
+/// node starts at the snapshot. False (nothing applied) when the log does not hold them all.
+fn apply_up_to_snapshot<S: StateMachine>(
+    sm: &mut S,
+    trailing: &[keel_core::Entry],
+    held: Index,
+    snapshot: Index,
+) -> Result<bool, StartError> {
+    let kept: Vec<_> = trailing
+        .iter()
+        .filter(|e| e.index > held && e.index <= snapshot)
+        .collect();
+    let contiguous = kept.iter().zip(held + 1..).all(|(e, i)| e.index == i);
+    if !contiguous || kept.len() as u64 != snapshot - held {
+        return Ok(false);
+    }
+    tracing::info!(
+        "the state machine holds entry {held} durably: applying the {} entries up to the \
+         snapshot at {snapshot} from the log",
+        kept.len()
+    );
+    for entry in kept {
+        if let keel_core::EntryPayload::Normal(data) = &entry.payload {
+            match sm.apply(entry.log_id(), data) {
+                Ok(_) | Err(keel_engine::ApplyError::Refused(_)) => {}
+                Err(e) => {
+                    return Err(StartError::StateMachine {
+                        index: entry.index,
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The last index the recovered state holds: its last entry's, or the snapshot's.
+fn last_index(state: &RecoveredState) -> Index {
+    state
+        .entries
+        .last()
+        .map_or(state.snapshot.index, |e| e.index)
+        .max(state.snapshot.index)
+}
+
+/// The term of the entry at `index` as the recovered state knows it: from its entries, its
+/// snapshot, or the snapshot's term history for an index it covers; `None` beyond its end.
+fn term_in_log(state: &RecoveredState, index: Index) -> Option<Term> {
+    if let Some(entry) = state.entries.iter().find(|e| e.index == index) {
+        return Some(entry.term);
+    }
+    if index == state.snapshot.index {
+        return Some(state.snapshot.term);
+    }
+    if index > state.snapshot.index {
+        return None;
+    }
+    // The term history lists the first index of each term up to the snapshot.
+    state
+        .snapshot_term_history
+        .iter()
+        .take_while(|first| first.index <= index)
+        .last()
+        .map_or(Some(0), |first| Some(first.term))
 }
 
 /// The core, from the recovered state (recovering to `promised` when the disk lost what it had
-/// promised), and the index the state machine holds.
+/// promised, keeping the log after what the state machine holds `durable`ly by itself), and
+/// the index the state machine holds.
 fn core_from(
     config: &NodeConfig,
     mut state: keel_core::RecoveredState,
     promised: Option<Promised>,
+    durable: Option<Index>,
     started: Instant,
 ) -> Result<(RaftNode, Index), StartError> {
     state.applied = state.applied.max(state.snapshot.index);
     let applied = state.applied;
     let mut raft = RaftNode::new(config.raft.clone(), state)?;
+    raft.keep_log_after(durable);
     if let Some((promised, former_terms)) = promised {
         raft.start_recovering(promised, &former_terms);
     }

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_engine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 
 use super::envelope::{EntryKind, Envelope, Refusal};
@@ -84,7 +84,7 @@ impl<S> Deduplicated<S> {
 impl<S: StateMachine> Deduplicated<S> {
     fn apply_request(
         &mut self,
-        index: Index,
+        at: LogId,
         request: &Envelope,
         now_ms: u64,
     ) -> Result<Bytes, ApplyError> {
@@ -98,7 +98,7 @@ impl<S: StateMachine> Deduplicated<S> {
                 answer
             }
             Ok(Seen::New) => {
-                let answer: Answer = match self.inner.apply(index, &request.data) {
+                let answer: Answer = match self.inner.apply(at, &request.data) {
                     Ok(result) => Ok(result),
                     Err(ApplyError::Refused(reason)) => Err(reason),
                     // The node stops before this entry counts as applied: leave the table as it
@@ -114,7 +114,8 @@ impl<S: StateMachine> Deduplicated<S> {
 }
 
 impl<S: StateMachine> StateMachine for Deduplicated<S> {
-    fn apply(&mut self, index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
+        let index = at.index;
         // A malformed entry reaches no session and moves no time: it carries none we can trust.
         let envelope = Envelope::decode(data).map_err(Refusal::Malformed)?;
         let now_ms = self.table.log_time_after(envelope.time_ms);
@@ -123,7 +124,7 @@ impl<S: StateMachine> StateMachine for Deduplicated<S> {
                 self.table.register(index, now_ms)?;
                 Ok(Bytes::copy_from_slice(&index.to_le_bytes()))
             }
-            EntryKind::Request => self.apply_request(index, &envelope, now_ms),
+            EntryKind::Request => self.apply_request(at, &envelope, now_ms),
             EntryKind::Close => {
                 self.table.close(envelope.session, now_ms);
                 Ok(Bytes::new())

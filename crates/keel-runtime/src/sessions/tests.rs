@@ -6,7 +6,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::Index;
+use keel_core::LogId;
 use keel_engine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 
 use super::envelope::{Envelope, Refusal, ENVELOPE_HEADER_LEN};
@@ -185,7 +185,7 @@ fn a_damaged_table_frame_is_refused() {
 struct FailsOnFatal(u64);
 
 impl StateMachine for FailsOnFatal {
-    fn apply(&mut self, _index: Index, data: &Bytes) -> Result<Bytes, ApplyError> {
+    fn apply(&mut self, _at: LogId, data: &Bytes) -> Result<Bytes, ApplyError> {
         if &data[..] == b"fatal" {
             return Err(ApplyError::Fatal("disk gone".into()));
         }
@@ -207,18 +207,18 @@ impl StateMachine for FailsOnFatal {
 fn a_fatal_inner_error_leaves_the_table_as_it_was() {
     let mut machine = Deduplicated::new(FailsOnFatal::default());
     machine
-        .apply(1, &Envelope::register(1_000).encode())
+        .apply(LogId::new(1, 1), &Envelope::register(1_000).encode())
         .unwrap();
     let fatal = Envelope::request(1, 1, 1, 5_000, Bytes::from_static(b"fatal")).encode();
     assert!(matches!(
-        machine.apply(2, &fatal),
+        machine.apply(LogId::new(1, 2), &fatal),
         Err(ApplyError::Fatal(_))
     ));
     assert_eq!(machine.log_time_ms(), 1_000, "the log time did not move");
     assert_eq!(machine.unacknowledged_results(1), Some(0), "nothing kept");
     // The entry is applied again after the restart: it is new then, and applies.
     let retry = Envelope::request(1, 1, 1, 5_000, Bytes::from_static(b"ok")).encode();
-    assert_eq!(machine.apply(2, &retry), Ok(Bytes::new()));
+    assert_eq!(machine.apply(LogId::new(1, 2), &retry), Ok(Bytes::new()));
     assert_eq!(machine.inner().0, 1);
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_core::{Index, NodeId, Role};
+use keel_core::{Index, LogId, NodeId, Role};
 use keel_runtime::{ClientError, Handle, Node, NodeConfig, StateMachine};
 
 /// A loopback address for a node to bind later. Its port is drawn below the kernel's ephemeral
@@ -170,7 +170,7 @@ pub async fn wait_leading<S: StateMachine>(handle: &Handle<S>, wait: Duration) {
 pub struct Count(pub u64);
 
 impl StateMachine for Count {
-    fn apply(&mut self, _index: Index, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
+    fn apply(&mut self, _at: LogId, _data: &Bytes) -> Result<Bytes, keel_runtime::ApplyError> {
         self.0 += 1;
         Ok(Bytes::copy_from_slice(&self.0.to_le_bytes()))
     }
