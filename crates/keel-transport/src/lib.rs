@@ -58,13 +58,17 @@ use keel_wal::StdFs;
 
 mod auth;
 mod client_addrs;
+mod in_process;
 mod inbound;
+mod peer;
 mod record;
 mod snapshot;
 pub mod wire;
 
 pub use auth::load_cluster_secret;
 pub use client_addrs::ClientAddrs;
+pub use in_process::InProcessNetwork;
+pub use peer::{Connector, PeerTransport, Tcp, TransportFuture};
 use record::{FrameWriter, RecordReader};
 pub use snapshot::{discard_stale_partial, SnapshotCounters, SnapshotTransferStats};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
@@ -159,6 +163,10 @@ pub struct TransportConfig {
     pub handshakes_pending_max: usize,
     /// Inbound connections open at once; one more is closed at once.
     pub inbound_connections_max: usize,
+    /// What carries this node's messages and snapshots: `None` is keel's TCP transport
+    /// ([`Tcp`]); an [`InProcessNetwork`] connects nodes of one process without sockets; an
+    /// embedder's own [`Connector`] starts its own [`PeerTransport`].
+    pub connector: Option<Arc<dyn Connector>>,
 }
 
 impl TransportConfig {
@@ -193,6 +201,7 @@ impl TransportConfig {
             handshake_timeout_ms: 5000,
             handshakes_pending_max: 64,
             inbound_connections_max: 1024,
+            connector: None,
         }
     }
 }

@@ -104,6 +104,21 @@ pub use keel_transport::TransportConfig;
 /// The write-ahead log's settings: the `wal` field of [`NodeConfig`].
 pub use keel_wal::WalConfig;
 
+/// The peer transport: keel's TCP transport is the default;
+/// [`InProcessNetwork`](transport::InProcessNetwork) connects nodes of one process without
+/// sockets (set `config.transport.connector`), with faults for tests (`isolate`, `heal`); an
+/// embedder's own
+/// transport implements [`PeerTransport`](transport::PeerTransport) and starts through a
+/// [`Connector`](transport::Connector).
+pub mod transport {
+    pub use keel_core::{Message, MessageBody};
+    pub use keel_engine::handshake::ConfigurationChange;
+    pub use keel_transport::{
+        ClientAddrs, Connector, InProcessNetwork, Inbound, PeerTransport, SnapshotCounters,
+        SnapshotTransferStats, Tcp, TransportError, TransportFuture,
+    };
+}
+
 /// Your own log storage: the contract ([`Storage`](storage::Storage)), the in-memory
 /// implementation, the records to store and the conformance suite that checks an
 /// implementation in one call.

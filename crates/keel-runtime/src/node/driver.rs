@@ -31,7 +31,7 @@ use crate::handle::{
     Request,
 };
 use crate::storage::{storage_failure, SnapshotAdoption, StorageCommand};
-use keel_transport::{AbortOnDrop, Inbound, Transport};
+use keel_transport::{AbortOnDrop, Inbound, PeerTransport};
 
 /// The node as [`crate::Handle::watch`] shows it.
 pub(super) fn view_of(raft: &RaftNode, serving: bool) -> NodeView {
@@ -80,7 +80,7 @@ pub(super) struct Driver<S> {
 /// The effects of the engine's decisions, over tokio: the transport, the apply pipeline, snapshot
 /// transfer tasks.
 pub(super) struct Io<S> {
-    pub transport: Transport,
+    pub transport: Arc<dyn PeerTransport>,
     /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
     /// which the core keeps in memory anyway until they are applied and snapshotted.
     pub apply: ApplyWorker<S>,

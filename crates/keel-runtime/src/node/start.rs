@@ -10,7 +10,7 @@ use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
 
 use keel_core::{Index, RaftNode, RecoveredState, Term};
-use keel_transport::Transport;
+use keel_transport::{Connector, PeerTransport, Tcp};
 use keel_wal::snapshot::SnapshotFile;
 use keel_wal::{Fs, StdFs};
 use tokio::sync::mpsc;
@@ -269,17 +269,29 @@ fn core_from(
     Ok((raft, applied))
 }
 
-/// The peer transport, bound and told the peers' addresses, and its inbound queue.
+/// The peer transport (`TransportConfig::connector`: TCP by default), started and told the
+/// peers' addresses, and its inbound queue.
 async fn bind_transport(
     config: &NodeConfig,
-) -> Result<(Transport, mpsc::Receiver<keel_transport::Inbound>), StartError> {
+) -> Result<
+    (
+        Arc<dyn PeerTransport>,
+        mpsc::Receiver<keel_transport::Inbound>,
+    ),
+    StartError,
+> {
     let (inbound_tx, inbound_rx) = mpsc::channel(config.transport.send_queue_messages_max);
-    let transport = Transport::bind(
-        config.transport.clone(),
-        config.peer_listen_addr,
-        inbound_tx,
-    )
-    .await?;
+    let connector: Arc<dyn Connector> = match &config.transport.connector {
+        Some(connector) => Arc::clone(connector),
+        None => Arc::new(Tcp),
+    };
+    let transport = connector
+        .connect(
+            config.transport.clone(),
+            config.peer_listen_addr,
+            inbound_tx,
+        )
+        .await?;
     for (&id, &addr) in &config.peers {
         if id != config.id {
             transport.set_peer(id, addr);
