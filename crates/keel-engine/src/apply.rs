@@ -264,7 +264,7 @@ impl<S: StateMachine> Applier<S> {
             });
         }
         self.sm
-            .restore(data)
+            .restore(meta.last, data)
             .map_err(|e| PipelineError::StateMachine {
                 index: meta.last.index,
                 message: e.0,

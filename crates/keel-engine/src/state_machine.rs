@@ -27,8 +27,11 @@ pub trait StateMachine: Send + 'static {
     /// whatever the snapshot's size (the runtime reads the file as it is asked, and checks its
     /// checksum on the way: a read error, the last read included, means the bytes are not the
     /// snapshot's). An error stops the node with its applied index where it was and the snapshot
-    /// kept, so a restart tries again; a half-restored state machine is never served.
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError>;
+    /// kept, so a restart tries again; a half-restored state machine is never served. `last` is
+    /// the last entry the snapshot covers: the state afterwards is as if `apply` had been given
+    /// every entry through it (a state machine that reports [`durable`](Self::durable) records
+    /// it with the restored state).
+    fn restore(&mut self, last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError>;
 
     /// For a state machine that keeps its state durably itself (in a database file of its
     /// own): the last entry its durable state reflects, as `apply` was given it (after a

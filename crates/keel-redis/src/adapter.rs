@@ -208,7 +208,11 @@ impl keel_engine::StateMachine for KvAdapter {
         Box::new(KvSnapshotWriter(self.sm.snapshot_view()))
     }
 
-    fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
+    fn restore(
+        &mut self,
+        _last: keel_core::LogId,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<(), keel_engine::RestoreError> {
         // The snapshot decoder works on one buffer: this state machine reads its snapshot whole.
         let mut data = Vec::new();
         reader.read_to_end(&mut data)?;
@@ -283,7 +287,8 @@ mod tests {
         a.snapshot_view().write_to(&mut bytes).unwrap();
         assert_eq!(bytes, a.state().snapshot());
         let mut b = KvAdapter::new(KvStateMachine::new());
-        b.restore(&mut &bytes[..]).expect("restores");
+        b.restore(keel_core::LogId::new(1, 4), &mut &bytes[..])
+            .expect("restores");
         assert_eq!(b.state(), a.state());
         assert_eq!(b.stats().get().state_digest, stats.state_digest);
         assert_eq!(b.stats().get().log_time_ms, stats.log_time_ms);

@@ -37,6 +37,7 @@ impl StateMachine for Tally {
 
     fn restore(
         &mut self,
+        _last: keel_core::LogId,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut counts = [0u8; 16];

@@ -55,6 +55,7 @@ impl StateMachine for Blob {
 
     fn restore(
         &mut self,
+        _last: keel_core::LogId,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut data = Vec::new();

@@ -27,7 +27,11 @@ impl StateMachine for Nothing {
         Box::new(Vec::new())
     }
 
-    fn restore(&mut self, _data: &mut dyn std::io::Read) -> Result<(), keel_runtime::RestoreError> {
+    fn restore(
+        &mut self,
+        _last: LogId,
+        _data: &mut dyn std::io::Read,
+    ) -> Result<(), keel_runtime::RestoreError> {
         Ok(())
     }
 }

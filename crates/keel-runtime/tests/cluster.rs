@@ -36,6 +36,7 @@ impl StateMachine for Counter {
 
     fn restore(
         &mut self,
+        _last: keel_core::LogId,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut total = [0u8; 8];

@@ -85,7 +85,7 @@ impl StateMachine for FileCounter {
         Box::new(self.count.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         self.calls.restores.fetch_add(1, Ordering::Relaxed);
         let mut count = [0u8; 8];
         data.read_exact(&mut count)?;

@@ -31,6 +31,7 @@ impl StateMachine for Fragile {
 
     fn restore(
         &mut self,
+        _last: keel_core::LogId,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         let mut applied = [0u8; 8];

@@ -47,7 +47,7 @@ impl StateMachine for Tally {
         Box::new(bytes)
     }
 
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         let mut bytes = [0u8; 16];
         data.read_exact(&mut bytes)?;
         self.total = u64::from_le_bytes(bytes[..8].try_into().unwrap());
@@ -181,7 +181,7 @@ fn replicas_write_the_same_snapshot_and_a_restored_one_carries_on_alike() {
     let mut restored = Replica::new(timeout);
     restored
         .machine
-        .restore(&mut &snapshot[..])
+        .restore(LogId::ZERO, &mut &snapshot[..])
         .expect("restored");
     restored.next_index = a.next_index;
     assert_eq!(restored.snapshot(), snapshot);

@@ -57,7 +57,7 @@ impl StateMachine for Large {
         Box::new(Pattern)
     }
 
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         let mut chunk = vec![0u8; CHUNK_BYTES];
         let mut at = 0u64;
         loop {

@@ -92,6 +92,7 @@ impl StateMachine for Blob {
 
     fn restore(
         &mut self,
+        _last: keel_core::LogId,
         reader: &mut dyn std::io::Read,
     ) -> Result<(), keel_runtime::RestoreError> {
         if self.fail_restore {

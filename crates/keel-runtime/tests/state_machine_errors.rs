@@ -43,7 +43,11 @@ impl StateMachine for Picky {
         Box::new(self.count.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, reader: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(
+        &mut self,
+        _last: LogId,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<(), RestoreError> {
         let mut data = Vec::new();
         reader.read_to_end(&mut data)?;
         let data = &data[..];

@@ -18,7 +18,7 @@ use crate::mutation::Layers;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use keel_core::{EntryPayload, Index, Message, NodeId, SnapshotMeta, Term};
+use keel_core::{EntryPayload, Index, LogId, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::{
     Applier, ApplyItem, ApplyQueue, ClientError, ClockPolicy, EngineLimits, NodeEngine, Shell,
     SnapshotPolicy, SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
@@ -94,8 +94,12 @@ impl StateMachine for SimStateMachine {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         self.kv.snapshot_view()
     }
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
-        self.kv.restore(data)
+    fn restore(
+        &mut self,
+        last: LogId,
+        data: &mut dyn std::io::Read,
+    ) -> Result<(), keel_engine::RestoreError> {
+        self.kv.restore(last, data)
     }
 }
 

@@ -64,15 +64,18 @@ impl World {
                 }
                 // The state machine restarts from the durable snapshot; the node replays the log
                 // from there up to its persisted commit index.
-                let snapshot = raft.snapshot().last.index;
+                let snapshot_last = raft.snapshot().last;
+                let snapshot = snapshot_last.index;
                 let skip_next_command = self.break_replay && node.incarnation > 0;
                 let mut sm = App::state_machine(self.mutation, skip_next_command);
                 if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
                         Some(data) => {
-                            if let Err(e) =
-                                keel_engine::StateMachine::restore(&mut sm, &mut &data[..])
-                            {
+                            if let Err(e) = keel_engine::StateMachine::restore(
+                                &mut sm,
+                                snapshot_last,
+                                &mut &data[..],
+                            ) {
                                 let detail = format!("node {id} cannot restore {snapshot}: {e}");
                                 self.violate("recovery", detail);
                                 return;

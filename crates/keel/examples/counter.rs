@@ -30,7 +30,7 @@ impl StateMachine for Counter {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         let mut bytes = [0u8; 8];
         data.read_exact(&mut bytes)
             .map_err(|e| RestoreError(e.to_string()))?;

@@ -30,8 +30,8 @@ const CLUSTER_ID: u64 = 0x0064_7572_6162_6c65;
 
 /// The keys and their values.
 const PAIRS: TableDefinition<&str, &[u8]> = TableDefinition::new("pairs");
-/// `APPLIED`: the entry the pairs reflect, as (term, index). Absent in a new database, and in one
-/// just restored from a snapshot (`restore` says why).
+/// `APPLIED`: the entry the pairs reflect, as (term, index); after a restore, the snapshot's last
+/// entry. Absent in a new database.
 const META: TableDefinition<&str, (u64, u64)> = TableDefinition::new("meta");
 const APPLIED: &str = "applied";
 
@@ -186,23 +186,21 @@ impl StateMachine for DurableKv {
         Box::new(PairsSnapshot(self.db.begin_read().map_err(Error::from)))
     }
 
-    fn restore(&mut self, data: &mut dyn Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, last: LogId, data: &mut dyn Read) -> Result<(), RestoreError> {
         self.activity.restores += 1;
-        // A snapshot does not say which entry it ends at. Keeping the old `APPLIED` beside the
-        // restored pairs would be wrong: a start would apply again, on top of the snapshot, the
-        // entries between the two (harmless for a put, not for an increment). So the restore
-        // drops it, in the same durable transaction: `durable()` is `None` until an entry
-        // applied after it is synced, and a start in between restores keel's snapshot (it
-        // keeps the one it installed) and replays the log after it, as for any state machine.
+        // The pairs and the snapshot's last entry in one durable transaction: a start after a
+        // crash resumes after the snapshot, never applies again what it covers.
         let restored = (|| -> Result<(), Error> {
-            let txn = self.db.begin_write()?;
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate);
             self.replace_pairs(&txn, data)?;
-            txn.open_table(META)?.remove(APPLIED)?;
+            txn.open_table(META)?
+                .insert(APPLIED, (last.term, last.index))?;
             Ok(txn.commit()?)
         })();
         // On an error the transaction was dropped uncommitted: the database is as it was.
         restored.map_err(|e| RestoreError(e.to_string()))?;
-        self.durable = None;
+        self.durable = Some(last);
         self.unsynced = 0;
         self.last_sync = Instant::now();
         Ok(())
@@ -368,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_replaces_the_pairs_and_forgets_the_position() {
+    fn a_restore_replaces_the_pairs_and_records_the_snapshots_position() {
         let dir = ScratchDir::new("restore");
         let mut source = DurableKv::open(&dir.0.join("source.redb")).unwrap();
         let entries = [
@@ -395,17 +393,18 @@ mod tests {
         let synced = target.durable().expect("synced within 64 entries");
         // A snapshot cut short fails the restore, and leaves the database as it was.
         let cut = &mut &snapshot[..snapshot.len() - 1];
-        assert!(target.restore(cut).is_err());
+        let at = LogId::new(2, 80);
+        assert!(target.restore(at, cut).is_err());
         assert_eq!(get(&target, "old"), Some(b"x".to_vec()));
         assert_eq!(target.durable(), Some(synced));
 
-        target.restore(&mut &snapshot[..]).expect("restored");
+        target.restore(at, &mut &snapshot[..]).expect("restored");
         assert_eq!(get(&target, "a"), Some(b"1".to_vec()));
         assert_eq!(get(&target, "old"), None);
-        assert_eq!(target.durable(), None, "the snapshot's position is unknown");
+        assert_eq!(target.durable(), Some(at), "durable with the pairs");
         drop(target);
         let reopened = DurableKv::open(&path).unwrap();
-        assert_eq!(reopened.durable(), None, "nor is it recorded");
+        assert_eq!(reopened.durable(), Some(at), "recorded with them");
         assert_eq!(get(&reopened, "a"), Some(b"1".to_vec()));
     }
 

@@ -84,7 +84,7 @@ impl StateMachine for KvStore {
         Box::new(KvSnapshot(self.0.clone()))
     }
 
-    fn restore(&mut self, data: &mut dyn Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn Read) -> Result<(), RestoreError> {
         let mut header = [0u8; 9];
         data.read_exact(&mut header)?;
         let [version, pairs @ ..] = header;
@@ -351,7 +351,9 @@ mod tests {
         let expected = [&[1][..], &pairs, &[1, 0, 0, 0, b'a', 1, 0, 0, 0, b'1']].concat();
         assert_eq!(snapshot, expected);
         let mut restored = KvStore::default();
-        restored.restore(&mut &snapshot[..]).expect("restored");
+        restored
+            .restore(LogId::new(1, 3), &mut &snapshot[..])
+            .expect("restored");
         assert_eq!(restored.0, store.0);
     }
 

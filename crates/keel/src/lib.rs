@@ -36,7 +36,7 @@
 //!     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
 //!         Box::new(self.0.to_le_bytes().to_vec())
 //!     }
-//!     fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+//!     fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
 //!         let mut bytes = [0u8; 8];
 //!         data.read_exact(&mut bytes).map_err(|e| RestoreError(e.to_string()))?;
 //!         self.0 = u64::from_le_bytes(bytes);

@@ -70,7 +70,7 @@ impl StateMachine for Log {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.0.clone())
     }
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn std::io::Read) -> Result<(), RestoreError> {
         let mut bytes = Vec::new();
         data.read_to_end(&mut bytes)
             .map_err(|e| RestoreError(e.to_string()))?;

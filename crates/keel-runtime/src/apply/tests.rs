@@ -28,7 +28,11 @@ impl StateMachine for Recorder {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(caller().into_bytes())
     }
-    fn restore(&mut self, _data: &mut dyn std::io::Read) -> Result<(), keel_engine::RestoreError> {
+    fn restore(
+        &mut self,
+        _last: LogId,
+        _data: &mut dyn std::io::Read,
+    ) -> Result<(), keel_engine::RestoreError> {
         Ok(())
     }
 }

@@ -163,7 +163,7 @@ fn restore_newest<S: StateMachine>(
     }
     if file.meta.last.index > 0 {
         let mut reader = keel_wal::snapshot::data_reader(handle, file);
-        sm.restore(&mut reader)
+        sm.restore(file.meta.last, &mut reader)
             .map_err(|e| StartError::StateMachine {
                 index: file.meta.last.index,
                 message: e.0,

@@ -141,10 +141,10 @@ impl<S: StateMachine> StateMachine for Deduplicated<S> {
         })
     }
 
-    fn restore(&mut self, data: &mut dyn Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, last: LogId, data: &mut dyn Read) -> Result<(), RestoreError> {
         let table = read_table(data, self.table.timeout_ms)?;
         // The rest of the stream is the inner machine's, read as it reads it.
-        self.inner.restore(data)?;
+        self.inner.restore(last, data)?;
         self.table = table;
         Ok(())
     }

@@ -195,7 +195,7 @@ impl StateMachine for FailsOnFatal {
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
         Box::new(self.0.to_le_bytes().to_vec())
     }
-    fn restore(&mut self, data: &mut dyn Read) -> Result<(), RestoreError> {
+    fn restore(&mut self, _last: LogId, data: &mut dyn Read) -> Result<(), RestoreError> {
         let mut count = [0; 8];
         data.read_exact(&mut count)?;
         self.0 = u64::from_le_bytes(count);

@@ -179,7 +179,11 @@ impl StateMachine for Count {
         Box::new(self.0.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, data: &mut dyn std::io::Read) -> Result<(), keel_runtime::RestoreError> {
+    fn restore(
+        &mut self,
+        _last: LogId,
+        data: &mut dyn std::io::Read,
+    ) -> Result<(), keel_runtime::RestoreError> {
         let mut count = [0u8; 8];
         data.read_exact(&mut count)?;
         self.0 = u64::from_le_bytes(count);
