@@ -135,7 +135,7 @@ fn a_cluster_with_a_secret_serves_and_refuses_peers_without_it() {
         let hello = Handshake::new(DEFAULT_CLUSTER_ID, leader, Channel::Messages);
         wire::encode_handshake(&hello, &mut frames_out);
         for term in [terms[0] + 100, u64::MAX / 2] {
-            wire::encode_message(&heartbeat(leader, to, term), &mut frames_out);
+            wire::encode_message(0, &heartbeat(leader, to, term), &mut frames_out);
         }
         let mut stream = TcpStream::connect(cluster.node(to).peer_addr()).unwrap();
         let _ = stream.write_all(&frames_out); // the node may close before reading it all
@@ -168,7 +168,7 @@ fn a_cluster_with_a_secret_serves_and_refuses_peers_without_it() {
         };
         out.clear();
         wire::encode_response(&wire::Response { proof }, &mut out);
-        wire::encode_message(&heartbeat(leader, to, terms[0] + 100), &mut out);
+        wire::encode_message(0, &heartbeat(leader, to, terms[0] + 100), &mut out);
         let _ = stream.write_all(&out);
         assert_eq!(
             refusal_of(&read_to_close(&mut stream)),

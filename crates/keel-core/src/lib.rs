@@ -35,7 +35,7 @@ pub use node::{
 };
 
 pub use types::{
-    Entry, EntryPayload, HardState, Index, LogId, NodeId, SnapshotMeta, Term, INDEX_LIMIT,
+    Entry, EntryPayload, GroupId, HardState, Index, LogId, NodeId, SnapshotMeta, Term, INDEX_LIMIT,
     TERM_LIMIT,
 };
 pub use validate::InvalidMessage;

@@ -13,6 +13,11 @@ use crate::membership::Membership;
 
 /// A node's identity. Zero is reserved for "nobody" on the wire and in hard state.
 pub type NodeId = u64;
+/// A Raft group: one replicated log and its members. A process may host nodes of many groups
+/// sharing connections (and, later, storage); every peer message and snapshot offer carries
+/// its group, and a node drops what is addressed to another. Group 0 is the default of a
+/// process that runs one group.
+pub type GroupId = u64;
 /// A Raft term. Terms start at 1; term 0 belongs only to the empty log's sentinel position.
 pub type Term = u64;
 /// A log index. Index 0 is the sentinel before the first entry.

@@ -196,7 +196,7 @@ fn peer_frame() -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     for m in sample_messages() {
         let mut f = Vec::new();
-        wire::encode_message(&m, &mut f);
+        wire::encode_message(0, &m, &mut f);
         frames.push(f);
     }
     let mut f = Vec::new();
@@ -224,18 +224,18 @@ fn peer_frame() -> Vec<Vec<u8>> {
     // A batch of messages in one input, as a busy connection carries them.
     let mut batch = vec![1];
     for m in sample_messages().into_iter().take(5) {
-        wire::encode_message(&m, &mut batch);
+        wire::encode_message(0, &m, &mut batch);
     }
     out.push(batch);
     // Messages in parts, with a whole message between two parts, as a sender interleaves them.
     let mut parted = vec![1];
     for m in sample_messages().into_iter().take(3) {
         let mut whole = Vec::new();
-        wire::encode_message(&m, &mut whole);
+        wire::encode_message(0, &m, &mut whole);
         let body = &whole[wire::FRAME_HEADER_SIZE_BYTES..];
         let cut = body.len() / 2;
         message_part(body.len(), 0, &body[..cut], &mut parted);
-        wire::encode_message(&sample_messages()[0], &mut parted);
+        wire::encode_message(0, &sample_messages()[0], &mut parted);
         message_part(body.len(), cut, &body[cut..], &mut parted);
     }
     out.push(parted);
@@ -316,21 +316,20 @@ fn snapshot_chunk() -> Vec<Vec<u8>> {
         .expect("save snapshot");
     let file = fs.read_file(&path).expect("snapshot file");
     let mut out = Vec::new();
+    let id = SnapshotId {
+        leader_term: 4,
+        index: 9,
+        term: 3,
+    };
+    let offer = SnapshotOffer {
+        version: SNAPSHOT_CHANNEL_VERSION,
+        group: 0,
+        id,
+        total_len_bytes: file.len() as u64,
+    };
     for pieces in [1usize, 2, 3] {
-        let id = SnapshotId {
-            leader_term: 4,
-            index: 9,
-            term: 3,
-        };
         let mut input = Vec::new();
-        wire::encode_offer(
-            &SnapshotOffer {
-                version: SNAPSHOT_CHANNEL_VERSION,
-                id,
-                total_len_bytes: file.len() as u64,
-            },
-            &mut input,
-        );
+        wire::encode_offer(&offer, &mut input);
         let step = file.len().div_ceil(pieces);
         let mut offset = 0;
         while offset < file.len() {

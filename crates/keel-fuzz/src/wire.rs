@@ -54,9 +54,9 @@ const MESSAGE_BYTES_MAX: u32 = 4096;
 /// A reassembled body that decodes is a message that encodes back to the same body.
 fn check_reassembled(whole: Bytes) {
     assert!(whole.len() <= MESSAGE_BYTES_MAX as usize);
-    if let Ok(Body::Message(m)) = wire::decode_body(whole.clone()) {
+    if let Ok(Body::Message(group, m)) = wire::decode_body(whole.clone()) {
         let mut out = Vec::new();
-        wire::encode_message(&m, &mut out);
+        wire::encode_message(group, &m, &mut out);
         assert_eq!(
             &out[FRAME_HEADER_SIZE_BYTES..],
             &whole[..],
@@ -85,7 +85,7 @@ fn encode_body(body: &Body) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     match body {
         Body::Handshake(h) => wire::encode_handshake(h, &mut out),
-        Body::Message(m) => wire::encode_message(m, &mut out),
+        Body::Message(group, m) => wire::encode_message(*group, m, &mut out),
         Body::SnapshotOffer(o) => wire::encode_offer(o, &mut out),
         Body::SnapshotPosition(p) => wire::encode_position(p, &mut out),
         Body::SnapshotChunk(h) => wire::encode_chunk_header(h, &mut out),

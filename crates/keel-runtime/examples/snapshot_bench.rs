@@ -196,7 +196,9 @@ async fn size_run(root: &Path, size_mb: u64) {
         .unwrap();
     a.set_peer(2, b.local_addr());
     let started = Instant::now();
-    a.send_snapshot(2, 1, meta(n), path.clone()).await.unwrap();
+    a.send_snapshot(0, 2, 1, meta(n), path.clone())
+        .await
+        .unwrap();
     // The connection's handshake announces the sender's address first; only the snapshot counts.
     let received = loop {
         match b_rx.recv().await.unwrap() {

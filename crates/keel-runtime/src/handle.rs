@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_core::{
-    CommitStatus, FollowerProgress, Index, LogId, Membership, MembershipChange, NodeId, Role,
-    Status, Term,
+    CommitStatus, FollowerProgress, GroupId, Index, LogId, Membership, MembershipChange, NodeId,
+    Role, Status, Term,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
@@ -110,6 +110,9 @@ pub(crate) enum Request<S> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeView {
+    /// The Raft group the node is a member of (`NodeConfig::group`): with many groups in one
+    /// process, what tells their events apart.
+    pub group: GroupId,
     /// Leader, follower, candidate, pre-candidate or learner.
     pub role: Role,
     /// The node's current term.
@@ -517,7 +520,8 @@ impl<S: Send + 'static> Handle<S> {
     /// `Unknown` (this node never had that index) are not. On the leader the answer is exact;
     /// a follower's commit index may lag the leader's, so its `Pending` or `Unknown` may be
     /// stale: ask the leader, or read through it first ([`Handle::read`] is a read-index
-    /// barrier) for an exact answer.
+    /// barrier) for an exact answer. A handle is its node's, so of one Raft group: the answer is
+    /// about that group's log ([`NodeView::group`]).
     pub async fn commit_status(&self, log_id: LogId) -> Result<CommitStatus, ClientError> {
         let (tx, rx) = oneshot::channel();
         timeout(self.request_timeout, async {
@@ -763,6 +767,7 @@ mod tests {
             client_addrs: Arc::default(),
             proposal_refusal: Arc::default(),
             view: watch::channel(NodeView {
+                group: 0,
                 role: Role::Follower,
                 term: 0,
                 leader: None,

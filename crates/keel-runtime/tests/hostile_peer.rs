@@ -45,7 +45,7 @@ async fn send_as(addr: SocketAddr, as_node: NodeId, messages: &[Message]) {
         &mut frames,
     );
     for m in messages {
-        wire::encode_message(m, &mut frames);
+        wire::encode_message(0, m, &mut frames);
     }
     let mut stream = TcpStream::connect(addr).await.expect("peer port reachable");
     stream.write_all(&frames).await.expect("frames written");

@@ -127,3 +127,46 @@ async fn a_cluster_in_one_process_fails_over_and_installs_snapshots_without_sock
     learner.stop().await;
     common::stop_nodes_and_remove_dir(&mut nodes, &dir);
 }
+
+/// A member configured for another Raft group is neither heard nor hears: the two others elect
+/// and commit without it, and both sides count what they dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_another_group_is_neither_heard_nor_hears() {
+    let dir = common::scratch_dir("in-process-groups");
+    let network = InProcessNetwork::new();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        let mut config = config(id, &dir, &network);
+        config.group = if id == 3 { 8 } else { 7 };
+        config.initial_members = vec![1, 2, 3];
+        nodes.insert(id, Node::start(config, Count::default()).await.unwrap());
+    }
+    for _ in 0..3 {
+        propose_at_leader(&nodes, Bytes::from_static(b"+1"), WAIT).await;
+    }
+    let leader = common::leader(&nodes, WAIT).await;
+    assert_ne!(leader, 3, "node 3 has no votes in group 8");
+    assert_eq!(nodes[&leader].handle().watch().borrow().group, 7);
+    assert_eq!(nodes[&3].handle().watch().borrow().group, 8);
+    // Node 3 drops the leader's heartbeats; the others drop its campaigns.
+    let (outsider, leading) = tokio::time::timeout(WAIT, async {
+        loop {
+            let outsider = nodes[&3].handle().status().await.unwrap();
+            let leading = nodes[&leader].handle().status().await.unwrap();
+            if outsider.refused_messages > 0 && leading.refused_messages > 0 {
+                return (outsider, leading);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("both sides drop the other group's messages");
+    assert!(leading.raft.commit >= 3, "{:?}", leading.raft);
+    assert_eq!(
+        outsider.raft.commit, 0,
+        "node 3 heard nothing: {:?}",
+        outsider.raft
+    );
+    assert_eq!(outsider.raft.leader, None);
+    common::stop_nodes_and_remove_dir(&mut nodes, &dir);
+}

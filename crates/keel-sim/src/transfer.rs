@@ -192,7 +192,8 @@ impl World {
         let send = self.transfers.sends.get_mut(&(from, to)).expect("running");
         send.conn = Some(conn);
         let offer = SnapshotOffer {
-            version: 2,
+            version: 3,
+            group: 0,
             id: SnapshotId {
                 leader_term: send.term,
                 index: send.meta.last.index,

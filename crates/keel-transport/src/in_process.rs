@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use keel_core::{Message, NodeId, SnapshotMeta, Term};
+use keel_core::{GroupId, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::ConfigurationChange;
 use tokio::sync::mpsc;
 
@@ -184,12 +184,18 @@ impl PeerTransport for InProcessTransport {
 
     fn configuration_changed(&self, _change: &ConfigurationChange) {}
 
-    fn send(&self, msg: Message) {
+    fn send(&self, group: GroupId, msg: Message) {
         debug_assert_eq!(msg.from, self.id, "a message names its sender");
         let delivered = self
             .network
             .route(self.id, msg.to)
-            .is_some_and(|(inbound, _)| inbound.try_send(Inbound::Message(msg)).is_ok());
+            .is_some_and(|(inbound, _)| {
+                let message = Inbound::Message {
+                    group,
+                    message: msg,
+                };
+                inbound.try_send(message).is_ok()
+            });
         if !delivered {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -197,6 +203,7 @@ impl PeerTransport for InProcessTransport {
 
     fn send_snapshot(
         &self,
+        group: GroupId,
         to: NodeId,
         term: Term,
         meta: SnapshotMeta,
@@ -226,6 +233,7 @@ impl PeerTransport for InProcessTransport {
                 .map_err(TransportError::Io)?;
             counters.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
             let received = Inbound::Snapshot {
+                group,
                 from,
                 term,
                 meta,

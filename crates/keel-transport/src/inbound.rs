@@ -219,14 +219,14 @@ async fn serve_connection(
             }
             let mut reassembly = wire::Reassembly::default();
             loop {
-                let msg = match read_frame(rd, c.frame_size_bytes_max).await? {
+                let (group, msg) = match read_frame(rd, c.frame_size_bytes_max).await? {
                     None => return Ok(()),
-                    Some(Body::Message(msg)) => msg,
+                    Some(Body::Message(group, msg)) => (group, msg),
                     Some(Body::MessagePart(part)) => {
                         match reassembly.add(part, c.message_size_bytes_max)? {
                             None => continue,
                             Some(body) => match wire::decode_body(body)? {
-                                Body::Message(msg) => msg,
+                                Body::Message(group, msg) => (group, msg),
                                 _ => {
                                     return Err(TransportError::Unexpected(
                                         "parts of a non-message",
@@ -248,7 +248,11 @@ async fn serve_connection(
                         return Err(refusal.clone().into());
                     }
                 }
-                if inbound.send(Inbound::Message(msg)).await.is_err() {
+                let message = Inbound::Message {
+                    group,
+                    message: msg,
+                };
+                if inbound.send(message).await.is_err() {
                     return Ok(()); // the node is gone
                 }
             }

@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use keel_core::{Message, MessageBody, NodeId, SnapshotMeta, Term};
+use keel_core::{GroupId, Message, MessageBody, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::{ConfigurationChange, HandshakeGate, Refusal};
 use keel_wal::StdFs;
 
@@ -206,15 +206,24 @@ impl TransportConfig {
     }
 }
 
-/// What the transport hands the node task.
+/// What the transport hands the node task. Messages and snapshots name their Raft group: the
+/// node drops those of a group it does not host.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Inbound {
     /// A Raft message from a peer (its `from` is the node its connection's handshake named).
-    Message(Message),
+    Message {
+        /// The Raft group the message belongs to.
+        group: GroupId,
+        /// The message.
+        message: Message,
+    },
     /// A whole snapshot from `from` (leader of `term`), verified and fsynced at `path` (a
     /// temporary name the WAL deletes on open); the node adopts it as its newest snapshot, then
     /// steps `InstallSnapshot`.
     Snapshot {
+        /// The Raft group whose snapshot it is.
+        group: GroupId,
         /// The leader that sent it.
         from: NodeId,
         /// The term the sender led when it offered the snapshot.
@@ -341,9 +350,12 @@ impl TransportError {
     }
 }
 
+/// A message queued for a peer, with its Raft group.
+type Outgoing = (GroupId, Message);
+
 struct Peer {
     addr: SocketAddr,
-    queue: mpsc::Sender<Message>,
+    queue: mpsc::Sender<Outgoing>,
     task: JoinHandle<()>,
 }
 
@@ -483,13 +495,13 @@ impl Transport {
             .map(|p| p.addr)
     }
 
-    /// Queues `msg` for its destination without waiting; drops it (counted) if the queue is full
-    /// or the peer unknown.
-    pub fn send(&self, msg: Message) {
+    /// Queues `msg` (of `group`) for its destination without waiting; drops it (counted) if the
+    /// queue is full or the peer unknown.
+    pub fn send(&self, group: GroupId, msg: Message) {
         let peers = self.peers.lock().expect("peers lock");
         let sent = peers
             .get(&msg.to)
-            .is_some_and(|p| p.queue.try_send(msg).is_ok());
+            .is_some_and(|p| p.queue.try_send((group, msg)).is_ok());
         if !sent {
             self.shared.dropped_messages.fetch_add(1, Ordering::Relaxed);
         }
@@ -545,12 +557,13 @@ impl Transport {
         self.shared.snapshots.clone()
     }
 
-    /// A future that streams the snapshot file at `path` (for `meta`, as leader of `term`) to
-    /// `to` on a connection of its own, chunked and resuming after dropped connections. It
+    /// A future that streams the snapshot file at `path` (`group`'s, for `meta`, as leader of
+    /// `term`) to `to` on a connection of its own, chunked and resuming after dropped connections. It
     /// resolves once the receiver holds the whole snapshot durably and handed it to its node;
     /// the receiver's core acknowledges through Raft (an AppendResponse).
     pub fn send_snapshot(
         &self,
+        group: GroupId,
         to: NodeId,
         term: Term,
         meta: SnapshotMeta,
@@ -561,7 +574,13 @@ impl Transport {
         let counters = self.shared.snapshots.clone();
         async move {
             let addr = addr.ok_or(TransportError::UnknownPeer(to))?;
-            snapshot::send(config, counters, to, addr, term, meta, path).await
+            let destination = snapshot::Destination {
+                group,
+                to,
+                addr,
+                leader_term: term,
+            };
+            snapshot::send(config, counters, destination, meta, path).await
         }
     }
 }
@@ -669,7 +688,7 @@ async fn run_peer(
     shared: Arc<Shared>,
     peer: NodeId,
     addr: SocketAddr,
-    mut queue: mpsc::Receiver<Message>,
+    mut queue: mpsc::Receiver<Outgoing>,
 ) {
     let c = &shared.config;
     let mut backoff_ms = c.reconnect_backoff_min_ms;
@@ -714,7 +733,7 @@ async fn pump<R, W>(
     c: &TransportConfig,
     mut rd: RecordReader<R>,
     mut wr: FrameWriter<W>,
-    queue: &mut mpsc::Receiver<Message>,
+    queue: &mut mpsc::Receiver<Outgoing>,
 ) -> Result<(), TransportError>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -724,7 +743,7 @@ where
         read_frame(&mut rd, REFUSAL_FRAME_BYTES_MAX).await
     }));
     let write_limit = Duration::from_millis(c.write_timeout_ms);
-    let mut held: VecDeque<Message> = VecDeque::new();
+    let mut held: VecDeque<Outgoing> = VecDeque::new();
     let mut in_parts: Option<wire::OutgoingParts> = None;
     loop {
         if in_parts.is_none() && held.is_empty() {
@@ -738,31 +757,20 @@ where
             held.push_back(first);
         }
         // One write (and, when sealed, one record and one MAC) per batch.
-        let mut batched = 0;
         match &mut in_parts {
             Some(parts) => {
-                while batched < c.batch_messages_max && held.len() < c.send_queue_messages_max {
-                    let Ok(msg) = queue.try_recv() else { break };
-                    if keeps_order(&msg) {
-                        held.push_back(msg);
-                    } else if let Some(large) = wire::encode_message_or_parts(&msg, wr.buf()) {
-                        // Not expected (only Appends grow large); it waits its turn whole.
-                        drop(large);
-                        held.push_back(msg);
-                    } else {
-                        batched += 1;
-                    }
-                }
+                overtake_parts(c, queue, &mut held, wr.buf());
                 parts.encode_next(wr.buf());
                 if parts.is_done() {
                     in_parts = None;
                 }
             }
             None => {
+                let mut batched = 0;
                 while batched < c.batch_messages_max
                     && wr.pending_bytes() < wire::auth::RECORD_FILL_BYTES as usize
                 {
-                    let msg = match held.pop_front() {
+                    let (group, msg) = match held.pop_front() {
                         Some(msg) => msg,
                         None => match queue.try_recv() {
                             Ok(msg) => msg,
@@ -770,7 +778,7 @@ where
                         },
                     };
                     batched += 1;
-                    if let Some(mut parts) = wire::encode_message_or_parts(&msg, wr.buf()) {
+                    if let Some(mut parts) = wire::encode_message_or_parts(group, &msg, wr.buf()) {
                         parts.encode_next(wr.buf());
                         in_parts = Some(parts);
                         break;
@@ -788,6 +796,31 @@ where
                     Err(_) => Err(e.into()),
                 }
             }
+        }
+    }
+}
+
+/// While a message goes out in parts: encodes into `buf` what was queued meanwhile and may
+/// overtake it, and holds back what must keep its order ([`keeps_order`]).
+fn overtake_parts(
+    c: &TransportConfig,
+    queue: &mut mpsc::Receiver<Outgoing>,
+    held: &mut VecDeque<Outgoing>,
+    buf: &mut Vec<u8>,
+) {
+    let mut batched = 0;
+    while batched < c.batch_messages_max && held.len() < c.send_queue_messages_max {
+        let Ok((group, msg)) = queue.try_recv() else {
+            break;
+        };
+        if keeps_order(&msg) {
+            held.push_back((group, msg));
+        } else if let Some(large) = wire::encode_message_or_parts(group, &msg, buf) {
+            // Not expected (only Appends grow large); it waits its turn whole.
+            drop(large);
+            held.push_back((group, msg));
+        } else {
+            batched += 1;
         }
     }
 }

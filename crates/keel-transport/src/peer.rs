@@ -7,7 +7,9 @@
 //! What an implementation must guarantee:
 //!
 //! - `send` never blocks and never fails loudly: a message it cannot deliver (queue full, peer
-//!   unknown or unreachable) is dropped and counted. Raft tolerates loss, duplication and
+//!   unknown or unreachable) is dropped and counted. Every message and snapshot travels with
+//!   its Raft group ([`GroupId`]) and arrives with it: a transport is a node's, and the groups
+//!   the node hosts share it. Raft tolerates loss, duplication and
 //!   reordering of messages; it does not tolerate a message attributed to the wrong sender, so
 //!   `Message::from` must be the node that sent it.
 //! - What arrives is handed to the node through the `mpsc::Sender<Inbound>` the connector was
@@ -24,7 +26,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use keel_core::{Message, NodeId, SnapshotMeta, Term};
+use keel_core::{GroupId, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::ConfigurationChange;
 use tokio::sync::mpsc;
 
@@ -43,11 +45,12 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn peer_addr(&self, id: NodeId) -> Option<SocketAddr>;
     /// The cluster's configuration changed (members that left may come back with new storage).
     fn configuration_changed(&self, change: &ConfigurationChange);
-    /// Queues `msg` for `msg.to` without waiting; drops it (counted) when it cannot.
-    fn send(&self, msg: Message);
-    /// Streams the snapshot file at `path` (for `meta`, sent as leader of `term`) to `to`.
+    /// Queues `msg` (of `group`) for `msg.to` without waiting; drops it (counted) when it cannot.
+    fn send(&self, group: GroupId, msg: Message);
+    /// Streams `group`'s snapshot file at `path` (for `meta`, sent as leader of `term`) to `to`.
     fn send_snapshot(
         &self,
+        group: GroupId,
         to: NodeId,
         term: Term,
         meta: SnapshotMeta,
@@ -108,17 +111,20 @@ impl PeerTransport for crate::Transport {
     fn configuration_changed(&self, change: &ConfigurationChange) {
         crate::Transport::configuration_changed(self, change);
     }
-    fn send(&self, msg: Message) {
-        crate::Transport::send(self, msg);
+    fn send(&self, group: GroupId, msg: Message) {
+        crate::Transport::send(self, group, msg);
     }
     fn send_snapshot(
         &self,
+        group: GroupId,
         to: NodeId,
         term: Term,
         meta: SnapshotMeta,
         path: PathBuf,
     ) -> TransportFuture<Result<(), TransportError>> {
-        Box::pin(crate::Transport::send_snapshot(self, to, term, meta, path))
+        Box::pin(crate::Transport::send_snapshot(
+            self, group, to, term, meta, path,
+        ))
     }
     fn snapshot_settled(&self) {
         crate::Transport::snapshot_settled(self);

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use keel_core::{NodeId, SnapshotMeta, Term};
+use keel_core::{GroupId, NodeId, SnapshotMeta, Term};
 use keel_engine::transfer::{
     self, AckStep, ChunkAnswer, OfferDecision, ReceiveSession, ReceiverLimits, SendSession,
     SnapshotReceiver, TransferError,
@@ -149,33 +149,50 @@ impl From<TransferError> for TransportError {
 
 type SnapFile = <StdFs as Fs>::File;
 
-/// Streams the snapshot file at `path` (for `meta`, as leader of `leader_term`) to the peer at
-/// `to` at `addr`, resuming after dropped connections. Resolves once the receiver has the whole snapshot
-/// durably and handed it to its node.
+/// Where a snapshot goes: the peer `to` at `addr`, offered as `group`'s by the leader of
+/// `leader_term`.
+pub(super) struct Destination {
+    pub group: GroupId,
+    pub to: NodeId,
+    pub addr: std::net::SocketAddr,
+    pub leader_term: Term,
+}
+
+/// Streams the snapshot file at `path` (for `meta`) to its destination, resuming after dropped
+/// connections. Resolves once the receiver has the whole snapshot durably and handed it to its
+/// node.
 pub(super) async fn send(
     config: Arc<TransportConfig>,
     counters: Arc<SnapshotCounters>,
-    to: NodeId,
-    addr: std::net::SocketAddr,
-    leader_term: Term,
+    destination: Destination,
     meta: SnapshotMeta,
     path: PathBuf,
 ) -> Result<(), TransportError> {
-    let id = SnapshotId {
+    let Destination {
+        group,
+        to,
+        addr,
         leader_term,
-        index: meta.last.index,
-        term: meta.last.term,
-    };
+    } = destination;
     let file = tokio::task::spawn_blocking(move || StdFs.open(&path))
         .await
         .map_err(blocking_err)??;
     let file = Arc::new(file);
-    let total = file.len_bytes()?;
+    let offer = SnapshotOffer {
+        version: SNAPSHOT_CHANNEL_VERSION,
+        group,
+        id: SnapshotId {
+            leader_term,
+            index: meta.last.index,
+            term: meta.last.term,
+        },
+        total_len_bytes: file.len_bytes()?,
+    };
     let mut attempt = 0;
     loop {
         let result = async {
             let (rd, wr) = super::connect(&config, to, addr, wire::Channel::Snapshot).await?;
-            stream_to(&config, &counters, rd, wr, id, file.clone(), total).await
+            stream_to(&config, &counters, rd, wr, offer, file.clone()).await
         }
         .await;
         match result {
@@ -234,23 +251,16 @@ pub(super) async fn stream_to<R, W>(
     counters: &SnapshotCounters,
     rd: R,
     mut wr: FrameWriter<W>,
-    id: SnapshotId,
+    offer: SnapshotOffer,
     file: Arc<SnapFile>,
-    total: u64,
 ) -> Result<(), TransportError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin,
 {
+    let (id, total) = (offer.id, offer.total_len_bytes);
     let wait = Duration::from_millis(c.snapshot_timeout_ms);
-    wire::encode_offer(
-        &SnapshotOffer {
-            version: SNAPSHOT_CHANNEL_VERSION,
-            id,
-            total_len_bytes: total,
-        },
-        wr.buf(),
-    );
+    wire::encode_offer(&offer, wr.buf());
     timeout(wait, wr.send())
         .await
         .map_err(|_| TransportError::Timeout("snapshot offer"))??;
@@ -500,6 +510,7 @@ where
                 add(&counters.receives_completed, 1);
                 let handed = inbound
                     .send(Inbound::Snapshot {
+                        group: offer.group,
                         from,
                         term: offer.id.leader_term,
                         meta: file.meta,

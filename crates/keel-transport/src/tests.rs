@@ -50,7 +50,7 @@ async fn next_inbound(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
 
 async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
     match next_inbound(rx).await {
-        Inbound::Message(m) => m,
+        Inbound::Message { message: m, .. } => m,
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -70,18 +70,24 @@ async fn closed_by_peer(stream: &mut TcpStream) {
 }
 
 #[tokio::test]
-async fn two_transports_exchange_messages_in_order() {
+async fn two_transports_exchange_messages_in_order_with_their_groups() {
     let (a, mut a_rx) = start(1).await;
     let (b, mut b_rx) = start(2).await;
     a.set_peer(2, b.local_addr());
     b.set_peer(1, a.local_addr());
+    // Each message arrives with the Raft group it was sent for.
     for round in 0..100 {
-        a.send(heartbeat(1, 2, round));
+        a.send(round % 3, heartbeat(1, 2, round));
     }
     for round in 0..100 {
-        assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, round));
+        match next_inbound(&mut b_rx).await {
+            Inbound::Message { group, message } => {
+                assert_eq!((group, message), (round % 3, heartbeat(1, 2, round)));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
-    b.send(heartbeat(2, 1, 7));
+    b.send(0, heartbeat(2, 1, 7));
     assert_eq!(next_message(&mut a_rx).await, heartbeat(2, 1, 7));
     assert_eq!(a.dropped_messages(), 0);
 }
@@ -93,7 +99,7 @@ async fn a_connection_announces_the_senders_address() {
     let (a, _a_rx) = start(1).await;
     let (b, mut b_rx) = start(2).await;
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat(1, 2, 0));
+    a.send(0, heartbeat(1, 2, 0));
     match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
         Inbound::PeerAddress { from, addr } => {
             assert_eq!((from, addr), (1, a.local_addr()));
@@ -125,11 +131,12 @@ async fn snapshots_travel_on_their_own_connection_in_chunks() {
     let mut w = keel_wal::create_snapshot_file(&keel_wal::StdFs, &src, &meta).unwrap();
     std::io::Write::write_all(&mut w, &data).unwrap();
     let path = w.finish().unwrap();
-    a.send_snapshot(2, 5, meta.clone(), path.clone())
+    a.send_snapshot(0, 2, 5, meta.clone(), path.clone())
         .await
         .unwrap();
     match next_inbound(&mut b_rx).await {
         Inbound::Snapshot {
+            group: 0,
             from,
             term,
             meta: m,
@@ -159,10 +166,10 @@ async fn a_full_queue_drops_instead_of_growing() {
     a.set_peer(2, dead_addr);
     let n = TransportConfig::new(CLUSTER, 1).send_queue_messages_max as u64 + 100;
     for round in 0..n {
-        a.send(heartbeat(1, 2, round));
+        a.send(0, heartbeat(1, 2, round));
     }
     assert!(a.dropped_messages() >= 100);
-    a.send(heartbeat(1, 9, 0)); // unknown peer
+    a.send(0, heartbeat(1, 9, 0)); // unknown peer
     assert!(a.dropped_messages() >= 101);
 }
 
@@ -172,7 +179,7 @@ async fn wrong_cluster_id_is_refused() {
     let mut s = TcpStream::connect(b.local_addr()).await.unwrap();
     let mut buf = Vec::new();
     wire::encode_handshake(&Handshake::new(CLUSTER + 1, 1, Channel::Messages), &mut buf);
-    wire::encode_message(&heartbeat(1, 2, 0), &mut buf);
+    wire::encode_message(0, &heartbeat(1, 2, 0), &mut buf);
     s.write_all(&buf).await.unwrap();
     closed_by_peer(&mut s).await;
     assert!(b_rx.try_recv().is_err(), "nothing delivered");
@@ -207,7 +214,7 @@ async fn garbage_closes_only_that_connection() {
     }
     assert_eq!(b.refused_connections(), 3);
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat(1, 2, 42));
+    a.send(0, heartbeat(1, 2, 42));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 42));
 }
 
@@ -246,7 +253,7 @@ async fn a_member_back_with_other_storage_is_not_heard_and_is_told_why() {
     };
     let a = node_1(7).await;
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat_response(1, 2, 1));
+    a.send(0, heartbeat_response(1, 2, 1));
     assert_eq!(next_message(&mut b_rx).await, heartbeat_response(1, 2, 1));
     assert_eq!(a.refusal_from(b.local_addr()), None);
     drop(a);
@@ -254,12 +261,12 @@ async fn a_member_back_with_other_storage_is_not_heard_and_is_told_why() {
     // Node 1 again, with other storage: its heartbeat (it promises nothing) is heard...
     let a = node_1(8).await;
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat(1, 2, 2));
+    a.send(0, heartbeat(1, 2, 2));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 2));
     // ...its answers are not, and it is told why.
     let reason = timeout(WAIT, async {
         loop {
-            a.send(heartbeat_response(1, 2, 3));
+            a.send(0, heartbeat_response(1, 2, 3));
             if let Some(reason) = a.refusal_from(b.local_addr()) {
                 break reason;
             }
@@ -273,7 +280,7 @@ async fn a_member_back_with_other_storage_is_not_heard_and_is_told_why() {
     assert!(b.refused_connections() >= 1);
     while let Ok(inbound) = b_rx.try_recv() {
         match inbound {
-            Inbound::Message(m) => assert!(
+            Inbound::Message { message: m, .. } => assert!(
                 !matches!(m.body, MessageBody::HeartbeatResponse { .. }),
                 "an answer of the replaced storage was delivered: {m:?}"
             ),
@@ -291,7 +298,7 @@ async fn a_member_back_with_other_storage_is_not_heard_and_is_told_why() {
     drop(a);
     let a = node_1(8).await;
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat_response(1, 2, 4));
+    a.send(0, heartbeat_response(1, 2, 4));
     assert_eq!(next_message(&mut b_rx).await, heartbeat_response(1, 2, 4));
 }
 
@@ -315,7 +322,7 @@ async fn reconnects_after_the_peer_restarts() {
     let got = timeout(WAIT, async {
         let mut round = 0;
         loop {
-            a.send(heartbeat(1, 2, round));
+            a.send(0, heartbeat(1, 2, round));
             round += 1;
             tokio::select! {
                 m = b_rx.recv() => if !matches!(m, Some(Inbound::PeerAddress { .. })) {
@@ -327,7 +334,7 @@ async fn reconnects_after_the_peer_restarts() {
     })
     .await
     .expect("reconnected in time");
-    assert!(matches!(got, Some(Inbound::Message(_))));
+    assert!(matches!(got, Some(Inbound::Message { .. })));
     drop(b2);
 }
 
@@ -361,10 +368,10 @@ async fn a_large_append_travels_in_parts_and_heartbeats_overtake_it() {
     // Queued before the connection exists (nothing runs until this test awaits): the sender
     // finds all three at once.
     a.set_peer(2, b.local_addr());
-    a.send(large.clone());
-    a.send(heartbeat(1, 2, 1));
-    a.send(next.clone());
-    a.send(heartbeat(1, 2, 2));
+    a.send(0, large.clone());
+    a.send(0, heartbeat(1, 2, 1));
+    a.send(0, next.clone());
+    a.send(0, heartbeat(1, 2, 2));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 1));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 2));
     assert_eq!(next_message(&mut b_rx).await, large);
@@ -374,7 +381,7 @@ async fn a_large_append_travels_in_parts_and_heartbeats_overtake_it() {
 
 fn large_body_exceeds_frame_bound(msg: &Message) -> bool {
     let mut out = Vec::new();
-    wire::encode_message(msg, &mut out);
+    wire::encode_message(0, msg, &mut out);
     out.len() > FRAME_SIZE_BYTES_MAX_DEFAULT as usize
 }
 
@@ -387,13 +394,13 @@ async fn a_message_above_the_receivers_bound_is_refused() {
     config.message_size_bytes_max = 1 << 20;
     let (b, mut b_rx) = start_with(config).await;
     a.set_peer(2, b.local_addr());
-    a.send(append(1, 2, 1, 2 << 20));
+    a.send(0, append(1, 2, 1, 2 << 20));
     let fits = append(1, 2, 1, 512 << 10);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        a.send(fits.clone());
+        a.send(0, fits.clone());
         match timeout(Duration::from_millis(200), b_rx.recv()).await {
-            Ok(Some(Inbound::Message(m))) => {
+            Ok(Some(Inbound::Message { message: m, .. })) => {
                 assert_eq!(m, fits, "only the message within the bound arrives");
                 break;
             }
@@ -419,7 +426,7 @@ async fn idle_connections_cannot_crowd_out_a_member() {
     }
     let (a, _a_rx) = start(1).await;
     a.set_peer(2, b.local_addr());
-    a.send(heartbeat(1, 2, 7));
+    a.send(0, heartbeat(1, 2, 7));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 7));
     // The member's connection took the oldest idle one's place.
     closed_by_peer(&mut idle[0]).await;
@@ -431,7 +438,7 @@ async fn idle_connections_cannot_crowd_out_a_member() {
     for stream in &mut idle[1..4] {
         closed_by_peer(stream).await;
     }
-    a.send(heartbeat(1, 2, 8));
+    a.send(0, heartbeat(1, 2, 8));
     assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, 8));
 }
 
@@ -457,7 +464,7 @@ async fn open_connections_are_bounded() {
 async fn a_frame_is_read_whole_from_pieces_and_a_cut_one_is_an_error() {
     let msg = heartbeat(1, 2, 7);
     let mut frame = Vec::new();
-    wire::encode_message(&msg, &mut frame);
+    wire::encode_message(0, &msg, &mut frame);
     let (mut tx, mut rx) = tokio::io::duplex(3);
     let sent = frame.clone();
     let writer = tokio::spawn(async move {

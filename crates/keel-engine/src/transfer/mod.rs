@@ -86,6 +86,8 @@ impl SnapshotId {
 pub struct SnapshotOffer {
     /// The snapshot channel's protocol version (keel-transport's `SNAPSHOT_CHANNEL_VERSION`).
     pub version: u16,
+    /// The Raft group whose snapshot this is.
+    pub group: keel_core::GroupId,
     /// The snapshot offered.
     pub id: SnapshotId,
     /// Length of the whole snapshot file in bytes.

@@ -57,7 +57,8 @@ fn id(index: u64, leader_term: u64) -> SnapshotId {
 
 fn offer(id: SnapshotId, bytes: &[u8]) -> SnapshotOffer {
     SnapshotOffer {
-        version: 2,
+        version: 3,
+        group: 0,
         id,
         total_len_bytes: bytes.len() as u64,
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use keel_core::{Index, LogId, Message, NodeId, RaftNode, SnapshotMeta, Term};
+use keel_core::{GroupId, Index, LogId, Message, NodeId, RaftNode, SnapshotMeta, Term};
 use keel_engine::handshake::{adopts_peer_addr, DepartedMembers};
 use keel_engine::{Adoption, ClockEvent, ClockWatch, NodeEngine, Shell, SnapshotWriting};
 use tokio::sync::{mpsc, oneshot};
@@ -34,8 +34,9 @@ use crate::storage::{storage_failure, SnapshotAdoption, StorageCommand};
 use keel_transport::{AbortOnDrop, Inbound, PeerTransport};
 
 /// The node as [`crate::Handle::watch`] shows it.
-pub(super) fn view_of(raft: &RaftNode, serving: bool) -> NodeView {
+pub(super) fn view_of(group: GroupId, raft: &RaftNode, serving: bool) -> NodeView {
     NodeView {
+        group,
         role: raft.role(),
         term: raft.term(),
         leader: raft.leader(),
@@ -80,6 +81,8 @@ pub(super) struct Driver<S> {
 /// The effects of the engine's decisions, over tokio: the transport, the apply pipeline, snapshot
 /// transfer tasks.
 pub(super) struct Io<S> {
+    /// The Raft group every message and snapshot sent names.
+    pub group: GroupId,
     pub transport: Arc<dyn PeerTransport>,
     /// Unbounded, yet bounded in effect: it holds only committed entries the core handed out,
     /// which the core keeps in memory anyway until they are applied and snapshotted.
@@ -102,7 +105,7 @@ impl<S: StateMachine> Shell for Io<S> {
     type Snapshot = SnapshotFile;
 
     fn send(&mut self, msg: Message) {
-        self.transport.send(msg);
+        self.transport.send(self.group, msg);
     }
 
     fn open_snapshot(&mut self, meta: &SnapshotMeta) -> SnapshotFile {
@@ -153,7 +156,9 @@ impl<S: StateMachine> Shell for Io<S> {
         let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         let sent = self.metrics.snapshot_send(to, size_bytes);
         let last = meta.last;
-        let transfer = self.transport.send_snapshot(to, term, meta, path);
+        let transfer = self
+            .transport
+            .send_snapshot(self.group, to, term, meta, path);
         let events = self.events_tx.clone();
         let task = tokio::spawn(async move {
             if let Err(e) = transfer.await {
@@ -268,7 +273,8 @@ impl<S: StateMachine> Driver<S> {
                 && Arc::ptr_eq(&view.membership, self.raft.log().membership_shared())
         };
         if !unchanged {
-            self.view.send_replace(view_of(&self.raft, serving));
+            self.view
+                .send_replace(view_of(self.config.group, &self.raft, serving));
         }
     }
 
@@ -487,7 +493,12 @@ impl<S: StateMachine> Driver<S> {
 
     async fn on_inbound(&mut self, inbound: Inbound) {
         match inbound {
-            Inbound::Message(msg) => self.step_peer(msg),
+            Inbound::Message { group, message } if group != self.config.group => {
+                let mine = self.config.group;
+                self.refused
+                    .other_group(&message, group, mine, Instant::now());
+            }
+            Inbound::Message { message, .. } => self.step_peer(message),
             Inbound::PeerAddress { from, addr } => {
                 // Addresses this node was given (initial cluster, RAFT.MEMBER ADD here) win; an
                 // announced one fills a gap, so every member can answer a member added elsewhere.
@@ -497,16 +508,31 @@ impl<S: StateMachine> Driver<S> {
                     self.io.transport.set_peer(from, addr);
                 }
             }
+            Inbound::Snapshot { group, path, .. } if group != self.config.group => {
+                tracing::warn!(
+                    node = self.config.id,
+                    "dropped a snapshot of Raft group {group}: this node is a member of group {} only",
+                    self.config.group
+                );
+                self.io.transport.snapshot_settled();
+                let _ = std::fs::remove_file(&path);
+            }
             Inbound::Snapshot {
                 from,
                 term,
                 meta,
                 path,
+                ..
             } => {
                 let saved = self.io.snapshot_data.as_ref().map_or(0, |(id, _)| id.index);
                 self.on_snapshot_received(from, term, meta, path, saved)
                     .await
             }
+            // What a newer transport hands over and this build does not know.
+            other => tracing::debug!(
+                node = self.config.id,
+                "ignored from the transport: {other:?}"
+            ),
         }
     }
 

@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::Instant;
 
-use keel_core::{Index, LogId, NodeId};
+use keel_core::{GroupId, Index, LogId, NodeId};
 use keel_wal::WalConfig;
 use tokio::task::JoinHandle;
 
@@ -67,6 +67,10 @@ pub struct NodeConfig {
     /// This node's id: unique in its cluster, never reused by another data directory's node
     /// while this one's is a member. Not 0.
     pub id: NodeId,
+    /// The Raft group this node is a member of (default 0). Every message and snapshot it sends
+    /// names it; what arrives for another group is dropped and counted (`refused_messages`).
+    /// Groups share a process's connections; one group per node (and per data directory) today.
+    pub group: GroupId,
     /// Where the log, its snapshots and the node's small state files live; created if missing.
     /// One node per directory.
     pub data_dir: PathBuf,
@@ -132,6 +136,7 @@ impl NodeConfig {
     pub fn new(id: NodeId, cluster_id: u64, data_dir: impl Into<PathBuf>) -> Self {
         NodeConfig {
             id,
+            group: 0,
             data_dir: data_dir.into(),
             peer_listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             peers: BTreeMap::new(),

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use keel_core::{InvalidMessage, Message, NodeId};
+use keel_core::{GroupId, InvalidMessage, Message, NodeId};
 
 /// At most one warning per peer per interval.
 pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -61,6 +61,29 @@ impl RefusedMessages {
                 reason = why.kind(),
                 "dropped a message no honest peer sends: {why} ({dropped} from this peer since \
                  its last such line)",
+            );
+        }
+    }
+
+    /// Counts and (rate limited) logs one message of a Raft group this node is not a member of:
+    /// a peer configured for another group at this node's address.
+    pub(crate) fn other_group(
+        &mut self,
+        msg: &Message,
+        group: GroupId,
+        mine: GroupId,
+        now: Instant,
+    ) {
+        self.total += 1;
+        crate::metrics::peer_message_refused(self.node, "other_group");
+        if let Some(dropped) = self.note(msg.from, now) {
+            tracing::warn!(
+                node = self.node,
+                peer = msg.from,
+                dropped,
+                group,
+                "dropped a message of Raft group {group}: this node is a member of group {mine} \
+                 only ({dropped} refused from this peer since its last such line)",
             );
         }
     }

@@ -13,7 +13,7 @@ use keel_core::{Index, RaftNode, RecoveredState, Term};
 use keel_transport::{Connector, PeerTransport, Tcp};
 use keel_wal::snapshot::SnapshotFile;
 use keel_wal::{Fs, StdFs};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::open::{Opened, Promised};
 use super::SnapshotData;
@@ -21,7 +21,7 @@ use super::{clock_hold_ms, driver, incarnation, refused, Node, NodeConfig, Start
 use crate::apply::{self, StateMachine};
 use crate::event::Event;
 use crate::failure::{FailureCell, Guarded};
-use crate::handle::Handle;
+use crate::handle::{Handle, NodeView, Request};
 use crate::scrub::{ScrubConfig, ScrubCounters};
 use crate::storage::{self, NodeLog, StorageCommand};
 
@@ -66,16 +66,9 @@ impl<S: StateMachine> Node<S> {
         let (transport, inbound_rx) = bind_transport(&config).await?;
         let peer_addr = transport.local_addr();
         let snapshot_counters = transport.snapshot_counters();
-        let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
-        let (view_tx, view_rx) = tokio::sync::watch::channel(driver::view_of(&raft, false));
-        let handle = Handle {
-            requests: requests_tx,
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
-            client_addrs: transport.client_addrs(),
-            proposal_refusal: Arc::default(),
-            view: view_rx,
-        };
+        let (handle, requests_rx, view_tx) = new_handle(&config, &raft, transport.as_ref());
         let io = driver::Io {
+            group: config.group,
             transport,
             apply: threads.apply,
             events_tx,
@@ -321,6 +314,29 @@ fn settle_config(
         config.transport.incarnations_dir = Some(config.data_dir.clone());
     }
     Ok(config)
+}
+
+/// The node's first handle, with the ends the node task keeps: its request queue and the
+/// sender of its view.
+fn new_handle<S>(
+    config: &NodeConfig,
+    raft: &RaftNode,
+    transport: &dyn PeerTransport,
+) -> (
+    Handle<S>,
+    mpsc::Receiver<Request<S>>,
+    watch::Sender<NodeView>,
+) {
+    let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
+    let (view_tx, view_rx) = watch::channel(driver::view_of(config.group, raft, false));
+    let handle = Handle {
+        requests: requests_tx,
+        request_timeout: Duration::from_millis(config.request_timeout_ms),
+        client_addrs: transport.client_addrs(),
+        proposal_refusal: Arc::default(),
+        view: view_rx,
+    };
+    (handle, requests_rx, view_tx)
 }
 
 /// Starts the apply thread (on the state machine, at `applied`), the storage thread (on the

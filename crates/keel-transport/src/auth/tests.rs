@@ -28,7 +28,7 @@ async fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Message {
     loop {
         match timeout(WAIT, rx.recv()).await.expect("in time").unwrap() {
             Inbound::PeerAddress { .. } => {}
-            Inbound::Message(m) => return m,
+            Inbound::Message { message: m, .. } => return m,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -41,7 +41,7 @@ async fn nodes_with_the_same_secret_talk_both_ways_and_learn_addresses() {
     a.set_peer(2, b.local_addr());
     b.set_peer(1, a.local_addr());
     for round in 0..300 {
-        a.send(heartbeat(1, 2, round));
+        a.send(0, heartbeat(1, 2, round));
     }
     match timeout(WAIT, b_rx.recv()).await.unwrap().unwrap() {
         Inbound::PeerAddress { from, addr } => assert_eq!((from, addr), (1, a.local_addr())),
@@ -50,7 +50,7 @@ async fn nodes_with_the_same_secret_talk_both_ways_and_learn_addresses() {
     for round in 0..300 {
         assert_eq!(next_message(&mut b_rx).await, heartbeat(1, 2, round));
     }
-    b.send(heartbeat(2, 1, 9));
+    b.send(0, heartbeat(2, 1, 9));
     assert_eq!(next_message(&mut a_rx).await, heartbeat(2, 1, 9));
     assert_eq!((a.refused_connections(), b.refused_connections()), (0, 0));
 }
@@ -59,7 +59,7 @@ async fn nodes_with_the_same_secret_talk_both_ways_and_learn_addresses() {
 async fn refusal(a: &Transport, b: &Transport, to: NodeId, from: NodeId) -> String {
     timeout(WAIT, async {
         loop {
-            a.send(heartbeat(from, to, 0));
+            a.send(0, heartbeat(from, to, 0));
             if let Some(reason) = a.refusal_from(b.local_addr()) {
                 break reason;
             }
@@ -128,7 +128,7 @@ async fn authenticated_client(to: &Transport, s: &ClusterSecret) -> (SessionKeys
 /// One record holding a heartbeat frame, sealed with `keys`.
 fn record(keys: &mut SessionKeys, round: u64) -> Vec<u8> {
     let mut frame = Vec::new();
-    wire::encode_message(&heartbeat(1, 2, round), &mut frame);
+    wire::encode_message(0, &heartbeat(1, 2, round), &mut frame);
     let mut out = Vec::new();
     keys.to_responder.seal_record(&frame, &mut out);
     out
@@ -164,7 +164,7 @@ async fn a_replayed_or_tampered_record_closes_the_connection_unread() {
     let (_, mut stream) = authenticated_client(&b, &s).await;
     let mut plain = Vec::new();
     for round in 4..10 {
-        wire::encode_message(&heartbeat(1, 2, round), &mut plain);
+        wire::encode_message(0, &heartbeat(1, 2, round), &mut plain);
     }
     stream.write_all(&plain).await.unwrap();
     closed(&mut stream).await;
@@ -184,7 +184,7 @@ async fn crafted_connections_without_the_secret_are_refused_and_told_nothing() {
     let mut s = TcpStream::connect(b.local_addr()).await.unwrap();
     let mut buf = Vec::new();
     wire::encode_handshake(&Handshake::new(CLUSTER, 1, Channel::Messages), &mut buf);
-    wire::encode_message(&heartbeat(1, 2, 0), &mut buf);
+    wire::encode_message(0, &heartbeat(1, 2, 0), &mut buf);
     s.write_all(&buf).await.unwrap();
     let told = read_frame(&mut s, 4096).await.unwrap();
     let Some(Body::Refusal(reason)) = told else {
@@ -203,7 +203,7 @@ async fn crafted_connections_without_the_secret_are_refused_and_told_nothing() {
     );
     buf.clear();
     wire::encode_handshake_body(initiator.hello_body(), &mut buf);
-    wire::encode_message(&heartbeat(1, 2, 0), &mut buf);
+    wire::encode_message(0, &heartbeat(1, 2, 0), &mut buf);
     s.write_all(&buf).await.unwrap();
     assert!(matches!(
         read_frame(&mut s, 4096).await.unwrap(),
@@ -252,7 +252,7 @@ async fn a_snapshot_travels_sealed() {
     let mut w = keel_wal::create_snapshot_file(&keel_wal::StdFs, &src, &meta).unwrap();
     std::io::Write::write_all(&mut w, &data).unwrap();
     let path = w.finish().unwrap();
-    a.send_snapshot(2, 5, meta.clone(), path.clone())
+    a.send_snapshot(0, 2, 5, meta.clone(), path.clone())
         .await
         .unwrap();
     let inbound = loop {
@@ -279,7 +279,7 @@ async fn a_snapshot_travels_sealed() {
     // To a node with another secret it does not go at all.
     let (c, _c_rx) = start(config(3, Some(secret(8)))).await;
     a.set_peer(3, c.local_addr());
-    let sent = a.send_snapshot(3, 5, meta, path).await;
+    let sent = a.send_snapshot(0, 3, 5, meta, path).await;
     assert!(
         matches!(sent, Err(TransportError::Auth(AuthError::BadProof))),
         "{sent:?}"

@@ -140,6 +140,7 @@ async fn offer(s: &mut DuplexStream, id: SnapshotId, total: u64) -> (PositionSta
     wire::encode_offer(
         &SnapshotOffer {
             version: SNAPSHOT_CHANNEL_VERSION,
+            group: 0,
             id,
             total_len_bytes: total,
         },
@@ -190,16 +191,20 @@ async fn send_with_sender(r: &Receiver, path: &std::path::Path, id: SnapshotId) 
     let (theirs, task) = r.connect();
     let (rd, wr) = tokio::io::split(theirs);
     let file = Arc::new(StdFs.open(path).unwrap());
-    let total = file.len_bytes().unwrap();
+    let offer = SnapshotOffer {
+        version: SNAPSHOT_CHANNEL_VERSION,
+        group: 0,
+        id,
+        total_len_bytes: file.len_bytes().unwrap(),
+    };
     let counters = SnapshotCounters::default();
     snapshot::stream_to(
         &r.config,
         &counters,
         rd,
         FrameWriter::plain(wr),
-        id,
+        offer,
         file,
-        total,
     )
     .await
     .unwrap();
@@ -209,6 +214,7 @@ async fn send_with_sender(r: &Receiver, path: &std::path::Path, id: SnapshotId) 
 async fn expect_handed(r: &mut Receiver, bytes: &[u8], index: u64) {
     match r.inbound_rx.recv().await.unwrap() {
         Inbound::Snapshot {
+            group: 0,
             from,
             term,
             meta: m,

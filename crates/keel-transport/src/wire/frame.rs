@@ -6,7 +6,7 @@
 //! bodies because it is the one layer every connection's bytes pass through.
 
 use bytes::Bytes;
-use keel_core::Message;
+use keel_core::{GroupId, Message};
 
 use super::{
     auth, decode_message_fields, encode_message_fields, parts, snapshot, Challenge, ChunkHeader,
@@ -20,8 +20,8 @@ use super::{
 pub enum Body {
     /// The first frame of every connection (body kind 1).
     Handshake(Handshake),
-    /// One whole Raft message (body kind 2).
-    Message(Message),
+    /// One whole Raft message (body kind 2), of the group it names.
+    Message(GroupId, Message),
     /// A sender's offer of a snapshot (body kind 4).
     SnapshotOffer(SnapshotOffer),
     /// The receiver's answer to an offer (body kind 5).
@@ -138,21 +138,27 @@ fn decode_refusal(r: &mut Reader) -> Result<String, WireError> {
         .map_err(|_| WireError::Invalid("refusal reason is not UTF-8"))
 }
 
-/// Appends `msg` as one frame, whatever its size (see [`encode_message_or_parts`]).
-pub fn encode_message(msg: &Message, out: &mut Vec<u8>) {
+/// Appends `msg` (of `group`) as one frame, whatever its size (see [`encode_message_or_parts`]).
+pub fn encode_message(group: GroupId, msg: &Message, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_MESSAGE);
+        b.extend_from_slice(&group.to_le_bytes());
         encode_message_fields(msg, b);
     });
 }
 
-/// Appends `msg` as one frame if its body is at most [`MESSAGE_PART_BYTES`]; otherwise appends
-/// nothing and returns its body to be sent in parts.
-pub fn encode_message_or_parts(msg: &Message, out: &mut Vec<u8>) -> Option<OutgoingParts> {
+/// Appends `msg` (of `group`) as one frame if its body is at most [`MESSAGE_PART_BYTES`];
+/// otherwise appends nothing and returns its body to be sent in parts.
+pub fn encode_message_or_parts(
+    group: GroupId,
+    msg: &Message,
+    out: &mut Vec<u8>,
+) -> Option<OutgoingParts> {
     let start = out.len();
     let body_start = start + FRAME_HEADER_SIZE_BYTES;
     out.extend_from_slice(&[0u8; FRAME_HEADER_SIZE_BYTES]);
     out.push(BODY_MESSAGE);
+    out.extend_from_slice(&group.to_le_bytes());
     encode_message_fields(msg, out);
     if out.len() - body_start > MESSAGE_PART_BYTES {
         // Before any checksum: each part gets its own.
@@ -169,7 +175,10 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
     let mut r = Reader::new(body);
     let decoded = match r.u8("body kind")? {
         BODY_HANDSHAKE => Body::Handshake(Handshake::decode_fields(&mut r)?),
-        BODY_MESSAGE => Body::Message(decode_message_fields(&mut r)?),
+        BODY_MESSAGE => {
+            let group = r.u64("group")?;
+            Body::Message(group, decode_message_fields(&mut r)?)
+        }
         snapshot::BODY_SNAPSHOT_OFFER => Body::SnapshotOffer(snapshot::decode_offer(&mut r)?),
         snapshot::BODY_SNAPSHOT_POSITION => {
             Body::SnapshotPosition(snapshot::decode_position(&mut r)?)

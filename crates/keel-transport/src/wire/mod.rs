@@ -1,4 +1,4 @@
-//! The peer wire format, protocol version 5 (snapshot channel version 2, authentication by handshake
+//! The peer wire format, protocol version 6 (snapshot channel version 3, authentication by handshake
 //! flag bit 1): frames, the handshake, peer authentication, and a hand-written encoding of every
 //! [`keel_core::Message`] (docs/DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
@@ -49,7 +49,7 @@
 //! |-------:|-----:|--------------------------------------------------------------------|
 //! |      0 |    1 | body kind, 1                                                       |
 //! |      1 |    4 | magic `KEEL`                                                       |
-//! |      5 |    2 | protocol version (u16, currently 5)                                |
+//! |      5 |    2 | protocol version (u16, currently 6)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
 //! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 1: authenticated (the sender has a cluster secret; see "Authentication"). Bit 16: the extension is a list of records. |
 //! |     12 |    8 | cluster id (u64)                                                   |
@@ -177,7 +177,10 @@
 //!
 //! # Raft message (body kind 2)
 //!
-//! `kind u8 = 2`, `from u64`, `to u64`, `term u64`, `tag u8`, then per tag:
+//! `kind u8 = 2`, `group u64` (the Raft group it belongs to, `keel_core::GroupId`: connections
+//! are a node's, shared by the groups it hosts; a node drops a message of a group it does not
+//! host, counted, and keeps the connection), `from u64`, `to u64`, `term u64`, `tag u8`, then per
+//! tag:
 //!
 //! | tag | message            | fields                                                         |
 //! |----:|--------------------|----------------------------------------------------------------|
@@ -232,7 +235,7 @@
 //! [`MESSAGE_FRAME_BYTES_MAX`], the largest frame a sender of this build writes on a message
 //! connection.
 //!
-//! # Snapshot channel (handshake channel 1, snapshot channel version 2)
+//! # Snapshot channel (handshake channel 1, snapshot channel version 3)
 //!
 //! A snapshot travels on a connection of its own, so a large transfer never delays heartbeats or
 //! Appends on the message connection. The handshake of such a connection sets the required flag
@@ -258,16 +261,17 @@
 //! partial file becomes its snapshot file by a rename, and its own checksums are verified again
 //! before the receiver's core ever hears of it.
 //!
-//! ## Offer (body kind 4, sender → receiver), 35 bytes
+//! ## Offer (body kind 4, sender → receiver), 43 bytes
 //!
 //! | offset | size | field                                                              |
 //! |-------:|-----:|--------------------------------------------------------------------|
 //! |      0 |    1 | body kind, 4                                                       |
-//! |      1 |    2 | snapshot channel version (u16, currently 2; checked first)         |
-//! |      3 |    8 | leader term (u64)                                                  |
-//! |     11 |    8 | snapshot index (u64)                                               |
-//! |     19 |    8 | snapshot term (u64)                                                |
-//! |     27 |    8 | total length of the snapshot file in bytes (u64)                   |
+//! |      1 |    2 | snapshot channel version (u16, currently 3; checked first)         |
+//! |      3 |    8 | Raft group (u64, `keel_core::GroupId`) whose snapshot this is      |
+//! |     11 |    8 | leader term (u64)                                                  |
+//! |     19 |    8 | snapshot index (u64)                                               |
+//! |     27 |    8 | snapshot term (u64)                                                |
+//! |     35 |    8 | total length of the snapshot file in bytes (u64)                   |
 //!
 //! ## Position (body kind 5, receiver → sender), 26 bytes
 //!
@@ -360,8 +364,9 @@ pub use snapshot::{
 /// Protocol version this build speaks.
 /// Version 2 added the clock readings of heartbeats and their responses; version 3 the repair
 /// messages (tags 11 and 12); version 4 their term starts and committed answers; version 5 the
-/// request's holds-last flag and holds answers.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// request's holds-last flag and holds answers; version 6 the Raft group of every message and
+/// snapshot offer.
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The 4 bytes after a handshake's body kind, checked before anything else in it.
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"KEEL";
 /// Default bound on a frame body on message connections.

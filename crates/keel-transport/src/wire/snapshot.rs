@@ -6,8 +6,8 @@ use super::frame::put_frame;
 use super::{Reader, WireError};
 
 /// Version of the snapshot channel's frames, carried in every offer. Version 1 was the
-/// one-frame transfer (body kind 3), no longer spoken.
-pub const SNAPSHOT_CHANNEL_VERSION: u16 = 2;
+/// one-frame transfer (body kind 3), no longer spoken; version 3 added the offer's group.
+pub const SNAPSHOT_CHANNEL_VERSION: u16 = 3;
 /// Bound on the control frames of the snapshot channel (offer, position, chunk header, ack):
 /// each is under 64 bytes, so anything larger is garbage and refused before allocating.
 pub const SNAPSHOT_CONTROL_FRAME_BYTES_MAX: u32 = 256;
@@ -36,6 +36,7 @@ pub fn encode_offer(o: &SnapshotOffer, out: &mut Vec<u8>) {
     put_frame(out, |b| {
         b.push(BODY_SNAPSHOT_OFFER);
         b.extend_from_slice(&o.version.to_le_bytes());
+        put_u64(b, o.group);
         put_u64(b, o.id.leader_term);
         put_u64(b, o.id.index);
         put_u64(b, o.id.term);
@@ -106,6 +107,7 @@ pub(super) fn decode_offer(r: &mut Reader) -> Result<SnapshotOffer, WireError> {
     }
     Ok(SnapshotOffer {
         version,
+        group: r.u64("group")?,
         id: get_id(r)?,
         total_len_bytes: r.u64("total length")?,
     })

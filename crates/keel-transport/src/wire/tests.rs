@@ -155,13 +155,13 @@ fn decode_one(buf: Vec<u8>) -> Result<Option<(Body, usize)>, WireError> {
 
 proptest! {
     #[test]
-    fn every_message_round_trips(msg in message()) {
+    fn every_message_round_trips(msg in message(), group in any::<u64>()) {
         let mut buf = Vec::new();
-        encode_message(&msg, &mut buf);
+        encode_message(group, &msg, &mut buf);
         let len = buf.len();
         let (body, used) = decode_one(buf).unwrap().unwrap();
         prop_assert_eq!(used, len);
-        prop_assert_eq!(body, Body::Message(msg));
+        prop_assert_eq!(body, Body::Message(group, msg));
     }
 
     #[test]
@@ -169,9 +169,12 @@ proptest! {
         leader_term in any::<u64>(), index in any::<u64>(), term in any::<u64>(),
         offset in any::<u64>(), len_bytes in any::<u32>(), crc in any::<u32>(),
         last in proptest::option::of((any::<u64>(), any::<u32>())), status in 0u8..4,
+        group in any::<u64>(),
     ) {
         let id = SnapshotId { leader_term, index, term };
-        let offer = SnapshotOffer { version: SNAPSHOT_CHANNEL_VERSION, id, total_len_bytes: offset };
+        let offer = SnapshotOffer {
+            version: SNAPSHOT_CHANNEL_VERSION, group, id, total_len_bytes: offset,
+        };
         let position = SnapshotPosition {
             index, term, status: PositionStatus::RefusedStale, offset,
         };
@@ -208,11 +211,11 @@ proptest! {
     #[test]
     fn every_bit_flip_is_rejected(msg in message(), bit in any::<prop::sample::Index>()) {
         let mut buf = Vec::new();
-        encode_message(&msg, &mut buf);
+        encode_message(0, &msg, &mut buf);
         let at = bit.index(buf.len() * 8);
         buf[at / 8] ^= 1 << (at % 8);
         let decoded = decode_one(buf);
-        prop_assert!(!matches!(decoded, Ok(Some((Body::Message(ref m), _))) if *m == msg));
+        prop_assert!(!matches!(decoded, Ok(Some((Body::Message(_, ref m), _))) if *m == msg));
         prop_assert!(!matches!(decoded, Ok(Some(_))), "corrupt frame accepted: {:?}", decoded);
     }
 
@@ -220,7 +223,7 @@ proptest! {
     #[test]
     fn truncated_frames_wait_for_more(msg in message(), cut in any::<prop::sample::Index>()) {
         let mut buf = Vec::new();
-        encode_message(&msg, &mut buf);
+        encode_message(0, &msg, &mut buf);
         let cut = cut.index(buf.len());
         buf.truncate(cut);
         prop_assert_eq!(decode_one(buf), Ok(None));
@@ -248,6 +251,7 @@ fn truncated_body_with_valid_crc_is_typed() {
         },
     };
     let mut body = vec![BODY_MESSAGE];
+    body.extend_from_slice(&0u64.to_le_bytes()); // the group
     encode_message_fields(&msg, &mut body);
     body.truncate(body.len() - 3);
     assert!(matches!(
@@ -269,6 +273,7 @@ fn unknown_tags_and_trailing_bytes_are_refused() {
         })
     );
     let mut body = vec![BODY_MESSAGE];
+    body.extend_from_slice(&0u64.to_le_bytes()); // the group
     body.extend_from_slice(&1u64.to_le_bytes());
     body.extend_from_slice(&2u64.to_le_bytes());
     body.extend_from_slice(&3u64.to_le_bytes());
@@ -311,6 +316,7 @@ fn oversize_is_rejected_from_the_header_alone() {
 fn hostile_counts_do_not_allocate() {
     // An Append claiming 2^32 - 1 entries in a tiny body.
     let mut body = vec![BODY_MESSAGE];
+    body.extend_from_slice(&0u64.to_le_bytes()); // the group
     for v in [1u64, 2, 3] {
         body.extend_from_slice(&v.to_le_bytes());
     }
@@ -354,6 +360,7 @@ fn handshake_round_trips_and_is_validated() {
 fn a_later_snapshot_channel_version_is_refused_before_the_rest_is_read() {
     let offer = SnapshotOffer {
         version: SNAPSHOT_CHANNEL_VERSION,
+        group: 0,
         id: SnapshotId {
             leader_term: 1,
             index: 2,
@@ -364,12 +371,13 @@ fn a_later_snapshot_channel_version_is_refused_before_the_rest_is_read() {
     let mut buf = Vec::new();
     encode_offer(&offer, &mut buf);
     let mut body = buf[FRAME_HEADER_SIZE_BYTES..].to_vec();
-    assert_eq!(body.len(), 35);
-    body[1..3].copy_from_slice(&3u16.to_le_bytes());
+    assert_eq!(body.len(), 43);
+    let later = SNAPSHOT_CHANNEL_VERSION + 1;
+    body[1..3].copy_from_slice(&later.to_le_bytes());
     assert_eq!(
         decode_body(Bytes::from(body)),
         Err(WireError::UnsupportedVersion {
-            got: 3,
+            got: later,
             supported: SNAPSHOT_CHANNEL_VERSION
         })
     );
@@ -432,6 +440,7 @@ fn invalid_bool_is_refused() {
         body: MessageBody::VoteResponse { granted: true },
     };
     let mut body = vec![BODY_MESSAGE];
+    body.extend_from_slice(&0u64.to_le_bytes()); // the group
     encode_message_fields(&msg, &mut body);
     *body.last_mut().unwrap() = 2;
     assert!(matches!(

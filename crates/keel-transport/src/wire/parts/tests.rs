@@ -39,7 +39,7 @@ fn frames(stream: &[u8]) -> Vec<Body> {
 /// Encodes `msg` the way the transport does: whole, or every part in turn.
 fn encode_all(msg: &Message) -> Vec<u8> {
     let mut out = Vec::new();
-    if let Some(mut parts) = encode_message_or_parts(msg, &mut out) {
+    if let Some(mut parts) = encode_message_or_parts(0, msg, &mut out) {
         while !parts.is_done() {
             parts.encode_next(&mut out);
         }
@@ -58,7 +58,7 @@ fn part(message_len: u32, offset: u32, data: &[u8]) -> MessagePart {
 #[test]
 fn small_messages_stay_whole_and_large_ones_reassemble_exactly() {
     let small = append_of(1000);
-    assert!(matches!(&frames(&encode_all(&small))[..], [Body::Message(m)] if *m == small));
+    assert!(matches!(&frames(&encode_all(&small))[..], [Body::Message(0, m)] if *m == small));
     for payload_bytes in [MESSAGE_PART_BYTES, 3 * MESSAGE_PART_BYTES + 17, 5 << 20] {
         let large = append_of(payload_bytes);
         let decoded = frames(&encode_all(&large));
@@ -74,7 +74,7 @@ fn small_messages_stay_whole_and_large_ones_reassemble_exactly() {
             whole = reassembly.add(part, 8 << 20).unwrap();
         }
         let body = whole.expect("the last part completes the message");
-        assert_eq!(decode_body(body).unwrap(), Body::Message(large));
+        assert_eq!(decode_body(body).unwrap(), Body::Message(0, large));
         assert_eq!(reassembly.held_bytes(), 0);
     }
 }
