@@ -3,9 +3,9 @@
 //! A [`Handle`] proposes (`propose`; `propose_batch`: one step of the node, in order, refused
 //! whole from the first refusal on), reads linearizably (`read`; `start_read` keeps many in
 //! flight), reports status, changes membership, transfers leadership, takes a snapshot, shuts
-//! the node down, and panics the node task on request (`debug_panic`: a test hook for
-//! fail-stop). Results come as [`Pending`] values with their deadlines; [`DeadlineTimer`] is one
-//! timer for the requests a task awaits in turn.
+//! the node down, and, with the `debug-hooks` feature, panics the node task on request
+//! (`debug_panic`: a testing hook for fail-stop). Results come as [`Pending`] values with their
+//! deadlines; [`DeadlineTimer`] is one timer for the requests a task awaits in turn.
 //!
 //! `ProposalRefusal` is the answer every proposal gets now, as the node task last published it
 //! (keel-engine's `NodeEngine::proposal_refusal`: `NotLeader` on a serving follower of a known
@@ -103,6 +103,7 @@ pub(crate) enum Request<S> {
     /// Stop the node task once the current step's write is handed to storage (`Node::shutdown`).
     Shutdown,
     /// Panic in the node task (see [`Handle::debug_panic`]); the sender is dropped unanswered.
+    #[cfg(feature = "debug-hooks")]
     DebugPanic(oneshot::Sender<()>),
 }
 
@@ -408,11 +409,15 @@ impl<S> Handle<S> {
         self.client_addrs.all()
     }
 
-    /// Records where `id`'s clients reach it (e.g. given with the membership change that adds
-    /// it); a later announcement by `id` itself replaces it. `addr` must be `host:port`.
-    /// A hook of keel's server (its client addresses ride on the peer handshake), hidden from
-    /// the embedding API's docs.
-    #[doc(hidden)]
+    /// Records where `id`'s clients reach it, in this node's client address book (what
+    /// [`client_addr`](Self::client_addr) answers): for a member whose address the application
+    /// learned otherwise, e.g. given with the membership change that adds it, before the member
+    /// announced one. Local to this node, not replicated; a later announcement by `id` itself
+    /// (its `TransportConfig::advertise_client_addr`, in the handshake of a connection it opens
+    /// here) replaces it.
+    ///
+    /// `addr` must be `host:port` (`keel_transport::wire::valid_client_addr`); anything else is
+    /// refused with [`ClientError::Rejected`] and nothing is recorded.
     pub fn set_client_addr(&self, id: NodeId, addr: &str) -> Result<(), ClientError> {
         if !keel_transport::wire::valid_client_addr(addr) {
             return Err(ClientError::Rejected(format!(
@@ -670,11 +675,16 @@ impl<S: Send + 'static> Handle<S> {
         self.call(Request::SnapshotNow).await
     }
 
-    /// Makes the node task panic, as a bug there would: for testing what follows (the node stops
-    /// with `NodeFailure::Panicked`; a process with a fail-stop panic hook ends). Resolves with
-    /// `Shutdown` if the process survives it. Never expose it to clients without an explicit
-    /// opt-in. A test hook of keel's server, hidden from the embedding API's docs.
-    #[doc(hidden)]
+    /// Makes the node task panic, as a bug there would: a testing hook for what follows (the
+    /// node stops with `NodeFailure::Panicked`, [`Node::failed`](crate::Node::failed) resolves;
+    /// a process that exits on failure, or whose panic hook aborts, ends). Resolves with
+    /// `Shutdown` if the process survives it.
+    ///
+    /// Only with the `debug-hooks` feature, which no production build needs: it is for an
+    /// application's own fail-stop tests (keel's server answers `DEBUG PANIC` with it, and only
+    /// when started with `--enable-debug-command`). Never let a client reach it without such an
+    /// explicit opt-in.
+    #[cfg(feature = "debug-hooks")]
     pub async fn debug_panic(&self) -> Result<(), ClientError> {
         let (tx, rx) = oneshot::channel();
         self.requests

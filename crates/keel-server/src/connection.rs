@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use keel_runtime::{ClientError, DeadlineTimer, Pending};
+use keel::{ClientError, DeadlineTimer, Pending};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 

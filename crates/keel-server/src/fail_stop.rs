@@ -17,7 +17,7 @@
 //! The deliberate stops keep their own exits: a node that stops itself (keel-runtime's
 //! `failure.rs`: a storage error such as a failed fsync, damage the scrub found) makes the
 //! process exit with the failure's status (70; 75 for damage a restart repairs) through
-//! `keel_runtime::exit_on_failure`, installed by `launch.rs`; a committed entry or snapshot the
+//! `keel::exit_on_failure`, installed by `launch.rs`; a committed entry or snapshot the
 //! state machine cannot apply aborts (`adapter.rs`).
 
 use std::backtrace::{Backtrace, BacktraceStatus};

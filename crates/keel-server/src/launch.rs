@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_runtime::{Handle, Node, NodeConfig};
+use keel::{Handle, Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -235,7 +235,7 @@ pub async fn serve_metrics(addr: &str) -> Result<SocketAddr, String> {
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
     let addr = resolve(addr).await?;
     let mut builder = PrometheusBuilder::new().with_http_listener(addr);
-    for (name, buckets) in keel_runtime::metrics::HISTOGRAMS {
+    for (name, buckets) in keel::metrics::HISTOGRAMS {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)
             .map_err(|e| format!("metrics buckets for {name}: {e}"))?;
@@ -243,7 +243,7 @@ pub async fn serve_metrics(addr: &str) -> Result<SocketAddr, String> {
     builder
         .install()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-    keel_runtime::metrics::describe();
+    keel::metrics::describe();
     Ok(addr)
 }
 
@@ -307,7 +307,7 @@ fn advertised_client_addr(
     listening: SocketAddr,
 ) -> Result<Option<String>, String> {
     if let Some(addr) = &options.advertise_client_addr {
-        if !keel_transport::wire::valid_client_addr(addr) {
+        if !keel::valid_client_addr(addr) {
             return Err(format!(
                 "--advertise-client-addr '{addr}': expected host:port"
             ));
@@ -326,7 +326,7 @@ fn advertised_client_addr(
     Ok(host
         .filter(|host| !wildcard(host))
         .map(|host| format!("{host}:{}", listening.port()))
-        .filter(|addr| keel_transport::wire::valid_client_addr(addr)))
+        .filter(|addr| keel::valid_client_addr(addr)))
 }
 
 /// Raises the soft open-file limit to the hard one (as Redis does); returns the limit now in
@@ -410,8 +410,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     config.peer_listen_addr = resolve(&options.peer_addr).await?;
     config.transport.cluster_secret = match &options.cluster_secret_file {
         Some(path) => Some(
-            keel_transport::load_cluster_secret(path)
-                .map_err(|e| format!("--cluster-secret-file {e}"))?,
+            keel::load_cluster_secret(path).map_err(|e| format!("--cluster-secret-file {e}"))?,
         ),
         None => {
             tracing::warn!(
@@ -492,7 +491,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     let adapter = KvAdapter::new(KvStateMachine::new());
     let stats = adapter.stats();
     let node = Node::start(config, adapter).await.map_err(|e| match &e {
-        keel_runtime::StartError::Damaged { dir, .. } => format!(
+        keel::StartError::Damaged { dir, .. } => format!(
             "node {}: {e}; `keel check --data-dir {}` lists every finding",
             options.id,
             dir.display()
@@ -501,7 +500,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     })?;
     // Fail-stop: a node that stopped by itself (a storage error, a panic, damage the scrub
     // found) takes its process with it, for a supervisor to restart (`fail_stop.rs`).
-    keel_runtime::exit_on_failure(&node);
+    keel::exit_on_failure(&node);
     let mut ctx = ServerContext::new(
         options.id,
         node.handle(),
@@ -559,7 +558,7 @@ const SCRUB_INTERVAL_MS_MAX: u64 = 86_400_000;
 /// The scrub the node runs: damage both passes agree on restarts this process in place
 /// ([`super::restart::restart_in_place`]), and on the way up `Wal::open_repairing` sets the
 /// damaged files aside and the node recovers what it lacks from the cluster.
-fn scrub_config(options: &NodeOptions) -> Result<keel_runtime::scrub::ScrubConfig, String> {
+fn scrub_config(options: &NodeOptions) -> Result<keel::scrub::ScrubConfig, String> {
     let rate_mib_s = options.scrub_rate_mib_s.unwrap_or(SCRUB_RATE_MIB_S_DEFAULT);
     if rate_mib_s > SCRUB_RATE_MIB_S_MAX {
         return Err(format!(
@@ -574,10 +573,10 @@ fn scrub_config(options: &NodeOptions) -> Result<keel_runtime::scrub::ScrubConfi
             "--scrub-interval-ms {interval_ms}: must be at most {SCRUB_INTERVAL_MS_MAX}"
         ));
     }
-    Ok(keel_runtime::scrub::ScrubConfig {
+    Ok(keel::scrub::ScrubConfig {
         rate_bytes_per_s: rate_mib_s << 20,
         pause_between_passes: Duration::from_millis(interval_ms),
-        on_damage: keel_runtime::scrub::OnDamage::Call(std::sync::Arc::new(|_| {
+        on_damage: keel::scrub::OnDamage::Call(std::sync::Arc::new(|_| {
             super::restart::restart_in_place("the scrub found damage on disk")
         })),
     })

@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use keel_runtime::ClientError;
+use keel::ClientError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};

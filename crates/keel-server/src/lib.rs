@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use keel_runtime::{ClientError, Handle};
+use keel::{ClientError, Handle};
 use tokio::net::TcpListener;
 
 pub use keel_redis::adapter::{KvAdapter, SmStats, SmStatsValue};
@@ -106,8 +106,8 @@ pub struct ServerContext {
     client_registry: Arc<ClientRegistry>,
     /// The counters INFO reports (stats, commandstats, errorstats); CONFIG RESETSTAT zeroes them.
     pub server_stats: Arc<ServerStats>,
-    /// The background scrub's counters (`keel_runtime::scrub`), for INFO.
-    pub scrub: Arc<keel_runtime::scrub::ScrubCounters>,
+    /// The background scrub's counters (`keel::scrub`), for INFO.
+    pub scrub: Arc<keel::scrub::ScrubCounters>,
     /// The script cache and the scripts running (`keel_redis::script`).
     pub scripts: Arc<keel_redis::script::ScriptRegistry>,
     /// Held by a script running again after a conflict, so that such runs do not conflict
@@ -392,7 +392,7 @@ impl ServerContext {
 /// This node's wall clock in ms since the Unix epoch: the stamp of every entry it proposes
 /// (`state_machine/log_command.rs`), read when the entry is proposed. A clock set before the
 /// epoch reads 0, "no time" (the state machine's time then stays where the log left it).
-pub(crate) use keel_runtime::wall_clock_ms;
+pub(crate) use keel::wall_clock_ms;
 
 /// A random 64-bit id per client connection (the request-id namespace in the log).
 fn random_client_id() -> u64 {

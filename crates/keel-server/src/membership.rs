@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_runtime::{ClientError, NodeStatus, Role};
+use keel::{ClientError, NodeStatus, Role};
 
 use super::{random_client_id, ServerContext};
 use keel_redis::state_machine::MemberAddrs;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use keel_runtime::ClientError;
+use keel::ClientError;
 
 use super::{wall_clock_ms, ServerContext};
 use keel_redis::expiry::{TimeKeeper, TICK_KEYS_MAX};

@@ -138,3 +138,38 @@ pub mod storage {
         encode_snapshot_meta, RecordError,
     };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Operations: what a node's process needs beyond the node itself (metrics, the background
+// scrub, peer authentication, client addresses, the clock). keel's own Redis server
+// (keel-server) depends on this crate alone for everything consensus-related, and takes these
+// from here.
+// ---------------------------------------------------------------------------------------------
+
+// The metrics' names and descriptions and the histograms' buckets, for the recorder a process
+// installs (the module's documentation says how).
+pub use keel_runtime::metrics;
+
+/// The background scrub of a node's data directory: its settings (the `scrub` field of
+/// [`NodeConfig`]; off by default), what to do with damage it finds, and its counters
+/// ([`Node::scrub_counters`]).
+pub mod scrub {
+    pub use keel_runtime::scrub::{OnDamage, ScrubConfig, ScrubCounters};
+    /// Given to an [`OnDamage::Call`] callback.
+    pub use keel_wal::ScrubPass;
+    pub use keel_wal::{Damage, DamageKind};
+}
+
+pub use keel_transport::load_cluster_secret;
+/// What [`TransportConfig::advertise_client_addr`] and [`Handle::set_client_addr`] require
+/// of a client address.
+pub use keel_transport::wire::valid_client_addr;
+/// The cluster secret that authenticates and seals every peer connection: the
+/// `cluster_secret` field of [`TransportConfig`] (from its bytes, or read from a file by
+/// [`load_cluster_secret`]).
+pub use keel_transport::wire::ClusterSecret;
+
+/// A state machine that keeps time should take it from the entries, stamped with this clock
+/// when proposed: it is the one `NodeConfig::clock_offset_ms_max` bounds across the cluster (a
+/// node whose clock is further from its leader's does not campaign).
+pub use keel_runtime::wall_clock_ms;

@@ -683,6 +683,7 @@ impl<S: StateMachine> Driver<S> {
                 io.apply.submit(ApplyItem::Snapshot);
             }
             Request::Shutdown => self.stopping = true,
+            #[cfg(feature = "debug-hooks")]
             Request::DebugPanic(_unanswered) => panic!(
                 "node {}: panic requested (Handle::debug_panic)",
                 self.config.id

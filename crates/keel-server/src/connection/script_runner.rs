@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use keel_runtime::{ClientError, Handle};
+use keel::{ClientError, Handle};
 
 use super::{Forwarding, Session};
 use keel_redis::command::{ScriptCommand, ScriptSource};
