@@ -86,7 +86,7 @@
 
 #![deny(missing_docs)]
 
-pub use keel_core::{CommitStatus, Index, LogId, Membership, NodeId, Role, Term};
+pub use keel_core::{CommitStatus, GroupId, Index, LogId, Membership, NodeId, Role, Term};
 pub use keel_engine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
 pub use keel_runtime::{
     exit_on_failure, ClientError, DeadlineTimer, Handle, Node, NodeConfig, NodeFailure, NodeStatus,
