@@ -339,6 +339,7 @@ pub struct Handle<S> {
     pub(crate) client_addrs: Arc<ClientAddrs>,
     pub(crate) proposal_refusal: Arc<ProposalRefusal>,
     pub(crate) view: watch::Receiver<NodeView>,
+    pub(crate) applied: watch::Receiver<Index>,
 }
 
 impl<S> Clone for Handle<S> {
@@ -349,6 +350,7 @@ impl<S> Clone for Handle<S> {
             client_addrs: Arc::clone(&self.client_addrs),
             proposal_refusal: Arc::clone(&self.proposal_refusal),
             view: self.view.clone(),
+            applied: self.applied.clone(),
         }
     }
 }
@@ -385,6 +387,26 @@ impl<S> Handle<S> {
                 leader: None,
                 leader_addr: None,
             }),
+        }
+    }
+
+    /// Waits until this node's state machine has applied its log through `index` (or restored a
+    /// snapshot beyond it), up to the request timeout; resolves with the node's applied index.
+    /// For a caller that wrote through the leader and next reads this node's state locally, or
+    /// waits for a follower to catch up before it stops another node. It is not a linearizable
+    /// read ([`Handle::read`] is): it says only that this node holds what the log holds through
+    /// `index`. `Unknown` if the node had not applied it by the deadline, `Shutdown` once the
+    /// node stopped. Answered from a watch, not by the node task.
+    pub async fn wait_applied(&self, index: Index) -> Result<Index, ClientError> {
+        let mut applied = self.applied.clone();
+        let reached = timeout(self.request_timeout, async {
+            applied.wait_for(|&at| at >= index).await.map(|at| *at)
+        })
+        .await;
+        match reached {
+            Ok(Ok(at)) => Ok(at),
+            Ok(Err(_)) => Err(ClientError::Shutdown),
+            Err(_) => Err(ClientError::Unknown),
         }
     }
 
@@ -785,6 +807,7 @@ mod tests {
                 serving: true,
             })
             .1,
+            applied: watch::channel(0).1,
         };
         let not_leader = ClientError::NotLeader {
             leader: Some(2),

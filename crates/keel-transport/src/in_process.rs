@@ -126,6 +126,7 @@ impl Connector for InProcessNetwork {
             client_addrs: Arc::clone(&network.client_addrs),
             peers: Mutex::default(),
             dropped: AtomicU64::new(0),
+            transfers: AtomicU64::new(0),
             counters: Arc::default(),
         };
         Box::pin(async move { Ok(Arc::new(transport) as Arc<dyn PeerTransport>) })
@@ -141,6 +142,8 @@ struct InProcessTransport {
     /// Addresses the node was told; kept only to answer `peer_addr` (delivery is by id).
     peers: Mutex<BTreeMap<NodeId, SocketAddr>>,
     dropped: AtomicU64,
+    /// Snapshot transfers started: with `id` and `join`, a name of its own for each copy.
+    transfers: AtomicU64,
     counters: Arc<SnapshotCounters>,
 }
 
@@ -210,19 +213,18 @@ impl PeerTransport for InProcessTransport {
         path: PathBuf,
     ) -> TransportFuture<Result<(), TransportError>> {
         let route = self.network.route(self.id, to);
-        let from = self.id;
+        let (from, join) = (self.id, self.join);
+        let transfer = self.transfers.fetch_add(1, Ordering::Relaxed);
         let counters = Arc::clone(&self.counters);
         Box::pin(async move {
             let (inbound, dir) = route.ok_or(TransportError::UnknownPeer(to))?;
             let dir = dir.ok_or(TransportError::Refused(
                 "the receiver has no snapshot directory",
             ))?;
-            // A name of its own per transfer: a resent snapshot never overwrites one its receiver
-            // is adopting.
-            static TRANSFERS: AtomicU64 = AtomicU64::new(0);
-            let transfer = TRANSFERS.fetch_add(1, Ordering::Relaxed);
+            // A name of its own per transfer (sender, its run on this network, transfer): a
+            // resent snapshot never overwrites one its receiver is adopting.
             let name = format!(
-                "snapshot-in-process-{from}-{:020}-{transfer}.snap.tmp",
+                "snapshot-in-process-{from}-{join}-{transfer}-{:020}.snap.tmp",
                 meta.last.index
             );
             let copy = dir.join(name);

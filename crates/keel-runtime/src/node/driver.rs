@@ -45,6 +45,14 @@ pub(super) fn view_of(group: GroupId, raft: &RaftNode, serving: bool) -> NodeVie
     }
 }
 
+/// What the handles watch without asking the node task.
+pub(super) struct Watched {
+    /// [`crate::Handle::watch`]: role, term, leader, membership, serving.
+    pub view: tokio::sync::watch::Sender<NodeView>,
+    /// [`crate::Handle::wait_applied`]: the state machine's applied index.
+    pub applied: tokio::sync::watch::Sender<Index>,
+}
+
 /// Bound on the messages (or client requests) taken in one go before the core's `ready()` is
 /// drained. Taking everything already queued turns many proposals into one Append and one write
 /// (and many Appends into one acknowledgement), which is where throughput under load comes from;
@@ -73,8 +81,8 @@ pub(super) struct Driver<S> {
     pub started: Instant,
     /// Tells the handles the answer every proposal gets now.
     pub proposal_refusal: RefusalPublisher,
-    /// What [`crate::Handle::watch`] shows: published when it changes.
-    pub view: tokio::sync::watch::Sender<NodeView>,
+    /// What the handles watch: published when it changes.
+    pub watched: Watched,
     pub config: NodeConfig,
 }
 
@@ -259,13 +267,19 @@ impl<S: StateMachine> Driver<S> {
         ))
     }
 
-    /// Publishes the node's view to its watchers if it changed. Compared field by field under the
+    /// Publishes the node's applied index and view to their watchers if they changed. Compared field by field under the
     /// channel's read lock (the membership by pointer: the log replaces it whenever it changes),
     /// so the common pass, nothing changed, costs an uncontended read lock and a few comparisons.
     fn publish_view(&mut self) {
+        let applied = self.raft.applied_index();
+        self.watched.applied.send_if_modified(|published| {
+            let moved = *published != applied;
+            *published = applied;
+            moved
+        });
         let serving = self.engine.serving();
         let unchanged = {
-            let view = self.view.borrow();
+            let view = self.watched.view.borrow();
             view.role == self.raft.role()
                 && view.term == self.raft.term()
                 && view.leader == self.raft.leader()
@@ -273,7 +287,8 @@ impl<S: StateMachine> Driver<S> {
                 && Arc::ptr_eq(&view.membership, self.raft.log().membership_shared())
         };
         if !unchanged {
-            self.view
+            self.watched
+                .view
                 .send_replace(view_of(self.config.group, &self.raft, serving));
         }
     }

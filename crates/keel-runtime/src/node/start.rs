@@ -21,7 +21,7 @@ use super::{clock_hold_ms, driver, incarnation, refused, Node, NodeConfig, Start
 use crate::apply::{self, StateMachine};
 use crate::event::Event;
 use crate::failure::{FailureCell, Guarded};
-use crate::handle::{Handle, NodeView, Request};
+use crate::handle::{Handle, Request};
 use crate::scrub::{ScrubConfig, ScrubCounters};
 use crate::storage::{self, NodeLog, StorageCommand};
 
@@ -66,7 +66,7 @@ impl<S: StateMachine> Node<S> {
         let (transport, inbound_rx) = bind_transport(&config).await?;
         let peer_addr = transport.local_addr();
         let snapshot_counters = transport.snapshot_counters();
-        let (handle, requests_rx, view_tx) = new_handle(&config, &raft, transport.as_ref());
+        let (handle, requests_rx, watched) = new_handle(&config, &raft, transport.as_ref());
         let io = driver::Io {
             group: config.group,
             transport,
@@ -84,7 +84,7 @@ impl<S: StateMachine> Node<S> {
             raft,
             io,
             storage_tx,
-            view_tx,
+            watched,
             proposal_refusal,
             started,
         );
@@ -317,26 +317,28 @@ fn settle_config(
 }
 
 /// The node's first handle, with the ends the node task keeps: its request queue and the
-/// sender of its view.
+/// senders of what the handles watch.
 fn new_handle<S>(
     config: &NodeConfig,
     raft: &RaftNode,
     transport: &dyn PeerTransport,
-) -> (
-    Handle<S>,
-    mpsc::Receiver<Request<S>>,
-    watch::Sender<NodeView>,
-) {
+) -> (Handle<S>, mpsc::Receiver<Request<S>>, driver::Watched) {
     let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
     let (view_tx, view_rx) = watch::channel(driver::view_of(config.group, raft, false));
+    let (applied_tx, applied_rx) = watch::channel(raft.applied_index());
     let handle = Handle {
         requests: requests_tx,
         request_timeout: Duration::from_millis(config.request_timeout_ms),
         client_addrs: transport.client_addrs(),
         proposal_refusal: Arc::default(),
         view: view_rx,
+        applied: applied_rx,
     };
-    (handle, requests_rx, view_tx)
+    let watched = driver::Watched {
+        view: view_tx,
+        applied: applied_tx,
+    };
+    (handle, requests_rx, watched)
 }
 
 /// Starts the apply thread (on the state machine, at `applied`), the storage thread (on the
@@ -398,7 +400,7 @@ fn new_driver<S: StateMachine>(
     raft: RaftNode,
     io: driver::Io<S>,
     storage: mpsc::Sender<StorageCommand>,
-    view: tokio::sync::watch::Sender<crate::handle::NodeView>,
+    watched: driver::Watched,
     proposal_refusal: Arc<crate::handle::ProposalRefusal>,
     started: Instant,
 ) -> driver::Driver<S> {
@@ -431,7 +433,7 @@ fn new_driver<S: StateMachine>(
         refused: refused::RefusedMessages::new(config.id),
         started,
         proposal_refusal: crate::handle::RefusalPublisher::new(proposal_refusal),
-        view,
+        watched,
         config,
     }
 }

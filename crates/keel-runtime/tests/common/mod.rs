@@ -117,20 +117,11 @@ pub async fn propose_at_leader<S: StateMachine>(
     .expect("proposal committed")
 }
 
-/// Waits until the node behind `handle` applied `index`.
+/// Waits until the node behind `handle` applied `index` (`Handle::wait_applied`).
 pub async fn wait_applied<S: StateMachine>(handle: &Handle<S>, index: Index, wait: Duration) {
-    tokio::time::timeout(wait, async {
-        loop {
-            if let Ok(s) = handle.status().await {
-                if s.raft.applied >= index {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("applied {index} in time"));
+    let applied = handle.with_request_timeout(wait).wait_applied(index).await;
+    let applied = applied.unwrap_or_else(|e| panic!("applied {index} in time: {e}"));
+    assert!(applied >= index);
 }
 
 /// Starts a node, retrying while its port is still being released after a stop.
