@@ -1,6 +1,8 @@
 //! A node that cannot go on stops alone and says why; the process lives on (`failure.rs`): a
 //! panicking state machine, a panic in the node task, a storage step that fails. Each is a real
-//! fault of a real node (one voter, loopback), not a simulated one.
+//! fault of a real node (one voter, loopback), not a simulated one. Unless the process asked to
+//! end with its node (`exit_on_failure`): then it exits with the failure's code, checked on a
+//! child process.
 
 use std::time::Duration;
 
@@ -128,5 +130,55 @@ async fn a_failed_storage_step_stops_the_node() {
         Err(ClientError::Shutdown)
     );
     node.stop().await;
+    common::remove_scratch_dir(&dir);
+}
+
+/// Where `exit_on_failure_child` keeps its node: set only when the test below runs it.
+const CHILD_DIR: &str = "KEEL_FAILURE_CHILD_DIR";
+
+/// The child process of the test below (ignored: it runs only when that test starts it). Its
+/// storage fails with `exit_on_failure` installed: the process must exit with 70, never reach
+/// the end of this function.
+#[test]
+#[ignore = "run by exit_on_failure_ends_the_process_with_the_failures_code"]
+fn exit_on_failure_child() {
+    let dir = std::path::PathBuf::from(std::env::var(CHILD_DIR).expect("started by the test"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (node, handle) = common::one_voter(&dir, Fragile::default, WAIT).await;
+        keel_runtime::exit_on_failure(&node);
+        handle.propose(Bytes::from_static(b"one")).await.unwrap();
+        std::fs::remove_dir_all(&dir).expect("remove the data directory");
+        let _ = handle.snapshot_now().await;
+        tokio::time::sleep(WAIT).await;
+    });
+    println!("the process outlived its node");
+}
+
+#[test]
+fn exit_on_failure_ends_the_process_with_the_failures_code() {
+    let dir = common::scratch_dir("exit-on-failure");
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "exit_on_failure_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_DIR, &dir)
+        .output()
+        .expect("run the child");
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert_eq!(
+        child.status.code(),
+        Some(70),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("keel: the node stopped: ") && stderr.contains("write a snapshot"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("outlived"), "{stdout}");
     common::remove_scratch_dir(&dir);
 }
