@@ -267,9 +267,10 @@ impl<S: StateMachine> Driver<S> {
         ))
     }
 
-    /// Publishes the node's applied index and view to their watchers if they changed. Compared field by field under the
-    /// channel's read lock (the membership by pointer: the log replaces it whenever it changes),
-    /// so the common pass, nothing changed, costs an uncontended read lock and a few comparisons.
+    /// Publishes the node's applied index and view to their watchers if they changed. The view is
+    /// compared field by field under the channel's read lock (the membership by pointer: the log
+    /// replaces it whenever it changes), so the common pass, nothing changed, costs an
+    /// uncontended read lock and a few comparisons.
     fn publish_view(&mut self) {
         let applied = self.raft.applied_index();
         self.watched.applied.send_if_modified(|published| {
