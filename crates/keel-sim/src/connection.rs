@@ -187,12 +187,12 @@ impl World {
     /// starts reads, and releases every reply that can leave, until it waits for an outcome or
     /// has nothing left.
     pub(crate) fn serve(&mut self, connection: u64) {
-        match self.clients.connections.get_mut(connection) {
+        match self.kv.clients.connections.get_mut(connection) {
             Some(c) if !c.serving => c.serving = true,
             _ => return,
         }
         while self.violation.is_none() && self.serve_step(connection) {}
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         c.serving = false;
@@ -205,7 +205,7 @@ impl World {
 
     /// One step of [`World::serve`]; false when the connection waits (or is gone).
     fn serve_step(&mut self, connection: u64) -> bool {
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return false;
         };
         if c.draining {
@@ -265,7 +265,7 @@ impl World {
                 return false;
             }
         }
-        if let Some(c) = self.clients.connections.get_mut(connection) {
+        if let Some(c) = self.kv.clients.connections.get_mut(connection) {
             if c.pipeline.is_full() {
                 self.drain(connection);
             }
@@ -276,13 +276,19 @@ impl World {
     /// Ends the admission of requests: proposes the writes not proposed yet as one batch, and
     /// releases replies from now on.
     fn drain(&mut self, connection: u64) {
-        let Some(node) = self.clients.connections.get_mut(connection).map(|c| c.node) else {
+        let Some(node) = self
+            .kv
+            .clients
+            .connections
+            .get_mut(connection)
+            .map(|c| c.node)
+        else {
             return;
         };
         // Stamped with the proposing node's own wall clock, as the server stamps with its
         // system clock.
         let now_ms = self.wall_ms(node);
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         c.draining = true;
@@ -312,7 +318,7 @@ impl World {
     /// pipeline ([`World::read_served`]).
     fn start_read(&mut self, connection: u64, slot: u64, command: ReadCommand) {
         let floor = self.checker.committed_max();
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         c.reads.push((slot, command));
@@ -335,8 +341,8 @@ impl World {
 
     /// A read's turn came in node `id`'s apply pipeline: it sees the state applied there.
     pub(crate) fn read_served(&mut self, id: NodeId, token: ReadToken) {
-        let World { clients, nodes, .. } = self;
-        let Some(c) = clients.connections.get_mut(token.connection) else {
+        let World { kv, nodes, .. } = self;
+        let Some(c) = kv.clients.connections.get_mut(token.connection) else {
             return;
         };
         let Some(command) = take_read(&mut c.reads, token.slot) else {
@@ -353,7 +359,7 @@ impl World {
 
     /// The node will not serve the read here.
     pub(crate) fn read_refused(&mut self, token: ReadToken, error: ClientError) {
-        let Some(c) = self.clients.connections.get_mut(token.connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(token.connection) else {
             return;
         };
         take_read(&mut c.reads, token.slot);
@@ -373,7 +379,7 @@ impl World {
             crate::time::EXPIRING_WRITES_CONNECTION => return,
             _ => {}
         }
-        let Some(c) = self.clients.connections.get_mut(token.connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(token.connection) else {
             return;
         };
         c.pipeline.settle_write(token.slot, outcome);
@@ -383,7 +389,7 @@ impl World {
     /// The refused request in slot `slot`, every request before it answered: forwarded to the
     /// leader, or answered with its refusal, as the server decides ([`redirect`]).
     fn resolve(&mut self, connection: u64, slot: u64, error: ClientError, relay: Relay) {
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         let node = c.node;
@@ -419,7 +425,7 @@ impl World {
                         Behind::Await(..) | Behind::Stop => break,
                     }
                 }
-                self.forwards_grouped += group.len() as u64 - 1;
+                self.kv.forwards_grouped += group.len() as u64 - 1;
                 for (slot, relay) in group {
                     self.start_forward(connection, slot, node, leader, relay);
                 }
@@ -441,7 +447,7 @@ impl World {
 
     /// The reply to the refused request in slot `slot` of `connection`, resolved (by a forward).
     pub(crate) fn connection_answered(&mut self, connection: u64, slot: u64, reply: Reply) {
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         c.pipeline.answer(slot, reply);

@@ -84,7 +84,7 @@ impl World {
             .into_iter()
             .all(|m| self.nodes[(m - 1) as usize].applied_state() == Some((status.commit, digest)))
             && leader_applied == status.commit
-            && self.clients.pending_ops() == 0
+            && self.kv.clients.pending_ops() == 0
             && self.damaged_members(&status.membership).is_empty()
     }
 
@@ -116,7 +116,7 @@ impl World {
         }
         out.push_str(&format!(
             "pending client ops {}",
-            self.clients.pending_ops()
+            self.kv.clients.pending_ops()
         ));
         out
     }

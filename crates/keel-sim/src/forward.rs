@@ -108,8 +108,8 @@ impl World {
         leader: NodeId,
         relay: Relay,
     ) {
-        let forward = self.next_forward;
-        self.next_forward += 1;
+        let forward = self.kv.next_forward;
+        self.kv.next_forward += 1;
         let (how, next) = match relay {
             Relay::WithId(id, request) => {
                 let (write, next) = ForwardedWrite::start(id, self.now, self.forward_policy());
@@ -121,7 +121,7 @@ impl World {
             format!("n{origin} forwards conn {connection} slot {slot} as f{forward}")
         });
         let origin_incarnation = self.nodes[(origin - 1) as usize].incarnation;
-        self.forwards.insert(
+        self.kv.forwards.insert(
             forward,
             SimForward {
                 origin,
@@ -145,7 +145,7 @@ impl World {
     /// deadline, is the client's answer.
     fn forward_once(&mut self, forward: u64) {
         let deadline = self.params.client_timeout;
-        let Some(f) = self.forwards.get_mut(&forward) else {
+        let Some(f) = self.kv.forwards.get_mut(&forward) else {
             return;
         };
         f.attempt = 1;
@@ -163,7 +163,7 @@ impl World {
 
     /// Carries out what the forwarding decision says next.
     fn forward_next(&mut self, forward: u64, next: Next) {
-        let Some(f) = self.forwards.get_mut(&forward) else {
+        let Some(f) = self.kv.forwards.get_mut(&forward) else {
             return;
         };
         match next {
@@ -185,7 +185,7 @@ impl World {
                 match target {
                     Some(to) => self.send_attempt(forward, attempt, origin, to, Some(id)),
                     None => {
-                        let next = self.forwards.get_mut(&forward).and_then(|f| {
+                        let next = self.kv.forwards.get_mut(&forward).and_then(|f| {
                             f.awaiting_reply = false;
                             match &mut f.how {
                                 How::Retried { write, .. } => Some(write.on_not_sent(self.now)),
@@ -208,7 +208,7 @@ impl World {
             }
             Next::Relay => unreachable!("a relay follows a reply, handled there"),
             Next::GiveUp(outcome) => {
-                let f = self.forwards.remove(&forward).expect("checked");
+                let f = self.kv.forwards.remove(&forward).expect("checked");
                 self.trace_line(|| format!("f{forward} given up: {outcome:?}"));
                 let reply = match outcome {
                     Abandoned::Unknown => client_error_reply(&ClientError::Unknown),
@@ -268,7 +268,7 @@ impl World {
                         self.forward_next(forward, next);
                     }
                     How::Once { .. } => {
-                        let f = self.forwards.remove(&forward).expect("live");
+                        let f = self.kv.forwards.remove(&forward).expect("live");
                         let reply = Reply::error(format!(
                             "TRYAGAIN forwarding to leader {} failed: no reply in time",
                             f.leader
@@ -279,7 +279,7 @@ impl World {
             }
             ForwardEvent::Wake { forward, attempt } => {
                 let now = self.now;
-                let Some(f) = self.forwards.get_mut(&forward) else {
+                let Some(f) = self.kv.forwards.get_mut(&forward) else {
                     return;
                 };
                 if f.attempt != attempt || f.awaiting_reply {
@@ -313,7 +313,7 @@ impl World {
         };
         match next {
             Next::Relay => {
-                let f = self.forwards.remove(&forward).expect("live");
+                let f = self.kv.forwards.remove(&forward).expect("live");
                 self.trace_line(|| format!("f{forward} answered {reply:?}"));
                 self.connection_answered(f.connection, f.slot, reply);
             }
@@ -324,20 +324,20 @@ impl World {
     /// The forward `forward` if `attempt` is the one it awaits a reply for and its follower is
     /// still up (a crash loses the follower's forwards with its client connections).
     fn live_forward(&mut self, forward: u64, attempt: u32) -> Option<&mut SimForward> {
-        let f = self.forwards.get(&forward)?;
+        let f = self.kv.forwards.get(&forward)?;
         let origin = &self.nodes[(f.origin - 1) as usize];
         if origin.incarnation != f.origin_incarnation || origin.raft.is_none() {
-            self.forwards.remove(&forward);
+            self.kv.forwards.remove(&forward);
             return None;
         }
-        let f = self.forwards.get_mut(&forward)?;
+        let f = self.kv.forwards.get_mut(&forward)?;
         (f.attempt == attempt && f.awaiting_reply).then_some(f)
     }
 
     /// An attempt reaches node `to`: it opens a forwarding connection there and sends the
     /// group the server sends, which the node serves as any connection.
     fn forward_arrive(&mut self, forward: u64, attempt: u32, to: NodeId, id: Option<RequestId>) {
-        let Some(f) = self.forwards.get(&forward) else {
+        let Some(f) = self.kv.forwards.get(&forward) else {
             return;
         };
         let setname =
@@ -378,15 +378,15 @@ impl World {
             until_id,
             id_refused: false,
         };
-        let connection = self.clients.connections.open(to, Owner::Forward(leg), 0);
-        self.clients.connections.send(connection, frames);
+        let connection = self.kv.clients.connections.open(to, Owner::Forward(leg), 0);
+        self.kv.clients.connections.send(connection, frames);
         self.serve(connection);
     }
 
     /// A reply on a forwarding connection at the leader: the one to `RAFT.FORWARD` says whether
     /// the id was taken; the last is the forwarded request's, sent back to the follower.
     pub(crate) fn forward_leg_reply(&mut self, connection: u64, reply: Reply) {
-        let Some(c) = self.clients.connections.get_mut(connection) else {
+        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
             return;
         };
         let at = c.node;
@@ -406,7 +406,7 @@ impl World {
             return;
         }
         let leg = *leg;
-        self.clients.connections.close(connection);
+        self.kv.clients.connections.close(connection);
         self.forward_answered(at, leg.forward, leg.attempt, reply, leg.id_refused);
     }
 
@@ -419,7 +419,7 @@ impl World {
         reply: Reply,
         id_refused: bool,
     ) {
-        let Some(origin) = self.forwards.get(&forward).map(|f| f.origin) else {
+        let Some(origin) = self.kv.forwards.get(&forward).map(|f| f.origin) else {
             return;
         };
         let event = ForwardEvent::Reply {

@@ -167,7 +167,7 @@ impl World {
         }
         self.stop_sends(id);
         self.trace_line(|| format!("{how} n{id}"));
-        self.clients.node_lost(id);
+        self.kv.clients.node_lost(id);
         // Quick restarts matter: a node back within an election timeout meets the messages and
         // candidates of the moment it crashed.
         let et = u64::from(self.params.election_timeout_ticks) * TICK_INTERVAL;

@@ -115,25 +115,25 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     }
     let check_started = std::time::Instant::now();
     if w.violation.is_none() {
-        if let Err(v) = crate::linearize::check_history(&w.history) {
+        if let Err(v) = crate::linearize::check_history(&w.kv.history) {
             w.fail(v);
         }
     }
     let linearizability_check_us = check_started.elapsed().as_micros() as u64;
-    let ops_unknown = w
-        .history
-        .ops
-        .iter()
-        .filter(|o| o.result == Some(crate::history::OpResult::Unknown))
-        .count();
+    let ops_unknown =
+        w.kv.history
+            .ops
+            .iter()
+            .filter(|o| o.result == Some(crate::history::OpResult::Unknown))
+            .count();
     RunReport {
         seed: cfg.seed,
         steps: w.steps,
         violation: w.violation.clone(),
-        ops_completed: w.history.ops.len() - ops_unknown,
+        ops_completed: w.kv.history.ops.len() - ops_unknown,
         ops_unknown,
         commit_max: w.checker.committed_max(),
-        history_ops: w.history.ops.len(),
+        history_ops: w.kv.history.ops.len(),
         linearizability_check_us,
         trace_digest: w.trace_digest(),
         trace: std::mem::take(&mut w.trace),
@@ -146,12 +146,12 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             .filter_map(|n| n.log_time_ms())
             .max()
             .unwrap_or(0),
-        keys_expired_by_ticks: w.keys_expired_by_ticks,
+        keys_expired_by_ticks: w.kv.keys_expired_by_ticks,
         clock_holds: w.clock_holds,
         clock_outliers: w.clock_outliers,
-        watched_swapped: w.watched_swapped,
-        watched_aborted: w.watched_aborted,
-        forwards_grouped: w.forwards_grouped,
+        watched_swapped: w.kv.watched_swapped,
+        watched_aborted: w.kv.watched_aborted,
+        forwards_grouped: w.kv.forwards_grouped,
         storage_faults: w.storage.injected,
         storage_repaired: w.storage.repaired,
         damage_reports: w.storage.reports,
@@ -267,9 +267,9 @@ impl World {
                 }
             }
         }
-        let wakes = std::mem::take(&mut self.clients.wake);
+        let wakes = std::mem::take(&mut self.kv.clients.wake);
         for (client, delay) in wakes {
-            let generation = self.clients.generation(client);
+            let generation = self.kv.clients.generation(client);
             self.schedule(delay, Event::ClientWake { client, generation });
         }
         true

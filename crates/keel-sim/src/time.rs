@@ -100,8 +100,8 @@ impl World {
             proposals.push((tick.encode(), token));
         }
         if !self.healing && self.steps % EXPIRING_WRITE_EVERY_STEPS == 0 {
-            self.expiring_writes += 1;
-            let n = self.expiring_writes;
+            self.kv.expiring_writes += 1;
+            let n = self.kv.expiring_writes;
             let write = WriteCommand::SetWith {
                 key: Bytes::from(format!("ttl:{}", n % 16)),
                 value: Bytes::from(n.to_string()),
@@ -137,7 +137,7 @@ impl World {
         if let Some(ApplyReply::Write(WriteReply::Integer(removed))) =
             outcome.ok().as_ref().and_then(ApplyReply::decode)
         {
-            self.keys_expired_by_ticks += removed as u64;
+            self.kv.keys_expired_by_ticks += removed as u64;
         }
         if let Some(app) = self.nodes[(id - 1) as usize].app.as_mut() {
             app.time_keeper.tick_done();

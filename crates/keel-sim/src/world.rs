@@ -215,6 +215,26 @@ pub struct RunReport {
     pub promises_lowered: u64,
 }
 
+/// The key-value application's part of the world (keel's own user of the simulator): its
+/// clients and their history, the writes followers forward, and its counters. The rest of the
+/// world (nodes, network, disks, faults, checks) knows nothing of keys or RESP.
+pub(crate) struct KvState {
+    /// Writes of short-lived keys proposed so far (`time.rs`).
+    pub expiring_writes: u64,
+    /// Expired keys removed by tick entries, as their replies say.
+    pub keys_expired_by_ticks: u64,
+    /// Watched transactions whose EXEC applied, and those aborted (`client.rs`).
+    pub watched_swapped: u64,
+    pub watched_aborted: u64,
+    /// Refused writes forwarded with the one before them (`connection.rs`).
+    pub forwards_grouped: u64,
+    pub clients: Clients,
+    pub history: History,
+    /// Writes followers are forwarding, by number.
+    pub forwards: BTreeMap<u64, crate::forward::SimForward>,
+    pub next_forward: u64,
+}
+
 pub(crate) struct World {
     pub rng: ChaCha8Rng,
     pub params: Params,
@@ -230,27 +250,15 @@ pub(crate) struct World {
     pub blocked: BTreeSet<(NodeId, NodeId)>,
     pub partition_generation: u64,
     pub healing: bool,
-    /// Writes of short-lived keys proposed so far (`time.rs`).
-    pub expiring_writes: u64,
-    /// Expired keys removed by tick entries, as their replies say.
-    pub keys_expired_by_ticks: u64,
     /// Times a node held its campaigns because of its clock, and a leader found its own clock
     /// the outlier (`clock_watch.rs`).
     pub clock_holds: u64,
     pub clock_outliers: u64,
-    /// Watched transactions whose EXEC applied, and those aborted (`client.rs`).
-    pub watched_swapped: u64,
-    pub watched_aborted: u64,
-    /// Refused writes forwarded with the one before them (`connection.rs`).
-    pub forwards_grouped: u64,
-    pub clients: Clients,
-    pub history: History,
+    /// The key-value application's clients, history, forwarded writes and counters.
+    pub kv: KvState,
     pub checker: Checker,
     pub membership: MembershipTracker,
     pub violation: Option<Violation>,
-    /// Writes followers are forwarding, by number.
-    pub forwards: BTreeMap<u64, crate::forward::SimForward>,
-    pub next_forward: u64,
     /// Snapshot transfers under way: sends and their connections.
     pub transfers: crate::transfer::Transfers,
     /// A member whose disk is being replaced, until it is back (`wipe.rs`).
@@ -321,20 +329,22 @@ impl World {
             blocked: BTreeSet::new(),
             partition_generation: 0,
             healing: false,
-            expiring_writes: 0,
-            keys_expired_by_ticks: 0,
             clock_holds: 0,
             clock_outliers: 0,
-            watched_swapped: 0,
-            forwards_grouped: 0,
-            watched_aborted: 0,
-            clients,
-            history: History::default(),
+            kv: KvState {
+                expiring_writes: 0,
+                keys_expired_by_ticks: 0,
+                watched_swapped: 0,
+                watched_aborted: 0,
+                forwards_grouped: 0,
+                clients,
+                history: History::default(),
+                forwards: BTreeMap::new(),
+                next_forward: 1,
+            },
             checker: Checker::default(),
             membership: MembershipTracker::new(initial_voters),
             violation: None,
-            forwards: BTreeMap::new(),
-            next_forward: 1,
             transfers: Default::default(),
             wiped: None,
             storage: Default::default(),

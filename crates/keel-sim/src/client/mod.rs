@@ -377,17 +377,20 @@ fn leader_named(error: &str) -> Result<Option<NodeId>, ()> {
 
 impl World {
     pub(crate) fn client_wake(&mut self, c: usize, generation: u64) {
-        if self.clients.clients[c].generation != generation {
+        if self.kv.clients.clients[c].generation != generation {
             return;
         }
-        if self.clients.clients[c].pipeline.is_none() {
+        if self.kv.clients.clients[c].pipeline.is_none() {
             if self.healing {
                 // Quiet down so the cluster can be seen to converge.
                 return;
             }
             self.start_pipeline(c);
         }
-        let p = self.clients.clients[c].pipeline.as_ref().expect("started");
+        let p = self.kv.clients.clients[c]
+            .pipeline
+            .as_ref()
+            .expect("started");
         if p.awaited.is_empty() && self.now < p.deadline {
             self.submit(c);
         }
@@ -396,7 +399,7 @@ impl World {
     /// The pipeline whose first operation is `history_index`, of client `c`, ran out of time:
     /// the outcome of every operation not answered is unknown (and a read's tells nothing).
     pub(crate) fn client_deadline(&mut self, c: usize, history_index: usize) {
-        let client = &mut self.clients.clients[c];
+        let client = &mut self.kv.clients.clients[c];
         if client.pipeline.as_ref().map(|p| p.first) != Some(history_index) {
             return;
         }
@@ -408,24 +411,26 @@ impl World {
         for op in p.ops.iter().filter(|op| !op.done) {
             if op.form == Form::Watched && op.watch != Watch::Sent {
                 // Its EXEC never left: it changed nothing.
-                self.history
+                self.kv
+                    .history
                     .reinvoke(op.history_index, OpKind::Read, self.now);
             }
-            self.history
+            self.kv
+                .history
                 .complete(op.history_index, OpResult::Unknown, self.now);
         }
         let watched = p.ops.iter().any(|op| op.form == Form::Watched);
         if !p.awaited.is_empty() || watched {
             // Replies still owed would be taken for the next pipeline's, and a watch no EXEC
             // cleared would abort its transactions: a new connection.
-            let client = &mut self.clients.clients[c];
+            let client = &mut self.kv.clients.clients[c];
             if let Some(connection) = client.current.take() {
                 client.connections.retain(|(_, n)| *n != connection);
-                self.clients.connections.close(connection);
+                self.kv.clients.connections.close(connection);
             }
         }
-        self.clients.clients[c].generation += 1;
-        self.clients.wake.push((c, 1));
+        self.kv.clients.clients[c].generation += 1;
+        self.kv.clients.wake.push((c, 1));
     }
 
     /// Draws client `c`'s next pipeline of operations.
@@ -439,7 +444,7 @@ impl World {
         for _ in 0..count {
             let key = self.rng.random_range(0..self.params.keys);
             let roll = self.rng.random_range(0..21);
-            let client = &mut self.clients.clients[c];
+            let client = &mut self.kv.clients.clients[c];
             client.seq += 1;
             let unique = client.id * 1_000_000 + client.seq;
             let (kind, form) = match roll {
@@ -476,7 +481,7 @@ impl World {
                 OpKind::Write(v) | OpKind::Swap(v) => (Some(decimal(v)), None),
                 OpKind::Cas { expected, new } => (Some(decimal(new)), expected.map(decimal)),
             };
-            let history_index = self.history.invoke(client.id, key, kind, self.now);
+            let history_index = self.kv.history.invoke(client.id, key, kind, self.now);
             ops.push(ClientOp {
                 history_index,
                 key,
@@ -491,7 +496,7 @@ impl World {
             });
         }
         let first = ops[0].history_index;
-        self.clients.clients[c].pipeline = Some(Pipeline {
+        self.kv.clients.clients[c].pipeline = Some(Pipeline {
             first,
             deadline: self.now + self.params.client_timeout,
             ops,
@@ -512,20 +517,21 @@ impl World {
     /// node it believes leads.
     fn submit(&mut self, c: usize) {
         let node_count = self.params.node_count as NodeId;
-        let target = self.clients.clients[c].leader_guess;
+        let target = self.kv.clients.clients[c].leader_guess;
         if self.nodes[(target - 1) as usize].raft.is_none() {
-            self.clients.clients[c].leader_guess = target % node_count + 1;
-            return self.clients.retry_soon(c);
+            self.kv.clients.clients[c].leader_guess = target % node_count + 1;
+            return self.kv.clients.retry_soon(c);
         }
         if !self.serving(target) {
             // Still replaying: the runtime holds requests until it serves.
-            return self.clients.retry_soon(c);
+            return self.kv.clients.retry_soon(c);
         }
         let Clients {
             clients,
             connections,
             ..
-        } = &mut self.clients;
+        } = &mut self.kv.clients;
+        let history = &mut self.kv.history;
         let client = &mut clients[c];
         let open = client.connections.iter().find(|(node, _)| *node == target);
         let reused = open.is_some();
@@ -549,8 +555,7 @@ impl World {
                 // retry would expect another value.
                 Watch::Sent => {
                     op.done = true;
-                    self.history
-                        .complete(op.history_index, OpResult::Unknown, self.now);
+                    history.complete(op.history_index, OpResult::Unknown, self.now);
                 }
                 Watch::Read(_) if continues => {}
                 _ => op.watch = Watch::Idle,
@@ -559,7 +564,7 @@ impl World {
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
-            self.clients.wake.push((c, 1));
+            self.kv.clients.wake.push((c, 1));
             return;
         }
         for (at, op) in p.ops.iter_mut().enumerate().filter(|(_, op)| !op.done) {
@@ -571,7 +576,7 @@ impl World {
                 };
                 op.kind = OpKind::Cas { expected, new };
                 op.watch = Watch::Sent;
-                self.history.reinvoke(op.history_index, op.kind, self.now);
+                history.reinvoke(op.history_index, op.kind, self.now);
             }
         }
         // Copied, so that nothing is formatted unless tracing.
@@ -590,7 +595,7 @@ impl World {
 
     /// A reply to client `c` on `connection`, in request order.
     pub(crate) fn client_reply(&mut self, c: usize, connection: u64, reply: Reply) {
-        let client = &mut self.clients.clients[c];
+        let client = &mut self.kv.clients.clients[c];
         if client.current != Some(connection) {
             return;
         }
@@ -620,28 +625,28 @@ impl World {
             return;
         }
         // The attempt is over: done, or what was refused goes again.
-        let client = &mut self.clients.clients[c];
+        let client = &mut self.kv.clients.clients[c];
         let Some(p) = client.pipeline.as_mut() else {
             return;
         };
         if std::mem::take(&mut p.close_after) {
             if let Some(connection) = client.current.take() {
                 client.connections.retain(|(_, n)| *n != connection);
-                self.clients.connections.close(connection);
+                self.kv.clients.connections.close(connection);
             }
         }
-        let client = &mut self.clients.clients[c];
+        let client = &mut self.kv.clients.clients[c];
         let p = client.pipeline.as_ref().expect("checked");
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
-            self.clients.wake.push((c, 1));
+            self.kv.clients.wake.push((c, 1));
         } else if p.ops.iter().any(|op| matches!(op.watch, Watch::Read(_))) {
             // A watched read answered: its transaction goes at once, on the same connection.
             client.pipeline.as_mut().expect("checked").watch_continues = true;
             self.submit(c);
         } else {
-            self.clients.retry_soon(c);
+            self.kv.clients.retry_soon(c);
         }
     }
 
@@ -655,13 +660,13 @@ impl World {
             Err(()) => Some(self.rng.random_range(1..=node_count)),
         };
         if let Some(leader) = hint.filter(|l| (1..=node_count).contains(l)) {
-            self.clients.clients[c].leader_guess = leader;
+            self.kv.clients.clients[c].leader_guess = leader;
         }
     }
 
     /// The answer of operation `at` of client `c`'s pipeline.
     fn operation_answered(&mut self, c: usize, at: usize, reply: Reply) {
-        let op = match self.clients.clients[c].pipeline.as_ref() {
+        let op = match self.kv.clients.clients[c].pipeline.as_ref() {
             Some(p) => Answered::of(&p.ops[at]),
             None => return,
         };
@@ -673,8 +678,9 @@ impl World {
                     _ => OpResult::Written,
                 };
                 return self
+                    .kv
                     .clients
-                    .finish(c, at, result, self.now, &mut self.history);
+                    .finish(c, at, result, self.now, &mut self.kv.history);
             }
             if op.form == Form::Watched {
                 return self.watched_exec_refused(c, at, error.to_string());
@@ -683,25 +689,32 @@ impl World {
         }
         if op.form == Form::Watched && reply == Reply::Null {
             // Aborted: nothing changed, and nothing was observed.
-            let history_index = self.clients.clients[c]
+            let history_index = self.kv.clients.clients[c]
                 .pipeline
                 .as_ref()
                 .expect("checked")
                 .ops[at]
                 .history_index;
-            self.history.reinvoke(history_index, OpKind::Read, self.now);
-            self.watched_aborted += 1;
-            return self
-                .clients
-                .finish(c, at, OpResult::Unknown, self.now, &mut self.history);
+            self.kv
+                .history
+                .reinvoke(history_index, OpKind::Read, self.now);
+            self.kv.watched_aborted += 1;
+            return self.kv.clients.finish(
+                c,
+                at,
+                OpResult::Unknown,
+                self.now,
+                &mut self.kv.history,
+            );
         }
         if op.form == Form::Watched {
-            self.watched_swapped += 1;
+            self.kv.watched_swapped += 1;
         }
         match result_of(&op, &reply) {
             Ok(result) => self
+                .kv
                 .clients
-                .finish(c, at, result, self.now, &mut self.history),
+                .finish(c, at, result, self.now, &mut self.kv.history),
             Err(detail) => self.violate("client reply", format!("client {c}: {detail}")),
         }
     }

@@ -62,7 +62,7 @@ impl World {
         awaited: Awaited,
         reply: Reply,
     ) -> bool {
-        let Some(p) = self.clients.clients[c].pipeline.as_mut() else {
+        let Some(p) = self.kv.clients.clients[c].pipeline.as_mut() else {
             return true;
         };
         let op = &mut p.ops[at];
@@ -93,7 +93,7 @@ impl World {
     /// expected, and ends with an unknown outcome.
     pub(super) fn watched_exec_refused(&mut self, c: usize, at: usize, error: String) {
         let not_proposed = ["TRYAGAIN leader is node", "TRYAGAIN no leader", "EXECABORT"];
-        if let Some(p) = self.clients.clients[c].pipeline.as_mut() {
+        if let Some(p) = self.kv.clients.clients[c].pipeline.as_mut() {
             p.close_after = true;
             if not_proposed.iter().any(|n| error.starts_with(n)) {
                 p.ops[at].watch = Watch::Idle;
@@ -101,7 +101,8 @@ impl World {
             }
         }
         self.trace_line(|| format!("client {c} watched EXEC: {error}"));
-        self.clients
-            .finish(c, at, OpResult::Unknown, self.now, &mut self.history);
+        self.kv
+            .clients
+            .finish(c, at, OpResult::Unknown, self.now, &mut self.kv.history);
     }
 }
