@@ -53,7 +53,8 @@ pub struct NodeStatus {
     /// Peer messages the transport dropped because a peer's send queue was full or the peer
     /// unknown (Raft retransmits what matters).
     pub dropped_messages: u64,
-    /// Peer messages dropped because no honest peer sends them (`RaftNode::validate`).
+    /// Peer messages dropped because no honest peer sends them (`RaftNode::validate`), or
+    /// because they belong to another Raft group (`NodeConfig::group`).
     pub refused_messages: u64,
     /// Clock offsets measured on heartbeats and whether this node's campaigns are held.
     pub clock: keel_engine::ClockStatus,

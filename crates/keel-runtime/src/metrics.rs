@@ -57,7 +57,8 @@ pub const APPLY_LAG: &str = "keel_apply_lag_entries";
 /// 1 while this node is the leader.
 pub const IS_LEADER: &str = "keel_is_leader";
 /// Peer messages dropped before the core saw them because no honest peer sends them
-/// (`keel_core::RaftNode::validate`); a `reason` label names the rule (`InvalidMessage::kind`).
+/// (`keel_core::RaftNode::validate`; a `reason` label names the rule, `InvalidMessage::kind`) or
+/// because they belong to another Raft group (`reason` `other_group`).
 pub const PEER_MESSAGES_REFUSED: &str = "keel_peer_messages_refused_total";
 
 /// Bucket bounds for the latency histograms (seconds): 50 µs to 10 s.
@@ -158,7 +159,7 @@ pub fn describe() {
     describe_counter!(
         PEER_MESSAGES_REFUSED,
         Unit::Count,
-        "Peer messages dropped because no honest peer sends them, by rule (reason)."
+        "Peer messages dropped: no honest peer sends them, or another group's (reason)."
     );
 }
 

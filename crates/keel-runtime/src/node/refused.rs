@@ -50,19 +50,8 @@ impl RefusedMessages {
 
     /// Counts and (rate limited) logs one refused message.
     pub(crate) fn refused(&mut self, msg: &Message, why: InvalidMessage, now: Instant) {
-        self.total += 1;
-        crate::metrics::peer_message_refused(self.node, why.kind());
-        if let Some(dropped) = self.note(msg.from, now) {
-            tracing::warn!(
-                node = self.node,
-                peer = msg.from,
-                dropped,
-                term = msg.term,
-                reason = why.kind(),
-                "dropped a message no honest peer sends: {why} ({dropped} from this peer since \
-                 its last such line)",
-            );
-        }
+        let line = format_args!("dropped a message no honest peer sends: {why}");
+        self.count(msg, why.kind(), line, now);
     }
 
     /// Counts and (rate limited) logs one message of a Raft group this node is not a member of:
@@ -74,16 +63,31 @@ impl RefusedMessages {
         mine: GroupId,
         now: Instant,
     ) {
+        let line = format_args!(
+            "dropped a message of Raft group {group}: this node is a member of group {mine} only"
+        );
+        self.count(msg, "other_group", line, now);
+    }
+
+    /// One dropped message: counted (in total and by `reason` in the metrics), and logged as
+    /// `line` unless this peer had a line within the interval.
+    fn count(
+        &mut self,
+        msg: &Message,
+        reason: &'static str,
+        line: std::fmt::Arguments<'_>,
+        now: Instant,
+    ) {
         self.total += 1;
-        crate::metrics::peer_message_refused(self.node, "other_group");
+        crate::metrics::peer_message_refused(self.node, reason);
         if let Some(dropped) = self.note(msg.from, now) {
             tracing::warn!(
                 node = self.node,
                 peer = msg.from,
                 dropped,
-                group,
-                "dropped a message of Raft group {group}: this node is a member of group {mine} \
-                 only ({dropped} refused from this peer since its last such line)",
+                term = msg.term,
+                reason,
+                "{line} ({dropped} from this peer since its last such line)",
             );
         }
     }
