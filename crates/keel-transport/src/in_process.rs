@@ -85,14 +85,14 @@ impl InProcessNetwork {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where a message from `from` to `to` goes now, if anywhere.
-    fn route(&self, from: NodeId, to: NodeId) -> Option<(mpsc::Sender<Inbound>, Option<PathBuf>)> {
+    /// `reach` applied to where a message from `from` to `to` goes now, if anywhere (under the
+    /// network's lock: nothing is copied for a message that only needs a `try_send`).
+    fn route<T>(&self, from: NodeId, to: NodeId, reach: impl FnOnce(&Endpoint) -> T) -> Option<T> {
         let network = self.lock();
         if network.isolated.contains(&from) || network.isolated.contains(&to) {
             return None;
         }
-        let endpoint = network.nodes.get(&to)?;
-        Some((endpoint.inbound.clone(), endpoint.snapshot_dir.clone()))
+        network.nodes.get(&to).map(reach)
     }
 }
 
@@ -189,16 +189,14 @@ impl PeerTransport for InProcessTransport {
 
     fn send(&self, group: GroupId, msg: Message) {
         debug_assert_eq!(msg.from, self.id, "a message names its sender");
-        let delivered = self
-            .network
-            .route(self.id, msg.to)
-            .is_some_and(|(inbound, _)| {
-                let message = Inbound::Message {
-                    group,
-                    message: msg,
-                };
-                inbound.try_send(message).is_ok()
-            });
+        let to = msg.to;
+        let message = Inbound::Message {
+            group,
+            message: msg,
+        };
+        let delivered = (self.network)
+            .route(self.id, to, |e| e.inbound.try_send(message).is_ok())
+            .unwrap_or(false);
         if !delivered {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -212,7 +210,8 @@ impl PeerTransport for InProcessTransport {
         meta: SnapshotMeta,
         path: PathBuf,
     ) -> TransportFuture<Result<(), TransportError>> {
-        let route = self.network.route(self.id, to);
+        let route =
+            (self.network).route(self.id, to, |e| (e.inbound.clone(), e.snapshot_dir.clone()));
         let (from, join) = (self.id, self.join);
         let transfer = self.transfers.fetch_add(1, Ordering::Relaxed);
         let counters = Arc::clone(&self.counters);
