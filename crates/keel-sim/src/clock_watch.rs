@@ -13,9 +13,10 @@ use keel_core::NodeId;
 use keel_engine::{ClockEvent, ClockReading};
 
 use crate::clock::DRIFT_PPM_MAX;
+use crate::user::User;
 use crate::world::World;
 
-impl World {
+impl<U: User> World<U> {
     /// Node `id` ticked: its hold may have aged out.
     pub(crate) fn clock_tick(&mut self, id: NodeId) {
         let now_ms = self.wall_ms(id);

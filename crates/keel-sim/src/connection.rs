@@ -37,6 +37,7 @@ use keel_session::forwarding::{leader_address_unknown, FORWARD_GROUP_MAX};
 use keel_session::ClientConnection;
 
 use crate::host::{ProposalToken, ReadToken, SimShell};
+use crate::kv_user::KvState;
 use crate::world::World;
 
 /// Who gets a connection's replies.
@@ -182,17 +183,17 @@ impl NodeInfo for NoStatus {
     }
 }
 
-impl World {
+impl World<KvState> {
     /// Serves `connection`: admits its requests in order, proposes a write run when it ends,
     /// starts reads, and releases every reply that can leave, until it waits for an outcome or
     /// has nothing left.
     pub(crate) fn serve(&mut self, connection: u64) {
-        match self.kv.clients.connections.get_mut(connection) {
+        match self.user.clients.connections.get_mut(connection) {
             Some(c) if !c.serving => c.serving = true,
             _ => return,
         }
         while self.violation.is_none() && self.serve_step(connection) {}
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         c.serving = false;
@@ -205,7 +206,7 @@ impl World {
 
     /// One step of [`World::serve`]; false when the connection waits (or is gone).
     fn serve_step(&mut self, connection: u64) -> bool {
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return false;
         };
         if c.draining {
@@ -265,7 +266,7 @@ impl World {
                 return false;
             }
         }
-        if let Some(c) = self.kv.clients.connections.get_mut(connection) {
+        if let Some(c) = self.user.clients.connections.get_mut(connection) {
             if c.pipeline.is_full() {
                 self.drain(connection);
             }
@@ -277,7 +278,7 @@ impl World {
     /// releases replies from now on.
     fn drain(&mut self, connection: u64) {
         let Some(node) = self
-            .kv
+            .user
             .clients
             .connections
             .get_mut(connection)
@@ -288,7 +289,7 @@ impl World {
         // Stamped with the proposing node's own wall clock, as the server stamps with its
         // system clock.
         let now_ms = self.wall_ms(node);
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         c.draining = true;
@@ -318,7 +319,7 @@ impl World {
     /// pipeline ([`World::read_served`]).
     fn start_read(&mut self, connection: u64, slot: u64, command: ReadCommand) {
         let floor = self.checker.committed_max();
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         c.reads.push((slot, command));
@@ -341,7 +342,9 @@ impl World {
 
     /// A read's turn came in node `id`'s apply pipeline: it sees the state applied there.
     pub(crate) fn read_served(&mut self, id: NodeId, token: ReadToken) {
-        let World { kv, nodes, .. } = self;
+        let World {
+            user: kv, nodes, ..
+        } = self;
         let Some(c) = kv.clients.connections.get_mut(token.connection) else {
             return;
         };
@@ -352,14 +355,14 @@ impl World {
             .app
             .as_ref()
             .expect("a pipeline runs on a live node");
-        let reply = app.applier.state().kv().read(&command);
+        let reply = app.applier.state().machine().state().read(&command);
         c.pipeline.settle(token.slot, Ok(reply));
         self.serve(token.connection);
     }
 
     /// The node will not serve the read here.
     pub(crate) fn read_refused(&mut self, token: ReadToken, error: ClientError) {
-        let Some(c) = self.kv.clients.connections.get_mut(token.connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(token.connection) else {
             return;
         };
         take_read(&mut c.reads, token.slot);
@@ -379,7 +382,7 @@ impl World {
             crate::time::EXPIRING_WRITES_CONNECTION => return,
             _ => {}
         }
-        let Some(c) = self.kv.clients.connections.get_mut(token.connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(token.connection) else {
             return;
         };
         c.pipeline.settle_write(token.slot, outcome);
@@ -389,7 +392,7 @@ impl World {
     /// The refused request in slot `slot`, every request before it answered: forwarded to the
     /// leader, or answered with its refusal, as the server decides ([`redirect`]).
     fn resolve(&mut self, connection: u64, slot: u64, error: ClientError, relay: Relay) {
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         let node = c.node;
@@ -425,7 +428,7 @@ impl World {
                         Behind::Await(..) | Behind::Stop => break,
                     }
                 }
-                self.kv.forwards_grouped += group.len() as u64 - 1;
+                self.user.forwards_grouped += group.len() as u64 - 1;
                 for (slot, relay) in group {
                     self.start_forward(connection, slot, node, leader, relay);
                 }
@@ -447,7 +450,7 @@ impl World {
 
     /// The reply to the refused request in slot `slot` of `connection`, resolved (by a forward).
     pub(crate) fn connection_answered(&mut self, connection: u64, slot: u64, reply: Reply) {
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         c.pipeline.answer(slot, reply);

@@ -8,13 +8,14 @@
 use keel_core::{NodeId, Role};
 
 use crate::params::TICK_INTERVAL;
+use crate::user::User;
 use crate::world::World;
 
 /// After healing, the cluster must elect a leader and converge within this many election
 /// timeouts, plus the time to ship the whole log one message at a time (see `heal_bound`).
 const HEAL_BOUND_ELECTION_TIMEOUTS: u64 = 30;
 
-impl World {
+impl<U: User> World<U> {
     /// The stated liveness bound after healing: elections settle within a number of election
     /// timeouts, clients give up within their timeout, a snapshot whose answer was lost before
     /// the healing is abandoned within the core's snapshot timeout (a leader waits that long
@@ -84,7 +85,7 @@ impl World {
             .into_iter()
             .all(|m| self.nodes[(m - 1) as usize].applied_state() == Some((status.commit, digest)))
             && leader_applied == status.commit
-            && self.kv.clients.pending_ops() == 0
+            && self.user.pending_ops() == 0
             && self.damaged_members(&status.membership).is_empty()
     }
 
@@ -114,10 +115,7 @@ impl World {
                 }
             }
         }
-        out.push_str(&format!(
-            "pending client ops {}",
-            self.kv.clients.pending_ops()
-        ));
+        out.push_str(&format!("pending client ops {}", self.user.pending_ops()));
         out
     }
 }

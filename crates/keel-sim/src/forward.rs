@@ -30,6 +30,7 @@ use keel_session::forwarding::{
 use rand::Rng;
 
 use crate::connection::{ForwardLeg, Frame, Owner};
+use crate::kv_user::KvState;
 use crate::world::{Event, World};
 
 /// One forwarded request, from the follower's first attempt to the answer it gives its client.
@@ -83,7 +84,7 @@ pub(crate) enum ForwardEvent {
     ReplyBy { forward: u64, attempt: u32 },
 }
 
-impl World {
+impl World<KvState> {
     /// The retry policy in simulated time: a deadline as long as a client waits, a first reply
     /// wait of a few round trips, short backoffs.
     fn forward_policy(&self) -> RetryPolicy {
@@ -108,8 +109,8 @@ impl World {
         leader: NodeId,
         relay: Relay,
     ) {
-        let forward = self.kv.next_forward;
-        self.kv.next_forward += 1;
+        let forward = self.user.next_forward;
+        self.user.next_forward += 1;
         let (how, next) = match relay {
             Relay::WithId(id, request) => {
                 let (write, next) = ForwardedWrite::start(id, self.now, self.forward_policy());
@@ -121,7 +122,7 @@ impl World {
             format!("n{origin} forwards conn {connection} slot {slot} as f{forward}")
         });
         let origin_incarnation = self.nodes[(origin - 1) as usize].incarnation;
-        self.kv.forwards.insert(
+        self.user.forwards.insert(
             forward,
             SimForward {
                 origin,
@@ -145,7 +146,7 @@ impl World {
     /// deadline, is the client's answer.
     fn forward_once(&mut self, forward: u64) {
         let deadline = self.params.client_timeout;
-        let Some(f) = self.kv.forwards.get_mut(&forward) else {
+        let Some(f) = self.user.forwards.get_mut(&forward) else {
             return;
         };
         f.attempt = 1;
@@ -153,7 +154,7 @@ impl World {
         let (origin, to) = (f.origin, f.leader);
         self.schedule(
             deadline,
-            Event::Forward(ForwardEvent::ReplyBy {
+            Event::User(ForwardEvent::ReplyBy {
                 forward,
                 attempt: 1,
             }),
@@ -163,7 +164,7 @@ impl World {
 
     /// Carries out what the forwarding decision says next.
     fn forward_next(&mut self, forward: u64, next: Next) {
-        let Some(f) = self.kv.forwards.get_mut(&forward) else {
+        let Some(f) = self.user.forwards.get_mut(&forward) else {
             return;
         };
         match next {
@@ -174,7 +175,7 @@ impl World {
                 let delay = reply_by_ms.saturating_sub(self.now).max(1);
                 self.schedule(
                     delay,
-                    Event::Forward(ForwardEvent::ReplyBy { forward, attempt }),
+                    Event::User(ForwardEvent::ReplyBy { forward, attempt }),
                 );
                 let node = &self.nodes[(origin - 1) as usize];
                 let target = match node.raft.as_ref() {
@@ -185,7 +186,7 @@ impl World {
                 match target {
                     Some(to) => self.send_attempt(forward, attempt, origin, to, Some(id)),
                     None => {
-                        let next = self.kv.forwards.get_mut(&forward).and_then(|f| {
+                        let next = self.user.forwards.get_mut(&forward).and_then(|f| {
                             f.awaiting_reply = false;
                             match &mut f.how {
                                 How::Retried { write, .. } => Some(write.on_not_sent(self.now)),
@@ -201,14 +202,11 @@ impl World {
             Next::Wait { until_ms } => {
                 let attempt = f.attempt;
                 let delay = until_ms.saturating_sub(self.now).max(1);
-                self.schedule(
-                    delay,
-                    Event::Forward(ForwardEvent::Wake { forward, attempt }),
-                );
+                self.schedule(delay, Event::User(ForwardEvent::Wake { forward, attempt }));
             }
             Next::Relay => unreachable!("a relay follows a reply, handled there"),
             Next::GiveUp(outcome) => {
-                let f = self.kv.forwards.remove(&forward).expect("checked");
+                let f = self.user.forwards.remove(&forward).expect("checked");
                 self.trace_line(|| format!("f{forward} given up: {outcome:?}"));
                 let reply = match outcome {
                     Abandoned::Unknown => client_error_reply(&ClientError::Unknown),
@@ -238,7 +236,7 @@ impl World {
                 to,
                 id,
             };
-            self.schedule(delay, Event::Forward(arrive));
+            self.schedule(delay, Event::User(arrive));
         }
     }
 
@@ -268,7 +266,7 @@ impl World {
                         self.forward_next(forward, next);
                     }
                     How::Once { .. } => {
-                        let f = self.kv.forwards.remove(&forward).expect("live");
+                        let f = self.user.forwards.remove(&forward).expect("live");
                         let reply = Reply::error(format!(
                             "TRYAGAIN forwarding to leader {} failed: no reply in time",
                             f.leader
@@ -279,7 +277,7 @@ impl World {
             }
             ForwardEvent::Wake { forward, attempt } => {
                 let now = self.now;
-                let Some(f) = self.kv.forwards.get_mut(&forward) else {
+                let Some(f) = self.user.forwards.get_mut(&forward) else {
                     return;
                 };
                 if f.attempt != attempt || f.awaiting_reply {
@@ -313,7 +311,7 @@ impl World {
         };
         match next {
             Next::Relay => {
-                let f = self.kv.forwards.remove(&forward).expect("live");
+                let f = self.user.forwards.remove(&forward).expect("live");
                 self.trace_line(|| format!("f{forward} answered {reply:?}"));
                 self.connection_answered(f.connection, f.slot, reply);
             }
@@ -324,20 +322,20 @@ impl World {
     /// The forward `forward` if `attempt` is the one it awaits a reply for and its follower is
     /// still up (a crash loses the follower's forwards with its client connections).
     fn live_forward(&mut self, forward: u64, attempt: u32) -> Option<&mut SimForward> {
-        let f = self.kv.forwards.get(&forward)?;
+        let f = self.user.forwards.get(&forward)?;
         let origin = &self.nodes[(f.origin - 1) as usize];
         if origin.incarnation != f.origin_incarnation || origin.raft.is_none() {
-            self.kv.forwards.remove(&forward);
+            self.user.forwards.remove(&forward);
             return None;
         }
-        let f = self.kv.forwards.get_mut(&forward)?;
+        let f = self.user.forwards.get_mut(&forward)?;
         (f.attempt == attempt && f.awaiting_reply).then_some(f)
     }
 
     /// An attempt reaches node `to`: it opens a forwarding connection there and sends the
     /// group the server sends, which the node serves as any connection.
     fn forward_arrive(&mut self, forward: u64, attempt: u32, to: NodeId, id: Option<RequestId>) {
-        let Some(f) = self.kv.forwards.get(&forward) else {
+        let Some(f) = self.user.forwards.get(&forward) else {
             return;
         };
         let setname =
@@ -378,15 +376,19 @@ impl World {
             until_id,
             id_refused: false,
         };
-        let connection = self.kv.clients.connections.open(to, Owner::Forward(leg), 0);
-        self.kv.clients.connections.send(connection, frames);
+        let connection = self
+            .user
+            .clients
+            .connections
+            .open(to, Owner::Forward(leg), 0);
+        self.user.clients.connections.send(connection, frames);
         self.serve(connection);
     }
 
     /// A reply on a forwarding connection at the leader: the one to `RAFT.FORWARD` says whether
     /// the id was taken; the last is the forwarded request's, sent back to the follower.
     pub(crate) fn forward_leg_reply(&mut self, connection: u64, reply: Reply) {
-        let Some(c) = self.kv.clients.connections.get_mut(connection) else {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         let at = c.node;
@@ -406,7 +408,7 @@ impl World {
             return;
         }
         let leg = *leg;
-        self.kv.clients.connections.close(connection);
+        self.user.clients.connections.close(connection);
         self.forward_answered(at, leg.forward, leg.attempt, reply, leg.id_refused);
     }
 
@@ -419,7 +421,7 @@ impl World {
         reply: Reply,
         id_refused: bool,
     ) {
-        let Some(origin) = self.kv.forwards.get(&forward).map(|f| f.origin) else {
+        let Some(origin) = self.user.forwards.get(&forward).map(|f| f.origin) else {
             return;
         };
         let event = ForwardEvent::Reply {
@@ -432,7 +434,7 @@ impl World {
             return self.forward_event(event);
         }
         if let Some(delay) = self.link_delay(at, origin) {
-            self.schedule(delay, Event::Forward(event));
+            self.schedule(delay, Event::User(event));
         }
     }
 

@@ -14,7 +14,6 @@
 //! configuration agreement check lives here: a member of the newest configuration applied
 //! anywhere that applied at least as far holds it.
 
-use crate::mutation::Layers;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -23,11 +22,11 @@ use keel_engine::{
     Applier, ApplyItem, ApplyQueue, ClientError, ClockPolicy, EngineLimits, NodeEngine, Shell,
     SnapshotPolicy, SnapshotWriter, SnapshotWriting, StateMachine, StorageCommand,
 };
-use keel_redis::KvAdapter;
-use keel_redis::KvStateMachine;
 use rand::Rng;
 
 use crate::disk::SnapshotAdoption;
+use crate::mutation::Layers;
+use crate::user::User;
 use crate::world::{Event, World};
 
 /// A proposal: answered by the entry it became, or refused. The write (or EXEC) in slot `slot` of
@@ -53,34 +52,28 @@ pub(crate) type SimEngine = NodeEngine<ProposalToken, ReadToken>;
 type SimQueue = ApplyQueue<ProposalToken, ReadToken, Option<Bytes>>;
 type SimItem = ApplyItem<ProposalToken, ReadToken, Option<Bytes>>;
 
-/// keel-redis's state machine, with the simulator's one test-only switch: `RunConfig::break_replay`
-/// skips the first command a restarted node applies, as a state machine whose applied index was
-/// saved ahead of its effects would (S24).
-pub(crate) struct SimStateMachine {
-    kv: KvAdapter,
+/// The user's state machine, with the simulator's one test-only switch:
+/// `RunConfig::break_replay` skips the first command a restarted node applies, as a state machine
+/// whose applied index was saved ahead of its effects would (S24).
+pub(crate) struct SimStateMachine<M> {
+    machine: M,
     skip_next_command: bool,
 }
 
-impl SimStateMachine {
-    fn new(mutation: Option<crate::Mutation>, skip_next_command: bool) -> Self {
-        let mut sm = KvStateMachine::new();
-        sm.set_mutation(mutation.redis());
+impl<M> SimStateMachine<M> {
+    pub fn new(machine: M, skip_next_command: bool) -> Self {
         SimStateMachine {
-            kv: KvAdapter::new(sm),
+            machine,
             skip_next_command,
         }
     }
 
-    pub fn kv(&self) -> &KvStateMachine {
-        self.kv.state()
-    }
-
-    pub fn digest(&self) -> u64 {
-        self.kv.state().state_digest()
+    pub fn machine(&self) -> &M {
+        &self.machine
     }
 }
 
-impl StateMachine for SimStateMachine {
+impl<M: StateMachine> StateMachine for SimStateMachine<M> {
     fn apply(
         &mut self,
         at: keel_core::LogId,
@@ -89,30 +82,34 @@ impl StateMachine for SimStateMachine {
         if std::mem::take(&mut self.skip_next_command) {
             return Ok(Bytes::new());
         }
-        self.kv.apply(at, data)
+        self.machine.apply(at, data)
     }
     fn snapshot_view(&self) -> Box<dyn SnapshotWriter> {
-        self.kv.snapshot_view()
+        self.machine.snapshot_view()
     }
     fn restore(
         &mut self,
         last: LogId,
         data: &mut dyn std::io::Read,
     ) -> Result<(), keel_engine::RestoreError> {
-        self.kv.restore(last, data)
+        self.machine.restore(last, data)
     }
 }
 
+/// keel-redis's time keeper: when a leading node proposes a tick entry (`time.rs`).
+pub(crate) type SimTimeKeeper = keel_redis::expiry::TimeKeeper;
+
 /// What runs beside the core while a node is up (gone with a crash, rebuilt at restart).
-pub(crate) struct App {
+pub(crate) struct App<U: User> {
     pub engine: SimEngine,
-    pub applier: Applier<SimStateMachine>,
+    pub applier: Applier<SimStateMachine<U::Machine>>,
     queue: SimQueue,
     apply_scheduled: bool,
     /// Snapshots taken here: one written at a time, the newest view waiting.
     snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
-    /// When this node, leading, proposes a tick entry (`time.rs`).
-    pub time_keeper: keel_redis::expiry::TimeKeeper,
+    /// What the user keeps beside the engine (keel's key-value user: when this node, leading,
+    /// proposes a tick entry, `time.rs`).
+    pub user: U::NodeApp,
 }
 
 /// Bounds on what a node holds for clients (the runtime's defaults are larger; these are never
@@ -125,18 +122,18 @@ fn limits() -> EngineLimits {
     }
 }
 
-impl App {
+impl<U: User> App<U> {
     /// The application of a node that starts with its state machine at `applied` and must replay
     /// to `replay_target`.
     pub fn new(
         id: NodeId,
-        sm: SimStateMachine,
+        sm: SimStateMachine<U::Machine>,
         applied: Index,
         replay_target: Index,
         snapshot_every_entries: u64,
         clock: ClockPolicy,
         mutation: Option<crate::Mutation>,
-    ) -> App {
+    ) -> App<U> {
         let policy = SnapshotPolicy {
             entries_max: snapshot_every_entries,
             bytes_max: u64::MAX,
@@ -151,18 +148,23 @@ impl App {
             queue: ApplyQueue::with_mutation(mutation.core()),
             apply_scheduled: false,
             snapshot_writing: SnapshotWriting::default(),
-            time_keeper: keel_redis::expiry::TimeKeeper::new(
-                keel_redis::expiry::TIME_TICK_MS_DEFAULT,
-            ),
+            user: U::node_app(),
         }
     }
 
-    pub fn state_machine(
-        mutation: Option<crate::Mutation>,
-        skip_next_command: bool,
-    ) -> SimStateMachine {
-        SimStateMachine::new(mutation, skip_next_command)
+    /// The digest of the state machine's state (`User::digest`).
+    pub fn digest(&self) -> u64 {
+        U::digest(self.applier.state().machine())
     }
+}
+
+/// A digest of what an apply answered: its bytes, or the state machine's refusal.
+fn answer_digest(result: &Result<Bytes, Bytes>) -> u64 {
+    let (tag, bytes) = match result {
+        Ok(bytes) => (0u8, bytes),
+        Err(reason) => (1u8, reason),
+    };
+    crate::embed::fnv1a(&[&[tag], bytes])
 }
 
 /// An effect of the engine, carried out by the world once the engine call returned.
@@ -184,8 +186,8 @@ pub(crate) struct SimShell<'a> {
 }
 
 impl<'a> SimShell<'a> {
-    pub fn new(
-        app: &'a mut App,
+    pub fn new<U: User>(
+        app: &'a mut App<U>,
         snapshots: &'a BTreeMap<Index, Bytes>,
     ) -> (Self, &'a mut SimEngine) {
         (
@@ -233,14 +235,14 @@ impl Shell for SimShell<'_> {
     }
 }
 
-impl World {
+impl<U: User> World<U> {
     /// Carries out what an engine call of node `id` decided, in the order it decided it.
     pub(crate) fn carry_out(&mut self, id: NodeId, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::Send(msg) => self.send(msg),
-                Effect::Refused(token, error) => self.write_settled(token, Err(error)),
-                Effect::ReadRefused(token, error) => self.read_refused(token, error),
+                Effect::Refused(token, error) => U::write_settled(self, token, Err(error)),
+                Effect::ReadRefused(token, error) => U::read_refused(self, token, error),
                 Effect::ReadIndexed(token, index) => {
                     if index < token.floor {
                         let detail = format!(
@@ -308,7 +310,7 @@ impl World {
             match item {
                 ApplyItem::Entries(batch) => self.apply_entries(id, batch),
                 ApplyItem::Restore { meta, snapshot } => self.restore(id, meta, snapshot),
-                ApplyItem::Read(token) => self.read_served(id, token),
+                ApplyItem::Read(token) => U::read_served(self, id, token),
                 ApplyItem::Snapshot => self.take_snapshot(id),
             }
         }
@@ -342,7 +344,11 @@ impl World {
                     let leader = checker.leader_of(entry.term);
                     membership.applied(entry.index, m, leader);
                 }
-                if let Err(v) = checker.state_digest(id, entry.index, sm.digest()) {
+                if let Err(v) = checker.state_digest(id, entry.index, U::digest(sm.machine())) {
+                    violation = Some(v);
+                    return;
+                }
+                if let Err(v) = checker.apply_answer(id, entry.index, answer_digest(&result)) {
                     violation = Some(v);
                     return;
                 }
@@ -361,7 +367,7 @@ impl World {
         }
         self.check_configuration(id);
         for (token, result) in answers {
-            self.write_settled(token, result.map_err(ClientError::Refused));
+            U::write_settled(self, token, result.map_err(ClientError::Refused));
         }
         if snapshot_due {
             self.take_snapshot(id);
@@ -389,7 +395,7 @@ impl World {
             return self.violate("apply order", format!("node {id}: {e}"));
         }
         raft.applied(index);
-        let digest = app.applier.state().digest();
+        let digest = app.digest();
         if let Err(v) = self.checker.state_digest(id, index, digest) {
             return self.fail(v);
         }
@@ -448,6 +454,7 @@ impl World {
         let mut data = Vec::new();
         view.write_to(&mut data)
             .expect("writing to memory does not fail");
+        self.check_round_trip(id, &meta, &data);
         let incarnation = self.nodes[(id - 1) as usize].incarnation;
         let delay = 1 + self.rng.random_range(0..=self.params.disk_latency_max);
         self.schedule(
@@ -459,6 +466,20 @@ impl World {
                 data: Bytes::from(data),
             },
         );
+    }
+
+    /// A snapshot restored into a fresh state machine holds the state it was taken from: the
+    /// digest every replica had at its index.
+    fn check_round_trip(&mut self, id: NodeId, meta: &SnapshotMeta, data: &[u8]) {
+        let index = meta.last.index;
+        let mut fresh = self.user.machine(self.mutation);
+        if let Err(e) = fresh.restore(meta.last, &mut &data[..]) {
+            let detail = format!("node {id}: its snapshot at {index} does not restore: {e}");
+            return self.violate("snapshot round trip", detail);
+        }
+        if let Err(v) = self.checker.round_trip(id, index, U::digest(&fresh)) {
+            self.fail(v);
+        }
     }
 
     /// A snapshot this node took is written out: its adoption goes to the storage worker, in

@@ -116,6 +116,24 @@ pub struct Checker {
     watch: HashMap<NodeId, NodeWatch>,
     /// State-machine digest by applied index, as first observed on any node (S24).
     digests: HashMap<Index, (NodeId, u64)>,
+    /// A digest of what applying the entry at an index answered, as first observed on any node.
+    answers: HashMap<Index, (NodeId, u64)>,
+}
+
+/// Records `value` for `index` if it is the first, or compares it with the first: on a
+/// difference, the node that recorded the first and its value.
+fn agree(
+    seen: &mut HashMap<Index, (NodeId, u64)>,
+    id: NodeId,
+    index: Index,
+    value: u64,
+) -> Result<(), (NodeId, u64)> {
+    let (first, expected) = *seen.entry(index).or_insert((id, value));
+    if expected == value {
+        Ok(())
+    } else {
+        Err((first, expected))
+    }
 }
 
 impl Checker {
@@ -163,25 +181,45 @@ impl Checker {
     /// restart). Replicas must agree at every index (S24: an applied index that ran ahead of the
     /// state it describes — an entry skipped on replay — shows up as a different digest).
     pub fn state_digest(&mut self, id: NodeId, index: Index, digest: u64) -> Result<(), Violation> {
-        match self.digests.entry(index) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert((id, digest));
-                Ok(())
-            }
-            std::collections::hash_map::Entry::Occupied(seen) => {
-                let (first, expected) = *seen.get();
-                if expected == digest {
-                    return Ok(());
-                }
-                violation(
-                    "state digest",
-                    format!(
-                        "node {id} has state digest {digest:016x} at applied index {index}, \
-                         node {first} had {expected:016x}"
-                    ),
-                )
-            }
+        agree(&mut self.digests, id, index, digest).map_err(|(first, expected)| Violation {
+            invariant: "state digest",
+            detail: format!(
+                "node {id} has state digest {digest:016x} at applied index {index}, node {first} \
+                 had {expected:016x}"
+            ),
+        })
+    }
+
+    /// The snapshot `id` took at `index`, restored into a fresh state machine, has `digest`: it
+    /// must be the state every replica had at that index (a snapshot that leaves out part of
+    /// the state, or a restore that rebuilds it differently, shows up here).
+    pub fn round_trip(&mut self, id: NodeId, index: Index, digest: u64) -> Result<(), Violation> {
+        let Some(&(first, expected)) = self.digests.get(&index) else {
+            return Ok(()); // no replica's state at that index was recorded
+        };
+        if expected == digest {
+            return Ok(());
         }
+        violation(
+            "snapshot round trip",
+            format!(
+                "node {id}'s snapshot at index {index} restores to state digest {digest:016x}, \
+                 but node {first} had {expected:016x} there"
+            ),
+        )
+    }
+
+    /// Applying the entry at `index` on `id` answered what `answer` digests. Every replica
+    /// applies the same entry to the same state, so all must answer alike: an answer that
+    /// differs comes from an apply that reads something besides the state and the entry.
+    pub fn apply_answer(&mut self, id: NodeId, index: Index, answer: u64) -> Result<(), Violation> {
+        agree(&mut self.answers, id, index, answer).map_err(|(first, expected)| Violation {
+            invariant: "apply answers agree",
+            detail: format!(
+                "node {id} answered {answer:016x} to the entry at index {index}, node {first} \
+                 answered {expected:016x}"
+            ),
+        })
     }
 
     /// A granted vote left `voter` (node, storage incarnation) for `candidate` in `term`.

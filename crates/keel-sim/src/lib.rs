@@ -18,10 +18,12 @@ mod connection;
 mod converge;
 pub mod coverage;
 mod disk;
+pub mod embed;
 mod forward;
 pub mod history;
 mod host;
 pub mod invariants;
+mod kv_user;
 pub mod linearizability;
 mod linearize;
 pub mod mutation;
@@ -31,6 +33,7 @@ mod run;
 mod storage_faults;
 mod time;
 mod transfer;
+mod user;
 mod wipe;
 mod world;
 
@@ -39,6 +42,15 @@ pub use mutation::Mutation;
 pub use run::{run, run_catching};
 pub use storage_faults::StorageFaults;
 pub use world::{DiskReplacements, RunConfig, RunReport};
+
+/// What a caught panic said.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".to_string())
+}
 
 /// The command that replays one seed, printed with every failure.
 pub fn replay_command(seed: u64, mutation: Option<crate::Mutation>, steps: u64) -> String {

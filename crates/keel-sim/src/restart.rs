@@ -11,11 +11,12 @@ use keel_engine::transfer;
 use rand::Rng;
 
 use crate::disk::SimDisk;
-use crate::host::App;
+use crate::host::{App, SimStateMachine};
 use crate::params::TICK_INTERVAL;
+use crate::user::User;
 use crate::world::{new_gate, new_receiver, Event, World};
 
-impl World {
+impl<U: User> World<U> {
     /// Builds the node from its durable state (at start and after a crash).
     #[expect(clippy::too_many_lines)]
     pub fn start_node(&mut self, id: NodeId) {
@@ -67,7 +68,8 @@ impl World {
                 let snapshot_last = raft.snapshot().last;
                 let snapshot = snapshot_last.index;
                 let skip_next_command = self.break_replay && node.incarnation > 0;
-                let mut sm = App::state_machine(self.mutation, skip_next_command);
+                let mut sm =
+                    SimStateMachine::new(self.user.machine(self.mutation), skip_next_command);
                 if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
                         Some(data) => {
@@ -88,7 +90,7 @@ impl World {
                         }
                     }
                 }
-                let digest = sm.digest();
+                let digest = U::digest(sm.machine());
                 let replay_target = raft.commit_index();
                 // As the runtime does at startup: a partial transfer the core would ignore goes.
                 let fs = node.disk.transfer_fs();
@@ -167,7 +169,7 @@ impl World {
         }
         self.stop_sends(id);
         self.trace_line(|| format!("{how} n{id}"));
-        self.kv.clients.node_lost(id);
+        U::node_lost(self, id);
         // Quick restarts matter: a node back within an election timeout meets the messages and
         // candidates of the moment it crashed.
         let et = u64::from(self.params.election_timeout_ticks) * TICK_INTERVAL;

@@ -19,7 +19,9 @@ use keel_core::{InvalidMessage, MembershipChange, NodeId, RaftNode, Role};
 use rand::Rng;
 
 use crate::invariants::Violation;
+use crate::kv_user::KvState;
 use crate::params::TICK_INTERVAL;
+use crate::user::User;
 use crate::world::{Event, RunConfig, RunReport, World};
 
 /// Runs one seed; a panic anywhere (an assertion in the core, say) becomes a violation of the
@@ -28,11 +30,7 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
     match std::panic::catch_unwind(|| run(cfg)) {
         Ok(report) => report,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "non-string panic".to_string());
+            let message = crate::panic_message(payload.as_ref());
             RunReport {
                 seed: cfg.seed,
                 steps: 0,
@@ -67,73 +65,31 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
     }
 }
 
-#[expect(clippy::too_many_lines)]
 pub fn run(cfg: &RunConfig) -> RunReport {
-    let mut w = World::new(cfg);
-    while w.steps < cfg.fault_steps && w.violation.is_none() {
-        if !w.step() {
-            break;
-        }
-    }
-    if w.violation.is_none() {
-        w.heal();
-        // The bound depends on the logs of every node, so it is taken once the crashed ones are
-        // back (they restart one unit after the healing).
-        let healed_at = w.now;
-        let mut deadline = None;
-        let mut converged = false;
-        while w.violation.is_none() && deadline.is_none_or(|d| w.now <= d) {
-            if !w.step() {
-                break;
-            }
-            if deadline.is_none() && w.now > healed_at + 1 {
-                deadline = Some(healed_at + w.heal_bound());
-            }
-            if w.steps % 16 == 0 {
-                w.retire_removed();
-                w.repair_wiped();
-                if w.converged() {
-                    converged = true;
-                    break;
-                }
-            }
-        }
-        if w.violation.is_none() && !converged && !w.converged() {
-            let detail = w.describe_cluster();
-            if let Some(ids) = w.damaged_not_whole() {
-                // The storage faults' own promise: every damaged member ends whole.
-                w.fail(Violation {
-                    invariant: "damaged node whole",
-                    detail: format!("{ids:?} still recovering at the bound: {detail}"),
-                });
-            }
-            w.fail(Violation {
-                invariant: "liveness after healing",
-                detail: format!("no convergence within the bound: {detail}"),
-            });
-        }
-    }
+    let mut w = World::with_user(cfg, KvState::new);
+    w.run_to_end(cfg.fault_steps);
     let check_started = std::time::Instant::now();
     if w.violation.is_none() {
-        if let Err(v) = crate::linearize::check_history(&w.kv.history) {
+        if let Err(v) = w.user.check_history() {
             w.fail(v);
         }
     }
     let linearizability_check_us = check_started.elapsed().as_micros() as u64;
-    let ops_unknown =
-        w.kv.history
-            .ops
-            .iter()
-            .filter(|o| o.result == Some(crate::history::OpResult::Unknown))
-            .count();
+    let ops_unknown = w
+        .user
+        .history
+        .ops
+        .iter()
+        .filter(|o| o.result == Some(crate::history::OpResult::Unknown))
+        .count();
     RunReport {
         seed: cfg.seed,
         steps: w.steps,
         violation: w.violation.clone(),
-        ops_completed: w.kv.history.ops.len() - ops_unknown,
+        ops_completed: w.user.history.ops.len() - ops_unknown,
         ops_unknown,
         commit_max: w.checker.committed_max(),
-        history_ops: w.kv.history.ops.len(),
+        history_ops: w.user.history.ops.len(),
         linearizability_check_us,
         trace_digest: w.trace_digest(),
         trace: std::mem::take(&mut w.trace),
@@ -143,15 +99,25 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         log_time_ms: w
             .nodes
             .iter()
-            .filter_map(|n| n.log_time_ms())
+            .filter_map(|n| {
+                Some(
+                    n.app
+                        .as_ref()?
+                        .applier
+                        .state()
+                        .machine()
+                        .state()
+                        .log_time_ms(),
+                )
+            })
             .max()
             .unwrap_or(0),
-        keys_expired_by_ticks: w.kv.keys_expired_by_ticks,
+        keys_expired_by_ticks: w.user.keys_expired_by_ticks,
         clock_holds: w.clock_holds,
         clock_outliers: w.clock_outliers,
-        watched_swapped: w.kv.watched_swapped,
-        watched_aborted: w.kv.watched_aborted,
-        forwards_grouped: w.kv.forwards_grouped,
+        watched_swapped: w.user.watched_swapped,
+        watched_aborted: w.user.watched_aborted,
+        forwards_grouped: w.user.forwards_grouped,
         storage_faults: w.storage.injected,
         storage_repaired: w.storage.repaired,
         damage_reports: w.storage.reports,
@@ -160,7 +126,55 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     }
 }
 
-impl World {
+impl<U: User> World<U> {
+    /// Runs the seed to its verdict but the history's: faults for `fault_steps` events, then
+    /// healing, then the wait for convergence within its bound.
+    pub(crate) fn run_to_end(&mut self, fault_steps: u64) {
+        while self.steps < fault_steps && self.violation.is_none() {
+            if !self.step() {
+                break;
+            }
+        }
+        if self.violation.is_none() {
+            self.heal();
+            // The bound depends on the logs of every node, so it is taken once the crashed ones are
+            // back (they restart one unit after the healing).
+            let healed_at = self.now;
+            let mut deadline = None;
+            let mut converged = false;
+            while self.violation.is_none() && deadline.is_none_or(|d| self.now <= d) {
+                if !self.step() {
+                    break;
+                }
+                if deadline.is_none() && self.now > healed_at + 1 {
+                    deadline = Some(healed_at + self.heal_bound());
+                }
+                if self.steps % 16 == 0 {
+                    self.retire_removed();
+                    self.repair_wiped();
+                    if self.converged() {
+                        converged = true;
+                        break;
+                    }
+                }
+            }
+            if self.violation.is_none() && !converged && !self.converged() {
+                let detail = self.describe_cluster();
+                if let Some(ids) = self.damaged_not_whole() {
+                    // The storage faults' own promise: every damaged member ends whole.
+                    self.fail(Violation {
+                        invariant: "damaged node whole",
+                        detail: format!("{ids:?} still recovering at the bound: {detail}"),
+                    });
+                }
+                self.fail(Violation {
+                    invariant: "liveness after healing",
+                    detail: format!("no convergence within the bound: {detail}"),
+                });
+            }
+        }
+    }
+
     /// Processes the next event. Returns false when nothing is left to do.
     #[expect(clippy::too_many_lines)]
     pub(crate) fn step(&mut self) -> bool {
@@ -181,7 +195,7 @@ impl World {
                     self.clock_tick(id);
                     self.digest_event([2, id, 0, 0]);
                     self.drive(id);
-                    self.keep_time(id);
+                    U::ticked(self, id);
                 }
                 self.schedule(TICK_INTERVAL, Event::Tick(id));
             }
@@ -239,11 +253,11 @@ impl World {
                     self.start_node(id);
                 }
             }
-            Event::ClientWake { client, generation } => self.client_wake(client, generation),
+            Event::ClientWake { client, generation } => U::client_wake(self, client, generation),
             Event::ClientDeadline {
                 client,
                 history_index,
-            } => self.client_deadline(client, history_index),
+            } => U::client_deadline(self, client, history_index),
             Event::Nemesis => {
                 if !self.healing {
                     self.nemesis();
@@ -259,7 +273,7 @@ impl World {
                 data,
             } => self.snapshot_saved(node, incarnation, meta, data),
             Event::Transfer(event) => self.transfer_event(event),
-            Event::Forward(event) => self.forward_event(event),
+            Event::User(event) => U::event(self, event),
             Event::HealPartition { generation } => {
                 if generation == self.partition_generation && !self.blocked.is_empty() {
                     self.blocked.clear();
@@ -267,11 +281,7 @@ impl World {
                 }
             }
         }
-        let wakes = std::mem::take(&mut self.kv.clients.wake);
-        for (client, delay) in wakes {
-            let generation = self.kv.clients.generation(client);
-            self.schedule(delay, Event::ClientWake { client, generation });
-        }
+        U::after_event(self);
         true
     }
 

@@ -50,6 +50,7 @@ use keel_wal::{FileHandle, Fs, SimFs};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::user::User;
 use crate::world::World;
 
 /// Which seeds draw storage faults.
@@ -129,7 +130,7 @@ fn smallest_voter_set(m: &Membership, smallest: &mut usize) {
     }
 }
 
-impl World {
+impl<U: User> World<U> {
     /// The nemesis's storage fault: stops a random member over the WAL, damages its disk, and
     /// lets it restart as after a crash (see the module doc).
     pub(crate) fn storage_fault(&mut self) {

@@ -22,6 +22,7 @@ use keel_redis::WriteCommand;
 use keel_redis::WriteReply;
 
 use crate::host::{ProposalToken, SimShell};
+use crate::kv_user::KvState;
 use crate::world::World;
 
 /// The connection number of tick proposals (no client has it); the slot is the node's id.
@@ -69,7 +70,7 @@ fn collection_write(n: u64) -> WriteCommand {
     }
 }
 
-impl World {
+impl World<KvState> {
     /// Proposes the tick the node's time keeper decides on, if it leads.
     pub(crate) fn keep_time(&mut self, id: NodeId) {
         let now_ms = self.wall_ms(id);
@@ -80,7 +81,7 @@ impl World {
         if raft.role() != Role::Leader || !app.engine.serving() {
             return;
         }
-        let state = app.applier.state().kv();
+        let state = app.applier.state().machine().state();
         let (log_time_ms, has_deadlines) = (state.log_time_ms(), state.wants_ticks());
         let due = state.keys_due(now_ms, TICK_KEYS_MAX);
         // After healing, only ticks that remove keys: the liveness check waits for a cluster
@@ -89,10 +90,7 @@ impl World {
             return;
         }
         let mut proposals = Vec::new();
-        if let Some(tick) = app
-            .time_keeper
-            .next_tick(now_ms, log_time_ms, has_deadlines, due)
-        {
+        if let Some(tick) = app.user.next_tick(now_ms, log_time_ms, has_deadlines, due) {
             let token = ProposalToken {
                 connection: TICKS_CONNECTION,
                 slot: id,
@@ -100,8 +98,8 @@ impl World {
             proposals.push((tick.encode(), token));
         }
         if !self.healing && self.steps % EXPIRING_WRITE_EVERY_STEPS == 0 {
-            self.kv.expiring_writes += 1;
-            let n = self.kv.expiring_writes;
+            self.user.expiring_writes += 1;
+            let n = self.user.expiring_writes;
             let write = WriteCommand::SetWith {
                 key: Bytes::from(format!("ttl:{}", n % 16)),
                 value: Bytes::from(n.to_string()),
@@ -137,10 +135,10 @@ impl World {
         if let Some(ApplyReply::Write(WriteReply::Integer(removed))) =
             outcome.ok().as_ref().and_then(ApplyReply::decode)
         {
-            self.kv.keys_expired_by_ticks += removed as u64;
+            self.user.keys_expired_by_ticks += removed as u64;
         }
         if let Some(app) = self.nodes[(id - 1) as usize].app.as_mut() {
-            app.time_keeper.tick_done();
+            app.user.tick_done();
         }
     }
 }

@@ -29,6 +29,7 @@ use keel_wal::{Fs, SimFs};
 use rand::Rng;
 
 use crate::disk::SnapshotAdoption;
+use crate::user::User;
 use crate::world::{Event, World};
 
 /// The first reconnection's backoff, in simulated time (a tenth of a tick interval each).
@@ -117,7 +118,7 @@ fn snapshot_file_bytes(meta: &SnapshotMeta, data: &[u8]) -> Bytes {
     Bytes::from(fs.read_file(&path).expect("just written"))
 }
 
-impl World {
+impl<U: User> World<U> {
     fn transfer_id(&mut self) -> u64 {
         self.transfers.next_id += 1;
         self.transfers.next_id

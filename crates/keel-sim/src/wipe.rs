@@ -28,6 +28,7 @@ use keel_core::{Membership, MembershipChange, NodeId};
 use rand::Rng;
 
 use crate::disk::SimDisk;
+use crate::user::User;
 use crate::world::{new_gate, new_receiver, World};
 
 /// A member whose disk is being replaced.
@@ -46,7 +47,7 @@ fn has_headroom(m: &Membership) -> bool {
     !m.is_joint() && m.voters.len() >= 3
 }
 
-impl World {
+impl<U: User> World<U> {
     /// Starts replacing a random member's disk, if the cluster has the headroom.
     pub(crate) fn wipe(&mut self) {
         // Not beside a damaged disk still repairing itself (`storage_faults.rs`).

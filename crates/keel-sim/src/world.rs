@@ -17,13 +17,12 @@ use keel_wal::SimFs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::client::Clients;
 use crate::coverage::{MembershipCoverage, MembershipTracker};
 use crate::disk::{SimDisk, SnapshotAdoption};
-use crate::history::History;
 use crate::host::{App, SimShell};
 use crate::invariants::{Checker, Violation};
 use crate::params::{Params, TICK_INTERVAL};
+use crate::user::User;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -48,6 +47,24 @@ pub struct RunConfig {
     pub storage_faults: crate::StorageFaults,
 }
 
+impl RunConfig {
+    /// Seed `seed` as the sweeps run it: 20,000 events under faults, no trace, no mutation,
+    /// storage faults in a quarter of the seeds over the WAL.
+    pub fn new(seed: u64) -> RunConfig {
+        RunConfig {
+            seed,
+            fault_steps: 20_000,
+            trace: false,
+            mutation: None,
+            break_replay: false,
+            classic_shapes: false,
+            single_forwards: false,
+            disk_replacements: DiskReplacements::Off,
+            storage_faults: crate::StorageFaults::Share,
+        }
+    }
+}
+
 /// Disk replacements under the same node id (`wipe.rs`): off unless asked for, then drawn in a
 /// quarter of the seeds. Both modes show limits of a same-id rebuild (docs/sweeps.md); the
 /// supported way to replace a disk is a new node id, which is an ordinary membership change.
@@ -61,7 +78,7 @@ pub enum DiskReplacements {
     Unplanned,
 }
 
-pub(crate) enum Event {
+pub(crate) enum Event<U: User> {
     Tick(NodeId),
     /// A peer message arrives, sent under this storage incarnation of its sender (whose disk
     /// may be wiped while it travels).
@@ -99,8 +116,9 @@ pub(crate) enum Event {
     },
     /// A snapshot transfer's frame arrives, or its sender reconnects.
     Transfer(crate::transfer::TransferEvent),
-    /// A forwarded write's request, reply or timer.
-    Forward(crate::forward::ForwardEvent),
+    /// One of the user's own (keel's key-value user: a forwarded write's request, reply or
+    /// timer).
+    User(U::Event),
 }
 
 /// A queue entry: the event itself waits in `World::events`, so the heap moves 24 bytes.
@@ -127,11 +145,11 @@ impl Ord for Scheduled {
     }
 }
 
-pub(crate) struct SimNode {
+pub(crate) struct SimNode<U: User> {
     pub id: NodeId,
     pub raft: Option<RaftNode>,
     /// The engine, apply pipeline and state machine beside the core (`None` while down).
-    pub app: Option<App>,
+    pub app: Option<App<U>>,
     pub disk: SimDisk,
     /// Counts the node's starts (events of an earlier life are ignored).
     pub incarnation: u64,
@@ -157,16 +175,11 @@ pub(crate) struct SimNode {
     pub membership_when_down: Option<Membership>,
 }
 
-impl SimNode {
-    /// The state machine's time of a live node (`KvStateMachine::log_time_ms`).
-    pub fn log_time_ms(&self) -> Option<u64> {
-        Some(self.app.as_ref()?.applier.state().kv().log_time_ms())
-    }
-
+impl<U: User> SimNode<U> {
     /// The applied index and state digest of a live node.
     pub fn applied_state(&self) -> Option<(Index, u64)> {
         let app = self.app.as_ref()?;
-        Some((app.applier.applied(), app.applier.state().digest()))
+        Some((app.applier.applied(), app.digest()))
     }
 }
 
@@ -215,27 +228,7 @@ pub struct RunReport {
     pub promises_lowered: u64,
 }
 
-/// The key-value application's part of the world (keel's own user of the simulator): its
-/// clients and their history, the writes followers forward, and its counters. The rest of the
-/// world (nodes, network, disks, faults, checks) knows nothing of keys or RESP.
-pub(crate) struct KvState {
-    /// Writes of short-lived keys proposed so far (`time.rs`).
-    pub expiring_writes: u64,
-    /// Expired keys removed by tick entries, as their replies say.
-    pub keys_expired_by_ticks: u64,
-    /// Watched transactions whose EXEC applied, and those aborted (`client.rs`).
-    pub watched_swapped: u64,
-    pub watched_aborted: u64,
-    /// Refused writes forwarded with the one before them (`connection.rs`).
-    pub forwards_grouped: u64,
-    pub clients: Clients,
-    pub history: History,
-    /// Writes followers are forwarding, by number.
-    pub forwards: BTreeMap<u64, crate::forward::SimForward>,
-    pub next_forward: u64,
-}
-
-pub(crate) struct World {
+pub(crate) struct World<U: User> {
     pub rng: ChaCha8Rng,
     pub params: Params,
     pub now: u64,
@@ -243,9 +236,9 @@ pub(crate) struct World {
     seq: u64,
     queue: BinaryHeap<Reverse<Scheduled>>,
     /// The queued events, by slot; `free_slots` lists the empty ones.
-    events: Vec<Option<Event>>,
+    events: Vec<Option<Event<U>>>,
     free_slots: Vec<u32>,
-    pub nodes: Vec<SimNode>,
+    pub nodes: Vec<SimNode<U>>,
     /// Directed links that drop everything: (from, to).
     pub blocked: BTreeSet<(NodeId, NodeId)>,
     pub partition_generation: u64,
@@ -254,8 +247,9 @@ pub(crate) struct World {
     /// the outlier (`clock_watch.rs`).
     pub clock_holds: u64,
     pub clock_outliers: u64,
-    /// The key-value application's clients, history, forwarded writes and counters.
-    pub kv: KvState,
+    /// The user of the simulation: its clients, their history and its counters
+    /// (`kv_user.rs`: keel's own key-value clients).
+    pub user: U,
     pub checker: Checker,
     pub membership: MembershipTracker,
     pub violation: Option<Violation>,
@@ -273,9 +267,9 @@ pub(crate) struct World {
     trace_digest: u64,
 }
 
-impl World {
-    #[expect(clippy::too_many_lines)]
-    pub fn new(cfg: &RunConfig) -> World {
+impl<U: User> World<U> {
+    /// The world of one seed, with the user `make_user` builds for the seed's parameters.
+    pub fn with_user(cfg: &RunConfig, make_user: impl FnOnce(&Params) -> U) -> World<U> {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let mut params = if cfg.classic_shapes {
             let mut p = Params::draw_classic(&mut rng);
@@ -289,33 +283,9 @@ impl World {
         }
         params.single_forwards = cfg.single_forwards;
         params.storage_fault_weight = cfg.storage_faults.weight(cfg.seed, params.use_wal);
-        let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
-        let nodes = (1..=params.node_count as NodeId)
-            .map(|id| {
-                let initial: &[NodeId] = if voters.contains(&id) { &voters } else { &[] };
-                let disk = SimDisk::new(params.use_wal, initial, cfg.mutation);
-                let receiver = new_receiver(&disk, cfg.mutation);
-                let gate = new_gate(&disk, id, cfg.mutation).expect("a new disk's gate");
-                SimNode {
-                    id,
-                    raft: None,
-                    app: None,
-                    receiver,
-                    disk,
-                    incarnation: 0,
-                    storage: 1,
-                    gate,
-                    departed: None,
-                    snapshot_data: BTreeMap::new(),
-                    last_role: Role::Follower,
-                    last_commit: 0,
-                    retired: false,
-                    membership_when_down: None,
-                }
-            })
-            .collect();
-        let clients = Clients::new(params.clients, params.node_count);
+        let nodes = new_nodes(&params, cfg.mutation);
         let initial_voters = params.initial_voters;
+        let user = make_user(&params);
         let mut world = World {
             rng,
             params,
@@ -331,17 +301,7 @@ impl World {
             healing: false,
             clock_holds: 0,
             clock_outliers: 0,
-            kv: KvState {
-                expiring_writes: 0,
-                keys_expired_by_ticks: 0,
-                watched_swapped: 0,
-                watched_aborted: 0,
-                forwards_grouped: 0,
-                clients,
-                history: History::default(),
-                forwards: BTreeMap::new(),
-                next_forward: 1,
-            },
+            user,
             checker: Checker::default(),
             membership: MembershipTracker::new(initial_voters),
             violation: None,
@@ -377,7 +337,7 @@ impl World {
         world
     }
 
-    pub fn pop(&mut self) -> Option<(u64, Event)> {
+    pub fn pop(&mut self) -> Option<(u64, Event<U>)> {
         let Reverse(s) = self.queue.pop()?;
         let event = self.events[s.slot as usize]
             .take()
@@ -395,7 +355,7 @@ impl World {
         self.params.clocks[(id - 1) as usize].wall_ms(self.now)
     }
 
-    pub fn schedule(&mut self, delay: u64, event: Event) {
+    pub fn schedule(&mut self, delay: u64, event: Event<U>) {
         self.seq += 1;
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -713,7 +673,36 @@ impl World {
     }
 }
 
-/// A node's snapshot receiver as it starts: nothing in memory, its partial file (if any) on disk.
+/// The nodes of a new world, none started yet: the initial voters' disks hold the first
+/// configuration.
+fn new_nodes<U: User>(params: &Params, mutation: Option<crate::Mutation>) -> Vec<SimNode<U>> {
+    let voters: Vec<NodeId> = (1..=params.initial_voters as NodeId).collect();
+    (1..=params.node_count as NodeId)
+        .map(|id| {
+            let initial: &[NodeId] = if voters.contains(&id) { &voters } else { &[] };
+            let disk = SimDisk::new(params.use_wal, initial, mutation);
+            let receiver = new_receiver(&disk, mutation);
+            let gate = new_gate(&disk, id, mutation).expect("a new disk's gate");
+            SimNode {
+                id,
+                raft: None,
+                app: None,
+                receiver,
+                disk,
+                incarnation: 0,
+                storage: 1,
+                gate,
+                departed: None,
+                snapshot_data: BTreeMap::new(),
+                last_role: Role::Follower,
+                last_commit: 0,
+                retired: false,
+                membership_when_down: None,
+            }
+        })
+        .collect()
+}
+
 /// The handshake gate of a node, with the peer incarnations its disk remembers.
 pub(crate) fn new_gate(
     disk: &SimDisk,
@@ -726,6 +715,7 @@ pub(crate) fn new_gate(
     Ok(gate)
 }
 
+/// A node's snapshot receiver as it starts: nothing in memory, its partial file (if any) on disk.
 pub(crate) fn new_receiver(
     disk: &SimDisk,
     mutation: Option<crate::Mutation>,

@@ -84,6 +84,136 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The counter under keel's simulator: a cluster of `Counter`s through crashes, partitions, lost
+/// and duplicated messages, storage faults and membership changes, its clients' history checked
+/// against the model below. `KEEL_SIM_SEEDS=1000 cargo test -p keel --example counter` runs more.
+#[cfg(test)]
+mod simulation {
+    use std::fmt;
+
+    use bytes::Bytes;
+    use keel_sim::embed::{check, Model, Op, OpRng, Workload};
+
+    use super::Counter;
+
+    /// What a client asks: add `n`, or read the total.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    enum Ask {
+        Add(u64),
+        Read,
+    }
+
+    /// What it is told: the total after its operation.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Total(u64);
+
+    impl fmt::Display for Ask {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
+    impl fmt::Display for Total {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+
+    /// The counter's sequential specification: what each operation returns after those before.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct CounterModel;
+
+    impl Model for CounterModel {
+        type State = u64;
+        type Input = Ask;
+        type Output = Total;
+
+        fn init() -> u64 {
+            0
+        }
+
+        fn step(total: &u64, ask: &Ask, told: &Total) -> Option<u64> {
+            let after = match ask {
+                Ask::Add(n) => total + n,
+                Ask::Read => *total,
+            };
+            (after == told.0).then_some(after)
+        }
+
+        fn step_unobserved(total: &u64, ask: &Ask) -> Option<u64> {
+            match ask {
+                Ask::Add(n) => Some(total + n),
+                Ask::Read => None,
+            }
+        }
+
+        fn is_read_only(ask: &Ask, _told: Option<&Total>) -> bool {
+            *ask == Ask::Read
+        }
+
+        // Hints that keep the check fast: the total only grows, so an operation told `t` can
+        // no longer be placed once the total passed what it needs.
+        fn may_still_return(total: &u64, ask: &Ask, told: &Total) -> bool {
+            match ask {
+                Ask::Add(n) => total + n <= told.0,
+                Ask::Read => *total <= told.0,
+            }
+        }
+
+        fn constrains(_ask: &Ask, _told: &Total) -> bool {
+            true
+        }
+
+        fn is_monotone(_ask: &Ask) -> bool {
+            true
+        }
+    }
+
+    /// Clients that add 1 or read the total.
+    struct Counting;
+
+    impl Workload for Counting {
+        type Machine = Counter;
+        type Model = CounterModel;
+
+        fn machine(&self) -> Counter {
+            Counter::default()
+        }
+
+        fn next_op(&mut self, _client: usize, rng: &mut OpRng<'_>) -> Op<Ask> {
+            let key = "total".to_string();
+            if rng.chance(0.3) {
+                return Op::Read {
+                    key,
+                    input: Ask::Read,
+                };
+            }
+            // One at a time: timed-out adds of one size are interchangeable to the checker,
+            // which keeps checking a history with many of them fast.
+            let n = 1;
+            Op::Write {
+                key,
+                input: Ask::Add(n),
+                command: Bytes::copy_from_slice(&n.to_le_bytes()),
+            }
+        }
+
+        fn write_output(_key: &str, _ask: &Ask, answer: Result<&Bytes, &Bytes>) -> Total {
+            let total = answer.expect("the counter refuses only what is not a u64");
+            Total(u64::from_le_bytes(total[..].try_into().expect("8 bytes")))
+        }
+
+        fn read(counter: &Counter, _key: &str, _ask: &Ask) -> Total {
+            Total(counter.0)
+        }
+    }
+
+    #[test]
+    fn the_counter_is_linearizable_under_faults() {
+        check(|| Counting);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

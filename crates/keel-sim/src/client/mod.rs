@@ -47,6 +47,7 @@ use crate::connection::{Connections, Frame, Owner};
 
 mod watched;
 use crate::history::{History, Key, OpKind, OpResult, Value};
+use crate::kv_user::KvState;
 use crate::world::{Event, World};
 use watched::{watched_requests, Watch};
 
@@ -375,19 +376,19 @@ fn leader_named(error: &str) -> Result<Option<NodeId>, ()> {
     Ok(None)
 }
 
-impl World {
+impl World<KvState> {
     pub(crate) fn client_wake(&mut self, c: usize, generation: u64) {
-        if self.kv.clients.clients[c].generation != generation {
+        if self.user.clients.clients[c].generation != generation {
             return;
         }
-        if self.kv.clients.clients[c].pipeline.is_none() {
+        if self.user.clients.clients[c].pipeline.is_none() {
             if self.healing {
                 // Quiet down so the cluster can be seen to converge.
                 return;
             }
             self.start_pipeline(c);
         }
-        let p = self.kv.clients.clients[c]
+        let p = self.user.clients.clients[c]
             .pipeline
             .as_ref()
             .expect("started");
@@ -399,7 +400,7 @@ impl World {
     /// The pipeline whose first operation is `history_index`, of client `c`, ran out of time:
     /// the outcome of every operation not answered is unknown (and a read's tells nothing).
     pub(crate) fn client_deadline(&mut self, c: usize, history_index: usize) {
-        let client = &mut self.kv.clients.clients[c];
+        let client = &mut self.user.clients.clients[c];
         if client.pipeline.as_ref().map(|p| p.first) != Some(history_index) {
             return;
         }
@@ -411,11 +412,11 @@ impl World {
         for op in p.ops.iter().filter(|op| !op.done) {
             if op.form == Form::Watched && op.watch != Watch::Sent {
                 // Its EXEC never left: it changed nothing.
-                self.kv
+                self.user
                     .history
                     .reinvoke(op.history_index, OpKind::Read, self.now);
             }
-            self.kv
+            self.user
                 .history
                 .complete(op.history_index, OpResult::Unknown, self.now);
         }
@@ -423,14 +424,14 @@ impl World {
         if !p.awaited.is_empty() || watched {
             // Replies still owed would be taken for the next pipeline's, and a watch no EXEC
             // cleared would abort its transactions: a new connection.
-            let client = &mut self.kv.clients.clients[c];
+            let client = &mut self.user.clients.clients[c];
             if let Some(connection) = client.current.take() {
                 client.connections.retain(|(_, n)| *n != connection);
-                self.kv.clients.connections.close(connection);
+                self.user.clients.connections.close(connection);
             }
         }
-        self.kv.clients.clients[c].generation += 1;
-        self.kv.clients.wake.push((c, 1));
+        self.user.clients.clients[c].generation += 1;
+        self.user.clients.wake.push((c, 1));
     }
 
     /// Draws client `c`'s next pipeline of operations.
@@ -444,7 +445,7 @@ impl World {
         for _ in 0..count {
             let key = self.rng.random_range(0..self.params.keys);
             let roll = self.rng.random_range(0..21);
-            let client = &mut self.kv.clients.clients[c];
+            let client = &mut self.user.clients.clients[c];
             client.seq += 1;
             let unique = client.id * 1_000_000 + client.seq;
             let (kind, form) = match roll {
@@ -481,7 +482,7 @@ impl World {
                 OpKind::Write(v) | OpKind::Swap(v) => (Some(decimal(v)), None),
                 OpKind::Cas { expected, new } => (Some(decimal(new)), expected.map(decimal)),
             };
-            let history_index = self.kv.history.invoke(client.id, key, kind, self.now);
+            let history_index = self.user.history.invoke(client.id, key, kind, self.now);
             ops.push(ClientOp {
                 history_index,
                 key,
@@ -496,7 +497,7 @@ impl World {
             });
         }
         let first = ops[0].history_index;
-        self.kv.clients.clients[c].pipeline = Some(Pipeline {
+        self.user.clients.clients[c].pipeline = Some(Pipeline {
             first,
             deadline: self.now + self.params.client_timeout,
             ops,
@@ -517,21 +518,21 @@ impl World {
     /// node it believes leads.
     fn submit(&mut self, c: usize) {
         let node_count = self.params.node_count as NodeId;
-        let target = self.kv.clients.clients[c].leader_guess;
+        let target = self.user.clients.clients[c].leader_guess;
         if self.nodes[(target - 1) as usize].raft.is_none() {
-            self.kv.clients.clients[c].leader_guess = target % node_count + 1;
-            return self.kv.clients.retry_soon(c);
+            self.user.clients.clients[c].leader_guess = target % node_count + 1;
+            return self.user.clients.retry_soon(c);
         }
         if !self.serving(target) {
             // Still replaying: the runtime holds requests until it serves.
-            return self.kv.clients.retry_soon(c);
+            return self.user.clients.retry_soon(c);
         }
         let Clients {
             clients,
             connections,
             ..
-        } = &mut self.kv.clients;
-        let history = &mut self.kv.history;
+        } = &mut self.user.clients;
+        let history = &mut self.user.history;
         let client = &mut clients[c];
         let open = client.connections.iter().find(|(node, _)| *node == target);
         let reused = open.is_some();
@@ -564,7 +565,7 @@ impl World {
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
-            self.kv.clients.wake.push((c, 1));
+            self.user.clients.wake.push((c, 1));
             return;
         }
         for (at, op) in p.ops.iter_mut().enumerate().filter(|(_, op)| !op.done) {
@@ -595,7 +596,7 @@ impl World {
 
     /// A reply to client `c` on `connection`, in request order.
     pub(crate) fn client_reply(&mut self, c: usize, connection: u64, reply: Reply) {
-        let client = &mut self.kv.clients.clients[c];
+        let client = &mut self.user.clients.clients[c];
         if client.current != Some(connection) {
             return;
         }
@@ -625,28 +626,28 @@ impl World {
             return;
         }
         // The attempt is over: done, or what was refused goes again.
-        let client = &mut self.kv.clients.clients[c];
+        let client = &mut self.user.clients.clients[c];
         let Some(p) = client.pipeline.as_mut() else {
             return;
         };
         if std::mem::take(&mut p.close_after) {
             if let Some(connection) = client.current.take() {
                 client.connections.retain(|(_, n)| *n != connection);
-                self.kv.clients.connections.close(connection);
+                self.user.clients.connections.close(connection);
             }
         }
-        let client = &mut self.kv.clients.clients[c];
+        let client = &mut self.user.clients.clients[c];
         let p = client.pipeline.as_ref().expect("checked");
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
-            self.kv.clients.wake.push((c, 1));
+            self.user.clients.wake.push((c, 1));
         } else if p.ops.iter().any(|op| matches!(op.watch, Watch::Read(_))) {
             // A watched read answered: its transaction goes at once, on the same connection.
             client.pipeline.as_mut().expect("checked").watch_continues = true;
             self.submit(c);
         } else {
-            self.kv.clients.retry_soon(c);
+            self.user.clients.retry_soon(c);
         }
     }
 
@@ -660,13 +661,13 @@ impl World {
             Err(()) => Some(self.rng.random_range(1..=node_count)),
         };
         if let Some(leader) = hint.filter(|l| (1..=node_count).contains(l)) {
-            self.kv.clients.clients[c].leader_guess = leader;
+            self.user.clients.clients[c].leader_guess = leader;
         }
     }
 
     /// The answer of operation `at` of client `c`'s pipeline.
     fn operation_answered(&mut self, c: usize, at: usize, reply: Reply) {
-        let op = match self.kv.clients.clients[c].pipeline.as_ref() {
+        let op = match self.user.clients.clients[c].pipeline.as_ref() {
             Some(p) => Answered::of(&p.ops[at]),
             None => return,
         };
@@ -678,9 +679,9 @@ impl World {
                     _ => OpResult::Written,
                 };
                 return self
-                    .kv
+                    .user
                     .clients
-                    .finish(c, at, result, self.now, &mut self.kv.history);
+                    .finish(c, at, result, self.now, &mut self.user.history);
             }
             if op.form == Form::Watched {
                 return self.watched_exec_refused(c, at, error.to_string());
@@ -689,32 +690,32 @@ impl World {
         }
         if op.form == Form::Watched && reply == Reply::Null {
             // Aborted: nothing changed, and nothing was observed.
-            let history_index = self.kv.clients.clients[c]
+            let history_index = self.user.clients.clients[c]
                 .pipeline
                 .as_ref()
                 .expect("checked")
                 .ops[at]
                 .history_index;
-            self.kv
+            self.user
                 .history
                 .reinvoke(history_index, OpKind::Read, self.now);
-            self.kv.watched_aborted += 1;
-            return self.kv.clients.finish(
+            self.user.watched_aborted += 1;
+            return self.user.clients.finish(
                 c,
                 at,
                 OpResult::Unknown,
                 self.now,
-                &mut self.kv.history,
+                &mut self.user.history,
             );
         }
         if op.form == Form::Watched {
-            self.kv.watched_swapped += 1;
+            self.user.watched_swapped += 1;
         }
         match result_of(&op, &reply) {
             Ok(result) => self
-                .kv
+                .user
                 .clients
-                .finish(c, at, result, self.now, &mut self.kv.history),
+                .finish(c, at, result, self.now, &mut self.user.history),
             Err(detail) => self.violate("client reply", format!("client {c}: {detail}")),
         }
     }

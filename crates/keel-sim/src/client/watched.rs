@@ -9,6 +9,7 @@ use keel_resp::Reply;
 use super::{register_value, Awaited, ClientOp};
 use crate::connection::Frame;
 use crate::history::{OpResult, Value};
+use crate::kv_user::KvState;
 use crate::world::World;
 
 /// Where a watched transaction is in its current attempt.
@@ -52,7 +53,7 @@ pub(super) fn watched_requests(
     }
 }
 
-impl World {
+impl World<KvState> {
     /// The answer to a watched transaction's `WATCH` or to its read; false if no node could
     /// give it.
     pub(super) fn watch_answered(
@@ -62,7 +63,7 @@ impl World {
         awaited: Awaited,
         reply: Reply,
     ) -> bool {
-        let Some(p) = self.kv.clients.clients[c].pipeline.as_mut() else {
+        let Some(p) = self.user.clients.clients[c].pipeline.as_mut() else {
             return true;
         };
         let op = &mut p.ops[at];
@@ -93,7 +94,7 @@ impl World {
     /// expected, and ends with an unknown outcome.
     pub(super) fn watched_exec_refused(&mut self, c: usize, at: usize, error: String) {
         let not_proposed = ["TRYAGAIN leader is node", "TRYAGAIN no leader", "EXECABORT"];
-        if let Some(p) = self.kv.clients.clients[c].pipeline.as_mut() {
+        if let Some(p) = self.user.clients.clients[c].pipeline.as_mut() {
             p.close_after = true;
             if not_proposed.iter().any(|n| error.starts_with(n)) {
                 p.ops[at].watch = Watch::Idle;
@@ -101,8 +102,8 @@ impl World {
             }
         }
         self.trace_line(|| format!("client {c} watched EXEC: {error}"));
-        self.kv
+        self.user
             .clients
-            .finish(c, at, OpResult::Unknown, self.now, &mut self.kv.history);
+            .finish(c, at, OpResult::Unknown, self.now, &mut self.user.history);
     }
 }
