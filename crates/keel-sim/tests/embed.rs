@@ -14,7 +14,9 @@ use std::marker::PhantomData;
 use bytes::Bytes;
 use keel_core::LogId;
 use keel_engine::{ApplyError, RestoreError, SnapshotWriter, StateMachine};
-use keel_sim::embed::{simulate, Model, Op, OpRng, Workload, WorkloadReport};
+use keel_sim::embed::{
+    check, simulate, sweep, Model, Op, OpRng, Sequential, Spec, Workload, WorkloadReport,
+};
 use keel_sim::RunConfig;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +231,30 @@ macro_rules! count_model {
 count_model!(CountModel, false);
 count_model!(CountBeforeModel, true);
 
+/// The same count as a [`Spec`]: what each operation answers, nothing more.
+struct CountSpec;
+
+impl Spec for CountSpec {
+    type State = u64;
+    type Input = Ask;
+    type Output = Told;
+
+    fn init() -> u64 {
+        0
+    }
+
+    fn run(count: &u64, ask: &Ask) -> (u64, Told) {
+        match ask {
+            Ask::Add => (count + 1, Told(count + 1)),
+            Ask::Read => (*count, Told(*count)),
+        }
+    }
+
+    fn is_read_only(ask: &Ask) -> bool {
+        *ask == Ask::Read
+    }
+}
+
 const NAMES: [&str; 4] = ["a", "b", "c", "d"];
 
 struct Tallies<M> {
@@ -342,4 +368,60 @@ fn a_seed_replays_exactly() {
     assert_eq!(a.trace_digest, b.trace_digest);
     assert_eq!(a.trace, b.trace);
     assert!(a.trace.len() > 1000, "a trace of {} lines", a.trace.len());
+}
+
+#[test]
+fn a_spec_is_a_model() {
+    for seed in 0..8 {
+        let report = simulate(
+            Tallies::<Sequential<CountSpec>>::new(Flaw::None),
+            &RunConfig::new(seed),
+        );
+        assert!(report.violation.is_none(), "seed {seed}: {report:?}");
+    }
+    // The spec's model rejects what the correct model rejects.
+    assert_eq!(
+        <Sequential<CountSpec> as Model>::step(&3, &Ask::Add, &Told(3)),
+        None
+    );
+    assert_eq!(
+        <Sequential<CountSpec> as Model>::step(&3, &Ask::Add, &Told(4)),
+        Some(4)
+    );
+    assert_eq!(
+        <Sequential<CountSpec> as Model>::step_unobserved(&3, &Ask::Read),
+        None
+    );
+}
+
+#[test]
+fn a_sweep_on_two_threads_sums_up_every_seed() {
+    let clean = sweep(|| Tallies::<CountModel>::new(Flaw::None), 0..6, 20_000, 2);
+    assert_eq!((clean.seeds, clean.failed), (6, 0), "{clean}");
+    assert!(clean.failures.is_empty());
+    let alone: u64 = (0..6)
+        .map(|seed| {
+            simulate(
+                Tallies::<CountModel>::new(Flaw::None),
+                &RunConfig::new(seed),
+            )
+            .steps
+        })
+        .sum();
+    assert_eq!(clean.steps, alone, "the threads ran each seed once");
+    let broken = sweep(
+        || Tallies::<CountModel>::new(Flaw::WallClock),
+        3..9,
+        20_000,
+        2,
+    );
+    assert_eq!(broken.failed, 6, "{broken}");
+    let seeds: Vec<u64> = broken.failures.iter().map(|r| r.seed).collect();
+    assert_eq!(seeds, vec![3, 4, 5, 6, 7, 8], "kept lowest first");
+}
+
+#[test]
+#[should_panic(expected = "no clock, random source or hash-map order")]
+fn check_names_the_reason() {
+    check(|| Tallies::<CountModel>::new(Flaw::WallClock));
 }

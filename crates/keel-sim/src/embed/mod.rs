@@ -21,13 +21,17 @@
 //! and a client that waited longer than its timeout records the outcome as unknown and moves on.
 
 mod clients;
+mod sequential;
+mod sweep;
 
 use bytes::Bytes;
 use keel_engine::StateMachine;
 
 pub use crate::linearizability::{Effect, Key, Model};
 
-pub use clients::{check, explain, simulate, WorkloadReport};
+pub use clients::{simulate, WorkloadReport};
+pub use sequential::{Sequential, Spec};
+pub use sweep::{check, explain, sweep, SweepSummary};
 
 /// An operation a client runs: a write goes through the log, a read is answered from a replica's
 /// state.
