@@ -69,7 +69,7 @@ pub fn draw_clocks(seed: u64, nodes: usize) -> Vec<WallClock> {
         .collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "kv"))]
 mod tests {
     use super::*;
     use bytes::Bytes;

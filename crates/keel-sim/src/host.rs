@@ -96,9 +96,6 @@ impl<M: StateMachine> StateMachine for SimStateMachine<M> {
     }
 }
 
-/// keel-redis's time keeper: when a leading node proposes a tick entry (`time.rs`).
-pub(crate) type SimTimeKeeper = keel_redis::expiry::TimeKeeper;
-
 /// What runs beside the core while a node is up (gone with a crash, rebuilt at restart).
 pub(crate) struct App<U: User> {
     pub engine: SimEngine,
@@ -108,7 +105,8 @@ pub(crate) struct App<U: User> {
     /// Snapshots taken here: one written at a time, the newest view waiting.
     snapshot_writing: SnapshotWriting<(SnapshotMeta, Box<dyn SnapshotWriter>)>,
     /// What the user keeps beside the engine (keel's key-value user: when this node, leading,
-    /// proposes a tick entry, `time.rs`).
+    /// proposes a tick entry, `time.rs`; an embedder's user keeps nothing).
+    #[cfg_attr(not(feature = "kv"), expect(dead_code))]
     pub user: U::NodeApp,
 }
 

@@ -12,12 +12,15 @@ use keel_engine::ClientError;
 use crate::client::Clients;
 use crate::forward::ForwardEvent;
 use crate::history::History;
-use crate::host::{ProposalToken, ReadToken, SimTimeKeeper};
+use crate::host::{ProposalToken, ReadToken};
 use crate::invariants::Violation;
 use crate::mutation::Layers;
 use crate::params::Params;
 use crate::user::User;
 use crate::world::World;
+
+/// keel-redis's time keeper: when a leading node proposes a tick entry (`time.rs`).
+pub(crate) type SimTimeKeeper = keel_redis::expiry::TimeKeeper;
 
 /// The key-value application's part of the world: its clients and their history, the writes
 /// followers forward, and its counters. The rest of the world (nodes, network, disks, faults,

@@ -1,9 +1,11 @@
 //! keel-sim: the deterministic cluster simulator and the checkers it runs.
 //!
 //! One `u64` seed decides everything: cluster shape, fault probabilities, every delay and every
-//! choice. [`run`] drives a cluster of `keel-core` nodes through faults, checks the invariants of
+//! choice. A run drives a cluster of `keel-core` nodes through faults, checks the invariants of
 //! docs/SCENARIOS.md after every step, heals the cluster, demands liveness and convergence, and checks
-//! the client history for linearizability.
+//! the client history for linearizability. Two users run on it: keel's own key-value simulation
+//! (`run`, the `keel-sim` binary; the default feature `kv`) and an embedder's state machine
+//! ([`embed`]; `default-features = false` leaves out the server's crates).
 //!
 //! Everything random comes from one `ChaCha8Rng` seeded by the seed; the nodes' PRNG seeds are
 //! derived from it. A few per-seed draws added later (membership of every size, disk
@@ -11,26 +13,35 @@
 //! they shifted nothing drawn before them. The same seed gives the same trace
 //! (`tests/simulator.rs` checks it).
 
+#[cfg(feature = "kv")]
 mod client;
 pub mod clock;
 mod clock_watch;
+#[cfg(feature = "kv")]
 mod connection;
 mod converge;
 pub mod coverage;
 mod disk;
 pub mod embed;
+#[cfg(feature = "kv")]
 mod forward;
+#[cfg(feature = "kv")]
 pub mod history;
 mod host;
 pub mod invariants;
+#[cfg(feature = "kv")]
+mod kv_run;
+#[cfg(feature = "kv")]
 mod kv_user;
 pub mod linearizability;
+#[cfg(feature = "kv")]
 mod linearize;
 pub mod mutation;
 pub mod params;
 mod restart;
 mod run;
 mod storage_faults;
+#[cfg(feature = "kv")]
 mod time;
 mod transfer;
 mod user;
@@ -38,10 +49,11 @@ mod wipe;
 mod world;
 
 pub use coverage::MembershipCoverage;
+#[cfg(feature = "kv")]
+pub use kv_run::{run, run_catching, RunReport};
 pub use mutation::Mutation;
-pub use run::{run, run_catching};
 pub use storage_faults::StorageFaults;
-pub use world::{DiskReplacements, RunConfig, RunReport};
+pub use world::{DiskReplacements, RunConfig};
 
 /// What a caught panic said.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

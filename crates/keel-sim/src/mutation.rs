@@ -7,6 +7,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutation {
     Core(keel_core::Mutation),
+    #[cfg(feature = "kv")]
     Redis(keel_redis::Mutation),
 }
 
@@ -14,12 +15,15 @@ impl Mutation {
     /// Every variant, the protocol's and runtime's first.
     pub fn all() -> impl Iterator<Item = Mutation> {
         let core = keel_core::Mutation::ALL.into_iter().map(Mutation::Core);
-        core.chain(keel_redis::Mutation::ALL.into_iter().map(Mutation::Redis))
+        #[cfg(feature = "kv")]
+        let core = core.chain(keel_redis::Mutation::ALL.into_iter().map(Mutation::Redis));
+        core
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Mutation::Core(m) => m.name(),
+            #[cfg(feature = "kv")]
             Mutation::Redis(m) => m.name(),
         }
     }
@@ -34,6 +38,7 @@ pub trait Layers {
     /// For keel-core, keel-wal and keel-engine.
     fn core(self) -> Option<keel_core::Mutation>;
     /// For keel-redis and keel-session.
+    #[cfg(feature = "kv")]
     fn redis(self) -> Option<keel_redis::Mutation>;
 }
 
@@ -41,10 +46,14 @@ impl Layers for Option<Mutation> {
     fn core(self) -> Option<keel_core::Mutation> {
         match self {
             Some(Mutation::Core(m)) => Some(m),
+            #[cfg(feature = "kv")]
             _ => None,
+            #[cfg(not(feature = "kv"))]
+            None => None,
         }
     }
 
+    #[cfg(feature = "kv")]
     fn redis(self) -> Option<keel_redis::Mutation> {
         match self {
             Some(Mutation::Redis(m)) => Some(m),
@@ -71,6 +80,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "kv")]
     fn each_layer_gets_only_its_own() {
         let dedup = Some(Mutation::Redis(keel_redis::Mutation::DedupOff));
         assert_eq!(dedup.redis(), Some(keel_redis::Mutation::DedupOff));

@@ -17,7 +17,7 @@ use keel_wal::SimFs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::coverage::{MembershipCoverage, MembershipTracker};
+use crate::coverage::MembershipTracker;
 use crate::disk::{SimDisk, SnapshotAdoption};
 use crate::host::{App, SimShell};
 use crate::invariants::{Checker, Violation};
@@ -117,7 +117,8 @@ pub(crate) enum Event<U: User> {
     /// A snapshot transfer's frame arrives, or its sender reconnects.
     Transfer(crate::transfer::TransferEvent),
     /// One of the user's own (keel's key-value user: a forwarded write's request, reply or
-    /// timer).
+    /// timer; an embedder's user has none).
+    #[cfg_attr(not(feature = "kv"), expect(dead_code))]
     User(U::Event),
 }
 
@@ -181,51 +182,6 @@ impl<U: User> SimNode<U> {
         let app = self.app.as_ref()?;
         Some((app.applier.applied(), app.digest()))
     }
-}
-
-/// The outcome of one seed.
-#[derive(Clone, Debug)]
-pub struct RunReport {
-    pub seed: u64,
-    pub steps: u64,
-    pub violation: Option<Violation>,
-    pub ops_completed: usize,
-    pub ops_unknown: usize,
-    pub commit_max: Index,
-    /// Client operations in the history and the time the linearizability check took
-    /// (wall clock: reported, never part of the trace).
-    pub history_ops: usize,
-    pub linearizability_check_us: u64,
-    pub trace: Vec<String>,
-    pub trace_digest: u64,
-    /// Whether the seed drew membership of every size (`Params::every_size`), and what its
-    /// membership changes covered.
-    pub every_size: bool,
-    pub membership: MembershipCoverage,
-    /// Simulated time when the run ended.
-    pub end_time: u64,
-    /// The highest state-machine time (`KvStateMachine::log_time_ms`) of any node up at the end:
-    /// the newest stamp that reached a state machine.
-    pub log_time_ms: u64,
-    /// Expired keys the leaders' tick entries removed (as their replies counted them).
-    pub keys_expired_by_ticks: u64,
-    /// Campaign holds for a clock too far from the leader's, and leaders that found their own
-    /// clock the outlier.
-    pub clock_holds: u64,
-    pub clock_outliers: u64,
-    /// Watched transactions whose EXEC applied, and those aborted.
-    pub watched_swapped: u64,
-    pub watched_aborted: u64,
-    /// Refused writes a follower forwarded with the one before them (grouped forwarding).
-    pub forwards_grouped: u64,
-    /// Storage faults injected, damaged nodes that became whole again, and restarts whose WAL
-    /// reported and repaired damage (`storage_faults.rs`).
-    pub storage_faults: u64,
-    pub storage_repaired: u64,
-    pub damage_reports: u64,
-    /// Recovering nodes that let go of their promise, or lowered it (`storage_faults.rs`).
-    pub promises_released: u64,
-    pub promises_lowered: u64,
 }
 
 pub(crate) struct World<U: User> {
