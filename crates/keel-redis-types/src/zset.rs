@@ -2,8 +2,7 @@
 //! XOR of its pairs' hashes (`element_hash(5, member, score bits LE)`), so the pairs alone count;
 //! its body in a snapshot (`count n >= 1 (u32), n x (bytes member, score u64: the f64's bits,
 //! never NaN nor negative zero), members strictly ascending`); and the sorted set commands'
-//! operations. Scores are written as the shortest decimal that reads back as the same number
-//! (`inf`, `-inf` for the infinities), as Redis 7.2 writes them.
+//! operations. Replies write scores as doubles (keel-resp's `Reply::double`).
 //!
 //! Two indexes: member to score (a hash table, for ZSCORE and updates) and (score, member) in
 //! order (a B-tree, for ranges). A rank costs O(rank) (the B-tree keeps no counts), as a range
@@ -16,7 +15,6 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use bytes::BufMut;
-use keel_resp::number::format_f64;
 
 use crate::wire::{put_bytes, Reader};
 use crate::BYTES_FIELD_MIN;
@@ -134,17 +132,6 @@ impl ZSet {
         let mut pairs: Vec<(&Bytes, Score)> = self.scores.iter().map(|(m, s)| (m, *s)).collect();
         pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
         pairs
-    }
-}
-
-/// A score as Redis writes it.
-pub fn format_score(score: f64) -> Bytes {
-    if score == f64::INFINITY {
-        Bytes::from_static(b"inf")
-    } else if score == f64::NEG_INFINITY {
-        Bytes::from_static(b"-inf")
-    } else {
-        Bytes::from(format_f64(score))
     }
 }
 

@@ -15,7 +15,9 @@ mod reply;
 mod reply_parse;
 mod request;
 
-pub use reply::{encode, encode_request, put_array_header, put_bulk, put_decimal_bulk, Reply};
+pub use reply::{
+    encode, encode_request, format_double, put_array_header, put_bulk, put_decimal_bulk, Reply,
+};
 pub use reply_parse::{parse_reply, skip_reply, ReplyKind};
 pub use request::{parse, Decoder, Frame, FrameKind};
 
@@ -25,7 +27,8 @@ pub enum ProtocolVersion {
     /// RESP2: every connection starts here.
     #[default]
     Resp2,
-    /// RESP3: after `HELLO 3`. Adds a real null, maps, and more types we do not need.
+    /// RESP3: after `HELLO 3`. Adds a real null, maps, sets, doubles, verbatim strings, and more
+    /// types keel does not send.
     Resp3,
 }
 

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::number::format_f64;
 use super::ProtocolVersion;
 
 /// A reply value, independent of the protocol version it will be written in.
@@ -21,6 +22,18 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// RESP3 `%`; in RESP2 a flat array of alternating keys and values, as Redis does.
     Map(Vec<(Reply, Reply)>),
+    /// A floating-point number (a sorted set's score), held as the decimal text it is written
+    /// as, so that a reply relayed from another node keeps its exact digits: RESP3 `,`; in
+    /// RESP2 a bulk string of the same text, as Redis does. Made by [`Reply::double`].
+    Double(Bytes),
+    /// RESP3 `~` (SMEMBERS, SINTER, ...); in RESP2 an array.
+    Set(Vec<Reply>),
+    /// Pairs that RESP3 answers as an array of two-element arrays and RESP2 as one flat array of
+    /// alternating firsts and seconds (`WITHSCORES`: member and score): Redis's shape for pairs
+    /// whose firsts may repeat or whose order matters, where a map will not do.
+    Pairs(Vec<(Reply, Reply)>),
+    /// RESP3 `=` with the `txt` format (INFO, CLIENT LIST); in RESP2 a bulk string.
+    Verbatim(Bytes),
 }
 
 impl Reply {
@@ -45,6 +58,12 @@ impl Reply {
         Reply::Bulk(Bytes::from(text.into()))
     }
 
+    /// A double in the form [`format_double`] gives it (`inf`, `-inf`, or the shortest decimal
+    /// that reads back as `value`).
+    pub fn double(value: f64) -> Reply {
+        Reply::Double(Bytes::from(format_double(value)))
+    }
+
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
@@ -58,15 +77,17 @@ impl Reply {
         match self {
             Reply::Simple(text) | Reply::Error(text) => text.len() + 3,
             Reply::Integer(_) | Reply::Null => HEADER_BYTES_MAX,
-            Reply::Bulk(data) => HEADER_BYTES_MAX + data.len() + 2,
-            Reply::Array(items) => {
+            Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
+            Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
+            Reply::Array(items) | Reply::Set(items) => {
                 HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
             }
-            Reply::Map(pairs) => {
+            Reply::Map(pairs) | Reply::Pairs(pairs) => {
+                // A pair's own header, for `Pairs` in RESP3.
                 HEADER_BYTES_MAX
                     + pairs
                         .iter()
-                        .map(|(k, v)| k.encoded_len_max() + v.encoded_len_max())
+                        .map(|(k, v)| HEADER_BYTES_MAX + k.encoded_len_max() + v.encoded_len_max())
                         .sum::<usize>()
             }
         }
@@ -88,22 +109,78 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
             ProtocolVersion::Resp2 => out.put_slice(b"$-1\r\n"),
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
         },
-        Reply::Array(items) => {
-            header(out, b'*', items.len());
-            for item in items {
-                encode(item, version, out);
-            }
-        }
+        Reply::Array(items) => items_of(out, b'*', items, version),
+        Reply::Set(items) => match version {
+            ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
+            ProtocolVersion::Resp3 => items_of(out, b'~', items, version),
+        },
         Reply::Map(pairs) => {
             match version {
                 ProtocolVersion::Resp2 => header(out, b'*', pairs.len() * 2),
                 ProtocolVersion::Resp3 => header(out, b'%', pairs.len()),
             }
-            for (key, value) in pairs {
-                encode(key, version, out);
-                encode(value, version, out);
-            }
+            pairs_of(out, pairs, version);
         }
+        Reply::Pairs(pairs) => match version {
+            ProtocolVersion::Resp2 => {
+                header(out, b'*', pairs.len() * 2);
+                pairs_of(out, pairs, version);
+            }
+            ProtocolVersion::Resp3 => {
+                header(out, b'*', pairs.len());
+                for pair in pairs {
+                    header(out, b'*', 2);
+                    pairs_of(out, std::slice::from_ref(pair), version);
+                }
+            }
+        },
+        Reply::Double(text) => match version {
+            ProtocolVersion::Resp2 => put_bulk(out, text),
+            ProtocolVersion::Resp3 => {
+                out.put_u8(b',');
+                out.put_slice(text);
+                out.put_slice(b"\r\n");
+            }
+        },
+        Reply::Verbatim(text) => match version {
+            ProtocolVersion::Resp2 => put_bulk(out, text),
+            ProtocolVersion::Resp3 => {
+                header(out, b'=', VERBATIM_TXT.len() + text.len());
+                out.put_slice(VERBATIM_TXT);
+                out.put_slice(text);
+                out.put_slice(b"\r\n");
+            }
+        },
+    }
+}
+
+/// The format prefix of a verbatim string of plain text.
+const VERBATIM_TXT: &[u8] = b"txt:";
+
+fn items_of(out: &mut BytesMut, marker: u8, items: &[Reply], version: ProtocolVersion) {
+    header(out, marker, items.len());
+    for item in items {
+        encode(item, version, out);
+    }
+}
+
+fn pairs_of(out: &mut BytesMut, pairs: &[(Reply, Reply)], version: ProtocolVersion) {
+    for (first, second) in pairs {
+        encode(first, version, out);
+        encode(second, version, out);
+    }
+}
+
+/// A double as keel writes it in either protocol: `inf`, `-inf`, or the shortest decimal that
+/// reads back as `value` ([`format_f64`], `0` for negative zero), the form Redis 7.2 writes
+/// (Redis 7.0 wrote `%.17g`, 17 significant digits: the same number, with more digits).
+pub fn format_double(value: f64) -> String {
+    if value == f64::INFINITY {
+        "inf".to_string()
+    } else if value == f64::NEG_INFINITY {
+        "-inf".to_string()
+    } else {
+        format_f64(value)
     }
 }
 

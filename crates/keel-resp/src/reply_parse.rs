@@ -1,11 +1,16 @@
-//! The client side: decoding replies (`keel bench`, tests). Accepts every RESP2 and RESP3 type a
-//! server may send, bounded like requests: lengths against [`Limits`], nesting depth against
-//! [`DEPTH_MAX`].
+//! The client side: decoding replies (`keel bench`, tests, and a follower's link to the leader,
+//! whose replies are relayed to the client by encoding them again). Accepts every RESP2 and RESP3
+//! type a server may send, bounded like requests: lengths against [`Limits`], nesting depth
+//! against [`DEPTH_MAX`].
 //!
-//! RESP3 types without a [`Reply`] variant are mapped onto the nearest one: booleans to integers
-//! 1/0, doubles and big numbers to bulk strings of their text, verbatim strings to bulk strings
-//! (without the `txt:` prefix), sets and pushes to arrays, blob errors to errors; attributes are
-//! skipped.
+//! Every type keel sends parses back into the [`Reply`] it was encoded from, in the protocol it
+//! was encoded in (a double keeps its text), so that a relayed reply is encoded again byte for
+//! byte as the leader wrote it. Two shapes do not survive a change of protocol: RESP2 flattens
+//! maps, sets, doubles and pairs, and RESP3's [`Reply::Pairs`] parses as arrays of arrays; a
+//! relay therefore reads the protocol its client speaks. RESP3 types without a variant are
+//! mapped onto the nearest one: booleans to integers 1/0, big numbers to bulk strings of their
+//! text, pushes to arrays, blob errors to errors; a verbatim string loses its format (keel sends
+//! only `txt`); attributes are skipped.
 
 use bytes::Bytes;
 
@@ -105,6 +110,7 @@ impl Walker<'_> {
             b':' => Reply::Integer(parse_i64(text).ok_or(ProtocolError::InvalidReplyNumber)?),
             b'_' => Reply::Null,
             b'#' => Reply::Integer(i64::from(text == b"t")),
+            b',' => Reply::Double(Bytes::copy_from_slice(text)),
             _ => Reply::Bulk(Bytes::copy_from_slice(text)),
         };
         Ok(Some(Step {
@@ -142,12 +148,12 @@ impl Walker<'_> {
             return Err(ProtocolError::MissingCrlf);
         }
         let reply = self.build.then(|| {
-            let mut data = &self.buf[data_start..end - 2];
-            if marker == b'=' && data.len() >= 4 {
-                data = &data[4..]; // the "txt:" / "mkd:" format prefix
-            }
+            let data = &self.buf[data_start..end - 2];
             if is_error {
                 Reply::error(String::from_utf8_lossy(data).into_owned())
+            } else if marker == b'=' {
+                // Past the "txt:" / "mkd:" format prefix (a verbatim string keeps no format).
+                Reply::Verbatim(Bytes::copy_from_slice(data.get(4..).unwrap_or_default()))
             } else {
                 Reply::Bulk(Bytes::copy_from_slice(data))
             }
@@ -205,6 +211,8 @@ impl Walker<'_> {
                     pairs.push((k, v));
                 }
                 Reply::Map(pairs)
+            } else if marker == b'~' {
+                Reply::Set(items)
             } else {
                 Reply::Array(items)
             }

@@ -243,14 +243,14 @@ fn replies_parse_back() {
         Ok(Some((ReplyKind::Error, 9)))
     );
     // RESP3 extras map onto the nearest variant.
-    let extras = b"*4\r\n#t\r\n,1.5\r\n=7\r\ntxt:abc\r\n|1\r\n+a\r\n+b\r\n:2\r\n";
+    let extras = b"*4\r\n#t\r\n(12\r\n>1\r\n+a\r\n|1\r\n+a\r\n+b\r\n:2\r\n";
     let (parsed, _) = parse_reply(extras, &limits()).unwrap().unwrap();
     assert_eq!(
         parsed,
         Reply::Array(vec![
             Reply::Integer(1),
-            Reply::bulk(&b"1.5"[..]),
-            Reply::bulk(&b"abc"[..]),
+            Reply::bulk(&b"12"[..]),
+            Reply::Array(vec![Reply::simple("a")]),
             Reply::Integer(2),
         ])
     );
@@ -404,6 +404,13 @@ fn the_encoded_length_bound_holds_for_every_reply_shape() {
             Reply::text("k"),
             Reply::Array(vec![Reply::Null; 12]),
         )]),
+        Reply::double(-1e300),
+        Reply::double(f64::NEG_INFINITY),
+        Reply::Set(vec![Reply::text("m"); 3]),
+        Reply::Pairs(vec![(Reply::text("m"), Reply::double(0.1)); 5]),
+        Reply::Pairs(vec![(Reply::Null, Reply::Null); 5]),
+        Reply::Verbatim(Bytes::from_static(b"")),
+        Reply::Verbatim(Bytes::from(vec![b'x'; 100])),
     ];
     for reply in &replies {
         for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
@@ -435,4 +442,114 @@ fn an_inline_line_at_the_limit_is_accepted_however_its_crlf_arrives() {
     // One byte more is still too long, whole or split.
     assert!(Decoder::new(limits).decode(b"GET abcde\r").is_err());
     assert!(parse(b"GET abcde\r\n", &limits).is_err());
+}
+
+/// Doubles as keel writes them: RESP2 a bulk string of the same text (what keel sent before it
+/// had doubles), RESP3 Redis's `,` line.
+#[test]
+fn doubles_encode_in_resp2_and_resp3() {
+    use ProtocolVersion::{Resp2, Resp3};
+    let huge = format!("1{}", "0".repeat(300));
+    for (value, text) in [
+        (f64::INFINITY, "inf"),
+        (f64::NEG_INFINITY, "-inf"),
+        (0.0, "0"),
+        (-0.0, "0"),
+        (0.1, "0.1"),
+        (-2.5, "-2.5"),
+        (3.0, "3"),
+        (1e300, huge.as_str()),
+        (0.1 + 0.2, "0.30000000000000004"),
+    ] {
+        let reply = Reply::double(value);
+        let resp2 = format!("${}\r\n{text}\r\n", text.len());
+        assert_eq!(encoded(&reply, Resp2), resp2.as_bytes(), "{value}");
+        assert_eq!(
+            encoded(&reply, Resp3),
+            format!(",{text}\r\n").as_bytes(),
+            "{value}"
+        );
+        // The RESP2 bytes are exactly the bulk string keel answered with before.
+        assert_eq!(encoded(&Reply::text(text), Resp2), resp2.as_bytes());
+        // Shortest, yet the same number.
+        if value.is_finite() {
+            assert_eq!(text.parse::<f64>().unwrap(), value + 0.0);
+        }
+    }
+}
+
+#[test]
+fn sets_pairs_and_verbatim_strings_encode_in_resp2_and_resp3() {
+    use ProtocolVersion::{Resp2, Resp3};
+    let set = Reply::Set(vec![Reply::text("a"), Reply::text("b")]);
+    let pairs = Reply::Pairs(vec![
+        (Reply::text("a"), Reply::double(1.5)),
+        (Reply::text("b"), Reply::double(f64::INFINITY)),
+    ]);
+    let cases: [(Reply, &[u8], &[u8]); 6] = [
+        (
+            set,
+            b"*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+            b"~2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        ),
+        (Reply::Set(vec![]), b"*0\r\n", b"~0\r\n"),
+        (
+            pairs,
+            b"*4\r\n$1\r\na\r\n$3\r\n1.5\r\n$1\r\nb\r\n$3\r\ninf\r\n",
+            b"*2\r\n*2\r\n$1\r\na\r\n,1.5\r\n*2\r\n$1\r\nb\r\n,inf\r\n",
+        ),
+        (Reply::Pairs(vec![]), b"*0\r\n", b"*0\r\n"),
+        (
+            Reply::Verbatim(Bytes::from_static(b"# Server\r\n")),
+            b"$10\r\n# Server\r\n\r\n",
+            b"=14\r\ntxt:# Server\r\n\r\n",
+        ),
+        (
+            Reply::Verbatim(Bytes::new()),
+            b"$0\r\n\r\n",
+            b"=4\r\ntxt:\r\n",
+        ),
+    ];
+    for (reply, resp2, resp3) in cases {
+        assert_eq!(encoded(&reply, Resp2), resp2, "{reply:?}");
+        assert_eq!(encoded(&reply, Resp3), resp3, "{reply:?}");
+    }
+}
+
+/// What a follower relies on to relay a reply: each reply parses back from the protocol it was
+/// encoded in into a reply that encodes to the same bytes again.
+#[test]
+fn every_reply_shape_relays_byte_for_byte_in_either_protocol() {
+    let reply = Reply::Array(vec![
+        Reply::OK,
+        Reply::error("ERR x"),
+        Reply::Integer(-7),
+        Reply::bulk(&b"a\r\nb"[..]),
+        Reply::Null,
+        Reply::Map(vec![(Reply::text("k"), Reply::Set(vec![Reply::text("m")]))]),
+        Reply::Pairs(vec![(Reply::text("m"), Reply::double(-0.25))]),
+        Reply::Double(Bytes::from_static(b"0.10000000000000001")),
+        Reply::double(f64::NEG_INFINITY),
+        Reply::Verbatim(Bytes::from_static(b"line\r\n")),
+        Reply::Set(vec![]),
+    ]);
+    for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
+        let wire = encoded(&reply, version);
+        let (parsed, used) = parse_reply(&wire, &limits()).unwrap().unwrap();
+        assert_eq!(used, wire.len());
+        assert_eq!(encoded(&parsed, version), wire, "{version:?}");
+    }
+    // In RESP3 each type keeps its variant (pairs excepted: arrays of arrays on the wire).
+    let wire = encoded(&reply, ProtocolVersion::Resp3);
+    let (Reply::Array(parsed), _) = parse_reply(&wire, &limits()).unwrap().unwrap() else {
+        panic!("an array");
+    };
+    let Reply::Array(items) = &reply else {
+        unreachable!()
+    };
+    for (at, (item, back)) in items.iter().zip(&parsed).enumerate() {
+        if !matches!(item, Reply::Pairs(_)) {
+            assert_eq!(item, back, "item {at}");
+        }
+    }
 }

@@ -696,6 +696,7 @@ impl Session<'_> {
                 .iter()
                 .map(|(_, id, request)| (*id, request.forwarded()))
                 .collect();
+            self.forward.speak(self.connection.protocol());
             let replies = self
                 .forward
                 .forward_writes(ctx, leader, addr, &writes)
@@ -719,6 +720,7 @@ impl Session<'_> {
             Ok(reply) => return reply,
             Err(error) => error,
         };
+        self.forward.speak(self.connection.protocol());
         match redirect(&error, ctx.node_id, self.is_forwarding()) {
             Redirect::Forward(leader) => match ctx.client_addr(leader) {
                 Some(addr) => match request {

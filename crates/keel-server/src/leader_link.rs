@@ -31,6 +31,12 @@
 //! leader validates and queues the commands again, so a command it rejects turns EXEC into its
 //! `-EXECABORT`). A transaction retried after its first copy applied is not run again, and
 //! answers the state machine's error saying that its replies are not kept.
+//!
+//! The link speaks its client's protocol: before a request of a RESP3 client goes, the link says
+//! `HELLO 3` (and `HELLO 2` when the client switches back), so that the leader builds the reply
+//! in that protocol and the reply relayed is the leader's, byte for byte. Parsing a reply and
+//! encoding it again in another protocol would not do: RESP2 flattens maps, sets, doubles and
+//! member-score pairs, and RESP3's pairs arrive as nested arrays a RESP2 client must not see.
 
 use std::time::Duration;
 
@@ -44,7 +50,7 @@ use super::{ServerContext, FORWARD_CLIENT_NAME};
 use keel_redis::command::encode_forward_request;
 use keel_redis::state_machine::{LogCommand, LoggedCommand};
 use keel_redis::RequestId;
-use keel_resp::{encode_request, parse_reply, Limits, Reply};
+use keel_resp::{encode_request, parse_reply, Limits, ProtocolVersion, Reply};
 use keel_session::connection::{ClientConnection, Dispatch, NodeReport};
 use keel_session::forwarding::{Abandoned, ForwardedWrite, Next, RetryPolicy, FORWARD_GROUP_MAX};
 
@@ -91,6 +97,8 @@ pub(super) struct Forwarder {
     /// The node's request limits: what the leader, with the same, answers is parsed with them.
     limits: Limits,
     policy: RetryPolicy,
+    /// The protocol of the client connection, which the link speaks before it sends.
+    protocol: ProtocolVersion,
 }
 
 struct Link {
@@ -101,6 +109,8 @@ struct Link {
     /// is given back once written).
     output: BytesMut,
     limits: Limits,
+    /// The protocol the leader answers this link in (RESP2 until a `HELLO 3`).
+    protocol: ProtocolVersion,
 }
 
 /// How one attempt at a write ended.
@@ -166,7 +176,14 @@ impl Forwarder {
             password,
             limits,
             policy: RetryPolicy::default(),
+            protocol: ProtocolVersion::Resp2,
         }
+    }
+
+    /// Makes the link answer in `protocol` from the next request on: the client's, as it is
+    /// when its request is forwarded.
+    pub(super) fn speak(&mut self, protocol: ProtocolVersion) {
+        self.protocol = protocol;
     }
 
     fn deadline(&self) -> Duration {
@@ -428,17 +445,29 @@ impl Forwarder {
         attempts
     }
 
-    /// The link to `leader`, opened (authenticated and named) if it is not open yet.
+    /// The link to `leader`, opened (authenticated and named) if it is not open yet, speaking
+    /// the client's protocol.
     async fn link_to(
         &mut self,
         leader: u64,
         addr: &str,
         deadline: Instant,
     ) -> Result<&mut Link, String> {
-        let link = match self.link.take() {
+        let mut link = match self.link.take() {
             Some(link) if link.leader == leader => link,
             _ => self.open(leader, addr, deadline).await?,
         };
+        if link.protocol != self.protocol {
+            let hello = [
+                Bytes::from_static(b"HELLO"),
+                Bytes::from(self.protocol.number().to_string()),
+            ];
+            let reply = link.exchange(&[&hello], deadline, |_, _| {}).await?;
+            if reply.is_error() {
+                return Err(format!("the leader refused {:?}: {reply:?}", self.protocol));
+            }
+            link.protocol = self.protocol;
+        }
         Ok(self.link.insert(link))
     }
 
@@ -455,6 +484,7 @@ impl Forwarder {
             input: BytesMut::new(),
             output: BytesMut::new(),
             limits: self.limits,
+            protocol: ProtocolVersion::Resp2,
         };
         if let Some(password) = &self.password {
             let auth = [

@@ -321,7 +321,8 @@ fn command(
     Ok((reply_to_lua(lua, &reply, resp, 0)?, reply.is_error()))
 }
 
-/// A reply as a Lua value, as Redis converts one for `redis.call`.
+/// A reply as a Lua value, as Redis converts one for `redis.call`: what the script's protocol
+/// (`redis.setresp`, RESP2 unless it chose 3) would carry.
 fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Result<Value> {
     if depth > REPLY_DEPTH_MAX {
         return Err(mlua::Error::runtime("reply nested too deep"));
@@ -330,6 +331,20 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
     Ok(match reply {
         Reply::Integer(n) => Value::Number(*n as f64),
         Reply::Bulk(data) => Value::String(lua.create_string(data)?),
+        // RESP2 carries doubles and verbatim strings as bulk strings.
+        Reply::Double(text) | Reply::Verbatim(text) if resp == 2 => {
+            Value::String(lua.create_string(text)?)
+        }
+        Reply::Double(text) => {
+            let value = std::str::from_utf8(text).ok().and_then(|t| t.parse().ok());
+            field_table_of(lua, "double", Value::Number(value.unwrap_or(f64::NAN)))?
+        }
+        Reply::Verbatim(text) => {
+            let verbatim = lua.create_table_with_capacity(0, 2)?;
+            verbatim.raw_set("string", lua.create_string(text)?)?;
+            verbatim.raw_set("format", "txt")?;
+            field_table_of(lua, "verbatim_string", Value::Table(verbatim))?
+        }
         Reply::Null if resp == 2 => Value::Boolean(false),
         Reply::Null => Value::Nil,
         Reply::Simple(text) => field_table(lua, "ok", text.as_bytes())?,
@@ -337,22 +352,27 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             let text = normalized_error(&[b"-", text.as_bytes()].concat());
             field_table(lua, "err", &text)?
         }
-        Reply::Array(items) => {
-            let table = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                table.raw_set(i + 1, nested(item)?)?;
+        Reply::Array(items) => sequence(lua, items.iter().map(nested))?,
+        Reply::Set(items) if resp == 2 => sequence(lua, items.iter().map(nested))?,
+        // A RESP3 script gets `{set = {member = true, ...}}`.
+        Reply::Set(items) => {
+            let set = lua.create_table_with_capacity(0, items.len())?;
+            for item in items {
+                set.raw_set(nested(item)?, true)?;
             }
-            Value::Table(table)
+            field_table_of(lua, "set", Value::Table(set))?
         }
-        // RESP2 flattens a map into alternating keys and values; RESP3 scripts get `{map = t}`.
-        Reply::Map(pairs) if resp == 2 => {
-            let table = lua.create_table_with_capacity(pairs.len() * 2, 0)?;
-            for (i, (key, value)) in pairs.iter().enumerate() {
-                table.raw_set(2 * i + 1, nested(key)?)?;
-                table.raw_set(2 * i + 2, nested(value)?)?;
-            }
-            Value::Table(table)
+        // RESP2 flattens pairs and maps into alternating firsts and seconds.
+        Reply::Map(pairs) | Reply::Pairs(pairs) if resp == 2 => {
+            sequence(lua, pairs.iter().flat_map(|(k, v)| [nested(k), nested(v)]))?
         }
+        Reply::Pairs(pairs) => sequence(
+            lua,
+            pairs
+                .iter()
+                .map(|(k, v)| sequence(lua, [nested(k), nested(v)].into_iter())),
+        )?,
+        // RESP3 scripts get `{map = t}`.
         Reply::Map(pairs) => {
             let map = lua.create_table_with_capacity(0, pairs.len())?;
             for (key, value) in pairs {
@@ -433,10 +453,16 @@ impl ToReply {
             self.charge(text.as_bytes().len())?;
             return Ok(Reply::Simple(text.to_string_lossy().into()));
         }
-        match table.raw_get::<Value>("double")? {
-            Value::Number(n) => return self.bulk(format_g17(n).as_bytes()),
-            Value::Integer(n) => return self.bulk(format_g17(n as f64).as_bytes()),
-            _ => {}
+        // A double as Redis 7.0 writes a script's: `%.17g`.
+        let double = match table.raw_get::<Value>("double")? {
+            Value::Number(n) => Some(n),
+            Value::Integer(n) => Some(n as f64),
+            _ => None,
+        };
+        if let Some(value) = double {
+            let text = format_g17(value);
+            self.charge(text.len())?;
+            return Ok(Reply::Double(Bytes::from(text)));
         }
         self.charge(0)?;
         if let Value::Table(map) = table.raw_get::<Value>("map")? {
@@ -562,6 +588,15 @@ fn normalized_error(buffer: &[u8]) -> Vec<u8> {
 /// A table with one string field, `{err = ...}` or `{ok = ...}`.
 fn field_table(lua: &Lua, field: &str, text: &[u8]) -> mlua::Result<Value> {
     field_table_of(lua, field, Value::String(lua.create_string(text)?))
+}
+
+/// A Lua sequence of `items`, in order.
+fn sequence(lua: &Lua, items: impl Iterator<Item = mlua::Result<Value>>) -> mlua::Result<Value> {
+    let table = lua.create_table_with_capacity(items.size_hint().0, 0)?;
+    for (i, item) in items.enumerate() {
+        table.raw_set(i + 1, item?)?;
+    }
+    Ok(Value::Table(table))
 }
 
 fn field_table_of(lua: &Lua, field: &str, value: Value) -> mlua::Result<Value> {

@@ -28,12 +28,18 @@
 //! 4    -                     null
 //! 5    count n, n x value    array
 //! 6    count n, n x (value, value)   map
+//! 7    bytes text            double (its decimal text)
+//! 8    count n, n x value    set
+//! 9    count n, n x (value, value)   pairs (WITHSCORES)
+//! 10   bytes text            verbatim string
 //! ```
 //!
 //! Nothing may follow. Values nest at most [`VALUE_DEPTH_MAX`] deep. These bytes never reach
 //! disk or the network (the runtime passes them in memory to the proposer's `Pending`), so the
-//! format can change with the code; it is documented because the two ends are in different
-//! modules.
+//! format can change with the code (values 7 to 10 came with RESP3's types, without a version);
+//! it is documented because the two ends are in different modules. What is durable is the
+//! deduplication table's compact replies (`WriteReply`, in snapshots): a reply holding a double,
+//! a set or pairs is a value (tag 7 or EXEC), which that table never keeps.
 //!
 //! A transaction is deduplicated like a write (one request id for the whole transaction), but the
 //! deduplication table remembers only *that* it was applied (as `+OK`, the compact replies of
@@ -66,6 +72,10 @@ const VALUE_BULK: u8 = 3;
 const VALUE_NULL: u8 = 4;
 const VALUE_ARRAY: u8 = 5;
 const VALUE_MAP: u8 = 6;
+const VALUE_DOUBLE: u8 = 7;
+const VALUE_SET: u8 = 8;
+const VALUE_PAIRS: u8 = 9;
+const VALUE_VERBATIM: u8 = 10;
 
 /// The outcome of one applied log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,9 +182,9 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
         + match reply {
             Reply::Simple(text) | Reply::Error(text) => text.len(),
             Reply::Integer(_) | Reply::Null => 0,
-            Reply::Bulk(data) => data.len(),
-            Reply::Array(items) => items.iter().map(reply_bytes).sum(),
-            Reply::Map(pairs) => pairs
+            Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
+            Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
+            Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
                 .iter()
                 .map(|(k, v)| reply_bytes(k) + reply_bytes(v))
                 .sum(),
@@ -203,22 +213,36 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
             out.put_u8(VALUE_BULK);
             put_bytes(out, data);
         }
+        Reply::Double(text) => {
+            out.put_u8(VALUE_DOUBLE);
+            put_bytes(out, text);
+        }
+        Reply::Verbatim(text) => {
+            out.put_u8(VALUE_VERBATIM);
+            put_bytes(out, text);
+        }
         Reply::Null => out.put_u8(VALUE_NULL),
-        Reply::Array(items) => {
-            out.put_u8(VALUE_ARRAY);
-            put_count(out, items.len());
-            for item in items {
-                put_value(out, item);
-            }
-        }
-        Reply::Map(pairs) => {
-            out.put_u8(VALUE_MAP);
-            put_count(out, pairs.len());
-            for (key, value) in pairs {
-                put_value(out, key);
-                put_value(out, value);
-            }
-        }
+        Reply::Array(items) => put_items(out, VALUE_ARRAY, items),
+        Reply::Set(items) => put_items(out, VALUE_SET, items),
+        Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
+        Reply::Pairs(pairs) => put_pairs(out, VALUE_PAIRS, pairs),
+    }
+}
+
+fn put_items(out: &mut Vec<u8>, tag: u8, items: &[Reply]) {
+    out.put_u8(tag);
+    put_count(out, items.len());
+    for item in items {
+        put_value(out, item);
+    }
+}
+
+fn put_pairs(out: &mut Vec<u8>, tag: u8, pairs: &[(Reply, Reply)]) {
+    out.put_u8(tag);
+    put_count(out, pairs.len());
+    for (first, second) in pairs {
+        put_value(out, first);
+        put_value(out, second);
     }
 }
 
@@ -236,23 +260,25 @@ fn read_value(r: &mut Reader, depth: usize) -> Option<Reply> {
         VALUE_ERROR => Reply::Error(read_text(r)?),
         VALUE_INTEGER => Reply::Integer(r.i64()?),
         VALUE_BULK => Reply::Bulk(r.bytes()?),
+        VALUE_DOUBLE => Reply::Double(r.bytes()?),
+        VALUE_VERBATIM => Reply::Verbatim(r.bytes()?),
         VALUE_NULL => Reply::Null,
-        VALUE_ARRAY => {
-            let n = r.count(1)?;
-            Reply::Array(
-                (0..n)
-                    .map(|_| read_value(r, depth + 1))
-                    .collect::<Option<_>>()?,
-            )
-        }
-        VALUE_MAP => {
-            let n = r.count(2)?;
-            Reply::Map(
-                (0..n)
-                    .map(|_| Some((read_value(r, depth + 1)?, read_value(r, depth + 1)?)))
-                    .collect::<Option<_>>()?,
-            )
-        }
+        VALUE_ARRAY => Reply::Array(read_items(r, depth)?),
+        VALUE_SET => Reply::Set(read_items(r, depth)?),
+        VALUE_MAP => Reply::Map(read_pairs(r, depth)?),
+        VALUE_PAIRS => Reply::Pairs(read_pairs(r, depth)?),
         _ => return None,
     })
+}
+
+fn read_items(r: &mut Reader, depth: usize) -> Option<Vec<Reply>> {
+    let n = r.count(1)?;
+    (0..n).map(|_| read_value(r, depth + 1)).collect()
+}
+
+fn read_pairs(r: &mut Reader, depth: usize) -> Option<Vec<(Reply, Reply)>> {
+    let n = r.count(2)?;
+    (0..n)
+        .map(|_| Some((read_value(r, depth + 1)?, read_value(r, depth + 1)?)))
+        .collect()
 }

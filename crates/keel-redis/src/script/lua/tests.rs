@@ -191,7 +191,12 @@ fn lua_values_convert_to_replies_as_in_redis() {
     assert_eq!(eval0("return function() end"), Reply::Null);
     let with_error = Reply::Array(vec![Reply::Integer(1), Reply::error("ERR inner")]);
     assert_eq!(eval0("return {1, {err='ERR inner'}}"), with_error);
-    assert_eq!(eval0("return {double=3.5}"), Reply::text("3.5"));
+    // Redis 7.0 writes a script's double with `%.17g`: RESP2 a bulk string, RESP3 a double.
+    assert_eq!(eval0("return {double=3.5}"), Reply::Double("3.5".into()));
+    assert_eq!(
+        eval0("return {double=0.1}"),
+        Reply::Double("0.10000000000000001".into())
+    );
     assert_eq!(
         eval0("return {map={a=1}}"),
         Reply::Map(vec![(Reply::text("a"), Reply::Integer(1))])

@@ -12,7 +12,13 @@ use keel_resp::Reply;
 
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 
+/// What Redis answers as a set (SMEMBERS, SINTER, SUNION, SDIFF, SPOP with a count).
 fn members_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
+    Reply::Set(members.into_iter().map(Reply::Bulk).collect())
+}
+
+/// SRANDMEMBER's members, which may repeat: an array, as in Redis.
+fn drawn_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Array(members.into_iter().map(Reply::Bulk).collect())
 }
 
@@ -64,7 +70,7 @@ impl KvStateMachine {
         }
     }
 
-    /// SPOP: without a count one member or null, with one an array. The members are those of
+    /// SPOP: without a count one member or null, with one a set. The members are those of
     /// least hash under the entry's index: arbitrary, but the same on every replica.
     pub(super) fn spop(&mut self, key: &[u8], count: Option<u64>) -> WriteAnswer {
         let index = self.applied_index.to_le_bytes();
@@ -74,7 +80,7 @@ impl KvStateMachine {
         match (popped, count) {
             (Err(error), _) => error.into(),
             (Ok(None), None) => WriteAnswer::Value(Reply::Null),
-            (Ok(None), Some(_)) => WriteAnswer::Value(Reply::Array(Vec::new())),
+            (Ok(None), Some(_)) => WriteAnswer::Value(Reply::Set(Vec::new())),
             (Ok(Some(mut chosen)), None) => {
                 WriteAnswer::Value(chosen.pop().map_or(Reply::Null, Reply::Bulk))
             }
@@ -159,14 +165,14 @@ impl KvStateMachine {
             None => ranked()
                 .first()
                 .map_or(Reply::Null, |(_, m)| Reply::Bulk((*m).clone())),
-            Some(n) if n >= 0 => members_reply(
+            Some(n) if n >= 0 => drawn_reply(
                 ranked()
                     .into_iter()
                     .take(n as usize)
                     .map(|(_, m)| m.clone()),
             ),
             Some(_) if members.is_empty() => Reply::Array(Vec::new()),
-            Some(n) => members_reply((0..n.unsigned_abs()).map(|draw| {
+            Some(n) => drawn_reply((0..n.unsigned_abs()).map(|draw| {
                 let at = keyed_hash(k0, k1, &draw.to_le_bytes()) % members.len() as u64;
                 members[at as usize].clone()
             })),

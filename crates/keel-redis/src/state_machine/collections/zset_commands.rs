@@ -1,5 +1,6 @@
-//! The sorted set commands (ZADD, ZRANGE, ZPOPMIN, ...), with Redis's replies (scores written
-//! as `keel_redis_types::zset::format_score` writes them).
+//! The sorted set commands (ZADD, ZRANGE, ZPOPMIN, ...), with Redis's replies: scores are
+//! doubles (`Reply::double`), and `WITHSCORES` answers pairs (`Reply::Pairs`: RESP3 nests each
+//! member with its score, RESP2 flattens them).
 
 use std::ops::Bound;
 
@@ -10,7 +11,7 @@ use crate::command::{FloatBits, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 use keel_redis_types::index_range;
-use keel_redis_types::zset::{format_score, Added, ZAddCondition};
+use keel_redis_types::zset::{Added, ZAddCondition};
 use keel_resp::Reply;
 
 fn score_bounds(min: &Bound<FloatBits>, max: &Bound<FloatBits>) -> (Bound<Score>, Bound<Score>) {
@@ -26,14 +27,32 @@ fn pairs_reply<'a>(
     pairs: impl IntoIterator<Item = &'a (Score, Bytes)>,
     with_scores: bool,
 ) -> Reply {
-    let mut out = Vec::new();
-    for (score, member) in pairs {
-        out.push(Reply::Bulk(member.clone()));
-        if with_scores {
-            out.push(Reply::Bulk(format_score(score.get())));
-        }
+    let pairs = pairs.into_iter();
+    if with_scores {
+        Reply::Pairs(pairs.map(member_and_score).collect())
+    } else {
+        Reply::Array(
+            pairs
+                .map(|(_, member)| Reply::Bulk(member.clone()))
+                .collect(),
+        )
     }
-    Reply::Array(out)
+}
+
+fn member_and_score((score, member): &(Score, Bytes)) -> (Reply, Reply) {
+    (Reply::Bulk(member.clone()), Reply::double(score.get()))
+}
+
+/// ZPOPMIN / ZPOPMAX: with a count, pairs; without one, Redis answers the one member and its
+/// score as a flat array in RESP3 too.
+fn popped_reply(popped: Vec<(Score, Bytes)>, count: Option<u64>) -> Reply {
+    match (count, popped.as_slice()) {
+        (None, [pair]) => {
+            let (member, score) = member_and_score(pair);
+            Reply::Array(vec![member, score])
+        }
+        _ => pairs_reply(popped.iter(), true),
+    }
 }
 
 impl KvStateMachine {
@@ -67,7 +86,7 @@ impl KvStateMachine {
                 match popped {
                     Err(error) => error.into(),
                     Ok(popped) => {
-                        WriteAnswer::Value(pairs_reply(popped.unwrap_or_default().iter(), true))
+                        WriteAnswer::Value(popped_reply(popped.unwrap_or_default(), *count))
                     }
                 }
             }
@@ -140,14 +159,13 @@ impl KvStateMachine {
             Ok(Some(Ok(counts))) => counts,
         };
         if incr {
-            return WriteAnswer::Value(score.map_or(Reply::Null, |s| Reply::Bulk(format_score(s))));
+            return WriteAnswer::Value(score.map_or(Reply::Null, Reply::double));
         }
         WriteReply::Integer(if changed { added + updated } else { added }).into()
     }
 
     pub(super) fn read_zset(&self, command: &ZSetRead) -> Result<Reply, WriteError> {
-        let score_reply =
-            |s: Option<Score>| s.map_or(Reply::Null, |s| Reply::Bulk(format_score(s.get())));
+        let score_reply = |s: Option<Score>| s.map_or(Reply::Null, |s| Reply::double(s.get()));
         Ok(match command {
             ZSetRead::Score { key, member } => {
                 score_reply(self.collection::<ZSet>(key)?.and_then(|z| z.score(member)))

@@ -28,6 +28,33 @@ pub(super) fn bulk(item: &str) -> Reply {
     Reply::Bulk(b(item))
 }
 
+/// What Redis answers as a set.
+fn members(items: &[&str]) -> Reply {
+    Reply::Set(items.iter().map(|i| Reply::Bulk(b(i))).collect())
+}
+
+fn double(text: &str) -> Reply {
+    Reply::Double(b(text))
+}
+
+/// `WITHSCORES`: members with their scores.
+fn scored(pairs: &[(&str, &str)]) -> Reply {
+    Reply::Pairs(pairs.iter().map(|(m, s)| (bulk(m), double(s))).collect())
+}
+
+/// `reply` as a RESP2 and as a RESP3 client reads it.
+fn wire(reply: &Reply) -> (String, String) {
+    let encoded = |version| {
+        let mut out = bytes::BytesMut::new();
+        keel_resp::encode(reply, version, &mut out);
+        String::from_utf8(out.to_vec()).expect("text")
+    };
+    (
+        encoded(keel_resp::ProtocolVersion::Resp2),
+        encoded(keel_resp::ProtocolVersion::Resp3),
+    )
+}
+
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 #[test]
@@ -143,7 +170,7 @@ fn set_commands_answer_as_redis() {
     let mut log = Log::new();
     assert_eq!(run(&mut log, "SADD s c a b a"), Reply::Integer(3));
     assert_eq!(run(&mut log, "SADD s a d"), Reply::Integer(1));
-    assert_eq!(run(&mut log, "SMEMBERS s"), bulks(&["a", "b", "c", "d"]));
+    assert_eq!(run(&mut log, "SMEMBERS s"), members(&["a", "b", "c", "d"]));
     assert_eq!(run(&mut log, "SISMEMBER s b"), Reply::Integer(1));
     assert_eq!(
         run(&mut log, "SMISMEMBER s b zz"),
@@ -152,17 +179,17 @@ fn set_commands_answer_as_redis() {
     assert_eq!(run(&mut log, "SCARD s"), Reply::Integer(4));
     assert_eq!(run(&mut log, "SREM s d zz"), Reply::Integer(1));
     assert_eq!(run(&mut log, "SADD t b c e"), Reply::Integer(3));
-    assert_eq!(run(&mut log, "SINTER s t"), bulks(&["b", "c"]));
+    assert_eq!(run(&mut log, "SINTER s t"), members(&["b", "c"]));
     assert_eq!(
         run(&mut log, "SUNION s t missing"),
-        bulks(&["a", "b", "c", "e"])
+        members(&["a", "b", "c", "e"])
     );
-    assert_eq!(run(&mut log, "SDIFF s t"), bulks(&["a"]));
-    assert_eq!(run(&mut log, "SINTER s missing"), bulks(&[]));
+    assert_eq!(run(&mut log, "SDIFF s t"), members(&["a"]));
+    assert_eq!(run(&mut log, "SINTER s missing"), members(&[]));
     assert_eq!(run(&mut log, "SINTERCARD 2 s t"), Reply::Integer(2));
     assert_eq!(run(&mut log, "SINTERCARD 2 s t LIMIT 1"), Reply::Integer(1));
     assert_eq!(run(&mut log, "SUNIONSTORE u s t"), Reply::Integer(4));
-    assert_eq!(run(&mut log, "SMEMBERS u"), bulks(&["a", "b", "c", "e"]));
+    assert_eq!(run(&mut log, "SMEMBERS u"), members(&["a", "b", "c", "e"]));
     // The destination is replaced whatever it held, and an empty result removes it.
     run(&mut log, "SET str x");
     assert_eq!(
@@ -172,7 +199,9 @@ fn set_commands_answer_as_redis() {
     assert_eq!(run(&mut log, "EXISTS str"), Reply::Integer(0));
     assert_eq!(run(&mut log, "SMOVE s t a"), Reply::Integer(1));
     assert_eq!(run(&mut log, "SMOVE s t zz"), Reply::Integer(0));
-    assert_eq!(run(&mut log, "SMEMBERS t"), bulks(&["a", "b", "c", "e"]));
+    assert_eq!(run(&mut log, "SMEMBERS t"), members(&["a", "b", "c", "e"]));
+    assert_eq!(run(&mut log, "SMEMBERS missing"), members(&[]));
+    assert!(matches!(run(&mut log, "SRANDMEMBER t -3"), Reply::Array(drawn) if drawn.len() == 3));
     // SPOP removes what it answers, the same members on every replica.
     let (mut one, mut two) = (Log::new(), Log::new());
     for line in ["SADD p 1 2 3 4 5 6", "SPOP p 2", "SPOP p"] {
@@ -181,6 +210,8 @@ fn set_commands_answer_as_redis() {
     assert_eq!(run(&mut one, "SCARD p"), Reply::Integer(3));
     assert_eq!(one.sm.state_digest(), two.sm.state_digest());
     assert_eq!(run(&mut one, "TYPE p"), Reply::simple("set"));
+    assert!(matches!(run(&mut one, "SPOP p 2"), Reply::Set(popped) if popped.len() == 2));
+    assert_eq!(run(&mut one, "SPOP missing 2"), members(&[]));
 }
 
 #[test]
@@ -495,17 +526,23 @@ fn sorted_set_commands_answer_as_redis() {
     assert_eq!(run(&mut log, "ZADD z CH 1 a 5 b 4 d"), Reply::Integer(2));
     assert_eq!(run(&mut log, "ZADD z NX 9 a 6 e"), Reply::Integer(1));
     assert_eq!(run(&mut log, "ZADD z XX 0 a 9 new"), Reply::Integer(0));
-    assert_eq!(run(&mut log, "ZSCORE z a"), bulk("0"));
+    assert_eq!(run(&mut log, "ZSCORE z a"), double("0"));
     assert_eq!(run(&mut log, "ZSCORE z new"), Reply::Null);
     assert_eq!(run(&mut log, "ZADD z GT CH 1 a -1 c"), Reply::Integer(1));
     assert_eq!(run(&mut log, "ZADD z LT CH 2 a 0.5 e"), Reply::Integer(1));
-    assert_eq!(run(&mut log, "ZADD z INCR 2.5 a"), bulk("3.5"));
+    assert_eq!(run(&mut log, "ZADD z INCR 2.5 a"), double("3.5"));
     assert_eq!(run(&mut log, "ZADD z NX INCR 1 a"), Reply::Null);
-    assert_eq!(run(&mut log, "ZINCRBY z -1 a"), bulk("2.5"));
+    assert_eq!(run(&mut log, "ZINCRBY z -1 a"), double("2.5"));
     // a 2.5, b 5, c 3, d 4, e 0.5
     assert_eq!(
         run(&mut log, "ZRANGE z 0 -1 WITHSCORES"),
-        bulks(&["e", "0.5", "a", "2.5", "c", "3", "d", "4", "b", "5"])
+        scored(&[
+            ("e", "0.5"),
+            ("a", "2.5"),
+            ("c", "3"),
+            ("d", "4"),
+            ("b", "5")
+        ])
     );
     assert_eq!(run(&mut log, "ZREVRANGE z 0 1"), bulks(&["b", "d"]));
     assert_eq!(run(&mut log, "ZRANGEBYSCORE z (2.5 4"), bulks(&["c", "d"]));
@@ -522,10 +559,16 @@ fn sorted_set_commands_answer_as_redis() {
     assert_eq!(run(&mut log, "ZCARD z"), Reply::Integer(5));
     assert_eq!(
         run(&mut log, "ZMSCORE z b zz"),
-        Reply::Array(vec![bulk("5"), Reply::Null])
+        Reply::Array(vec![double("5"), Reply::Null])
     );
-    assert_eq!(run(&mut log, "ZPOPMIN z"), bulks(&["e", "0.5"]));
-    assert_eq!(run(&mut log, "ZPOPMAX z 2"), bulks(&["b", "5", "d", "4"]));
+    assert_eq!(
+        run(&mut log, "ZPOPMIN z"),
+        Reply::Array(vec![bulk("e"), double("0.5")])
+    );
+    assert_eq!(
+        run(&mut log, "ZPOPMAX z 2"),
+        scored(&[("b", "5"), ("d", "4")])
+    );
     assert_eq!(run(&mut log, "ZREM z a zz"), Reply::Integer(1));
     assert_eq!(run(&mut log, "ZADD lex 0 a 0 b 0 c 0 d"), Reply::Integer(4));
     assert_eq!(run(&mut log, "ZRANGEBYLEX lex [b (d"), bulks(&["b", "c"]));
@@ -541,11 +584,11 @@ fn sorted_set_commands_answer_as_redis() {
     assert_eq!(run(&mut log, "EXISTS lex"), Reply::Integer(0));
     assert_eq!(
         run(&mut log, "ZADD z INCR 1 x"),
-        bulk("1"),
+        double("1"),
         "INCR creates the member"
     );
     assert_eq!(run(&mut log, "ZADD inf 0 m"), Reply::Integer(1));
-    assert_eq!(run(&mut log, "ZINCRBY inf +inf m"), bulk("inf"));
+    assert_eq!(run(&mut log, "ZINCRBY inf +inf m"), double("inf"));
     assert_eq!(
         run(&mut log, "ZINCRBY inf -inf m"),
         Reply::error("ERR resulting score is not a number (NaN)")
@@ -594,4 +637,88 @@ fn sorted_set_commands_answer_as_redis() {
     let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).unwrap();
     assert_eq!(restored, log.sm);
     assert_eq!(restored.state_digest(), log.sm.state_digest());
+}
+
+/// The replies that RESP3 types changed: in RESP2 the bytes keel always sent, in RESP3 what
+/// Redis sends (doubles, sets, member-score pairs; ZPOPMIN without a count stays flat).
+#[test]
+fn resp3_types_encode_as_redis_and_resp2_is_unchanged() {
+    let mut log = Log::new();
+    run(&mut log, "ZADD z 1.5 a 2 b 1e300 c");
+    run(&mut log, "SADD s x y");
+    run(&mut log, "HSET h f v");
+    for (line, resp2, resp3) in [
+        ("ZSCORE z a", "$3\r\n1.5\r\n", ",1.5\r\n"),
+        ("ZSCORE z missing", "$-1\r\n", "_\r\n"),
+        ("ZINCRBY z 1 b", "$1\r\n3\r\n", ",3\r\n"),
+        ("ZADD z INCR -0.25 b", "$4\r\n2.75\r\n", ",2.75\r\n"),
+        ("ZADD z XX INCR 1 nobody", "$-1\r\n", "_\r\n"),
+        (
+            "ZMSCORE z a missing",
+            "*2\r\n$3\r\n1.5\r\n$-1\r\n",
+            "*2\r\n,1.5\r\n_\r\n",
+        ),
+        (
+            "ZRANGE z 0 1 WITHSCORES",
+            "*4\r\n$1\r\na\r\n$3\r\n1.5\r\n$1\r\nb\r\n$4\r\n2.75\r\n",
+            "*2\r\n*2\r\n$1\r\na\r\n,1.5\r\n*2\r\n$1\r\nb\r\n,2.75\r\n",
+        ),
+        (
+            "ZREVRANGEBYSCORE z +inf 2 WITHSCORES LIMIT 1 1",
+            "*2\r\n$1\r\nb\r\n$4\r\n2.75\r\n",
+            "*1\r\n*2\r\n$1\r\nb\r\n,2.75\r\n",
+        ),
+        ("ZRANGE z 0 0", "*1\r\n$1\r\na\r\n", "*1\r\n$1\r\na\r\n"),
+        (
+            "ZPOPMIN z",
+            "*2\r\n$1\r\na\r\n$3\r\n1.5\r\n",
+            "*2\r\n$1\r\na\r\n,1.5\r\n",
+        ),
+        (
+            "ZPOPMIN z 1",
+            "*2\r\n$1\r\nb\r\n$4\r\n2.75\r\n",
+            "*1\r\n*2\r\n$1\r\nb\r\n,2.75\r\n",
+        ),
+        ("ZPOPMIN missing", "*0\r\n", "*0\r\n"),
+        ("ZPOPMAX missing 2", "*0\r\n", "*0\r\n"),
+        (
+            "SMEMBERS s",
+            "*2\r\n$1\r\nx\r\n$1\r\ny\r\n",
+            "~2\r\n$1\r\nx\r\n$1\r\ny\r\n",
+        ),
+        (
+            "SUNION s missing",
+            "*2\r\n$1\r\nx\r\n$1\r\ny\r\n",
+            "~2\r\n$1\r\nx\r\n$1\r\ny\r\n",
+        ),
+        ("SDIFF missing s", "*0\r\n", "~0\r\n"),
+        (
+            "HGETALL h",
+            "*2\r\n$1\r\nf\r\n$1\r\nv\r\n",
+            "%1\r\n$1\r\nf\r\n$1\r\nv\r\n",
+        ),
+    ] {
+        let (two, three) = wire(&run(&mut log, line));
+        assert_eq!((two.as_str(), three.as_str()), (resp2, resp3), "{line}");
+    }
+    // The huge score keeps its every digit, as before: the shortest text that reads back.
+    let (two, three) = wire(&run(&mut log, "ZSCORE z c"));
+    let digits = format!("1{}", "0".repeat(300));
+    assert_eq!(two, format!("$301\r\n{digits}\r\n"));
+    assert_eq!(three, format!(",{digits}\r\n"));
+}
+
+/// A reply holding RESP3 types survives the apply result's encoding (an EXEC's array of them).
+#[test]
+fn resp3_types_survive_an_exec_reply() {
+    let exec = ApplyReply::Exec(vec![
+        double("2.5"),
+        members(&["a", "b"]),
+        scored(&[("a", "1"), ("b", "inf")]),
+        Reply::Verbatim(b("text")),
+        Reply::Map(vec![(bulk("k"), members(&[]))]),
+    ]);
+    assert_eq!(ApplyReply::decode(&exec.to_bytes()), Some(exec.clone()));
+    let value = ApplyReply::Value(double("-inf"));
+    assert_eq!(ApplyReply::decode(&value.to_bytes()), Some(value));
 }
