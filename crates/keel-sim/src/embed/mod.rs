@@ -8,7 +8,11 @@
 //! engine, apply pipeline and snapshot code the runtime runs, and checks:
 //!
 //! - after every apply and restore, that replicas which applied the same index agree on the
-//!   state's digest ([`Workload::digest`]; by default a hash of the machine's snapshot bytes);
+//!   state's digest ([`Workload::digest`]; by default a hash of the machine's snapshot bytes),
+//!   and that they answered the entry at that index alike;
+//! - that every snapshot a node takes, restored into a fresh machine, has the digest of its
+//!   index (a restart, which restores the snapshot and replays the log, must reach the same
+//!   digests again);
 //! - every invariant of the core keel's own simulation checks;
 //! - once the cluster healed, that it converges, and that the history the clients saw is
 //!   linearizable against the model.
@@ -18,7 +22,9 @@
 //! The clients talk to nodes as an embedder's code talks to `keel::Handle`: a write is proposed
 //! at the node the client believes leads (a refusal that says "not applied" sends it elsewhere),
 //! a read is a linearizable read answered from the replica's state once it applied far enough,
-//! and a client that waited longer than its timeout records the outcome as unknown and moves on.
+//! and a client that waited longer than its timeout records the outcome as unknown and moves on
+//! (an operation that cannot have taken effect, a read or a write no node appended, is left out
+//! of the history instead).
 
 mod clients;
 mod sequential;
