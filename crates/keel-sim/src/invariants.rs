@@ -428,6 +428,25 @@ struct StatusView<'a> {
     membership: &'a keel_core::Membership,
 }
 
+/// Search budget of a run's linearizability check: far more than a healthy history needs, so
+/// running out is reported as a failure (a checker that gives up silently proves nothing).
+const LINEARIZABILITY_BUDGET_STEPS: u64 = 50_000_000;
+
+/// A run's client history is linearizable under its model, or the violation that explains why
+/// not.
+pub(crate) fn linearizable<M: crate::linearizability::Model>(
+    history: &crate::linearizability::History<M>,
+) -> Result<(), Violation> {
+    use crate::linearizability::{check, SearchBudget, Verdict};
+    match check(history, SearchBudget::steps(LINEARIZABILITY_BUDGET_STEPS)) {
+        Verdict::Linearizable => Ok(()),
+        other => Err(Violation {
+            invariant: "linearizability",
+            detail: other.to_string(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Each check must be able to fail: feed it states that break it.

@@ -3,13 +3,8 @@
 use crate::history::{History, OpKind, OpResult};
 use crate::invariants::Violation;
 use crate::linearizability::{
-    check, History as CheckHistory, Operation, Register, RegisterOp, RegisterOutput, SearchBudget,
-    Verdict,
+    History as CheckHistory, Operation, Register, RegisterOp, RegisterOutput,
 };
-
-/// Search budget per seed: far more than a healthy history needs, so exhausting it is reported
-/// as a failure (a checker that gives up silently proves nothing).
-const BUDGET_STEPS: u64 = 50_000_000;
 
 /// Stands for every value that no client ever observed.
 const UNOBSERVED: u64 = u64::MAX;
@@ -65,12 +60,5 @@ pub fn to_checker_history(history: &History) -> CheckHistory<Register> {
 }
 
 pub fn check_history(history: &History) -> Result<(), Violation> {
-    let h = to_checker_history(history);
-    match check(&h, SearchBudget::steps(BUDGET_STEPS)) {
-        Verdict::Linearizable => Ok(()),
-        other => Err(Violation {
-            invariant: "linearizability",
-            detail: other.to_string(),
-        }),
-    }
+    crate::invariants::linearizable(&to_checker_history(history))
 }

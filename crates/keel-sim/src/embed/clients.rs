@@ -14,7 +14,7 @@ use keel_engine::ClientError;
 use super::{Op, OpRng, Workload};
 use crate::host::{ProposalToken, ReadToken, SimShell};
 use crate::invariants::Violation;
-use crate::linearizability::{History, Model, SearchBudget, Verdict};
+use crate::linearizability::{History, Model};
 use crate::params::Params;
 use crate::user::User;
 use crate::world::{Event, RunConfig, World};
@@ -23,9 +23,6 @@ use crate::world::{Event, RunConfig, World};
 /// [`RETRY_DOUBLINGS_MAX`] times.
 const RETRY_DELAY: u64 = 3;
 const RETRY_DOUBLINGS_MAX: u32 = 3;
-/// Search budget of the linearizability check: far more than a healthy history needs, so
-/// running out is reported as a failure.
-const BUDGET_STEPS: u64 = 50_000_000;
 
 type Input<W> = <<W as Workload>::Model as Model>::Input;
 
@@ -374,17 +371,7 @@ impl<W: Workload> User for Embedded<W> {
     }
 
     fn check_history(&self) -> Result<(), Violation> {
-        let mut history = History::new();
-        for op in self.history.iter() {
-            history.push(op.clone()).expect("recorded in order");
-        }
-        match crate::linearizability::check(&history, SearchBudget::steps(BUDGET_STEPS)) {
-            Verdict::Linearizable => Ok(()),
-            other => Err(Violation {
-                invariant: "linearizability",
-                detail: other.to_string(),
-            }),
-        }
+        crate::invariants::linearizable(&self.history)
     }
 }
 
