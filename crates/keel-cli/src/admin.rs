@@ -71,7 +71,7 @@ fn show(reply: &Reply) -> String {
         Reply::Error(e) => format!("(error) {e}"),
         Reply::Integer(n) => format!("(integer) {n}"),
         Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Reply::Null => "(nil)".into(),
+        Reply::Null | Reply::NullArray => "(nil)".into(),
         other => format!("{other:?}"),
     }
 }

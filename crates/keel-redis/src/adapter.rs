@@ -133,13 +133,39 @@ impl SmStats {
 pub struct KvAdapter {
     sm: KvStateMachine,
     stats: Arc<SmStats>,
+    filled: Option<Arc<dyn FilledKeysListener>>,
+}
+
+/// Who hears that an applied entry filled a list or sorted set a client may wait on (the server's
+/// blocked clients, `command/blocking.rs`). Called on the apply thread: it must not block.
+///
+/// A client that starts waiting while an entry is being applied may miss that entry's keys;
+/// that is harmless as long as it registers before it proposes its first attempt, which comes
+/// after that entry in the log and so sees what it filled.
+pub trait FilledKeysListener: Send + Sync + std::fmt::Debug {
+    /// Whether some client waits now; while none does, the state machine notes nothing.
+    fn waiting(&self) -> bool;
+    /// The keys the entry just applied filled (with repeats).
+    fn filled(&self, keys: Vec<Bytes>);
+    /// A snapshot replaced the whole state: any key may hold something now.
+    fn restored(&self);
 }
 
 impl KvAdapter {
     pub fn new(sm: KvStateMachine) -> Self {
         let stats = Arc::new(SmStats::default());
         stats.publish(&sm);
-        KvAdapter { sm, stats }
+        KvAdapter {
+            sm,
+            stats,
+            filled: None,
+        }
+    }
+
+    /// Tells `listener` which keys each applied entry filled, while it has waiting clients.
+    pub fn with_filled_keys_listener(mut self, listener: Arc<dyn FilledKeysListener>) -> Self {
+        self.filled = Some(listener);
+        self
     }
 
     pub fn stats(&self) -> Arc<SmStats> {
@@ -183,8 +209,16 @@ impl keel_engine::StateMachine for KvAdapter {
         data: &Bytes,
     ) -> Result<Bytes, keel_engine::ApplyError> {
         let index = at.index;
+        let waiting = self.filled.as_ref().is_some_and(|l| l.waiting());
+        self.sm.collect_filled_keys(waiting);
         match self.sm.apply(index, data) {
             Ok(reply) => {
+                if let (true, Some(listener)) = (waiting, &self.filled) {
+                    let keys = self.sm.take_filled_keys();
+                    if !keys.is_empty() {
+                        listener.filled(keys);
+                    }
+                }
                 if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
                     // Every replica skips it alike; its proposer (if any) gets the error.
                     let reason = LogCommand::decode(data).err();
@@ -219,6 +253,9 @@ impl keel_engine::StateMachine for KvAdapter {
         match self.sm.restore(&data) {
             Ok(()) => {
                 self.stats.publish(&self.sm);
+                if let Some(listener) = &self.filled {
+                    listener.restored();
+                }
                 Ok(())
             }
             Err(e) => fatal(format_args!("cannot restore the snapshot: {e}")),

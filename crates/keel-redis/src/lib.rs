@@ -22,7 +22,7 @@ pub mod kind;
 pub mod script;
 pub mod state_machine;
 
-pub use adapter::{KvAdapter, SmStats, SmStatsValue};
+pub use adapter::{FilledKeysListener, KvAdapter, SmStats, SmStatsValue};
 pub use command::{Command, CommandClass, QueuedCommand, ReadCommand, WriteCommand};
 pub use state_machine::{
     ApplyReply, KvStateMachine, LogCommand, LoggedCommand, RequestId, WriteReply,

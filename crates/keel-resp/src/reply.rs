@@ -19,6 +19,8 @@ pub enum Reply {
     Bulk(Bytes),
     /// RESP2 `$-1` (a null bulk string), RESP3 `_`.
     Null,
+    /// RESP2 `*-1` (a null array: what BLPOP answers at its timeout), RESP3 `_`.
+    NullArray,
     Array(Vec<Reply>),
     /// RESP3 `%`; in RESP2 a flat array of alternating keys and values, as Redis does.
     Map(Vec<(Reply, Reply)>),
@@ -76,7 +78,7 @@ impl Reply {
         const HEADER_BYTES_MAX: usize = 23;
         match self {
             Reply::Simple(text) | Reply::Error(text) => text.len() + 3,
-            Reply::Integer(_) | Reply::Null => HEADER_BYTES_MAX,
+            Reply::Integer(_) | Reply::Null | Reply::NullArray => HEADER_BYTES_MAX,
             Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
             Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
             Reply::Array(items) | Reply::Set(items) => {
@@ -107,6 +109,10 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
         Reply::Bulk(data) => put_bulk(out, data),
         Reply::Null => match version {
             ProtocolVersion::Resp2 => out.put_slice(b"$-1\r\n"),
+            ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
+        },
+        Reply::NullArray => match version {
+            ProtocolVersion::Resp2 => out.put_slice(b"*-1\r\n"),
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
         },
         Reply::Array(items) => items_of(out, b'*', items, version),

@@ -170,7 +170,7 @@ impl Walker<'_> {
             return Ok(None);
         };
         if count < 0 {
-            let reply = self.build.then_some(Reply::Null);
+            let reply = self.build.then_some(Reply::NullArray);
             return Ok(Some(Step {
                 reply,
                 next,

@@ -554,6 +554,13 @@ impl Session<'_> {
                     self.push(&reply)?;
                     break;
                 }
+                Admission::Block(pop, args) => {
+                    let admitted = std::time::Instant::now();
+                    let reply = self.block(&pop, &args).await?;
+                    self.count(&args, &reply, admitted);
+                    self.push(&reply)?;
+                    break;
+                }
                 Admission::Admin(command, args) => {
                     let admitted = std::time::Instant::now();
                     let result = admin(self.ctx, command).await;
@@ -640,6 +647,21 @@ impl Session<'_> {
                 }
             }
         }
+    }
+
+    /// Proposes one write or transaction of the connection's own (a script's effects, a
+    /// blocked client's attempt) through the pipeline, which is empty (everything before was
+    /// answered), and returns its reply instead of sending it. `what` names it in the error for
+    /// a pipeline that was not empty.
+    async fn propose_alone(&mut self, request: Request, what: &str) -> std::io::Result<Reply> {
+        if !matches!(self.pipeline.admit(request), Admission::Queued) {
+            return Ok(Reply::error(format!(
+                "ERR internal error: {what} was not queued"
+            )));
+        }
+        let mut captured = None;
+        self.finish(Some(&mut captured)).await?;
+        Ok(captured.unwrap_or(Reply::error("TRYAGAIN outcome unknown")))
     }
 
     /// Resolves the refused write `slot` together with the refused writes right behind it (at
@@ -753,6 +775,7 @@ enum Forwarding<'a> {
     Once(&'a [Bytes], bool),
 }
 
+mod blocking;
 mod script_runner;
 
 /// The reply of an applied write, from what the state machine answered.

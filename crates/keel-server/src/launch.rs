@@ -488,7 +488,9 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
              other nodes cannot forward to this one while it leads (set --advertise-client-addr)"
         ),
     }
-    let adapter = KvAdapter::new(KvStateMachine::new());
+    let blocked = Arc::new(crate::blocked::BlockedClients::default());
+    let adapter = KvAdapter::new(KvStateMachine::new())
+        .with_filled_keys_listener(Arc::clone(&blocked) as Arc<dyn keel_redis::FilledKeysListener>);
     let stats = adapter.stats();
     let node = Node::start(config, adapter).await.map_err(|e| match &e {
         keel::StartError::Damaged { dir, .. } => format!(
@@ -508,6 +510,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         options.initial_cluster.clone(),
         options.client_peers.clone(),
     );
+    ctx.blocked = blocked;
     if let Some(entries) = options.catch_up_entries {
         ctx.catch_up.entries = entries;
     }

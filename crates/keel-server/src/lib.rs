@@ -34,6 +34,7 @@
 //! that id until answered or its deadline passes (`leader_link.rs`, decided by
 //! `keel_session::forwarding`), and the state machine's deduplication applies it once.
 
+pub mod blocked;
 mod buffers;
 pub mod config;
 mod connection;
@@ -113,6 +114,9 @@ pub struct ServerContext {
     /// Held by a script running again after a conflict, so that such runs do not conflict
     /// with each other (`connection/script_runner.rs`).
     pub script_turn: tokio::sync::Mutex<()>,
+    /// The clients waiting in a blocking pop (`connection/blocking.rs`); the state machine's
+    /// apply wakes them.
+    pub blocked: Arc<blocked::BlockedClients>,
     next_connection_id: AtomicU64,
 }
 
@@ -146,6 +150,7 @@ impl ServerContext {
             scrub: Arc::default(),
             scripts: Arc::default(),
             script_turn: tokio::sync::Mutex::new(()),
+            blocked: Arc::default(),
             next_connection_id: AtomicU64::new(1),
         }
     }
@@ -171,6 +176,7 @@ impl ServerContext {
             keys: stats.keys,
             expires: stats.expires,
             connected_clients: self.client_registry.live() as u64,
+            blocked_clients: self.blocked.waiting() as u64,
             maxclients: self.config.read().maxclients,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,

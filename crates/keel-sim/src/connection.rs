@@ -259,8 +259,11 @@ impl World<KvState> {
                 return true;
             }
             Admission::StartRead { slot, command } => self.start_read(connection, slot, command),
-            // The simulated clients send neither QUIT, admin commands nor scripts.
-            Admission::Close(_) | Admission::Admin(..) | Admission::Script(..) => {
+            // The simulated clients send neither QUIT, admin commands, scripts nor blocking pops.
+            Admission::Close(_)
+            | Admission::Admin(..)
+            | Admission::Script(..)
+            | Admission::Block(..) => {
                 let detail = format!("connection {connection} was sent a request it never sends");
                 self.violate("client request", detail);
                 return false;

@@ -176,7 +176,9 @@ async fn serve_connection(
                 }
                 Dispatch::Read(command) => state.sm.lock().unwrap().read(&command),
                 Dispatch::Admin(_) => Reply::error("ERR not available: the runtime is not built"),
-                Dispatch::Script(_) => Reply::error("ERR not available: the runtime is not built"),
+                Dispatch::Script(_) | Dispatch::Block(_) => {
+                    Reply::error("ERR not available: the runtime is not built")
+                }
             };
             connection.encode(&reply, &mut output);
         }

@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use super::blocking::{self, BlockingPop};
 use super::parse::{integer, is, lossy};
 use super::sort::SortArgs;
 use super::zsets::{self, ZSetRead, ZSetWrite};
@@ -129,6 +130,9 @@ pub enum CollectionWrite {
     ZSet(ZSetWrite),
     /// SORT ... STORE (`sort.rs`): the result stored as a list (the key removed if it is
     /// empty); the result's length.
+    /// A pop from the first of several keys that holds something, which may block its client
+    /// (`blocking.rs`).
+    BlockingPop(BlockingPop),
     SortStore {
         args: SortArgs,
         destination: Bytes,
@@ -249,11 +253,15 @@ impl CollectionWrite {
                 | CollectionWrite::LMove { .. }
                 | CollectionWrite::HIncrByFloat { .. }
                 | CollectionWrite::SPop { .. }
+                | CollectionWrite::BlockingPop(_)
         )
     }
 
     /// Whether the command may make the data take more memory (refused past `maxmemory`).
     pub fn may_grow_memory(&self) -> bool {
+        if let CollectionWrite::BlockingPop(pop) = self {
+            return pop.may_grow_memory();
+        }
         !matches!(
             self,
             CollectionWrite::Pop { .. }
@@ -273,7 +281,7 @@ impl CollectionWrite {
     }
 }
 
-fn end(arg: &[u8]) -> Result<End, CommandError> {
+pub(super) fn end(arg: &[u8]) -> Result<End, CommandError> {
     if is(arg, "LEFT") {
         Ok(End::Left)
     } else if is(arg, "RIGHT") {
@@ -425,6 +433,9 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
         },
         zset if zsets::WRITES.contains(&zset) => {
             CollectionWrite::ZSet(zsets::parse_write(zset, rest)?)
+        }
+        pop if blocking::NAMES.contains(&pop) => {
+            CollectionWrite::BlockingPop(blocking::parse(pop, rest)?)
         }
         other => unreachable!("{other} is not a collection write"),
     })

@@ -106,7 +106,17 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "lpop" | "rpop" | "spop" => const { &[key(RW_ACCESS_DELETE)] },
         "lset" | "hset" | "hmset" => const { &[key(RW_UPDATE)] },
         "lrem" | "ltrim" | "hdel" | "srem" => const { &[key(RW_DELETE)] },
-        "rpoplpush" | "lmove" | "smove" => {
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => {
+            const {
+                &[KeySpec {
+                    flags: RW_ACCESS_DELETE,
+                    begin: 1,
+                    last_key: -2,
+                    key_step: 1,
+                }]
+            }
+        }
+        "rpoplpush" | "lmove" | "smove" | "brpoplpush" | "blmove" => {
             const { &[key(RW_ACCESS_DELETE), second_key(RW_INSERT)] }
         }
         "hsetnx" => const { &[key(RW_INSERT)] },
@@ -185,6 +195,10 @@ const LIST: &[&str] = &["list"];
 const HASH: &[&str] = &["hash"];
 const SET: &[&str] = &["set"];
 const ZSET: &[&str] = &["sortedset"];
+const BLOCKING_LIST: &[&str] = &["list", "blocking"];
+const BLOCKING_ZSET: &[&str] = &["sortedset", "blocking"];
+const ON_KEYS_AND_COUNT: &str =
+    "O(N+M) where N is the number of keys given and M the number of elements returned.";
 const ON_ARGS: &str = "O(N) where N is the number of elements given.";
 const ON_COUNT: &str = "O(N) where N is the number of elements returned.";
 const ON_LIST: &str = "O(N) where N is the length of the list.";
@@ -330,6 +344,15 @@ pub fn command_docs(name: &str) -> Docs {
         "linsert" => docs("list", "2.2.0", ON_LIST, LIST),
         "rpoplpush" => docs("list", "1.2.0", O1, LIST),
         "lmove" => docs("list", "6.2.0", O1, LIST),
+        "blpop" | "brpop" => docs("list", "2.0.0", ON_KEYS, BLOCKING_LIST),
+        "brpoplpush" => docs("list", "2.2.0", O1, BLOCKING_LIST),
+        "blmove" => docs("list", "6.2.0", O1, BLOCKING_LIST),
+        "lmpop" => docs("list", "7.0.0", ON_KEYS_AND_COUNT, LIST),
+        "blmpop" => docs("list", "7.0.0", ON_KEYS_AND_COUNT, BLOCKING_LIST),
+        "bzpopmin" | "bzpopmax" => docs("sorted-set", "5.0.0", ON_KEYS, BLOCKING_ZSET),
+        "zmpop" => docs("sorted-set", "7.0.0", ON_KEYS_AND_COUNT, ZSET),
+        "bzmpop" => docs("sorted-set", "7.0.0", ON_KEYS_AND_COUNT, BLOCKING_ZSET),
+        "raft.blocked" => docs("list", KEEL, ON_KEYS_AND_COUNT, BLOCKING_LIST),
         "hset" | "hget" | "hdel" | "hexists" => docs("hash", "2.0.0", O1, HASH),
         "hmset" | "hsetnx" | "hlen" | "hincrby" => docs("hash", "2.0.0", O1, HASH),
         "hmget" => docs("hash", "2.0.0", ON_ARGS, HASH),
@@ -529,6 +552,31 @@ pub struct FoundKey {
 const SET_WITHOUT_GET: &[&str] = &["OW", "update"];
 const SET_WITH_GET: &[&str] = &["RW", "access", "update"];
 
+/// The keys of the commands that count them (`LMPOP numkeys key ...`), which no index-and-range
+/// key spec describes; `None` for every other command.
+fn numkeys_keys(name: &str, args: &[Bytes]) -> Option<Result<Vec<FoundKey>, CommandError>> {
+    let numkeys_at = match name {
+        "lmpop" | "zmpop" => 1,
+        "blmpop" | "bzmpop" => 2,
+        _ => return None,
+    };
+    let invalid = || CommandError::Unsupported("Invalid arguments specified for command");
+    let count = args
+        .get(numkeys_at)
+        .and_then(|n| keel_resp::number::parse_i64(n))
+        .filter(|n| *n > 0)
+        .and_then(|n| usize::try_from(n).ok());
+    Some(match count {
+        Some(count) if numkeys_at + count < args.len() => Ok((1..=count)
+            .map(|i| FoundKey {
+                position: numkeys_at + i,
+                flags: RW_ACCESS_DELETE,
+            })
+            .collect()),
+        _ => Err(invalid()),
+    })
+}
+
 /// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of the command `args` (its name first), in
 /// Redis's words when there are none to find.
 pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
@@ -536,6 +584,9 @@ pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
         .first()
         .and_then(|name| CommandSpec::lookup(name))
         .ok_or(CommandError::Unsupported("Invalid command specified"))?;
+    if let Some(found) = numkeys_keys(spec.name, args) {
+        return found;
+    }
     let specs = key_specs(spec.name);
     if specs.is_empty() {
         return Err(CommandError::Unsupported(

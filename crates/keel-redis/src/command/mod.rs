@@ -5,7 +5,7 @@
 //!
 //! | class | commands | where |
 //! |---|---|---|
-//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, RPOPLPUSH, LMOVE; HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SPOP; SORT with STORE | proposed to the Raft log, applied by every replica's state machine |
+//! | [`CommandClass::Write`] | SET, DEL, UNLINK, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MSET, APPEND, SETRANGE, SETBIT, CAS, SETEX, PSETEX, SETNX, MSETNX, GETSET, GETDEL, GETEX (with an option), EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST, RENAME, RENAMENX, COPY, FLUSHDB, FLUSHALL; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, RPOPLPUSH, LMOVE; HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SPOP; SORT with STORE; LMPOP, ZMPOP, the blocking pops (BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP: outside MULTI the server waits and proposes `RAFT.BLOCKED` attempts, `blocking.rs`) | proposed to the Raft log, applied by every replica's state machine |
 //! | [`CommandClass::Read`] | GET, MGET, EXISTS, TOUCH, STRLEN, GETRANGE, SUBSTR, GETBIT, BITCOUNT, LCS, TYPE, DBSIZE, RANDOMKEY, KEYS, SCAN, TTL, PTTL, EXPIRETIME, PEXPIRETIME; LLEN, LRANGE, LINDEX; HGET, HMGET, HLEN, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS; SMEMBERS, SISMEMBER, SMISMEMBER, SCARD, SINTER, SUNION, SDIFF, SINTERCARD; SORT without STORE, SORT_RO | linearizable read: served after a ReadIndex round, from the state machine |
 //! | [`CommandClass::Local`] | PING, ECHO, HELLO, COMMAND, CLIENT, CONFIG GET, SELECT, QUIT, INFO, RAFT.STATUS; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (run by the node's script runner, `crate::script`) | answered by the node that holds the connection |
 //! | [`CommandClass::Admin`] | RAFT.MEMBER, RAFT.TRANSFER, RAFT.SNAPSHOT, DEBUG | executed by the runtime (membership changes go through the log as configuration entries, not as key-value commands) |
@@ -16,12 +16,13 @@
 //!
 //! Beside the table: the commands a node answers itself and the admin commands, never
 //! replicated (`local.rs`); Redis-worded errors (`error.rs`); lists, hashes and sets
-//! (`collections.rs`) and sorted sets (`zsets.rs`), kept with the arguments they were parsed
+//! (`collections.rs`) and sorted sets (`zsets.rs`), and the pops that may block (`blocking.rs`), kept with the arguments they were parsed
 //! from because the log carries them as such; SORT (`sort.rs`); the command table (`table.rs`)
 //! and what COMMAND reports beyond it (`metadata.rs`); the parsers by family (`parse_keys.rs`,
 //! `parse_strings.rs`, `parse_keyspace.rs`, with Redis's argument rules in `arguments.rs`).
 
 mod arguments;
+pub mod blocking;
 mod collections;
 mod error;
 mod local;

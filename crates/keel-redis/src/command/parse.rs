@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::blocking;
 use super::collections::{self, Typed};
 use super::parse_keys::{parse_expire, parse_getex, parse_set, parse_setex};
 use super::parse_keyspace::{parse_copy, parse_scan};
@@ -204,7 +205,10 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
         "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
         "sort" | "sort_ro" => parse_sort(args, spec.name == "sort_ro")?,
-        name if collections::WRITES.contains(&name) || zsets::WRITES.contains(&name) => {
+        name if collections::WRITES.contains(&name)
+            || zsets::WRITES.contains(&name)
+            || blocking::NAMES.contains(&name) =>
+        {
             Command::Write(WriteCommand::Collection(Typed {
                 op: collections::parse_write(name, rest)?,
                 args: args.to_vec(),

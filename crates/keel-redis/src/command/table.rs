@@ -70,6 +70,9 @@ const READ_FLAGS: &[&str] = &["readonly", "fast"];
 /// Reads that take more than O(1) (a range, a scan of the keys).
 const SLOW_READ_FLAGS: &[&str] = &["readonly"];
 const TWO_KEYS: (i32, i32, i32) = (1, 2, 1);
+const BLOCKING_FLAGS: &[&str] = &["write", "blocking"];
+const BLOCKING_WRITE_FLAGS: &[&str] = &["write", "denyoom", "blocking"];
+const BLOCKING_MOVABLE_FLAGS: &[&str] = &["write", "blocking", "movablekeys"];
 const CONN_FLAGS: &[&str] = &["loading", "stale", "fast"];
 const SCRIPT_FLAGS: &[&str] = &[
     "noscript",
@@ -153,6 +156,12 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("linsert", 5, WRITE_FLAGS, ONE_KEY, Write),
         spec("rpoplpush", 3, WRITE_FLAGS, TWO_KEYS, Write),
         spec("lmove", 5, WRITE_FLAGS, TWO_KEYS, Write),
+        spec("lmpop", -4, &["write", "movablekeys"], NO_KEYS, Write),
+        spec("blpop", -3, BLOCKING_FLAGS, (1, -2, 1), Write),
+        spec("brpop", -3, BLOCKING_FLAGS, (1, -2, 1), Write),
+        spec("brpoplpush", 4, BLOCKING_WRITE_FLAGS, TWO_KEYS, Write),
+        spec("blmove", 6, BLOCKING_WRITE_FLAGS, TWO_KEYS, Write),
+        spec("blmpop", -5, BLOCKING_MOVABLE_FLAGS, NO_KEYS, Write),
         spec("llen", 2, READ_FLAGS, ONE_KEY, Read),
         spec("lrange", 4, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("lindex", 3, SLOW_READ_FLAGS, ONE_KEY, Read),
@@ -197,6 +206,10 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("zincrby", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),
         spec("zpopmin", -2, &["write", "fast"], ONE_KEY, Write),
         spec("zpopmax", -2, &["write", "fast"], ONE_KEY, Write),
+        spec("zmpop", -4, &["write", "movablekeys"], NO_KEYS, Write),
+        spec("bzpopmin", -3, BLOCKING_FLAGS, (1, -2, 1), Write),
+        spec("bzpopmax", -3, BLOCKING_FLAGS, (1, -2, 1), Write),
+        spec("bzmpop", -5, BLOCKING_MOVABLE_FLAGS, NO_KEYS, Write),
         spec("zremrangebyscore", 4, &["write"], ONE_KEY, Write),
         spec("zremrangebyrank", 4, &["write"], ONE_KEY, Write),
         spec("zscore", 3, READ_FLAGS, ONE_KEY, Read),
@@ -314,6 +327,14 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("watch", -2, TX_FLAGS, ALL_KEYS, Transaction),
         spec("unwatch", 1, TX_FLAGS, NO_KEYS, Transaction),
         spec("raft.watchpoint", 1, READ_FLAGS, NO_KEYS, Read),
+        // A blocked client's attempt to pop (`blocking.rs`): node to node, like RAFT.WATCHED.
+        spec(
+            "raft.blocked",
+            -4,
+            &["write", "movablekeys"],
+            NO_KEYS,
+            Write,
+        ),
         spec("raft.watched", -4, TX_FLAGS, NO_KEYS, Transaction),
     ]
 };

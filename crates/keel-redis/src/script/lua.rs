@@ -346,7 +346,7 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             field_table_of(lua, "verbatim_string", Value::Table(verbatim))?
         }
         Reply::Null if resp == 2 => Value::Boolean(false),
-        Reply::Null => Value::Nil,
+        Reply::Null | Reply::NullArray => Value::Nil,
         Reply::Simple(text) => field_table(lua, "ok", text.as_bytes())?,
         Reply::Error(text) => {
             let text = normalized_error(&[b"-", text.as_bytes()].concat());

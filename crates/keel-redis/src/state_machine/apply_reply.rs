@@ -32,6 +32,7 @@
 //! 8    count n, n x value    set
 //! 9    count n, n x (value, value)   pairs (WITHSCORES)
 //! 10   bytes text            verbatim string
+//! 11   -                     null array (RESP2 `*-1`)
 //! ```
 //!
 //! Nothing may follow. Values nest at most [`VALUE_DEPTH_MAX`] deep. These bytes never reach
@@ -46,7 +47,8 @@
 //! `dedup.rs`: an EXEC's reply may hold large values read from the store). So does a write that
 //! answers a stored value. A retried transaction or such write whose first copy applied is
 //! therefore not run again and answers [`ApplyReply::AppliedBefore`] (tag 6), an error that says
-//! so.
+//! so, unless what it answered was compact (an error, a pop's null): that is remembered and
+//! answered again.
 
 use std::borrow::Cow;
 
@@ -76,6 +78,7 @@ const VALUE_DOUBLE: u8 = 7;
 const VALUE_SET: u8 = 8;
 const VALUE_PAIRS: u8 = 9;
 const VALUE_VERBATIM: u8 = 10;
+const VALUE_NULL_ARRAY: u8 = 11;
 
 /// The outcome of one applied log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,7 +184,7 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
     OVERHEAD
         + match reply {
             Reply::Simple(text) | Reply::Error(text) => text.len(),
-            Reply::Integer(_) | Reply::Null => 0,
+            Reply::Integer(_) | Reply::Null | Reply::NullArray => 0,
             Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
             Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
             Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
@@ -222,6 +225,7 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
             put_bytes(out, text);
         }
         Reply::Null => out.put_u8(VALUE_NULL),
+        Reply::NullArray => out.put_u8(VALUE_NULL_ARRAY),
         Reply::Array(items) => put_items(out, VALUE_ARRAY, items),
         Reply::Set(items) => put_items(out, VALUE_SET, items),
         Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
@@ -263,6 +267,7 @@ fn read_value(r: &mut Reader, depth: usize) -> Option<Reply> {
         VALUE_DOUBLE => Reply::Double(r.bytes()?),
         VALUE_VERBATIM => Reply::Verbatim(r.bytes()?),
         VALUE_NULL => Reply::Null,
+        VALUE_NULL_ARRAY => Reply::NullArray,
         VALUE_ARRAY => Reply::Array(read_items(r, depth)?),
         VALUE_SET => Reply::Set(read_items(r, depth)?),
         VALUE_MAP => Reply::Map(read_pairs(r, depth)?),

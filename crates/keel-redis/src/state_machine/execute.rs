@@ -112,7 +112,15 @@ impl KvStateMachine {
     pub(super) fn execute_logged(&mut self, command: &LoggedCommand) -> (ApplyReply, WriteReply) {
         match command {
             LoggedCommand::Write(write) => match self.execute(write) {
-                WriteAnswer::Compact(reply) => (ApplyReply::Write(reply), reply),
+                WriteAnswer::Compact(reply) => {
+                    // What a duplicate of a command that answers values relies on: its `Ok` in
+                    // the table means "applied, answered a value" (`mod.rs`, `apply_command`).
+                    debug_assert!(
+                        !(write.replies_with_value() && reply == WriteReply::Ok),
+                        "a value command answered a compact +OK"
+                    );
+                    (ApplyReply::Write(reply), reply)
+                }
                 // Only "applied" is remembered (see apply_reply.rs).
                 WriteAnswer::Value(reply) => (ApplyReply::Value(reply), WriteReply::Ok),
             },

@@ -230,6 +230,9 @@ pub struct KvStateMachine {
     members_version: ChangeCounter,
     /// RANDOMKEY's draws (`keyspace_commands.rs`): not replicated state.
     random_draws: keyspace_commands::Draws,
+    /// The keys the entries applied lately filled, for the node's blocked clients: not
+    /// replicated state.
+    filled: FilledKeys,
     /// Test-only: a deliberately broken variant (`crate::Mutation::DedupOff`).
     #[cfg(feature = "mutations")]
     mutation: Option<crate::Mutation>,
@@ -247,6 +250,23 @@ impl PartialEq for ChangeCounter {
 }
 
 impl Eq for ChangeCounter {}
+
+/// The lists and sorted sets that writes filled (pushed to, created, stored), collected only
+/// while some client of this node waits on a key (`command/blocking.rs`): what wakes it. Not
+/// state: two state machines are equal whatever they collected.
+#[derive(Clone, Debug, Default)]
+struct FilledKeys {
+    collecting: bool,
+    keys: Vec<Bytes>,
+}
+
+impl PartialEq for FilledKeys {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for FilledKeys {}
 
 impl Default for KvStateMachine {
     fn default() -> Self {
@@ -273,6 +293,7 @@ impl KvStateMachine {
             members: BTreeMap::new(),
             members_version: ChangeCounter::default(),
             random_draws: keyspace_commands::Draws::default(),
+            filled: FilledKeys::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         }
@@ -282,6 +303,29 @@ impl KvStateMachine {
     #[cfg(feature = "mutations")]
     pub fn set_mutation(&mut self, mutation: Option<crate::Mutation>) {
         self.mutation = mutation;
+    }
+
+    /// Whether the writes applied from now on note the lists and sorted sets they fill (for
+    /// [`Self::take_filled_keys`]); off, noting costs nothing.
+    pub fn collect_filled_keys(&mut self, on: bool) {
+        self.filled.collecting = on;
+        if !on {
+            self.filled.keys.clear();
+        }
+    }
+
+    /// The keys whose list or sorted set a write filled since the last call (with repeats, in
+    /// the order the writes ran), while [`Self::collect_filled_keys`] is on: a client blocked
+    /// on one of them may now be served.
+    pub fn take_filled_keys(&mut self) -> Vec<Bytes> {
+        std::mem::take(&mut self.filled.keys)
+    }
+
+    /// Notes that `key` holds a list or sorted set with something in it after a write.
+    pub(crate) fn note_filled(&mut self, key: &[u8]) {
+        if self.filled.collecting {
+            self.filled.keys.push(Bytes::copy_from_slice(key));
+        }
     }
 
     /// Every member's recorded addresses, by node id.
@@ -449,7 +493,10 @@ impl KvStateMachine {
         let reply = match self.dedup.check(command.client_id, command.request_seq) {
             Seen::Duplicate(reply) => {
                 self.dedup.touch(index, command.client_id);
-                if command.command.reply_is_remembered() {
+                // A command that answers values is remembered as `Ok` when it answered one
+                // (the value is not kept), and as its compact reply otherwise (an error, or the
+                // null of a pop that found nothing), which a retry gets again.
+                if command.command.reply_is_remembered() || reply != WriteReply::Ok {
                     ApplyReply::Write(reply)
                 } else {
                     ApplyReply::AppliedBefore
@@ -506,6 +553,7 @@ impl KvStateMachine {
             members: restored.members,
             members_version: ChangeCounter::default(),
             random_draws: keyspace_commands::Draws::default(),
+            filled: FilledKeys::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         })

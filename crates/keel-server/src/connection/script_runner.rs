@@ -25,7 +25,7 @@ use keel_redis::script::{SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX};
 use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
 use keel_redis::KvAdapter;
 use keel_resp::Reply;
-use keel_session::connection::pipeline::{Admission, Request};
+use keel_session::connection::pipeline::Request;
 use keel_session::connection::{Dispatch, Transaction};
 
 /// [`Fetch`] through the runtime: a linearizable read per fetch, from the script's thread.
@@ -286,18 +286,7 @@ impl Session<'_> {
             args: Vec::new(),
             given_id: None,
         };
-        match self.pipeline.admit(request) {
-            Admission::Queued => {}
-            // The pipeline is empty before a script runs: a transaction is always queued.
-            _ => {
-                return Ok(Reply::error(
-                    "ERR internal error: the script's writes were not queued",
-                ))
-            }
-        }
-        let mut captured = None;
-        self.finish(Some(&mut captured)).await?;
-        Ok(captured.unwrap_or(Reply::error("TRYAGAIN outcome unknown")))
+        self.propose_alone(request, "the script's writes").await
     }
 }
 

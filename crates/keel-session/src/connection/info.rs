@@ -78,6 +78,8 @@ pub struct NodeReport {
     /// How many of them have a deadline.
     pub expires: u64,
     pub connected_clients: u64,
+    /// Clients waiting in a blocking pop (BLPOP, ...).
+    pub blocked_clients: u64,
     /// `maxclients` (0: not reported).
     pub maxclients: u64,
     /// Bytes of all client connections' input buffers (`client-query-buffer-total-bytes`
@@ -160,6 +162,7 @@ pub(crate) fn render(status: &NodeReport, requested: &[Bytes]) -> String {
             "clients" => {
                 out.push_str("# Clients\r\n");
                 line(&mut out, "connected_clients", status.connected_clients);
+                line(&mut out, "blocked_clients", status.blocked_clients);
                 if status.maxclients > 0 {
                     line(&mut out, "maxclients", status.maxclients);
                     line(

@@ -208,6 +208,17 @@ fn summary(name: &str) -> &'static str {
         "linsert" => "Inserts an element before or after another in a list.",
         "rpoplpush" => "Moves the tail of a list to the head of another.",
         "lmove" => "Moves an element from one end of a list to an end of another.",
+        "blpop" | "brpop" => {
+            "Removes and returns the first (last) element of the first non-empty list, or blocks."
+        }
+        "brpoplpush" | "blmove" => "Moves an element between lists, or blocks until there is one.",
+        "lmpop" => "Removes and returns elements from the first non-empty list.",
+        "blmpop" => "Removes and returns elements from the first non-empty list, or blocks.",
+        "bzpopmin" | "bzpopmax" => {
+            "Removes and returns the member of least or greatest score of a sorted set, or blocks."
+        }
+        "zmpop" => "Removes and returns members from the first non-empty sorted set.",
+        "bzmpop" => "Removes and returns members from the first non-empty sorted set, or blocks.",
         "llen" => "Returns the length of a list.",
         "lrange" => "Returns a range of a list.",
         "lindex" => "Returns the element at an index of a list.",
@@ -364,6 +375,7 @@ fn summary(name: &str) -> &'static str {
         "watch" => "Watches keys: EXEC aborts (null) if one changed since (decided in the log).",
         "unwatch" => "Forgets the watched keys.",
         "raft.watchpoint" => "The applied index and log time of a linearizable read (for WATCH).",
+        "raft.blocked" => "A blocked client's attempt to pop: takes nothing past its deadline.",
         "raft.watched" => {
             "Inside MULTI: keys a follower's client watched, with their watch points."
         }

@@ -68,9 +68,10 @@ pub use config::{ConfigValues, SharedConfig};
 pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeReport};
 pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
 
+use keel_redis::command::blocking::BlockingPop;
 use keel_redis::command::{
-    AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
-    ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
+    AdminCommand, ClientCommand, CollectionWrite, Command, CommandError, HelloArgs, LocalCommand,
+    QueuedCommand, ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
 use keel_redis::REDIS_COMPAT_VERSION;
@@ -113,6 +114,20 @@ pub enum Dispatch {
     Exec(Transaction),
     /// EVAL and its family, SCRIPT: for the node's script runner (`keel_redis::script`).
     Script(keel_redis::command::ScriptCommand),
+    /// A blocking pop outside MULTI (BLPOP, BLMOVE, BZPOPMIN, ...): the client waits on this
+    /// node until a key serves it or its timeout passes (`keel_redis::command::blocking`).
+    Block(BlockingPop),
+}
+
+/// The blocking pop `command` is, if it is one.
+fn blocking_pop(command: &WriteCommand) -> Option<&BlockingPop> {
+    match command {
+        WriteCommand::Collection(typed) => match &typed.op {
+            CollectionWrite::BlockingPop(pop) => Some(pop),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The commands queued between MULTI and EXEC.
@@ -485,7 +500,10 @@ impl ClientConnection {
                 }
                 TransactionCommand::Watched(_) => CommandError::WatchedWithoutMulti.to_reply(),
             }),
-            Ok(Command::Write(command)) => Dispatch::Write(command),
+            Ok(Command::Write(command)) => match blocking_pop(&command) {
+                Some(pop) if pop.blocks() => Dispatch::Block(pop.clone()),
+                _ => Dispatch::Write(command),
+            },
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),

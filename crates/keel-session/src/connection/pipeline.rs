@@ -122,6 +122,9 @@ pub enum Admission {
     /// A script command (everything before it is answered): run it (`keel_redis::script`) and send
     /// its reply.
     Script(keel_redis::command::ScriptCommand, Vec<Bytes>),
+    /// A blocking pop, run by the connection once everything before it is answered; the
+    /// request's arguments with it.
+    Block(keel_redis::command::blocking::BlockingPop, Vec<Bytes>),
 }
 
 /// The handle of a proposal or a read, whose outcome the shell awaits.
@@ -227,6 +230,7 @@ pub fn needs_node_status(args: &[Bytes]) -> bool {
 pub fn may_grow_memory(dispatch: &Dispatch) -> bool {
     match dispatch {
         Dispatch::Write(command) => command.may_grow_memory(),
+        Dispatch::Block(pop) => pop.may_grow_memory(),
         Dispatch::Exec(transaction) => transaction
             .commands
             .iter()
@@ -410,9 +414,10 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Reply(_) => false,
             Dispatch::Write(_) | Dispatch::Exec(_) => self.run == Some(RunKind::Read),
             Dispatch::Read(_) => self.run == Some(RunKind::Write),
-            Dispatch::ReplyAndClose(_) | Dispatch::Admin(_) | Dispatch::Script(_) => {
-                !self.slots.is_empty()
-            }
+            Dispatch::ReplyAndClose(_)
+            | Dispatch::Admin(_)
+            | Dispatch::Script(_)
+            | Dispatch::Block(_) => !self.slots.is_empty(),
         };
         // A request behind a WATCH waits for the watch point: a read started beside it could be
         // served from an older state than the point (on a follower the leader reads the point,
@@ -445,6 +450,7 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::ReplyAndClose(reply) => return Admission::Close(reply),
             Dispatch::Admin(command) => return Admission::Admin(command, args),
             Dispatch::Script(command) => return Admission::Script(command, args),
+            Dispatch::Block(pop) => return Admission::Block(pop, args),
             Dispatch::Write(command) => self.push_write(
                 LoggedCommand::Write(command),
                 WriteRequest::Write(args),

@@ -246,7 +246,7 @@ fn decimal(n: u64) -> Bytes {
 /// A register's value as the clients write them (decimal); `Err` for anything else.
 fn register_value(key: Key, reply: &Reply) -> Result<Option<Value>, String> {
     match reply {
-        Reply::Null => Ok(None),
+        Reply::Null | Reply::NullArray => Ok(None),
         Reply::Bulk(bytes) => std::str::from_utf8(bytes)
             .ok()
             .and_then(|text| text.parse().ok())

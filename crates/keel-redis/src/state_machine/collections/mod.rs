@@ -47,6 +47,7 @@ macro_rules! collection_impl {
     };
 }
 
+mod blocking_pops;
 mod encoding;
 mod hash_commands;
 mod list_commands;
@@ -73,6 +74,7 @@ use super::execute::WriteAnswer;
 use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Stored, Value};
 use super::{KvStateMachine, WriteError, WriteReply};
+use crate::command::blocking::PopShape;
 use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
 use crate::kind::Kind;
 use keel_resp::Reply;
@@ -91,6 +93,11 @@ collection_impl!(List, List);
 collection_impl!(Hash, Hash);
 collection_impl!(Set, Set);
 collection_impl!(ZSet, ZSet);
+
+/// Whether a client may wait for a `C` to fill (a list or a sorted set: the blocking pops').
+fn fills_waiters<C: Collection>() -> bool {
+    matches!(C::KIND, Kind::List | Kind::ZSet)
+}
 
 /// The key's share of the digest for a collection.
 pub(crate) fn pair_hash_of<C: Collection>(key: &[u8], collection: &C) -> u64 {
@@ -145,6 +152,9 @@ impl KvStateMachine {
             let mut fresh = C::default();
             let result = f(&mut fresh);
             if fresh.len() > 0 {
+                if fills_waiters::<C>() {
+                    self.note_filled(key);
+                }
                 let hash = pair_hash_of(key, &fresh);
                 self.digest ^= hash;
                 self.tombstones.forget(key);
@@ -171,6 +181,8 @@ impl KvStateMachine {
         if new_len == 0 {
             self.remove_stored(key);
             self.tombstones.record(key, index);
+        } else if new_bytes > old_bytes && fills_waiters::<C>() {
+            self.note_filled(key);
         }
         Ok(Some(result))
     }
@@ -194,9 +206,18 @@ impl KvStateMachine {
     /// Stores `value` (a whole collection, non-empty) under `key`, replacing whatever was
     /// there, with deadline `expire_at_ms` (0: none): the STORE commands, COPY and RENAME.
     pub(crate) fn put_value(&mut self, key: &[u8], value: Value, expire_at_ms: u64) {
-        if let Value::Str(bytes) = &value {
-            let bytes = Arc::clone(bytes);
-            return self.put(key, &bytes, expire_at_ms);
+        let collection = match &value {
+            Value::Str(bytes) => {
+                let bytes = Arc::clone(bytes);
+                return self.put(key, &bytes, expire_at_ms);
+            }
+            Value::Collection(collection) => collection,
+        };
+        if matches!(
+            **collection,
+            CollectionValue::List(_) | CollectionValue::ZSet(_)
+        ) {
+            self.note_filled(key);
         }
         if self.data.get(key).is_some() {
             self.remove_stored(key);
@@ -273,6 +294,7 @@ impl KvStateMachine {
             W::SPop { key, count } => self.spop(key, *count),
             W::ZSet(write) => self.execute_zset(write),
             W::SortStore { args, destination } => self.sort_store(args, destination),
+            W::BlockingPop(pop) => self.blocking_pop(pop),
         }
     }
 
@@ -362,6 +384,10 @@ fn command_too_large(command: &CollectionWrite) -> Option<WriteError> {
             large(key) || pairs.iter().any(|(_, m)| large(m))
         }
         W::ZSet(ZSetWrite::IncrBy { key, member, .. }) => large(key) || large(member),
+        W::BlockingPop(pop) => match &pop.shape {
+            PopShape::MoveTo { destination, .. } => large(destination),
+            _ => false,
+        },
         W::Pop { .. }
         | W::LRem { .. }
         | W::LTrim { .. }

@@ -649,6 +649,7 @@ proptest! {
     }
 }
 
+mod blocking_pops;
 mod collections;
 mod exec;
 mod expiry;

@@ -1,0 +1,217 @@
+//! Blocking pops in a three-node cluster of `keel serve` processes: a client blocked on any node
+//! is woken by a push through any other, elements go to exactly one client each, clients of one
+//! node are served in the order they blocked, timeouts are the client's own, a client that left
+//! takes nothing, BLMOVE keeps what it takes, and inside MULTI nothing blocks.
+
+mod process;
+
+use std::collections::BTreeSet;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use process::{Cluster, Node};
+use redis::Value;
+
+/// A client's BLPOP (or any blocking command) on its own thread: its reply and how long it took.
+fn blocked(node: &Node, args: &[&str]) -> thread::JoinHandle<(Value, Duration)> {
+    // No read timeout: it waits as long as the command does.
+    let mut con = node.client().get_connection().expect("connect");
+    let mut command = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    thread::spawn(move || {
+        let started = Instant::now();
+        let reply: Value = command.query(&mut con).expect("blocking command");
+        (reply, started.elapsed())
+    })
+}
+
+/// Waits until `node` reports `count` blocked clients (INFO clients' `blocked_clients`).
+fn wait_blocked(node: &Node, count: u64) {
+    process::eventually(&format!("{count} blocked clients"), || {
+        let info: String = process::query(node, redis::cmd("INFO").arg("clients"));
+        (info.contains(&format!("blocked_clients:{count}\r\n"))).then_some(())
+    });
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    match value {
+        Value::Array(items) => items.iter().flat_map(strings).collect(),
+        Value::BulkString(bytes) => vec![String::from_utf8_lossy(bytes).into_owned()],
+        other => panic!("not a string or array: {other:?}"),
+    }
+}
+
+#[test]
+fn blocked_clients_on_every_node_are_served_by_pushes_through_any_node() {
+    let cluster = Cluster::new("blocking", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+
+    // One waiter per node, woken by a push through another node.
+    for (id, pusher) in [
+        (leader, followers[0]),
+        (followers[0], leader),
+        (followers[1], followers[0]),
+    ] {
+        let key = format!("q{id}");
+        let waiter = blocked(cluster.node(id), &["BLPOP", "none", &key, "30"]);
+        wait_blocked(cluster.node(id), 1);
+        let _: i64 = process::query(
+            cluster.node(pusher),
+            redis::cmd("RPUSH").arg(&key).arg("job"),
+        );
+        let (reply, took) = waiter.join().unwrap();
+        assert_eq!(strings(&reply), [key.clone(), "job".into()], "node {id}");
+        assert!(took < Duration::from_secs(20), "node {id} took {took:?}");
+        let left: i64 = process::query(cluster.node(id), redis::cmd("LLEN").arg(&key));
+        assert_eq!(left, 0);
+    }
+
+    // Six waiters, two per node; one push of six elements: each element to exactly one client.
+    let waiters: Vec<_> = [1, 2, 3, 1, 2, 3]
+        .into_iter()
+        .map(|id| blocked(cluster.node(id), &["BRPOP", "jobs", "30"]))
+        .collect();
+    for id in [1, 2, 3] {
+        wait_blocked(cluster.node(id), 2);
+    }
+    let _: i64 = process::query(
+        cluster.node(leader),
+        redis::cmd("LPUSH")
+            .arg("jobs")
+            .arg(&["1", "2", "3", "4", "5", "6"]),
+    );
+    let mut taken = BTreeSet::new();
+    for waiter in waiters {
+        let (reply, _) = waiter.join().unwrap();
+        let reply = strings(&reply);
+        assert_eq!(reply[0], "jobs");
+        assert!(
+            taken.insert(reply[1].clone()),
+            "{} delivered twice",
+            reply[1]
+        );
+    }
+    assert_eq!(taken.len(), 6);
+    let left: i64 = process::query(cluster.node(leader), redis::cmd("LLEN").arg("jobs"));
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn one_node_serves_its_clients_in_the_order_they_blocked() {
+    let cluster = Cluster::new("blocking-order", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let node = cluster.node(follower);
+    let first = blocked(node, &["BLPOP", "fifo", "30"]);
+    wait_blocked(node, 1);
+    let second = blocked(node, &["BLPOP", "fifo", "30"]);
+    wait_blocked(node, 2);
+    let _: i64 = process::query(
+        cluster.node(leader),
+        redis::cmd("RPUSH").arg("fifo").arg("a"),
+    );
+    let (reply, _) = first.join().unwrap();
+    assert_eq!(strings(&reply), ["fifo", "a"]);
+    wait_blocked(node, 1);
+    let _: i64 = process::query(
+        cluster.node(leader),
+        redis::cmd("RPUSH").arg("fifo").arg("b"),
+    );
+    let (reply, _) = second.join().unwrap();
+    assert_eq!(strings(&reply), ["fifo", "b"]);
+}
+
+#[test]
+fn timeouts_leaving_clients_moves_and_transactions_behave_as_redis() {
+    let cluster = Cluster::new("blocking-edges", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let node = cluster.node(follower);
+
+    // The client's own timeout: null after it, not before.
+    let (reply, took) = blocked(node, &["BZPOPMIN", "nothing", "0.5"])
+        .join()
+        .unwrap();
+    assert_eq!(reply, Value::Nil);
+    assert!(
+        took >= Duration::from_millis(500),
+        "timed out after {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "timed out after {took:?}");
+
+    // A client that left takes nothing of what comes after it left.
+    {
+        use std::io::Write;
+        let mut raw = std::net::TcpStream::connect(node.client_addr()).unwrap();
+        raw.write_all(b"*3\r\n$5\r\nBLPOP\r\n$4\r\nleft\r\n$1\r\n0\r\n")
+            .unwrap();
+        wait_blocked(node, 1);
+    }
+    wait_blocked(node, 0);
+    let _: i64 = process::query(
+        cluster.node(leader),
+        redis::cmd("RPUSH").arg("left").arg("x"),
+    );
+    thread::sleep(Duration::from_millis(500));
+    let left: i64 = process::query(node, redis::cmd("LLEN").arg("left"));
+    assert_eq!(left, 1, "a client that left took an element");
+
+    // BLMOVE: the reliable queue keeps the element in its destination.
+    let mover = blocked(node, &["BLMOVE", "src", "dst", "RIGHT", "LEFT", "30"]);
+    wait_blocked(node, 1);
+    let _: i64 = process::query(
+        cluster.node(leader),
+        redis::cmd("RPUSH").arg("src").arg("m"),
+    );
+    let (reply, _) = mover.join().unwrap();
+    assert_eq!(strings(&reply), ["m"]);
+    let dst: Vec<String> = process::query(node, redis::cmd("LRANGE").arg("dst").arg(0).arg(-1));
+    assert_eq!(dst, ["m"]);
+
+    inside_multi_nothing_blocks_and_errors_are_redis(node);
+}
+
+/// Inside MULTI nothing blocks: null for an empty key, the element for a full one; errors in
+/// Redis's words.
+fn inside_multi_nothing_blocks_and_errors_are_redis(node: &Node) {
+    let mut con = node.connect().unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    let _: String = redis::cmd("BLPOP")
+        .arg("empty")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    let _: String = redis::cmd("RPUSH")
+        .arg("full")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let _: String = redis::cmd("BLPOP")
+        .arg("full")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    let exec: Value = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(
+        exec,
+        Value::Array(vec![
+            Value::Nil,
+            Value::Int(1),
+            Value::Array(vec![
+                Value::BulkString(b"full".to_vec()),
+                Value::BulkString(b"x".to_vec())
+            ]),
+        ])
+    );
+
+    // Errors in Redis's words.
+    let error = redis::cmd("BLPOP")
+        .arg("k")
+        .arg("-1")
+        .query::<Value>(&mut con)
+        .unwrap_err();
+    assert!(error.to_string().contains("timeout is negative"), "{error}");
+}
