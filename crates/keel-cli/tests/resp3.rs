@@ -6,8 +6,6 @@
 mod process;
 
 use std::io::Write;
-use std::net::TcpStream;
-use std::time::Duration;
 
 use bytes::BytesMut;
 use keel_resp::encode_request;

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use mlua::{Lua, Table, Value};
 
-use super::{format_g, function, output_room, plain, Args, Fail, LibResult, Out, DEPTH_MAX};
+use super::{format_g, function, plain, Args, Fail, LibResult, Out, Output, DEPTH_MAX};
 
 /// CJSON's settings, shared by the functions of one module table.
 #[derive(Clone, Debug)]
@@ -73,8 +73,8 @@ pub fn library(lua: &Lua, memory_bytes_max: usize) -> mlua::Result<Table> {
         if args.len() != 1 {
             return Err(Fail::Arg(1, "expected 1 argument".into()));
         }
-        let room = output_room(lua, memory_bytes_max);
-        let text = Encoder::new(config(&c), room).encode(&args.get(1)?)?;
+        let out = Output::new(lua, memory_bytes_max, "Cannot serialise");
+        let text = Encoder::new(config(&c), out).encode(&args.get(1)?)?;
         Ok(Out::One(Value::String(lua.create_string(text)?)))
     };
     table.raw_set("encode", function(lua, "encode", encode)?)?;
@@ -161,6 +161,11 @@ fn settings(lua: &Lua, table: &Table, shared: &Shared) -> mlua::Result<()> {
         "encode_invalid_numbers",
         function(lua, "encode_invalid_numbers", invalid)?,
     )?;
+    sparse_setting(lua, table, shared)
+}
+
+/// `encode_sparse_array([convert [, ratio [, safe]]])`: three settings, three answers.
+fn sparse_setting(lua: &Lua, table: &Table, shared: &Shared) -> mlua::Result<()> {
     let c = shared.clone();
     let sparse = move |lua: &Lua, args: &Args| {
         arity(args, 3)?;
@@ -241,11 +246,10 @@ fn enum_option(
     })
 }
 
-/// Writes one value as JSON, within `room` bytes.
+/// Writes one value as JSON, within its output's bound.
 struct Encoder {
     config: Config,
-    out: Vec<u8>,
-    room: usize,
+    out: Output,
     /// A failure inside a table walk, which can only stop by an mlua error.
     failed: Option<Fail>,
 }
@@ -254,29 +258,21 @@ struct Encoder {
 const STOP: &str = "cjson: stopped";
 
 impl Encoder {
-    fn new(config: Config, room: usize) -> Self {
+    fn new(config: Config, out: Output) -> Self {
         Encoder {
             config,
-            out: Vec::new(),
-            room,
+            out,
             failed: None,
         }
     }
 
     fn encode(mut self, value: &Value) -> LibResult<Vec<u8>> {
         self.value(value, 0)?;
-        Ok(self.out)
+        Ok(self.out.bytes)
     }
 
     fn push(&mut self, bytes: &[u8]) -> LibResult<()> {
-        if self.out.len() + bytes.len() > self.room {
-            return plain(format!(
-                "Cannot serialise: the encoding exceeds the {} bytes the script's memory has left",
-                self.room
-            ));
-        }
-        self.out.extend_from_slice(bytes);
-        Ok(())
+        self.out.push(bytes)
     }
 
     fn value(&mut self, value: &Value, depth: usize) -> LibResult<()> {

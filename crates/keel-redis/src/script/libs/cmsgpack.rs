@@ -18,7 +18,7 @@
 
 use mlua::{Lua, Table, Value};
 
-use super::{function, output_room, plain, Args, Fail, LibResult, Out, DEPTH_MAX};
+use super::{function, plain, Args, Fail, LibResult, Out, Output, DEPTH_MAX};
 
 /// lua-cmsgpack's nesting limit when encoding: a deeper table is written as nil.
 const ENCODE_NESTING_MAX: usize = 16;
@@ -27,17 +27,18 @@ const ENCODE_NESTING_MAX: usize = 16;
 pub fn library(lua: &Lua, memory_bytes_max: usize) -> mlua::Result<Table> {
     let table = lua.create_table()?;
     let pack = move |lua: &Lua, args: &Args| {
-        if args.len() == 0 {
+        if args.is_empty() {
             return Err(Fail::Arg(0, "MessagePack pack needs input.".into()));
         }
         let mut encoder = Encoder {
-            out: Vec::new(),
-            room: output_room(lua, memory_bytes_max),
+            out: Output::new(lua, memory_bytes_max, "MessagePack pack"),
         };
         for i in 1..=args.len() {
             encoder.value(&args.get(i)?, 0)?;
         }
-        Ok(Out::One(Value::String(lua.create_string(encoder.out)?)))
+        Ok(Out::One(Value::String(
+            lua.create_string(encoder.out.bytes)?,
+        )))
     };
     table.raw_set("pack", function(lua, "pack", pack)?)?;
     let unpack = |lua: &Lua, args: &Args| {
@@ -66,20 +67,12 @@ pub fn library(lua: &Lua, memory_bytes_max: usize) -> mlua::Result<Table> {
 }
 
 struct Encoder {
-    out: Vec<u8>,
-    room: usize,
+    out: Output,
 }
 
 impl Encoder {
     fn push(&mut self, bytes: &[u8]) -> LibResult<()> {
-        if self.out.len() + bytes.len() > self.room {
-            return plain(format!(
-                "MessagePack pack: the encoding exceeds the {} bytes the script's memory has left",
-                self.room
-            ));
-        }
-        self.out.extend_from_slice(bytes);
-        Ok(())
+        self.out.push(bytes)
     }
 
     /// A header: `fix` (the small form's first byte, when `n` fits `fix_max`), else the 16-

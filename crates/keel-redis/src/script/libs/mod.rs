@@ -83,6 +83,10 @@ impl Args {
         self.count
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// Argument `i` (1-based), nil past the last.
     pub fn get(&self, i: usize) -> LibResult<Value> {
         match i <= self.count {
@@ -149,7 +153,9 @@ pub fn type_name(value: &Value) -> &'static str {
 /// A double cast to a 64-bit integer as C does on x86-64 where C leaves it undefined (NaN and
 /// out of range become `i64::MIN`), as Lua 5.1's `lua_tointeger` does there.
 pub fn cast_integer(n: f64) -> i64 {
-    if n.is_nan() || n >= 9.223_372_036_854_775_807e18 || n < -9.223_372_036_854_775_808e18 {
+    // 2^63, exactly.
+    let limit = i64::MAX as f64;
+    if n.is_nan() || !(-limit..limit).contains(&n) {
         return i64::MIN;
     }
     n as i64
@@ -158,6 +164,36 @@ pub fn cast_integer(n: f64) -> i64 {
 /// The bytes an output may still take: what the script's Lua heap has left.
 pub fn output_room(lua: &Lua, memory_bytes_max: usize) -> usize {
     memory_bytes_max.saturating_sub(lua.used_memory())
+}
+
+/// An encoding being built, within what the script's heap has left when it started (it could
+/// not become a Lua string otherwise).
+pub struct Output {
+    pub bytes: Vec<u8>,
+    room: usize,
+    /// Who fails, in the error: `Cannot serialise`, `MessagePack pack`.
+    who: &'static str,
+}
+
+impl Output {
+    pub fn new(lua: &Lua, memory_bytes_max: usize, who: &'static str) -> Self {
+        Output {
+            bytes: Vec::new(),
+            room: output_room(lua, memory_bytes_max),
+            who,
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> LibResult<()> {
+        if self.bytes.len() + bytes.len() > self.room {
+            return plain(format!(
+                "{}: the encoding exceeds the {} bytes the script's memory has left",
+                self.who, self.room
+            ));
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// A Rust library function as a script calls it: a C function (so a caller's `return f(x)`

@@ -143,6 +143,16 @@ fn integer_bytes(value: u64, size: usize, little: bool) -> Vec<u8> {
     bytes
 }
 
+/// A float (`single`) or a double in the format's order.
+fn float_bytes(n: f64, single: bool, little: bool) -> Vec<u8> {
+    match (single, little) {
+        (true, true) => (n as f32).to_le_bytes().to_vec(),
+        (true, false) => (n as f32).to_be_bytes().to_vec(),
+        (false, true) => n.to_le_bytes().to_vec(),
+        (false, false) => n.to_be_bytes().to_vec(),
+    }
+}
+
 /// Argument `i` of `pack` as a number. The C library pushes a nil after its arguments, so the
 /// first one missing reads as nil there, not "no value".
 fn pack_number(lua: &Lua, args: &Args, i: usize) -> LibResult<f64> {
@@ -184,25 +194,10 @@ fn pack(lua: &Lua, args: &Args, room: usize) -> LibResult<Vec<u8>> {
                 out.extend(integer_bytes(value, size, format.little));
             }
             b'x' => out.push(0),
-            b'f' => {
-                let n = pack_number(lua, args, arg)? as f32;
-                arg += 1;
-                let bytes = if format.little {
-                    n.to_le_bytes()
-                } else {
-                    n.to_be_bytes()
-                };
-                out.extend_from_slice(&bytes);
-            }
-            b'd' => {
+            b'f' | b'd' => {
                 let n = pack_number(lua, args, arg)?;
                 arg += 1;
-                let bytes = if format.little {
-                    n.to_le_bytes()
-                } else {
-                    n.to_be_bytes()
-                };
-                out.extend_from_slice(&bytes);
+                out.extend(float_bytes(n, option == b'f', format.little));
             }
             b'c' | b's' => {
                 let text = pack_bytes(lua, args, arg)?;
@@ -251,6 +246,18 @@ fn read_integer(bytes: &[u8], little: bool, signed: bool) -> f64 {
     value as i64 as f64
 }
 
+/// A float (4 bytes) or a double (8) in the format's order, as a number.
+fn read_float(bytes: &[u8], little: bool) -> f64 {
+    let mut ordered = bytes.to_vec();
+    if !little {
+        ordered.reverse();
+    }
+    match <[u8; 4]>::try_from(&ordered[..]) {
+        Ok(four) => f64::from(f32::from_le_bytes(four)),
+        Err(_) => f64::from_le_bytes(ordered.try_into().unwrap_or_default()),
+    }
+}
+
 fn unpack(lua: &Lua, args: &Args) -> LibResult<Out> {
     let mut format = Format::new(args.bytes(lua, 1)?);
     let data = args.bytes(lua, 2)?;
@@ -275,24 +282,7 @@ fn unpack(lua: &Lua, args: &Args) -> LibResult<Out> {
                 Value::Number(read_integer(&data[pos..pos + size], format.little, signed))
             }
             b'x' => Value::Nil,
-            b'f' => {
-                let bytes: [u8; 4] = data[pos..pos + 4].try_into().unwrap_or_default();
-                let f = if format.little {
-                    f32::from_le_bytes(bytes)
-                } else {
-                    f32::from_be_bytes(bytes)
-                };
-                Value::Number(f64::from(f))
-            }
-            b'd' => {
-                let bytes: [u8; 8] = data[pos..pos + 8].try_into().unwrap_or_default();
-                let d = if format.little {
-                    f64::from_le_bytes(bytes)
-                } else {
-                    f64::from_be_bytes(bytes)
-                };
-                Value::Number(d)
-            }
+            b'f' | b'd' => Value::Number(read_float(&data[pos..pos + size], format.little)),
             b'c' => {
                 if size == 0 {
                     let previous = match n {

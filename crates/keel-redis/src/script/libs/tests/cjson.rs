@@ -172,14 +172,7 @@ fn cjson_encoding_errors_are_redis_s() {
         ),
         ("1, 2", "bad argument #1 to 'encode' (expected 1 argument)"),
     ];
-    for (value, message) in errors {
-        let body = format!("return cjson.encode({value})");
-        assert_eq!(
-            error(&body),
-            format!("ERR user_script:1: {message}"),
-            "{body}"
-        );
-    }
+    raises(&errors, "cjson.encode({})");
     assert_eq!(
         caught("cjson.encode"),
         bulk(b"bad argument #1 to '?' (expected 1 argument)"),
@@ -223,65 +216,60 @@ fn cjson_decodes_as_redis() {
     }
 }
 
+/// What `cjson.decode(text)` raises, as Redis words it.
+const DECODING_ERRORS: &[(&str, &str)] = &[
+    ("x", "Expected value but found invalid token at character 1"),
+    (
+        "[1,2",
+        "Expected comma or array end but found T_END at character 5",
+    ),
+    (
+        "[1 2]",
+        "Expected comma or array end but found T_NUMBER at character 4",
+    ),
+    (
+        r#"{"a" 1}"#,
+        "Expected colon but found T_NUMBER at character 6",
+    ),
+    (
+        "{1:1}",
+        "Expected object key string but found T_NUMBER at character 2",
+    ),
+    (
+        r#""abc"#,
+        "Expected value but found unexpected end of string at character 5",
+    ),
+    (
+        r#""\\q""#,
+        "Expected value but found invalid escape code at character 2",
+    ),
+    (
+        r#""\\ud800""#,
+        "Expected value but found invalid unicode escape code at character 2",
+    ),
+    (
+        "[1] x",
+        "Expected the end but found invalid token at character 5",
+    ),
+    ("", "Expected value but found T_END at character 1"),
+    ("\\0a", "JSON parser does not support UTF-16 or UTF-32"),
+    (
+        "1.5e",
+        "Expected the end but found invalid token at character 4",
+    ),
+    (
+        ".5",
+        "Expected value but found invalid token at character 1",
+    ),
+    (
+        "tru",
+        "Expected value but found invalid token at character 1",
+    ),
+];
+
 #[test]
 fn cjson_decoding_errors_are_redis_s() {
-    let errors = [
-        ("x", "Expected value but found invalid token at character 1"),
-        (
-            "[1,2",
-            "Expected comma or array end but found T_END at character 5",
-        ),
-        (
-            "[1 2]",
-            "Expected comma or array end but found T_NUMBER at character 4",
-        ),
-        (
-            r#"{"a" 1}"#,
-            "Expected colon but found T_NUMBER at character 6",
-        ),
-        (
-            "{1:1}",
-            "Expected object key string but found T_NUMBER at character 2",
-        ),
-        (
-            r#""abc"#,
-            "Expected value but found unexpected end of string at character 5",
-        ),
-        (
-            r#""\\q""#,
-            "Expected value but found invalid escape code at character 2",
-        ),
-        (
-            r#""\\ud800""#,
-            "Expected value but found invalid unicode escape code at character 2",
-        ),
-        (
-            "[1] x",
-            "Expected the end but found invalid token at character 5",
-        ),
-        ("", "Expected value but found T_END at character 1"),
-        ("\\0a", "JSON parser does not support UTF-16 or UTF-32"),
-        (
-            "1.5e",
-            "Expected the end but found invalid token at character 4",
-        ),
-        (
-            ".5",
-            "Expected value but found invalid token at character 1",
-        ),
-        (
-            "tru",
-            "Expected value but found invalid token at character 1",
-        ),
-    ];
-    for (text, message) in errors {
-        let body = format!("return cjson.decode('{text}')");
-        assert_eq!(
-            error(&body),
-            format!("ERR user_script:1: {message}"),
-            "{body}"
-        );
-    }
+    raises(DECODING_ERRORS, "cjson.decode('{}')");
     assert_eq!(
         error("return cjson.decode({})"),
         "ERR user_script:1: bad argument #1 to 'decode' (string expected, got table)"

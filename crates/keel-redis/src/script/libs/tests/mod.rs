@@ -66,3 +66,16 @@ fn error(body: &str) -> String {
 fn caught(call: &str) -> Reply {
     eval(&format!("return select(2, pcall({call}))"))
 }
+
+/// Each `(argument, message)`: `return <call>`, `{}` in `call` standing for the argument, ends
+/// the script with `ERR user_script:1: <message>`, as Redis words it.
+fn raises(cases: &[(&str, &str)], call: &str) {
+    for (argument, message) in cases {
+        let body = format!("return {}", call.replace("{}", argument));
+        assert_eq!(
+            error(&body),
+            format!("ERR user_script:1: {message}"),
+            "{body}"
+        );
+    }
+}
