@@ -287,6 +287,17 @@ const LIBRARY_SCRIPTS: &[&str] = &[
     "return struct.pack('i')",
     "return {struct.unpack('c2', 'abc', 3)}",
     "return struct.size('s')",
+    "return {set={a=true, b=true, c=true}}",
+    "return {map={a=1, b={set={x=true, [2]=true}}}, set={ignored=true}}",
+];
+
+/// What scripts answer a RESP3 client: maps, sets and doubles, as Redis 7.0 gives them.
+const RESP3_SCRIPTS: &[&str] = &[
+    "return {map={a=1, b='two', c={1, 2}}}",
+    "return {set={a=true, b=true, c=true, [1]=true}}",
+    "return {double=3.5}",
+    "return {1, {set={x=true}}, {map={k={double=0.1}}}}",
+    "redis.setresp(3) return {map={n=cjson.decode('[1,2]')}}",
 ];
 
 /// Sends `args` on each connection and checks the replies are the same bytes.
@@ -312,6 +323,13 @@ fn library_scripts_answer_as_redis_server() {
         same_reply(&mut expected, &mut got, &["EVAL", script, "0"], script);
         // Redis keeps cjson's settings until its Lua state is reset; keel's last one script.
         same_reply(&mut expected, &mut got, &["SCRIPT", "FLUSH"], script);
+    }
+    for raw in [&mut expected, &mut got] {
+        raw.send(&["HELLO", "3"]);
+        raw.read_one("HELLO 3");
+    }
+    for script in RESP3_SCRIPTS {
+        same_reply(&mut expected, &mut got, &["EVAL", script, "0"], script);
     }
 }
 

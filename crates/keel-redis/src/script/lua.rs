@@ -448,7 +448,7 @@ impl ToReply {
         })
     }
 
-    /// A table: an error, a status, a RESP3 `double` or `map`, or else an array up to its first
+    /// A table: an error, a status, a RESP3 `double`, `map` or `set`, or else an array up to its first
     /// `nil`. Only raw reads, so no metamethod of the script's runs.
     fn table(&mut self, table: &Table, depth: usize) -> Result<Reply, ToReplyError> {
         if depth >= REPLY_DEPTH_MAX {
@@ -485,6 +485,15 @@ impl ToReply {
                 ));
             }
             return Ok(Reply::Map(pairs));
+        }
+        // `{set = {member = true, ...}}`, its members in `next` order as Redis walks them.
+        if let Value::Table(set) = table.raw_get::<Value>("set")? {
+            let mut members = Vec::new();
+            for pair in set.pairs::<Value, Value>() {
+                let (member, _) = pair?;
+                members.push(self.convert(&member, depth + 1)?);
+            }
+            return Ok(Reply::Set(members));
         }
         let mut items = Vec::new();
         for i in 1.. {
