@@ -289,15 +289,20 @@ const LIBRARY_SCRIPTS: &[&str] = &[
     "return struct.size('s')",
     "return {set={a=true, b=true, c=true}}",
     "return {map={a=1, b={set={x=true, [2]=true}}}, set={ignored=true}}",
+    "return {true, false, 1}",
+    "redis.setresp(3) return {true, false, 1}",
 ];
 
-/// What scripts answer a RESP3 client: maps, sets and doubles, as Redis 7.0 gives them.
+/// What scripts answer a RESP3 client: maps, sets, doubles and booleans, as Redis 7.0 gives
+/// them.
 const RESP3_SCRIPTS: &[&str] = &[
     "return {map={a=1, b='two', c={1, 2}}}",
     "return {set={a=true, b=true, c=true, [1]=true}}",
     "return {double=3.5}",
     "return {1, {set={x=true}}, {map={k={double=0.1}}}}",
     "redis.setresp(3) return {map={n=cjson.decode('[1,2]')}}",
+    "redis.setresp(3) return {true, false, {map={t=true}}}",
+    "return {true, false}",
 ];
 
 /// Sends `args` on each connection and checks the replies are the same bytes.

@@ -356,6 +356,9 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             field_table_of(lua, "verbatim_string", Value::Table(verbatim))?
         }
         Reply::Null if resp == 2 => Value::Boolean(false),
+        // RESP2 carries booleans as integers.
+        Reply::Boolean(b) if resp == 2 => Value::Number(f64::from(u8::from(*b))),
+        Reply::Boolean(b) => Value::Boolean(*b),
         Reply::Null => Value::Nil,
         Reply::Simple(text) => field_table(lua, "ok", text.as_bytes())?,
         Reply::Error(text) => {
@@ -437,10 +440,10 @@ impl ToReply {
         }
         self.charge(0)?;
         Ok(match value {
+            // A RESP3 script answers booleans (RESP3 `#t`/`#f`, RESP2 1/0); a RESP2 script 1
+            // for true and nil for false, as Redis does.
+            Value::Boolean(b) if self.resp == 3 => Reply::Boolean(*b),
             Value::Boolean(true) => Reply::Integer(1),
-            // A RESP3 script answers a boolean, which keel lacks: this is what a RESP2 client
-            // gets from Redis for it.
-            Value::Boolean(false) if self.resp == 3 => Reply::Integer(0),
             // Redis casts the double to `long long`; Rust's cast saturates.
             Value::Number(n) => Reply::Integer(*n as i64),
             Value::Integer(n) => Reply::Integer(*n),

@@ -32,6 +32,7 @@
 //! 8    count n, n x value    set
 //! 9    count n, n x (value, value)   pairs (WITHSCORES)
 //! 10   bytes text            verbatim string
+//! 11   u8 (0 or 1)           boolean
 //! ```
 //!
 //! Nothing may follow. Values nest at most [`VALUE_DEPTH_MAX`] deep. These bytes never reach
@@ -76,6 +77,7 @@ const VALUE_DOUBLE: u8 = 7;
 const VALUE_SET: u8 = 8;
 const VALUE_PAIRS: u8 = 9;
 const VALUE_VERBATIM: u8 = 10;
+const VALUE_BOOLEAN: u8 = 11;
 
 /// The outcome of one applied log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,7 +183,7 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
     OVERHEAD
         + match reply {
             Reply::Simple(text) | Reply::Error(text) => text.len(),
-            Reply::Integer(_) | Reply::Null => 0,
+            Reply::Integer(_) | Reply::Null | Reply::Boolean(_) => 0,
             Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
             Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
             Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
@@ -222,6 +224,10 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
             put_bytes(out, text);
         }
         Reply::Null => out.put_u8(VALUE_NULL),
+        Reply::Boolean(b) => {
+            out.put_u8(VALUE_BOOLEAN);
+            out.put_u8(u8::from(*b));
+        }
         Reply::Array(items) => put_items(out, VALUE_ARRAY, items),
         Reply::Set(items) => put_items(out, VALUE_SET, items),
         Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
@@ -263,6 +269,7 @@ fn read_value(r: &mut Reader, depth: usize) -> Option<Reply> {
         VALUE_DOUBLE => Reply::Double(r.bytes()?),
         VALUE_VERBATIM => Reply::Verbatim(r.bytes()?),
         VALUE_NULL => Reply::Null,
+        VALUE_BOOLEAN => Reply::Boolean(r.u8()? != 0),
         VALUE_ARRAY => Reply::Array(read_items(r, depth)?),
         VALUE_SET => Reply::Set(read_items(r, depth)?),
         VALUE_MAP => Reply::Map(read_pairs(r, depth)?),

@@ -607,8 +607,12 @@ fn setresp_3_gives_maps_as_maps() {
     assert_eq!(eval(script, &["h"], &[], &mut redis), flat);
     assert_eq!(eval0("return redis.call('hgetall', 'h')"), flat);
     let script = "redis.setresp(3) return redis.call('get', 'missing') == nil";
-    assert_eq!(eval0(script), Reply::Integer(1));
-    assert_eq!(eval0("redis.setresp(3) return false"), Reply::Integer(0));
+    assert_eq!(eval0(script), Reply::Boolean(true));
+    assert_eq!(
+        eval0("redis.setresp(3) return false"),
+        Reply::Boolean(false)
+    );
+    assert_eq!(eval0("return false"), Reply::Null, "RESP2: nil");
 }
 
 #[test]
