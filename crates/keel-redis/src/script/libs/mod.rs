@@ -23,9 +23,9 @@
 //! Redis's order, for the same reason.
 //!
 //! Bounds: nesting ([`DEPTH_MAX`], below mlua's reference slots and Lua's C stack), and output
-//! (an encoding larger than the script's heap has left fails at once, before it is built: a
-//! table referring to another many times would otherwise encode to exponentially many bytes
-//! outside the Lua heap's bound).
+//! ([`Output`]: an encoding fails as soon as it outgrows what the script's heap has left, since
+//! it could not become a Lua string anyway; a table referring to another many times would
+//! otherwise encode to exponentially many bytes outside the Lua heap's bound).
 
 pub mod bit;
 pub mod cjson;
@@ -41,7 +41,7 @@ use mlua::{Function, Lua, Table, Value};
 /// stack (8,000 in Lua 5.1).
 pub const DEPTH_MAX: usize = 1_000;
 
-/// A library function's failure: raised as a Lua error by the sandbox, or (`Lua`) an error of
+/// A library function's failure: raised as a Lua error by [`trampoline`], or (`Lua`) an error of
 /// Lua's own (memory exhausted) that propagates as it is.
 #[derive(Debug)]
 pub enum Fail {
