@@ -5,55 +5,11 @@
 
 mod process;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::Write;
 
 use bytes::BytesMut;
-use keel_resp::{encode_request, parse_reply, Limits};
-use process::{eventually, run_program, Cluster};
-
-/// One connection that sends requests and keeps each reply's raw bytes.
-struct Raw {
-    stream: TcpStream,
-    input: Vec<u8>,
-}
-
-impl Raw {
-    fn connect(port: u16) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(15)))
-            .expect("timeout");
-        Raw {
-            stream,
-            input: Vec::new(),
-        }
-    }
-
-    /// The reply to `line` (arguments split on spaces), as the bytes the server wrote.
-    fn request(&mut self, line: &str) -> String {
-        let args: Vec<&str> = line.split(' ').collect();
-        let mut out = BytesMut::new();
-        encode_request(&args, &mut out);
-        self.stream.write_all(&out).expect("write");
-        self.read_one(line)
-    }
-
-    fn read_one(&mut self, line: &str) -> String {
-        loop {
-            if let Some((_, used)) = parse_reply(&self.input, &Limits::default()).expect("RESP") {
-                let reply = String::from_utf8_lossy(&self.input[..used]).into_owned();
-                self.input.drain(..used);
-                return reply;
-            }
-            let mut buf = [0u8; 4096];
-            let n = self.stream.read(&mut buf).expect("read");
-            assert!(n > 0, "the server closed the connection after {line}");
-            self.input.extend_from_slice(&buf[..n]);
-        }
-    }
-}
+use keel_resp::encode_request;
+use process::{eventually, run_program, Cluster, Raw};
 
 /// Every command the comparison sends, `{p}` standing for a key prefix of its own per run: the
 /// replies hold no key names, so two runs on the same data answer the same bytes.

@@ -36,6 +36,9 @@ pub enum Reply {
     Pairs(Vec<(Reply, Reply)>),
     /// RESP3 `=` with the `txt` format (INFO, CLIENT LIST); in RESP2 a bulk string.
     Verbatim(Bytes),
+    /// RESP3 `#t` / `#f` (a script's boolean after `redis.setresp(3)`); in RESP2 the integer 1
+    /// or 0, as Redis does.
+    Boolean(bool),
 }
 
 impl Reply {
@@ -78,7 +81,9 @@ impl Reply {
         const HEADER_BYTES_MAX: usize = 23;
         match self {
             Reply::Simple(text) | Reply::Error(text) => text.len() + 3,
-            Reply::Integer(_) | Reply::Null | Reply::NullArray => HEADER_BYTES_MAX,
+            Reply::Integer(_) | Reply::Null | Reply::Boolean(_) | Reply::NullArray => {
+                HEADER_BYTES_MAX
+            }
             Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
             Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
             Reply::Array(items) | Reply::Set(items) => {
@@ -147,6 +152,10 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
                 out.put_slice(text);
                 out.put_slice(b"\r\n");
             }
+        },
+        Reply::Boolean(b) => match version {
+            ProtocolVersion::Resp2 => out.put_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
+            ProtocolVersion::Resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
         },
         Reply::Verbatim(text) => match version {
             ProtocolVersion::Resp2 => put_bulk(out, text),

@@ -109,7 +109,7 @@ impl Walker<'_> {
             b'-' => Reply::error(as_string()),
             b':' => Reply::Integer(parse_i64(text).ok_or(ProtocolError::InvalidReplyNumber)?),
             b'_' => Reply::Null,
-            b'#' => Reply::Integer(i64::from(text == b"t")),
+            b'#' => Reply::Boolean(text == b"t"),
             b',' => Reply::Double(Bytes::copy_from_slice(text)),
             _ => Reply::Bulk(Bytes::copy_from_slice(text)),
         };

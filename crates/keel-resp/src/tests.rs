@@ -242,13 +242,13 @@ fn replies_parse_back() {
         skip_reply(b"-ERR no\r\n:1\r\n", &limits()),
         Ok(Some((ReplyKind::Error, 9)))
     );
-    // RESP3 extras map onto the nearest variant.
+    // RESP3 extras map onto the nearest variant (a boolean is one).
     let extras = b"*4\r\n#t\r\n(12\r\n>1\r\n+a\r\n|1\r\n+a\r\n+b\r\n:2\r\n";
     let (parsed, _) = parse_reply(extras, &limits()).unwrap().unwrap();
     assert_eq!(
         parsed,
         Reply::Array(vec![
-            Reply::Integer(1),
+            Reply::Boolean(true),
             Reply::bulk(&b"12"[..]),
             Reply::Array(vec![Reply::simple("a")]),
             Reply::Integer(2),
@@ -411,6 +411,8 @@ fn the_encoded_length_bound_holds_for_every_reply_shape() {
         Reply::Pairs(vec![(Reply::Null, Reply::Null); 5]),
         Reply::Verbatim(Bytes::from_static(b"")),
         Reply::Verbatim(Bytes::from(vec![b'x'; 100])),
+        Reply::Boolean(true),
+        Reply::Boolean(false),
     ];
     for reply in &replies {
         for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {

@@ -752,7 +752,12 @@ impl Session<'_> {
                             .await
                     }
                     Forwarding::Once(args, may_change) => {
-                        self.forward.forward(leader, &addr, args, may_change).await
+                        self.forward
+                            .forward(leader, &addr, &[args], may_change)
+                            .await
+                    }
+                    Forwarding::Group(group) => {
+                        self.forward.forward(leader, &addr, group, true).await
                     }
                 },
                 None => leader_link::leader_address_unknown(leader),
@@ -773,9 +778,13 @@ enum Forwarding<'a> {
     /// A read or an admin command: once, as it is (`true`: it may change state, so a failed
     /// forward leaves its outcome unknown).
     Once(&'a [Bytes], bool),
+    /// A transaction that queued a script (`script_exec.rs`): its requests, `MULTI` to `EXEC`,
+    /// once; the answer is EXEC's, and a failed forward leaves the outcome unknown.
+    Group(&'a [&'a [Bytes]]),
 }
 
 mod blocking;
+mod script_exec;
 mod script_runner;
 
 /// The reply of an applied write, from what the state machine answered.

@@ -190,17 +190,19 @@ impl Forwarder {
         Duration::from_millis(self.policy.deadline_ms)
     }
 
-    /// Forwards a read or an admin command once (`may_change`: whether it may change state, so
-    /// that a failure after sending leaves its outcome unknown).
+    /// Forwards a read or an admin command once, or a group of requests whose last reply is
+    /// the answer (a transaction that queued a script: `MULTI` ... `EXEC`) (`may_change`:
+    /// whether it may change state, so that a failure after sending leaves its outcome
+    /// unknown).
     pub(super) async fn forward(
         &mut self,
         leader: u64,
         addr: &str,
-        args: &[Bytes],
+        group: &[&[Bytes]],
         may_change: bool,
     ) -> Reply {
         let mut wait = self.deadline();
-        if args[0].eq_ignore_ascii_case(b"raft.member") {
+        if group[0][0].eq_ignore_ascii_case(b"raft.member") {
             wait += self.membership_wait;
         }
         let deadline = Instant::now() + wait;
@@ -208,7 +210,7 @@ impl Forwarder {
             Ok(link) => link,
             Err(why) => return leader_unreachable(leader, addr, &why),
         };
-        match link.exchange(&[args], deadline, |_, _| {}).await {
+        match link.exchange(group, deadline, |_, _| {}).await {
             Ok(reply) => reply,
             Err(why) => {
                 self.link = None;

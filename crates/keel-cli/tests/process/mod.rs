@@ -113,6 +113,58 @@ pub fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     eventually_within(what, DEADLINE, f)
 }
 
+/// One connection that sends requests and keeps each reply's raw bytes: what a server wrote,
+/// to compare byte for byte.
+pub struct Raw {
+    pub stream: std::net::TcpStream,
+    input: Vec<u8>,
+}
+
+impl Raw {
+    pub fn connect(port: u16) -> Raw {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("timeout");
+        Raw {
+            stream,
+            input: Vec::new(),
+        }
+    }
+
+    /// The reply to `line` (arguments split on spaces), as the bytes the server wrote.
+    pub fn request(&mut self, line: &str) -> String {
+        let args: Vec<&str> = line.split(' ').collect();
+        self.send(&args);
+        self.read_one(line)
+    }
+
+    /// Sends one request of `args` without waiting for its reply.
+    pub fn send(&mut self, args: &[&str]) {
+        use std::io::Write;
+        let mut out = bytes::BytesMut::new();
+        keel_resp::encode_request(args, &mut out);
+        self.stream.write_all(&out).expect("write");
+    }
+
+    /// The next reply, as the bytes the server wrote (`line` names the request in a failure).
+    pub fn read_one(&mut self, line: &str) -> String {
+        use std::io::Read;
+        loop {
+            let limits = keel_resp::Limits::default();
+            if let Some((_, used)) = keel_resp::parse_reply(&self.input, &limits).expect("RESP") {
+                let reply = String::from_utf8_lossy(&self.input[..used]).into_owned();
+                self.input.drain(..used);
+                return reply;
+            }
+            let mut buf = [0u8; 4096];
+            let n = self.stream.read(&mut buf).expect("read");
+            assert!(n > 0, "the server closed the connection after {line}");
+            self.input.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
 /// One request, one reply, over a fresh connection, with keel's own RESP codec (no client
 /// library in between: what the bytes on the wire say).
 pub fn raw_request(port: u16, args: &[&str]) -> Result<keel_resp::Reply, String> {

@@ -51,7 +51,7 @@ pub use raft_forward::{
     encode_forward_request, forward_request, is_forward, may_follow_forward, parse_forward,
     FORWARD, FORWARD_CLIENT_NAME,
 };
-pub use script::{ScriptCommand, ScriptSource};
+pub use script::{ScriptCommand, ScriptSource, ScriptedExec};
 pub use sort::SortArgs;
 pub use table::{CommandSpec, COMMAND_TABLE};
 pub use zsets::{parse_score, LexBound, ZRange, ZRangeBy, ZSetRead, ZSetWrite};

@@ -33,6 +33,21 @@ pub enum ScriptCommand {
     Flush,
     /// `SCRIPT KILL`: stops the scripts running on this node.
     Kill,
+    /// `EXEC` of a transaction that queued a script (`EVAL` and its kin, `SCRIPT LOAD | EXISTS
+    /// | FLUSH`): the whole transaction runs as a script does (see `crate::script`). Never
+    /// parsed: the session makes it at `EXEC`.
+    Exec(Box<ScriptedExec>),
+}
+
+/// A transaction that queued a script, as `EXEC` hands it to the script runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptedExec {
+    /// Every queued request's arguments, in order.
+    pub requests: Vec<Vec<Bytes>>,
+    /// The replies of the requests answered when they were queued, each with its position.
+    pub local_replies: Vec<(usize, keel_resp::Reply)>,
+    /// The keys the connection watched, from the points it watched them at.
+    pub watched: Vec<super::WatchedKey>,
 }
 
 impl ScriptCommand {

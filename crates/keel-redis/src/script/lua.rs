@@ -45,6 +45,8 @@ use mlua::{
 
 use keel_resp::Reply;
 
+use super::libs;
+
 /// What a script's `redis.call` / `redis.pcall` reach: runs one command (its name first) and
 /// returns its reply; a command error is [`Reply::Error`].
 pub trait Redis {
@@ -166,6 +168,10 @@ impl Run<'_> {
             lua.set_named_registry_value(KILLED_REGISTRY_KEY, &killed)?;
             api.raw_set("killed", killed)?;
             register_api(lua, &api)?;
+            let memory_bytes_max = self.limits.memory_bytes_max.max(1);
+            api.raw_set("libraries", libs::libraries(lua, memory_bytes_max)?)?;
+            let c_function = lua.create_function(|lua, f: Function| libs::c_function(lua, f))?;
+            api.raw_set("c_function", c_function)?;
             let handler = scope.create_function(|lua, error: Value| {
                 *self.raised_at.borrow_mut() = Some(raised_at(lua));
                 Ok(error)
@@ -231,11 +237,15 @@ impl Run<'_> {
             }
             (false, None, value) => error_value_text(lua, value),
         };
+        // Redis 7.0 names the script by its SHA-1 here (its function name elsewhere).
+        let sha = self
+            .function_name
+            .strip_prefix("f_")
+            .unwrap_or(self.function_name);
         match raised_at.flatten() {
-            Some((source, line)) => Reply::error(format!(
-                "{message} script: {}, on {source}:{line}.",
-                self.function_name
-            )),
+            Some((source, line)) => {
+                Reply::error(format!("{message} script: {sha}, on {source}:{line}."))
+            }
             None => Reply::error(message),
         }
     }
@@ -346,6 +356,9 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             field_table_of(lua, "verbatim_string", Value::Table(verbatim))?
         }
         Reply::Null if resp == 2 => Value::Boolean(false),
+        // RESP2 carries booleans as integers.
+        Reply::Boolean(b) if resp == 2 => Value::Number(f64::from(u8::from(*b))),
+        Reply::Boolean(b) => Value::Boolean(*b),
         Reply::Null | Reply::NullArray => Value::Nil,
         Reply::Simple(text) => field_table(lua, "ok", text.as_bytes())?,
         Reply::Error(text) => {
@@ -427,10 +440,10 @@ impl ToReply {
         }
         self.charge(0)?;
         Ok(match value {
+            // A RESP3 script answers booleans (RESP3 `#t`/`#f`, RESP2 1/0); a RESP2 script 1
+            // for true and nil for false, as Redis does.
+            Value::Boolean(b) if self.resp == 3 => Reply::Boolean(*b),
             Value::Boolean(true) => Reply::Integer(1),
-            // A RESP3 script answers a boolean, which keel lacks: this is what a RESP2 client
-            // gets from Redis for it.
-            Value::Boolean(false) if self.resp == 3 => Reply::Integer(0),
             // Redis casts the double to `long long`; Rust's cast saturates.
             Value::Number(n) => Reply::Integer(*n as i64),
             Value::Integer(n) => Reply::Integer(*n),
@@ -438,7 +451,7 @@ impl ToReply {
         })
     }
 
-    /// A table: an error, a status, a RESP3 `double` or `map`, or else an array up to its first
+    /// A table: an error, a status, a RESP3 `double`, `map` or `set`, or else an array up to its first
     /// `nil`. Only raw reads, so no metamethod of the script's runs.
     fn table(&mut self, table: &Table, depth: usize) -> Result<Reply, ToReplyError> {
         if depth >= REPLY_DEPTH_MAX {
@@ -475,6 +488,15 @@ impl ToReply {
                 ));
             }
             return Ok(Reply::Map(pairs));
+        }
+        // `{set = {member = true, ...}}`, its members in `next` order as Redis walks them.
+        if let Value::Table(set) = table.raw_get::<Value>("set")? {
+            let mut members = Vec::new();
+            for pair in set.pairs::<Value, Value>() {
+                let (member, _) = pair?;
+                members.push(self.convert(&member, depth + 1)?);
+            }
+            return Ok(Reply::Set(members));
         }
         let mut items = Vec::new();
         for i in 1.. {
@@ -617,38 +639,7 @@ fn strings(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
 /// A number as C's `%.17g` prints it, as Redis turns a Lua number into a command argument:
 /// integers below 10^17 without a fraction, others with every digit that tells doubles apart.
 fn format_g17(value: f64) -> String {
-    const PRECISION: i32 = 17;
-    if !value.is_finite() || value == 0.0 {
-        let sign = if value.is_sign_negative() { "-" } else { "" };
-        let magnitude = match value {
-            v if v.is_nan() => "nan",
-            v if v.is_infinite() => "inf",
-            _ => "0",
-        };
-        return format!("{sign}{magnitude}");
-    }
-    // `%g` picks its style by the exponent of the value rounded to its precision.
-    let scientific = format!("{:.*e}", (PRECISION - 1) as usize, value);
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    if (-4..PRECISION).contains(&exponent) {
-        let fixed = format!("{:.*}", (PRECISION - 1 - exponent) as usize, value);
-        return trim_fraction(&fixed).to_string();
-    }
-    let sign = if exponent < 0 { '-' } else { '+' };
-    format!(
-        "{}e{sign}{:02}",
-        trim_fraction(mantissa),
-        exponent.unsigned_abs()
-    )
-}
-
-/// `%g`'s removal of trailing zeros in the fraction, and of a bare point.
-fn trim_fraction(text: &str) -> &str {
-    match text.contains('.') {
-        true => text.trim_end_matches('0').trim_end_matches('.'),
-        false => text,
-    }
+    super::libs::format_g(value, 17)
 }
 
 #[cfg(test)]

@@ -39,6 +39,19 @@
 //! (`EVALSHA` elsewhere answers `NOSCRIPT`, and clients fall back to `EVAL`, as they do after a
 //! Redis restart).
 //!
+//! **Scripts in a transaction.** `EVAL` and its kin (and `SCRIPT LOAD | EXISTS | FLUSH`) queued
+//! between `MULTI` and `EXEC` run at `EXEC`, as in Redis, atomically with the transaction's other
+//! commands. keel runs such a transaction whole the way it runs one script: its commands and
+//! scripts, in order, in one scratch view (each script in its own Lua state, the view shared, so
+//! each sees the writes before it); their writes, in order, become one `EXEC WATCHED` entry
+//! watching every key touched and every key the client watched with `WATCH`. A watched key that
+//! changed answers EXEC nil, as for any transaction; another key touched that changed runs the
+//! transaction again (steps 1 to 4 above, the same bound). EXEC's array holds each request's
+//! reply in its place: a script's error is its element, and its writes before the error apply,
+//! as in Redis. In such a transaction the commands that reach keys they do not name are refused
+//! as they are inside scripts. A follower forwards the transaction whole (`MULTI` ... `EXEC`)
+//! to the leader, once.
+//!
 //! While a script has run longer than `busy-reply-threshold` (`lua-time-limit`, 5 s by
 //! default) its node answers other commands `-BUSY`, as Redis does, except those Redis lets
 //! through (`SCRIPT KILL`, `AUTH`, `HELLO`, `MULTI`, `DISCARD`, `WATCH`, `UNWATCH`, `QUIT`,
@@ -46,11 +59,15 @@
 //! `EXEC` answers `-EXECABORT ... BUSY`. Unlike Redis, `SCRIPT KILL` works on a script that
 //! already wrote: nothing of it was proposed yet.
 //!
+//! The libraries Redis embeds for scripts (`cjson`, `cmsgpack`, `struct`, `bit`) are keel's own
+//! Rust, in `libs/`, each matching Redis 7.0's byte for byte where a script can tell.
+//!
 //! Bounds: [`SCRIPTS_RUNNING_MAX`] scripts at once per node, [`SCRIPT_MEMORY_BYTES_MAX`] of Lua
 //! heap each, their effects within a transaction's bounds (`multi-commands-max`,
 //! `multi-bytes-max`), the cache within [`CACHE_SCRIPTS_MAX`] scripts and
 //! [`CACHE_BYTES_MAX`] bytes (the oldest script loaded by `EVAL` goes first).
 
+pub mod libs;
 pub mod lua;
 mod registry;
 pub mod sha1;

@@ -74,11 +74,12 @@ string.gmatch = bounded('gmatch', string.gmatch)
 string.gsub = bounded('gsub', string.gsub)
 
 local redis = {
-  call = function(...)
-    local reply, failed = command(pack(...))
-    if failed then error(reply, 0) end
-    return reply
-  end,
+  -- A C function, as in Redis: a script's `return redis.call(...)` keeps its frame, so an error
+  -- names the script's line. It packs the arguments, and raises the reply when it is an error.
+  call = api.c_function(function(args)
+    local reply, failed = command(args)
+    return not failed, reply
+  end),
   pcall = function(...) return (command(pack(...))) end,
   sha1hex = function(...)
     arity(1, 'wrong number of arguments', ...)
@@ -125,6 +126,8 @@ local redis = {
   REDIS_VERSION = api.version, REDIS_VERSION_NUM = api.version_num,
 }
 
+local libraries = api.libraries
+
 -- Read-only tables: an empty proxy reads through to the real table and refuses writes.
 local real_of = {}
 local function refuse() error(READONLY, 2) end
@@ -155,6 +158,9 @@ end
 G.KEYS, G.ARGV, G.redis = keys, argv, readonly(redis)
 G.string, G.table, G.math, G.coroutine =
   readonly(string), readonly(table), readonly(math), readonly(coroutine)
+-- Redis's libraries (libs/), read-only as Redis 7.0 makes them.
+G.cjson, G.cmsgpack, G.struct, G.bit = readonly(libraries.cjson), readonly(libraries.cmsgpack),
+  readonly(libraries.struct), readonly(libraries.bit)
 local globals = setmetatable({}, {
   __index = G,
   __newindex = function(_, name)

@@ -121,6 +121,12 @@ impl<'a> ScriptView<'a> {
         }
     }
 
+    /// Whether the script calling now may not write: a transaction runs its commands and
+    /// scripts in one view, and an `EVAL_RO` among them may not write while the others may.
+    pub fn set_read_only(&mut self, read_only: bool) {
+        self.read_only = read_only;
+    }
+
     /// The script's effects, or why they cannot be proposed (whatever the script answered).
     pub fn finish(self) -> Result<Effects, ViewFailure> {
         match self.failure {

@@ -32,7 +32,8 @@
 //! 8    count n, n x value    set
 //! 9    count n, n x (value, value)   pairs (WITHSCORES)
 //! 10   bytes text            verbatim string
-//! 11   -                     null array (RESP2 `*-1`)
+//! 11   u8 (0 or 1)           boolean
+//! 12   -                     null array (RESP2 `*-1`)
 //! ```
 //!
 //! Nothing may follow. Values nest at most [`VALUE_DEPTH_MAX`] deep. These bytes never reach
@@ -78,7 +79,8 @@ const VALUE_DOUBLE: u8 = 7;
 const VALUE_SET: u8 = 8;
 const VALUE_PAIRS: u8 = 9;
 const VALUE_VERBATIM: u8 = 10;
-const VALUE_NULL_ARRAY: u8 = 11;
+const VALUE_BOOLEAN: u8 = 11;
+const VALUE_NULL_ARRAY: u8 = 12;
 
 /// The outcome of one applied log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +186,7 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
     OVERHEAD
         + match reply {
             Reply::Simple(text) | Reply::Error(text) => text.len(),
-            Reply::Integer(_) | Reply::Null | Reply::NullArray => 0,
+            Reply::Integer(_) | Reply::Null | Reply::Boolean(_) | Reply::NullArray => 0,
             Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
             Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
             Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
@@ -226,6 +228,10 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
         }
         Reply::Null => out.put_u8(VALUE_NULL),
         Reply::NullArray => out.put_u8(VALUE_NULL_ARRAY),
+        Reply::Boolean(b) => {
+            out.put_u8(VALUE_BOOLEAN);
+            out.put_u8(u8::from(*b));
+        }
         Reply::Array(items) => put_items(out, VALUE_ARRAY, items),
         Reply::Set(items) => put_items(out, VALUE_SET, items),
         Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
@@ -268,6 +274,7 @@ fn read_value(r: &mut Reader, depth: usize) -> Option<Reply> {
         VALUE_VERBATIM => Reply::Verbatim(r.bytes()?),
         VALUE_NULL => Reply::Null,
         VALUE_NULL_ARRAY => Reply::NullArray,
+        VALUE_BOOLEAN => Reply::Boolean(r.u8()? != 0),
         VALUE_ARRAY => Reply::Array(read_items(r, depth)?),
         VALUE_SET => Reply::Set(read_items(r, depth)?),
         VALUE_MAP => Reply::Map(read_pairs(r, depth)?),

@@ -21,7 +21,7 @@ use keel_redis::command::{ScriptCommand, ScriptSource};
 use keel_redis::script::lua::{self, Limits as LuaLimits};
 use keel_redis::script::sha1::sha1_hex;
 use keel_redis::script::view::{Effects, Fetch, ScriptView, ViewFailure, ViewLimits};
-use keel_redis::script::{SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX};
+use keel_redis::script::{ScriptRegistry, SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX};
 use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
 use keel_redis::KvAdapter;
 use keel_resp::Reply;
@@ -29,10 +29,10 @@ use keel_session::connection::pipeline::Request;
 use keel_session::connection::{Dispatch, Transaction};
 
 /// [`Fetch`] through the runtime: a linearizable read per fetch, from the script's thread.
-struct RuntimeFetch {
-    runtime: tokio::runtime::Handle,
-    handle: Handle<KvAdapter>,
-    monitors: Arc<keel_session::connection::ClientRegistry>,
+pub(super) struct RuntimeFetch {
+    pub(super) runtime: tokio::runtime::Handle,
+    pub(super) handle: Handle<KvAdapter>,
+    pub(super) monitors: Arc<keel_session::connection::ClientRegistry>,
 }
 
 impl Fetch for RuntimeFetch {
@@ -68,6 +68,12 @@ impl Fetch for RuntimeFetch {
     }
 }
 
+/// A script's Lua bounds: its heap, and its reply within what EXEC may answer.
+pub(super) const LUA_LIMITS: LuaLimits = LuaLimits {
+    memory_bytes_max: SCRIPT_MEMORY_BYTES_MAX,
+    reply_bytes_max: EXEC_REPLY_BYTES_MAX,
+};
+
 /// One run of a script: its reply, and what it changed (or why that cannot be proposed).
 type Run = (Reply, Result<Effects, ViewFailure>);
 
@@ -75,52 +81,27 @@ impl Session<'_> {
     /// Answers a script command (everything before it is answered).
     pub(super) async fn script(&mut self, command: ScriptCommand, request: &[Bytes]) -> Reply {
         let scripts = Arc::clone(&self.ctx.scripts);
+        if let Some(reply) = cache_command(&scripts, &command) {
+            return reply;
+        }
         match command {
-            ScriptCommand::Load(body) => match lua::check(&body) {
-                Ok(()) => {
-                    let sha = sha1_hex(&body);
-                    scripts.cache().insert(sha.clone(), body, true);
-                    Reply::text(sha)
-                }
-                Err(error) => error,
-            },
-            ScriptCommand::Exists(shas) => {
-                let cache = scripts.cache();
-                Reply::Array(
-                    shas.iter()
-                        .map(|sha| Reply::Integer(i64::from(cache.contains(sha))))
-                        .collect(),
-                )
-            }
-            ScriptCommand::Flush => {
-                scripts.cache().clear();
-                Reply::OK
+            ScriptCommand::Load(_) | ScriptCommand::Exists(_) | ScriptCommand::Flush => {
+                unreachable!("answered by cache_command")
             }
             ScriptCommand::Kill => self.kill_scripts(request).await,
+            ScriptCommand::Exec(exec) => self.scripted_exec(*exec, request).await,
             ScriptCommand::Eval {
                 source,
                 keys,
                 args,
                 read_only,
             } => {
-                let (body, sha) = match source {
-                    ScriptSource::Body(body) => {
-                        let sha = sha1_hex(&body);
-                        scripts.cache().insert(sha.clone(), body.clone(), false);
-                        (body, sha)
-                    }
-                    ScriptSource::Sha(sha) => match scripts.cache().get(&sha) {
-                        Some(body) => (body, String::from_utf8_lossy(&sha).to_ascii_lowercase()),
-                        None => {
-                            return Reply::error("NOSCRIPT No matching script. Please use EVAL.")
-                        }
-                    },
+                let (body, sha) = match script_body(&scripts, source) {
+                    Ok(found) => found,
+                    Err(reply) => return reply,
                 };
                 let Some(running) = scripts.start(Instant::now()) else {
-                    return Reply::error(format!(
-                        "BUSY {} scripts are running on this node already: try again later",
-                        keel_redis::script::SCRIPTS_RUNNING_MAX
-                    ));
+                    return busy_reply();
                 };
                 let kill = running.shared_kill_flag();
                 let script = Script {
@@ -193,7 +174,7 @@ impl Session<'_> {
                 if effects.fetches <= 1 {
                     return reply;
                 }
-                match self.reads_still_hold(effects).await {
+                match self.reads_still_hold(effects.watched).await {
                     Ok(true) => return reply,
                     Ok(false) => continue,
                     Err(error) => return keel_redis::command::client_error_reply(&error),
@@ -212,31 +193,37 @@ impl Session<'_> {
         ))
     }
 
-    /// Runs the script once on a blocking thread.
-    async fn run_once(&self, script: &Script, kill: Arc<AtomicBool>) -> Run {
-        let mut fetch = RuntimeFetch {
+    /// What a script's reads go through.
+    pub(super) fn runtime_fetch(&self) -> RuntimeFetch {
+        RuntimeFetch {
             runtime: tokio::runtime::Handle::current(),
             handle: self.ctx.handle.clone(),
             monitors: Arc::clone(&self.ctx.client_registry),
-        };
-        let limits = ViewLimits {
+        }
+    }
+
+    /// A script's bounds on what it writes and watches: a transaction's.
+    pub(super) fn view_limits(&self) -> ViewLimits {
+        ViewLimits {
             commands_max: self.ctx.limits.multi_commands_max,
             bytes_max: self.ctx.limits.multi_bytes_max,
-        };
+        }
+    }
+
+    /// Runs the script once on a blocking thread.
+    async fn run_once(&self, script: &Script, kill: Arc<AtomicBool>) -> Run {
+        let mut fetch = self.runtime_fetch();
+        let limits = self.view_limits();
         let script = script.clone();
         let run = tokio::task::spawn_blocking(move || {
             let mut view = ScriptView::new(script.read_only, limits, &mut fetch);
-            let lua_limits = LuaLimits {
-                memory_bytes_max: SCRIPT_MEMORY_BYTES_MAX,
-                reply_bytes_max: EXEC_REPLY_BYTES_MAX,
-            };
             let reply = lua::run(
                 &script.body,
                 &script.sha,
                 &script.keys,
                 &script.args,
                 &kill,
-                &lua_limits,
+                &LUA_LIMITS,
                 &mut view,
             );
             (reply, view.finish())
@@ -253,8 +240,10 @@ impl Session<'_> {
 
     /// Whether every key a script without writes read is unchanged now (what `EXEC WATCHED`
     /// checks, read linearizably here).
-    async fn reads_still_hold(&self, effects: Effects) -> Result<bool, ClientError> {
-        let watched = effects.watched;
+    pub(super) async fn reads_still_hold(
+        &self,
+        watched: Vec<keel_redis::command::WatchedKey>,
+    ) -> Result<bool, ClientError> {
         self.ctx
             .handle
             .read(move |sm: &KvAdapter| watched.iter().all(|key| !sm.state().watched_changed(key)))
@@ -264,7 +253,7 @@ impl Session<'_> {
     /// Proposes a script's effects as one watched transaction through the pipeline (forwarded
     /// to the leader like a client's), and answers its reply: an array if it applied, null if
     /// a watched key had changed.
-    async fn commit(&mut self, effects: Effects) -> std::io::Result<Reply> {
+    pub(super) async fn commit(&mut self, effects: Effects) -> std::io::Result<Reply> {
         let transaction = Transaction {
             commands: effects.writes,
             requests: effects.requests,
@@ -288,6 +277,63 @@ impl Session<'_> {
         };
         self.propose_alone(request, "the script's writes").await
     }
+}
+
+/// The reply to a script command that only reads or changes the node's cache (`SCRIPT LOAD |
+/// EXISTS | FLUSH`), `None` for the others.
+pub(super) fn cache_command(scripts: &ScriptRegistry, command: &ScriptCommand) -> Option<Reply> {
+    Some(match command {
+        ScriptCommand::Load(body) => match lua::check(body) {
+            Ok(()) => {
+                let sha = sha1_hex(body);
+                scripts.cache().insert(sha.clone(), body.clone(), true);
+                Reply::text(sha)
+            }
+            Err(error) => error,
+        },
+        ScriptCommand::Exists(shas) => {
+            let cache = scripts.cache();
+            Reply::Array(
+                shas.iter()
+                    .map(|sha| Reply::Integer(i64::from(cache.contains(sha))))
+                    .collect(),
+            )
+        }
+        ScriptCommand::Flush => {
+            scripts.cache().clear();
+            Reply::OK
+        }
+        _ => return None,
+    })
+}
+
+/// The body of the script `source` names and its SHA-1 (caching a script given whole, as
+/// `EVAL` does), or `NOSCRIPT`.
+pub(super) fn script_body(
+    scripts: &ScriptRegistry,
+    source: ScriptSource,
+) -> Result<(Bytes, String), Reply> {
+    match source {
+        ScriptSource::Body(body) => {
+            let sha = sha1_hex(&body);
+            scripts.cache().insert(sha.clone(), body.clone(), false);
+            Ok((body, sha))
+        }
+        ScriptSource::Sha(sha) => match scripts.cache().get(&sha) {
+            Some(body) => Ok((body, String::from_utf8_lossy(&sha).to_ascii_lowercase())),
+            None => Err(Reply::error(
+                "NOSCRIPT No matching script. Please use EVAL.",
+            )),
+        },
+    }
+}
+
+/// `-BUSY` for a script that finds every slot taken.
+pub(super) fn busy_reply() -> Reply {
+    Reply::error(format!(
+        "BUSY {} scripts are running on this node already: try again later",
+        keel_redis::script::SCRIPTS_RUNNING_MAX
+    ))
 }
 
 /// What a script run needs, owned, for its thread.

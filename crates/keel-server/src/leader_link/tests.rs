@@ -384,7 +384,7 @@ async fn an_unreachable_leader_is_a_definite_failure() {
     };
     let node = Follower::of(&addr);
     let read = forwarder(1_000)
-        .forward(1, &addr, &request("GET n"), false)
+        .forward(1, &addr, &[&request("GET n")[..]], false)
         .await;
     let write = forward_from(&node, 400, Forwarded::Write(&request("INCR n"))).await;
     for reply in [read, write] {

@@ -71,7 +71,8 @@ pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE
 use keel_redis::command::blocking::BlockingPop;
 use keel_redis::command::{
     AdminCommand, ClientCommand, CollectionWrite, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, TransactionCommand, WatchedKey, WriteCommand,
+    QueuedCommand, ReadCommand, ScriptCommand, ScriptedExec, TransactionCommand, WatchedKey,
+    WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
 use keel_redis::REDIS_COMPAT_VERSION;
@@ -201,6 +202,9 @@ struct Queue {
     bytes: usize,
     /// An error was answered since MULTI: EXEC answers EXECABORT. Nothing more is stored.
     aborted: bool,
+    /// A script was queued: EXEC hands the transaction to the script runner
+    /// ([`ScriptCommand::Exec`]), which runs it whole as a script runs.
+    scripted: bool,
 }
 
 const QUEUED: Reply = Reply::Simple(std::borrow::Cow::Borrowed("QUEUED"));
@@ -278,6 +282,12 @@ pub fn allowed_while_busy(parsed: &Result<Command, CommandError>) -> bool {
 /// Whether a command this node answers may be queued in a transaction (answered at once, its
 /// reply kept for EXEC's array). Those that change the connection (HELLO, AUTH, CLIENT SETNAME,
 /// CLIENT SETINFO) are refused there: their effect would come before EXEC, not at it.
+/// Whether a script command is queued in a transaction, to run at EXEC as Redis runs it
+/// (`SCRIPT KILL` is refused there, as in Redis).
+fn queued_in_transaction(command: &ScriptCommand) -> bool {
+    !matches!(command, ScriptCommand::Kill | ScriptCommand::Exec(_))
+}
+
 fn answered_in_transaction(command: &LocalCommand) -> bool {
     match command {
         LocalCommand::Select
@@ -600,6 +610,12 @@ impl ClientConnection {
                 let transaction = queue.transaction;
                 return if queue.aborted {
                     Dispatch::Reply(CommandError::ExecAbort.to_reply())
+                } else if queue.scripted {
+                    Dispatch::Script(ScriptCommand::Exec(Box::new(ScriptedExec {
+                        requests: transaction.requests,
+                        local_replies: transaction.local_replies,
+                        watched: transaction.watched,
+                    })))
                 } else if transaction.commands.is_empty() && transaction.watched.is_empty() {
                     let replies = transaction.local_replies.into_iter();
                     Dispatch::Reply(Reply::Array(replies.map(|(_, reply)| reply).collect()))
@@ -638,6 +654,11 @@ impl ClientConnection {
             Ok(Command::Local(LocalCommand::Ping(Some(message))))
             | Ok(Command::Local(LocalCommand::Echo(message))) => Some(QueuedCommand::Echo(message)),
             Ok(_) if local_reply.is_some() => None,
+            // Scripts run at EXEC, with the transaction (`ScriptCommand::Exec`).
+            Ok(Command::Local(LocalCommand::Script(script))) if queued_in_transaction(&script) => {
+                queue.scripted = true;
+                None
+            }
             Ok(Command::Local(_) | Command::Admin(_) | Command::Transaction(_)) => {
                 return queue.abort(CommandError::NotAllowedInMulti)
             }
@@ -670,7 +691,8 @@ impl ClientConnection {
                 transaction.local_replies.push((position, reply));
             }
             (Some(command), None) => transaction.commands.push(command),
-            (None, None) => unreachable!("every queued request is logged or answered here"),
+            // A script, which the runner finds among the requests.
+            (None, None) => {}
         }
         transaction.requests.push(args.to_vec());
         Dispatch::Reply(QUEUED)

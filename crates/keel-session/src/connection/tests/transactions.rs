@@ -323,3 +323,38 @@ fn transaction_commands_are_in_command_info() {
     assert_eq!(info.len(), 5);
     assert!(info.iter().all(|i| matches!(i, Reply::Array(_))));
 }
+
+#[test]
+fn a_transaction_that_queues_a_script_goes_to_the_script_runner_at_exec() {
+    use keel_redis::command::{ScriptCommand, ScriptedExec};
+    let mut c = conn();
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SET k 1"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "EVAL return 1 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "SCRIPT EXISTS abc"), QUEUED_REPLY);
+    let words = |line: &str| -> Vec<Bytes> { line.split(' ').map(b).collect() };
+    let expected = ScriptedExec {
+        requests: [
+            "SET k 1",
+            "EVAL return 1 0",
+            "SELECT 0",
+            "SCRIPT EXISTS abc",
+        ]
+        .map(words)
+        .to_vec(),
+        local_replies: vec![(2, Reply::OK)],
+        watched: Vec::new(),
+    };
+    assert_eq!(
+        run(&mut c, "EXEC"),
+        Dispatch::Script(ScriptCommand::Exec(Box::new(expected)))
+    );
+    assert!(!c.in_transaction());
+    // SCRIPT KILL is refused inside a transaction, as in Redis; a script in an aborted one is
+    // never run.
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert!(matches!(reply(&mut c, "SCRIPT KILL"), Reply::Error(_)));
+    assert_eq!(reply(&mut c, "EVAL return 1 0"), QUEUED_REPLY);
+    assert!(matches!(reply(&mut c, "EXEC"), Reply::Error(e) if e.starts_with("EXECABORT")));
+}
