@@ -34,6 +34,7 @@ pub mod hash;
 pub mod list;
 pub mod set;
 pub mod siphash;
+pub mod stream;
 pub mod wire;
 pub mod zset;
 

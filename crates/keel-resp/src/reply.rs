@@ -34,6 +34,11 @@ pub enum Reply {
     Pairs(Vec<(Reply, Reply)>),
     /// RESP3 `=` with the `txt` format (INFO, CLIENT LIST); in RESP2 a bulk string.
     Verbatim(Bytes),
+    /// RESP3 `%`; in RESP2 an array of two-element arrays, as Redis answers XREAD's streams
+    /// (a map only in RESP3).
+    Keyed(Vec<(Reply, Reply)>),
+    /// RESP2 `*-1` (a null array: XREAD with nothing to read), RESP3 `_`.
+    NullArray,
 }
 
 impl Reply {
@@ -76,14 +81,14 @@ impl Reply {
         const HEADER_BYTES_MAX: usize = 23;
         match self {
             Reply::Simple(text) | Reply::Error(text) => text.len() + 3,
-            Reply::Integer(_) | Reply::Null => HEADER_BYTES_MAX,
+            Reply::Integer(_) | Reply::Null | Reply::NullArray => HEADER_BYTES_MAX,
             Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
             Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
             Reply::Array(items) | Reply::Set(items) => {
                 HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
             }
-            Reply::Map(pairs) | Reply::Pairs(pairs) => {
-                // A pair's own header, for `Pairs` in RESP3.
+            Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::Keyed(pairs) => {
+                // A pair's own header, for `Pairs` in RESP3 and `Keyed` in RESP2.
                 HEADER_BYTES_MAX
                     + pairs
                         .iter()
@@ -108,6 +113,23 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
         Reply::Null => match version {
             ProtocolVersion::Resp2 => out.put_slice(b"$-1\r\n"),
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
+        },
+        Reply::NullArray => match version {
+            ProtocolVersion::Resp2 => out.put_slice(b"*-1\r\n"),
+            ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
+        },
+        Reply::Keyed(pairs) => match version {
+            ProtocolVersion::Resp2 => {
+                header(out, b'*', pairs.len());
+                for pair in pairs {
+                    header(out, b'*', 2);
+                    pairs_of(out, std::slice::from_ref(pair), version);
+                }
+            }
+            ProtocolVersion::Resp3 => {
+                header(out, b'%', pairs.len());
+                pairs_of(out, pairs, version);
+            }
         },
         Reply::Array(items) => items_of(out, b'*', items, version),
         Reply::Set(items) => match version {

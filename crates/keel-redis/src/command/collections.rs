@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::parse::{integer, is, lossy};
 use super::sort::SortArgs;
+use super::streams::{self, StreamRead, StreamWrite};
 use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
 use keel_redis_types::list::End;
@@ -127,6 +128,8 @@ pub enum CollectionWrite {
     },
     /// A write on a sorted set (`zsets.rs`).
     ZSet(ZSetWrite),
+    /// A write on a stream (`streams.rs`).
+    Stream(StreamWrite),
     /// SORT ... STORE (`sort.rs`): the result stored as a list (the key removed if it is
     /// empty); the result's length.
     SortStore {
@@ -219,6 +222,8 @@ pub enum CollectionRead {
     },
     /// A read of a sorted set (`zsets.rs`).
     ZSet(ZSetRead),
+    /// A read of a stream (`streams.rs`).
+    Stream(StreamRead),
     /// SORT without STORE, SORT_RO (`sort.rs`).
     Sort(SortArgs),
 }
@@ -249,6 +254,7 @@ impl CollectionWrite {
                 | CollectionWrite::LMove { .. }
                 | CollectionWrite::HIncrByFloat { .. }
                 | CollectionWrite::SPop { .. }
+                | CollectionWrite::Stream(_)
         )
     }
 
@@ -263,6 +269,12 @@ impl CollectionWrite {
                 | CollectionWrite::SRem { .. }
                 | CollectionWrite::SMove { .. }
                 | CollectionWrite::SPop { .. }
+                | CollectionWrite::Stream(
+                    StreamWrite::Trim { .. }
+                        | StreamWrite::Del { .. }
+                        | StreamWrite::GroupDestroy { .. }
+                        | StreamWrite::Ack { .. }
+                )
                 | CollectionWrite::ZSet(
                     ZSetWrite::Rem { .. }
                         | ZSetWrite::Pop { .. }
@@ -426,6 +438,9 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
         zset if zsets::WRITES.contains(&zset) => {
             CollectionWrite::ZSet(zsets::parse_write(zset, rest)?)
         }
+        stream if streams::WRITES.contains(&stream) => {
+            CollectionWrite::Stream(streams::parse_write(stream, rest)?)
+        }
         other => unreachable!("{other} is not a collection write"),
     })
 }
@@ -539,6 +554,9 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
         },
         zset if zsets::READS.contains(&zset) => {
             CollectionRead::ZSet(zsets::parse_read(zset, rest)?)
+        }
+        stream if streams::READS.contains(&stream) => {
+            CollectionRead::Stream(streams::parse_read(stream, rest)?)
         }
         other => unreachable!("{other} is not a collection read"),
     })

@@ -128,6 +128,13 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "zscore" | "zmscore" | "zrank" | "zrevrank" | "zrange" | "zrevrange" | "zrangebyscore"
         | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => const { &[key(RO_ACCESS)] },
         "object" | "memory" => const { &[second_key(RO)] },
+        "xadd" => const { &[key(RW_INSERT)] },
+        "xtrim" | "xdel" => const { &[key(RW_DELETE)] },
+        "xsetid" | "xack" | "xclaim" | "xautoclaim" => const { &[key(RW_UPDATE)] },
+        "xlen" => const { &[key(RO)] },
+        "xrange" | "xrevrange" | "xpending" => const { &[key(RO_ACCESS)] },
+        "xgroup" => const { &[second_key(RW_UPDATE)] },
+        "xinfo" => const { &[second_key(RO_ACCESS)] },
         "sinterstore" | "sunionstore" | "sdiffstore" => {
             const {
                 &[
@@ -536,6 +543,22 @@ pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
         .first()
         .and_then(|name| CommandSpec::lookup(name))
         .ok_or(CommandError::Unsupported("Invalid command specified"))?;
+    if spec.name == "xread" || spec.name == "xreadgroup" {
+        let flags = if spec.name == "xread" {
+            RO_ACCESS
+        } else {
+            RW_UPDATE
+        };
+        return super::streams::stream_key_positions(args)
+            .map(|positions| {
+                positions
+                    .map(|position| FoundKey { position, flags })
+                    .collect()
+            })
+            .ok_or(CommandError::Unsupported(
+                "Invalid arguments specified for command",
+            ));
+    }
     let specs = key_specs(spec.name);
     if specs.is_empty() {
         return Err(CommandError::Unsupported(

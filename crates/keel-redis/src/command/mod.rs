@@ -33,6 +33,8 @@ mod parse_strings;
 mod raft_forward;
 pub(crate) mod script;
 mod sort;
+mod stream_groups;
+mod streams;
 mod table;
 mod zsets;
 
@@ -52,6 +54,10 @@ pub use raft_forward::{
 };
 pub use script::{ScriptCommand, ScriptSource};
 pub use sort::SortArgs;
+pub use stream_groups::{XGROUP_HELP, XINFO_HELP};
+pub use streams::{
+    ClaimArgs, Delivery, GroupStart, PendingRange, ReadFrom, StreamRead, StreamWrite, XInfo, XRead,
+};
 pub use table::{CommandSpec, COMMAND_TABLE};
 pub use zsets::{parse_score, LexBound, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 

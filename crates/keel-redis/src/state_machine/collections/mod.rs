@@ -52,6 +52,8 @@ mod hash_commands;
 mod list_commands;
 mod set_commands;
 mod sort;
+mod stream_commands;
+mod stream_reads;
 mod zset_commands;
 
 pub(crate) use encoding::{decode_value, encode_value};
@@ -60,6 +62,7 @@ pub use sort::SORT_RESULT_BYTES_MAX;
 pub(crate) use keel_redis_types::hash::Hash;
 pub(crate) use keel_redis_types::list::List;
 pub(crate) use keel_redis_types::set::Set;
+pub(crate) use keel_redis_types::stream::Stream;
 pub(crate) use keel_redis_types::zset::{Score, ZSet};
 pub(crate) use keel_redis_types::Family;
 use keel_redis_types::STRING_BYTES_MAX;
@@ -73,7 +76,7 @@ use super::execute::WriteAnswer;
 use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Stored, Value};
 use super::{KvStateMachine, WriteError, WriteReply};
-use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
+use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, StreamWrite, ZSetWrite};
 use crate::kind::Kind;
 use keel_resp::Reply;
 
@@ -91,6 +94,7 @@ collection_impl!(List, List);
 collection_impl!(Hash, Hash);
 collection_impl!(Set, Set);
 collection_impl!(ZSet, ZSet);
+collection_impl!(Stream, Stream);
 
 /// The key's share of the digest for a collection.
 pub(crate) fn pair_hash_of<C: Collection>(key: &[u8], collection: &C) -> u64 {
@@ -111,6 +115,7 @@ pub(crate) fn value_pair_hash(key: &[u8], value: &Value) -> u64 {
             CollectionValue::Hash(hash) => pair_hash_of(key, hash),
             CollectionValue::Set(set) => pair_hash_of(key, set),
             CollectionValue::ZSet(zset) => pair_hash_of(key, zset),
+            CollectionValue::Stream(stream) => pair_hash_of(key, stream),
         },
     }
 }
@@ -144,7 +149,7 @@ impl KvStateMachine {
             }
             let mut fresh = C::default();
             let result = f(&mut fresh);
-            if fresh.len() > 0 {
+            if !fresh.is_empty() {
                 let hash = pair_hash_of(key, &fresh);
                 self.digest ^= hash;
                 self.tombstones.forget(key);
@@ -159,7 +164,7 @@ impl KvStateMachine {
         };
         let old_bytes = collection.counted_bytes();
         let result = f(collection);
-        let (new_len, new_bytes) = (collection.len(), collection.counted_bytes());
+        let (emptied, new_bytes) = (collection.is_empty(), collection.counted_bytes());
         let new_hash = pair_hash_of(key, &*collection);
         if new_hash != old_hash {
             stored.pair_hash = new_hash;
@@ -168,7 +173,7 @@ impl KvStateMachine {
         }
         self.data
             .value_resized(old_bytes as usize, new_bytes as usize);
-        if new_len == 0 {
+        if emptied {
             self.remove_stored(key);
             self.tombstones.record(key, index);
         }
@@ -272,6 +277,7 @@ impl KvStateMachine {
             } => self.sstore(*algebra, destination, keys),
             W::SPop { key, count } => self.spop(key, *count),
             W::ZSet(write) => self.execute_zset(write),
+            W::Stream(write) => self.execute_stream(write),
             W::SortStore { args, destination } => self.sort_store(args, destination),
         }
     }
@@ -325,6 +331,7 @@ impl KvStateMachine {
             R::SInterCard { keys, limit } => self.sintercard(keys, *limit),
             R::SRandMember { key, count } => self.srandmember(key, *count),
             R::ZSet(read) => self.read_zset(read),
+            R::Stream(read) => self.read_stream(read),
             R::Sort(args) => self.sort_reply(args),
             R::Object { key, query } => {
                 Ok(self.live(key).map_or(Reply::Null, |stored| match query {
@@ -339,6 +346,25 @@ impl KvStateMachine {
             })),
         };
         answer.unwrap_or_else(|error| Reply::error(error.to_string()))
+    }
+}
+
+/// Whether a stream write stores a key, field, value, group or consumer name over the size
+/// bound.
+fn stream_too_large(write: &StreamWrite) -> bool {
+    let large = |b: &Bytes| b.len() > STRING_BYTES_MAX;
+    match write {
+        StreamWrite::Add { key, fields, .. } => large(key) || fields.iter().any(large),
+        StreamWrite::GroupCreate { key, group, .. } => large(key) || large(group),
+        StreamWrite::Consumer {
+            consumer,
+            create: true,
+            ..
+        }
+        | StreamWrite::Claim { consumer, .. }
+        | StreamWrite::AutoClaim { consumer, .. } => large(consumer),
+        StreamWrite::ReadGroup(read) => read.group.as_ref().is_some_and(|(_, c)| large(c)),
+        _ => false,
     }
 }
 
@@ -362,6 +388,7 @@ fn command_too_large(command: &CollectionWrite) -> Option<WriteError> {
             large(key) || pairs.iter().any(|(_, m)| large(m))
         }
         W::ZSet(ZSetWrite::IncrBy { key, member, .. }) => large(key) || large(member),
+        W::Stream(write) => stream_too_large(write),
         W::Pop { .. }
         | W::LRem { .. }
         | W::LTrim { .. }
