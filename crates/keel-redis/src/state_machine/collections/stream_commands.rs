@@ -13,8 +13,23 @@ use super::{Collection, Stream};
 use crate::command::{ClaimArgs, Delivery, GroupStart, ReadFrom, StreamWrite, XRead};
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError};
-use keel_redis_types::stream::{AddError, ClaimOptions, ReadGroupOutcome, SetIdError, StreamId};
+use keel_redis_types::stream::{
+    AddError, ClaimOptions, NewId, ReadGroupOutcome, SetIdError, StreamId, Trim,
+};
 use keel_resp::Reply;
+
+/// Claimed entries: with their fields, or their IDs alone (JUSTID).
+fn claimed_reply(claimed: Vec<(StreamId, Option<Vec<Bytes>>)>) -> Reply {
+    Reply::Array(
+        claimed
+            .into_iter()
+            .map(|(id, fields)| match fields {
+                Some(_) => delivered_reply((id, fields)),
+                None => id_reply(id),
+            })
+            .collect(),
+    )
+}
 
 fn error(error: WriteError) -> Reply {
     Reply::error(error.to_string())
@@ -97,26 +112,7 @@ impl KvStateMachine {
                 trim,
                 id,
                 fields,
-            } => {
-                let now = self.log_time_ms;
-                let added = self.stream_write(key, !no_mkstream, |s| {
-                    let id = s.add(*id, fields.clone(), now).map_err(|e| {
-                        Reply::error(match e {
-                            AddError::NotAboveTop => "ERR The ID specified in XADD is equal or smaller than the target stream top item",
-                            AddError::Exhausted => "ERR The stream has exhausted the last possible ID, unable to add more items",
-                        })
-                    })?;
-                    if let Some(trim) = trim {
-                        s.trim(*trim);
-                    }
-                    Ok(id)
-                });
-                match added {
-                    Ok(Some(id)) => id_reply(id),
-                    Ok(None) => Reply::Null,
-                    Err(reply) => reply,
-                }
-            }
+            } => self.xadd(key, *no_mkstream, *trim, *id, fields),
             StreamWrite::Trim { key, trim } => self.counting(key, |s| Ok(s.trim(*trim) as i64)),
             StreamWrite::Del { key, ids } => self.counting(key, |s| Ok(s.delete(ids) as i64)),
             StreamWrite::SetId {
@@ -157,16 +153,7 @@ impl KvStateMachine {
                 group,
                 consumer,
                 create,
-            } => {
-                let now = self.log_time_ms;
-                self.group_write(key, group, |s| {
-                    Reply::Integer(if *create {
-                        i64::from(s.create_consumer(group, consumer, now) == Some(true))
-                    } else {
-                        s.delete_consumer(group, consumer).unwrap_or(0) as i64
-                    })
-                })
-            }
+            } => self.xgroup_consumer(key, group, consumer, *create),
             StreamWrite::ReadGroup(read) => self.xreadgroup(read),
             StreamWrite::Ack { key, group, ids } => {
                 self.counting(key, |s| Ok(s.ack(group, ids) as i64))
@@ -186,34 +173,93 @@ impl KvStateMachine {
                 start,
                 count,
                 just_id,
-            } => {
-                if let Err(reply) = self.stream_with_group(key, group, no_key_or_group) {
-                    return WriteAnswer::Value(reply);
-                }
-                let now = self.log_time_ms;
-                let done = self.stream_write(key, false, |s| {
-                    Ok(s.auto_claim(group, consumer, *start, *count, *min_idle_ms, *just_id, now))
-                });
-                match done {
-                    Ok(Some(done)) => Reply::Array(vec![
-                        id_reply(done.next),
-                        Reply::Array(
-                            done.claimed
-                                .into_iter()
-                                .map(|(id, fields)| match fields {
-                                    Some(_) => delivered_reply((id, fields)),
-                                    None => id_reply(id),
-                                })
-                                .collect(),
-                        ),
-                        Reply::Array(done.deleted.into_iter().map(id_reply).collect()),
-                    ]),
-                    Ok(None) => no_key_or_group(key, group),
-                    Err(reply) => reply,
-                }
-            }
+            } => self.xautoclaim(
+                key,
+                group,
+                consumer,
+                *start,
+                (*count, *min_idle_ms, *just_id),
+            ),
         };
         WriteAnswer::Value(reply)
+    }
+
+    fn xadd(
+        &mut self,
+        key: &[u8],
+        no_mkstream: bool,
+        trim: Option<Trim>,
+        id: NewId,
+        fields: &[Bytes],
+    ) -> Reply {
+        let now = self.log_time_ms;
+        let added = self.stream_write(key, !no_mkstream, |s| {
+            let id = s.add(id, fields.to_vec(), now).map_err(|e| {
+                Reply::error(match e {
+                    AddError::NotAboveTop => {
+                        "ERR The ID specified in XADD is equal or smaller than the target stream \
+                         top item"
+                    }
+                    AddError::Exhausted => {
+                        "ERR The stream has exhausted the last possible ID, unable to add more \
+                         items"
+                    }
+                })
+            })?;
+            if let Some(trim) = trim {
+                s.trim(trim);
+            }
+            Ok(id)
+        });
+        match added {
+            Ok(Some(id)) => id_reply(id),
+            Ok(None) => Reply::Null,
+            Err(reply) => reply,
+        }
+    }
+
+    fn xgroup_consumer(
+        &mut self,
+        key: &[u8],
+        group: &[u8],
+        consumer: &[u8],
+        create: bool,
+    ) -> Reply {
+        let now = self.log_time_ms;
+        self.group_write(key, group, |s| {
+            Reply::Integer(if create {
+                i64::from(s.create_consumer(group, consumer, now) == Some(true))
+            } else {
+                s.delete_consumer(group, consumer).unwrap_or(0) as i64
+            })
+        })
+    }
+
+    /// XAUTOCLAIM; the last argument is COUNT, the least idle time and JUSTID.
+    fn xautoclaim(
+        &mut self,
+        key: &[u8],
+        group: &[u8],
+        consumer: &[u8],
+        start: StreamId,
+        (count, min_idle_ms, just_id): (usize, u64, bool),
+    ) -> Reply {
+        if let Err(reply) = self.stream_with_group(key, group, no_key_or_group) {
+            return reply;
+        }
+        let now = self.log_time_ms;
+        let done = self.stream_write(key, false, |s| {
+            Ok(s.auto_claim(group, consumer, start, count, min_idle_ms, just_id, now))
+        });
+        match done {
+            Ok(Some(done)) => Reply::Array(vec![
+                id_reply(done.next),
+                claimed_reply(done.claimed),
+                Reply::Array(done.deleted.into_iter().map(id_reply).collect()),
+            ]),
+            Ok(None) => no_key_or_group(key, group),
+            Err(reply) => reply,
+        }
     }
 
     /// A write answering an integer, 0 with no such key.
@@ -359,16 +405,7 @@ impl KvStateMachine {
         match self.stream_write(key, false, |s| {
             Ok(s.claim(group, consumer, ids, options, now))
         }) {
-            Ok(claimed) => Reply::Array(
-                claimed
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(id, fields)| match fields {
-                        Some(_) => delivered_reply((id, fields)),
-                        None => id_reply(id),
-                    })
-                    .collect(),
-            ),
+            Ok(claimed) => claimed_reply(claimed.unwrap_or_default()),
             Err(reply) => reply,
         }
     }

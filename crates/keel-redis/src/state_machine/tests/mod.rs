@@ -655,6 +655,7 @@ mod expiry;
 mod keyspace_commands;
 mod members;
 mod sort;
+mod streams;
 mod string_key_ops;
 mod strings;
 mod time;
