@@ -119,13 +119,7 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
         },
         Reply::Keyed(pairs) => match version {
-            ProtocolVersion::Resp2 => {
-                header(out, b'*', pairs.len());
-                for pair in pairs {
-                    header(out, b'*', 2);
-                    pairs_of(out, std::slice::from_ref(pair), version);
-                }
-            }
+            ProtocolVersion::Resp2 => nested_pairs(out, pairs, version),
             ProtocolVersion::Resp3 => {
                 header(out, b'%', pairs.len());
                 pairs_of(out, pairs, version);
@@ -148,13 +142,7 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
                 header(out, b'*', pairs.len() * 2);
                 pairs_of(out, pairs, version);
             }
-            ProtocolVersion::Resp3 => {
-                header(out, b'*', pairs.len());
-                for pair in pairs {
-                    header(out, b'*', 2);
-                    pairs_of(out, std::slice::from_ref(pair), version);
-                }
-            }
+            ProtocolVersion::Resp3 => nested_pairs(out, pairs, version),
         },
         Reply::Double(text) => match version {
             ProtocolVersion::Resp2 => put_bulk(out, text),
@@ -183,6 +171,15 @@ fn items_of(out: &mut BytesMut, marker: u8, items: &[Reply], version: ProtocolVe
     header(out, marker, items.len());
     for item in items {
         encode(item, version, out);
+    }
+}
+
+/// An array of two-element arrays.
+fn nested_pairs(out: &mut BytesMut, pairs: &[(Reply, Reply)], version: ProtocolVersion) {
+    header(out, b'*', pairs.len());
+    for pair in pairs {
+        header(out, b'*', 2);
+        pairs_of(out, std::slice::from_ref(pair), version);
     }
 }
 

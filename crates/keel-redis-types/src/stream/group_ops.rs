@@ -33,17 +33,35 @@ pub struct PendingSummary {
     pub consumers: Vec<(Bytes, usize)>,
 }
 
+/// XCLAIM's IDLE (the delivery time that many ms before now) or TIME (that time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    IdleMs(i64),
+    AtMs(i64),
+}
+
 /// XCLAIM's options.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClaimOptions {
     pub min_idle_ms: u64,
-    /// IDLE or TIME: the delivery time to set (already resolved against now); None: now.
-    pub delivery_ms: Option<i64>,
+    /// IDLE or TIME; None: now. A time before 0 or after now is now, as in Redis.
+    pub delivery: Option<Delivery>,
     pub retry_count: Option<u64>,
     pub force: bool,
     pub just_id: bool,
     /// LASTID: the group's last ID is raised to it.
     pub last_id: Option<StreamId>,
+}
+
+/// XAUTOCLAIM's arguments after the consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoClaim {
+    /// Where to start in the PEL (inclusive).
+    pub start: StreamId,
+    /// COUNT: at most this many claimed or found deleted.
+    pub count: usize,
+    pub min_idle_ms: u64,
+    pub just_id: bool,
 }
 
 /// What XAUTOCLAIM did: the cursor to go on from, the entries claimed, the IDs found deleted.
@@ -178,7 +196,11 @@ impl Stream {
         options: ClaimOptions,
         now_ms: u64,
     ) -> Vec<Delivered> {
-        let delivery_ms = match options.delivery_ms {
+        let at = options.delivery.map(|d| match d {
+            Delivery::IdleMs(idle) => (now_ms as i64).saturating_sub(idle),
+            Delivery::AtMs(at) => at,
+        });
+        let delivery_ms = match at {
             Some(at) if at >= 0 && (at as u64) <= now_ms => at as u64,
             _ => now_ms,
         };
@@ -232,12 +254,15 @@ impl Stream {
         &mut self,
         group: &[u8],
         consumer: &[u8],
-        start: StreamId,
-        count: usize,
-        min_idle_ms: u64,
-        just_id: bool,
+        args: AutoClaim,
         now_ms: u64,
     ) -> AutoClaimed {
+        let AutoClaim {
+            start,
+            count,
+            min_idle_ms,
+            just_id,
+        } = args;
         let ids: Vec<StreamId> = self
             .group(group)
             .map(|g| g.pel().range(start..).map(|(id, _)| *id).collect())

@@ -29,7 +29,9 @@ mod ops;
 mod tests;
 
 pub use group::{Consumer, Group, Pending};
-pub use group_ops::{AutoClaimed, ClaimOptions, PendingSummary, ReadGroupOutcome};
+pub use group_ops::{
+    AutoClaim, AutoClaimed, ClaimOptions, Delivery, PendingSummary, ReadGroupOutcome,
+};
 pub use id::{NewId, RangeBound, StreamId};
 pub use ops::{AddError, SetIdError, Trim, TrimStrategy};
 
@@ -90,11 +92,6 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// XLEN: the entries it holds.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     pub fn last_id(&self) -> StreamId {
         self.last_id
     }
@@ -222,6 +219,7 @@ impl crate::Family for Stream {
     /// An entry's smallest encoding: its ID, ordinal and field count.
     const ELEMENT_BYTES_MIN: usize = 28;
 
+    /// XLEN: the entries it holds.
     fn len(&self) -> usize {
         self.entries.len()
     }

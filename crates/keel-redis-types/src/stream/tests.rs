@@ -122,7 +122,13 @@ fn groups_deliver_acknowledge_and_claim() {
     assert_eq!(group.pel()[&id(2, 0)].consumer, Bytes::from_static(b"bob"));
     assert!(group.consumer(b"alice").unwrap().pending.is_empty());
     s.delete(&[id(2, 0)]);
-    let auto = s.auto_claim(b"g", b"carol", StreamId::ZERO, 10, 0, false, 300);
+    let args = AutoClaim {
+        start: StreamId::ZERO,
+        count: 10,
+        min_idle_ms: 0,
+        just_id: false,
+    };
+    let auto = s.auto_claim(b"g", b"carol", args, 300);
     assert_eq!(auto.deleted, vec![id(2, 0)]);
     assert!(auto.claimed.is_empty());
     assert_eq!(auto.next, StreamId::ZERO);

@@ -55,9 +55,7 @@ pub use raft_forward::{
 pub use script::{ScriptCommand, ScriptSource};
 pub use sort::SortArgs;
 pub use stream_groups::{XGROUP_HELP, XINFO_HELP};
-pub use streams::{
-    ClaimArgs, Delivery, GroupStart, PendingRange, ReadFrom, StreamRead, StreamWrite, XInfo, XRead,
-};
+pub use streams::{GroupStart, PendingRange, ReadFrom, StreamRead, StreamWrite, XInfo, XRead};
 pub use table::{CommandSpec, COMMAND_TABLE};
 pub use zsets::{parse_score, LexBound, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 

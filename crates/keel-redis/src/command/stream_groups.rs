@@ -4,12 +4,9 @@
 use bytes::Bytes;
 
 use super::parse::{integer, is, lossy};
-use super::streams::{
-    subcommand_syntax, ClaimArgs, Delivery, GroupStart, PendingRange, StreamRead, StreamWrite,
-    XInfo,
-};
+use super::streams::{subcommand_syntax, GroupStart, PendingRange, StreamRead, StreamWrite, XInfo};
 use super::CommandError;
-use keel_redis_types::stream::{RangeBound, StreamId};
+use keel_redis_types::stream::{AutoClaim, ClaimOptions, Delivery, RangeBound, StreamId};
 
 /// XGROUP HELP's lines, as Redis 7.0 gives them.
 pub const XGROUP_HELP: &[&str] = &[
@@ -117,7 +114,7 @@ fn group_options(sub: &str, options: &[Bytes]) -> Result<(bool, Option<u64>), Co
             ));
         }
     }
-    if sub == "setid" && options.len() != 0 && options.len() != 2 {
+    if sub == "setid" && !options.is_empty() && options.len() != 2 {
         return Err(subcommand_syntax("XGROUP", b"SETID"));
     }
     Ok((mkstream, entries_read))
@@ -176,9 +173,9 @@ fn claim_integer(arg: &[u8], error: &'static str) -> Result<i64, CommandError> {
 /// `XCLAIM key group consumer min-idle-time id [id ...] [options]`.
 pub(super) fn parse_xclaim(rest: &[Bytes]) -> Result<StreamWrite, CommandError> {
     let min_idle = claim_integer(&rest[3], "Invalid min-idle-time argument for XCLAIM")?;
-    let mut args = ClaimArgs {
+    let mut args = ClaimOptions {
         min_idle_ms: u64::try_from(min_idle).unwrap_or(0),
-        ..ClaimArgs::default()
+        ..ClaimOptions::default()
     };
     let ids: Vec<StreamId> = rest[4..]
         .iter()
@@ -220,7 +217,7 @@ pub(super) fn parse_xclaim(rest: &[Bytes]) -> Result<StreamWrite, CommandError> 
         group: rest[1].clone(),
         consumer: rest[2].clone(),
         ids,
-        args,
+        options: args,
     })
 }
 
@@ -258,10 +255,12 @@ pub(super) fn parse_xautoclaim(rest: &[Bytes]) -> Result<StreamWrite, CommandErr
         key: rest[0].clone(),
         group: rest[1].clone(),
         consumer: rest[2].clone(),
-        min_idle_ms: u64::try_from(min_idle).unwrap_or(0),
-        start,
-        count,
-        just_id,
+        args: AutoClaim {
+            start,
+            count,
+            min_idle_ms: u64::try_from(min_idle).unwrap_or(0),
+            just_id,
+        },
     })
 }
 

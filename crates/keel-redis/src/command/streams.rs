@@ -12,7 +12,9 @@ use bytes::Bytes;
 use super::parse::{integer, is, lossy};
 use super::CommandError;
 use keel_redis_types::stream::APPROX_TRIM_LIMIT_DEFAULT;
-use keel_redis_types::stream::{NewId, RangeBound, StreamId, Trim, TrimStrategy};
+use keel_redis_types::stream::{
+    AutoClaim, ClaimOptions, NewId, RangeBound, StreamId, Trim, TrimStrategy,
+};
 
 /// Where XREAD or XREADGROUP reads a stream from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,24 +45,6 @@ pub struct XRead {
 pub enum GroupStart {
     Last,
     Id(StreamId),
-}
-
-/// XCLAIM's IDLE or TIME.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    IdleMs(i64),
-    AtMs(i64),
-}
-
-/// XCLAIM's options as given.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClaimArgs {
-    pub min_idle_ms: u64,
-    pub delivery: Option<Delivery>,
-    pub retry_count: Option<u64>,
-    pub force: bool,
-    pub just_id: bool,
-    pub last_id: Option<StreamId>,
 }
 
 /// The writes on streams.
@@ -122,16 +106,13 @@ pub enum StreamWrite {
         group: Bytes,
         consumer: Bytes,
         ids: Vec<StreamId>,
-        args: ClaimArgs,
+        options: ClaimOptions,
     },
     AutoClaim {
         key: Bytes,
         group: Bytes,
         consumer: Bytes,
-        min_idle_ms: u64,
-        start: StreamId,
-        count: usize,
-        just_id: bool,
+        args: AutoClaim,
     },
 }
 

@@ -1,4 +1,4 @@
-//! A value's body in a snapshot (format 5, `snapshot.rs`), after its kind tag:
+//! A value's body in a snapshot (formats 5 and 6, `snapshot.rs`), after its kind tag:
 //!
 //! ```text
 //! kind 0 string  bytes value

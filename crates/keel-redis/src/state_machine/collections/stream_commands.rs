@@ -10,11 +10,11 @@ use bytes::Bytes;
 
 use super::stream_reads::{delivered_reply, id_reply};
 use super::{Collection, Stream};
-use crate::command::{ClaimArgs, Delivery, GroupStart, ReadFrom, StreamWrite, XRead};
+use crate::command::{GroupStart, ReadFrom, StreamWrite, XRead};
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError};
 use keel_redis_types::stream::{
-    AddError, ClaimOptions, NewId, ReadGroupOutcome, SetIdError, StreamId, Trim,
+    AddError, AutoClaim, ClaimOptions, NewId, ReadGroupOutcome, SetIdError, StreamId, Trim,
 };
 use keel_resp::Reply;
 
@@ -163,23 +163,14 @@ impl KvStateMachine {
                 group,
                 consumer,
                 ids,
-                args,
-            } => self.xclaim(key, group, consumer, ids, *args),
+                options,
+            } => self.xclaim(key, group, consumer, ids, *options),
             StreamWrite::AutoClaim {
                 key,
                 group,
                 consumer,
-                min_idle_ms,
-                start,
-                count,
-                just_id,
-            } => self.xautoclaim(
-                key,
-                group,
-                consumer,
-                *start,
-                (*count, *min_idle_ms, *just_id),
-            ),
+                args,
+            } => self.xautoclaim(key, group, consumer, *args),
         };
         WriteAnswer::Value(reply)
     }
@@ -235,22 +226,12 @@ impl KvStateMachine {
         })
     }
 
-    /// XAUTOCLAIM; the last argument is COUNT, the least idle time and JUSTID.
-    fn xautoclaim(
-        &mut self,
-        key: &[u8],
-        group: &[u8],
-        consumer: &[u8],
-        start: StreamId,
-        (count, min_idle_ms, just_id): (usize, u64, bool),
-    ) -> Reply {
+    fn xautoclaim(&mut self, key: &[u8], group: &[u8], consumer: &[u8], args: AutoClaim) -> Reply {
         if let Err(reply) = self.stream_with_group(key, group, no_key_or_group) {
             return reply;
         }
         let now = self.log_time_ms;
-        let done = self.stream_write(key, false, |s| {
-            Ok(s.auto_claim(group, consumer, start, count, min_idle_ms, just_id, now))
-        });
+        let done = self.stream_write(key, false, |s| Ok(s.auto_claim(group, consumer, args, now)));
         match done {
             Ok(Some(done)) => Reply::Array(vec![
                 id_reply(done.next),
@@ -384,24 +365,12 @@ impl KvStateMachine {
         group: &[u8],
         consumer: &[u8],
         ids: &[StreamId],
-        args: ClaimArgs,
+        options: ClaimOptions,
     ) -> Reply {
         if let Err(reply) = self.stream_with_group(key, group, no_key_or_group) {
             return reply;
         }
         let now = self.log_time_ms;
-        let delivery_ms = args.delivery.map(|d| match d {
-            Delivery::IdleMs(idle) => (now as i64).saturating_sub(idle),
-            Delivery::AtMs(at) => at,
-        });
-        let options = ClaimOptions {
-            min_idle_ms: args.min_idle_ms,
-            delivery_ms,
-            retry_count: args.retry_count,
-            force: args.force,
-            just_id: args.just_id,
-            last_id: args.last_id,
-        };
         match self.stream_write(key, false, |s| {
             Ok(s.claim(group, consumer, ids, options, now))
         }) {

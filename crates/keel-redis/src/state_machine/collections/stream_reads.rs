@@ -11,7 +11,7 @@
 use bytes::Bytes;
 
 use super::stream_commands::{no_group_for_key, no_key_or_group};
-use super::Stream;
+use super::{Family, Stream};
 use crate::command::{PendingRange, ReadFrom, StreamRead, XInfo, XRead};
 use crate::state_machine::apply_reply::reply_bytes;
 use crate::state_machine::{KvStateMachine, WriteError};

@@ -137,6 +137,16 @@ fn a_version_5_snapshot_restores_without_its_streams() {
     let restored = KvStateMachine::from_snapshot(&v5).unwrap();
     assert_eq!(restored.get(b"k"), Some(&b"v"[..]));
     assert!(restored.live(b"s").is_none());
+    // A stream in a snapshot that says format 5 is refused: kind 5 came with format 6.
+    let mut relabelled = log.sm.snapshot();
+    relabelled[8..12].copy_from_slice(&5u32.to_le_bytes());
+    relabelled.truncate(relabelled.len() - 4);
+    let crc = crc32c::crc32c(&relabelled);
+    relabelled.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        KvStateMachine::from_snapshot(&relabelled),
+        Err(SnapshotError::Malformed("unknown kind of value"))
+    );
 }
 
 /// Runs `line`, or answers its parse error as a client would see it.
