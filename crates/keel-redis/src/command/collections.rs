@@ -269,11 +269,18 @@ impl CollectionWrite {
                 | CollectionWrite::SRem { .. }
                 | CollectionWrite::SMove { .. }
                 | CollectionWrite::SPop { .. }
+                // XREADGROUP, XCLAIM and XAUTOCLAIM record deliveries, but Redis does not
+                // refuse them past maxmemory (no `denyoom`): neither does keel.
                 | CollectionWrite::Stream(
                     StreamWrite::Trim { .. }
                         | StreamWrite::Del { .. }
+                        | StreamWrite::GroupSetId { .. }
                         | StreamWrite::GroupDestroy { .. }
+                        | StreamWrite::Consumer { create: false, .. }
+                        | StreamWrite::ReadGroup(_)
                         | StreamWrite::Ack { .. }
+                        | StreamWrite::Claim { .. }
+                        | StreamWrite::AutoClaim { .. }
                 )
                 | CollectionWrite::ZSet(
                     ZSetWrite::Rem { .. }

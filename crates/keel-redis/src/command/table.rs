@@ -242,8 +242,9 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             NO_KEYS,
             Write,
         ),
-        // XGROUP HELP is a read (the parser decides); every other subcommand is a write.
-        spec("xgroup", -2, &["write"], (2, 2, 1), Write),
+        // XGROUP HELP is a read (the parser decides); every other subcommand is a write, and
+        // CREATE and CREATECONSUMER may grow the data (`denyoom`, as Redis flags them).
+        spec("xgroup", -2, WRITE_FLAGS, (2, 2, 1), Write),
         spec("xack", -4, &["write", "fast"], ONE_KEY, Write),
         spec("xpending", -3, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("xclaim", -6, &["write", "fast"], ONE_KEY, Write),
