@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 
-use super::stream_reads::{delivered_reply, id_reply};
+use super::stream_reads::{delivered_reply, id_reply, STREAM_REPLY_BYTES_MAX};
 use super::{Collection, Stream};
 use crate::command::{GroupStart, ReadFrom, StreamWrite, XRead};
 use crate::state_machine::execute::WriteAnswer;
@@ -344,8 +344,9 @@ impl KvStateMachine {
                 ReadFrom::After(id) => Some(*id),
                 ReadFrom::New | ReadFrom::Last => None,
             };
+            let count = self.new_entries_that_fit(key, group, after, read.count);
             let outcome = self.stream_write(key, false, |s| {
-                Ok(s.read_group(group, consumer, after, read.count, read.no_ack, now))
+                Ok(s.read_group(group, consumer, after, count, read.no_ack, now))
             });
             if let Ok(Some(ReadGroupOutcome::Served(entries))) = outcome {
                 let entries = entries.into_iter().map(delivered_reply).collect();
@@ -357,6 +358,39 @@ impl KvStateMachine {
             return Reply::NullArray;
         }
         Reply::Keyed(served)
+    }
+
+    /// XREADGROUP's COUNT for `>`: at most as many new entries as fit in
+    /// [`STREAM_REPLY_BYTES_MAX`] (at least one), so that a read without COUNT of a large
+    /// stream delivers a bounded prefix, as if COUNT said so, rather than a reply too large.
+    fn new_entries_that_fit(
+        &self,
+        key: &[u8],
+        group: &[u8],
+        after: Option<StreamId>,
+        count: usize,
+    ) -> usize {
+        let Some((stream, last)) = self
+            .collection::<Stream>(key)
+            .ok()
+            .flatten()
+            .and_then(|s| s.group(group).map(|g| (s, g.last_id())))
+        else {
+            return count;
+        };
+        let Some(start) = last.next().filter(|_| after.is_none()) else {
+            return count;
+        };
+        let mut bytes = 0usize;
+        let fitting = stream
+            .range(start, StreamId::MAX, count, false)
+            .into_iter()
+            .take_while(|(_, entry)| {
+                bytes += entry.fields.iter().map(|f| f.len() + 16).sum::<usize>() + 64;
+                bytes <= STREAM_REPLY_BYTES_MAX
+            })
+            .count();
+        fitting.max(1)
     }
 
     fn xclaim(
