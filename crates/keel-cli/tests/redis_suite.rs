@@ -37,6 +37,8 @@ const UNITS: &[&str] = &[
     "protocol",
     "introspection",
     "sort",
+    "type/stream",
+    "type/stream-cgroups",
 ];
 
 /// The suite's options for a server that is not one it started: one database, no checks of

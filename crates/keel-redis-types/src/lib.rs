@@ -1,5 +1,5 @@
 //! keel-redis-types: Redis's data types as keel replicates them, one module per family:
-//! [`list`], [`hash`], [`set`], [`zset`] (streams, HyperLogLog and the rest join as families of
+//! [`list`], [`hash`], [`set`], [`zset`], [`stream`] (HyperLogLog and the rest join as families of
 //! their own). Each family holds its value's structure, the content hash it keeps up to date as
 //! it changes (its share of the state digest), its body in a snapshot, and the operations
 //! commands perform on one value.
@@ -34,6 +34,7 @@ pub mod hash;
 pub mod list;
 pub mod set;
 pub mod siphash;
+pub mod stream;
 pub mod wire;
 pub mod zset;
 

@@ -11,10 +11,18 @@ pub enum Kind {
     Hash,
     Set,
     ZSet,
+    Stream,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::String, Kind::List, Kind::Hash, Kind::Set, Kind::ZSet];
+    pub const ALL: [Kind; 6] = [
+        Kind::String,
+        Kind::List,
+        Kind::Hash,
+        Kind::Set,
+        Kind::ZSet,
+        Kind::Stream,
+    ];
 
     /// TYPE's answer, and what SCAN's TYPE option names.
     pub fn name(self) -> &'static str {
@@ -24,6 +32,7 @@ impl Kind {
             Kind::Hash => "hash",
             Kind::Set => "set",
             Kind::ZSet => "zset",
+            Kind::Stream => "stream",
         }
     }
 
@@ -34,6 +43,7 @@ impl Kind {
             Kind::Hash => 2,
             Kind::Set => 3,
             Kind::ZSet => 4,
+            Kind::Stream => 5,
         }
     }
 
@@ -42,7 +52,7 @@ impl Kind {
     }
 
     /// The kind TYPE or SCAN's TYPE option names (case-insensitive); None for any other name
-    /// (Redis also knows `stream`, which keel does not hold).
+    /// (Redis's other kinds, which keel does not hold).
     pub fn named(name: &[u8]) -> Option<Kind> {
         Kind::ALL
             .into_iter()

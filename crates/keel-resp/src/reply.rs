@@ -39,6 +39,9 @@ pub enum Reply {
     /// RESP3 `#t` / `#f` (a script's boolean after `redis.setresp(3)`); in RESP2 the integer 1
     /// or 0, as Redis does.
     Boolean(bool),
+    /// RESP3 `%`; in RESP2 an array of two-element arrays, as Redis answers XREAD's streams
+    /// (a map only in RESP3).
+    Keyed(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -89,8 +92,8 @@ impl Reply {
             Reply::Array(items) | Reply::Set(items) => {
                 HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
             }
-            Reply::Map(pairs) | Reply::Pairs(pairs) => {
-                // A pair's own header, for `Pairs` in RESP3.
+            Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::Keyed(pairs) => {
+                // A pair's own header, for `Pairs` in RESP3 and `Keyed` in RESP2.
                 HEADER_BYTES_MAX
                     + pairs
                         .iter()
@@ -120,6 +123,13 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
             ProtocolVersion::Resp2 => out.put_slice(b"*-1\r\n"),
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
         },
+        Reply::Keyed(pairs) => match version {
+            ProtocolVersion::Resp2 => nested_pairs(out, pairs, version),
+            ProtocolVersion::Resp3 => {
+                header(out, b'%', pairs.len());
+                pairs_of(out, pairs, version);
+            }
+        },
         Reply::Array(items) => items_of(out, b'*', items, version),
         Reply::Set(items) => match version {
             ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
@@ -137,13 +147,7 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
                 header(out, b'*', pairs.len() * 2);
                 pairs_of(out, pairs, version);
             }
-            ProtocolVersion::Resp3 => {
-                header(out, b'*', pairs.len());
-                for pair in pairs {
-                    header(out, b'*', 2);
-                    pairs_of(out, std::slice::from_ref(pair), version);
-                }
-            }
+            ProtocolVersion::Resp3 => nested_pairs(out, pairs, version),
         },
         Reply::Double(text) => match version {
             ProtocolVersion::Resp2 => put_bulk(out, text),
@@ -176,6 +180,15 @@ fn items_of(out: &mut BytesMut, marker: u8, items: &[Reply], version: ProtocolVe
     header(out, marker, items.len());
     for item in items {
         encode(item, version, out);
+    }
+}
+
+/// An array of two-element arrays.
+fn nested_pairs(out: &mut BytesMut, pairs: &[(Reply, Reply)], version: ProtocolVersion) {
+    header(out, b'*', pairs.len());
+    for pair in pairs {
+        header(out, b'*', 2);
+        pairs_of(out, std::slice::from_ref(pair), version);
     }
 }
 

@@ -65,6 +65,6 @@ pub enum TypeFilter {
     Any,
     /// The keys holding this kind of value.
     Only(crate::kind::Kind),
-    /// TYPE names a type keel does not hold (`zset`, `stream`, or any other word): no key.
+    /// TYPE names a type keel does not hold (any word but the kinds' names): no key.
     Nothing,
 }

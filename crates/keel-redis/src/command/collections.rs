@@ -13,6 +13,7 @@ use bytes::Bytes;
 use super::blocking::{self, BlockingPop};
 use super::parse::{integer, is, lossy};
 use super::sort::SortArgs;
+use super::streams::{self, StreamRead, StreamWrite};
 use super::zsets::{self, ZSetRead, ZSetWrite};
 use super::{CommandError, FloatBits};
 use keel_redis_types::list::End;
@@ -128,6 +129,8 @@ pub enum CollectionWrite {
     },
     /// A write on a sorted set (`zsets.rs`).
     ZSet(ZSetWrite),
+    /// A write on a stream (`streams.rs`).
+    Stream(StreamWrite),
     /// SORT ... STORE (`sort.rs`): the result stored as a list (the key removed if it is
     /// empty); the result's length.
     /// A pop from the first of several keys that holds something, which may block its client
@@ -223,6 +226,8 @@ pub enum CollectionRead {
     },
     /// A read of a sorted set (`zsets.rs`).
     ZSet(ZSetRead),
+    /// A read of a stream (`streams.rs`).
+    Stream(StreamRead),
     /// SORT without STORE, SORT_RO (`sort.rs`).
     Sort(SortArgs),
 }
@@ -254,6 +259,7 @@ impl CollectionWrite {
                 | CollectionWrite::HIncrByFloat { .. }
                 | CollectionWrite::SPop { .. }
                 | CollectionWrite::BlockingPop(_)
+                | CollectionWrite::Stream(_)
         )
     }
 
@@ -271,6 +277,19 @@ impl CollectionWrite {
                 | CollectionWrite::SRem { .. }
                 | CollectionWrite::SMove { .. }
                 | CollectionWrite::SPop { .. }
+                // XREADGROUP, XCLAIM and XAUTOCLAIM record deliveries, but Redis does not
+                // refuse them past maxmemory (no `denyoom`): neither does keel.
+                | CollectionWrite::Stream(
+                    StreamWrite::Trim { .. }
+                        | StreamWrite::Del { .. }
+                        | StreamWrite::GroupSetId { .. }
+                        | StreamWrite::GroupDestroy { .. }
+                        | StreamWrite::Consumer { create: false, .. }
+                        | StreamWrite::ReadGroup(_)
+                        | StreamWrite::Ack { .. }
+                        | StreamWrite::Claim { .. }
+                        | StreamWrite::AutoClaim { .. }
+                )
                 | CollectionWrite::ZSet(
                     ZSetWrite::Rem { .. }
                         | ZSetWrite::Pop { .. }
@@ -437,6 +456,9 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
         pop if blocking::NAMES.contains(&pop) => {
             CollectionWrite::BlockingPop(blocking::parse(pop, rest)?)
         }
+        stream if streams::WRITES.contains(&stream) => {
+            CollectionWrite::Stream(streams::parse_write(stream, rest)?)
+        }
         other => unreachable!("{other} is not a collection write"),
     })
 }
@@ -550,6 +572,9 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
         },
         zset if zsets::READS.contains(&zset) => {
             CollectionRead::ZSet(zsets::parse_read(zset, rest)?)
+        }
+        stream if streams::READS.contains(&stream) => {
+            CollectionRead::Stream(streams::parse_read(stream, rest)?)
         }
         other => unreachable!("{other} is not a collection read"),
     })

@@ -56,6 +56,14 @@ pub enum CommandError {
     },
     #[error("ERR {0}")]
     Unsupported(&'static str),
+    /// Redis's words for a subcommand's options it cannot read (XGROUP, XINFO).
+    #[error("ERR unknown subcommand or wrong number of arguments for '{subcommand}'. Try {command} HELP.")]
+    SubcommandSyntax {
+        command: &'static str,
+        subcommand: String,
+    },
+    #[error("ERR Unrecognized XCLAIM option '{0}'")]
+    UnrecognizedXClaimOption(String),
     #[error("ERR DB index is out of range")]
     DbIndexOutOfRange,
     #[error("ERR Protocol version is not an integer or out of range")]

@@ -138,6 +138,13 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "zscore" | "zmscore" | "zrank" | "zrevrank" | "zrange" | "zrevrange" | "zrangebyscore"
         | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => const { &[key(RO_ACCESS)] },
         "object" | "memory" => const { &[second_key(RO)] },
+        "xadd" => const { &[key(RW_INSERT)] },
+        "xtrim" | "xdel" => const { &[key(RW_DELETE)] },
+        "xsetid" | "xack" | "xclaim" | "xautoclaim" => const { &[key(RW_UPDATE)] },
+        "xlen" => const { &[key(RO)] },
+        "xrange" | "xrevrange" | "xpending" => const { &[key(RO_ACCESS)] },
+        "xgroup" => const { &[second_key(RW_UPDATE)] },
+        "xinfo" => const { &[second_key(RO_ACCESS)] },
         "sinterstore" | "sunionstore" | "sdiffstore" => {
             const {
                 &[
@@ -400,6 +407,23 @@ pub fn command_docs(name: &str) -> Docs {
             &["admin", "slow", "dangerous"],
         ),
         "shutdown" => docs("server", "1.0.0", O1, &["admin", "slow", "dangerous"]),
+        _ => stream_docs(name),
+    }
+}
+
+const STREAM: &[&str] = &["stream"];
+
+/// The stream commands' documentation (Redis 7.0's), and keel's own commands' default.
+fn stream_docs(name: &str) -> Docs {
+    let on_count = "O(N) with N being the number of elements being returned.";
+    match name {
+        "xadd" | "xlen" | "xsetid" => docs("stream", "5.0.0", O1, STREAM),
+        "xrange" | "xrevrange" | "xread" | "xreadgroup" | "xinfo" | "xpending" => {
+            docs("stream", "5.0.0", on_count, STREAM)
+        }
+        "xtrim" | "xdel" | "xack" | "xclaim" => docs("stream", "5.0.0", ON_ARGS, STREAM),
+        "xgroup" => docs("stream", "5.0.0", "Depends on subcommand.", STREAM),
+        "xautoclaim" => docs("stream", "6.2.0", "O(1) if COUNT is small.", STREAM),
         _ => docs("server", KEEL, "", &[]),
     }
 }
@@ -528,6 +552,7 @@ pub fn acl_categories(name: &str, flags: &[&str]) -> Vec<&'static str> {
             "hash" => "@hash",
             "set" => "@set",
             "sortedset" => "@sortedset",
+            "stream" => "@stream",
             "scripting" => "@scripting",
             _ => "@other",
         })
@@ -577,6 +602,24 @@ fn numkeys_keys(name: &str, args: &[Bytes]) -> Option<Result<Vec<FoundKey>, Comm
     })
 }
 
+/// XREAD's and XREADGROUP's keys: after STREAMS.
+fn stream_keys(name: &str, args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
+    let flags = if name == "xread" {
+        RO_ACCESS
+    } else {
+        RW_UPDATE
+    };
+    super::streams::stream_key_positions(args)
+        .map(|positions| {
+            positions
+                .map(|position| FoundKey { position, flags })
+                .collect()
+        })
+        .ok_or(CommandError::Unsupported(
+            "Invalid arguments specified for command",
+        ))
+}
+
 /// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of the command `args` (its name first), in
 /// Redis's words when there are none to find.
 pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
@@ -586,6 +629,9 @@ pub fn get_keys(args: &[Bytes]) -> Result<Vec<FoundKey>, CommandError> {
         .ok_or(CommandError::Unsupported("Invalid command specified"))?;
     if let Some(found) = numkeys_keys(spec.name, args) {
         return found;
+    }
+    if spec.name == "xread" || spec.name == "xreadgroup" {
+        return stream_keys(spec.name, args);
     }
     let specs = key_specs(spec.name);
     if specs.is_empty() {

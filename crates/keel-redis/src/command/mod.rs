@@ -34,6 +34,8 @@ mod parse_strings;
 mod raft_forward;
 pub(crate) mod script;
 mod sort;
+mod stream_groups;
+mod streams;
 mod table;
 mod zsets;
 
@@ -53,6 +55,8 @@ pub use raft_forward::{
 };
 pub use script::{ScriptCommand, ScriptSource, ScriptedExec};
 pub use sort::SortArgs;
+pub use stream_groups::{XGROUP_HELP, XINFO_HELP};
+pub use streams::{GroupStart, PendingRange, ReadFrom, StreamRead, StreamWrite, XInfo, XRead};
 pub use table::{CommandSpec, COMMAND_TABLE};
 pub use zsets::{parse_score, LexBound, ZRange, ZRangeBy, ZSetRead, ZSetWrite};
 

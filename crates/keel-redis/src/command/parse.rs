@@ -12,6 +12,7 @@ use super::parse_strings::{
 };
 use super::sort::parse_sort;
 use super::zsets;
+use super::{streams, CollectionRead, StreamRead, XGROUP_HELP};
 use super::{
     AdminCommand, ClientAttribute, ClientCommand, ClientFilter, Command, CommandError,
     CommandQuery, CommandSpec, DebugCommand, Expiry, HelloArgs, KillFilters, ListFilter,
@@ -205,8 +206,17 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "raft.watchpoint" => Command::Read(ReadCommand::WatchPoint),
         "raft.watched" => Command::Transaction(TransactionCommand::Watched(watched(rest)?)),
         "sort" | "sort_ro" => parse_sort(args, spec.name == "sort_ro")?,
+        // XGROUP HELP reads nothing, and is answered as a read.
+        "xgroup" if is(&rest[0], "HELP") => {
+            streams_help_arity(rest)?;
+            Command::Read(ReadCommand::Collection(Typed {
+                op: CollectionRead::Stream(StreamRead::Help(XGROUP_HELP)),
+                args: args.to_vec(),
+            }))
+        }
         name if collections::WRITES.contains(&name)
             || zsets::WRITES.contains(&name)
+            || streams::WRITES.contains(&name)
             || blocking::NAMES.contains(&name) =>
         {
             Command::Write(WriteCommand::Collection(Typed {
@@ -214,7 +224,10 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
                 args: args.to_vec(),
             }))
         }
-        name if collections::READS.contains(&name) || zsets::READS.contains(&name) => {
+        name if collections::READS.contains(&name)
+            || zsets::READS.contains(&name)
+            || streams::READS.contains(&name) =>
+        {
             Command::Read(ReadCommand::Collection(Typed {
                 op: collections::parse_read(name, rest)?,
                 args: args.to_vec(),
@@ -222,6 +235,14 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         }
         other => unreachable!("command {other} is in the table but has no parser"),
     })
+}
+
+/// XGROUP HELP takes nothing more.
+fn streams_help_arity(rest: &[Bytes]) -> Result<(), CommandError> {
+    if rest.len() != 1 {
+        return Err(CommandError::WrongArity("xgroup|help".to_string()));
+    }
+    Ok(())
 }
 
 fn local(command: LocalCommand) -> Command {

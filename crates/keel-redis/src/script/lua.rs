@@ -355,7 +355,7 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             verbatim.raw_set("format", "txt")?;
             field_table_of(lua, "verbatim_string", Value::Table(verbatim))?
         }
-        Reply::Null if resp == 2 => Value::Boolean(false),
+        Reply::Null | Reply::NullArray if resp == 2 => Value::Boolean(false),
         // RESP2 carries booleans as integers.
         Reply::Boolean(b) if resp == 2 => Value::Number(f64::from(u8::from(*b))),
         Reply::Boolean(b) => Value::Boolean(*b),
@@ -379,6 +379,13 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
         Reply::Map(pairs) | Reply::Pairs(pairs) if resp == 2 => {
             sequence(lua, pairs.iter().flat_map(|(k, v)| [nested(k), nested(v)]))?
         }
+        // RESP2 nests a keyed reply's pairs (XREAD's streams); RESP3 makes it a map.
+        Reply::Keyed(pairs) if resp == 2 => sequence(
+            lua,
+            pairs
+                .iter()
+                .map(|(k, v)| sequence(lua, [nested(k), nested(v)].into_iter())),
+        )?,
         Reply::Pairs(pairs) => sequence(
             lua,
             pairs
@@ -386,7 +393,7 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
                 .map(|(k, v)| sequence(lua, [nested(k), nested(v)].into_iter())),
         )?,
         // RESP3 scripts get `{map = t}`.
-        Reply::Map(pairs) => {
+        Reply::Map(pairs) | Reply::Keyed(pairs) => {
             let map = lua.create_table_with_capacity(0, pairs.len())?;
             for (key, value) in pairs {
                 match nested(key)? {

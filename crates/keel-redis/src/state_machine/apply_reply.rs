@@ -34,6 +34,7 @@
 //! 10   bytes text            verbatim string
 //! 11   u8 (0 or 1)           boolean
 //! 12   -                     null array (RESP2 `*-1`)
+//! 13   count n, n x (value, value)   keyed (XREAD's streams: a map in RESP3)
 //! ```
 //!
 //! Nothing may follow. Values nest at most [`VALUE_DEPTH_MAX`] deep. These bytes never reach
@@ -59,9 +60,12 @@ use super::WriteReply;
 use keel_redis_types::wire::{put_bytes, Reader};
 use keel_resp::Reply;
 
-/// Deepest nesting of values decoded in an EXEC reply: EXEC's array holds LCS IDX's map, which
-/// holds the array of matches, each an array holding two ranges, arrays of integers: 5.
-pub const VALUE_DEPTH_MAX: usize = 5;
+/// Deepest nesting of values decoded in an EXEC reply or a write's value. LCS IDX in EXEC: EXEC's
+/// array holds LCS IDX's map, which holds the array of matches, each an array holding two
+/// ranges, arrays of integers: 5.
+/// XINFO STREAM FULL nests deepest: EXEC's array, the stream's map, its groups, a group, its
+/// consumers, a consumer, its pending entries, one of them, its integers: 9.
+pub const VALUE_DEPTH_MAX: usize = 9;
 
 const TAG_EXEC: u8 = 5;
 const TAG_APPLIED_BEFORE: u8 = 6;
@@ -81,6 +85,7 @@ const VALUE_PAIRS: u8 = 9;
 const VALUE_VERBATIM: u8 = 10;
 const VALUE_BOOLEAN: u8 = 11;
 const VALUE_NULL_ARRAY: u8 = 12;
+const VALUE_KEYED: u8 = 13;
 
 /// The outcome of one applied log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,7 +194,7 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
             Reply::Integer(_) | Reply::Null | Reply::Boolean(_) | Reply::NullArray => 0,
             Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
             Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
-            Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
+            Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::Keyed(pairs) => pairs
                 .iter()
                 .map(|(k, v)| reply_bytes(k) + reply_bytes(v))
                 .sum(),
@@ -236,6 +241,7 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
         Reply::Set(items) => put_items(out, VALUE_SET, items),
         Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
         Reply::Pairs(pairs) => put_pairs(out, VALUE_PAIRS, pairs),
+        Reply::Keyed(pairs) => put_pairs(out, VALUE_KEYED, pairs),
     }
 }
 
@@ -279,6 +285,7 @@ fn read_value(r: &mut Reader, depth: usize) -> Option<Reply> {
         VALUE_SET => Reply::Set(read_items(r, depth)?),
         VALUE_MAP => Reply::Map(read_pairs(r, depth)?),
         VALUE_PAIRS => Reply::Pairs(read_pairs(r, depth)?),
+        VALUE_KEYED => Reply::Keyed(read_pairs(r, depth)?),
         _ => return None,
     })
 }

@@ -1,11 +1,11 @@
 //! The state machine's snapshot format.
 //!
-//! Format, version 5. Integers little-endian; `bytes` is a `u32` length then that many bytes.
+//! Format, version 6. Integers little-endian; `bytes` is a `u32` length then that many bytes.
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic b"KEELKVS\0"
-//! 8       4     format version u32 = 5 (1 to 4 are read too: see below)
+//! 8       4     format version u32 = 6 (1 to 5 are read too: see below)
 //! 12      8     applied_index u64
 //! 20      8     pairs digest u64          (the XOR of the pair and deadline hashes:
 //!                                          `state_digest` without the log time; recomputed and
@@ -15,13 +15,13 @@
 //! 36      8     key_count u64
 //! 44      ...   key_count x key entry, keys strictly ascending bytewise:
 //!                 bytes key,
-//!                 1  kind u8              (0 string, 1 list, 2 hash, 3 set, 4 zset; version 5
-//!                                          only)
-//!                 the value: in version 5 its body by kind (`collections/encoding.rs`: a
+//!                 1  kind u8              (0 string, 1 list, 2 hash, 3 set, 4 zset, 5 stream;
+//!                                          versions 5 and 6, stream in 6 only)
+//!                 the value: in versions 5 and 6 its body by kind (`collections/encoding.rs`: a
 //!                 string is `bytes value`), in older versions `bytes value` (a string),
-//!                 8  expire_at_ms u64     (0: no deadline; versions 4 and 5)
+//!                 8  expire_at_ms u64     (0: no deadline; versions 4 to 6)
 //!                 8  version u64          (log index of the key's last change, at most
-//!                                          applied_index; versions 4 and 5)
+//!                                          applied_index; versions 4 to 6)
 //! ...     8     session_count u64         (<= clients_max)
 //! ...     ...   session_count x session, client ids strictly ascending:
 //!                 8  client_id u64
@@ -35,17 +35,18 @@
 //! ...     8     log_time_ms u64           (versions 3 and 4: the state machine's time at
 //!                                          applied_index, the highest entry stamp applied; 0
 //!                                          for none)
-//! ...     1     versions_valid u8         (versions 4 and 5: 1, or 0 while the versions are the
+//! ...     1     versions_valid u8         (versions 4 to 6: 1, or 0 while the versions are the
 //!                                          placeholders a restore of version 3 or older gave,
 //!                                          `execute.rs`)
-//! ...     8     tombstone horizon u64     (versions 4 and 5, at most applied_index)
-//! ...     4     tombstone_count u32       (versions 4 and 5, <= TOMBSTONES_MAX)
+//! ...     8     tombstone horizon u64     (versions 4 to 6, at most applied_index)
+//! ...     4     tombstone_count u32       (versions 4 to 6, <= TOMBSTONES_MAX)
 //! ...     ...   tombstone_count x (bytes key, tombstone u64 <= applied_index), keys strictly
 //!               ascending, none of them a key of the map (`key_metadata.rs`)
 //! end-4   4     crc32c of every byte before it
 //! ```
 //!
-//! Older versions, read and never written: version 4 has no kind byte (every value is a string);
+//! Older versions, read and never written: version 5 is version 6 without streams (kind 5
+//! came with them: a stream in a version 5 snapshot is malformed); version 4 has no kind byte (every value is a string);
 //! version 3 has no deadlines, versions or tombstones;
 //! version 2 also ends after the member addresses and version 1 after the sessions (no member
 //! addresses). They restore with no deadlines, every version at applied_index, no tombstones,
@@ -92,7 +93,9 @@ use keel_redis_types::wire::{put_bytes, Reader};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"KEELKVS\0";
-const FORMAT_VERSION: u32 = 5;
+const FORMAT_VERSION: u32 = 6;
+/// The format before streams: read, never written.
+const FORMAT_VERSION_WITHOUT_STREAMS: u32 = 5;
 /// The format before lists, hashes and sets: read, never written.
 const FORMAT_VERSION_WITHOUT_KINDS: u32 = 4;
 /// The format before deadlines, versions and tombstones: read, never written.
@@ -113,7 +116,7 @@ pub enum SnapshotError {
     ChecksumMismatch { stored: u32, computed: u32 },
     #[error("not a keel key-value snapshot (bad magic)")]
     BadMagic,
-    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 5)")]
+    #[error("unsupported snapshot format version {0} (this build reads versions 1 to 6)")]
     UnsupportedVersion(u32),
     #[error("snapshot truncated inside {0}")]
     Truncated(&'static str),
@@ -261,12 +264,16 @@ fn encode_version_to(
 ) -> std::io::Result<()> {
     let (data, dedup) = (&sm.data, &sm.dedup);
     let with_expiry = version >= FORMAT_VERSION_WITHOUT_KINDS;
-    let with_kinds = version >= FORMAT_VERSION;
-    // An older format (tests only) holds strings alone.
+    let with_kinds = version >= FORMAT_VERSION_WITHOUT_STREAMS;
+    // An older format (tests only) holds what it knew: strings alone, or no streams.
     let keys: Vec<(&Key, &Stored)> = data
         .sorted()
         .into_iter()
-        .filter(|(_, stored)| with_kinds || stored.kind() == Kind::String)
+        .filter(|(_, stored)| match stored.kind() {
+            Kind::String => true,
+            Kind::Stream => version >= FORMAT_VERSION,
+            _ => with_kinds,
+        })
         .collect();
     let mut buf: Vec<u8> = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64);
     let mut crc = 0u32;
@@ -279,7 +286,7 @@ fn encode_version_to(
     buf.put_slice(MAGIC);
     buf.put_u32_le(version);
     buf.put_u64_le(sm.applied_index);
-    buf.put_u64_le(if with_kinds {
+    buf.put_u64_le(if version == FORMAT_VERSION {
         sm.digest
     } else {
         keys.iter().fold(0, |digest, (key, stored)| {
@@ -392,6 +399,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let version = r.u32().ok_or(header.clone())?;
     if ![
         FORMAT_VERSION,
+        FORMAT_VERSION_WITHOUT_STREAMS,
         FORMAT_VERSION_WITHOUT_KINDS,
         FORMAT_VERSION_WITHOUT_EXPIRY,
         FORMAT_VERSION_WITHOUT_TIME,
@@ -410,7 +418,7 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
     let key_count = r.u64().ok_or(header)?;
 
     let has_expiry = version >= FORMAT_VERSION_WITHOUT_KINDS;
-    let has_kinds = version >= FORMAT_VERSION;
+    let has_kinds = version >= FORMAT_VERSION_WITHOUT_STREAMS;
     let mut data = Map::default();
     let mut deadlines = Deadlines::default();
     let mut digest = 0u64;
@@ -422,8 +430,9 @@ pub(crate) fn decode(snapshot: &[u8]) -> Result<Restored, SnapshotError> {
         let key = r.bytes().ok_or(pair.clone())?;
         let value = if has_kinds {
             let tag = r.u8().ok_or(pair.clone())?;
-            let kind =
-                Kind::from_tag(tag).ok_or(SnapshotError::Malformed("unknown kind of value"))?;
+            let kind = Kind::from_tag(tag)
+                .filter(|kind| *kind != Kind::Stream || version >= FORMAT_VERSION)
+                .ok_or(SnapshotError::Malformed("unknown kind of value"))?;
             decode_value(&mut r, kind)?
         } else {
             Value::Str(Arc::from(&r.bytes().ok_or(pair.clone())?[..]))

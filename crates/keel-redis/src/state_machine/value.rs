@@ -1,4 +1,5 @@
-//! What a key holds ([`Value`]): a string, or a list, hash, set or sorted set (`collections/`),
+//! What a key holds ([`Value`]): a string, or a list, hash, set, sorted set or stream
+//! (`collections/`),
 //! and the bookkeeping kept beside it ([`Stored`]).
 //!
 //! Values are reference-counted and overwritten in place while no snapshot view or reply shares
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::collections::{Family, Hash, List, Set, ZSet};
+use super::collections::{Family, Hash, List, Set, Stream, ZSet};
 use crate::kind::Kind;
 
 /// A key's value. Collections are reference-counted and copied on write
@@ -30,6 +31,7 @@ pub(crate) enum CollectionValue {
     Hash(Hash),
     Set(Set),
     ZSet(ZSet),
+    Stream(Stream),
 }
 
 impl Value {
@@ -41,6 +43,7 @@ impl Value {
                 CollectionValue::Hash(_) => Kind::Hash,
                 CollectionValue::Set(_) => Kind::Set,
                 CollectionValue::ZSet(_) => Kind::ZSet,
+                CollectionValue::Stream(_) => Kind::Stream,
             },
         }
     }
@@ -55,6 +58,7 @@ impl Value {
                 CollectionValue::Hash(hash) => hash.counted_bytes(),
                 CollectionValue::Set(set) => set.counted_bytes(),
                 CollectionValue::ZSet(zset) => zset.counted_bytes(),
+                CollectionValue::Stream(stream) => stream.counted_bytes(),
             },
         }
     }
@@ -177,6 +181,7 @@ impl Stored {
                 "listpack"
             }
             CollectionValue::ZSet(_) => "skiplist",
+            CollectionValue::Stream(_) => "stream",
         }
     }
 }

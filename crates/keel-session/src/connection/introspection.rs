@@ -402,6 +402,27 @@ fn summary(name: &str) -> &'static str {
         "script|exists" => "Whether scripts are in this node's cache, by SHA-1.",
         "script|flush" => "Empties this node's script cache.",
         "script|kill" => "Stops the scripts running on this node (none of their writes apply).",
+        _ => stream_summary(name),
+    }
+}
+
+/// The stream commands' summaries.
+fn stream_summary(name: &str) -> &'static str {
+    match name {
+        "xadd" => "Appends an entry to a stream; its ID from the log's time with `*`.",
+        "xtrim" => "Trims a stream by MAXLEN or MINID.",
+        "xdel" => "Removes entries from a stream.",
+        "xsetid" => "Sets a stream's last ID, entries added and greatest deleted ID.",
+        "xlen" => "Returns the number of entries of a stream.",
+        "xrange" | "xrevrange" => "Returns a range of a stream's entries, by ID.",
+        "xread" => "Reads entries after given IDs from streams.",
+        "xreadgroup" => "Reads entries as a consumer of a group (a write: it records deliveries).",
+        "xgroup" => "Creates, changes and destroys consumer groups and their consumers.",
+        "xack" => "Acknowledges pending entries of a group.",
+        "xpending" => "Returns a group's pending entries.",
+        "xclaim" => "Gives pending entries to another consumer.",
+        "xautoclaim" => "Gives idle pending entries to another consumer, scanning the PEL.",
+        "xinfo" => "Returns information about a stream, its groups or a group's consumers.",
         _ => "",
     }
 }

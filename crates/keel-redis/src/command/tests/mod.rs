@@ -642,6 +642,15 @@ fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
         ("BZPOPMAX k 0", "bzpopmax"),
         ("BZMPOP 0 1 k MAX", "bzmpop"),
         ("RAFT.BLOCKED 0 0 BLPOP k 0", "raft.blocked"),
+        ("XADD k * f v", "xadd"),
+        ("XTRIM k MAXLEN 1", "xtrim"),
+        ("XDEL k 1-0", "xdel"),
+        ("XSETID k 1-0", "xsetid"),
+        ("XGROUP CREATE k g $ MKSTREAM", "xgroup"),
+        ("XREADGROUP GROUP g c STREAMS k >", "xreadgroup"),
+        ("XACK k g 1-0", "xack"),
+        ("XCLAIM k g c 0 1-0", "xclaim"),
+        ("XAUTOCLAIM k g c 0 0", "xautoclaim"),
     ] {
         let Ok(Command::Write(command)) = parse(line) else {
             panic!("{line} is not a write")
@@ -658,7 +667,7 @@ fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
         .iter()
         .filter(|spec| spec.class == CommandClass::Write)
         .count();
-    assert_eq!(writes, 74);
+    assert_eq!(writes, 83);
 }
 
 fn args(line: &str) -> Vec<Bytes> {

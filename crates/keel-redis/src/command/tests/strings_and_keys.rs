@@ -274,7 +274,11 @@ fn scan_options() {
         scan("SCAN 1 TYPE list").types,
         TypeFilter::Only(crate::kind::Kind::List)
     );
-    assert_eq!(scan("SCAN 1 TYPE stream").types, TypeFilter::Nothing);
+    assert_eq!(
+        scan("SCAN 1 TYPE stream").types,
+        TypeFilter::Only(crate::kind::Kind::Stream)
+    );
+    assert_eq!(scan("SCAN 1 TYPE hyperloglog").types, TypeFilter::Nothing);
     assert_eq!(
         scan("SCAN 1 TYPE String").types,
         TypeFilter::Only(crate::kind::Kind::String)

@@ -53,6 +53,8 @@ mod hash_commands;
 mod list_commands;
 mod set_commands;
 mod sort;
+mod stream_commands;
+mod stream_reads;
 mod zset_commands;
 
 pub(crate) use encoding::{decode_value, encode_value};
@@ -61,6 +63,7 @@ pub use sort::SORT_RESULT_BYTES_MAX;
 pub(crate) use keel_redis_types::hash::Hash;
 pub(crate) use keel_redis_types::list::List;
 pub(crate) use keel_redis_types::set::Set;
+pub(crate) use keel_redis_types::stream::Stream;
 pub(crate) use keel_redis_types::zset::{Score, ZSet};
 pub(crate) use keel_redis_types::Family;
 use keel_redis_types::STRING_BYTES_MAX;
@@ -75,7 +78,7 @@ use super::map::PAIR_OVERHEAD_BYTES;
 use super::value::{CollectionValue, Stored, Value};
 use super::{KvStateMachine, WriteError, WriteReply};
 use crate::command::blocking::PopShape;
-use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, ZSetWrite};
+use crate::command::{CollectionRead, CollectionWrite, ObjectQuery, StreamWrite, ZSetWrite};
 use crate::kind::Kind;
 use keel_resp::Reply;
 
@@ -93,6 +96,7 @@ collection_impl!(List, List);
 collection_impl!(Hash, Hash);
 collection_impl!(Set, Set);
 collection_impl!(ZSet, ZSet);
+collection_impl!(Stream, Stream);
 
 /// Whether a client may wait for a `C` to fill (a list or a sorted set: the blocking pops').
 fn fills_waiters<C: Collection>() -> bool {
@@ -118,6 +122,7 @@ pub(crate) fn value_pair_hash(key: &[u8], value: &Value) -> u64 {
             CollectionValue::Hash(hash) => pair_hash_of(key, hash),
             CollectionValue::Set(set) => pair_hash_of(key, set),
             CollectionValue::ZSet(zset) => pair_hash_of(key, zset),
+            CollectionValue::Stream(stream) => pair_hash_of(key, stream),
         },
     }
 }
@@ -151,7 +156,7 @@ impl KvStateMachine {
             }
             let mut fresh = C::default();
             let result = f(&mut fresh);
-            if fresh.len() > 0 {
+            if !fresh.is_empty() {
                 if fills_waiters::<C>() {
                     self.note_filled(key);
                 }
@@ -169,7 +174,7 @@ impl KvStateMachine {
         };
         let old_bytes = collection.counted_bytes();
         let result = f(collection);
-        let (new_len, new_bytes) = (collection.len(), collection.counted_bytes());
+        let (emptied, new_bytes) = (collection.is_empty(), collection.counted_bytes());
         let new_hash = pair_hash_of(key, &*collection);
         if new_hash != old_hash {
             stored.pair_hash = new_hash;
@@ -178,7 +183,7 @@ impl KvStateMachine {
         }
         self.data
             .value_resized(old_bytes as usize, new_bytes as usize);
-        if new_len == 0 {
+        if emptied {
             self.remove_stored(key);
             self.tombstones.record(key, index);
         } else if new_bytes > old_bytes && fills_waiters::<C>() {
@@ -293,6 +298,7 @@ impl KvStateMachine {
             } => self.sstore(*algebra, destination, keys),
             W::SPop { key, count } => self.spop(key, *count),
             W::ZSet(write) => self.execute_zset(write),
+            W::Stream(write) => self.execute_stream(write),
             W::SortStore { args, destination } => self.sort_store(args, destination),
             W::BlockingPop(pop) => self.blocking_pop(pop),
         }
@@ -347,6 +353,7 @@ impl KvStateMachine {
             R::SInterCard { keys, limit } => self.sintercard(keys, *limit),
             R::SRandMember { key, count } => self.srandmember(key, *count),
             R::ZSet(read) => self.read_zset(read),
+            R::Stream(read) => self.read_stream(read),
             R::Sort(args) => self.sort_reply(args),
             R::Object { key, query } => {
                 Ok(self.live(key).map_or(Reply::Null, |stored| match query {
@@ -361,6 +368,25 @@ impl KvStateMachine {
             })),
         };
         answer.unwrap_or_else(|error| Reply::error(error.to_string()))
+    }
+}
+
+/// Whether a stream write stores a key, field, value, group or consumer name over the size
+/// bound.
+fn stream_too_large(write: &StreamWrite) -> bool {
+    let large = |b: &Bytes| b.len() > STRING_BYTES_MAX;
+    match write {
+        StreamWrite::Add { key, fields, .. } => large(key) || fields.iter().any(large),
+        StreamWrite::GroupCreate { key, group, .. } => large(key) || large(group),
+        StreamWrite::Consumer {
+            consumer,
+            create: true,
+            ..
+        }
+        | StreamWrite::Claim { consumer, .. }
+        | StreamWrite::AutoClaim { consumer, .. } => large(consumer),
+        StreamWrite::ReadGroup(read) => read.group.as_ref().is_some_and(|(_, c)| large(c)),
+        _ => false,
     }
 }
 
@@ -388,6 +414,7 @@ fn command_too_large(command: &CollectionWrite) -> Option<WriteError> {
             PopShape::MoveTo { destination, .. } => large(destination),
             _ => false,
         },
+        W::Stream(write) => stream_too_large(write),
         W::Pop { .. }
         | W::LRem { .. }
         | W::LTrim { .. }

@@ -120,7 +120,9 @@ impl KvStateMachine {
             CollectionValue::List(list) => list.items().iter().cloned().collect(),
             CollectionValue::Set(set) => set.sorted().into_iter().cloned().collect(),
             CollectionValue::ZSet(zset) => zset.ascending().map(|(_, m)| m.clone()).collect(),
-            CollectionValue::Hash(_) => return Err(WriteError::WrongType),
+            CollectionValue::Hash(_) | CollectionValue::Stream(_) => {
+                return Err(WriteError::WrongType)
+            }
         })
     }
 

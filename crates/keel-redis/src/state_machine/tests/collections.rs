@@ -449,7 +449,7 @@ fn a_snapshot_of_the_format_before_collections_still_restores() {
     let restored = KvStateMachine::from_snapshot(&v4).unwrap();
     assert_eq!(restored, log.sm);
     assert_eq!(restored.state_digest(), log.sm.state_digest());
-    // A collection in format 5 with a damaged kind tag is refused, not guessed at.
+    // A collection in format 6 with a damaged kind tag is refused, not guessed at.
     run(&mut log, "RPUSH l x");
     let good = log.sm.snapshot();
     let at = good

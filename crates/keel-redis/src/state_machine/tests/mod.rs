@@ -377,10 +377,10 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         body
     };
     let mut wrong_version = good.clone();
-    wrong_version[8] = 6;
+    wrong_version[8] = 7;
     assert_eq!(
         target.restore(&reseal(wrong_version)),
-        Err(SnapshotError::UnsupportedVersion(6))
+        Err(SnapshotError::UnsupportedVersion(7))
     );
     let mut wrong_magic = good.clone();
     wrong_magic[0] = b'X';
@@ -656,6 +656,7 @@ mod expiry;
 mod keyspace_commands;
 mod members;
 mod sort;
+mod streams;
 mod string_key_ops;
 mod strings;
 mod time;

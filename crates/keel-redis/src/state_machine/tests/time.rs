@@ -134,7 +134,7 @@ fn snapshots_carry_the_log_time() {
     log.stamp_ms = T0 + 7;
     log.apply(set("b", "2"));
     let snapshot = log.sm.snapshot();
-    assert_eq!(&snapshot[8..12], &5u32.to_le_bytes(), "format version 5");
+    assert_eq!(&snapshot[8..12], &6u32.to_le_bytes(), "format version 6");
     // Before the checksum: the tombstones (none: a count), their horizon, versions_valid.
     let time_at = snapshot.len() - 4 - 4 - 8 - 1 - 8;
     assert_eq!(&snapshot[time_at..time_at + 8], &(T0 + 42).to_le_bytes());
