@@ -34,6 +34,13 @@ pub enum Reply {
     Pairs(Vec<(Reply, Reply)>),
     /// RESP3 `=` with the `txt` format (INFO, CLIENT LIST); in RESP2 a bulk string.
     Verbatim(Bytes),
+    /// RESP3 `>`, an out-of-band push (pub/sub messages and confirmations); in RESP2 an array,
+    /// as Redis does. Only ever answered by the node itself: never logged, never relayed.
+    Push(Vec<Reply>),
+    /// Several replies to one request, written one after the other (SUBSCRIBE `a b`: one
+    /// confirmation per channel; UNSUBSCRIBE of nothing: none). Only ever answered by the node
+    /// itself: never logged, never relayed, never inside another reply.
+    Several(Vec<Reply>),
 }
 
 impl Reply {
@@ -79,7 +86,10 @@ impl Reply {
             Reply::Integer(_) | Reply::Null => HEADER_BYTES_MAX,
             Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
             Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
-            Reply::Array(items) | Reply::Set(items) => {
+            Reply::Array(items)
+            | Reply::Set(items)
+            | Reply::Push(items)
+            | Reply::Several(items) => {
                 HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
             }
             Reply::Map(pairs) | Reply::Pairs(pairs) => {
@@ -110,6 +120,11 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
             ProtocolVersion::Resp3 => out.put_slice(b"_\r\n"),
         },
         Reply::Array(items) => items_of(out, b'*', items, version),
+        Reply::Push(items) => match version {
+            ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
+            ProtocolVersion::Resp3 => items_of(out, b'>', items, version),
+        },
+        Reply::Several(replies) => replies.iter().for_each(|r| encode(r, version, out)),
         Reply::Set(items) => match version {
             ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
             ProtocolVersion::Resp3 => items_of(out, b'~', items, version),
