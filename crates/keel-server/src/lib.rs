@@ -43,6 +43,7 @@ mod leader_link;
 pub mod limits;
 mod membership;
 pub mod protected;
+mod pubsub;
 mod restart;
 mod socket;
 mod time;
@@ -104,6 +105,8 @@ pub struct ServerContext {
     shared: Arc<ServerShared>,
     /// What CLIENT LIST shows of each connection.
     client_registry: Arc<ClientRegistry>,
+    /// The node's pub/sub subscriptions (`pubsub.rs`).
+    pub pubsub: Arc<keel_session::pubsub::PubSub>,
     /// The counters INFO reports (stats, commandstats, errorstats); CONFIG RESETSTAT zeroes them.
     pub server_stats: Arc<ServerStats>,
     /// The background scrub's counters (`keel::scrub`), for INFO.
@@ -142,6 +145,7 @@ impl ServerContext {
             config: Arc::default(),
             shared: Arc::default(),
             client_registry: Arc::default(),
+            pubsub: Arc::default(),
             server_stats: Arc::default(),
             scrub: Arc::default(),
             scripts: Arc::default(),
