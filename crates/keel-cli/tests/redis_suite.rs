@@ -37,6 +37,7 @@ const UNITS: &[&str] = &[
     "protocol",
     "introspection",
     "sort",
+    "pubsub",
 ];
 
 /// The suite's options for a server that is not one it started: one database, no checks of
