@@ -90,101 +90,103 @@ fn three_nodes(name: &str, extra: &[&str]) -> (Cluster, u64, Vec<u64>) {
     (cluster, leader, followers)
 }
 
-#[test]
-fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
-    let (cluster, leader, followers) = three_nodes("pubsub-order", &[]);
-    let port = |id: u64| cluster.node(id).client_port;
-    // On every node: a RESP2 subscriber to a channel and a pattern, a RESP3 one to the channel.
-    let mut subscribers: Vec<(Client, Client)> = [1, 2, 3]
-        .iter()
-        .map(|&id| {
-            let mut two = Client::connect(port(id));
-            assert_eq!(
-                two.request(&["SUBSCRIBE", "news"]),
-                "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
-            );
-            let psub = two.request(&["PSUBSCRIBE", "n*"]);
-            assert_eq!(psub, "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:2\r\n");
-            let mut three = Client::connect(port(id));
-            three.request(&["HELLO", "3"]);
-            let sub = three.request(&["SUBSCRIBE", "news"]);
-            assert_eq!(sub, ">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
-            (two, three)
-        })
-        .collect();
-    // Each node answers about its own subscribers.
-    for id in [1, 2, 3] {
-        let numsub = raw_request(port(id), &["PUBSUB", "NUMSUB", "news", "none"]).unwrap();
-        let want = [
-            Reply::bulk("news"),
-            Reply::Integer(2),
-            Reply::bulk("none"),
-            Reply::Integer(0),
-        ];
-        assert_eq!(numsub, Reply::Array(want.to_vec()));
-        assert_eq!(
-            integer(raw_request(port(id), &["PUBSUB", "NUMPAT"]).unwrap()),
-            1
-        );
-        let channels = raw_request(port(id), &["PUBSUB", "CHANNELS", "n*"]).unwrap();
-        assert_eq!(channels, Reply::Array(vec![Reply::bulk("news")]));
+/// On node `port`: a RESP2 subscriber to a channel and a pattern, a RESP3 one to the channel.
+fn subscribers_on(port: u16) -> (Client, Client) {
+    let mut two = Client::connect(port);
+    let sub = two.request(&["SUBSCRIBE", "news"]);
+    assert_eq!(sub, "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    let psub = two.request(&["PSUBSCRIBE", "n*"]);
+    assert_eq!(psub, "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:2\r\n");
+    let mut three = Client::connect(port);
+    three.request(&["HELLO", "3"]);
+    let sub = three.request(&["SUBSCRIBE", "news"]);
+    assert_eq!(sub, ">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    (two, three)
+}
+
+/// PUBSUB on node `port` answers about that node's own subscribers.
+fn introspection_on(port: u16) {
+    let numsub = raw_request(port, &["PUBSUB", "NUMSUB", "news", "none"]).unwrap();
+    let want = [
+        Reply::bulk("news"),
+        Reply::Integer(2),
+        Reply::bulk("none"),
+        Reply::Integer(0),
+    ];
+    assert_eq!(numsub, Reply::Array(want.to_vec()));
+    let numpat = raw_request(port, &["PUBSUB", "NUMPAT"]).unwrap();
+    assert_eq!(integer(numpat), 1);
+    let channels = raw_request(port, &["PUBSUB", "CHANNELS", "n*"]).unwrap();
+    assert_eq!(channels, Reply::Array(vec![Reply::bulk("news")]));
+}
+
+/// The next message `client` reads: `f<n>` or `l<n>`, the next of its publisher (each
+/// publisher's messages in order); the counts so far.
+fn next_in_order(got: &str, counts: &mut [u32; 2]) -> String {
+    let from_follower = format!("f{}", counts[0]);
+    if got.contains(&format!("{from_follower}\r\n")) {
+        counts[0] += 1;
+        return from_follower;
     }
-    // One connection publishes on a follower, another on the leader, interleaved.
-    let mut on_follower = Client::connect(port(followers[0]));
-    let mut on_leader = Client::connect(port(leader));
-    for i in 0..50 {
-        // Three receivers on the publishing node: channel + pattern (RESP2), channel (RESP3).
-        assert_eq!(
-            on_follower.request(&["PUBLISH", "news", &format!("f{i}")]),
-            ":3\r\n"
-        );
-        assert_eq!(
-            on_leader.request(&["PUBLISH", "news", &format!("l{i}")]),
-            ":3\r\n"
-        );
-    }
-    for (two, three) in &mut subscribers {
-        let (mut from_f, mut from_l) = (0, 0);
-        for _ in 0..100 {
-            let got = three.read();
-            if got == message('>', "news", &format!("f{from_f}")) {
-                from_f += 1;
-            } else {
-                assert_eq!(got, message('>', "news", &format!("l{from_l}")), "in order");
-                from_l += 1;
-            }
-        }
-        let (mut from_f, mut from_l) = (0, 0);
-        for _ in 0..100 {
-            let got = two.read();
-            let payload = if got.contains(&format!("f{from_f}\r\n")) {
-                from_f += 1;
-                format!("f{}", from_f - 1)
-            } else {
-                from_l += 1;
-                format!("l{}", from_l - 1)
-            };
-            assert_eq!(got, message('*', "news", &payload), "in order");
-            assert_eq!(two.read(), pmessage("n*", "news", &payload));
-        }
-    }
-    // RESP2's subscribed mode: PING answers the pub/sub way, other commands are refused.
-    let (two, _) = &mut subscribers[0];
+    let from_leader = format!("l{}", counts[1]);
+    assert!(
+        got.contains(&format!("{from_leader}\r\n")),
+        "out of order: {got:?}"
+    );
+    counts[1] += 1;
+    from_leader
+}
+
+/// RESP2's subscribed mode: PING answers the pub/sub way, other commands are refused.
+fn subscribed_mode(two: &mut Client) {
     assert_eq!(two.request(&["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
     assert_eq!(
         two.request(&["GET", "k"]),
         "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET \
          are allowed in this context\r\n"
     );
-    assert_eq!(
-        two.request(&["UNSUBSCRIBE"]),
-        "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:1\r\n"
-    );
-    assert_eq!(
-        two.request(&["PUNSUBSCRIBE"]),
-        "*3\r\n$12\r\npunsubscribe\r\n$2\r\nn*\r\n:0\r\n"
-    );
+    let unsub = two.request(&["UNSUBSCRIBE"]);
+    assert_eq!(unsub, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    let punsub = two.request(&["PUNSUBSCRIBE"]);
+    assert_eq!(punsub, "*3\r\n$12\r\npunsubscribe\r\n$2\r\nn*\r\n:0\r\n");
     assert_eq!(two.request(&["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
+    let (cluster, leader, followers) = three_nodes("pubsub-order", &[]);
+    let port = |id: u64| cluster.node(id).client_port;
+    let mut subscribers: Vec<(Client, Client)> = [1, 2, 3]
+        .iter()
+        .map(|&id| subscribers_on(port(id)))
+        .collect();
+    [1, 2, 3].iter().for_each(|&id| introspection_on(port(id)));
+    // One connection publishes on a follower, another on the leader, interleaved.
+    let mut on_follower = Client::connect(port(followers[0]));
+    let mut on_leader = Client::connect(port(leader));
+    for i in 0..50 {
+        // Three receivers on the publishing node: channel + pattern (RESP2), channel (RESP3).
+        let published = on_follower.request(&["PUBLISH", "news", &format!("f{i}")]);
+        assert_eq!(published, ":3\r\n");
+        let published = on_leader.request(&["PUBLISH", "news", &format!("l{i}")]);
+        assert_eq!(published, ":3\r\n");
+    }
+    for (two, three) in &mut subscribers {
+        let mut counts = [0, 0];
+        for _ in 0..100 {
+            let got = three.read();
+            let payload = next_in_order(&got, &mut counts);
+            assert_eq!(got, message('>', "news", &payload));
+        }
+        let mut counts = [0, 0];
+        for _ in 0..100 {
+            let got = two.read();
+            let payload = next_in_order(&got, &mut counts);
+            assert_eq!(got, message('*', "news", &payload));
+            assert_eq!(two.read(), pmessage("n*", "news", &payload));
+        }
+    }
+    subscribed_mode(&mut subscribers[0].0);
     // Shard channels: their own namespace, across the cluster too.
     let (_, three) = &mut subscribers[2];
     three.request(&["SSUBSCRIBE", "orders"]);
@@ -194,10 +196,8 @@ fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
         ":0\r\n"
     };
     assert_eq!(on_follower.request(&["SPUBLISH", "orders", "o1"]), here);
-    assert_eq!(
-        three.read(),
-        ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n"
-    );
+    let smessage = ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n";
+    assert_eq!(three.read(), smessage);
 }
 
 #[test]

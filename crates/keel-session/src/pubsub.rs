@@ -414,13 +414,7 @@ impl PubSubFeed {
                 self.pending.store(false, Ordering::Release);
                 return Poll::Ready(PubSubEvent::Messages(std::mem::take(&mut state.queued)));
             }
-            if !state
-                .waker
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                state.waker = Some(cx.waker().clone());
-            }
+            crate::connection::monitor::wake_here(&mut state.waker, cx);
             Poll::Pending
         })
         .await
