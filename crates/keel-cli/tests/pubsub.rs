@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use keel_resp::{encode_request, parse_reply, Limits, Reply};
-use process::{eventually, raw_request, run_program, Cluster};
+use process::{eventually, info_field, raw_request, run_program, Cluster};
 
 /// One client connection: requests out, replies (and pushes) in, as the bytes the server wrote.
 struct Client {
@@ -118,6 +118,8 @@ fn introspection_on(port: u16) {
     assert_eq!(integer(numpat), 1);
     let channels = raw_request(port, &["PUBSUB", "CHANNELS", "n*"]).unwrap();
     assert_eq!(channels, Reply::Array(vec![Reply::bulk("news")]));
+    assert_eq!(info_field(port, "stats", "pubsub_channels"), 1);
+    assert_eq!(info_field(port, "stats", "pubsub_patterns"), 1);
 }
 
 /// The next message `client` reads: `f<n>` or `l<n>`, the next of its publisher (each

@@ -181,7 +181,11 @@ impl ServerContext {
             used_memory: stats.used_bytes,
             used_memory_rss: resident_bytes().unwrap_or(0),
             maxmemory: self.config.read().maxmemory,
-            stats: self.server_stats.snapshot(),
+            stats: keel_session::connection::StatsSnapshot {
+                pubsub_channels: self.pubsub.channel_count() as u64,
+                pubsub_patterns: self.pubsub.numpat() as u64,
+                ..self.server_stats.snapshot()
+            },
             cpu: cpu_times(),
             scrub_passes: self.scrub.passes.load(Ordering::Relaxed),
             scrub_damage_found: self.scrub.damage_found.load(Ordering::Relaxed),

@@ -230,6 +230,11 @@ impl PubSub {
             .map_or(0, BTreeMap::len)
     }
 
+    /// The channels (not shard channels) with a subscriber here: INFO's `pubsub_channels`.
+    pub fn channel_count(&self) -> usize {
+        self.lock().by_kind[Kind::Channel.index()].len()
+    }
+
     /// PUBSUB NUMPAT: the distinct patterns subscribed to here.
     pub fn numpat(&self) -> usize {
         self.lock().by_kind[Kind::Pattern.index()].len()
