@@ -35,16 +35,28 @@ fn wrong_arity(name: &str) -> Reply {
     CommandError::WrongArity(name.into()).to_reply()
 }
 
+/// The pub/sub commands' names.
+const PUBSUB_COMMANDS: [&str; 9] = [
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "publish",
+    "spublish",
+    "pubsub",
+];
+
 /// `args` as a pub/sub command: `None` if it is not one; `Some(Err)` with its error if it is
 /// one of the wrong arity.
 fn parse(args: &[Bytes]) -> Option<Result<PubSubCommand, Reply>> {
-    // Every request of every connection comes here first: most are told apart by their length
-    // and first letter, without an allocation.
-    let first = args[0].first()?.to_ascii_lowercase();
-    if !(6..=12).contains(&args[0].len()) || !matches!(first, b'p' | b's' | b'u') {
-        return None;
-    }
-    let name = std::str::from_utf8(&args[0]).ok()?.to_ascii_lowercase();
+    // Every request of every connection comes here first: it is looked up without an
+    // allocation, and only a pub/sub command's name is copied.
+    let name = PUBSUB_COMMANDS
+        .iter()
+        .find(|name| name.as_bytes().eq_ignore_ascii_case(&args[0]))?
+        .to_string();
     let rest = || args[1..].to_vec();
     let (kind, subscribe) = match name.as_str() {
         "subscribe" => (Kind::Channel, true),
