@@ -39,6 +39,7 @@ const UNITS: &[&str] = &[
     "sort",
     "type/stream",
     "type/stream-cgroups",
+    "pubsub",
 ];
 
 /// The suite's options for a server that is not one it started: one database, no checks of

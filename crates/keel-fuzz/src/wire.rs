@@ -95,6 +95,7 @@ fn encode_body(body: &Body) -> Option<Vec<u8>> {
         Body::AuthResponse(r) => wire::encode_response(r, &mut out),
         // A sender writes parts only through `OutgoingParts`; the reassembled message is checked.
         Body::MessagePart(_) => return None,
+        Body::NodeMessage(m) => wire::encode_node_message(m, &mut out),
     }
     Some(out)
 }

@@ -42,6 +42,13 @@ pub enum Reply {
     /// RESP3 `%`; in RESP2 an array of two-element arrays, as Redis answers XREAD's streams
     /// (a map only in RESP3).
     Keyed(Vec<(Reply, Reply)>),
+    /// RESP3 `>`, an out-of-band push (pub/sub messages and confirmations); in RESP2 an array,
+    /// as Redis does. Only ever answered by the node itself: never logged, never relayed.
+    Push(Vec<Reply>),
+    /// Several replies to one request, written one after the other (SUBSCRIBE `a b`: one
+    /// confirmation per channel; UNSUBSCRIBE of nothing: none). Only ever answered by the node
+    /// itself: never logged, never relayed, never inside another reply.
+    Several(Vec<Reply>),
 }
 
 impl Reply {
@@ -89,7 +96,10 @@ impl Reply {
             }
             Reply::Bulk(data) | Reply::Double(data) => HEADER_BYTES_MAX + data.len() + 2,
             Reply::Verbatim(text) => HEADER_BYTES_MAX + VERBATIM_TXT.len() + text.len() + 2,
-            Reply::Array(items) | Reply::Set(items) => {
+            Reply::Array(items)
+            | Reply::Set(items)
+            | Reply::Push(items)
+            | Reply::Several(items) => {
                 HEADER_BYTES_MAX + items.iter().map(Reply::encoded_len_max).sum::<usize>()
             }
             Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::Keyed(pairs) => {
@@ -131,6 +141,11 @@ pub fn encode(reply: &Reply, version: ProtocolVersion, out: &mut BytesMut) {
             }
         },
         Reply::Array(items) => items_of(out, b'*', items, version),
+        Reply::Push(items) => match version {
+            ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
+            ProtocolVersion::Resp3 => items_of(out, b'>', items, version),
+        },
+        Reply::Several(replies) => replies.iter().for_each(|r| encode(r, version, out)),
         Reply::Set(items) => match version {
             ProtocolVersion::Resp2 => items_of(out, b'*', items, version),
             ProtocolVersion::Resp3 => items_of(out, b'~', items, version),

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,7 +30,9 @@ use keel_core::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
 
-use keel_transport::ClientAddrs;
+use keel_transport::{ClientAddrs, NodeMessageSent, PeerTransport};
+
+use crate::node_messages::{NodeMessageCounters, NodeMessageStats, NODE_MESSAGE_BYTES_MAX};
 
 /// How a proposal's result reaches its proposer.
 pub(crate) type ProposalReply = oneshot::Sender<Result<Bytes, ClientError>>;
@@ -338,6 +340,9 @@ pub struct Handle<S> {
     pub(crate) requests: mpsc::Sender<Request<S>>,
     pub(crate) request_timeout: Duration,
     pub(crate) client_addrs: Arc<ClientAddrs>,
+    pub(crate) transport: Weak<dyn PeerTransport>,
+    pub(crate) node_id: NodeId,
+    pub(crate) node_message_counters: Arc<NodeMessageCounters>,
     pub(crate) proposal_refusal: Arc<ProposalRefusal>,
     pub(crate) view: watch::Receiver<NodeView>,
     pub(crate) applied: watch::Receiver<Index>,
@@ -349,6 +354,9 @@ impl<S> Clone for Handle<S> {
             requests: self.requests.clone(),
             request_timeout: self.request_timeout,
             client_addrs: Arc::clone(&self.client_addrs),
+            transport: Weak::clone(&self.transport),
+            node_id: self.node_id,
+            node_message_counters: Arc::clone(&self.node_message_counters),
             proposal_refusal: Arc::clone(&self.proposal_refusal),
             view: self.view.clone(),
             applied: self.applied.clone(),
@@ -430,6 +438,34 @@ impl<S> Handle<S> {
     /// Every client address this node knows, by member.
     pub fn client_addrs(&self) -> BTreeMap<NodeId, String> {
         self.client_addrs.all()
+    }
+
+    /// Sends the node message `message` to peer `to`, or to every peer this node's transport
+    /// knows with `None` (`crate::node_messages`): queued without waiting, never through the
+    /// log, at most once. What it says: for how many peers it was queued and for how many
+    /// dropped at once (a peer's queue full, the peer unknown; counted). Longer than
+    /// [`NODE_MESSAGE_BYTES_MAX`]: [`ClientError::Rejected`], sent to nobody; the node stopped:
+    /// [`ClientError::Shutdown`].
+    pub fn send_node_message(
+        &self,
+        to: Option<NodeId>,
+        message: Bytes,
+    ) -> Result<NodeMessageSent, ClientError> {
+        if message.len() > NODE_MESSAGE_BYTES_MAX {
+            return Err(ClientError::Rejected(format!(
+                "node message of {} bytes is longer than {NODE_MESSAGE_BYTES_MAX}",
+                message.len()
+            )));
+        }
+        let transport = self.transport.upgrade().ok_or(ClientError::Shutdown)?;
+        let sent = transport.send_node_message(to, message);
+        (self.node_message_counters).sent(self.node_id, sent.queued, sent.dropped);
+        Ok(sent)
+    }
+
+    /// This node's node message counts since it started (`crate::node_messages`).
+    pub fn node_message_stats(&self) -> NodeMessageStats {
+        self.node_message_counters.get()
     }
 
     /// Records where `id`'s clients reach it, in this node's client address book (what
@@ -798,6 +834,9 @@ mod tests {
             requests,
             request_timeout: ms(50),
             client_addrs: Arc::default(),
+            transport: Weak::<keel_transport::Transport>::new(),
+            node_id: 1,
+            node_message_counters: Arc::default(),
             proposal_refusal: Arc::default(),
             view: watch::channel(NodeView {
                 group: 0,

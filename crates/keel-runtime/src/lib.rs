@@ -29,6 +29,7 @@ mod failure;
 mod handle;
 pub mod metrics;
 mod node;
+pub mod node_messages;
 pub mod recover;
 pub mod scrub;
 pub mod sessions;

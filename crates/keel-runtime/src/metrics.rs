@@ -60,6 +60,12 @@ pub const IS_LEADER: &str = "keel_is_leader";
 /// (`keel_core::RaftNode::validate`; a `reason` label names the rule, `InvalidMessage::kind`) or
 /// because they belong to another Raft group (`reason` `other_group`).
 pub const PEER_MESSAGES_REFUSED: &str = "keel_peer_messages_refused_total";
+/// Node messages queued for a peer (one per message and peer; `crate::node_messages`).
+pub const NODE_MESSAGES_SENT: &str = "keel_node_messages_sent_total";
+/// Node messages received from peers, by `outcome`: `delivered` to the application's channel, or
+/// `dropped` (the channel full or not taken); and messages a send dropped at once (`outcome`
+/// `send_dropped`: a peer's budget spent, the peer unknown).
+pub const NODE_MESSAGES: &str = "keel_node_messages_total";
 
 /// Bucket bounds for the latency histograms (seconds): 50 µs to 10 s.
 pub const LATENCY_BUCKETS_SECONDS: &[f64] = &[
@@ -161,6 +167,32 @@ pub fn describe() {
         Unit::Count,
         "Peer messages dropped: no honest peer sends them, or another group's (reason)."
     );
+    describe_counter!(
+        NODE_MESSAGES_SENT,
+        Unit::Count,
+        "Node messages queued for a peer (one per peer)."
+    );
+    describe_counter!(
+        NODE_MESSAGES,
+        Unit::Count,
+        "Node messages received (outcome delivered or dropped) or dropped when sent."
+    );
+}
+
+/// A node message send: queued for `queued` peers, dropped for `dropped`.
+pub(crate) fn node_messages_sent(node: NodeId, queued: u64, dropped: u64) {
+    counter!(NODE_MESSAGES_SENT, "node" => node.to_string()).increment(queued);
+    if dropped > 0 {
+        let outcome = "send_dropped";
+        counter!(NODE_MESSAGES, "node" => node.to_string(), "outcome" => outcome)
+            .increment(dropped);
+    }
+}
+
+/// A node message received: handed to the application (`taken`) or dropped.
+pub(crate) fn node_message_received(node: NodeId, taken: bool) {
+    let outcome = if taken { "delivered" } else { "dropped" };
+    counter!(NODE_MESSAGES, "node" => node.to_string(), "outcome" => outcome).increment(1);
 }
 
 /// A peer message refused by the validator, under the rule `reason` (a fixed set of names).

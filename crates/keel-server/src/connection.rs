@@ -61,6 +61,7 @@ use keel_session::connection::pipeline::{
 };
 use keel_session::connection::{ClientConnection, ClientRecord, Dispatch, LocalStats, NodeReport};
 use keel_session::forwarding::FORWARD_GROUP_MAX;
+use keel_session::pubsub::PubSubEvent;
 
 /// Output is written once this much is buffered, even in the middle of a pipeline.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -103,6 +104,7 @@ struct Session<'a> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.pipeline.flush_stats(&mut self.net);
+        self.ctx.pubsub.forget(self.connection.record());
     }
 }
 
@@ -128,6 +130,8 @@ enum Io {
     Killed,
     /// A monitor that fell behind its queue's bound (`connection/monitor.rs`): closed.
     MonitorOverflowed,
+    /// A subscriber that fell behind its queue's bound (keel-session's `pubsub.rs`): closed.
+    PubSubOverflowed,
 }
 
 #[expect(clippy::too_many_lines)]
@@ -158,6 +162,7 @@ pub(super) async fn serve_connection(
             .with_config(Arc::clone(&ctx.config))
             .with_registry(record, Arc::clone(&ctx.client_registry))
             .with_monitor_limit(ctx.client_limits.output_buffer_bytes)
+            .with_pubsub(Arc::clone(&ctx.pubsub))
             .with_stats(Arc::clone(&ctx.server_stats)),
         pipeline: Pipeline::new(random_client_id()),
         forward: leader_link::Forwarder::new(
@@ -205,6 +210,16 @@ pub(super) async fn serve_connection(
                     node = ctx.node_id,
                     client = %peer,
                     "closing a MONITOR connection that does not keep up: its queue passed \
+                     client-output-buffer-limit-bytes ({})",
+                    ctx.client_limits.output_buffer_bytes
+                );
+                return Ok(());
+            }
+            Io::PubSubOverflowed => {
+                tracing::info!(
+                    node = ctx.node_id,
+                    client = %peer,
+                    "closing a pub/sub subscriber that does not keep up: its messages passed \
                      client-output-buffer-limit-bytes ({})",
                     ctx.client_limits.output_buffer_bytes
                 );
@@ -274,6 +289,10 @@ async fn close_gracefully(stream: &mut TcpStream, last: &[u8]) {
 }
 
 impl Session<'_> {
+    fn is_resp3(&self) -> bool {
+        self.connection.protocol() == keel_resp::ProtocolVersion::Resp3
+    }
+
     /// Whether this connection is another node's forwarding connection.
     fn is_forwarding(&self) -> bool {
         is_forwarding(&self.connection)
@@ -322,6 +341,17 @@ impl Session<'_> {
                     }
                     MonitorEvent::Overflowed => return Ok(Io::MonitorOverflowed),
                 },
+                // After SUBSCRIBE: the messages published on its channels.
+                event = record.pubsub.next() => match event {
+                    PubSubEvent::Messages(messages) => {
+                        // RESP3 pushes reach a client whatever CLIENT REPLY says (as Redis).
+                        if self.silence != Silence::All || self.is_resp3() {
+                            self.push_bytes(&messages)?;
+                        }
+                        continue;
+                    }
+                    PubSubEvent::Overflowed => return Ok(Io::PubSubOverflowed),
+                },
                 ready = readiness => match ready {
                     Some(ready) => ready?,
                     None => return Ok(Io::Idle),
@@ -348,7 +378,10 @@ impl Session<'_> {
     /// read past the output limit: then the connection must close (an error). A reply larger
     /// than the limit by itself is replaced by an error.
     fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
+        let pushed = self.is_resp3() && matches!(reply, Reply::Push(_) | Reply::Several(_));
         match self.silence {
+            // RESP3 pushes (pub/sub confirmations) are not replies CLIENT REPLY silences.
+            _ if pushed => {}
             Silence::None => {}
             Silence::All => return Ok(()),
             Silence::Next(n) => {

@@ -492,7 +492,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     let adapter = KvAdapter::new(KvStateMachine::new())
         .with_filled_keys_listener(Arc::clone(&blocked) as Arc<dyn keel_redis::FilledKeysListener>);
     let stats = adapter.stats();
-    let node = Node::start(config, adapter).await.map_err(|e| match &e {
+    let mut node = Node::start(config, adapter).await.map_err(|e| match &e {
         keel::StartError::Damaged { dir, .. } => format!(
             "node {}: {e}; `keel check --data-dir {}` lists every finding",
             options.id,
@@ -527,6 +527,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     ctx.maxmemory = options.maxmemory;
     ctx.time_tick_ms = tick_ms;
     ctx.scrub = node.scrub_counters();
+    super::pubsub::connect(&mut node, &ctx.pubsub);
     if ctx.protected_mode && ctx.requirepass.is_none() && !client_addr.ip().is_loopback() {
         tracing::warn!(
             node = options.id,

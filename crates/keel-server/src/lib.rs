@@ -44,6 +44,7 @@ mod leader_link;
 pub mod limits;
 mod membership;
 pub mod protected;
+mod pubsub;
 mod restart;
 mod socket;
 mod time;
@@ -105,6 +106,8 @@ pub struct ServerContext {
     shared: Arc<ServerShared>,
     /// What CLIENT LIST shows of each connection.
     client_registry: Arc<ClientRegistry>,
+    /// The node's pub/sub subscriptions (`pubsub.rs`).
+    pub pubsub: Arc<keel_session::pubsub::PubSub>,
     /// The counters INFO reports (stats, commandstats, errorstats); CONFIG RESETSTAT zeroes them.
     pub server_stats: Arc<ServerStats>,
     /// The background scrub's counters (`keel::scrub`), for INFO.
@@ -146,6 +149,7 @@ impl ServerContext {
             config: Arc::default(),
             shared: Arc::default(),
             client_registry: Arc::default(),
+            pubsub: Arc::default(),
             server_stats: Arc::default(),
             scrub: Arc::default(),
             scripts: Arc::default(),
@@ -183,7 +187,11 @@ impl ServerContext {
             used_memory: stats.used_bytes,
             used_memory_rss: resident_bytes().unwrap_or(0),
             maxmemory: self.config.read().maxmemory,
-            stats: self.server_stats.snapshot(),
+            stats: keel_session::connection::StatsSnapshot {
+                pubsub_channels: self.pubsub.channel_count() as u64,
+                pubsub_patterns: self.pubsub.numpat() as u64,
+                ..self.server_stats.snapshot()
+            },
             cpu: cpu_times(),
             scrub_passes: self.scrub.passes.load(Ordering::Relaxed),
             scrub_damage_found: self.scrub.damage_found.load(Ordering::Relaxed),

@@ -12,5 +12,6 @@
 
 pub mod connection;
 pub mod forwarding;
+pub mod pubsub;
 
 pub use connection::{ClientConnection, Dispatch, NodeInfo, NodeReport, Transaction};

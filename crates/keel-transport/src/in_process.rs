@@ -20,12 +20,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use keel_core::{GroupId, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::ConfigurationChange;
 use tokio::sync::mpsc;
 
 use crate::peer::{Connector, PeerTransport, TransportFuture};
-use crate::{ClientAddrs, Inbound, SnapshotCounters, TransportConfig, TransportError};
+use crate::{
+    ClientAddrs, Inbound, NodeMessageSent, SnapshotCounters, TransportConfig, TransportError,
+};
 
 /// Nodes of one process, connected without sockets (see the module documentation). Cheap to
 /// clone: clones are the same network.
@@ -126,6 +129,7 @@ impl Connector for InProcessNetwork {
             client_addrs: Arc::clone(&network.client_addrs),
             peers: Mutex::default(),
             dropped: AtomicU64::new(0),
+            dropped_node_messages: AtomicU64::new(0),
             transfers: AtomicU64::new(0),
             counters: Arc::default(),
         };
@@ -142,6 +146,7 @@ struct InProcessTransport {
     /// Addresses the node was told; kept only to answer `peer_addr` (delivery is by id).
     peers: Mutex<BTreeMap<NodeId, SocketAddr>>,
     dropped: AtomicU64,
+    dropped_node_messages: AtomicU64,
     /// Snapshot transfers started: with `id` and `join`, a name of its own for each copy.
     transfers: AtomicU64,
     counters: Arc<SnapshotCounters>,
@@ -200,6 +205,45 @@ impl PeerTransport for InProcessTransport {
         if !delivered {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Straight into each peer's inbound queue (bounded: full, the message is dropped for that
+    /// peer, counted), so node messages from one node arrive in the order sent. "Every peer" is
+    /// every other node on the network.
+    fn send_node_message(&self, to: Option<NodeId>, message: Bytes) -> NodeMessageSent {
+        let peers: Vec<NodeId> = match to {
+            Some(id) => vec![id],
+            // Peers are reached by id here, whether or not the node was told an address.
+            None => (self.network.nodes().into_iter())
+                .filter(|&id| id != self.id)
+                .collect(),
+        };
+        let fits = message.len() <= crate::wire::NODE_MESSAGE_BYTES_MAX;
+        let mut sent = NodeMessageSent::default();
+        for peer in peers {
+            let delivered = fits
+                && (self.network)
+                    .route(self.id, peer, |e| {
+                        let from = self.id;
+                        let inbound = Inbound::NodeMessage {
+                            from,
+                            message: message.clone(),
+                        };
+                        e.inbound.try_send(inbound).is_ok()
+                    })
+                    .unwrap_or(false);
+            if delivered {
+                sent.queued += 1;
+            } else {
+                sent.dropped += 1;
+            }
+        }
+        (self.dropped_node_messages).fetch_add(sent.dropped as u64, Ordering::Relaxed);
+        sent
+    }
+
+    fn dropped_node_messages(&self) -> u64 {
+        self.dropped_node_messages.load(Ordering::Relaxed)
     }
 
     fn send_snapshot(

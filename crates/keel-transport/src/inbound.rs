@@ -222,6 +222,18 @@ async fn serve_connection(
                 let (group, msg) = match read_frame(rd, c.frame_size_bytes_max).await? {
                     None => return Ok(()),
                     Some(Body::Message(group, msg)) => (group, msg),
+                    // Promises nothing, so heard from a peer with changed storage too.
+                    Some(Body::NodeMessage(message)) => {
+                        let from = hello.node_id;
+                        if inbound
+                            .send(Inbound::NodeMessage { from, message })
+                            .await
+                            .is_err()
+                        {
+                            return Ok(());
+                        }
+                        continue;
+                    }
                     Some(Body::MessagePart(part)) => {
                         match reassembly.add(part, c.message_size_bytes_max)? {
                             None => continue,

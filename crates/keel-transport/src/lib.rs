@@ -60,6 +60,7 @@ mod auth;
 mod client_addrs;
 mod in_process;
 mod inbound;
+mod node_messages;
 mod peer;
 mod record;
 mod snapshot;
@@ -68,6 +69,8 @@ pub mod wire;
 pub use auth::load_cluster_secret;
 pub use client_addrs::ClientAddrs;
 pub use in_process::InProcessNetwork;
+pub use node_messages::NodeMessageSent;
+use node_messages::{NodeBudget, QueuedNodeMessage};
 pub use peer::{Connector, PeerTransport, Tcp, TransportFuture};
 use record::{FrameWriter, RecordReader};
 pub use snapshot::{discard_stale_partial, SnapshotCounters, SnapshotTransferStats};
@@ -141,6 +144,10 @@ pub struct TransportConfig {
     pub snapshot_send_rate_bytes_per_sec: u64,
     /// Messages queued per peer before new ones are dropped.
     pub send_queue_messages_max: usize,
+    /// Node messages queued per peer (beside the Raft messages) before new ones are dropped.
+    pub node_message_queue_messages_max: usize,
+    /// Bytes of node messages queued per peer before new ones are dropped.
+    pub node_message_queue_bytes_max: usize,
     /// Messages written per `write_all`.
     pub batch_messages_max: usize,
     /// The first wait before reconnecting to a peer, in milliseconds; it doubles after each attempt
@@ -193,6 +200,8 @@ impl TransportConfig {
             snapshot_timeout_ms: 10_000,
             snapshot_send_rate_bytes_per_sec: 0,
             send_queue_messages_max: 4096,
+            node_message_queue_messages_max: 4096,
+            node_message_queue_bytes_max: 16 << 20,
             batch_messages_max: 256,
             reconnect_backoff_min_ms: 10,
             reconnect_backoff_max_ms: 1000,
@@ -232,6 +241,14 @@ pub enum Inbound {
         meta: SnapshotMeta,
         /// The received file, complete and fsynced.
         path: PathBuf,
+    },
+    /// A node message from `from` (the node its connection's handshake named): an application's
+    /// bytes, at most `wire::NODE_MESSAGE_BYTES_MAX`, in the order `from` sent them.
+    NodeMessage {
+        /// The peer that sent it.
+        from: NodeId,
+        /// The message.
+        message: Bytes,
     },
     /// `from` connected and says it is reached at `addr` (its handshake's advertised address).
     PeerAddress {
@@ -350,18 +367,33 @@ impl TransportError {
     }
 }
 
-/// A message queued for a peer, with its Raft group.
-type Outgoing = (GroupId, Message);
+/// What a peer's queue holds: a Raft message with its group, or a node message.
+enum Outgoing {
+    Raft(GroupId, Message),
+    Node(QueuedNodeMessage),
+}
 
 struct Peer {
     addr: SocketAddr,
     queue: mpsc::Sender<Outgoing>,
+    node_budget: Arc<NodeBudget>,
     task: JoinHandle<()>,
+}
+
+impl Peer {
+    /// Whether the queue holds fewer than `send_queue_messages_max` Raft messages: the rest of
+    /// its capacity is the node messages' share. (Counted from the queue's free capacity and
+    /// the node messages held, which a racing send can change: off by a few at most.)
+    fn has_raft_room(&self, c: &TransportConfig) -> bool {
+        let queued = self.queue.max_capacity() - self.queue.capacity();
+        queued.saturating_sub(self.node_budget.queued()) < c.send_queue_messages_max
+    }
 }
 
 struct Shared {
     config: Arc<TransportConfig>,
     dropped_messages: AtomicU64,
+    dropped_node_messages: AtomicU64,
     refused_connections: AtomicU64,
     snapshots: Arc<SnapshotCounters>,
     receiver: snapshot::SharedReceiver,
@@ -428,6 +460,7 @@ impl Transport {
             client_addrs,
             config: Arc::new(config),
             dropped_messages: AtomicU64::new(0),
+            dropped_node_messages: AtomicU64::new(0),
             refused_connections: AtomicU64::new(0),
             snapshots: Arc::default(),
             receiver,
@@ -455,13 +488,21 @@ impl Transport {
         if peers.get(&id).is_some_and(|p| p.addr == addr) {
             return;
         }
-        let (tx, rx) = mpsc::channel(self.shared.config.send_queue_messages_max);
+        let c = &self.shared.config;
+        // Node messages have their own share (`node_budget`): they never crowd out Raft's.
+        let capacity = c.send_queue_messages_max + c.node_message_queue_messages_max;
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let node_budget = NodeBudget::new(
+            c.node_message_queue_messages_max,
+            c.node_message_queue_bytes_max,
+        );
         let task = tokio::spawn(run_peer(self.shared.clone(), id, addr, rx));
         if let Some(old) = peers.insert(
             id,
             Peer {
                 addr,
                 queue: tx,
+                node_budget,
                 task,
             },
         ) {
@@ -499,12 +540,47 @@ impl Transport {
     /// queue is full or the peer unknown.
     pub fn send(&self, group: GroupId, msg: Message) {
         let peers = self.peers.lock().expect("peers lock");
-        let sent = peers
-            .get(&msg.to)
-            .is_some_and(|p| p.queue.try_send((group, msg)).is_ok());
+        let sent = peers.get(&msg.to).is_some_and(|p| {
+            p.has_raft_room(&self.shared.config)
+                && p.queue.try_send(Outgoing::Raft(group, msg)).is_ok()
+        });
         if !sent {
             self.shared.dropped_messages.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Queues the node message `message` (at most `wire::NODE_MESSAGE_BYTES_MAX` bytes: a
+    /// longer one is dropped for every peer) for peer `to`, or for every peer with `None`,
+    /// without waiting; drops it (counted) for a peer whose node message budget is spent or
+    /// that is unknown.
+    pub fn send_node_message(&self, to: Option<NodeId>, message: Bytes) -> NodeMessageSent {
+        let peers = self.peers.lock().expect("peers lock");
+        let mut sent = NodeMessageSent::default();
+        let fits = message.len() <= wire::NODE_MESSAGE_BYTES_MAX;
+        let mut offer = |peer: Option<&Peer>| {
+            let queued = peer.filter(|_| fits).is_some_and(|p| {
+                let reserved = p.node_budget.reserve(message.clone());
+                reserved.is_some_and(|m| p.queue.try_send(Outgoing::Node(m)).is_ok())
+            });
+            if queued {
+                sent.queued += 1;
+            } else {
+                sent.dropped += 1;
+            }
+        };
+        match to {
+            Some(id) => offer(peers.get(&id)),
+            None => peers.values().for_each(|p| offer(Some(p))),
+        }
+        let dropped = sent.dropped as u64;
+        (self.shared.dropped_node_messages).fetch_add(dropped, Ordering::Relaxed);
+        sent
+    }
+
+    /// Node messages dropped because a peer's budget was spent, the peer unknown or the message
+    /// too long (one per peer it was meant for).
+    pub fn dropped_node_messages(&self) -> u64 {
+        self.shared.dropped_node_messages.load(Ordering::Relaxed)
     }
 
     /// Messages dropped because a queue was full or the peer unknown.
@@ -770,14 +846,21 @@ where
                 while batched < c.batch_messages_max
                     && wr.pending_bytes() < wire::auth::RECORD_FILL_BYTES as usize
                 {
-                    let (group, msg) = match held.pop_front() {
-                        Some(msg) => msg,
+                    let next = match held.pop_front() {
+                        Some(next) => next,
                         None => match queue.try_recv() {
-                            Ok(msg) => msg,
+                            Ok(next) => next,
                             Err(_) => break,
                         },
                     };
                     batched += 1;
+                    let (group, msg) = match next {
+                        Outgoing::Raft(group, msg) => (group, msg),
+                        Outgoing::Node(node) => {
+                            wire::encode_node_message(&node.message, wr.buf());
+                            continue;
+                        }
+                    };
                     if let Some(mut parts) = wire::encode_message_or_parts(group, &msg, wr.buf()) {
                         parts.encode_next(wr.buf());
                         in_parts = Some(parts);
@@ -810,15 +893,22 @@ fn overtake_parts(
 ) {
     let mut batched = 0;
     while batched < c.batch_messages_max && held.len() < c.send_queue_messages_max {
-        let Ok((group, msg)) = queue.try_recv() else {
-            break;
+        let (group, msg) = match queue.try_recv() {
+            Ok(Outgoing::Raft(group, msg)) => (group, msg),
+            // Node messages keep their order among themselves, never behind a Raft message.
+            Ok(Outgoing::Node(node)) => {
+                wire::encode_node_message(&node.message, buf);
+                batched += 1;
+                continue;
+            }
+            Err(_) => break,
         };
         if keeps_order(&msg) {
-            held.push_back((group, msg));
+            held.push_back(Outgoing::Raft(group, msg));
         } else if let Some(large) = wire::encode_message_or_parts(group, &msg, buf) {
             // Not expected (only Appends grow large); it waits its turn whole.
             drop(large);
-            held.push_back((group, msg));
+            held.push_back(Outgoing::Raft(group, msg));
         } else {
             batched += 1;
         }
@@ -898,5 +988,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
+#[cfg(test)]
+mod node_message_tests;
 #[cfg(test)]
 mod tests;

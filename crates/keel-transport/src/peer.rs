@@ -16,6 +16,10 @@
 //!   given: `Inbound::Message` for messages, `Inbound::Snapshot` for a snapshot received whole
 //!   (a complete, fsynced file in keel's snapshot format, under a temporary name
 //!   `snapshot-*.snap.tmp` in the node's snapshot directory, `TransportConfig::snapshot_dir`).
+//! - `send_node_message` (optional: the default carries none) queues an application's bytes for
+//!   one peer or every peer, never blocking; a peer receives them as `Inbound::NodeMessage`, in
+//!   the order sent while a connection lives. They are bounded per peer, lost (counted) when a
+//!   bound is reached or a connection drops, and never retried.
 //! - `send_snapshot` resolves once the receiver holds the whole snapshot durably and handed it
 //!   to its node, or with an error (the node asks again later).
 
@@ -26,11 +30,14 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use keel_core::{GroupId, Message, NodeId, SnapshotMeta, Term};
 use keel_engine::handshake::ConfigurationChange;
 use tokio::sync::mpsc;
 
-use crate::{ClientAddrs, Inbound, SnapshotCounters, TransportConfig, TransportError};
+use crate::{
+    ClientAddrs, Inbound, NodeMessageSent, SnapshotCounters, TransportConfig, TransportError,
+};
 
 /// A boxed future a transport returns (`send_snapshot`, `Connector::connect`).
 pub type TransportFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -47,6 +54,17 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn configuration_changed(&self, change: &ConfigurationChange);
     /// Queues `msg` (of `group`) for `msg.to` without waiting; drops it (counted) when it cannot.
     fn send(&self, group: GroupId, msg: Message);
+    /// Queues the node message `message` for `to`, or for every peer with `None`, without
+    /// waiting; drops it (counted) where it cannot. The default carries none: every peer it was
+    /// meant for is unknown to it, so it says nothing was queued.
+    fn send_node_message(&self, to: Option<NodeId>, message: Bytes) -> NodeMessageSent {
+        let _ = (to, message);
+        NodeMessageSent::default()
+    }
+    /// Node messages dropped so far (budget spent, peer unknown, too long).
+    fn dropped_node_messages(&self) -> u64 {
+        0
+    }
     /// Streams `group`'s snapshot file at `path` (for `meta`, sent as leader of `term`) to `to`.
     fn send_snapshot(
         &self,
@@ -113,6 +131,12 @@ impl PeerTransport for crate::Transport {
     }
     fn send(&self, group: GroupId, msg: Message) {
         crate::Transport::send(self, group, msg);
+    }
+    fn send_node_message(&self, to: Option<NodeId>, message: Bytes) -> NodeMessageSent {
+        crate::Transport::send_node_message(self, to, message)
+    }
+    fn dropped_node_messages(&self) -> u64 {
+        crate::Transport::dropped_node_messages(self)
     }
     fn send_snapshot(
         &self,

@@ -95,6 +95,15 @@ pub use keel_runtime::{
 
 pub use keel_runtime::sessions;
 
+/// Node messages: an application's own bytes from one node to its peers over the peer
+/// connections, never through the log, at most once, in send order per sender
+/// ([`Handle::send_node_message`], [`Node::take_node_messages`]; docs/embedding.md, "Node
+/// messages").
+pub mod node_messages {
+    pub use keel_runtime::node_messages::{NodeMessage, NodeMessageStats, NODE_MESSAGE_BYTES_MAX};
+    pub use keel_transport::NodeMessageSent;
+}
+
 /// The Raft protocol's settings (election timeout, heartbeats, flow control, bounds): the
 /// `raft` field of [`NodeConfig`].
 pub use keel_core::Config as RaftConfig;
@@ -114,8 +123,8 @@ pub mod transport {
     pub use keel_core::{Message, MessageBody};
     pub use keel_engine::handshake::ConfigurationChange;
     pub use keel_transport::{
-        ClientAddrs, Connector, InProcessNetwork, Inbound, PeerTransport, SnapshotCounters,
-        SnapshotTransferStats, Tcp, TransportError, TransportFuture,
+        ClientAddrs, Connector, InProcessNetwork, Inbound, NodeMessageSent, PeerTransport,
+        SnapshotCounters, SnapshotTransferStats, Tcp, TransportError, TransportFuture,
     };
 }
 

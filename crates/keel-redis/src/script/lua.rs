@@ -365,7 +365,10 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp: u8, depth: usize) -> mlua::Resul
             let text = normalized_error(&[b"-", text.as_bytes()].concat());
             field_table(lua, "err", &text)?
         }
-        Reply::Array(items) => sequence(lua, items.iter().map(nested))?,
+        // Pushes and several replies are pub/sub's, which scripts cannot run.
+        Reply::Array(items) | Reply::Push(items) | Reply::Several(items) => {
+            sequence(lua, items.iter().map(nested))?
+        }
         Reply::Set(items) if resp == 2 => sequence(lua, items.iter().map(nested))?,
         // A RESP3 script gets `{set = {member = true, ...}}`.
         Reply::Set(items) => {

@@ -193,7 +193,10 @@ pub(crate) fn reply_bytes(reply: &Reply) -> usize {
             Reply::Simple(text) | Reply::Error(text) => text.len(),
             Reply::Integer(_) | Reply::Null | Reply::Boolean(_) | Reply::NullArray => 0,
             Reply::Bulk(data) | Reply::Double(data) | Reply::Verbatim(data) => data.len(),
-            Reply::Array(items) | Reply::Set(items) => items.iter().map(reply_bytes).sum(),
+            Reply::Array(items)
+            | Reply::Set(items)
+            | Reply::Push(items)
+            | Reply::Several(items) => items.iter().map(reply_bytes).sum(),
             Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::Keyed(pairs) => pairs
                 .iter()
                 .map(|(k, v)| reply_bytes(k) + reply_bytes(v))
@@ -237,7 +240,11 @@ fn put_value(out: &mut Vec<u8>, reply: &Reply) {
             out.put_u8(VALUE_BOOLEAN);
             out.put_u8(u8::from(*b));
         }
-        Reply::Array(items) => put_items(out, VALUE_ARRAY, items),
+        // Pushes and several replies are the node's own answers (pub/sub), never a command's
+        // applied reply; were one ever here, it would read back as the array it is in RESP2.
+        Reply::Array(items) | Reply::Push(items) | Reply::Several(items) => {
+            put_items(out, VALUE_ARRAY, items)
+        }
         Reply::Set(items) => put_items(out, VALUE_SET, items),
         Reply::Map(pairs) => put_pairs(out, VALUE_MAP, pairs),
         Reply::Pairs(pairs) => put_pairs(out, VALUE_PAIRS, pairs),

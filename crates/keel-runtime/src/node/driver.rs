@@ -105,6 +105,8 @@ pub(super) struct Io<S> {
     pub metrics: crate::metrics::NodeMetrics,
     /// Where a part of the node that cannot go on records why (`failure.rs`).
     pub failure: Arc<FailureCell>,
+    /// Where node messages from peers go (the application's bounded channel).
+    pub node_messages: crate::node_messages::NodeMessageInbox,
 }
 
 impl<S: StateMachine> Shell for Io<S> {
@@ -515,6 +517,7 @@ impl<S: StateMachine> Driver<S> {
                     .other_group(&message, group, mine, Instant::now());
             }
             Inbound::Message { message, .. } => self.step_peer(message),
+            Inbound::NodeMessage { from, message } => self.io.node_messages.deliver(from, message),
             Inbound::PeerAddress { from, addr } => {
                 // Addresses this node was given (initial cluster, RAFT.MEMBER ADD here) win; an
                 // announced one fills a gap, so every member can answer a member added elsewhere.

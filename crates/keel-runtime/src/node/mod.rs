@@ -52,6 +52,7 @@ use std::time::Instant;
 
 use keel_core::{GroupId, Index, LogId, NodeId};
 use keel_wal::WalConfig;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::apply::StateMachine;
@@ -115,6 +116,9 @@ pub struct NodeConfig {
     pub pending_reads_max: usize,
     /// Past this a request resolves with `ClientError::Unknown`.
     pub request_timeout_ms: u64,
+    /// Node messages received and not yet taken by the application, at most (4,096): past it
+    /// they are dropped, counted (`crate::node_messages`).
+    pub node_message_queue_max: usize,
     /// Committed entries and reads are applied on the apply thread, or on the node task itself
     /// when the thread is idle and the batch (at most 64 KiB of entry data) is predicted, from
     /// the state machine's recent cost per entry or per read, to take at most this long: two
@@ -162,6 +166,7 @@ impl NodeConfig {
             pending_proposals_max: 65_536,
             pending_reads_max: 65_536,
             request_timeout_ms: 10_000,
+            node_message_queue_max: 4096,
             apply_inline_budget_us: 100,
             clock_offset_ms_max: keel_engine::ClockPolicy::OFFSET_MS_MAX_DEFAULT,
             scrub: crate::scrub::ScrubConfig::default(),
@@ -275,6 +280,8 @@ pub struct Node<S> {
     scrub_stop: Arc<std::sync::atomic::AtomicBool>,
     scrub_counters: Arc<crate::scrub::ScrubCounters>,
     failure: Arc<FailureCell>,
+    /// The receiving end of node messages, until the application takes it.
+    node_messages: Option<mpsc::Receiver<crate::node_messages::NodeMessage>>,
 }
 
 impl<S: StateMachine> Node<S> {
@@ -333,6 +340,15 @@ impl<S: StateMachine> Node<S> {
     /// A handle to propose, read and manage the node; cheap to clone, usable from any task.
     pub fn handle(&self) -> Handle<S> {
         self.handle.clone()
+    }
+
+    /// The node messages peers send this node, in a bounded channel (`crate::node_messages`):
+    /// `Some` once, `None` after. Messages that arrive while it is full, or before it is
+    /// taken and past its bound, are dropped (counted).
+    pub fn take_node_messages(
+        &mut self,
+    ) -> Option<mpsc::Receiver<crate::node_messages::NodeMessage>> {
+        self.node_messages.take()
     }
 
     /// Counters of snapshot transfers sent and received by this node.

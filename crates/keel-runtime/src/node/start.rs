@@ -66,7 +66,8 @@ impl<S: StateMachine> Node<S> {
         let (transport, inbound_rx) = bind_transport(&config).await?;
         let peer_addr = transport.local_addr();
         let snapshot_counters = transport.snapshot_counters();
-        let (handle, requests_rx, watched) = new_handle(&config, &raft, transport.as_ref());
+        let (handle, requests_rx, watched) = new_handle(&config, &raft, &transport);
+        let (node_messages_inbox, node_messages) = node_message_channel(&config, &handle);
         let io = driver::Io {
             group: config.group,
             transport,
@@ -77,6 +78,7 @@ impl<S: StateMachine> Node<S> {
             snapshot_sends: HashMap::new(),
             metrics: crate::metrics::NodeMetrics::new(config.id),
             failure: Arc::clone(&failure),
+            node_messages: node_messages_inbox,
         };
         let proposal_refusal = Arc::clone(&handle.proposal_refusal);
         let driver = new_driver(
@@ -102,6 +104,7 @@ impl<S: StateMachine> Node<S> {
             scrub_stop: threads.scrub_stop,
             scrub_counters: threads.scrub_counters,
             failure,
+            node_messages: Some(node_messages),
         })
     }
 }
@@ -321,7 +324,7 @@ fn settle_config(
 fn new_handle<S>(
     config: &NodeConfig,
     raft: &RaftNode,
-    transport: &dyn PeerTransport,
+    transport: &Arc<dyn PeerTransport>,
 ) -> (Handle<S>, mpsc::Receiver<Request<S>>, driver::Watched) {
     let (requests_tx, requests_rx) = mpsc::channel(config.client_queue_requests_max);
     let (view_tx, view_rx) = watch::channel(driver::view_of(config.group, raft, false));
@@ -330,6 +333,10 @@ fn new_handle<S>(
         requests: requests_tx,
         request_timeout: Duration::from_millis(config.request_timeout_ms),
         client_addrs: transport.client_addrs(),
+        // Weak: a handle that outlives its node must not keep the node's transport running.
+        transport: Arc::downgrade(transport),
+        node_id: config.id,
+        node_message_counters: Arc::default(),
         proposal_refusal: Arc::default(),
         view: view_rx,
         applied: applied_rx,
@@ -339,6 +346,24 @@ fn new_handle<S>(
         applied: applied_tx,
     };
     (handle, requests_rx, watched)
+}
+
+/// The node message channel: the node task's end, and the application's
+/// (`Node::take_node_messages`).
+fn node_message_channel<S>(
+    config: &NodeConfig,
+    handle: &Handle<S>,
+) -> (
+    crate::node_messages::NodeMessageInbox,
+    mpsc::Receiver<crate::node_messages::NodeMessage>,
+) {
+    let (tx, rx) = mpsc::channel(config.node_message_queue_max.max(1));
+    let inbox = crate::node_messages::NodeMessageInbox {
+        node: config.id,
+        tx,
+        counters: Arc::clone(&handle.node_message_counters),
+    };
+    (inbox, rx)
 }
 
 /// Starts the apply thread (on the state machine, at `applied`), the storage thread (on the

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 use super::monitor::{self, MonitorFeed};
 use super::ClientConnection;
+use crate::pubsub::Kind;
 use keel_redis::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters, ReplyMode};
 use keel_resp::Reply;
 
@@ -42,6 +43,9 @@ pub struct ClientRecord {
     /// The commands the node's clients run, once this connection sent MONITOR
     /// (`monitor.rs`); the connection's task sends them.
     pub monitor: MonitorFeed,
+    /// Its pub/sub subscriptions and the messages they bring (`crate::pubsub`); the connection's
+    /// task sends them.
+    pub pubsub: crate::pubsub::PubSubFeed,
 }
 
 /// The fields a connection changes as it runs.
@@ -67,6 +71,7 @@ impl ClientRecord {
             kill_flag: AtomicBool::new(false),
             kill_waker: Mutex::new(None),
             monitor: MonitorFeed::default(),
+            pubsub: Default::default(),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -135,8 +140,8 @@ impl ClientRecord {
         let mut line = String::with_capacity(320);
         let _ = write!(
             line,
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 \
-             ssub=0 multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem={argv_mem} multi-mem=0 rbs=0 \
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} \
+             ssub={} multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem={argv_mem} multi-mem=0 rbs=0 \
              rbp=0 obl=0 oll=0 omem=0 tot-mem={qbuf} events=r cmd={} user=default redir=-1 \
              resp={} lib-name={} lib-ver={}",
             self.id,
@@ -146,11 +151,19 @@ impl ClientRecord {
             state.name,
             now.duration_since(self.created).as_secs(),
             now.duration_since(state.last_active).as_secs(),
-            match (self.monitor.is_on(), multi >= 0) {
-                (true, _) => "O",
-                (false, true) => "x",
-                (false, false) => "N",
+            match (
+                self.monitor.is_on(),
+                multi >= 0,
+                self.pubsub.is_subscribed()
+            ) {
+                (true, _, _) => "O",
+                (false, true, _) => "x",
+                (false, false, true) => "P",
+                (false, false, false) => "N",
             },
+            self.pubsub.count(Kind::Channel),
+            self.pubsub.count(Kind::Pattern),
+            self.pubsub.count(Kind::Shard),
             if state.last_command.is_empty() {
                 "NULL"
             } else {

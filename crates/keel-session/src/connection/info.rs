@@ -247,10 +247,10 @@ fn render_stats(out: &mut String, stats: &StatsSnapshot) {
         kbps(stats.instantaneous_output_bytes_per_sec),
     );
     line(out, "rejected_connections", stats.rejected_connections);
-    // The only policy is noeviction: no key is ever evicted. keel has no pub/sub.
+    // The only policy is noeviction: no key is ever evicted.
     line(out, "evicted_keys", 0);
-    line(out, "pubsub_channels", 0);
-    line(out, "pubsub_patterns", 0);
+    line(out, "pubsub_channels", stats.pubsub_channels);
+    line(out, "pubsub_patterns", stats.pubsub_patterns);
     line(out, "total_error_replies", stats.total_error_replies);
 }
 

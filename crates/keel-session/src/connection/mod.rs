@@ -57,6 +57,7 @@ mod info;
 mod introspection;
 pub mod monitor;
 pub mod pipeline;
+mod pubsub;
 mod stats;
 
 use std::sync::Arc;
@@ -259,6 +260,8 @@ pub struct ClientConnection {
     monitored: Vec<Vec<Bytes>>,
     /// The node's counters, zeroed by CONFIG RESETSTAT.
     stats: Arc<ServerStats>,
+    /// The node's pub/sub subscriptions (`crate::pubsub`; a connection alone has its own).
+    pubsub: Arc<crate::pubsub::PubSub>,
 }
 
 /// Whether a request runs while a script is busy, as Redis lets through commands flagged
@@ -355,7 +358,15 @@ impl ClientConnection {
             watched: Vec::new(),
             watches_pending: 0,
             stats: Arc::default(),
+            pubsub: Arc::default(),
         }
+    }
+
+    /// Subscribes and publishes in `pubsub`, the node's (bounded like a monitor's queue:
+    /// [`Self::with_monitor_limit`]).
+    pub fn with_pubsub(mut self, pubsub: Arc<crate::pubsub::PubSub>) -> Self {
+        self.pubsub = pubsub;
+        self
     }
 
     /// Zeroes `stats` on CONFIG RESETSTAT (the node's counters, which INFO reports).
@@ -381,7 +392,7 @@ impl ClientConnection {
         self
     }
 
-    /// Bounds the connection's monitor queue (after MONITOR) to `bytes`.
+    /// Bounds the connection's monitor queue (after MONITOR), and its pub/sub queue, to `bytes`.
     pub fn with_monitor_limit(mut self, bytes: usize) -> Self {
         self.monitor_limit = bytes;
         self
@@ -439,6 +450,9 @@ impl ClientConnection {
                 // Before AUTH nothing else is told, not even whether a command exists.
                 _ => return Dispatch::Reply(Reply::error(NOAUTH)),
             }
+        }
+        if let Some(dispatch) = self.dispatch_pubsub(args) {
+            return dispatch;
         }
         if parsed.is_ok() {
             self.note_request(args);

@@ -116,16 +116,18 @@ impl MonitorFeed {
             if !state.queued.is_empty() {
                 return Poll::Ready(MonitorEvent::Lines(std::mem::take(&mut state.queued)));
             }
-            if !state
-                .waker
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                state.waker = Some(cx.waker().clone());
-            }
+            wake_here(&mut state.waker, cx);
             Poll::Pending
         })
         .await
+    }
+}
+
+/// Leaves `cx`'s waker in `slot` for whoever queues next (cloned only when it changed: a
+/// connection polls its queues on every wait).
+pub(crate) fn wake_here(slot: &mut Option<Waker>, cx: &std::task::Context<'_>) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        *slot = Some(cx.waker().clone());
     }
 }
 

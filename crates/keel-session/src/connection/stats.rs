@@ -102,6 +102,10 @@ pub struct StatsSnapshot {
     pub commands: Vec<CommandStat>,
     /// Error replies by code (`ERR`, `WRONGTYPE`, ...).
     pub errors: BTreeMap<String, u64>,
+    /// Channels and patterns with a subscriber on this node (the server fills them in from its
+    /// `crate::pubsub::PubSub`).
+    pub pubsub_channels: u64,
+    pub pubsub_patterns: u64,
 }
 
 impl StatsSnapshot {
@@ -334,6 +338,8 @@ impl ServerStats {
             rates.samples.iter().map(|s| s[i]).sum::<u64>() / n.max(1)
         };
         StatsSnapshot {
+            pubsub_channels: 0,
+            pubsub_patterns: 0,
             total_connections_received: self.connections_received.load(Relaxed),
             rejected_connections: self.rejected_connections.load(Relaxed),
             total_net_input_bytes: self.net_input_bytes.load(Relaxed),

@@ -9,10 +9,10 @@ use bytes::Bytes;
 use keel_core::{GroupId, Message};
 
 use super::{
-    auth, decode_message_fields, encode_message_fields, parts, snapshot, Challenge, ChunkHeader,
-    Handshake, MessagePart, OutgoingParts, ReadWire, Reader, Response, SnapshotAck, SnapshotOffer,
-    SnapshotPosition, WireError, BODY_HANDSHAKE, BODY_MESSAGE, BODY_MESSAGE_PART, BODY_REFUSAL,
-    FRAME_HEADER_SIZE_BYTES, MESSAGE_PART_BYTES, REFUSAL_REASON_BYTES_MAX,
+    auth, decode_message_fields, encode_message_fields, node_message, parts, snapshot, Challenge,
+    ChunkHeader, Handshake, MessagePart, OutgoingParts, ReadWire, Reader, Response, SnapshotAck,
+    SnapshotOffer, SnapshotPosition, WireError, BODY_HANDSHAKE, BODY_MESSAGE, BODY_MESSAGE_PART,
+    BODY_REFUSAL, FRAME_HEADER_SIZE_BYTES, MESSAGE_PART_BYTES, REFUSAL_REASON_BYTES_MAX,
 };
 
 /// A decoded frame body.
@@ -38,6 +38,8 @@ pub enum Body {
     AuthResponse(Response),
     /// One part of a message too large for one frame (body kind 11).
     MessagePart(MessagePart),
+    /// An application's node message (body kind 12).
+    NodeMessage(Bytes),
 }
 
 /// The 8-byte frame header, checked before the body is read.
@@ -191,6 +193,9 @@ pub fn decode_body(body: Bytes) -> Result<Body, WireError> {
         auth::BODY_AUTH_CHALLENGE => Body::AuthChallenge(auth::decode_challenge(&mut r)?),
         auth::BODY_AUTH_RESPONSE => Body::AuthResponse(auth::decode_response(&mut r)?),
         BODY_MESSAGE_PART => Body::MessagePart(parts::decode_part(&mut r)?),
+        node_message::BODY_NODE_MESSAGE => {
+            Body::NodeMessage(node_message::decode_node_message(&mut r)?)
+        }
         tag => return Err(WireError::UnknownTag { what: "body", tag }),
     };
     r.finish()?;

@@ -1,4 +1,4 @@
-//! The peer wire format, protocol version 6 (snapshot channel version 3, authentication by handshake
+//! The peer wire format, protocol version 7 (snapshot channel version 3, authentication by handshake
 //! flag bit 1): frames, the handshake, peer authentication, and a hand-written encoding of every
 //! [`keel_core::Message`] (docs/DESIGN.md sections 5 and 7: explicit encodings, never a serde format
 //! whose layout can drift).
@@ -27,6 +27,7 @@
 //! |    9 | authentication challenge              | accepting side, after an authenticated handshake |
 //! |   10 | authentication response               | connecting side, after the challenge     |
 //! |   11 | one part of a Raft message            | message connections (see "Message parts") |
+//! |   12 | a node message (the application's bytes) | message connections (see "Node message") |
 //!
 //! # Refusal (body kind 8)
 //!
@@ -49,7 +50,7 @@
 //! |-------:|-----:|--------------------------------------------------------------------|
 //! |      0 |    1 | body kind, 1                                                       |
 //! |      1 |    4 | magic `KEEL`                                                       |
-//! |      5 |    2 | protocol version (u16, currently 6)                                |
+//! |      5 |    2 | protocol version (u16, currently 7)                                |
 //! |      7 |    1 | channel: 0 = Raft messages, 1 = snapshot transfer                  |
 //! |      8 |    4 | flags (u32). Bits 0..16 are *required* features: a receiver refuses a bit it does not know. Bits 16..32 are optional and ignored when unknown. Bit 0: chunked snapshot transfer (set on, and required for, snapshot connections). Bit 1: authenticated (the sender has a cluster secret; see "Authentication"). Bit 16: the extension is a list of records. |
 //! |     12 |    8 | cluster id (u64)                                                   |
@@ -235,6 +236,29 @@
 //! [`MESSAGE_FRAME_BYTES_MAX`], the largest frame a sender of this build writes on a message
 //! connection.
 //!
+//! # Node message (body kind 12)
+//!
+//! | offset | size | field                                                              |
+//! |-------:|-----:|--------------------------------------------------------------------|
+//! |      0 |    1 | body kind, 12                                                      |
+//! |      1 |  var | the message: the rest of the body, 0 to [`NODE_MESSAGE_BYTES_MAX`] (256 KiB − 1) bytes |
+//!
+//! An application's own bytes from one node to a peer (keel-runtime's `Handle::send_node_message`;
+//! keel's server carries Redis pub/sub in them). The sender is the node the connection's
+//! handshake named; nothing else about it is on the wire. It travels on the message connection
+//! like a Raft message, in the order sent (it is never sent in parts: its body fits one frame),
+//! and is never written to a log: a message queued when the connection drops, or when either
+//! node stops, is lost. A body longer than the bound is refused like any malformed frame (the
+//! connection closes, counted).
+//!
+//! **Older peers.** Protocol version 7 added this kind. A node of version 6 refuses the
+//! handshake of a version 7 node ("unsupported protocol version 7"), before any node message
+//! could reach it, as every version change does: peers must speak one protocol version
+//! (docs/embedding.md, "Upgrades"). Refusing the handshake, not ignoring the frame, is what an
+//! older build can do: it treats an unknown body kind as garbage and closes the connection, and
+//! it would do so at the first node message, in the middle of the Raft traffic; refused at the
+//! handshake, the operator sees why at once, in both nodes' logs.
+//!
 //! # Snapshot channel (handshake channel 1, snapshot channel version 3)
 //!
 //! A snapshot travels on a connection of its own, so a large transfer never delays heartbeats or
@@ -337,6 +361,7 @@ mod codec;
 mod frame;
 mod handshake;
 mod message;
+mod node_message;
 mod parts;
 mod snapshot;
 
@@ -351,6 +376,7 @@ pub use frame::{
 };
 pub use handshake::{valid_client_addr, Channel, Handshake};
 pub use message::{decode_message_fields, encode_message_fields, encode_meta};
+pub use node_message::{encode_node_message, BODY_NODE_MESSAGE, NODE_MESSAGE_BYTES_MAX};
 pub use parts::{
     MessagePart, OutgoingParts, Reassembly, BODY_MESSAGE_PART, MESSAGE_FRAME_BYTES_MAX,
     MESSAGE_PART_BYTES, MESSAGE_PART_HEADER_BYTES,
@@ -365,8 +391,8 @@ pub use snapshot::{
 /// Version 2 added the clock readings of heartbeats and their responses; version 3 the repair
 /// messages (tags 11 and 12); version 4 their term starts and committed answers; version 5 the
 /// request's holds-last flag and holds answers; version 6 the Raft group of every message and
-/// snapshot offer.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// snapshot offer; version 7 node messages (body kind 12).
+pub const PROTOCOL_VERSION: u16 = 7;
 /// The 4 bytes after a handshake's body kind, checked before anything else in it.
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"KEEL";
 /// Default bound on a frame body on message connections.

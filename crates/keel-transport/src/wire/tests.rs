@@ -266,10 +266,10 @@ fn truncated_body_with_valid_crc_is_typed() {
 #[test]
 fn unknown_tags_and_trailing_bytes_are_refused() {
     assert_eq!(
-        decode_body(Bytes::from_static(&[12])),
+        decode_body(Bytes::from_static(&[13])),
         Err(WireError::UnknownTag {
             what: "body",
-            tag: 12
+            tag: 13
         })
     );
     let mut body = vec![BODY_MESSAGE];
@@ -601,4 +601,26 @@ fn refusals_round_trip_bounded_and_utf8() {
             other => panic!("{what}: unexpected {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_node_message_round_trips_and_one_past_its_bound_is_refused() {
+    for len in [0, 1, NODE_MESSAGE_BYTES_MAX] {
+        let message = vec![0x5A; len];
+        let mut out = Vec::new();
+        encode_node_message(&message, &mut out);
+        let (body, used) = decode_frame(&Bytes::from(out.clone()), FRAME_SIZE_BYTES_MAX_DEFAULT)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (body, used),
+            (Body::NodeMessage(Bytes::from(message)), out.len())
+        );
+    }
+    let mut body = vec![BODY_NODE_MESSAGE];
+    body.extend(std::iter::repeat_n(0, NODE_MESSAGE_BYTES_MAX + 1));
+    assert!(matches!(
+        decode_body(Bytes::from(body)),
+        Err(WireError::Oversize { .. })
+    ));
 }

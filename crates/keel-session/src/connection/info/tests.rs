@@ -114,6 +114,7 @@ fn stats_section_has_redis_field_names() {
                 },
             ],
             errors: BTreeMap::from([("ERR".to_string(), 2), ("WRONGTYPE".to_string(), 1)]),
+            ..StatsSnapshot::default()
         },
         ..NodeReport::default()
     };

@@ -8,6 +8,7 @@ mod collections;
 mod hello_auth;
 mod introspection;
 mod monitor;
+mod pubsub;
 mod transactions;
 
 fn b(text: &str) -> Bytes {

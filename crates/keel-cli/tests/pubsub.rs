@@ -1,0 +1,272 @@
+//! Redis pub/sub across a 3-node cluster, carried as node messages (never through the log): a
+//! subscriber on every node receives what is published on a follower and on the leader, in order
+//! per publishing connection, by channel and by pattern, in RESP2 and as RESP3 pushes; PUBSUB
+//! answers about each node's own subscribers; a subscriber that stops reading is disconnected;
+//! redis-py's `pubsub()` works against a follower.
+
+mod process;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use keel_resp::{encode_request, parse_reply, Limits, Reply};
+use process::{eventually, info_field, raw_request, run_program, Cluster};
+
+/// One client connection: requests out, replies (and pushes) in, as the bytes the server wrote.
+struct Client {
+    stream: TcpStream,
+    input: Vec<u8>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("timeout");
+        Client {
+            stream,
+            input: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        let mut out = BytesMut::new();
+        encode_request(args, &mut out);
+        self.stream.write_all(&out).expect("write");
+    }
+
+    /// The next reply, as the bytes the server wrote.
+    fn read(&mut self) -> String {
+        loop {
+            if let Some((_, used)) = parse_reply(&self.input, &Limits::default()).expect("RESP") {
+                let reply = String::from_utf8_lossy(&self.input[..used]).into_owned();
+                self.input.drain(..used);
+                return reply;
+            }
+            let mut buf = [0u8; 65536];
+            let n = self.stream.read(&mut buf).expect("read");
+            assert!(n > 0, "the server closed the connection");
+            self.input.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    fn request(&mut self, args: &[&str]) -> String {
+        self.send(args);
+        self.read()
+    }
+}
+
+fn bulk(s: &str) -> String {
+    format!("${}\r\n{s}\r\n", s.len())
+}
+
+fn message(marker: char, channel: &str, payload: &str) -> String {
+    format!(
+        "{marker}3\r\n$7\r\nmessage\r\n{}{}",
+        bulk(channel),
+        bulk(payload)
+    )
+}
+
+fn pmessage(pattern: &str, channel: &str, payload: &str) -> String {
+    let head = format!("*4\r\n$8\r\npmessage\r\n{}", bulk(pattern));
+    format!("{head}{}{}", bulk(channel), bulk(payload))
+}
+
+fn integer(reply: Reply) -> i64 {
+    match reply {
+        Reply::Integer(n) => n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+fn three_nodes(name: &str, extra: &[&str]) -> (Cluster, u64, Vec<u64>) {
+    let cluster = Cluster::new(name, &[1, 2, 3], &[], extra);
+    let leader = cluster.leader();
+    let followers = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    (cluster, leader, followers)
+}
+
+/// On node `port`: a RESP2 subscriber to a channel and a pattern, a RESP3 one to the channel.
+fn subscribers_on(port: u16) -> (Client, Client) {
+    let mut two = Client::connect(port);
+    let sub = two.request(&["SUBSCRIBE", "news"]);
+    assert_eq!(sub, "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    let psub = two.request(&["PSUBSCRIBE", "n*"]);
+    assert_eq!(psub, "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:2\r\n");
+    let mut three = Client::connect(port);
+    three.request(&["HELLO", "3"]);
+    let sub = three.request(&["SUBSCRIBE", "news"]);
+    assert_eq!(sub, ">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    (two, three)
+}
+
+/// PUBSUB on node `port` answers about that node's own subscribers.
+fn introspection_on(port: u16) {
+    let numsub = raw_request(port, &["PUBSUB", "NUMSUB", "news", "none"]).unwrap();
+    let want = [
+        Reply::bulk("news"),
+        Reply::Integer(2),
+        Reply::bulk("none"),
+        Reply::Integer(0),
+    ];
+    assert_eq!(numsub, Reply::Array(want.to_vec()));
+    let numpat = raw_request(port, &["PUBSUB", "NUMPAT"]).unwrap();
+    assert_eq!(integer(numpat), 1);
+    let channels = raw_request(port, &["PUBSUB", "CHANNELS", "n*"]).unwrap();
+    assert_eq!(channels, Reply::Array(vec![Reply::bulk("news")]));
+    assert_eq!(info_field(port, "stats", "pubsub_channels"), 1);
+    assert_eq!(info_field(port, "stats", "pubsub_patterns"), 1);
+}
+
+/// The next message `client` reads: `f<n>` or `l<n>`, the next of its publisher (each
+/// publisher's messages in order); the counts so far.
+fn next_in_order(got: &str, counts: &mut [u32; 2]) -> String {
+    let from_follower = format!("f{}", counts[0]);
+    if got.contains(&format!("{from_follower}\r\n")) {
+        counts[0] += 1;
+        return from_follower;
+    }
+    let from_leader = format!("l{}", counts[1]);
+    assert!(
+        got.contains(&format!("{from_leader}\r\n")),
+        "out of order: {got:?}"
+    );
+    counts[1] += 1;
+    from_leader
+}
+
+/// RESP2's subscribed mode: PING answers the pub/sub way, other commands are refused.
+fn subscribed_mode(two: &mut Client) {
+    assert_eq!(two.request(&["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    assert_eq!(
+        two.request(&["GET", "k"]),
+        "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET \
+         are allowed in this context\r\n"
+    );
+    let unsub = two.request(&["UNSUBSCRIBE"]);
+    assert_eq!(unsub, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    let punsub = two.request(&["PUNSUBSCRIBE"]);
+    assert_eq!(punsub, "*3\r\n$12\r\npunsubscribe\r\n$2\r\nn*\r\n:0\r\n");
+    assert_eq!(two.request(&["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
+    let (cluster, leader, followers) = three_nodes("pubsub-order", &[]);
+    let port = |id: u64| cluster.node(id).client_port;
+    let mut subscribers: Vec<(Client, Client)> = [1, 2, 3]
+        .iter()
+        .map(|&id| subscribers_on(port(id)))
+        .collect();
+    [1, 2, 3].iter().for_each(|&id| introspection_on(port(id)));
+    // One connection publishes on a follower, another on the leader, interleaved.
+    let mut on_follower = Client::connect(port(followers[0]));
+    let mut on_leader = Client::connect(port(leader));
+    for i in 0..50 {
+        // Three receivers on the publishing node: channel + pattern (RESP2), channel (RESP3).
+        let published = on_follower.request(&["PUBLISH", "news", &format!("f{i}")]);
+        assert_eq!(published, ":3\r\n");
+        let published = on_leader.request(&["PUBLISH", "news", &format!("l{i}")]);
+        assert_eq!(published, ":3\r\n");
+    }
+    for (two, three) in &mut subscribers {
+        let mut counts = [0, 0];
+        for _ in 0..100 {
+            let got = three.read();
+            let payload = next_in_order(&got, &mut counts);
+            assert_eq!(got, message('>', "news", &payload));
+        }
+        let mut counts = [0, 0];
+        for _ in 0..100 {
+            let got = two.read();
+            let payload = next_in_order(&got, &mut counts);
+            assert_eq!(got, message('*', "news", &payload));
+            assert_eq!(two.read(), pmessage("n*", "news", &payload));
+        }
+    }
+    subscribed_mode(&mut subscribers[0].0);
+    // Shard channels: their own namespace, across the cluster too.
+    let (_, three) = &mut subscribers[2];
+    three.request(&["SSUBSCRIBE", "orders"]);
+    let here = if followers[0] == 3 {
+        ":1\r\n"
+    } else {
+        ":0\r\n"
+    };
+    assert_eq!(on_follower.request(&["SPUBLISH", "orders", "o1"]), here);
+    let smessage = ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n";
+    assert_eq!(three.read(), smessage);
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_is_disconnected_not_buffered_without_bound() {
+    let limit = (1 << 20).to_string();
+    let (cluster, leader, followers) = three_nodes(
+        "pubsub-slow",
+        &["--client-output-buffer-limit-bytes", &limit],
+    );
+    let follower = cluster.node(followers[0]).client_port;
+    let mut slow = Client::connect(follower);
+    slow.request(&["SUBSCRIBE", "firehose"]);
+    // Published on the leader: 16 MiB for a subscriber that reads nothing, on another node.
+    let mut publisher = Client::connect(cluster.node(leader).client_port);
+    let payload = "x".repeat(64 << 10);
+    eventually("the slow subscriber is disconnected", || {
+        for _ in 0..16 {
+            publisher.request(&["PUBLISH", "firehose", &payload]);
+        }
+        let numsub = raw_request(follower, &["PUBSUB", "NUMSUB", "firehose"]).unwrap();
+        (format!("{numsub:?}").contains("Integer(0)")).then_some(())
+    });
+    // The node goes on serving.
+    assert_eq!(raw_request(follower, &["PING"]).unwrap(), Reply::PONG);
+}
+
+#[test]
+fn redis_py_pubsub_against_a_follower() {
+    let (cluster, leader, followers) = three_nodes("pubsub-redis-py", &[]);
+    let follower = cluster.node(followers[0]).client_port.to_string();
+    let leader = cluster.node(leader).client_port.to_string();
+    for protocol in ["2", "3"] {
+        let py = run_program(
+            "python3",
+            &["-c", REDIS_PY, &follower, &leader, protocol],
+            None,
+        );
+        assert!(py.0.contains("pubsub ok"), "{py:?}");
+    }
+}
+
+/// Subscribes on a follower with redis-py's `pubsub()`, publishes on the leader and on the
+/// follower, and reads with `get_message` and `listen`.
+const REDIS_PY: &str = r#"
+import sys, time
+import redis
+follower, leader, protocol = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+sub = redis.Redis(port=follower, protocol=protocol)
+p = sub.pubsub()
+p.subscribe("chat")
+p.psubscribe("ch*")
+confirmations = [p.get_message(timeout=5) for _ in range(2)]
+assert [c["type"] for c in confirmations] == ["subscribe", "psubscribe"], confirmations
+on_leader = redis.Redis(port=leader, protocol=protocol)
+on_follower = redis.Redis(port=follower, protocol=protocol)
+assert on_leader.publish("chat", "from the leader") == 0
+assert on_follower.publish("chat", "from the follower") == 2
+got = []
+for m in p.listen():
+    got.append((m["type"], m["data"]))
+    if len(got) == 4:
+        break
+assert got == [
+    ("message", b"from the leader"), ("pmessage", b"from the leader"),
+    ("message", b"from the follower"), ("pmessage", b"from the follower"),
+], got
+assert on_follower.pubsub_numsub("chat") == [(b"chat", 1)]
+p.close()
+print("pubsub ok")
+"#;
