@@ -22,7 +22,10 @@ fn blocked(node: &Node, args: &[&str]) -> thread::JoinHandle<(Value, Duration)> 
     }
     thread::spawn(move || {
         let started = Instant::now();
-        let reply: Value = command.query(&mut con).expect("blocking command");
+        // An error reply is a reply here, as its text.
+        let reply: Value = command
+            .query(&mut con)
+            .unwrap_or_else(|e| Value::SimpleString(format!("error: {e}")));
         (reply, started.elapsed())
     })
 }
@@ -99,6 +102,24 @@ fn blocked_clients_on_every_node_are_served_by_pushes_through_any_node() {
     assert_eq!(left, 0);
 }
 
+/// Redis's "BRPOPLPUSH with multiple blocked clients": the first in line fails on its
+/// destination (another kind of value), takes nothing, and the next in line gets the element.
+fn a_failed_first_hands_on(cluster: &Cluster, node: &Node) {
+    let leader = cluster.node(cluster.leader());
+    let _: () = process::query(leader, redis::cmd("SET").arg("target1").arg("nolist"));
+    let first = blocked(node, &["BRPOPLPUSH", "handed", "target1", "30"]);
+    wait_blocked(node, 1);
+    let second = blocked(node, &["BRPOPLPUSH", "handed", "target2", "30"]);
+    wait_blocked(node, 2);
+    let _: i64 = process::query(leader, redis::cmd("LPUSH").arg("handed").arg("foo"));
+    let failed = first.join().unwrap();
+    assert!(
+        matches!(&failed.0, Value::SimpleString(e) if e.contains("WRONGTYPE")),
+        "{failed:?}"
+    );
+    assert_eq!(strings(&second.join().unwrap().0), ["foo"]);
+}
+
 #[test]
 fn one_node_serves_its_clients_in_the_order_they_blocked() {
     let cluster = Cluster::new("blocking-order", &[1, 2, 3], &[], &[]);
@@ -122,6 +143,7 @@ fn one_node_serves_its_clients_in_the_order_they_blocked() {
     );
     let (reply, _) = second.join().unwrap();
     assert_eq!(strings(&reply), ["fifo", "b"]);
+    a_failed_first_hands_on(&cluster, node);
 }
 
 #[test]

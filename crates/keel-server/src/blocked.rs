@@ -76,8 +76,8 @@ impl Registration {
         self.waiter.woken.store(false, Ordering::Release);
     }
 
-    /// The client was served: whoever is next on its keys is woken when it leaves (there may be
-    /// more to take).
+    /// The client was answered by its attempt (an element, or an error that took nothing):
+    /// whoever is next on its keys is woken when it leaves (there may be more to take).
     pub fn served(mut self) {
         self.served = true;
     }

@@ -112,7 +112,7 @@ impl NewId {
 }
 
 /// One end of a range (XRANGE, XPENDING, XAUTOCLAIM): an ID, `-`, `+`, or `(` and an ID to
-/// exclude it. Resolved to an inclusive ID by [`RangeBound::resolve`].
+/// exclude it. Resolved to an inclusive ID by [`RangeBound::start`] or [`RangeBound::end`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RangeBound {
     pub id: StreamId,

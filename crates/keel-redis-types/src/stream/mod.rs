@@ -8,7 +8,7 @@
 //! the same IDs.
 //!
 //! A stream is a key even with no entries (as in Redis: XADD with `MAXLEN 0`, XGROUP CREATE
-//! MKSTREAM, XDEL of every entry), so [`Family::is_empty`] is always false for it.
+//! MKSTREAM, XDEL of every entry), so [`crate::Family::is_empty`] is always false for it.
 //!
 //! The content hash is the XOR of: each entry's hash (`element_hash(6, id, ordinal || fields)`),
 //! the stream's metadata hash (role 7: last ID, greatest deleted ID, entries added), and each

@@ -339,6 +339,8 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<CollectionWrite,
             },
             existing_only: name.ends_with('x'),
         },
+        // Redis counts a second count as too many arguments, not a syntax error.
+        "lpop" | "rpop" if rest.len() > 2 => return Err(CommandError::WrongArity(name.into())),
         "lpop" | "rpop" => CollectionWrite::Pop {
             key: key(),
             end: if name == "lpop" {

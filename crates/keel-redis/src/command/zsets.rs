@@ -235,6 +235,9 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<ZSetWrite, Comma
             delta: FloatBits(float(&rest[1])?),
             member: rest[2].clone(),
         },
+        "zpopmin" | "zpopmax" if rest.len() > 2 => {
+            return Err(CommandError::WrongArity(name.into()))
+        }
         "zpopmin" | "zpopmax" => ZSetWrite::Pop {
             key: key(),
             max: name == "zpopmax",

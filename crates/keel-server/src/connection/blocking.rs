@@ -100,9 +100,9 @@ impl Session<'_> {
             let reply = self.attempt(attempt_deadline_ms, woken, request).await?;
             woken = true;
             if reply != Reply::Null {
-                if !matches!(reply, Reply::Error(_)) {
-                    registration.served();
-                }
+                // An element taken, or an error (a destination of another kind, no leader): in
+                // either case the keys may still serve the next in line, who tries next.
+                registration.served();
                 return Ok(reply);
             }
         }

@@ -334,6 +334,18 @@ fn integer_arguments() {
     );
     assert_eq!(parse("SELECT 0"), Ok(Command::Local(LocalCommand::Select)));
     assert_eq!(error("SELECT 1"), "ERR DB index is out of range");
+    // A second count is too many arguments, in Redis's words (SPOP's is a syntax error).
+    for (line, name) in [
+        ("LPOP k 1 1", "lpop"),
+        ("RPOP k 1 1", "rpop"),
+        ("ZPOPMIN k 1 1", "zpopmin"),
+    ] {
+        assert_eq!(
+            error(line),
+            format!("ERR wrong number of arguments for '{name}' command")
+        );
+    }
+    assert_eq!(error("SPOP k 1 1"), "ERR syntax error");
     assert_eq!(
         error("SELECT x"),
         "ERR value is not an integer or out of range"

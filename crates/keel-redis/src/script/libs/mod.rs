@@ -41,7 +41,7 @@ use mlua::{Function, Lua, Table, Value};
 /// stack (8,000 in Lua 5.1).
 pub const DEPTH_MAX: usize = 1_000;
 
-/// A library function's failure: raised as a Lua error by [`trampoline`], or (`Lua`) an error of
+/// A library function's failure: raised as a Lua error by `trampoline`, or (`Lua`) an error of
 /// Lua's own (memory exhausted) that propagates as it is.
 #[derive(Debug)]
 pub enum Fail {
@@ -221,7 +221,7 @@ where
 }
 
 /// `inner` (which takes its arguments packed and answers `ok, value[, count]`) behind a C
-/// function that packs, unpacks and raises ([`trampoline`]): what a script calls. `redis.call`
+/// function that packs, unpacks and raises (`trampoline`): what a script calls. `redis.call`
 /// is made this way too, so that `return redis.call(...)` keeps the script's frame for its
 /// error's position.
 pub fn c_function(lua: &Lua, inner: Function) -> mlua::Result<Function> {
