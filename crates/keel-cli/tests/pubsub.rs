@@ -6,58 +6,8 @@
 
 mod process;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use bytes::BytesMut;
-use keel_resp::{encode_request, parse_reply, Limits, Reply};
-use process::{eventually, info_field, raw_request, run_program, Cluster};
-
-/// One client connection: requests out, replies (and pushes) in, as the bytes the server wrote.
-struct Client {
-    stream: TcpStream,
-    input: Vec<u8>,
-}
-
-impl Client {
-    fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(15)))
-            .expect("timeout");
-        Client {
-            stream,
-            input: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let mut out = BytesMut::new();
-        encode_request(args, &mut out);
-        self.stream.write_all(&out).expect("write");
-    }
-
-    /// The next reply, as the bytes the server wrote.
-    fn read(&mut self) -> String {
-        loop {
-            if let Some((_, used)) = parse_reply(&self.input, &Limits::default()).expect("RESP") {
-                let reply = String::from_utf8_lossy(&self.input[..used]).into_owned();
-                self.input.drain(..used);
-                return reply;
-            }
-            let mut buf = [0u8; 65536];
-            let n = self.stream.read(&mut buf).expect("read");
-            assert!(n > 0, "the server closed the connection");
-            self.input.extend_from_slice(&buf[..n]);
-        }
-    }
-
-    fn request(&mut self, args: &[&str]) -> String {
-        self.send(args);
-        self.read()
-    }
-}
+use keel_resp::Reply;
+use process::{eventually, info_field, raw_request, run_program, Cluster, Raw};
 
 fn bulk(s: &str) -> String {
     format!("${}\r\n{s}\r\n", s.len())
@@ -91,15 +41,15 @@ fn three_nodes(name: &str, extra: &[&str]) -> (Cluster, u64, Vec<u64>) {
 }
 
 /// On node `port`: a RESP2 subscriber to a channel and a pattern, a RESP3 one to the channel.
-fn subscribers_on(port: u16) -> (Client, Client) {
-    let mut two = Client::connect(port);
-    let sub = two.request(&["SUBSCRIBE", "news"]);
+fn subscribers_on(port: u16) -> (Raw, Raw) {
+    let mut two = Raw::connect(port);
+    let sub = two.request_args(&["SUBSCRIBE", "news"]);
     assert_eq!(sub, "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
-    let psub = two.request(&["PSUBSCRIBE", "n*"]);
+    let psub = two.request_args(&["PSUBSCRIBE", "n*"]);
     assert_eq!(psub, "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:2\r\n");
-    let mut three = Client::connect(port);
-    three.request(&["HELLO", "3"]);
-    let sub = three.request(&["SUBSCRIBE", "news"]);
+    let mut three = Raw::connect(port);
+    three.request_args(&["HELLO", "3"]);
+    let sub = three.request_args(&["SUBSCRIBE", "news"]);
     assert_eq!(sub, ">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
     (two, three)
 }
@@ -140,66 +90,75 @@ fn next_in_order(got: &str, counts: &mut [u32; 2]) -> String {
 }
 
 /// RESP2's subscribed mode: PING answers the pub/sub way, other commands are refused.
-fn subscribed_mode(two: &mut Client) {
-    assert_eq!(two.request(&["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+fn subscribed_mode(two: &mut Raw) {
     assert_eq!(
-        two.request(&["GET", "k"]),
+        two.request_args(&["PING"]),
+        "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+    );
+    assert_eq!(
+        two.request_args(&["GET", "k"]),
         "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET \
          are allowed in this context\r\n"
     );
-    let unsub = two.request(&["UNSUBSCRIBE"]);
+    let unsub = two.request_args(&["UNSUBSCRIBE"]);
     assert_eq!(unsub, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:1\r\n");
-    let punsub = two.request(&["PUNSUBSCRIBE"]);
+    let punsub = two.request_args(&["PUNSUBSCRIBE"]);
     assert_eq!(punsub, "*3\r\n$12\r\npunsubscribe\r\n$2\r\nn*\r\n:0\r\n");
-    assert_eq!(two.request(&["PING"]), "+PONG\r\n");
+    assert_eq!(two.request_args(&["PING"]), "+PONG\r\n");
 }
 
 #[test]
 fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
     let (cluster, leader, followers) = three_nodes("pubsub-order", &[]);
     let port = |id: u64| cluster.node(id).client_port;
-    let mut subscribers: Vec<(Client, Client)> = [1, 2, 3]
+    let mut subscribers: Vec<(Raw, Raw)> = [1, 2, 3]
         .iter()
         .map(|&id| subscribers_on(port(id)))
         .collect();
     [1, 2, 3].iter().for_each(|&id| introspection_on(port(id)));
     // One connection publishes on a follower, another on the leader, interleaved.
-    let mut on_follower = Client::connect(port(followers[0]));
-    let mut on_leader = Client::connect(port(leader));
+    let mut on_follower = Raw::connect(port(followers[0]));
+    let mut on_leader = Raw::connect(port(leader));
     for i in 0..50 {
         // Three receivers on the publishing node: channel + pattern (RESP2), channel (RESP3).
-        let published = on_follower.request(&["PUBLISH", "news", &format!("f{i}")]);
+        let published = on_follower.request_args(&["PUBLISH", "news", &format!("f{i}")]);
         assert_eq!(published, ":3\r\n");
-        let published = on_leader.request(&["PUBLISH", "news", &format!("l{i}")]);
+        let published = on_leader.request_args(&["PUBLISH", "news", &format!("l{i}")]);
         assert_eq!(published, ":3\r\n");
     }
     for (two, three) in &mut subscribers {
         let mut counts = [0, 0];
         for _ in 0..100 {
-            let got = three.read();
+            let got = three.read_one("a pushed message");
             let payload = next_in_order(&got, &mut counts);
             assert_eq!(got, message('>', "news", &payload));
         }
         let mut counts = [0, 0];
         for _ in 0..100 {
-            let got = two.read();
+            let got = two.read_one("a pushed message");
             let payload = next_in_order(&got, &mut counts);
             assert_eq!(got, message('*', "news", &payload));
-            assert_eq!(two.read(), pmessage("n*", "news", &payload));
+            assert_eq!(
+                two.read_one("a pushed message"),
+                pmessage("n*", "news", &payload)
+            );
         }
     }
     subscribed_mode(&mut subscribers[0].0);
     // Shard channels: their own namespace, across the cluster too.
     let (_, three) = &mut subscribers[2];
-    three.request(&["SSUBSCRIBE", "orders"]);
+    three.request_args(&["SSUBSCRIBE", "orders"]);
     let here = if followers[0] == 3 {
         ":1\r\n"
     } else {
         ":0\r\n"
     };
-    assert_eq!(on_follower.request(&["SPUBLISH", "orders", "o1"]), here);
+    assert_eq!(
+        on_follower.request_args(&["SPUBLISH", "orders", "o1"]),
+        here
+    );
     let smessage = ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n";
-    assert_eq!(three.read(), smessage);
+    assert_eq!(three.read_one("a pushed message"), smessage);
 }
 
 #[test]
@@ -210,14 +169,14 @@ fn a_subscriber_that_stops_reading_is_disconnected_not_buffered_without_bound() 
         &["--client-output-buffer-limit-bytes", &limit],
     );
     let follower = cluster.node(followers[0]).client_port;
-    let mut slow = Client::connect(follower);
-    slow.request(&["SUBSCRIBE", "firehose"]);
+    let mut slow = Raw::connect(follower);
+    slow.request_args(&["SUBSCRIBE", "firehose"]);
     // Published on the leader: 16 MiB for a subscriber that reads nothing, on another node.
-    let mut publisher = Client::connect(cluster.node(leader).client_port);
+    let mut publisher = Raw::connect(cluster.node(leader).client_port);
     let payload = "x".repeat(64 << 10);
     eventually("the slow subscriber is disconnected", || {
         for _ in 0..16 {
-            publisher.request(&["PUBLISH", "firehose", &payload]);
+            publisher.request_args(&["PUBLISH", "firehose", &payload]);
         }
         let numsub = raw_request(follower, &["PUBSUB", "NUMSUB", "firehose"]).unwrap();
         (format!("{numsub:?}").contains("Integer(0)")).then_some(())

@@ -135,8 +135,13 @@ impl Raw {
     /// The reply to `line` (arguments split on spaces), as the bytes the server wrote.
     pub fn request(&mut self, line: &str) -> String {
         let args: Vec<&str> = line.split(' ').collect();
-        self.send(&args);
-        self.read_one(line)
+        self.request_args(&args)
+    }
+
+    /// The reply to the request of `args`, as the bytes the server wrote.
+    pub fn request_args(&mut self, args: &[&str]) -> String {
+        self.send(args);
+        self.read_one(&args.join(" "))
     }
 
     /// Sends one request of `args` without waiting for its reply.
