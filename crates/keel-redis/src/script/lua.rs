@@ -45,7 +45,7 @@ use mlua::{
 
 use keel_resp::Reply;
 
-use super::libs;
+use keel_lua_libs as libs;
 
 /// What a script's `redis.call` / `redis.pcall` reach: runs one command (its name first) and
 /// returns its reply; a command error is [`Reply::Error`].
@@ -82,7 +82,7 @@ const CHECK_MEMORY_BYTES_MAX: usize = 64 * 1024 * 1024;
 const SCRIPT_CHUNK: &str = "@user_script";
 
 /// The chunk name of the sandbox's own Lua code, skipped when finding where an error was raised.
-const SANDBOX_CHUNK: &str = "=sandbox";
+const SANDBOX_CHUNK: &str = libs::HOST_CHUNK;
 
 /// Where the hook finds the kill-flag check: the hook must be `'static`, the flag is borrowed.
 const KILLED_REGISTRY_KEY: &str = "keel.script.killed";
@@ -649,7 +649,7 @@ fn strings(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
 /// A number as C's `%.17g` prints it, as Redis turns a Lua number into a command argument:
 /// integers below 10^17 without a fraction, others with every digit that tells doubles apart.
 fn format_g17(value: f64) -> String {
-    super::libs::format_g(value, 17)
+    libs::format_g(value, 17)
 }
 
 #[cfg(test)]

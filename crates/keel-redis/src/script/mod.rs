@@ -60,14 +60,13 @@
 //! already wrote: nothing of it was proposed yet.
 //!
 //! The libraries Redis embeds for scripts (`cjson`, `cmsgpack`, `struct`, `bit`) are keel's own
-//! Rust, in `libs/`, each matching Redis 7.0's byte for byte where a script can tell.
+//! Rust, in the crate keel-lua-libs, each matching Redis 7.0's byte for byte where a script can tell.
 //!
 //! Bounds: [`SCRIPTS_RUNNING_MAX`] scripts at once per node, [`SCRIPT_MEMORY_BYTES_MAX`] of Lua
 //! heap each, their effects within a transaction's bounds (`multi-commands-max`,
 //! `multi-bytes-max`), the cache within [`CACHE_SCRIPTS_MAX`] scripts and
 //! [`CACHE_BYTES_MAX`] bytes (the oldest script loaded by `EVAL` goes first).
 
-pub mod libs;
 pub mod lua;
 mod registry;
 pub mod sha1;

@@ -485,6 +485,10 @@ fn globals_are_read_only() {
         "local g = getmetatable(_G) g.__index = {}",
         "rawset(_G, 'x', 1)",
         "rawset(redis, 'x', 1)",
+        "cjson.encode = function() return 1 end",
+        "cmsgpack.pack = function() return 1 end",
+        "bit.lshift = function() return 1 end",
+        "struct.pack = 1",
     ] {
         let error = error_of(&eval0(script));
         assert!(

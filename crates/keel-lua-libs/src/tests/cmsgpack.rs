@@ -54,8 +54,6 @@ fn cmsgpack_as_redis_s_tests_use_it() {
         assert(re.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x == nil)
         return {re.x.x.x.x.x.x.x.x.y == re.y, re.y == 5}"#;
     assert_eq!(eval(depth), ints(&[1, 1]));
-    assert!(error("cmsgpack.pack = function() return 1 end")
-        .contains("Attempt to modify a readonly table"));
 }
 
 #[test]

@@ -67,8 +67,6 @@ fn bit_as_redis_s_tests_use_it() {
         caught("bit.band, 1, nil"),
         bulk(b"bad argument #2 to '?' (number expected, got nil)")
     );
-    assert!(error("bit.lshift = function() return 1 end")
-        .contains("Attempt to modify a readonly table"));
 }
 
 #[test]
@@ -190,5 +188,4 @@ fn struct_errors_are_redis_s() {
         ),
     ];
     raises(&errors, "{}");
-    assert!(error("struct.pack = 1").contains("Attempt to modify a readonly table"));
 }

@@ -1,10 +1,12 @@
 //! The Lua libraries Redis 7.0 embeds for scripts, written for keel in Rust: `cjson`
-//! ([`cjson`]), `cmsgpack` ([`cmsgpack`]), `struct` ([`structs`]) and `bit` ([`bit`]), each a
-//! global table of the same name, read-only like the rest of the sandbox.
+//! ([`cjson`]), `cmsgpack` ([`cmsgpack`]), `struct` ([`structs`]) and `bit` ([`bit`]).
+//! [`libraries`] builds them into an mlua Lua 5.1 state as one table; the host (keel-redis's
+//! script sandbox) installs each as a global table of the same name, read-only like the rest of
+//! its sandbox. This crate knows nothing of Redis's commands, keys or replies: only Lua values.
 //!
 //! How a library function reaches a script: each is a small C function (`trampoline`) over a
 //! Rust one. The C function packs the arguments in one table (`{n = count, ...}`: a Rust
-//! function never takes a variable number of Lua values, see `lua.rs`), calls the Rust function,
+//! function never takes a variable number of Lua values, see keel-redis's `script/lua.rs`), calls the Rust function,
 //! which answers `true, value`, `true, results, count` or `false, message`, and unpacks the
 //! results or raises the message with `lua_error`: a library's error is a plain string, as
 //! Redis's C libraries raise it (`luaL_error`), never an mlua error object a script could not
@@ -40,6 +42,11 @@ use mlua::{Function, Lua, Table, Value};
 /// each level holds a few of mlua's references (at most about 8,000) and a few slots of Lua's C
 /// stack (8,000 in Lua 5.1).
 pub const DEPTH_MAX: usize = 1_000;
+
+/// The chunk name of the host's own Lua code (its sandbox): a library's error names the position
+/// of the script line that called it, and a call from a chunk of this name (or from C) is not a
+/// script's, so its errors carry no position and name the function `?`.
+pub const HOST_CHUNK: &str = "=sandbox";
 
 /// A library function's failure: raised as a Lua error by `trampoline`, or (`Lua`) an error of
 /// Lua's own (memory exhausted) that propagates as it is.
@@ -277,7 +284,7 @@ unsafe extern "C-unwind" fn trampoline(state: *mut mlua::ffi::lua_State) -> std:
 fn located(lua: &Lua, name: &str, fail: Fail) -> String {
     let caller = lua.inspect_stack(2, |debug| {
         let source = debug.source();
-        let user = source.what != "C" && source.source.as_deref() != Some("=sandbox");
+        let user = source.what != "C" && source.source.as_deref() != Some(HOST_CHUNK);
         let short = source.short_src.map(|s| s.into_owned()).unwrap_or_default();
         (user, short, debug.current_line())
     });
