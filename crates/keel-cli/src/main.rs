@@ -206,6 +206,9 @@ struct ClientArgs {
     /// Only `noeviction` (writes refused past --maxmemory, nothing evicted).
     #[arg(long)]
     maxmemory_policy: Option<String>,
+    /// How many databases clients may SELECT, from 1 to 1024 [default: 16].
+    #[arg(long, value_name = "N")]
+    databases: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -517,6 +520,7 @@ fn serve_settings(args: ServeArgs) -> Result<ServeSettings, String> {
         protected_mode: args.clients.protected_mode,
         maxmemory: args.clients.maxmemory,
         maxmemory_policy: args.clients.maxmemory_policy,
+        databases: args.clients.databases,
     };
     let file = match &args.config {
         Some(path) => ServeSettings::load(path)?,
@@ -651,6 +655,7 @@ fn run_up(args: UpArgs) -> ExitCode {
                 // Loopback only: protected mode never refuses anyone here.
                 protected_mode: true,
                 maxmemory: 0,
+                databases: keel_server::DATABASES_DEFAULT,
             });
         }
         if let Err(e) = launch::fit_descriptors(&mut all_options) {

@@ -31,6 +31,10 @@ pub struct SmStats {
     members_version: AtomicU64,
     /// The members' recorded addresses, republished only when they changed.
     members: Mutex<Arc<BTreeMap<u64, MemberAddrs>>>,
+    /// Each database that holds keys, once a database other than 0 was written to:
+    /// `(index, keys, keys with a deadline)` ([`KvStateMachine::keyspace`]), republished only
+    /// when it changed. Empty while database 0 is the only one (`keys` and `expires` say it).
+    keyspace: Mutex<Arc<Vec<(u32, usize, usize)>>>,
 }
 
 const SM_STATS_FIELDS: usize = 6;
@@ -91,6 +95,12 @@ impl SmStats {
         }
     }
 
+    /// Each database holding keys, by index, with its keys and keys with a deadline; empty
+    /// while only database 0 was ever written to (see `keys` and `expires` then).
+    pub fn keyspace(&self) -> Arc<Vec<(u32, usize, usize)>> {
+        Arc::clone(&self.keyspace.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The members' addresses as last applied (`RAFT.MEMBER ADD`), by node id.
     pub fn member_addrs(&self) -> Arc<BTreeMap<u64, MemberAddrs>> {
         Arc::clone(&self.members.lock().unwrap_or_else(|e| e.into_inner()))
@@ -107,6 +117,13 @@ impl SmStats {
             used_bytes: sm.used_bytes(),
         };
         self.store(value);
+        if sm.databases_reached() > 1 {
+            let keyspace = sm.keyspace();
+            let mut published = self.keyspace.lock().unwrap_or_else(|e| e.into_inner());
+            if **published != keyspace {
+                *published = Arc::new(keyspace);
+            }
+        }
         if self.members_version.load(Ordering::Relaxed) != sm.member_addrs_version() {
             *self.members.lock().unwrap_or_else(|e| e.into_inner()) =
                 Arc::new(sm.member_addrs().clone());

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use crate::launch::{self, NodeOptions, DEFAULT_CLUSTER_ID};
 use crate::ClientLimits;
 use keel_resp::Limits;
+use keel_session::connection::DATABASES_DEFAULT;
 
 /// How logs are written to stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -180,6 +181,8 @@ pub struct ServeSettings {
     pub protected_mode: Option<YesNo>,
     /// Writes that may grow memory are refused past this many bytes of data; 0: no limit.
     pub maxmemory: Option<MemorySize>,
+    /// How many databases clients may SELECT (1 to 1,024; 16 by default).
+    pub databases: Option<u64>,
     /// Only `noeviction`.
     pub maxmemory_policy: Option<String>,
 }
@@ -240,6 +243,7 @@ impl ServeSettings {
                 .or(file.client_output_buffer_limit_bytes),
             protected_mode: self.protected_mode.or(file.protected_mode),
             maxmemory: self.maxmemory.or(file.maxmemory),
+            databases: self.databases.or(file.databases),
             maxmemory_policy: self.maxmemory_policy.or(file.maxmemory_policy),
         }
     }
@@ -288,6 +292,13 @@ impl ServeSettings {
                 ));
             }
         }
+        let databases = self.databases.unwrap_or(DATABASES_DEFAULT);
+        if !(1..=u64::from(keel_redis::state_machine::DATABASES_MAX)).contains(&databases) {
+            return Err(format!(
+                "--databases {databases}: must be from 1 to {}",
+                keel_redis::state_machine::DATABASES_MAX
+            ));
+        }
         let peer_addr = match &self.peer_addr {
             Some(addr) => addr.clone(),
             None => initial_cluster
@@ -329,6 +340,7 @@ impl ServeSettings {
             client_limits,
             protected_mode: self.protected_mode.is_none_or(|YesNo(on)| on),
             maxmemory: self.maxmemory.map_or(0, |MemorySize(n)| n),
+            databases,
         })
     }
 }

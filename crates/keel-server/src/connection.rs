@@ -532,6 +532,10 @@ impl Session<'_> {
             NodeReport::default()
         };
         let busy = self.ctx.script_busy();
+        // The database the request runs in: the connection's before it (an EXEC that selects
+        // another leaves the connection there, but starts where it was).
+        let db = self.connection.db();
+        self.pipeline.set_db(db);
         let mut dispatch = self.connection.dispatch(&args, &Fetched(status, busy));
         self.await_killed().await;
         if let Some(mode) = self.connection.take_reply_mode() {
@@ -567,7 +571,7 @@ impl Session<'_> {
                     let pending = self
                         .ctx
                         .handle
-                        .start_read(move |sm: &KvAdapter| sm.state().read(&command))
+                        .start_read(move |sm: &KvAdapter| sm.state().read_in(db, &command))
                         .await;
                     self.pipeline.read_started(slot, pending);
                     break;
@@ -752,6 +756,7 @@ impl Session<'_> {
                 .map(|(_, id, request)| (*id, request.forwarded()))
                 .collect();
             self.forward.speak(self.connection.protocol());
+            self.forward.in_db(self.pipeline.resolving_db());
             let replies = self
                 .forward
                 .forward_writes(ctx, leader, addr, &writes)
@@ -776,6 +781,11 @@ impl Session<'_> {
             Err(error) => error,
         };
         self.forward.speak(self.connection.protocol());
+        self.forward.in_db(match request {
+            // A refused request of the pipeline: its own database.
+            Forwarding::WithId(..) | Forwarding::Once(_, false) => self.pipeline.resolving_db(),
+            _ => self.connection.db(),
+        });
         match redirect(&error, ctx.node_id, self.is_forwarding()) {
             Redirect::Forward(leader) => match ctx.client_addr(leader) {
                 Some(addr) => match request {

@@ -74,6 +74,8 @@ pub struct NodeOptions {
     pub protected_mode: bool,
     /// `--maxmemory` in bytes (0: no limit).
     pub maxmemory: u64,
+    /// `--databases`: how many databases clients may SELECT (1 to 1,024).
+    pub databases: u64,
     /// `--time-tick-ms` (`keel_redis::expiry`); None: the default.
     pub time_tick_ms: Option<u64>,
     /// `--max-clock-offset-ms` (keel-engine's `ClockWatch`); None: the default.
@@ -525,6 +527,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         .map(|password| bytes::Bytes::copy_from_slice(password.as_bytes()));
     ctx.protected_mode = options.protected_mode;
     ctx.maxmemory = options.maxmemory;
+    ctx.databases = options.databases;
     ctx.time_tick_ms = tick_ms;
     ctx.scrub = node.scrub_counters();
     super::pubsub::connect(&mut node, &ctx.pubsub);

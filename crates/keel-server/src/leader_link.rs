@@ -37,6 +37,8 @@
 //! in that protocol and the reply relayed is the leader's, byte for byte. Parsing a reply and
 //! encoding it again in another protocol would not do: RESP2 flattens maps, sets, doubles and
 //! member-score pairs, and RESP3's pairs arrive as nested arrays a RESP2 client must not see.
+//! Likewise the link says `SELECT n` before requests of another database than its own
+//! (`Pipeline::resolving_db`), so that the leader runs them where the client selected.
 
 use std::time::Duration;
 
@@ -99,6 +101,9 @@ pub(super) struct Forwarder {
     policy: RetryPolicy,
     /// The protocol of the client connection, which the link speaks before it sends.
     protocol: ProtocolVersion,
+    /// The database of the writes forwarded next (their client's SELECT), which the link selects
+    /// on the leader before it sends.
+    db: u32,
 }
 
 struct Link {
@@ -111,6 +116,8 @@ struct Link {
     limits: Limits,
     /// The protocol the leader answers this link in (RESP2 until a `HELLO 3`).
     protocol: ProtocolVersion,
+    /// The database the link's connection on the leader is in (0 until a `SELECT`).
+    db: u32,
 }
 
 /// How one attempt at a write ended.
@@ -177,7 +184,14 @@ impl Forwarder {
             limits,
             policy: RetryPolicy::default(),
             protocol: ProtocolVersion::Resp2,
+            db: 0,
         }
+    }
+
+    /// Makes the link run the next requests in database `db`: the database of the writes it
+    /// forwards next (`Pipeline::db_of`), or of the client's connection for anything else.
+    pub(super) fn in_db(&mut self, db: u32) {
+        self.db = db;
     }
 
     /// Makes the link answer in `protocol` from the next request on: the client's, as it is
@@ -340,7 +354,7 @@ impl Forwarder {
         reply_by: Instant,
     ) -> Attempt {
         let Some((entry, local_replies)) =
-            log_entry(id, request, &self.limits, super::wall_clock_ms())
+            log_entry(id, request, &self.limits, super::wall_clock_ms(), self.db)
         else {
             return Attempt::Answered(Reply::error(
                 "ERR internal error: a forwarded request no longer parses",
@@ -470,6 +484,17 @@ impl Forwarder {
             }
             link.protocol = self.protocol;
         }
+        if link.db != self.db {
+            let select = [
+                Bytes::from_static(b"SELECT"),
+                Bytes::from(self.db.to_string()),
+            ];
+            let reply = link.exchange(&[&select], deadline, |_, _| {}).await?;
+            if reply.is_error() {
+                return Err(format!("the leader refused SELECT {}: {reply:?}", self.db));
+            }
+            link.db = self.db;
+        }
         Ok(self.link.insert(link))
     }
 
@@ -487,6 +512,7 @@ impl Forwarder {
             output: BytesMut::new(),
             limits: self.limits,
             protocol: ProtocolVersion::Resp2,
+            db: 0,
         };
         if let Some(password) = &self.password {
             let auth = [
@@ -524,6 +550,7 @@ fn log_entry(
     request: Forwarded<'_>,
     limits: &Limits,
     now_ms: u64,
+    db: u32,
 ) -> Option<(Bytes, Vec<(usize, Reply)>)> {
     let mut protocol = ClientConnection::new(0, "", *limits);
     let node = super::Fetched(NodeReport::default(), false);
@@ -545,7 +572,9 @@ fn log_entry(
     };
     let (command, local_replies) = command;
     Some((
-        LogCommand::new(id.client_id, id.seq, now_ms, command).encode(),
+        LogCommand::new(id.client_id, id.seq, now_ms, command)
+            .in_db(db)
+            .encode(),
         local_replies,
     ))
 }

@@ -59,6 +59,7 @@ use keel::{ClientError, Handle};
 use tokio::net::TcpListener;
 
 pub use keel_redis::adapter::{KvAdapter, SmStats, SmStatsValue};
+pub use keel_session::connection::DATABASES_DEFAULT;
 pub use limits::ClientLimits;
 use limits::{AcceptErrors, ServerShared};
 
@@ -95,6 +96,8 @@ pub struct ServerContext {
     /// `--maxmemory` (0: no limit): past it the leader refuses writes that may grow memory.
     /// The value at start: CONFIG SET changes [`Self::config`]'s, which is the one in force.
     pub maxmemory: u64,
+    /// `--databases`: how many databases clients may SELECT.
+    pub databases: u64,
     /// `--time-tick-ms`: how far the log's time may lag the leader's clock (`keel_redis::expiry`).
     pub time_tick_ms: u64,
     /// Members' host names, resolved (for protected mode).
@@ -144,6 +147,7 @@ impl ServerContext {
             client_limits: ClientLimits::default(),
             protected_mode: true,
             maxmemory: 0,
+            databases: keel_session::connection::DATABASES_DEFAULT,
             time_tick_ms: keel_redis::expiry::TIME_TICK_MS_DEFAULT,
             member_hosts: protected::ResolvedHosts::default(),
             config: Arc::default(),
@@ -177,6 +181,7 @@ impl ServerContext {
             applied_index: stats.applied_index,
             state_digest: stats.state_digest,
             log_time_ms: stats.log_time_ms,
+            keyspace: self.stats.keyspace().to_vec(),
             keys: stats.keys,
             expires: stats.expires,
             connected_clients: self.client_registry.live() as u64,
@@ -255,6 +260,7 @@ impl ServerContext {
             maxclients_max: maxclients,
             timeout_seconds: self.client_limits.idle_timeout.map_or(0, |t| t.as_secs()),
             maxmemory: self.maxmemory,
+            databases: self.databases,
             protected_mode: self.protected_mode,
             ..ConfigValues::default()
         }));

@@ -24,7 +24,7 @@ pub enum LocalCommand {
     /// `CONFIG RESETSTAT`: zeroes the counters INFO reports.
     ConfigResetStat,
     /// `SELECT 0` (any other index is rejected while parsing).
-    Select,
+    Select(u32),
     Quit,
     /// `INFO [section ...]`, sections as given.
     Info(Vec<Bytes>),

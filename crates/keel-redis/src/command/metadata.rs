@@ -102,6 +102,7 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "rename" => const { &[key(RW_ACCESS_DELETE), second_key(OW_UPDATE)] },
         "renamenx" => const { &[key(RW_ACCESS_DELETE), second_key(OW_INSERT)] },
         "copy" => const { &[key(RO_ACCESS), second_key(OW_UPDATE)] },
+        "move" => const { &[key(RW_ACCESS_DELETE)] },
         "lpush" | "rpush" | "lpushx" | "rpushx" | "linsert" | "sadd" => const { &[key(RW_INSERT)] },
         "lpop" | "rpop" | "spop" => const { &[key(RW_ACCESS_DELETE)] },
         "lset" | "hset" | "hmset" => const { &[key(RW_UPDATE)] },
@@ -252,6 +253,8 @@ pub fn command_docs(name: &str) -> Docs {
         "persist" => docs("generic", "2.2.0", O1, KEYSPACE),
         "expiretime" | "pexpiretime" => docs("generic", "7.0.0", O1, KEYSPACE),
         "copy" => docs("generic", "6.2.0", O1, KEYSPACE),
+        "move" => docs("generic", "1.0.0", O1, KEYSPACE),
+        "swapdb" => docs("server", "4.0.0", "O(N) where N is the count of clients watching or blocking on keys from both databases.", KEYSPACE),
         // Picks a random position in the key map, then walks to the next key.
         "randomkey" => docs("generic", "1.0.0", ON_ALL_KEYS, KEYSPACE),
         "keys" => docs("generic", "1.0.0", ON_ALL_KEYS, &["keyspace", "dangerous"]),

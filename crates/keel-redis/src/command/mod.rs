@@ -168,8 +168,22 @@ pub enum WriteCommand {
     Persist {
         key: Bytes,
     },
-    /// FLUSHDB and FLUSHALL (one database): every key removed.
+    /// FLUSHALL: every key of every database removed.
     FlushAll,
+    /// FLUSHDB: every key of the entry's database removed.
+    FlushDb,
+    /// SWAPDB: the contents of two databases exchanged (`+OK`); every key of both counts as
+    /// changed for WATCH.
+    SwapDb {
+        a: u32,
+        b: u32,
+    },
+    /// MOVE: the key, with its deadline, moves to database `db` (1), unless it does not exist or
+    /// `db` holds it already (0); `db` the entry's own database is an error.
+    Move {
+        key: Bytes,
+        db: u32,
+    },
     /// INCRBYFLOAT: the new value, as a bulk string; the deadline is kept.
     IncrByFloat {
         key: Bytes,
@@ -202,6 +216,8 @@ pub enum WriteCommand {
         source: Bytes,
         destination: Bytes,
         replace: bool,
+        /// `DB n`: the destination's database (`None`: the entry's own).
+        db: Option<u32>,
     },
     /// A command on a list, hash or set (`collections.rs`).
     Collection(Typed<CollectionWrite>),
@@ -322,7 +338,20 @@ impl WriteCommand {
                 | WriteCommand::GetEx { .. }
                 | WriteCommand::Rename { .. }
                 | WriteCommand::FlushAll
+                | WriteCommand::FlushDb
+                | WriteCommand::SwapDb { .. }
+                | WriteCommand::Move { .. }
         )
+    }
+
+    /// The database indexes the command names (SWAPDB, MOVE, COPY ... DB), which the connection
+    /// checks against `databases`.
+    pub fn databases_named(&self) -> Vec<u32> {
+        match self {
+            WriteCommand::SwapDb { a, b } => vec![*a, *b],
+            WriteCommand::Move { db, .. } | WriteCommand::Copy { db: Some(db), .. } => vec![*db],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -405,6 +434,8 @@ pub enum ReadCommand {
 /// `state_machine/key_metadata.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchedKey {
+    /// The database the key was watched in.
+    pub db: u32,
     pub key: Bytes,
     pub index: u64,
     pub time_ms: u64,
@@ -436,6 +467,8 @@ pub enum QueuedCommand {
     Ping,
     /// `ECHO message` / `PING message`: the message as a bulk string.
     Echo(Bytes),
+    /// `SELECT db` inside MULTI: the commands after it run in database `db` (`+OK`).
+    Select(u32),
 }
 
 #[cfg(test)]

@@ -126,14 +126,26 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
             pattern: rest[0].clone(),
         }),
         "scan" => Command::Read(ReadCommand::Scan(parse_scan(rest)?)),
-        "flushdb" | "flushall" => match rest {
-            [] => Command::Write(WriteCommand::FlushAll),
-            // Both run as one entry of the log: SYNC and ASYNC mean the same here.
-            [mode] if is(mode, "SYNC") || is(mode, "ASYNC") => {
-                Command::Write(WriteCommand::FlushAll)
+        "flushdb" | "flushall" => {
+            let flush = match spec.name {
+                "flushdb" => WriteCommand::FlushDb,
+                _ => WriteCommand::FlushAll,
+            };
+            match rest {
+                [] => Command::Write(flush),
+                // Both run as one entry of the log: SYNC and ASYNC mean the same here.
+                [mode] if is(mode, "SYNC") || is(mode, "ASYNC") => Command::Write(flush),
+                _ => return Err(CommandError::Syntax),
             }
-            _ => return Err(CommandError::Syntax),
-        },
+        }
+        "swapdb" => Command::Write(WriteCommand::SwapDb {
+            a: db_index(&rest[0]).map_err(|_| CommandError::Invalid("invalid first DB index"))?,
+            b: db_index(&rest[1]).map_err(|_| CommandError::Invalid("invalid second DB index"))?,
+        }),
+        "move" => Command::Write(WriteCommand::Move {
+            key: key(),
+            db: db_index(&rest[1])?,
+        }),
         "ping" => match rest {
             [] => local(LocalCommand::Ping(None)),
             [message] => local(LocalCommand::Ping(Some(message.clone()))),
@@ -144,12 +156,7 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "command" => local(LocalCommand::Command(parse_command_query(rest)?)),
         "client" => local(LocalCommand::Client(parse_client(rest)?)),
         "config" => parse_config(rest)?,
-        "select" => {
-            if integer(&rest[0])? != 0 {
-                return Err(CommandError::DbIndexOutOfRange);
-            }
-            local(LocalCommand::Select)
-        }
+        "select" => local(LocalCommand::Select(db_index(&rest[0])?)),
         "quit" => local(LocalCommand::Quit),
         "info" => local(LocalCommand::Info(rest.to_vec())),
         "auth" => match rest {
@@ -269,6 +276,7 @@ fn watched(rest: &[Bytes]) -> Result<Vec<WatchedKey>, CommandError> {
         .map(|w| {
             let number = |arg: &[u8]| parse_u64(arg).ok_or(CommandError::NotInteger);
             Ok(WatchedKey {
+                db: 0,
                 key: w[0].clone(),
                 index: number(&w[1])?,
                 time_ms: number(&w[2])?,
@@ -657,5 +665,16 @@ fn parse_member(rest: &[Bytes]) -> Result<AdminCommand, CommandError> {
             command: "RAFT.MEMBER",
             subcommand: lossy(sub),
         })
+    }
+}
+
+/// A database index: an integer (else Redis's integer error), from 0 to below
+/// `DATABASES_MAX` (else `DB index is out of range`; the connection checks it against
+/// `databases`).
+pub(crate) fn db_index(arg: &Bytes) -> Result<u32, CommandError> {
+    let n = integer(arg)?;
+    match u32::try_from(n) {
+        Ok(db) if db < crate::state_machine::DATABASES_MAX => Ok(db),
+        _ => Err(CommandError::DbIndexOutOfRange),
     }
 }

@@ -13,26 +13,27 @@ const SCAN_COUNT_DEFAULT: u32 = 10;
 /// `COPY source destination [DB destination-db] [REPLACE]`: database 0 is the only one.
 pub(super) fn parse_copy(rest: &[Bytes]) -> Result<WriteCommand, CommandError> {
     let mut replace = false;
+    let mut db = None;
     let mut options = rest[2..].iter();
     while let Some(option) = options.next() {
         if is(option, "REPLACE") {
             replace = true;
         } else if is(option, "DB") {
-            let db = options.next().ok_or(CommandError::Syntax)?;
-            if integer(db)? != 0 {
-                return Err(CommandError::DbIndexOutOfRange);
-            }
+            let index = options.next().ok_or(CommandError::Syntax)?;
+            db = Some(super::parse::db_index(index)?);
         } else {
             return Err(CommandError::Syntax);
         }
     }
-    if rest[0] == rest[1] {
+    // With DB, whether it names the connection's own database is known when it applies.
+    if rest[0] == rest[1] && db.is_none() {
         return Err(CommandError::SameObject);
     }
     Ok(WriteCommand::Copy {
         source: rest[0].clone(),
         destination: rest[1].clone(),
         replace,
+        db,
     })
 }
 

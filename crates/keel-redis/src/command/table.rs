@@ -144,6 +144,8 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("keys", 2, SLOW_READ_FLAGS, NO_KEYS, Read),
         spec("scan", -2, SLOW_READ_FLAGS, NO_KEYS, Read),
         spec("flushdb", -1, &["write"], NO_KEYS, Write),
+        spec("swapdb", 3, &["write", "fast"], NO_KEYS, Write),
+        spec("move", 3, &["write", "fast"], ONE_KEY, Write),
         spec("lpush", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
         spec("rpush", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),
         spec("lpushx", -3, WRITE_FAST_FLAGS, ONE_KEY, Write),

@@ -164,6 +164,7 @@ impl<'a> ScriptView<'a> {
                 self.effects.fetches += 1;
                 for key in missing {
                     self.effects.watched.push(WatchedKey {
+                        db: self.scratch.current_db(),
                         key: key.clone(),
                         index,
                         time_ms,

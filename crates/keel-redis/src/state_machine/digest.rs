@@ -31,6 +31,11 @@
 //! It is folded in when the digest is read (one hash of 8 bytes), not kept in the pairs' XOR, so
 //! a snapshot's stored digest stays the pairs' alone and is recomputed from them on restore.
 //!
+//! Databases: the XOR above is kept per database, and the state digest is the XOR of each
+//! database's share (`db_digest_share`): database 0's XOR as it is, any other's hashed with its
+//! index, so the same pair in two databases counts differently and a state in database 0 alone
+//! has the digest it had before databases existed.
+//!
 //! The hash is SipHash-2-4 written out in `keel_redis_types::siphash` (why not `std`'s is said
 //! there); a collection's content hash is its own, kept by its type (`keel_redis_types`).
 
@@ -61,6 +66,27 @@ pub(crate) fn expiry_hash(key: &[u8], deadline_ms: u64) -> u64 {
     hasher.write(&(key.len() as u64).to_le_bytes());
     hasher.write(key);
     hasher.write(&deadline_ms.to_le_bytes());
+    hasher.finish()
+}
+
+/// The SipHash key of [`db_digest_share`]: the bytes of `"keel-kv db dig 1"`. Part of the
+/// replicated format, as `DIGEST_KEY`.
+const DB_KEY: [u8; 16] = *b"keel-kv db dig 1";
+
+/// Database `db`'s share of the state digest, given the XOR of its pair and deadline hashes:
+/// database 0's XOR as it is (so the digest of a state in database 0 alone is what it was
+/// before databases existed), any other's SipHash-2-4 under `DB_KEY` over `db as u32 LE ||
+/// digest as u64 LE`, and 0 for an empty database. The same pair in two databases thus counts
+/// differently, and pairs moved between databases change the digest.
+pub(crate) fn db_digest_share(db: u32, digest: u64) -> u64 {
+    if db == 0 || digest == 0 {
+        return digest;
+    }
+    let k0 = u64::from_le_bytes(DB_KEY[..8].try_into().expect("8 bytes"));
+    let k1 = u64::from_le_bytes(DB_KEY[8..].try_into().expect("8 bytes"));
+    let mut hasher = SipHasher24::new_with_keys(k0, k1);
+    hasher.write(&db.to_le_bytes());
+    hasher.write(&digest.to_le_bytes());
     hasher.finish()
 }
 

@@ -150,11 +150,19 @@ impl KvStateMachine {
     pub(super) fn apply_tick(&mut self, keys: &[Bytes]) -> WriteReply {
         if !self.versions_valid {
             let index = self.applied_index;
-            self.data.for_each_mut(|stored| stored.version = index);
-            self.tombstones.clear_at(index);
+            for db in &mut self.dbs {
+                db.data.for_each_mut(|stored| stored.version = index);
+                db.tombstones.clear_at(index);
+            }
             self.versions_valid = true;
         }
-        let removed = keys.iter().filter(|key| self.expire_if_due(key)).count();
+        // A key is named once whatever database it is in: it goes from each where it expired.
+        let mut removed = 0;
+        for db in 0..self.dbs.len() as u32 {
+            self.select(db);
+            removed += keys.iter().filter(|key| self.expire_if_due(key)).count();
+        }
+        self.select(0);
         WriteReply::Integer(removed as i64)
     }
 
@@ -180,6 +188,10 @@ impl KvStateMachine {
                 }
                 QueuedCommand::Ping => Reply::PONG,
                 QueuedCommand::Echo(message) => Reply::Bulk(message.clone()),
+                QueuedCommand::Select(db) => {
+                    self.select(*db);
+                    Reply::OK
+                }
             };
             reply_bytes += apply_reply::reply_bytes(&reply);
             replies.push(reply);
@@ -311,7 +323,7 @@ impl KvStateMachine {
             } => self.expire(key, *deadline, *condition, *command),
             WriteCommand::Persist { key } => {
                 self.expire_if_due(key);
-                match self.data.get(key) {
+                match self.cur().data.get(key) {
                     Some(stored) if stored.expire_at_ms != 0 => {
                         self.set_deadline(key, 0);
                         WriteReply::Integer(1).into()
@@ -320,9 +332,17 @@ impl KvStateMachine {
                 }
             }
             WriteCommand::FlushAll => {
-                self.flush();
+                for db in 0..self.dbs.len() as u32 {
+                    self.flush(db);
+                }
                 WriteReply::Ok.into()
             }
+            WriteCommand::FlushDb => {
+                self.flush(self.current_db());
+                WriteReply::Ok.into()
+            }
+            WriteCommand::SwapDb { a, b } => self.swap_dbs(*a, *b),
+            WriteCommand::Move { key, db } => self.move_key(key, *db),
             WriteCommand::IncrByFloat { key, delta } => self.incr_by_float(key, delta.0),
             WriteCommand::SetRange { key, offset, value } => self.set_range(key, *offset, value),
             WriteCommand::SetBit { key, offset, bit } => self.set_bit(key, *offset, *bit),
@@ -335,7 +355,8 @@ impl KvStateMachine {
                 source,
                 destination,
                 replace,
-            } => self.copy(source, destination, *replace),
+                db,
+            } => self.copy(source, destination, *replace, *db),
             WriteCommand::Collection(typed) => self.execute_collection(&typed.op),
         }
     }
@@ -353,12 +374,17 @@ impl KvStateMachine {
             return WriteError::StringTooLarge.into();
         }
         self.expire_if_due(key);
-        let current = self.data.get(key).map(|s| s.expire_at_ms).unwrap_or(0);
+        let current = self
+            .cur()
+            .data
+            .get(key)
+            .map(|s| s.expire_at_ms)
+            .unwrap_or(0);
         let deadline = match deadline_of(expiry, self.log_time_ms, current, command) {
             Ok(deadline) => deadline,
             Err(error) => return error.into(),
         };
-        let exists = self.data.get(key).is_some();
+        let exists = self.cur().data.get(key).is_some();
         // SET ... GET answers the value replaced, so it must be a string; a plain SET replaces
         // whatever the key holds.
         let old = match self.string(key) {
@@ -390,7 +416,7 @@ impl KvStateMachine {
 
     fn get_ex(&mut self, key: &[u8], expiry: Expiry) -> WriteAnswer {
         self.expire_if_due(key);
-        let Some(stored) = self.data.get(key) else {
+        let Some(stored) = self.cur().data.get(key) else {
             return WriteAnswer::Value(Reply::Null);
         };
         let Some(value) = stored.string().map(Bytes::copy_from_slice) else {
@@ -420,7 +446,7 @@ impl KvStateMachine {
         command: TtlCommand,
     ) -> WriteAnswer {
         self.expire_if_due(key);
-        let Some(current) = self.data.get(key).map(|s| s.expire_at_ms) else {
+        let Some(current) = self.cur().data.get(key).map(|s| s.expire_at_ms) else {
             return WriteReply::Integer(0).into();
         };
         let new = match deadline_of(deadline, self.log_time_ms, current, command) {
@@ -473,11 +499,12 @@ impl KvStateMachine {
     pub(super) fn put(&mut self, key: &[u8], value: &[u8], expire_at_ms: u64) {
         let hash = pair_hash(key, value);
         let index = self.applied_index;
-        self.digest ^= hash ^ expiry_hash(key, expire_at_ms);
-        match self.data.get_mut(key) {
+        let db = self.cur_mut();
+        db.digest ^= hash ^ expiry_hash(key, expire_at_ms);
+        match db.data.get_mut(key) {
             Some(stored) => {
-                self.digest ^= stored.pair_hash ^ expiry_hash(key, stored.expire_at_ms);
-                self.deadlines.moved(key, stored.expire_at_ms, expire_at_ms);
+                db.digest ^= stored.pair_hash ^ expiry_hash(key, stored.expire_at_ms);
+                db.deadlines.moved(key, stored.expire_at_ms, expire_at_ms);
                 stored.pair_hash = hash;
                 stored.expire_at_ms = expire_at_ms;
                 stored.version = index;
@@ -492,14 +519,14 @@ impl KvStateMachine {
                     // A SET over a list, hash, set or sorted set replaces it.
                     other => *other = Value::Str(Arc::from(value)),
                 }
-                self.data.value_resized(old_len, value.len());
+                db.data.value_resized(old_len, value.len());
             }
             None => {
                 if expire_at_ms != 0 {
-                    self.deadlines.insert(expire_at_ms, key);
+                    db.deadlines.insert(expire_at_ms, key);
                 }
-                self.tombstones.forget(key);
-                self.data
+                db.tombstones.forget(key);
+                db.data
                     .insert_new(key, Stored::new(value, hash, expire_at_ms, index));
             }
         }
@@ -508,16 +535,21 @@ impl KvStateMachine {
     /// [`Self::put`] keeping the deadline the key has (INCR, APPEND, SETRANGE, ...: they change
     /// the value, not the expiry, as in Redis). The caller removed it first if it had expired.
     pub(super) fn put_keeping_deadline(&mut self, key: &[u8], value: &[u8]) {
-        let deadline = self.data.get(key).map_or(0, |stored| stored.expire_at_ms);
+        let deadline = self
+            .cur()
+            .data
+            .get(key)
+            .map_or(0, |stored| stored.expire_at_ms);
         self.put(key, value, deadline);
     }
 
     /// Changes the deadline of a key the map holds (0: none), at the current index.
     fn set_deadline(&mut self, key: &[u8], expire_at_ms: u64) {
         let index = self.applied_index;
-        let stored = self.data.get_mut(key).expect("the caller checked the key");
-        self.digest ^= expiry_hash(key, stored.expire_at_ms) ^ expiry_hash(key, expire_at_ms);
-        self.deadlines.moved(key, stored.expire_at_ms, expire_at_ms);
+        let db = self.cur_mut();
+        let stored = db.data.get_mut(key).expect("the caller checked the key");
+        db.digest ^= expiry_hash(key, stored.expire_at_ms) ^ expiry_hash(key, expire_at_ms);
+        db.deadlines.moved(key, stored.expire_at_ms, expire_at_ms);
         stored.expire_at_ms = expire_at_ms;
         stored.version = index;
     }
@@ -525,10 +557,11 @@ impl KvStateMachine {
     /// Removes `key` if it is held and has expired; true if it was. Every write runs this (or
     /// looks only at live keys) before touching a key, at the same index on every replica.
     pub(super) fn expire_if_due(&mut self, key: &[u8]) -> bool {
-        match self.data.get(key) {
+        match self.cur().data.get(key) {
             Some(stored) if !stored.alive_at(self.log_time_ms) => {
                 self.remove_stored(key);
-                self.tombstones.record(key, self.applied_index);
+                let index = self.applied_index;
+                self.cur_mut().tombstones.record(key, index);
                 true
             }
             _ => false,
@@ -538,37 +571,35 @@ impl KvStateMachine {
     /// Removes `key` if it exists (not expired); true if it did. An expired key is removed too,
     /// but does not count.
     pub(super) fn remove_live(&mut self, key: &[u8]) -> bool {
-        if self.expire_if_due(key) || self.data.get(key).is_none() {
+        if self.expire_if_due(key) || self.cur().data.get(key).is_none() {
             return false;
         }
         self.remove_stored(key);
-        self.tombstones.record(key, self.applied_index);
+        let index = self.applied_index;
+        self.cur_mut().tombstones.record(key, index);
         true
     }
 
     pub(super) fn remove_stored(&mut self, key: &[u8]) {
-        let old = self.data.remove(key).expect("the caller checked the key");
-        self.digest ^= old.pair_hash ^ expiry_hash(key, old.expire_at_ms);
+        let old = self
+            .cur_mut()
+            .data
+            .remove(key)
+            .expect("the caller checked the key");
+        self.cur_mut().digest ^= old.pair_hash ^ expiry_hash(key, old.expire_at_ms);
         if old.expire_at_ms != 0 {
-            self.deadlines.remove(old.expire_at_ms, key);
+            self.cur_mut().deadlines.remove(old.expire_at_ms, key);
         }
     }
 
-    /// FLUSHALL: every key removed; every absent key's WATCH token changes.
-    fn flush(&mut self) {
+    /// FLUSHDB of database `db`: every key removed; every removed key's WATCH token changes.
+    fn flush(&mut self, db: u32) {
         let index = self.applied_index;
-        let data = std::mem::take(&mut self.data);
-        if self.tombstones.len() + data.len() <= super::key_metadata::TOMBSTONES_MAX {
-            // Every key removed gets its tombstone; a key that did not exist is untouched (a
-            // transaction watching it still runs, as in Redis).
-            for key in data.keys() {
-                self.tombstones.record(key, index);
-            }
-        } else {
-            self.tombstones.clear_at(index);
-        }
-        self.digest = 0;
-        self.deadlines.clear();
+        let db = self.db_at_mut(db);
+        let data = std::mem::take(&mut db.data);
+        tombstone_all(&mut db.tombstones, &data, index);
+        db.digest = 0;
+        db.deadlines.clear();
     }
 
     /// Whether `watched` changed since it was watched (`key_metadata.rs`). Every key counts as
@@ -589,13 +620,14 @@ impl KvStateMachine {
         if !self.versions_valid {
             return true;
         }
-        match self.data.get(&watched.key[..]) {
+        let db = self.db_at(watched.db);
+        match db.data.get(&watched.key[..]) {
             Some(stored) => {
                 let expired_since =
                     stored.expire_at_ms > watched.time_ms && !stored.alive_at(self.log_time_ms);
                 stored.version > watched.index || expired_since
             }
-            None => self.tombstones.removed_at(&watched.key) > watched.index,
+            None => db.tombstones.removed_at(&watched.key) > watched.index,
         }
     }
 
@@ -625,7 +657,7 @@ impl KvStateMachine {
                 Err(_) => wrong_type(),
             },
             // Expired keys not yet removed count, as in Redis.
-            ReadCommand::DbSize => Reply::Integer(self.data.len() as i64),
+            ReadCommand::DbSize => Reply::Integer(self.cur().data.len() as i64),
             ReadCommand::Ttl { key, form } => Reply::Integer(self.ttl(key, *form)),
             ReadCommand::WatchPoint => Reply::Array(vec![
                 Reply::Integer(self.applied_index as i64),
@@ -666,5 +698,18 @@ impl KvStateMachine {
             TtlForm::AtSeconds => (stored.expire_at_ms / 1000) as i64,
             TtlForm::AtMs => stored.expire_at_ms as i64,
         }
+    }
+}
+
+/// Gives every key of `data` its tombstone at `index` (a key that did not exist is untouched: a
+/// transaction watching it still runs, as in Redis), or, when they would not fit, moves the
+/// horizon, which changes every absent key's token.
+pub(super) fn tombstone_all(tombstones: &mut super::Tombstones, data: &super::Map, index: u64) {
+    if tombstones.len() + data.len() <= super::key_metadata::TOMBSTONES_MAX {
+        for key in data.keys() {
+            tombstones.record(key, index);
+        }
+    } else {
+        tombstones.clear_at(index);
     }
 }

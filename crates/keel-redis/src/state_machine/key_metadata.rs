@@ -21,7 +21,10 @@
 //! w therefore also counts as a change: a spurious abort, never a missed change. Tombstones are
 //! bounded ([`TOMBSTONES_MAX`]): when the table is full it is cleared and the horizon moves to
 //! the current index, so every absent key counts as changed for transactions watching from
-//! before: again spurious aborts only. FLUSHALL gives every key it removes a tombstone (a key
+//! before: again spurious aborts only. Tombstones are per database, as WATCH is per (database,
+//! key). SWAPDB tombstones every key leaving a database and versions every key arriving at the
+//! swap's index, so a watched key that exists in either database counts as changed (Redis's
+//! rule). FLUSHDB and FLUSHALL give every key they remove a tombstone (a key
 //! that did not exist is untouched, as in Redis), or, when they would not fit, does the same. Versions and tombstones are
 //! functions of the log, the same on every replica, so every replica decides the same.
 
@@ -79,6 +82,16 @@ impl Deadlines {
             .take_while(|(deadline, _)| *deadline <= now_ms)
             .take(max)
             .map(|(_, key)| Bytes::copy_from_slice(key))
+            .collect()
+    }
+
+    /// [`Self::due`], each key with its deadline.
+    pub(crate) fn due_with_deadlines(&self, now_ms: u64, max: usize) -> Vec<(u64, Bytes)> {
+        self.by_time
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now_ms)
+            .take(max)
+            .map(|(deadline, key)| (*deadline, Bytes::copy_from_slice(key)))
             .collect()
     }
 

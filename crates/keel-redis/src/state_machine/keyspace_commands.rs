@@ -123,7 +123,7 @@ impl KvStateMachine {
         if key == new_key {
             return if only_if_absent { refused } else { renamed }.into();
         }
-        if only_if_absent && self.data.contains_key(new_key) {
+        if only_if_absent && self.cur().data.contains_key(new_key) {
             return refused.into();
         }
         self.remove_live(key);
@@ -131,18 +131,89 @@ impl KvStateMachine {
         renamed.into()
     }
 
-    /// COPY: 1 if `destination` now holds `source`'s value and deadline.
-    pub(super) fn copy(&mut self, source: &[u8], destination: &[u8], replace: bool) -> WriteAnswer {
+    /// COPY: 1 if `destination` (in database `db`, or this one) now holds `source`'s value and
+    /// deadline.
+    pub(super) fn copy(
+        &mut self,
+        source: &[u8],
+        destination: &[u8],
+        replace: bool,
+        db: Option<u32>,
+    ) -> WriteAnswer {
+        let here = self.current_db();
+        let there = db.unwrap_or(here);
+        if there == here && source == destination {
+            return WriteError::SameObject.into();
+        }
         let carried = match self.carried(source, destination) {
             Ok(Some(carried)) => carried,
             Ok(None) => return WriteReply::Integer(0).into(),
             Err(error) => return error.into(),
         };
-        if !replace && self.data.contains_key(destination) {
-            return WriteReply::Integer(0).into();
+        self.select(there);
+        self.expire_if_due(destination);
+        let copied = replace || !self.cur().data.contains_key(destination);
+        if copied {
+            self.put_value(destination, carried.value, carried.deadline_ms);
         }
-        self.put_value(destination, carried.value, carried.deadline_ms);
-        WriteReply::Integer(1).into()
+        self.select(here);
+        WriteReply::Integer(i64::from(copied)).into()
+    }
+
+    /// MOVE: 1 if `key` moved (value and deadline) to database `db`, 0 if it does not exist here
+    /// or exists there; `db` this database is an error, as in Redis.
+    pub(super) fn move_key(&mut self, key: &[u8], db: u32) -> WriteAnswer {
+        let here = self.current_db();
+        if db == here {
+            return WriteError::SameObject.into();
+        }
+        self.expire_if_due(key);
+        let Some(carried) = self.cur().data.get(key).map(|stored| Carried {
+            value: stored.value.clone(),
+            deadline_ms: stored.expire_at_ms,
+        }) else {
+            return WriteReply::Integer(0).into();
+        };
+        self.select(db);
+        self.expire_if_due(key);
+        let moved = !self.cur().data.contains_key(key);
+        if moved {
+            self.put_value(key, carried.value, carried.deadline_ms);
+        }
+        self.select(here);
+        if moved {
+            self.remove_live(key);
+        }
+        WriteReply::Integer(i64::from(moved)).into()
+    }
+
+    /// SWAPDB: the contents of databases `a` and `b` exchanged. For WATCH every key of either
+    /// changed (as Redis touches every watched key that exists in one of them): each key that
+    /// leaves a database gets a tombstone there, each key that arrives the version of this entry.
+    /// O(keys of both), where Redis's is O(1): the tokens are per key here.
+    pub(super) fn swap_dbs(&mut self, a: u32, b: u32) -> WriteAnswer {
+        if a == b {
+            return WriteReply::Ok.into();
+        }
+        let index = self.applied_index;
+        let (low, high) = (a.min(b) as usize, a.max(b) as usize);
+        self.db_at_mut(high as u32);
+        let (left, right) = self.dbs.split_at_mut(high);
+        let (x, y) = (&mut left[low], &mut right[0]);
+        for db in [&mut *x, &mut *y] {
+            super::execute::tombstone_all(&mut db.tombstones, &db.data, index);
+        }
+        std::mem::swap(&mut x.data, &mut y.data);
+        std::mem::swap(&mut x.digest, &mut y.digest);
+        std::mem::swap(&mut x.deadlines, &mut y.deadlines);
+        for db in [x, y] {
+            db.data.for_each_mut(|stored| stored.version = index);
+            let keys: Vec<super::key::Key> = db.data.keys().cloned().collect();
+            for key in keys {
+                db.tombstones.forget(&key);
+            }
+        }
+        WriteReply::Ok.into()
     }
 
     /// What RENAME and COPY write to `destination`: `source`'s value (shared, not copied) and
@@ -157,7 +228,7 @@ impl KvStateMachine {
         }
         self.expire_if_due(source);
         self.expire_if_due(destination);
-        Ok(self.data.get(source).map(|stored| Carried {
+        Ok(self.cur().data.get(source).map(|stored| Carried {
             value: stored.value.clone(),
             deadline_ms: stored.expire_at_ms,
         }))
@@ -166,7 +237,8 @@ impl KvStateMachine {
     /// Every key that has not expired, with its stored entry.
     fn live_keys(&self) -> impl Iterator<Item = (&[u8], &Stored)> {
         let now = self.log_time_ms;
-        self.data
+        self.cur()
+            .data
             .iter()
             .filter(move |(_, stored)| stored.alive_at(now))
     }

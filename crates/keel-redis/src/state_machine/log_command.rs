@@ -1,22 +1,26 @@
 //! The log entry payload for a key-value write: the command plus the request id that makes a
 //! retry harmless, and the time its leader proposed it.
 //!
-//! Format, version 2. Integers little-endian; `bytes` is a `u32` length then that many bytes;
-//! `count` is a `u32`.
+//! Format, version 2 or 3. Integers little-endian; `bytes` is a `u32` length then that many
+//! bytes; `count` is a `u32`; `db` is a `u32` database index below `DATABASES_MAX` (1,024; an
+//! entry naming a higher one does not decode).
 //!
 //! ```text
 //! offset size  field
-//! 0      1     format version = 2 (1 is read too: see below)
+//! 0      1     format version = 2 or 3 (1 is read too: see below)
 //! 1      8     client_id   u64   (who sent it; the dedup session)
 //! 9      8     request_seq u64   (per client, unique per request; a retry reuses it)
 //! 17     8     stamp_ms    u64   (the proposer's wall-clock time when it proposed the entry, in
 //!                                 ms since the Unix epoch; 0: no time information)
-//! 25     1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
+//! 25     4     db          u32   (version 3 only: the database the command runs in, its
+//!                                 client's SELECT; a version 2 entry runs in database 0)
+//! 25/29  1     op: 1 SET, 2 DEL, 3 INCRBY, 4 MSET, 5 APPEND, 6 CAS, 7 EXEC, 8 MEMBER ADDRS,
 //!              9 SET WITH, 10 MSETNX, 11 GETDEL, 12 GETEX, 13 EXPIRE, 14 PERSIST, 15 FLUSHALL,
 //!              48 TICK, 49 EXEC WATCHED, 64 INCRBYFLOAT, 65 SETRANGE, 66 SETBIT, 67 RENAME,
-//!              68 RENAMENX, 69 COPY, 128 COLLECTION (64..=95 are for writes, 96..=127 for reads
-//!              inside an EXEC)
-//! 26     ...   body, by op:
+//!              68 RENAMENX, 69 COPY, 70 FLUSHDB, 71 SWAPDB, 72 MOVE, 73 COPY DB, 50 EXEC
+//!              WATCHED DB, 128 COLLECTION (64..=95 are for writes, 96..=127 for reads inside an
+//!              EXEC)
+//! 26/30  ...   body, by op:
 //!              SET     condition u8 (0 always, 1 NX, 2 XX), bytes key, bytes value
 //!              DEL     count n >= 1, then n x bytes key
 //!              INCRBY  bytes key, delta i64
@@ -31,7 +35,12 @@
 //!              EXPIRE  expiry (kind 2 or 3), condition u8 (0 always, 1 NX, 2 XX, 3 GT, 4 LT, 5 XX LT),
 //!                      command u8, bytes key
 //!              PERSIST bytes key
-//!              FLUSHALL  (no body)
+//!              FLUSHALL  (no body): every database (an entry written before databases existed
+//!                      emptied database 0, then the only one: the same effect)
+//!              FLUSHDB  (no body): the entry's database (before databases, FLUSHDB was logged as 15)
+//!              SWAPDB  db a, db b
+//!              MOVE    db destination, bytes key
+//!              COPY DB  replace u8 (0 or 1), db destination, bytes source, bytes destination
 //!              INCRBYFLOAT  bytes key, delta u64 (the f64's IEEE 754 bits)
 //!              SETRANGE  bytes key, offset u64, bytes value
 //!              SETBIT  bytes key, offset u64 (bit offset), bit u8 (0 or 1)
@@ -69,6 +78,7 @@
 //!                        103 SCAN   cursor u64, count u32 (>= 1; above SCAN_COUNT_MAX it
 //!                                   counts as that), strings u8 (1, or 0 when TYPE names
 //!                                   another type), pattern u8 (0 none, 1: then bytes pattern)
+//!                        23 SELECT  db (the commands after it run in that database)
 //!                        32 PING    (no body; replies PONG)
 //!                        33 ECHO    bytes message (ECHO, and PING with a message)
 //!                        129 COLLECTION READ  count n >= 1, then n x bytes: a read of a list,
@@ -79,8 +89,11 @@
 //!                      keys the transaction watches and the applied index and log time they
 //!                      were watched at; then count n >= 0 and n x (op u8, body) as EXEC. Aborted,
 //!                      nothing run, if a watched key changed since (`key_metadata.rs`).
+//!              EXEC WATCHED DB  as EXEC WATCHED, each watched key preceded by its db (written
+//!                      only when a watched key is in a database other than 0)
 //!              TICK    count n >= 0, then n x bytes key: the leader's tick (the log's time moves
-//!                      on) naming keys to remove if they have expired (active expiry). Its
+//!                      on) naming keys to remove, from every database, where they have expired
+//!                      (active expiry; the header's db is 0 and means nothing). Its
 //!                      client_id and request_seq are 0: a tick is not deduplicated. Not valid
 //!                      inside an EXEC.
 //!
@@ -97,7 +110,15 @@
 //!
 //! Version 1 is the same without `stamp_ms` (op at offset 17, body from 18). It is still decoded,
 //! as `stamp_ms` = 0: entries written before version 2 keep applying exactly as they did, and
-//! carry no time. Encoding always writes version 2.
+//! carry no time. Version 2 is version 3 without `db` (op at offset 25): it decodes as database
+//! 0. Encoding writes version 2 for an entry in database 0 and version 3 for any other, so an
+//! entry in database 0 is byte for byte what a build before databases wrote.
+//!
+//! Mixed versions and databases: a build before version 3 reads every entry of database 0 this
+//! build writes (ops 70 to 73, 50 and 23 aside) and fails to decode an entry of another database,
+//! which it would apply as a no-op while newer replicas apply it. So no client may select a
+//! database other than 0, nor send SWAPDB, MOVE, COPY ... DB or FLUSHDB, before every replica
+//! runs a build that reads version 3 (the same rule as for any new op, below).
 //!
 //! The stamp is the leader's clock, taken when it proposes a batch (`connection/pipeline.rs`,
 //! `Pipeline::take_batch`); nothing orders it: a new leader's clock may be behind the old one's,
@@ -138,6 +159,8 @@ mod strings_and_keys;
 mod writes;
 
 const FORMAT_VERSION: u8 = 2;
+/// The format with a database index: written for entries outside database 0.
+const FORMAT_VERSION_WITH_DB: u8 = 3;
 /// The format before `stamp_ms`: read, never written.
 const FORMAT_VERSION_WITHOUT_STAMP: u8 = 1;
 /// Bytes before the op: version, client_id, request_seq, stamp_ms.
@@ -162,6 +185,9 @@ const OP_PERSIST: u8 = 14;
 const OP_FLUSHALL: u8 = 15;
 const OP_TICK: u8 = 48;
 const OP_EXEC_WATCHED: u8 = 49;
+const OP_EXEC_WATCHED_DB: u8 = 50;
+/// SELECT, only inside an EXEC.
+const OP_SELECT: u8 = 23;
 /// Bytes of an encoded expiry: kind and ms.
 const EXPIRY_BYTES: usize = 9;
 /// Longest address in a MEMBER ADDRS entry (the admin command's bound,
@@ -201,6 +227,8 @@ pub struct LogCommand {
     pub client_id: u64,
     pub request_seq: u64,
     pub stamp_ms: u64,
+    /// The database the command runs in (its client's SELECT; 0 by default).
+    pub db: u32,
     pub command: LoggedCommand,
 }
 
@@ -242,7 +270,7 @@ impl From<WriteCommand> for LoggedCommand {
 /// Why a log entry is not a valid key-value command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("unsupported log command format version {0} (this build reads versions 1 and 2)")]
+    #[error("unsupported log command format version {0} (this build reads versions 1 to 3)")]
     UnsupportedVersion(u8),
     #[error("unknown op {0}")]
     UnknownOp(u8),
@@ -262,6 +290,8 @@ pub enum DecodeError {
     InvalidMemberAddrs(&'static str),
     #[error("unknown {0} {1}")]
     UnknownCode(&'static str, u8),
+    #[error("database {0} is out of range")]
+    DatabaseOutOfRange(u32),
     #[error("op {0}: the arguments are not a command of that op")]
     InvalidArguments(u8),
 }
@@ -279,8 +309,15 @@ impl LogCommand {
             client_id,
             request_seq,
             stamp_ms,
+            db: 0,
             command: command.into(),
         }
+    }
+
+    /// The same command, run in database `db` (below `DATABASES_MAX`).
+    pub fn in_db(mut self, db: u32) -> Self {
+        self.db = db;
+        self
     }
 
     pub fn encode(&self) -> Bytes {
@@ -307,11 +344,17 @@ impl LogCommand {
                     + commands.iter().map(queued_len_hint).sum::<usize>()
             }
         };
-        let mut out = Vec::with_capacity(HEADER_BYTES + hint);
-        out.put_u8(FORMAT_VERSION);
+        let mut out = Vec::with_capacity(HEADER_BYTES + 4 + hint);
+        out.put_u8(match self.db {
+            0 => FORMAT_VERSION,
+            _ => FORMAT_VERSION_WITH_DB,
+        });
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.request_seq);
         out.put_u64_le(self.stamp_ms);
+        if self.db != 0 {
+            out.put_u32_le(self.db);
+        }
         match &self.command {
             LoggedCommand::Write(write) => put_write(&mut out, write),
             LoggedCommand::Exec(commands) => {
@@ -328,17 +371,7 @@ impl LogCommand {
                 put_bytes(&mut out, &addrs.client);
             }
             LoggedCommand::WatchedExec { watched, commands } => {
-                out.put_u8(OP_EXEC_WATCHED);
-                out.put_u32_le(count(watched.len()));
-                for w in watched {
-                    put_bytes(&mut out, &w.key);
-                    out.put_u64_le(w.index);
-                    out.put_u64_le(w.time_ms);
-                }
-                out.put_u32_le(count(commands.len()));
-                for command in commands {
-                    put_queued(&mut out, command);
-                }
+                put_watched_exec(&mut out, watched, commands)
             }
             LoggedCommand::Tick(keys) => {
                 out.put_u8(OP_TICK);
@@ -351,11 +384,14 @@ impl LogCommand {
         out
     }
 
-    /// Rewrites the stamp of an entry [`LogCommand::encode_to_vec`] wrote (format 2: the stamp
-    /// is bytes 17..25). Lets a proposer encode a write as soon as it arrives — its key and value
+    /// Rewrites the stamp of an entry [`LogCommand::encode_to_vec`] wrote (formats 2 and 3: the
+    /// stamp is bytes 17..25). Lets a proposer encode a write as soon as it arrives — its key and value
     /// copied out, so the client's input buffer is free again — and stamp it when it is proposed.
     pub fn restamp(entry: &mut [u8], stamp_ms: u64) {
-        assert_eq!(entry[0], FORMAT_VERSION, "only an entry this build wrote");
+        assert!(
+            entry[0] == FORMAT_VERSION || entry[0] == FORMAT_VERSION_WITH_DB,
+            "only an entry this build wrote"
+        );
         entry[STAMP_OFFSET..STAMP_OFFSET + 8].copy_from_slice(&stamp_ms.to_le_bytes());
     }
 
@@ -364,13 +400,24 @@ impl LogCommand {
         let mut r = Reader::new(entry.clone());
         let truncated = |r: &Reader| DecodeError::Truncated(r.position());
         let version = r.u8().ok_or(DecodeError::Truncated(0))?;
-        if version != FORMAT_VERSION && version != FORMAT_VERSION_WITHOUT_STAMP {
+        if ![
+            FORMAT_VERSION,
+            FORMAT_VERSION_WITHOUT_STAMP,
+            FORMAT_VERSION_WITH_DB,
+        ]
+        .contains(&version)
+        {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let client_id = r.u64().ok_or_else(|| truncated(&r))?;
         let request_seq = r.u64().ok_or_else(|| truncated(&r))?;
-        let stamp_ms = if version == FORMAT_VERSION {
+        let stamp_ms = if version == FORMAT_VERSION_WITHOUT_STAMP {
+            0
+        } else {
             r.u64().ok_or_else(|| truncated(&r))?
+        };
+        let db = if version == FORMAT_VERSION_WITH_DB {
+            db_field(&mut r)?
         } else {
             0
         };
@@ -384,26 +431,8 @@ impl LogCommand {
             LoggedCommand::Exec(commands)
         } else if op == OP_MEMBER_ADDRS {
             LoggedCommand::MemberAddrs(decode_member_addrs(&mut r)?)
-        } else if op == OP_EXEC_WATCHED {
-            // Each watched key takes at least its length, index and time.
-            let w = list_count(&mut r, BYTES_FIELD_MIN + 16)?;
-            let watched = (0..w)
-                .map(|_| {
-                    let key = bytes(&mut r)?;
-                    let index = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
-                    let time_ms = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
-                    Ok(WatchedKey {
-                        key,
-                        index,
-                        time_ms,
-                    })
-                })
-                .collect::<Result<_, DecodeError>>()?;
-            let n = r.count(1).ok_or_else(|| truncated(&r))?;
-            let commands = (0..n)
-                .map(|_| decode_queued(&mut r))
-                .collect::<Result<_, _>>()?;
-            LoggedCommand::WatchedExec { watched, commands }
+        } else if op == OP_EXEC_WATCHED || op == OP_EXEC_WATCHED_DB {
+            decode_watched_exec(&mut r, op)?
         } else if op == OP_TICK {
             let n = r
                 .count(BYTES_FIELD_MIN)
@@ -419,8 +448,66 @@ impl LogCommand {
             client_id,
             request_seq,
             stamp_ms,
+            db,
             command,
         })
+    }
+}
+
+/// EXEC WATCHED (or EXEC WATCHED DB): op, watched keys, queued commands.
+fn put_watched_exec(out: &mut Vec<u8>, watched: &[WatchedKey], commands: &[QueuedCommand]) {
+    let with_db = watched.iter().any(|w| w.db != 0);
+    out.put_u8(match with_db {
+        true => OP_EXEC_WATCHED_DB,
+        false => OP_EXEC_WATCHED,
+    });
+    out.put_u32_le(count(watched.len()));
+    for w in watched {
+        if with_db {
+            out.put_u32_le(w.db);
+        }
+        put_bytes(out, &w.key);
+        out.put_u64_le(w.index);
+        out.put_u64_le(w.time_ms);
+    }
+    out.put_u32_le(count(commands.len()));
+    for command in commands {
+        put_queued(out, command);
+    }
+}
+
+/// The body of EXEC WATCHED (`op` 49) or EXEC WATCHED DB (50).
+fn decode_watched_exec(r: &mut Reader, op: u8) -> Result<LoggedCommand, DecodeError> {
+    // Each watched key takes at least its length, index and time.
+    let w = list_count(r, BYTES_FIELD_MIN + 16)?;
+    let watched = (0..w)
+        .map(|_| {
+            let db = match op {
+                OP_EXEC_WATCHED_DB => db_field(r)?,
+                _ => 0,
+            };
+            let key = bytes(r)?;
+            let index = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
+            let time_ms = r.u64().ok_or(DecodeError::Truncated(r.position()))?;
+            Ok(WatchedKey {
+                db,
+                key,
+                index,
+                time_ms,
+            })
+        })
+        .collect::<Result<_, DecodeError>>()?;
+    let n = r.count(1).ok_or(DecodeError::Truncated(r.position()))?;
+    let commands = (0..n).map(|_| decode_queued(r)).collect::<Result<_, _>>()?;
+    Ok(LoggedCommand::WatchedExec { watched, commands })
+}
+
+/// A database index: below `DATABASES_MAX`, else the entry does not decode.
+fn db_field(r: &mut Reader) -> Result<u32, DecodeError> {
+    let db = r.u32().ok_or(DecodeError::Truncated(r.position()))?;
+    match db < super::DATABASES_MAX {
+        true => Ok(db),
+        false => Err(DecodeError::DatabaseOutOfRange(db)),
     }
 }
 

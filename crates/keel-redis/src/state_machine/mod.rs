@@ -1,5 +1,14 @@
-//! The replicated key-value state machine: a map of keys to values with optional deadlines, fed
-//! committed log entries in order.
+//! The replicated key-value state machine: databases (`SELECT`), each a map of keys to values
+//! with optional deadlines, fed committed log entries in order.
+//!
+//! - Databases: each entry names the database it runs in (`LogCommand::db`, 0 for entries
+//!   written before databases existed); a `SELECT` inside a transaction moves the commands after
+//!   it. The state machine keeps every database up to the highest a write reached (`Db`:
+//!   keys, deadlines, tombstones, its share of the digest); a database no write reached reads as
+//!   empty. How many databases clients may use (`databases`) is the server's setting; the state
+//!   machine accepts any below [`DATABASES_MAX`]. Between commands it is in database 0: what
+//!   [`KvStateMachine::read`] and [`KvStateMachine::get`] see; [`KvStateMachine::read_in`]
+//!   names another.
 //!
 //! - [`KvStateMachine::apply`] runs one logged write or transaction ([`LogCommand`]) at its log
 //!   index and returns the client's reply as an [`ApplyReply`] (a [`WriteReply`], or EXEC's array
@@ -68,9 +77,10 @@ pub use lcs::LCS_CELLS_MAX;
 pub use log_command::{DecodeError, LogCommand, LoggedCommand, MemberAddrs};
 pub use snapshot::SnapshotError;
 
+use crate::command::ReadCommand;
 use crate::command::TtlCommand;
 use dedup::{DedupTable, Seen};
-use digest::log_time_hash;
+use digest::{db_digest_share, log_time_hash};
 use keel_resp::Reply;
 use key_metadata::{Deadlines, Tombstones};
 use map::Map;
@@ -158,6 +168,9 @@ pub enum WriteError {
         SORT_RESULT_BYTES_MAX
     )]
     SortTooLarge,
+    /// MOVE to the key's own database, or COPY ... DB onto itself, in Redis's words.
+    #[error("ERR source and destination objects are the same")]
+    SameObject,
 }
 
 impl From<keel_redis_types::ValueError> for WriteError {
@@ -208,14 +221,12 @@ pub enum ApplyError {
 /// The key-value state machine. See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvStateMachine {
-    data: Map,
-    /// XOR of the pair hashes and the deadlines' hashes (the log time is folded in when the
-    /// digest is read).
-    digest: u64,
-    /// The keys of `data` that have a deadline, in deadline order.
-    deadlines: Deadlines,
-    /// What WATCH compares absent keys by (`key_metadata.rs`).
-    tombstones: Tombstones,
+    /// The databases by index (`SELECT`): at least database 0, and every database up to the
+    /// highest a write reached; one not in the vector is empty.
+    dbs: Vec<Db>,
+    /// The database the command running now works in: set from each entry's `db` before it
+    /// runs, and by `SELECT` inside a transaction or script. Not state (see [`CurrentDb`]).
+    db: CurrentDb,
     /// False after restoring a snapshot of a format without versions, until the next tick entry
     /// numbers every key again (`execute.rs`): until then a transaction that watches keys aborts.
     versions_valid: bool,
@@ -237,6 +248,48 @@ pub struct KvStateMachine {
     #[cfg(feature = "mutations")]
     mutation: Option<crate::Mutation>,
 }
+
+/// One database: its keys, and what the state machine keeps about them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Db {
+    pub(crate) data: Map,
+    /// XOR of the pair hashes and the deadlines' hashes of this database alone (the state's
+    /// digest mixes in the database index: `digest.rs`).
+    pub(crate) digest: u64,
+    /// The keys of `data` that have a deadline, in deadline order.
+    pub(crate) deadlines: Deadlines,
+    /// What WATCH compares absent keys by (`key_metadata.rs`). They belong to the database's
+    /// index, not to its contents: SWAPDB leaves them in place.
+    pub(crate) tombstones: Tombstones,
+}
+
+impl Db {
+    /// Whether a snapshot may leave this database out: no keys, no WATCH tokens.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.data.is_empty() && self.tombstones.len() == 0 && self.tombstones.horizon() == 0
+    }
+}
+
+/// The empty database every database the vector does not reach reads as.
+static EMPTY_DB: std::sync::LazyLock<Db> = std::sync::LazyLock::new(Db::default);
+
+/// Most databases a log entry may name (`databases` is at most this): an entry naming a higher
+/// one does not decode. A constant, not a setting: every replica must decode the same entries.
+pub const DATABASES_MAX: u32 = 1024;
+
+/// The index of the database commands work in now: where the command being applied or read
+/// runs, an argument passed through the state machine rather than state (two state machines are
+/// equal whatever it says). A `Cell` so that a read (`&self`) can name its database too.
+#[derive(Clone, Debug, Default)]
+struct CurrentDb(std::cell::Cell<u32>);
+
+impl PartialEq for CurrentDb {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CurrentDb {}
 
 /// A counter for readers of the state, not part of it: two states are equal whatever their
 /// counters say (a restored state equals the one it was taken from).
@@ -282,10 +335,8 @@ impl KvStateMachine {
     /// A state machine with a different deduplication window; every replica must use the same.
     pub fn with_dedup_limits(limits: DedupLimits) -> Self {
         KvStateMachine {
-            data: Map::default(),
-            digest: 0,
-            deadlines: Deadlines::default(),
-            tombstones: Tombstones::default(),
+            dbs: vec![Db::default()],
+            db: CurrentDb::default(),
             versions_valid: true,
             applied_index: 0,
             log_time_ms: 0,
@@ -360,7 +411,67 @@ impl KvStateMachine {
     /// [`Self::log_time_ms`] when it is not 0 (see `digest.rs`); 0 for the empty map with no
     /// time. One hash of 8 bytes more than the pairs' digest, computed here rather than kept.
     pub fn state_digest(&self) -> u64 {
-        self.digest ^ log_time_hash(self.log_time_ms)
+        let pairs = self.dbs.iter().enumerate().fold(0, |digest, (i, db)| {
+            digest ^ db_digest_share(i as u32, db.digest)
+        });
+        pairs ^ log_time_hash(self.log_time_ms)
+    }
+
+    /// The database the next command runs in (`SELECT`): what an entry's `db` sets before it
+    /// runs, and what a read names.
+    pub(crate) fn select(&self, db: u32) {
+        self.db.0.set(db);
+    }
+
+    /// The index of the database commands work in now.
+    pub(crate) fn current_db(&self) -> u32 {
+        self.db.0.get()
+    }
+
+    /// The database commands work in now, as it is (empty when no write reached it).
+    pub(crate) fn cur(&self) -> &Db {
+        self.db_at(self.current_db())
+    }
+
+    /// The database commands work in now, for a write (made first if no write reached it).
+    pub(crate) fn cur_mut(&mut self) -> &mut Db {
+        self.db_at_mut(self.current_db())
+    }
+
+    /// Database `db` as it is (empty when no write reached it).
+    pub(crate) fn db_at(&self, db: u32) -> &Db {
+        self.dbs.get(db as usize).unwrap_or(&EMPTY_DB)
+    }
+
+    /// Database `db`, for a write (made first if no write reached it).
+    pub(crate) fn db_at_mut(&mut self, db: u32) -> &mut Db {
+        let i = db as usize;
+        if i >= self.dbs.len() {
+            self.dbs.resize_with(i + 1, Db::default);
+        }
+        &mut self.dbs[i]
+    }
+
+    /// How many databases a write reached (1: database 0 alone).
+    pub fn databases_reached(&self) -> usize {
+        self.dbs.len()
+    }
+
+    /// Every database that holds a key: (index, keys, keys with a deadline), by index (`INFO
+    /// keyspace`).
+    pub fn keyspace(&self) -> Vec<(u32, usize, usize)> {
+        (self.dbs.iter().enumerate())
+            .filter(|(_, db)| !db.data.is_empty())
+            .map(|(i, db)| (i as u32, db.data.len(), db.deadlines.len()))
+            .collect()
+    }
+
+    /// Answers `command` as a read in database `db` (see [`Self::read`]).
+    pub fn read_in(&self, db: u32, command: &ReadCommand) -> Reply {
+        self.select(db);
+        let reply = self.read(command);
+        self.select(0);
+        reply
     }
 
     /// The state machine's time in ms since the Unix epoch: the highest stamp among the entries
@@ -370,21 +481,23 @@ impl KvStateMachine {
         self.log_time_ms
     }
 
+    /// Keys in every database.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.dbs.iter().map(|db| db.data.len()).sum()
     }
 
     /// The memory the data is counted as taking (what `maxmemory` bounds): every key and value
     /// byte and 64 bytes per pair. The same on every replica at the same applied index.
     pub fn used_bytes(&self) -> u64 {
-        self.data.used_bytes()
+        self.dbs.iter().map(|db| db.data.used_bytes()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.dbs.iter().all(|db| db.data.is_empty())
     }
 
     /// The value of `key` if it exists (not expired) at the state machine's time.
+    /// In the database commands work in now: 0 unless a command selected another.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.live(key).and_then(Stored::string)
     }
@@ -402,7 +515,8 @@ impl KvStateMachine {
     /// sees. An expired key stays in the map until a write or a tick entry removes it (every
     /// replica at the same index), but no command sees it.
     fn live(&self, key: &[u8]) -> Option<&Stored> {
-        self.data
+        self.cur()
+            .data
             .get(key)
             .filter(|stored| stored.alive_at(self.log_time_ms))
     }
@@ -411,25 +525,37 @@ impl KvStateMachine {
     /// the versions are placeholders from an older snapshot, which the next tick numbers (until
     /// then every transaction that watches keys aborts).
     pub fn wants_ticks(&self) -> bool {
-        self.deadlines.len() > 0 || !self.versions_valid
+        self.keys_with_deadline() > 0 || !self.versions_valid
     }
 
-    /// How many keys have a deadline (expired ones not yet removed included).
+    /// How many keys have a deadline (expired ones not yet removed included), in every database.
     pub fn keys_with_deadline(&self) -> usize {
-        self.deadlines.len()
+        self.dbs.iter().map(|db| db.deadlines.len()).sum()
     }
 
     /// Up to `max` keys whose deadline is at or before `now_ms`, earliest first: what a leader
     /// proposes to remove in a tick entry (active expiry). `now_ms` may be ahead of the log's
     /// time (the leader's clock, about to stamp the tick); the tick removes only what has expired
-    /// at its own time.
+    /// at its own time. Keys of every database: a tick removes a key it names from every
+    /// database where that key has expired (`execute.rs`), so it need not say which.
     pub fn keys_due(&self, now_ms: u64, max: usize) -> Vec<Bytes> {
-        self.deadlines.due(now_ms, max)
+        if self.dbs.len() == 1 {
+            return self.dbs[0].deadlines.due(now_ms, max);
+        }
+        let mut due: Vec<(u64, Bytes)> = (self.dbs.iter())
+            .flat_map(|db| db.deadlines.due_with_deadlines(now_ms, max))
+            .collect();
+        due.sort();
+        due.dedup_by(|a, b| a.1 == b.1);
+        due.into_iter().take(max).map(|(_, key)| key).collect()
     }
 
-    /// The earliest deadline of any key, expired or not.
+    /// The earliest deadline of any key, expired or not, in any database.
     pub fn earliest_deadline(&self) -> Option<u64> {
-        self.deadlines.earliest()
+        self.dbs
+            .iter()
+            .filter_map(|db| db.deadlines.earliest())
+            .min()
     }
 
     /// Number of client sessions in the deduplication table.
@@ -470,8 +596,19 @@ impl KvStateMachine {
         }
     }
 
-    /// Applies an already decoded command at log `index`.
+    /// Applies an already decoded command at log `index`, in its database.
     pub fn apply_command(
+        &mut self,
+        index: u64,
+        command: &LogCommand,
+    ) -> Result<ApplyReply, ApplyError> {
+        let reply = self.apply_selected(index, command);
+        // Between commands the state machine is in database 0 (what `read` and `get` see).
+        self.select(0);
+        reply
+    }
+
+    fn apply_selected(
         &mut self,
         index: u64,
         command: &LogCommand,
@@ -481,6 +618,7 @@ impl KvStateMachine {
         // Before the command runs (it runs at its own time), and whatever becomes of it: a
         // duplicate or a too-old request is in the log with its stamp like any other entry.
         self.log_time_ms = self.log_time_ms.max(command.stamp_ms);
+        self.select(command.db);
         if let LoggedCommand::Tick(keys) = &command.command {
             // No request id: a tick is the leader's, proposed once, never retried.
             return Ok(ApplyReply::Write(self.apply_tick(keys)));
@@ -542,10 +680,8 @@ impl KvStateMachine {
     pub fn from_snapshot(snapshot: &[u8]) -> Result<Self, SnapshotError> {
         let restored = snapshot::decode(snapshot)?;
         Ok(KvStateMachine {
-            data: restored.data,
-            digest: restored.digest,
-            deadlines: restored.deadlines,
-            tombstones: restored.tombstones,
+            dbs: restored.dbs,
+            db: CurrentDb::default(),
             versions_valid: restored.versions_valid,
             applied_index: restored.applied_index,
             log_time_ms: restored.log_time_ms,

@@ -26,20 +26,21 @@ impl KvStateMachine {
     /// `scratch`, replacing what the scratch held there: what a [`crate::script::view::Fetch`]
     /// does with each key, inside a linearizable read.
     pub fn copy_key_into(&self, key: &[u8], scratch: &mut KvStateMachine) {
-        if scratch.data.get(key).is_some() {
+        if scratch.cur().data.get(key).is_some() {
             scratch.remove_stored(key);
         }
-        if let Some(stored) = self.data.get(key) {
+        if let Some(stored) = self.cur().data.get(key) {
             scratch.insert_copy(key, stored.clone());
         }
     }
 
     fn insert_copy(&mut self, key: &[u8], stored: Stored) {
-        self.digest ^= stored.pair_hash ^ super::digest::expiry_hash(key, stored.expire_at_ms);
+        let db = self.cur_mut();
+        db.digest ^= stored.pair_hash ^ super::digest::expiry_hash(key, stored.expire_at_ms);
         if stored.expire_at_ms != 0 {
-            self.deadlines.insert(stored.expire_at_ms, key);
+            db.deadlines.insert(stored.expire_at_ms, key);
         }
-        self.data.insert_new(key, stored);
+        db.data.insert_new(key, stored);
     }
 
     /// Moves the scratch's point forward to a later copy's (the state it was copied from moved

@@ -451,7 +451,8 @@ fn a_write_at_the_request_limits_crosses_to_the_leader_unchanged() {
 #[test]
 fn a_retry_proposes_the_entry_the_client_connection_proposed() {
     let limits = Limits::default();
-    let (set, none) = log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234).unwrap();
+    let (set, none) =
+        log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234, 0).unwrap();
     assert!(none.is_empty());
     let decoded = LogCommand::decode(&set).unwrap();
     assert_eq!(
@@ -460,18 +461,25 @@ fn a_retry_proposes_the_entry_the_client_connection_proposed() {
     );
     let queued = vec![
         request("INCR n"),
-        request("SELECT 0"),
+        request("UNWATCH"),
         request("PING"),
         request("GET n"),
     ];
-    let (exec, local) = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234).unwrap();
+    let (exec, local) = log_entry(ID, Forwarded::Exec(&queued), &limits, 1234, 0).unwrap();
     let LoggedCommand::Exec(commands) = LogCommand::decode(&exec).unwrap().command else {
         panic!("not a transaction")
     };
     assert_eq!(commands.len(), 3);
-    assert_eq!(local, vec![(1, Reply::OK)], "SELECT's reply, answered here");
     assert_eq!(
-        log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234),
+        local,
+        vec![(1, Reply::OK)],
+        "UNWATCH's reply, answered here"
+    );
+    // A retry of a write in another database is proposed in it.
+    let (in3, _) = log_entry(ID, Forwarded::Write(&request("SET k v")), &limits, 1234, 3).unwrap();
+    assert_eq!(LogCommand::decode(&in3).unwrap().db, 3);
+    assert_eq!(
+        log_entry(ID, Forwarded::Write(&request("GET k")), &limits, 1234, 0),
         None
     );
 }

@@ -36,6 +36,9 @@ pub struct ConfigValues {
     pub busy_reply_threshold_ms: u64,
     /// `maxmemory` in bytes; 0: no limit.
     pub maxmemory: u64,
+    /// `databases` (`--databases`): SELECT, SWAPDB, MOVE and COPY ... DB name databases below
+    /// it. Per node, fixed at start (as in Redis).
+    pub databases: u64,
     pub protected_mode: bool,
     /// `save` as last set (normalized): accepted but inert, see `config_set`.
     pub save: String,
@@ -72,6 +75,7 @@ impl Default for ConfigValues {
             timeout_seconds: 0,
             busy_reply_threshold_ms: keel_redis::script::BUSY_REPLY_THRESHOLD_MS_DEFAULT,
             maxmemory: 0,
+            databases: DATABASES_DEFAULT,
             protected_mode: true,
             save: String::new(),
             repl_backlog_size: REPL_BACKLOG_SIZE_DEFAULT,
@@ -81,6 +85,9 @@ impl Default for ConfigValues {
         }
     }
 }
+
+/// `databases` by default, as in Redis.
+pub const DATABASES_DEFAULT: u64 = 16;
 
 /// Redis's default `repl-backlog-size` (1 MB).
 const REPL_BACKLOG_SIZE_DEFAULT: u64 = 1 << 20;
@@ -156,7 +163,7 @@ fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, St
         ("appendonly", "yes".to_string()),
         ("appendfsync", "always".to_string()),
         ("save", config.save.clone()),
-        ("databases", "1".to_string()),
+        ("databases", config.databases.to_string()),
         ("maxmemory", config.maxmemory.to_string()),
         // The only policy keel has: a write that may grow memory is refused past maxmemory.
         ("maxmemory-policy", "noeviction".to_string()),

@@ -75,6 +75,9 @@ pub struct NodeReport {
     /// Keys in the state machine at `applied_index` (expired ones not yet removed included, as
     /// Redis counts them).
     pub keys: u64,
+    /// Each database holding keys: (index, keys, keys with a deadline); empty while database 0
+    /// is the only one ever written to (`keys` and `expires` are its figures then).
+    pub keyspace: Vec<(u32, usize, usize)>,
     /// How many of them have a deadline.
     pub expires: u64,
     pub connected_clients: u64,
@@ -190,7 +193,14 @@ pub(crate) fn render(status: &NodeReport, requested: &[Bytes]) -> String {
             "raft" => out.push_str(&render_raft(status)),
             _ => {
                 out.push_str("# Keyspace\r\n");
-                if status.keys > 0 {
+                for (db, keys, expires) in &status.keyspace {
+                    line(
+                        &mut out,
+                        &format!("db{db}"),
+                        format_args!("keys={keys},expires={expires},avg_ttl=0"),
+                    );
+                }
+                if status.keyspace.is_empty() && status.keys > 0 {
                     // The line Redis tools parse to count keys.
                     line(
                         &mut out,

@@ -290,7 +290,8 @@ fn summary(name: &str) -> &'static str {
         "persist" => "Removes a key's deadline; 1 if it had one.",
         "ttl" | "pttl" => "Time left before a key expires (-1: never, -2: no such key).",
         "expiretime" | "pexpiretime" => "When a key expires, since the epoch (-1, -2 as TTL).",
-        "flushdb" | "flushall" => "Removes every key.",
+        "flushdb" => "Removes every key of the connection's database.",
+        "flushall" => "Removes every key of every database.",
         "del" => "Deletes keys; returns how many existed.",
         "exists" => "Counts how many of the given keys exist.",
         "incr" | "incrby" | "decr" | "decrby" => {
@@ -342,7 +343,9 @@ fn summary(name: &str) -> &'static str {
              maxclients; save, repl-backlog-size, maxmemory-samples inert); RESETSTAT zeroes \
              INFO's counters."
         }
-        "select" => "Selects database 0 (the only one).",
+        "select" => "Selects the database this connection's commands run in (0 to databases - 1).",
+        "swapdb" => "Swaps the contents of two databases (every key of both counts as changed for WATCH).",
+        "move" => "Moves a key (with its deadline) to another database; 1 if moved, 0 if not.",
         "quit" => "Closes the connection.",
         "info" => {
             "Reports the node's state in Redis's sections (server, clients, memory, stats, \

@@ -65,7 +65,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 pub use clients::{ClientRecord, ClientRegistry, Registration};
-pub use config::{ConfigValues, SharedConfig};
+pub use config::{ConfigValues, SharedConfig, DATABASES_DEFAULT};
 pub use info::{CpuTimes, FollowerInfo, MemberInfo, NodeReport};
 pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE_INTERVAL};
 
@@ -206,7 +206,12 @@ struct Queue {
     /// A script was queued: EXEC hands the transaction to the script runner
     /// ([`ScriptCommand::Exec`]), which runs it whole as a script runs.
     scripted: bool,
+    /// The database the last SELECT queued names: the connection's after EXEC.
+    db: Option<u32>,
 }
+
+/// A script sent on a connection in a database other than 0.
+const SCRIPT_IN_DB_0: &str = "ERR keel runs scripts in database 0 only: SELECT 0 first";
 
 const QUEUED: Reply = Reply::Simple(std::borrow::Cow::Borrowed("QUEUED"));
 
@@ -217,10 +222,14 @@ pub const QUEUED_ARG_OVERHEAD_BYTES: usize = 32;
 impl Queue {
     /// Answers `error` and marks the transaction aborted (its queue is freed now).
     fn abort(&mut self, error: CommandError) -> Dispatch {
+        self.abort_with(error.to_reply())
+    }
+
+    fn abort_with(&mut self, reply: Reply) -> Dispatch {
         self.aborted = true;
         self.transaction = Transaction::default();
         self.bytes = 0;
-        Dispatch::Reply(error.to_reply())
+        Dispatch::Reply(reply)
     }
 }
 
@@ -241,6 +250,8 @@ pub struct ClientConnection {
     config: Arc<SharedConfig>,
     /// Keys watched since the last EXEC, DISCARD or UNWATCH, each with its watch point.
     watched: Vec<WatchedKey>,
+    /// The database this connection's commands run in (`SELECT`; 0 at first).
+    db: u32,
     /// WATCHes dispatched whose watch point has not come back yet ([`Self::watch_point`]).
     watches_pending: usize,
     /// What CLIENT LIST shows of this connection.
@@ -293,8 +304,7 @@ fn queued_in_transaction(command: &ScriptCommand) -> bool {
 
 fn answered_in_transaction(command: &LocalCommand) -> bool {
     match command {
-        LocalCommand::Select
-        | LocalCommand::Info(_)
+        LocalCommand::Info(_)
         | LocalCommand::ConfigGet(_)
         | LocalCommand::Command(_)
         | LocalCommand::RaftStatus
@@ -305,6 +315,8 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::Time => true,
         // Not allowed in a transaction, as in Redis.
         LocalCommand::Shutdown => false,
+        // Queued: it runs at EXEC (`dispatch_queued`).
+        LocalCommand::Select(_) => false,
         LocalCommand::Client(client) => matches!(
             client,
             ClientCommand::GetName
@@ -357,6 +369,7 @@ impl ClientConnection {
             config: Arc::default(),
             watched: Vec::new(),
             watches_pending: 0,
+            db: 0,
             stats: Arc::default(),
             pubsub: Arc::default(),
         }
@@ -464,6 +477,7 @@ impl ClientConnection {
             }
             other => other,
         };
+        let parsed = self.check_databases_named(parsed);
         self.monitored.clear();
         if !allowed_while_busy(&parsed) && node.script_busy() {
             return self.refuse_busy(&parsed);
@@ -531,6 +545,13 @@ impl ClientConnection {
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
+            // A script reads and writes database 0 only (its view fetches keys there): refused
+            // rather than run half in another database.
+            Ok(Command::Local(LocalCommand::Script(ScriptCommand::Eval { .. })))
+                if self.db != 0 =>
+            {
+                Dispatch::Reply(Reply::error(SCRIPT_IN_DB_0))
+            }
             Ok(Command::Local(LocalCommand::Script(command))) => Dispatch::Script(command),
             Ok(Command::Local(command)) => Dispatch::Reply(self.answer(command, node)),
         }
@@ -554,6 +575,34 @@ impl ClientConnection {
             queue.bytes = 0;
         }
         Dispatch::Reply(busy)
+    }
+
+    /// The database this connection's commands run in (`SELECT`): what its writes' entries and
+    /// its reads name.
+    pub fn db(&self) -> u32 {
+        self.db
+    }
+
+    /// Whether database `db` exists here: below `databases`.
+    fn check_db(&self, db: u32) -> Result<(), CommandError> {
+        match u64::from(db) < self.config.read().databases {
+            true => Ok(()),
+            false => Err(CommandError::DbIndexOutOfRange),
+        }
+    }
+
+    /// A write naming a database (SWAPDB, MOVE, COPY ... DB) past `databases` is refused before
+    /// anything runs, in Redis's words.
+    fn check_databases_named(
+        &self,
+        parsed: Result<Command, CommandError>,
+    ) -> Result<Command, CommandError> {
+        if let Ok(Command::Write(write)) = &parsed {
+            for db in write.databases_named() {
+                self.check_db(db)?;
+            }
+        }
+        parsed
     }
 
     /// Whether some connection of the node is a monitor.
@@ -606,6 +655,10 @@ impl ClientConnection {
             }
             _ => None,
         };
+        let selectable = match &parsed {
+            Ok(Command::Local(LocalCommand::Select(db))) => self.check_db(*db),
+            _ => Ok(()),
+        };
         let queue = self.queue.as_mut().expect("called in a transaction");
         let command = match parsed {
             Ok(Command::Transaction(TransactionCommand::Exec)) => {
@@ -622,6 +675,10 @@ impl ClientConnection {
                 watched.append(&mut queue.transaction.watched);
                 queue.transaction.watched = watched;
                 let transaction = queue.transaction;
+                // After EXEC the connection is in the database the transaction selected last.
+                if let (false, Some(db)) = (queue.aborted, queue.db) {
+                    self.db = db;
+                }
                 return if queue.aborted {
                     Dispatch::Reply(CommandError::ExecAbort.to_reply())
                 } else if queue.scripted {
@@ -665,10 +722,23 @@ impl ClientConnection {
             Ok(Command::Write(command)) => Some(QueuedCommand::Write(command)),
             Ok(Command::Read(command)) => Some(QueuedCommand::Read(command)),
             Ok(Command::Local(LocalCommand::Ping(None))) => Some(QueuedCommand::Ping),
+            // Runs at EXEC, where the commands after it run in that database.
+            Ok(Command::Local(LocalCommand::Select(db))) => match selectable {
+                Ok(()) => {
+                    queue.db = Some(db);
+                    Some(QueuedCommand::Select(db))
+                }
+                Err(error) => return queue.abort(error),
+            },
             Ok(Command::Local(LocalCommand::Ping(Some(message))))
             | Ok(Command::Local(LocalCommand::Echo(message))) => Some(QueuedCommand::Echo(message)),
             Ok(_) if local_reply.is_some() => None,
             // Scripts run at EXEC, with the transaction (`ScriptCommand::Exec`).
+            Ok(Command::Local(LocalCommand::Script(ScriptCommand::Eval { .. })))
+                if queue.db.unwrap_or(self.db) != 0 =>
+            {
+                return queue.abort_with(Reply::error(SCRIPT_IN_DB_0))
+            }
             Ok(Command::Local(LocalCommand::Script(script))) if queued_in_transaction(&script) => {
                 queue.scripted = true;
                 None
@@ -732,7 +802,9 @@ impl ClientConnection {
             }
             .to_reply();
         }
+        let db = self.db;
         self.watched.extend(keys.iter().map(|key| WatchedKey {
+            db,
             key: key.clone(),
             index: *index as u64,
             time_ms: *time_ms as u64,
@@ -766,7 +838,13 @@ impl ClientConnection {
                 self.stats.reset();
                 Reply::OK
             }
-            LocalCommand::Select => Reply::OK,
+            LocalCommand::Select(db) => match self.check_db(db) {
+                Ok(()) => {
+                    self.db = db;
+                    Reply::OK
+                }
+                Err(error) => error.to_reply(),
+            },
             LocalCommand::Quit => Reply::OK,
             LocalCommand::Info(sections) => Reply::text(info::render(&node.status(), &sections)),
             LocalCommand::RaftStatus => Reply::text(info::render_raft(&node.status())),

@@ -250,9 +250,13 @@ enum Origin {
         request: WriteRequest,
         /// An EXEC's replies answered by this node, spliced into the applied array.
         local_replies: Vec<(usize, Reply)>,
+        /// The database it runs in (what forwarding it selects on the leader).
+        db: u32,
     },
     Read {
         args: Vec<Bytes>,
+        /// The database it reads (what forwarding it selects on the leader).
+        db: u32,
     },
 }
 
@@ -304,6 +308,11 @@ pub struct Pipeline<W, R> {
     /// The connection's dedup session and the seq of its last write.
     client_id: u64,
     seq: u64,
+    /// The database the writes admitted from now on run in (the connection's `SELECT`, which
+    /// the server hands over with [`Pipeline::set_db`]).
+    db: u32,
+    /// [`Pipeline::resolving_db`].
+    resolving_db: u32,
     /// On another node's forwarding connection: the id its `RAFT.FORWARD` gave the next write.
     announced_id: Option<RequestId>,
     /// Where each admitted request's reply is counted (INFO's stats), if anywhere, and the counts
@@ -326,11 +335,25 @@ impl<W, R> Pipeline<W, R> {
             watches: 0,
             client_id,
             seq: 0,
+            db: 0,
+            resolving_db: 0,
             announced_id: None,
             stats: None,
             local_stats: LocalStats::default(),
             meter_clock: None,
         }
+    }
+
+    /// The database of the refused writes handed out last ([`Release::Resolve`] and the
+    /// [`Behind::Refused`] after it, all of one database): where forwarding selects them on the
+    /// leader.
+    pub fn resolving_db(&self) -> u32 {
+        self.resolving_db
+    }
+
+    /// The database the writes admitted from now on run in (`ClientConnection::db`).
+    pub fn set_db(&mut self, db: u32) {
+        self.db = db;
     }
 
     /// Counts every admitted request's reply in `stats` when it is released (in part kept here
@@ -427,7 +450,7 @@ impl<W, R> Pipeline<W, R> {
             self.watches,
             self.slots
                 .iter()
-                .filter(|s| matches!(&s.origin, Origin::Read { args } if is_watch(args)))
+                .filter(|s| matches!(&s.origin, Origin::Read { args, .. } if is_watch(args)))
                 .count()
         );
         if waits || behind_watch {
@@ -470,7 +493,7 @@ impl<W, R> Pipeline<W, R> {
                 self.watches += usize::from(is_watch(&args));
                 let slot = self.next_slot();
                 self.slots.push_back(Slot {
-                    origin: Origin::Read { args },
+                    origin: Origin::Read { args, db: self.db },
                     progress: Progress::Waiting(None),
                     meter,
                 });
@@ -508,6 +531,7 @@ impl<W, R> Pipeline<W, R> {
             client_id: id.client_id,
             request_seq: id.seq,
             stamp_ms: 0,
+            db: self.db,
             command,
         }
         .encode_to_vec();
@@ -516,6 +540,7 @@ impl<W, R> Pipeline<W, R> {
                 id,
                 request,
                 local_replies,
+                db: self.db,
             },
             progress: Progress::Unproposed(entry),
             meter,
@@ -612,10 +637,12 @@ impl<W, R> Pipeline<W, R> {
         let Some(next) = slot.checked_add(1) else {
             return Behind::Stop;
         };
+        let resolving_db = self.resolving_db;
         let Some(s) = self.slot_mut(next) else {
             return Behind::Stop;
         };
-        if !matches!(s.origin, Origin::Write { .. }) {
+        // Writes of one database only: the group is forwarded over one SELECT.
+        if !matches!(s.origin, Origin::Write { db, .. } if db == resolving_db) {
             return Behind::Stop;
         }
         match &mut s.progress {
@@ -681,7 +708,7 @@ impl<W, R> Pipeline<W, R> {
                     );
                 }
                 match popped.origin {
-                    Origin::Read { mut args } if is_watch(&args) => {
+                    Origin::Read { mut args, .. } if is_watch(&args) => {
                         self.watches -= 1;
                         args.remove(0);
                         Release::Watched {
@@ -702,7 +729,7 @@ impl<W, R> Pipeline<W, R> {
                 else {
                     unreachable!("matched above")
                 };
-                if matches!(&front.origin, Origin::Read { args } if is_watch(args)) {
+                if matches!(&front.origin, Origin::Read { args, .. } if is_watch(args)) {
                     // The leader reads the watch point; this node records the keys when it
                     // comes back (the slot keeps its WATCH).
                     let relay = Relay::Once(vec![Bytes::from_static(b"RAFT.WATCHPOINT")]);
@@ -710,8 +737,16 @@ impl<W, R> Pipeline<W, R> {
                 }
                 // Moved out, not cloned: resolved, the request needs only its reply.
                 let relay = match std::mem::replace(&mut front.origin, Origin::Local) {
-                    Origin::Write { id, request, .. } => Relay::WithId(id, request),
-                    Origin::Read { args } => Relay::Once(args),
+                    Origin::Write {
+                        id, request, db, ..
+                    } => {
+                        self.resolving_db = db;
+                        Relay::WithId(id, request)
+                    }
+                    Origin::Read { args, db } => {
+                        self.resolving_db = db;
+                        Relay::Once(args)
+                    }
                     Origin::Local => unreachable!("a local answer is never refused"),
                 };
                 Release::Resolve { slot, error, relay }

@@ -279,7 +279,7 @@ fn expiry_commands() {
         parse("FLUSHALL ASYNC"),
         Ok(Command::Write(WriteCommand::FlushAll))
     );
-    assert_eq!(parse("flushdb"), Ok(Command::Write(WriteCommand::FlushAll)));
+    assert_eq!(parse("flushdb"), Ok(Command::Write(WriteCommand::FlushDb)));
     assert_eq!(error("FLUSHDB now"), "ERR syntax error");
     assert_eq!(
         parse("SETNX k v"),
@@ -332,8 +332,6 @@ fn integer_arguments() {
         error("DECRBY k -9223372036854775808"),
         "ERR increment or decrement would overflow"
     );
-    assert_eq!(parse("SELECT 0"), Ok(Command::Local(LocalCommand::Select)));
-    assert_eq!(error("SELECT 1"), "ERR DB index is out of range");
     // A second count is too many arguments, in Redis's words (SPOP's is a syntax error).
     for (line, name) in [
         ("LPOP k 1 1", "lpop"),
@@ -350,6 +348,37 @@ fn integer_arguments() {
         error("SELECT x"),
         "ERR value is not an integer or out of range"
     );
+}
+
+/// Database indexes: SELECT, MOVE and SWAPDB take 0 to below `DATABASES_MAX` (the connection
+/// checks them against `databases`), and answer in Redis's words otherwise.
+#[test]
+fn database_arguments() {
+    assert_eq!(
+        parse("SELECT 0"),
+        Ok(Command::Local(LocalCommand::Select(0)))
+    );
+    assert_eq!(
+        parse("SELECT 15"),
+        Ok(Command::Local(LocalCommand::Select(15)))
+    );
+    assert_eq!(error("SELECT 1024"), "ERR DB index is out of range");
+    assert_eq!(error("SELECT -1"), "ERR DB index is out of range");
+    assert_eq!(
+        error("SELECT x"),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        parse("MOVE k 3"),
+        Ok(Command::Write(WriteCommand::Move { key: b("k"), db: 3 }))
+    );
+    assert_eq!(
+        parse("SWAPDB 0 1"),
+        Ok(Command::Write(WriteCommand::SwapDb { a: 0, b: 1 }))
+    );
+    assert_eq!(error("SWAPDB x 1"), "ERR invalid first DB index");
+    assert_eq!(error("SWAPDB 1 x"), "ERR invalid second DB index");
+    assert_eq!(error("SWAPDB 1 99999"), "ERR invalid second DB index");
 }
 
 #[test]
@@ -602,6 +631,8 @@ fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
         ("PEXPIREAT k 1", "pexpireat"),
         ("PERSIST k", "persist"),
         ("FLUSHDB", "flushdb"),
+        ("SWAPDB 0 1", "swapdb"),
+        ("MOVE k 1", "move"),
         ("FLUSHALL", "flushall"),
         ("INCRBYFLOAT k 1.5", "incrbyfloat"),
         ("SETRANGE k 1 v", "setrange"),
@@ -679,7 +710,7 @@ fn the_writes_refused_past_maxmemory_are_the_table_denyoom_ones() {
         .iter()
         .filter(|spec| spec.class == CommandClass::Write)
         .count();
-    assert_eq!(writes, 83);
+    assert_eq!(writes, 85);
 }
 
 fn args(line: &str) -> Vec<Bytes> {

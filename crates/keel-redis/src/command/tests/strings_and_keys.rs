@@ -186,22 +186,24 @@ fn keyspace_commands() {
     };
     rename("RENAME a b", false);
     rename("renamenx a b", true);
-    let copy = |line, replace| {
+    let copy = |line, replace, db| {
         assert_eq!(
             parse(line),
             Ok(Command::Write(WriteCommand::Copy {
                 source: b("a"),
                 destination: b("b"),
-                replace
+                replace,
+                db,
             })),
             "{line}"
         )
     };
-    copy("COPY a b", false);
-    copy("COPY a b REPLACE", true);
-    copy("COPY a b db 0 replace", true);
-    copy("COPY a b REPLACE DB 0", true);
-    assert_eq!(error("COPY a b DB 10"), "ERR DB index is out of range");
+    copy("COPY a b", false, None);
+    copy("COPY a b REPLACE", true, None);
+    copy("COPY a b db 0 replace", true, Some(0));
+    copy("COPY a b REPLACE DB 3", true, Some(3));
+    assert_eq!(error("COPY a b DB 1024"), "ERR DB index is out of range");
+    assert_eq!(error("COPY a b DB -1"), "ERR DB index is out of range");
     assert_eq!(
         error("COPY a b DB notanumber"),
         "ERR value is not an integer or out of range"

@@ -29,6 +29,7 @@ impl Replicated {
 
     fn apply(&mut self, command: LoggedCommand) -> ApplyReply {
         let entry = LogCommand {
+            db: 0,
             client_id: 7,
             request_seq: self.next_seq,
             stamp_ms: 1_000 + self.next_index,

@@ -150,7 +150,7 @@ impl KvStateMachine {
     ) -> Result<Option<R>, WriteError> {
         self.expire_if_due(key);
         let index = self.applied_index;
-        let Some(stored) = self.data.get_mut(key) else {
+        let Some(stored) = self.cur_mut().data.get_mut(key) else {
             if !create {
                 return Ok(None);
             }
@@ -161,9 +161,10 @@ impl KvStateMachine {
                     self.note_filled(key);
                 }
                 let hash = pair_hash_of(key, &fresh);
-                self.digest ^= hash;
-                self.tombstones.forget(key);
-                self.data
+                self.cur_mut().digest ^= hash;
+                self.cur_mut().tombstones.forget(key);
+                self.cur_mut()
+                    .data
                     .insert_new(key, Stored::holding(fresh.into_value(), hash, 0, index));
             }
             return Ok(Some(result));
@@ -179,13 +180,14 @@ impl KvStateMachine {
         if new_hash != old_hash {
             stored.pair_hash = new_hash;
             stored.version = index;
-            self.digest ^= old_hash ^ new_hash;
+            self.cur_mut().digest ^= old_hash ^ new_hash;
         }
-        self.data
+        self.cur_mut()
+            .data
             .value_resized(old_bytes as usize, new_bytes as usize);
         if emptied {
             self.remove_stored(key);
-            self.tombstones.record(key, index);
+            self.cur_mut().tombstones.record(key, index);
         } else if new_bytes > old_bytes && fills_waiters::<C>() {
             self.note_filled(key);
         }
@@ -224,17 +226,18 @@ impl KvStateMachine {
         ) {
             self.note_filled(key);
         }
-        if self.data.get(key).is_some() {
+        if self.cur().data.get(key).is_some() {
             self.remove_stored(key);
         }
         let hash = value_pair_hash(key, &value);
-        self.digest ^= hash ^ expiry_hash(key, expire_at_ms);
+        self.cur_mut().digest ^= hash ^ expiry_hash(key, expire_at_ms);
         if expire_at_ms != 0 {
-            self.deadlines.insert(expire_at_ms, key);
+            self.cur_mut().deadlines.insert(expire_at_ms, key);
         }
-        self.tombstones.forget(key);
+        self.cur_mut().tombstones.forget(key);
         let index = self.applied_index;
-        self.data
+        self.cur_mut()
+            .data
             .insert_new(key, Stored::holding(value, hash, expire_at_ms, index));
     }
 }

@@ -43,6 +43,7 @@ pub(super) fn queued_len_hint(command: &QueuedCommand) -> usize {
             5 + typed.args.iter().map(field_len).sum::<usize>()
         }
         QueuedCommand::Echo(message) => 1 + field_len(message),
+        QueuedCommand::Select(_) => 5,
     }
 }
 
@@ -93,6 +94,10 @@ pub(super) fn put_queued(out: &mut Vec<u8>, command: &QueuedCommand) {
             put_list(out, &typed.args);
         }
         QueuedCommand::Ping => out.put_u8(OP_PING),
+        QueuedCommand::Select(db) => {
+            out.put_u8(super::OP_SELECT);
+            out.put_u32_le(*db);
+        }
         QueuedCommand::Echo(message) => {
             out.put_u8(OP_ECHO);
             put_bytes(out, message);
@@ -125,6 +130,7 @@ pub(super) fn decode_queued(r: &mut Reader) -> Result<QueuedCommand, DecodeError
         }
         OP_PING => QueuedCommand::Ping,
         OP_ECHO => QueuedCommand::Echo(bytes(r)?),
+        super::OP_SELECT => QueuedCommand::Select(super::db_field(r)?),
         OP_COLLECTION_READ => match Command::parse(&list(r)?) {
             Ok(Command::Read(read @ ReadCommand::Collection(_))) => QueuedCommand::Read(read),
             _ => return Err(DecodeError::InvalidArguments(OP_COLLECTION_READ)),

@@ -19,6 +19,10 @@ const OP_SETBIT: u8 = 66;
 const OP_RENAME: u8 = 67;
 const OP_RENAMENX: u8 = 68;
 const OP_COPY: u8 = 69;
+const OP_FLUSHDB: u8 = 70;
+const OP_SWAPDB: u8 = 71;
+const OP_MOVE: u8 = 72;
+const OP_COPY_DB: u8 = 73;
 /// The codes reserved for writes: a code in this range that is not an op above is unknown.
 pub(super) const WRITE_OPS: std::ops::RangeInclusive<u8> = 64..=95;
 
@@ -70,11 +74,26 @@ pub(super) fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
             source,
             destination,
             replace,
+            db,
         } => {
-            out.put_u8(OP_COPY);
+            out.put_u8(if db.is_some() { OP_COPY_DB } else { OP_COPY });
             out.put_u8(u8::from(*replace));
+            if let Some(db) = db {
+                out.put_u32_le(*db);
+            }
             put_bytes(out, source);
             put_bytes(out, destination);
+        }
+        WriteCommand::FlushDb => out.put_u8(OP_FLUSHDB),
+        WriteCommand::SwapDb { a, b } => {
+            out.put_u8(OP_SWAPDB);
+            out.put_u32_le(*a);
+            out.put_u32_le(*b);
+        }
+        WriteCommand::Move { key, db } => {
+            out.put_u8(OP_MOVE);
+            out.put_u32_le(*db);
+            put_bytes(out, key);
         }
         other => unreachable!("{other:?} is encoded by log_command.rs"),
     }
@@ -102,13 +121,27 @@ pub(super) fn decode_write(op: u8, r: &mut Reader) -> Result<WriteCommand, Decod
             new_key: bytes(r)?,
             only_if_absent: op == OP_RENAMENX,
         },
-        OP_COPY => {
+        OP_COPY | OP_COPY_DB => {
             let replace = flag(r, "COPY REPLACE flag")?;
+            let db = match op {
+                OP_COPY_DB => Some(super::db_field(r)?),
+                _ => None,
+            };
             WriteCommand::Copy {
                 source: bytes(r)?,
                 destination: bytes(r)?,
                 replace,
+                db,
             }
+        }
+        OP_FLUSHDB => WriteCommand::FlushDb,
+        OP_SWAPDB => WriteCommand::SwapDb {
+            a: super::db_field(r)?,
+            b: super::db_field(r)?,
+        },
+        OP_MOVE => {
+            let db = super::db_field(r)?;
+            WriteCommand::Move { key: bytes(r)?, db }
         }
         other => return Err(DecodeError::UnknownOp(other)),
     })

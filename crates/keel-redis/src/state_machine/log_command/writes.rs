@@ -46,7 +46,9 @@ pub(super) fn write_len_hint(command: &WriteCommand) -> usize {
         WriteCommand::GetDel { key } | WriteCommand::Persist { key } => field_len(key),
         WriteCommand::GetEx { key, .. } => EXPIRY_BYTES + field_len(key),
         WriteCommand::Expire { key, .. } => EXPIRY_BYTES + 2 + field_len(key),
-        WriteCommand::FlushAll => 0,
+        WriteCommand::FlushAll | WriteCommand::FlushDb => 0,
+        WriteCommand::SwapDb { .. } => 8,
+        WriteCommand::Move { key, .. } => 4 + field_len(key),
         WriteCommand::IncrByFloat { key, .. } => field_len(key) + 8,
         WriteCommand::SetRange { key, value, .. } => field_len(key) + 8 + field_len(value),
         WriteCommand::SetBit { key, .. } => field_len(key) + 9,
@@ -55,7 +57,7 @@ pub(super) fn write_len_hint(command: &WriteCommand) -> usize {
             source,
             destination,
             ..
-        } => 1 + field_len(source) + field_len(destination),
+        } => 5 + field_len(source) + field_len(destination),
         WriteCommand::Collection(typed) => 4 + typed.args.iter().map(field_len).sum::<usize>(),
     }
 }
@@ -159,7 +161,10 @@ pub(super) fn put_write(out: &mut Vec<u8>, command: &WriteCommand) {
         | WriteCommand::SetRange { .. }
         | WriteCommand::SetBit { .. }
         | WriteCommand::Rename { .. }
-        | WriteCommand::Copy { .. } => strings_and_keys::put_write(out, command),
+        | WriteCommand::Copy { .. }
+        | WriteCommand::FlushDb
+        | WriteCommand::SwapDb { .. }
+        | WriteCommand::Move { .. } => strings_and_keys::put_write(out, command),
     }
 }
 

@@ -331,6 +331,7 @@ fn msetnx_sets_all_or_nothing_and_flushall_empties_everything() {
 /// A watch point as WATCH reads it: the applied index and log time now.
 pub(super) fn watched_now(log: &Log, key: &str) -> WatchedKey {
     WatchedKey {
+        db: 0,
         key: b(key),
         index: log.sm.applied_index(),
         time_ms: log.sm.log_time_ms(),
@@ -514,6 +515,7 @@ fn an_old_format_snapshot_restores_without_deadlines_and_a_tick_numbers_every_ke
     assert!(old.versions_valid);
     assert!(!old.wants_ticks());
     let at = |key: &str, index| WatchedKey {
+        db: 0,
         key: b(key),
         index,
         time_ms: T0,
@@ -538,6 +540,7 @@ fn snapshots_refuse_tombstones_and_versions_out_of_bounds() {
     let restored = KvStateMachine::from_snapshot(&good).unwrap();
     assert_eq!(restored, log.sm);
     let watched = WatchedKey {
+        db: 0,
         key: b("a"),
         index: 1,
         time_ms: 0,

@@ -18,6 +18,7 @@ fn copy(source: &str, destination: &str, replace: bool) -> WriteCommand {
         source: b(source),
         destination: b(destination),
         replace,
+        db: None,
     }
 }
 

@@ -377,10 +377,10 @@ fn restore_rejects_damaged_snapshots_and_keeps_the_old_state() {
         body
     };
     let mut wrong_version = good.clone();
-    wrong_version[8] = 7;
+    wrong_version[8] = 8;
     assert_eq!(
         target.restore(&reseal(wrong_version)),
-        Err(SnapshotError::UnsupportedVersion(7))
+        Err(SnapshotError::UnsupportedVersion(8))
     );
     let mut wrong_magic = good.clone();
     wrong_magic[0] = b'X';
@@ -615,6 +615,7 @@ fn arb_write() -> impl Strategy<Value = WriteCommand> {
                 source,
                 destination,
                 replace,
+                db: None,
             }
         }),
     ]
@@ -651,6 +652,7 @@ proptest! {
 
 mod blocking_pops;
 mod collections;
+mod databases;
 mod exec;
 mod expiry;
 mod keyspace_commands;

@@ -95,6 +95,7 @@ fn writes() -> Vec<WriteCommand> {
             source: b("r3"),
             destination: b("c"),
             replace: true,
+            db: None,
         },
     ]
 }
@@ -205,7 +206,7 @@ fn undecodable_variants_are_refused_and_apply_as_the_same_no_op() {
             entry(69, &with(&[&[2], &key, &key])),
             DecodeError::UnknownCode("COPY REPLACE flag", 2),
         ),
-        (entry(70, &key), DecodeError::UnknownOp(70)),
+        (entry(74, &key), DecodeError::UnknownOp(74)),
         (entry(95, &key), DecodeError::UnknownOp(95)),
         (entry(96, &key), DecodeError::OnlyInExec(96)),
         (entry(127, &[]), DecodeError::OnlyInExec(127)),
@@ -344,6 +345,7 @@ fn replicas_with_different_histories_agree_after_the_new_writes() {
                     source: key(1),
                     destination: key(3),
                     replace: i % 3 == 0,
+                    db: None,
                 }
                 .into(),
                 6 => LoggedCommand::Tick(vec![b("k0"), b("k1"), b("k2"), b("k3"), b("k4")]),

@@ -37,13 +37,13 @@ fn a_version_1_entry_decodes_without_time_and_version_3_is_refused() {
         LogCommand::decode(&Bytes::from(v1[..17].to_vec())),
         Err(DecodeError::Truncated(17))
     );
-    let mut v3 = v2.to_vec();
-    v3[0] = 3;
-    let refused = LogCommand::decode(&Bytes::from(v3));
-    assert_eq!(refused, Err(DecodeError::UnsupportedVersion(3)));
+    let mut v4 = v2.to_vec();
+    v4[0] = 4;
+    let refused = LogCommand::decode(&Bytes::from(v4));
+    assert_eq!(refused, Err(DecodeError::UnsupportedVersion(4)));
     assert_eq!(
         refused.unwrap_err().to_string(),
-        "unsupported log command format version 3 (this build reads versions 1 and 2)"
+        "unsupported log command format version 4 (this build reads versions 1 to 3)"
     );
 }
 

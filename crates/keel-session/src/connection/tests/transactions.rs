@@ -108,7 +108,7 @@ fn local_commands_are_queued_and_spliced_into_exec_s_reply() {
         Reply::error("ERR WATCH inside MULTI is not allowed")
     );
     for line in [
-        "SELECT 0",
+        "UNWATCH",
         "SET k 1",
         "CONFIG GET maxmemory",
         "GET k",
@@ -146,7 +146,7 @@ fn local_commands_are_queued_and_spliced_into_exec_s_reply() {
     );
     // Only local commands: answered at once, nothing proposed.
     assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
-    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "UNWATCH"), QUEUED_REPLY);
     assert_eq!(reply(&mut c, "CLIENT ID"), QUEUED_REPLY);
     assert!(matches!(
         reply(&mut c, "EXEC"),
@@ -191,6 +191,7 @@ fn watch_reads_a_watch_point_and_exec_carries_the_watched_keys() {
     };
     assert_eq!(c.watched_keys(), 0, "EXEC ends the watch");
     let watched = |key: &str| WatchedKey {
+        db: 0,
         key: b(key),
         index: 7,
         time_ms: 1_000,
@@ -230,7 +231,7 @@ fn watch_reads_a_watch_point_and_exec_carries_the_watched_keys() {
     assert_eq!(c.watched_keys(), 0);
     assert_eq!(c.watch_point(&[b("a")], &point), Reply::OK);
     assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
-    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "CONFIG GET maxmemory"), QUEUED_REPLY);
     assert!(matches!(run(&mut c, "EXEC"), Dispatch::Exec(tx) if tx.commands.is_empty()));
 }
 
@@ -331,18 +332,13 @@ fn a_transaction_that_queues_a_script_goes_to_the_script_runner_at_exec() {
     assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
     assert_eq!(reply(&mut c, "SET k 1"), QUEUED_REPLY);
     assert_eq!(reply(&mut c, "EVAL return 1 0"), QUEUED_REPLY);
-    assert_eq!(reply(&mut c, "SELECT 0"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "UNWATCH"), QUEUED_REPLY);
     assert_eq!(reply(&mut c, "SCRIPT EXISTS abc"), QUEUED_REPLY);
     let words = |line: &str| -> Vec<Bytes> { line.split(' ').map(b).collect() };
     let expected = ScriptedExec {
-        requests: [
-            "SET k 1",
-            "EVAL return 1 0",
-            "SELECT 0",
-            "SCRIPT EXISTS abc",
-        ]
-        .map(words)
-        .to_vec(),
+        requests: ["SET k 1", "EVAL return 1 0", "UNWATCH", "SCRIPT EXISTS abc"]
+            .map(words)
+            .to_vec(),
         local_replies: vec![(2, Reply::OK)],
         watched: Vec::new(),
     };
@@ -357,4 +353,52 @@ fn a_transaction_that_queues_a_script_goes_to_the_script_runner_at_exec() {
     assert!(matches!(reply(&mut c, "SCRIPT KILL"), Reply::Error(_)));
     assert_eq!(reply(&mut c, "EVAL return 1 0"), QUEUED_REPLY);
     assert!(matches!(reply(&mut c, "EXEC"), Reply::Error(e) if e.starts_with("EXECABORT")));
+}
+
+/// SELECT per connection: out of range refused in Redis's words; inside MULTI it is queued, the
+/// commands after it run in its database, and the connection is there after EXEC (not after
+/// DISCARD, nor after an aborted transaction).
+#[test]
+fn select_is_the_connection_s_and_runs_at_exec_inside_multi() {
+    let mut c = conn();
+    assert_eq!(c.db(), 0);
+    assert_eq!(reply(&mut c, "SELECT 15"), Reply::OK);
+    assert_eq!(c.db(), 15);
+    assert_eq!(
+        reply(&mut c, "SELECT 16"),
+        Reply::error("ERR DB index is out of range")
+    );
+    assert_eq!(
+        reply(&mut c, "SWAPDB 0 16"),
+        Reply::error("ERR DB index is out of range")
+    );
+    assert_eq!(
+        reply(&mut c, "MOVE k 99"),
+        Reply::error("ERR DB index is out of range")
+    );
+    assert_eq!(c.db(), 15);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    for line in ["SET k 1", "SELECT 3", "GET k"] {
+        assert_eq!(reply(&mut c, line), QUEUED_REPLY, "{line}");
+    }
+    assert_eq!(c.db(), 15, "SELECT runs at EXEC");
+    let Dispatch::Exec(tx) = run(&mut c, "EXEC") else {
+        panic!("a transaction with data commands is proposed")
+    };
+    assert_eq!(tx.commands[1], QueuedCommand::Select(3));
+    assert_eq!(c.db(), 3);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(reply(&mut c, "SELECT 5"), QUEUED_REPLY);
+    assert_eq!(reply(&mut c, "DISCARD"), Reply::OK);
+    assert_eq!(c.db(), 3);
+    assert_eq!(reply(&mut c, "MULTI"), Reply::OK);
+    assert_eq!(
+        reply(&mut c, "SELECT 99"),
+        Reply::error("ERR DB index is out of range")
+    );
+    assert!(matches!(
+        run(&mut c, "EXEC"),
+        Dispatch::Reply(Reply::Error(_))
+    ));
+    assert_eq!(c.db(), 3);
 }
