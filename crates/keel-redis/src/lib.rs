@@ -20,6 +20,7 @@ pub mod expiry;
 pub mod glob;
 pub mod kind;
 pub mod script;
+pub mod slot;
 pub mod state_machine;
 
 pub use adapter::{FilledKeysListener, KvAdapter, SmStats, SmStatsValue};

@@ -1,27 +1,35 @@
-//! [`Map`]: the state machine's map of keys to stored values.
+//! [`Map`]: one database's map of keys to stored values, grouped by hash slot.
 //!
-//! One hash table from key to value. Every operation a write or a read makes is a point operation
-//! (SET, GET, DEL, ...), and a hash probe is the cheapest there is: a new key costs one insert into
-//! the table, not one more into an ordered index beside it. (A B-tree of the keys kept beside the
-//! table was the largest single item of the apply threads' profile, about an eighth of their time,
-//! while `keel bench` filled a new cluster's key space.)
+//! One hash table per hash slot (`crate::slot`: CRC16 of the key or its hash tag, 16,384 slots),
+//! made on the first insert. Every operation a write or a read makes is a point operation (SET,
+//! GET, DEL, ...): the key's slot (a CRC16 over its bytes), then one probe into that slot's
+//! table. A new key costs one insert into its slot's table, not one more into an ordered index
+//! beside it. (A B-tree of the keys kept beside the table was the largest single item of the
+//! apply threads' profile, about an eighth of their time, while `keel bench` filled a new
+//! cluster's key space.) Grouping by slot makes counting and listing the keys of one slot
+//! ([`Map::count_in_slot`], [`Map::keys_in_slot`]) cost what that slot holds: what handing slots
+//! to several Raft groups will need.
 //!
 //! Order is needed only when the whole map is written out in a snapshot, in ascending key order.
 //! [`Map::sorted`] sorts then, on the thread that writes the snapshot (from a
 //! [`super::SnapshotView`], while the apply thread goes on): O(n log n) once per snapshot instead
 //! of O(log n) on every new key, off the apply path.
 //!
-//! The hash table's own order is never observed (it differs between processes): everything that
+//! The hash tables' own order is never observed (it differs between processes): everything that
 //! leaves the map in order comes from [`Map::sorted`].
 
 use std::collections::HashMap;
 
 use super::key::Key;
 use super::value::Stored;
+use crate::slot::{key_slot, SLOTS};
 
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub(crate) struct Map {
-    values: HashMap<Key, Stored>,
+    /// The pairs, by hash slot: empty until the first insert, then [`SLOTS`] tables.
+    slots: Vec<HashMap<Key, Stored>>,
+    /// How many pairs all the slots hold.
+    len: usize,
     /// [`Map::used_bytes`], kept as pairs come and go.
     used_bytes: u64,
 }
@@ -33,6 +41,19 @@ pub(crate) const PAIR_OVERHEAD_BYTES: u64 = 64;
 fn pair_bytes(key_len: usize, value_len: usize) -> u64 {
     (key_len + value_len) as u64 + PAIR_OVERHEAD_BYTES
 }
+
+/// Two maps are equal when they hold the same pairs, however their slots' tables were made.
+impl PartialEq for Map {
+    fn eq(&self, other: &Map) -> bool {
+        self.len == other.len
+            && self.used_bytes == other.used_bytes
+            && self
+                .iter()
+                .all(|(key, stored)| other.get(key) == Some(stored))
+    }
+}
+
+impl Eq for Map {}
 
 impl Map {
     /// The memory the pairs are counted as taking: their key and value bytes and
@@ -49,58 +70,98 @@ impl Map {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.values.len()
+        self.len
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.len == 0
+    }
+
+    /// The table of `key`'s slot, if the map has tables yet.
+    fn table(&self, key: &[u8]) -> Option<&HashMap<Key, Stored>> {
+        match self.slots.is_empty() {
+            true => None,
+            false => Some(&self.slots[usize::from(key_slot(key))]),
+        }
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<&Stored> {
-        self.values.get(key)
+        self.table(key)?.get(key)
     }
 
     pub(crate) fn contains_key(&self, key: &[u8]) -> bool {
-        self.values.contains_key(key)
+        self.get(key).is_some()
     }
 
     pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Stored> {
-        self.values.get_mut(key)
+        if self.slots.is_empty() {
+            return None;
+        }
+        self.slots[usize::from(key_slot(key))].get_mut(key)
     }
 
     /// Stores `stored` under `key`, which the map does not hold.
     pub(crate) fn insert_new(&mut self, key: &[u8], stored: Stored) {
+        if self.slots.is_empty() {
+            self.slots.resize_with(SLOTS, HashMap::default);
+        }
         self.used_bytes += pair_bytes(key.len(), stored.counted_bytes() as usize);
-        let replaced = self.values.insert(Key::new(key), stored);
+        self.len += 1;
+        let table = &mut self.slots[usize::from(key_slot(key))];
+        let replaced = table.insert(Key::new(key), stored);
         debug_assert!(replaced.is_none(), "insert_new of a key already held");
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
-        let removed = self.values.remove(key)?;
+        if self.slots.is_empty() {
+            return None;
+        }
+        let removed = self.slots[usize::from(key_slot(key))].remove(key)?;
         self.used_bytes -= pair_bytes(key.len(), removed.counted_bytes() as usize);
+        self.len -= 1;
         Some(removed)
     }
 
     /// Every pair, in no particular order: what the caller makes of them must not depend on it.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &Stored)> {
-        self.values
+        self.slots
             .iter()
+            .flat_map(|table| table.iter())
             .map(|(key, stored)| (key.as_bytes(), stored))
     }
 
     /// Every key, in no particular order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &Key> {
-        self.values.keys()
+        self.slots.iter().flat_map(|table| table.keys())
     }
 
     /// Runs `f` on every stored value (in no particular order: `f` must not depend on it).
     pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(&mut Stored)) {
-        self.values.values_mut().for_each(&mut f);
+        for table in &mut self.slots {
+            table.values_mut().for_each(&mut f);
+        }
+    }
+
+    /// How many keys hash slot `slot` holds (expired ones not yet removed included). O(1).
+    pub(crate) fn count_in_slot(&self, slot: u16) -> usize {
+        self.slots.get(usize::from(slot)).map_or(0, HashMap::len)
+    }
+
+    /// Up to `count` keys of hash slot `slot`, in ascending order: O(keys of that slot).
+    pub(crate) fn keys_in_slot(&self, slot: u16, count: usize) -> Vec<&Key> {
+        let Some(table) = self.slots.get(usize::from(slot)) else {
+            return Vec::new();
+        };
+        let mut keys: Vec<&Key> = table.keys().collect();
+        keys.sort_unstable();
+        keys.truncate(count);
+        keys
     }
 
     /// Every pair, in ascending key order (sorted now: see the module documentation).
     pub(crate) fn sorted(&self) -> Vec<(&Key, &Stored)> {
-        let mut pairs: Vec<(&Key, &Stored)> = self.values.iter().collect();
+        let mut pairs: Vec<(&Key, &Stored)> =
+            self.slots.iter().flat_map(|table| table.iter()).collect();
         pairs.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         pairs
     }
@@ -161,5 +222,47 @@ mod tests {
         assert_eq!(other, map);
         *other.get_mut(b"b").unwrap() = stored("other");
         assert_ne!(other, map);
+    }
+
+    #[test]
+    fn keys_are_grouped_by_hash_slot() {
+        let mut map = Map::default();
+        assert_eq!(map.count_in_slot(0), 0);
+        assert!(map.keys_in_slot(0, 10).is_empty());
+        for key in [
+            "{user1000}.following",
+            "{user1000}.followers",
+            "foo",
+            "123456789",
+        ] {
+            map.insert_new(key.as_bytes(), stored(key));
+        }
+        let slot = key_slot(b"user1000");
+        assert_eq!(map.count_in_slot(slot), 2);
+        let keys: Vec<&[u8]> = map
+            .keys_in_slot(slot, 10)
+            .iter()
+            .map(|k| k.as_bytes())
+            .collect();
+        assert_eq!(
+            keys,
+            [&b"{user1000}.followers"[..], b"{user1000}.following"]
+        );
+        assert_eq!(map.keys_in_slot(slot, 1).len(), 1);
+        assert_eq!(map.count_in_slot(12_182), 1, "foo");
+        assert_eq!(map.count_in_slot(0x31C3), 1, "123456789");
+        map.remove(b"foo");
+        assert_eq!(map.count_in_slot(12_182), 0);
+        assert_eq!(map.len(), 3);
+        // Equality is by pairs, whatever tables were made.
+        let mut other = Map::default();
+        for (key, value) in map.iter() {
+            other.insert_new(key, value.clone());
+        }
+        assert_eq!(other, map);
+        for key in ["{user1000}.following", "{user1000}.followers", "123456789"] {
+            map.remove(key.as_bytes());
+        }
+        assert_eq!(map, Map::default());
     }
 }

@@ -452,6 +452,20 @@ impl KvStateMachine {
         &mut self.dbs[i]
     }
 
+    /// How many keys of database `db` hash to `slot` (`crate::slot`; expired keys not yet
+    /// removed included). O(1).
+    pub fn count_keys_in_slot(&self, db: u32, slot: u16) -> usize {
+        self.db_at(db).data.count_in_slot(slot)
+    }
+
+    /// Up to `count` keys of database `db` that hash to `slot`, in ascending order: costs what
+    /// that slot holds, not the database.
+    pub fn keys_in_slot(&self, db: u32, slot: u16, count: usize) -> Vec<Bytes> {
+        (self.db_at(db).data.keys_in_slot(slot, count).into_iter())
+            .map(|key| Bytes::copy_from_slice(key))
+            .collect()
+    }
+
     /// How many databases a write reached (1: database 0 alone).
     pub fn databases_reached(&self) -> usize {
         self.dbs.len()

@@ -303,3 +303,23 @@ fn a_tick_expires_a_key_in_every_database() {
     assert_eq!(tick, ApplyReply::Write(WriteReply::Integer(3)));
     assert!(log.sm.is_empty());
 }
+
+#[test]
+fn keys_are_counted_and_listed_by_hash_slot_per_database() {
+    let mut log = Log::new();
+    for key in ["{user1000}.following", "{user1000}.followers", "other"] {
+        log.write_in(2, set(key, "v"));
+    }
+    log.write_in(0, set("{user1000}.x", "v"));
+    let slot = crate::slot::key_slot(b"user1000");
+    assert_eq!(log.sm.count_keys_in_slot(2, slot), 2);
+    assert_eq!(log.sm.count_keys_in_slot(0, slot), 1);
+    assert_eq!(log.sm.count_keys_in_slot(9, slot), 0);
+    assert_eq!(
+        log.sm.keys_in_slot(2, slot, 10),
+        vec![b("{user1000}.followers"), b("{user1000}.following")]
+    );
+    assert_eq!(log.sm.keys_in_slot(2, slot, 1).len(), 1);
+    let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).expect("restores");
+    assert_eq!(restored.count_keys_in_slot(2, slot), 2);
+}
