@@ -42,12 +42,11 @@ const UNITS: &[&str] = &[
     "pubsub",
 ];
 
-/// The suite's options for a server that is not one it started: one database, no checks of
+/// The suite's options for a server that is not one it started: no checks of
 /// Redis's internal encodings or of `DEBUG DIGEST`, and none of the tests that need replication,
 /// `DEBUG`, `SAVE` or eviction settings. `--durable` makes an error inside a test fail that test
 /// rather than end the unit, so one missing command does not hide every test after it.
 const SUITE_OPTIONS: &[&str] = &[
-    "--singledb",
     "--ignore-encoding",
     "--ignore-digest",
     "--durable",

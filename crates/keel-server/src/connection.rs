@@ -678,7 +678,7 @@ impl Session<'_> {
                     relay: Relay::Once(args),
                 } => {
                     let reply = self
-                        .resolve(Err(error), Forwarding::Once(&args, false))
+                        .resolve(Err(error), Forwarding::PipelinedRead(&args))
                         .await;
                     self.pipeline.answer(slot, reply);
                 }
@@ -783,7 +783,7 @@ impl Session<'_> {
         self.forward.speak(self.connection.protocol());
         self.forward.in_db(match request {
             // A refused request of the pipeline: its own database.
-            Forwarding::WithId(..) | Forwarding::Once(_, false) => self.pipeline.resolving_db(),
+            Forwarding::WithId(..) | Forwarding::PipelinedRead(_) => self.pipeline.resolving_db(),
             _ => self.connection.db(),
         });
         match redirect(&error, ctx.node_id, self.is_forwarding()) {
@@ -793,6 +793,9 @@ impl Session<'_> {
                         self.forward
                             .forward_write(ctx, leader, addr, id, request)
                             .await
+                    }
+                    Forwarding::PipelinedRead(args) => {
+                        self.forward.forward(leader, &addr, &[args], false).await
                     }
                     Forwarding::Once(args, may_change) => {
                         self.forward
@@ -821,6 +824,9 @@ enum Forwarding<'a> {
     /// A read or an admin command: once, as it is (`true`: it may change state, so a failed
     /// forward leaves its outcome unknown).
     Once(&'a [Bytes], bool),
+    /// A read of the pipeline, refused: once, as it is, in the database it was dispatched in
+    /// (`Pipeline::resolving_db`), which the connection may have left since.
+    PipelinedRead(&'a [Bytes]),
     /// A transaction that queued a script (`script_exec.rs`): its requests, `MULTI` to `EXEC`,
     /// once; the answer is EXEC's, and a failed forward leaves the outcome unknown.
     Group(&'a [&'a [Bytes]]),

@@ -48,6 +48,12 @@ pub trait Fetch {
 
     /// Shows a command the script calls to the node's monitors (as Redis's `[0 lua]` lines).
     fn show(&self, _args: &[Bytes]) {}
+
+    /// The database of the script's caller: where [`Fetch::fetch`] copies keys from, and what
+    /// its watched keys name (the script's effects are proposed in it).
+    fn db(&self) -> u32 {
+        0
+    }
 }
 
 /// Bounds on what one script may write and watch: those of a transaction, because its effects
@@ -164,7 +170,7 @@ impl<'a> ScriptView<'a> {
                 self.effects.fetches += 1;
                 for key in missing {
                     self.effects.watched.push(WatchedKey {
-                        db: self.scratch.current_db(),
+                        db: self.fetch.db(),
                         key: key.clone(),
                         index,
                         time_ms,

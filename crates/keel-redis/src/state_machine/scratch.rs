@@ -25,11 +25,13 @@ impl KvStateMachine {
     /// Copies `key` as this state holds it (expired or not; nothing when it is absent) into
     /// `scratch`, replacing what the scratch held there: what a [`crate::script::view::Fetch`]
     /// does with each key, inside a linearizable read.
-    pub fn copy_key_into(&self, key: &[u8], scratch: &mut KvStateMachine) {
+    /// `db` is the database of the script's caller: the key is copied from there (the scratch
+    /// holds it in its database 0, where the script's commands run).
+    pub fn copy_key_into(&self, db: u32, key: &[u8], scratch: &mut KvStateMachine) {
         if scratch.cur().data.get(key).is_some() {
             scratch.remove_stored(key);
         }
-        if let Some(stored) = self.cur().data.get(key) {
+        if let Some(stored) = self.db_at(db).data.get(key) {
             scratch.insert_copy(key, stored.clone());
         }
     }

@@ -33,6 +33,8 @@ pub(super) struct RuntimeFetch {
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) handle: Handle<KvAdapter>,
     pub(super) monitors: Arc<keel_session::connection::ClientRegistry>,
+    /// The caller's database.
+    pub(super) db: u32,
 }
 
 impl Fetch for RuntimeFetch {
@@ -42,12 +44,13 @@ impl Fetch for RuntimeFetch {
         scratch: &mut KvStateMachine,
     ) -> Result<(u64, u64), ClientError> {
         let mut taken = std::mem::take(scratch);
+        let db = self.db;
         let copied = self
             .runtime
             .block_on(self.handle.read(move |sm: &KvAdapter| {
                 let state = sm.state();
                 for key in &keys {
-                    state.copy_key_into(key, &mut taken);
+                    state.copy_key_into(db, key, &mut taken);
                 }
                 (taken, state.applied_index(), state.log_time_ms())
             }));
@@ -58,6 +61,10 @@ impl Fetch for RuntimeFetch {
 
     fn wall_clock_us(&self) -> u64 {
         super::super::wall_clock_ms().saturating_mul(1000)
+    }
+
+    fn db(&self) -> u32 {
+        self.db
     }
 
     fn show(&self, args: &[Bytes]) {
@@ -199,6 +206,7 @@ impl Session<'_> {
             runtime: tokio::runtime::Handle::current(),
             handle: self.ctx.handle.clone(),
             monitors: Arc::clone(&self.ctx.client_registry),
+            db: self.pipeline.db(),
         }
     }
 

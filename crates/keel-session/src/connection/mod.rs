@@ -210,8 +210,10 @@ struct Queue {
     db: Option<u32>,
 }
 
-/// A script sent on a connection in a database other than 0.
-const SCRIPT_IN_DB_0: &str = "ERR keel runs scripts in database 0 only: SELECT 0 first";
+/// A script queued after a SELECT in the same transaction: the script runner runs the
+/// transaction in the database it started in.
+const SCRIPT_AFTER_SELECT: &str =
+    "ERR keel does not run a script after SELECT in the same transaction";
 
 const QUEUED: Reply = Reply::Simple(std::borrow::Cow::Borrowed("QUEUED"));
 
@@ -545,13 +547,6 @@ impl ClientConnection {
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
-            // A script reads and writes database 0 only (its view fetches keys there): refused
-            // rather than run half in another database.
-            Ok(Command::Local(LocalCommand::Script(ScriptCommand::Eval { .. })))
-                if self.db != 0 =>
-            {
-                Dispatch::Reply(Reply::error(SCRIPT_IN_DB_0))
-            }
             Ok(Command::Local(LocalCommand::Script(command))) => Dispatch::Script(command),
             Ok(Command::Local(command)) => Dispatch::Reply(self.answer(command, node)),
         }
@@ -705,6 +700,9 @@ impl ClientConnection {
                 if queue.transaction.watched.len() + watched.len() > max {
                     return queue.abort(CommandError::TooManyQueued { max });
                 }
+                // Watched where the forwarding link is: the follower's client's database.
+                let db = self.db;
+                let watched = watched.into_iter().map(|w| WatchedKey { db, ..w });
                 queue.transaction.watched.extend(watched);
                 return Dispatch::Reply(Reply::OK);
             }
@@ -735,9 +733,9 @@ impl ClientConnection {
             Ok(_) if local_reply.is_some() => None,
             // Scripts run at EXEC, with the transaction (`ScriptCommand::Exec`).
             Ok(Command::Local(LocalCommand::Script(ScriptCommand::Eval { .. })))
-                if queue.db.unwrap_or(self.db) != 0 =>
+                if queue.db.is_some() =>
             {
-                return queue.abort_with(Reply::error(SCRIPT_IN_DB_0))
+                return queue.abort_with(Reply::error(SCRIPT_AFTER_SELECT))
             }
             Ok(Command::Local(LocalCommand::Script(script))) if queued_in_transaction(&script) => {
                 queue.scripted = true;

@@ -351,6 +351,11 @@ impl<W, R> Pipeline<W, R> {
         self.resolving_db
     }
 
+    /// The database the writes admitted from now on run in.
+    pub fn db(&self) -> u32 {
+        self.db
+    }
+
     /// The database the writes admitted from now on run in (`ClientConnection::db`).
     pub fn set_db(&mut self, db: u32) {
         self.db = db;

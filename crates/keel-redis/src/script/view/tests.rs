@@ -68,7 +68,7 @@ impl Fetch for Replicated {
         }
         self.fetches += 1;
         for key in &keys {
-            self.sm.copy_key_into(key, scratch);
+            self.sm.copy_key_into(0, key, scratch);
         }
         Ok((self.sm.applied_index(), self.sm.log_time_ms()))
     }
