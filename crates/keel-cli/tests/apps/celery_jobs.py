@@ -152,10 +152,11 @@ def run(args):
     argv = [sys.executable, "-m", "celery", "--workdir", me, "-A", "celery_jobs", "worker"]
     argv += ["--pool", "prefork", "--concurrency", "2", "-Q", QUEUE, "--loglevel", "WARNING"]
     if args.pause_at is not None:
-        # After the leader was killed, a worker's consumer sometimes (2 runs in 8) blocked for
-        # ever reading its reconnected fanout (pub/sub) connection to a surviving node, which had
-        # not subscribed again (CLIENT LIST: sub=0, last command CLIENT SETINFO): without remote
-        # control and gossip a worker has no such connection.
+        # After the leader was killed, a worker's consumer sometimes (6 runs of 14, RESP2 and
+        # RESP3 alike) blocked for ever reading its reconnected fanout (pub/sub) connection to a
+        # surviving node, which had not subscribed again (CLIENT LIST: sub=0, psub=0, last
+        # command CLIENT SETINFO): without remote control and gossip a worker has no such
+        # connection (docs/redis.md, "Job queues and client libraries").
         env["KEEL_JOBS_REMOTE_CONTROL"] = "0"
         argv += ["--without-gossip", "--without-mingle"]
     argvs = [argv + ["--hostname", f"w{n}@%h"] for n in range(args.workers)]
