@@ -59,7 +59,7 @@ impl Session<'_> {
             };
             // The client's watch first: a key it watched that changed fails EXEC, as always.
             if !exec.watched.is_empty() && !self.reads_still_hold(exec.watched.clone()).await? {
-                return Ok(Reply::Null);
+                return Ok(Reply::NullArray);
             }
             let (replies, outcome) = self.run_transaction_once(exec, kill).await;
             let mut effects = match outcome {
@@ -77,7 +77,7 @@ impl Session<'_> {
                 true if effects.fetches <= 1 && exec.watched.is_empty() => true,
                 true => self.reads_still_hold(effects.watched).await?,
                 false => match self.commit(effects).await {
-                    Ok(Reply::Null) => false,
+                    Ok(Reply::NullArray) => false,
                     Ok(Reply::Array(_)) => true,
                     Ok(other) => return Ok(other),
                     Err(_) => return Ok(Reply::error("TRYAGAIN outcome unknown")),

@@ -182,7 +182,7 @@ impl Session<'_> {
                 }
             }
             match self.commit(effects).await {
-                Ok(Reply::Null) => continue,
+                Ok(Reply::NullArray) => continue,
                 Ok(Reply::Array(_)) => return reply,
                 Ok(other) => return other,
                 Err(_) => return Reply::error("TRYAGAIN outcome unknown"),

@@ -654,6 +654,7 @@ mod collections;
 mod exec;
 mod expiry;
 mod keyspace_commands;
+mod list_positions;
 mod members;
 mod sort;
 mod streams;
