@@ -1,7 +1,7 @@
 //! WATCH in a three-node cluster of `keel serve` processes, on the leader and on a follower (whose
 //! WATCH reads the watch point from the leader and whose transaction is forwarded with its
 //! watched keys): EXEC runs when nothing changed, and answers null, running nothing, when
-//! another client changed a watched key, deleted it, or it expired.
+//! another client changed a watched key, deleted it, or it expired (the null array, as Redis).
 
 mod process;
 
@@ -82,5 +82,16 @@ fn watch_aborts_exec_exactly_when_a_watched_key_changed() {
         let ran: Value = redis::cmd("EXEC").query(&mut con).unwrap();
         assert_eq!(ran, Value::Array(vec![Value::Okay]), "node {id}: unwatched");
         assert_eq!(get(other, &key).as_deref(), Some("5"));
+
+        // On the wire: the null array, as Redis answers (RESP2 `*-1`, RESP3 `_`).
+        for (hello, aborted) in [("HELLO 2", "*-1\r\n"), ("HELLO 3", "_\r\n")] {
+            let mut raw = process::Raw::connect(node.client_port);
+            raw.request(hello);
+            assert_eq!(raw.request(&format!("WATCH {key}")), "+OK\r\n");
+            process::set(other, &key, "z");
+            assert_eq!(raw.request("MULTI"), "+OK\r\n");
+            assert_eq!(raw.request(&format!("SET {key} 6")), "+QUEUED\r\n");
+            assert_eq!(raw.request("EXEC"), aborted, "node {id}, {hello}");
+        }
     }
 }

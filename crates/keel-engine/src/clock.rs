@@ -27,6 +27,11 @@
 //! no follower holds its campaigns because of the leader's clock, and it says so in its status
 //! (its own campaigns need no hold: it already leads).
 //!
+//! **Heartbeat gaps.** A follower also keeps the longest time it went between two heartbeats of
+//! the same leader in the same term, by its own clock ([`ClockStatus::heartbeat_gap_max_ms`]):
+//! what its election timer saw of the leader's liveness. A gap near the minimum election timeout
+//! is an election about to happen; the large-value tests assert it stays well below.
+//!
 //! **Wiring.** `NodeEngine::start_ready` stamps outgoing heartbeats; the shell hands
 //! `NodeEngine::clock()` the readings of the messages it steps and its clock at every tick (holds
 //! age then). [`ClockEvent`]s are for the shell to log, [`ClockStatus`] for INFO. With the
@@ -89,6 +94,9 @@ pub struct ClockStatus {
     pub outlier: bool,
     /// As leader: each follower's current measured offset.
     pub follower_offsets: Vec<(NodeId, i64)>,
+    /// The longest time between two heartbeats of the same leader in the same term this node
+    /// received, by its clock, in ms (0: never two).
+    pub heartbeat_gap_max_ms: u64,
 }
 
 /// The clock readings of a received message (see [`ClockWatch::reading`]).
@@ -120,6 +128,9 @@ pub struct ClockWatch {
     own: Option<(NodeId, Measured)>,
     held: bool,
     outlier: bool,
+    /// The last heartbeat received from a leader: its sender, term and this node's clock then.
+    last_heartbeat: Option<(NodeId, Term, u64)>,
+    heartbeat_gap_max_ms: u64,
     #[cfg(feature = "mutations")]
     mutation: Option<keel_core::Mutation>,
 }
@@ -133,6 +144,8 @@ impl ClockWatch {
             own: None,
             held: false,
             outlier: false,
+            last_heartbeat: None,
+            heartbeat_gap_max_ms: 0,
             #[cfg(feature = "mutations")]
             mutation: None,
         }
@@ -205,6 +218,7 @@ impl ClockWatch {
         if term == raft.term() {
             match reading {
                 ClockReading::Heartbeat { your_offset_ms } if raft.leader() == Some(from) => {
+                    self.heartbeat_from(from, term, now_ms);
                     self.own = your_offset_ms.map(|offset_ms| {
                         (
                             from,
@@ -239,6 +253,18 @@ impl ClockWatch {
             }
         }
         self.tick(raft, now_ms)
+    }
+
+    /// Notes a heartbeat of the current leader, received at `now_ms`, and the gap since the
+    /// previous one of the same leader and term.
+    fn heartbeat_from(&mut self, leader: NodeId, term: Term, now_ms: u64) {
+        if let Some((previous, previous_term, at_ms)) = self.last_heartbeat {
+            if previous == leader && previous_term == term {
+                let gap_ms = now_ms.saturating_sub(at_ms);
+                self.heartbeat_gap_max_ms = self.heartbeat_gap_max_ms.max(gap_ms);
+            }
+        }
+        self.last_heartbeat = Some((leader, term, now_ms));
     }
 
     /// Re-decides the hold and the outlier state at `now_ms` (measurements age out).
@@ -308,6 +334,7 @@ impl ClockWatch {
                 .filter(|(_, m)| self.current(m, now_ms))
                 .map(|(id, m)| (*id, m.offset_ms))
                 .collect(),
+            heartbeat_gap_max_ms: self.heartbeat_gap_max_ms,
         }
     }
 }

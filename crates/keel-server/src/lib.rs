@@ -223,6 +223,7 @@ impl ServerContext {
         status.last_log_index = raft.last_log_id.index;
         status.clock_offset_ms = runtime.clock.offset_ms;
         status.campaigns_held = runtime.clock.campaigns_held;
+        status.heartbeat_gap_max_ms = runtime.clock.heartbeat_gap_max_ms;
         status.clock_outlier = runtime.clock.outlier;
         status.recovering_to = raft.recovering_to.map(|promised| promised.index);
         status.follower_clock_offsets = runtime.clock.follower_offsets.clone();

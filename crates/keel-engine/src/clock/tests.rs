@@ -297,3 +297,26 @@ fn a_zero_bound_measures_but_never_holds() {
     assert!(!trio.raft(2).campaigns_held() && !trio.raft(3).campaigns_held());
     assert_eq!(trio.status(2).offset_ms, Some(60_000));
 }
+
+#[test]
+fn a_follower_keeps_the_longest_gap_between_its_leaders_heartbeats() {
+    let mut trio = Trio::new([0, 0, 0], POLICY);
+    trio.elect(1);
+    // Heartbeats every 2 ticks of 10 ms.
+    trio.run_ms(200);
+    assert_eq!(trio.status(2).heartbeat_gap_max_ms, 20);
+    // Time passes 70 ms with no tick anywhere (the leader's task stalled): a 90 ms gap.
+    trio.now_ms += 70;
+    trio.run_ms(100);
+    assert_eq!(trio.status(3).heartbeat_gap_max_ms, 90);
+    assert_eq!(trio.status(2).heartbeat_gap_max_ms, 90);
+    // A new leader's first heartbeat is no gap, whatever the silence before it.
+    trio.up[0] = false;
+    trio.run_ms(400);
+    let new_leader = (2..=3)
+        .find(|&id| trio.raft(id).role() == Role::Leader)
+        .expect("a new leader");
+    let follower = 5 - new_leader;
+    trio.run_ms(100);
+    assert!(trio.status(follower).heartbeat_gap_max_ms <= 90);
+}

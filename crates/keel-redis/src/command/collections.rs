@@ -142,6 +142,68 @@ pub enum CollectionWrite {
     },
 }
 
+/// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]: the indexes (from the head,
+/// as LINDEX counts) of the matches of `element`, searched from the head when `rank` is
+/// positive and from the tail when negative, skipping the first |rank| - 1 matches and looking
+/// at no more than `maxlen` elements (0: all).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LPos {
+    pub key: Bytes,
+    pub element: Bytes,
+    /// Never 0.
+    pub rank: i64,
+    /// With COUNT: at most this many matches, in an array (0: every match). Without: the first
+    /// match alone, or null.
+    pub count: Option<u64>,
+    pub maxlen: u64,
+}
+
+impl LPos {
+    /// Parses the arguments after the command's name, with Redis's errors in Redis's order.
+    fn parse(rest: &[Bytes]) -> Result<LPos, CommandError> {
+        let mut lpos = LPos {
+            key: rest[0].clone(),
+            element: rest[1].clone(),
+            rank: 1,
+            count: None,
+            maxlen: 0,
+        };
+        let mut options = rest[2..].iter();
+        while let Some(option) = options.next() {
+            let option = option.to_ascii_lowercase();
+            let value = options.next().ok_or(CommandError::Syntax)?;
+            match option.as_slice() {
+                b"rank" => {
+                    lpos.rank = integer(value)?;
+                    if lpos.rank == i64::MIN {
+                        return Err(CommandError::Invalid(
+                            "value is out of range, value must between -9223372036854775807 \
+                             and 9223372036854775807",
+                        ));
+                    }
+                    if lpos.rank == 0 {
+                        return Err(CommandError::Invalid(
+                            "RANK can't be zero: use 1 to start from the first match, 2 from \
+                             the second ... or use negative to start from the end of the list",
+                        ));
+                    }
+                }
+                b"count" => {
+                    let count = u64::try_from(integer(value)?)
+                        .map_err(|_| CommandError::Invalid("COUNT can't be negative"))?;
+                    lpos.count = Some(count);
+                }
+                b"maxlen" => {
+                    lpos.maxlen = u64::try_from(integer(value)?)
+                        .map_err(|_| CommandError::Invalid("MAXLEN can't be negative"))?;
+                }
+                _ => return Err(CommandError::Syntax),
+            }
+        }
+        Ok(lpos)
+    }
+}
+
 /// The commands that read a list, hash, set or sorted set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CollectionRead {
@@ -157,6 +219,8 @@ pub enum CollectionRead {
         key: Bytes,
         index: i64,
     },
+    /// LPOS: where `element` is in the list (see [`LPos`]).
+    LPos(LPos),
     HGet {
         key: Bytes,
         field: Bytes,
@@ -490,6 +554,7 @@ pub(super) fn parse_read(name: &str, rest: &[Bytes]) -> Result<CollectionRead, C
             key: key(),
             index: integer(&rest[1])?,
         },
+        "lpos" => CollectionRead::LPos(LPos::parse(rest)?),
         "hget" => CollectionRead::HGet {
             key: key(),
             field: rest[1].clone(),
@@ -643,6 +708,7 @@ pub(super) const READS: &[&str] = &[
     "llen",
     "lrange",
     "lindex",
+    "lpos",
     "hget",
     "hmget",
     "hlen",

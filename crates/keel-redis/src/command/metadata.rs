@@ -125,9 +125,8 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "llen" | "hlen" | "hexists" | "hstrlen" | "scard" | "sismember" | "smismember" => {
             const { &[key(RO)] }
         }
-        "lrange" | "lindex" | "hget" | "hmget" | "hgetall" | "hkeys" | "hvals" | "smembers" => {
-            const { &[key(RO_ACCESS)] }
-        }
+        "lrange" | "lindex" | "lpos" | "hget" | "hmget" | "hgetall" | "hkeys" | "hvals"
+        | "smembers" => const { &[key(RO_ACCESS)] },
         "sinter" | "sunion" | "sdiff" => const { &[keys_to_end(RO_ACCESS, 1)] },
         "srandmember" | "sort_ro" => const { &[key(RO_ACCESS)] },
         // STORE's destination is found by keyword (`get_keys`), as Redis's key spec does.
@@ -352,6 +351,7 @@ pub fn command_docs(name: &str) -> Docs {
         "lset" | "lindex" => docs("list", "1.0.0", ON_LIST, LIST),
         "lrem" | "ltrim" | "lrange" => docs("list", "1.0.0", ON_LIST, LIST),
         "linsert" => docs("list", "2.2.0", ON_LIST, LIST),
+        "lpos" => docs("list", "6.0.6", ON_LIST, LIST),
         "rpoplpush" => docs("list", "1.2.0", O1, LIST),
         "lmove" => docs("list", "6.2.0", O1, LIST),
         "blpop" | "brpop" => docs("list", "2.0.0", ON_KEYS, BLOCKING_LIST),

@@ -167,6 +167,7 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
         spec("llen", 2, READ_FLAGS, ONE_KEY, Read),
         spec("lrange", 4, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("lindex", 3, SLOW_READ_FLAGS, ONE_KEY, Read),
+        spec("lpos", -3, SLOW_READ_FLAGS, ONE_KEY, Read),
         spec("hset", -4, WRITE_FAST_FLAGS, ONE_KEY, Write),
         spec("hmset", -4, WRITE_FAST_FLAGS, ONE_KEY, Write),
         spec("hsetnx", 4, WRITE_FAST_FLAGS, ONE_KEY, Write),

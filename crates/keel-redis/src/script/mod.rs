@@ -37,7 +37,8 @@
 //! unknown, `-TRYAGAIN`) unless the script reads no key, which runs where it was sent. Each node
 //! keeps its own script cache: `SCRIPT LOAD` on one node does not load the script on the others
 //! (`EVALSHA` elsewhere answers `NOSCRIPT`, and clients fall back to `EVAL`, as they do after a
-//! Redis restart).
+//! Redis restart); a follower forwards `EVALSHA` of a script in its cache as `EVAL` of its body,
+//! so that a script loaded on a follower runs there (whether or not the leader has it).
 //!
 //! **Scripts in a transaction.** `EVAL` and its kin (and `SCRIPT LOAD | EXISTS | FLUSH`) queued
 //! between `MULTI` and `EXEC` run at `EXEC`, as in Redis, atomically with the transaction's other

@@ -121,7 +121,8 @@ impl ApplyReply {
             ApplyReply::Write(reply) => reply.to_reply(),
             ApplyReply::Exec(replies) => Reply::Array(replies),
             ApplyReply::Value(reply) => reply,
-            ApplyReply::ExecAborted => Reply::Null,
+            // Redis answers a transaction a watched key aborted with the null array (`*-1`).
+            ApplyReply::ExecAborted => Reply::NullArray,
             ApplyReply::AppliedBefore => Reply::error(
                 "ERR this request id was applied already: it is not run again, and its reply \
                  is not kept",

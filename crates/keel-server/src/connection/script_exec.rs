@@ -17,7 +17,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use keel::ClientError;
 
-use super::script_runner::{busy_reply, cache_command, script_body, LUA_LIMITS};
+use super::script_runner::{busy_reply, cache_command, forwardable, script_body, LUA_LIMITS};
 use super::{Forwarding, Session};
 use keel_redis::command::{Command, LocalCommand, ScriptCommand, ScriptedExec, WatchedKey};
 use keel_redis::script::lua::{self, Redis as _};
@@ -59,7 +59,7 @@ impl Session<'_> {
             };
             // The client's watch first: a key it watched that changed fails EXEC, as always.
             if !exec.watched.is_empty() && !self.reads_still_hold(exec.watched.clone()).await? {
-                return Ok(Reply::Null);
+                return Ok(Reply::NullArray);
             }
             let (replies, outcome) = self.run_transaction_once(exec, kill).await;
             let mut effects = match outcome {
@@ -77,7 +77,7 @@ impl Session<'_> {
                 true if effects.fetches <= 1 && exec.watched.is_empty() => true,
                 true => self.reads_still_hold(effects.watched).await?,
                 false => match self.commit(effects).await {
-                    Ok(Reply::Null) => false,
+                    Ok(Reply::NullArray) => false,
                     Ok(Reply::Array(_)) => true,
                     Ok(other) => return Ok(other),
                     Err(_) => return Ok(Reply::error("TRYAGAIN outcome unknown")),
@@ -122,19 +122,24 @@ impl Session<'_> {
         request: &[Bytes],
         error: ClientError,
     ) -> Reply {
-        let group = forwarded_group(exec, request);
+        let group = forwarded_group(&self.ctx.scripts, exec, request);
         let group: Vec<&[Bytes]> = group.iter().map(Vec::as_slice).collect();
         self.resolve(Err(error), Forwarding::Group(&group)).await
     }
 }
 
-/// `MULTI`, the client's watched keys (`RAFT.WATCHED`), the queued requests, then `exec`.
-fn forwarded_group(exec: &ScriptedExec, exec_request: &[Bytes]) -> Vec<Vec<Bytes>> {
+/// `MULTI`, the client's watched keys (`RAFT.WATCHED`), the queued requests (an `EVALSHA` of a
+/// script this node knows as `EVAL` of its body: see `script_runner::forwardable`), then `exec`.
+fn forwarded_group(
+    scripts: &ScriptRegistry,
+    exec: &ScriptedExec,
+    exec_request: &[Bytes],
+) -> Vec<Vec<Bytes>> {
     let mut group = vec![vec![Bytes::from_static(b"MULTI")]];
     if !exec.watched.is_empty() {
         group.push(watched_request(&exec.watched));
     }
-    group.extend(exec.requests.iter().cloned());
+    group.extend(exec.requests.iter().map(|r| forwardable(scripts, r)));
     group.push(exec_request.to_vec());
     group
 }

@@ -7,7 +7,7 @@
 //! A rerun after a conflict takes a node-wide turn, so reruns do not conflict with each other;
 //! at most [`SCRIPT_ATTEMPTS_MAX`] (8) runs in all. A script without writes whose keys came from
 //! more than one read checks them once more. A follower forwards a script that reads keys to
-//! the leader.
+//! the leader (`EVALSHA` as `EVAL` of the body from its own cache: [`forwardable`]).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -166,9 +166,10 @@ impl Session<'_> {
             let effects = match outcome {
                 // Only the leader reads linearizably: the script runs there.
                 Err(ViewFailure::Fetch(error)) => {
+                    let request = forwardable(&ctx.scripts, request);
                     return self
-                        .resolve(Err(error), Forwarding::Once(request, true))
-                        .await
+                        .resolve(Err(error), Forwarding::Once(&request, true))
+                        .await;
                 }
                 Err(ViewFailure::TooLarge(error)) => return error,
                 Ok(effects) => effects,
@@ -188,7 +189,7 @@ impl Session<'_> {
                 }
             }
             match self.commit(effects).await {
-                Ok(Reply::Null) => continue,
+                Ok(Reply::NullArray) => continue,
                 Ok(Reply::Array(_)) => return reply,
                 Ok(other) => return other,
                 Err(_) => return Reply::error("TRYAGAIN outcome unknown"),
@@ -336,6 +337,25 @@ pub(super) fn script_body(
     }
 }
 
+/// `request` as this node forwards it to the leader: `EVALSHA` (`EVALSHA_RO`) of a script in
+/// this node's cache becomes `EVAL` (`EVAL_RO`) of its body, since each node keeps its own cache
+/// and the leader may not have it (a client that loaded a script on a follower and then ran it
+/// there would otherwise get `NOSCRIPT` again after loading it again: Celery's broker, kombu, runs
+/// its scripts that way); any other request as it is.
+pub(super) fn forwardable(scripts: &ScriptRegistry, request: &[Bytes]) -> Vec<Bytes> {
+    let mut forwarded = request.to_vec();
+    let eval: &'static [u8] = match request.first() {
+        Some(name) if name.eq_ignore_ascii_case(b"evalsha") => b"EVAL",
+        Some(name) if name.eq_ignore_ascii_case(b"evalsha_ro") => b"EVAL_RO",
+        _ => return forwarded,
+    };
+    if let Some(body) = request.get(1).and_then(|sha| scripts.cache().get(sha)) {
+        forwarded[0] = Bytes::from_static(eval);
+        forwarded[1] = body;
+    }
+    forwarded
+}
+
 /// `-BUSY` for a script that finds every slot taken.
 pub(super) fn busy_reply() -> Reply {
     Reply::error(format!(
@@ -352,4 +372,40 @@ struct Script {
     keys: Vec<Bytes>,
     args: Vec<Bytes>,
     read_only: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(args: &[&str]) -> Vec<Bytes> {
+        args.iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn evalsha_of_a_cached_script_is_forwarded_as_eval_of_its_body() {
+        let scripts = ScriptRegistry::default();
+        let body = "return redis.call('SET', KEYS[1], ARGV[1])";
+        let sha = sha1_hex(body.as_bytes());
+        scripts.cache().insert(sha.clone(), Bytes::from(body), true);
+        assert_eq!(
+            forwardable(
+                &scripts,
+                &request(&["evalsha", &sha.to_uppercase(), "1", "k", "v"])
+            ),
+            request(&["EVAL", body, "1", "k", "v"])
+        );
+        assert_eq!(
+            forwardable(&scripts, &request(&["EVALSHA_RO", &sha, "0"])),
+            request(&["EVAL_RO", body, "0"])
+        );
+        // Unknown to this node: as it is (the leader answers NOSCRIPT, or knows it).
+        let unknown = request(&["EVALSHA", &"0".repeat(40), "0"]);
+        assert_eq!(forwardable(&scripts, &unknown), unknown);
+        // Anything else: as it is.
+        let eval = request(&["EVAL", "return 1", "0"]);
+        assert_eq!(forwardable(&scripts, &eval), eval);
+    }
 }

@@ -62,6 +62,9 @@ pub struct NodeReport {
     pub clock_offset_ms: Option<i64>,
     /// Whether this node holds its campaigns because that offset exceeds `max-clock-offset-ms`.
     pub campaigns_held: bool,
+    /// The longest time between two heartbeats of the same leader and term this node received,
+    /// in ms (0: never two): how near its election timer came to starting an election.
+    pub heartbeat_gap_max_ms: u64,
     /// As leader: whether its clock is beyond the bound from a majority of the voters' clocks.
     pub clock_outlier: bool,
     /// While this node recovers entries its disk lost after it had acknowledged them: the index
@@ -401,6 +404,11 @@ pub(crate) fn render_raft(status: &NodeReport) -> String {
         None => line(&mut out, "clock_offset_ms", ""),
     }
     line(&mut out, "campaigns_held", u8::from(status.campaigns_held));
+    line(
+        &mut out,
+        "heartbeat_gap_max_ms",
+        status.heartbeat_gap_max_ms,
+    );
     line(&mut out, "clock_outlier", u8::from(status.clock_outlier));
     line(
         &mut out,

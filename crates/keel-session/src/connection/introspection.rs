@@ -222,6 +222,7 @@ fn summary(name: &str) -> &'static str {
         "llen" => "Returns the length of a list.",
         "lrange" => "Returns a range of a list.",
         "lindex" => "Returns the element at an index of a list.",
+        "lpos" => "Returns the indexes of matching elements in a list.",
         "hset" => "Sets fields of a hash; how many are new.",
         "hmset" => "Sets fields of a hash.",
         "hsetnx" => "Sets a field of a hash only if it does not exist.",

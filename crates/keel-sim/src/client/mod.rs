@@ -688,7 +688,7 @@ impl World<KvState> {
             }
             return self.refused(c, error);
         }
-        if op.form == Form::Watched && reply == Reply::Null {
+        if op.form == Form::Watched && reply == Reply::NullArray {
             // Aborted: nothing changed, and nothing was observed.
             let history_index = self.user.clients.clients[c]
                 .pipeline

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::List;
+use crate::command::LPos;
 use crate::state_machine::execute::WriteAnswer;
 use crate::state_machine::{KvStateMachine, WriteError, WriteReply};
 use keel_redis_types::list::End;
@@ -42,7 +43,9 @@ impl KvStateMachine {
         });
         match (popped, count) {
             (Err(error), _) => error.into(),
-            (Ok(None), _) => WriteAnswer::Value(Reply::Null),
+            (Ok(None), None) => WriteAnswer::Value(Reply::Null),
+            // With a count, Redis answers a missing key with the null array (`*-1` in RESP2).
+            (Ok(None), Some(_)) => WriteAnswer::Value(Reply::NullArray),
             (Ok(Some(mut popped)), None) => {
                 WriteAnswer::Value(popped.pop().map_or(Reply::Null, Reply::Bulk))
             }
@@ -153,5 +156,44 @@ impl KvStateMachine {
         Ok(list
             .at(index)
             .map_or(Reply::Null, |e| Reply::Bulk(e.clone())))
+    }
+
+    pub(super) fn lpos(&self, lpos: &LPos) -> Result<Reply, WriteError> {
+        let Some(list) = self.collection::<List>(&lpos.key)? else {
+            return Ok(match lpos.count {
+                Some(_) => Reply::Array(Vec::new()),
+                None => Reply::Null,
+            });
+        };
+        let items = list.items();
+        let len = items.len();
+        let scanned = match lpos.maxlen {
+            0 => len,
+            maxlen => len.min(usize::try_from(maxlen).unwrap_or(usize::MAX)),
+        };
+        let from_head = lpos.rank > 0;
+        // Matches before the first one reported.
+        let skip = usize::try_from(lpos.rank.unsigned_abs() - 1).unwrap_or(usize::MAX);
+        let wanted = match lpos.count {
+            None => 1,
+            Some(0) => usize::MAX,
+            Some(count) => usize::try_from(count).unwrap_or(usize::MAX),
+        };
+        let matches = (0..scanned)
+            .map(|scanned| {
+                if from_head {
+                    scanned
+                } else {
+                    len - 1 - scanned
+                }
+            })
+            .filter(|&at| items[at] == lpos.element)
+            .skip(skip)
+            .take(wanted)
+            .map(|at| Reply::Integer(at as i64));
+        Ok(match lpos.count {
+            Some(_) => Reply::Array(matches.collect()),
+            None => matches.into_iter().next().unwrap_or(Reply::Null),
+        })
     }
 }

@@ -316,6 +316,7 @@ impl KvStateMachine {
             R::LLen { key } => self.llen(key),
             R::LRange { key, start, stop } => self.lrange(key, *start, *stop),
             R::LIndex { key, index } => self.lindex(key, *index),
+            R::LPos(lpos) => self.lpos(lpos),
             R::HGet { key, field } => self.hash_field(key, field).map(bulk_or_null),
             R::HMGet { key, fields } => self.collection::<Hash>(key).map(|hash| {
                 Reply::Array(

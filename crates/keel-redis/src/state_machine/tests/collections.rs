@@ -100,7 +100,9 @@ fn list_commands_answer_as_redis() {
     // The last element gone, the key is gone.
     assert_eq!(run(&mut log, "EXISTS l"), Reply::Integer(0));
     assert_eq!(run(&mut log, "LPOP l"), Reply::Null);
-    assert_eq!(run(&mut log, "LPOP l 2"), Reply::Null);
+    // With a count, a missing key is the null array (RESP2 `*-1`), as in Redis.
+    assert_eq!(run(&mut log, "LPOP l 2"), Reply::NullArray);
+    assert_eq!(run(&mut log, "RPOP l 0"), Reply::NullArray);
     assert_eq!(run(&mut log, "RPUSH src 1 2 3"), Reply::Integer(3));
     assert_eq!(run(&mut log, "RPOPLPUSH src dst"), bulk("3"));
     assert_eq!(run(&mut log, "LMOVE src dst LEFT RIGHT"), bulk("1"));

@@ -403,7 +403,7 @@ fn exec_with_watches_aborts_on_every_replica_alike_and_runs_nothing() {
     let mut replica = log.sm.clone();
     let aborted = log.apply_logged(1, log.seq, transaction(&watched));
     assert_eq!(aborted, ApplyReply::ExecAborted);
-    assert_eq!(aborted.into_reply(), Reply::Null);
+    assert_eq!(aborted.into_reply(), Reply::NullArray);
     assert_eq!(log.get("k"), Some(&b"from-tx"[..]));
     // The entry round-trips, and a replica decides the same.
     let bytes = entry.encode();

@@ -656,6 +656,7 @@ mod databases;
 mod exec;
 mod expiry;
 mod keyspace_commands;
+mod list_positions;
 mod members;
 mod sort;
 mod streams;

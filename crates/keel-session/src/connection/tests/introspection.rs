@@ -153,6 +153,7 @@ fn info_reports_the_raft_fields() {
         "log_time_ms:1700000000123",
         "clock_offset_ms:-612",
         "campaigns_held:1",
+        "heartbeat_gap_max_ms:41",
         "clock_outlier:0",
         "recovering:1",
         "recovering_to_index:150",

@@ -58,6 +58,7 @@ fn node() -> FakeNode {
         log_time_ms: 1_700_000_000_123,
         clock_offset_ms: Some(-612),
         campaigns_held: true,
+        heartbeat_gap_max_ms: 41,
         clock_outlier: false,
         recovering_to: Some(150),
         follower_clock_offsets: Vec::new(),
