@@ -40,13 +40,17 @@ pub enum Mutation {
     ForwardRetryNewId,
     /// The state machine runs a watched `EXEC` whatever happened to the watched keys.
     WatchIgnored,
+    /// A node answers `LPOP k` and `RPOP k` from its own state, as a read, without proposing
+    /// the pop: the element is delivered and stays in the list (keel-session's dispatch).
+    PopWithoutProposing,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 3] = [
+    pub const ALL: [Mutation; 4] = [
         Mutation::DedupOff,
         Mutation::ForwardRetryNewId,
         Mutation::WatchIgnored,
+        Mutation::PopWithoutProposing,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +58,7 @@ impl Mutation {
             Mutation::DedupOff => "dedup-off",
             Mutation::ForwardRetryNewId => "forward-retry-new-id",
             Mutation::WatchIgnored => "watch-ignored",
+            Mutation::PopWithoutProposing => "pop-without-proposing",
         }
     }
 

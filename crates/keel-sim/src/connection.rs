@@ -45,6 +45,8 @@ use crate::world::World;
 pub(crate) enum Owner {
     /// The simulated client with this index.
     Client(usize),
+    /// The queue client with this index (`queues/`).
+    Queue(usize),
     /// Attempt `attempt` of forward `forward`, arriving at the leader.
     Forward(ForwardLeg),
 }
@@ -86,7 +88,9 @@ pub(crate) struct SimConnection {
     pub owner: Owner,
     protocol: ClientConnection,
     /// The simulator's handles are unit: outcomes come back as events naming the slot.
-    pipeline: Pipeline<(), ()>,
+    pub pipeline: Pipeline<(), ()>,
+    /// The blocking pop it serves, while it waits (`blocking.rs`).
+    pub blocked: Option<crate::blocking::Blocked>,
     /// Requests sent and not admitted yet, in order.
     input: VecDeque<Frame>,
     /// A request admitted only after everything before it is answered.
@@ -111,6 +115,10 @@ pub(crate) struct SimConnection {
 pub(crate) struct Connections {
     /// Slot `n - 1` holds connection `n` while it is open.
     by_number: Vec<Option<Box<SimConnection>>>,
+    /// Blocked connections closed since the last event: (node, waiter), to leave its waiters.
+    pub left_blocked: Vec<(NodeId, keel_session::blocked::WaiterId)>,
+    /// The run's mutation of the server's code, for every connection's protocol state.
+    pub mutation: Option<keel_redis::Mutation>,
 }
 
 impl Connections {
@@ -118,10 +126,13 @@ impl Connections {
     /// given an id.
     pub fn open(&mut self, node: NodeId, owner: Owner, session: u64) -> u64 {
         let number = self.by_number.len() as u64 + 1;
+        let mut protocol = ClientConnection::new(number, "", Limits::default());
+        protocol.set_mutation(self.mutation);
         let connection = SimConnection {
             node,
             owner,
-            protocol: ClientConnection::new(number, "", Limits::default()),
+            protocol,
+            blocked: None,
             pipeline: Pipeline::new(session),
             input: VecDeque::new(),
             held: None,
@@ -141,7 +152,11 @@ impl Connections {
 
     pub fn close(&mut self, connection: u64) {
         if let Some(slot) = self.slot(connection) {
-            *slot = None;
+            if let Some(c) = slot.take() {
+                if let Some(blocked) = &c.blocked {
+                    self.left_blocked.push((c.node, blocked.waiter));
+                }
+            }
         }
     }
 
@@ -259,11 +274,12 @@ impl World<KvState> {
                 return true;
             }
             Admission::StartRead { slot, command } => self.start_read(connection, slot, command),
-            // The simulated clients send neither QUIT, admin commands, scripts nor blocking pops.
-            Admission::Close(_)
-            | Admission::Admin(..)
-            | Admission::Script(..)
-            | Admission::Block(..) => {
+            Admission::Block(pop, args) => {
+                self.block(connection, pop, args);
+                return true;
+            }
+            // The simulated clients send neither QUIT, admin commands nor scripts.
+            Admission::Close(_) | Admission::Admin(..) | Admission::Script(..) => {
                 let detail = format!("connection {connection} was sent a request it never sends");
                 self.violate("client request", detail);
                 return false;
@@ -279,7 +295,7 @@ impl World<KvState> {
 
     /// Ends the admission of requests: proposes the writes not proposed yet as one batch, and
     /// releases replies from now on.
-    fn drain(&mut self, connection: u64) {
+    pub(crate) fn drain(&mut self, connection: u64) {
         let Some(node) = self
             .user
             .clients
@@ -460,10 +476,17 @@ impl World<KvState> {
         self.serve(connection);
     }
 
-    /// A reply of `connection` leaves, to its owner.
-    fn deliver(&mut self, connection: u64, owner: Owner, reply: Reply) {
+    /// A reply of `connection` leaves, to its owner (a blocked connection's attempt's, to its
+    /// blocking pop).
+    pub(crate) fn deliver(&mut self, connection: u64, owner: Owner, reply: Reply) {
+        let attempt = (self.user.clients.connections.get_mut(connection))
+            .is_some_and(|c| c.blocked.is_some());
+        if attempt {
+            return self.attempt_answered(connection, reply);
+        }
         match owner {
             Owner::Client(c) => self.client_reply(c, connection, reply),
+            Owner::Queue(q) => self.queue_reply(q, connection, reply),
             Owner::Forward(_) => self.forward_leg_reply(connection, reply),
         }
     }

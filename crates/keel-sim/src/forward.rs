@@ -31,7 +31,7 @@ use rand::Rng;
 
 use crate::connection::{ForwardLeg, Frame, Owner};
 use crate::kv_user::KvState;
-use crate::world::{Event, World};
+use crate::world::World;
 
 /// One forwarded request, from the follower's first attempt to the answer it gives its client.
 pub(crate) struct SimForward {
@@ -154,7 +154,7 @@ impl World<KvState> {
         let (origin, to) = (f.origin, f.leader);
         self.schedule(
             deadline,
-            Event::User(ForwardEvent::ReplyBy {
+            forward_user_event(ForwardEvent::ReplyBy {
                 forward,
                 attempt: 1,
             }),
@@ -175,7 +175,7 @@ impl World<KvState> {
                 let delay = reply_by_ms.saturating_sub(self.now).max(1);
                 self.schedule(
                     delay,
-                    Event::User(ForwardEvent::ReplyBy { forward, attempt }),
+                    forward_user_event(ForwardEvent::ReplyBy { forward, attempt }),
                 );
                 let node = &self.nodes[(origin - 1) as usize];
                 let target = match node.raft.as_ref() {
@@ -202,7 +202,10 @@ impl World<KvState> {
             Next::Wait { until_ms } => {
                 let attempt = f.attempt;
                 let delay = until_ms.saturating_sub(self.now).max(1);
-                self.schedule(delay, Event::User(ForwardEvent::Wake { forward, attempt }));
+                self.schedule(
+                    delay,
+                    forward_user_event(ForwardEvent::Wake { forward, attempt }),
+                );
             }
             Next::Relay => unreachable!("a relay follows a reply, handled there"),
             Next::GiveUp(outcome) => {
@@ -236,7 +239,7 @@ impl World<KvState> {
                 to,
                 id,
             };
-            self.schedule(delay, Event::User(arrive));
+            self.schedule(delay, forward_user_event(arrive));
         }
     }
 
@@ -434,7 +437,7 @@ impl World<KvState> {
             return self.forward_event(event);
         }
         if let Some(delay) = self.link_delay(at, origin) {
-            self.schedule(delay, Event::User(event));
+            self.schedule(delay, forward_user_event(event));
         }
     }
 
@@ -457,4 +460,9 @@ impl World<KvState> {
                 .random_range(self.params.net_delay_min..=self.params.net_delay_max),
         )
     }
+}
+
+/// A forward's event as one of the world's.
+fn forward_user_event(event: ForwardEvent) -> crate::world::Event<KvState> {
+    crate::world::Event::User(crate::kv_user::KvEvent::Forward(event))
 }

@@ -470,7 +470,7 @@ impl<U: User> World<U> {
     /// digest every replica had at its index.
     fn check_round_trip(&mut self, id: NodeId, meta: &SnapshotMeta, data: &[u8]) {
         let index = meta.last.index;
-        let mut fresh = self.user.machine(self.mutation);
+        let mut fresh = self.user.machine(None, self.mutation);
         if let Err(e) = fresh.restore(meta.last, &mut &data[..]) {
             let detail = format!("node {id}: its snapshot at {index} does not restore: {e}");
             return self.violate("snapshot round trip", detail);

@@ -5,6 +5,7 @@ use keel_core::Index;
 use crate::coverage::MembershipCoverage;
 use crate::invariants::Violation;
 use crate::kv_user::KvState;
+use crate::mutation::Layers;
 use crate::user::User;
 use crate::world::{RunConfig, World};
 
@@ -51,6 +52,12 @@ pub struct RunReport {
     /// Recovering nodes that let go of their promise, or lowered it (`storage_faults.rs`).
     pub promises_released: u64,
     pub promises_lowered: u64,
+    /// Operations the queue clients got an answer to (`queues/`), the elements and stream
+    /// entries they saw delivered, and the blocking pops served after they waited.
+    pub queue_ops: u64,
+    pub queue_deliveries: u64,
+    pub stream_deliveries: u64,
+    pub served_after_waiting: u64,
 }
 
 /// Runs one seed; a panic anywhere (an assertion in the core, say) becomes a violation of the
@@ -89,17 +96,28 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 damage_reports: 0,
                 promises_released: 0,
                 promises_lowered: 0,
+                queue_ops: 0,
+                queue_deliveries: 0,
+                stream_deliveries: 0,
+                served_after_waiting: 0,
             }
         }
     }
 }
 
 pub fn run(cfg: &RunConfig) -> RunReport {
-    let mut w = World::with_user(cfg, KvState::new);
+    let mut w = World::with_user(cfg, |p| KvState::new(p, cfg.queues, cfg.seed));
+    w.user.clients.connections.mutation = cfg.mutation.redis();
+    w.start_queue_clients();
     w.run_to_end(cfg.fault_steps);
     let check_started = std::time::Instant::now();
     if w.violation.is_none() {
         if let Err(v) = w.user.check_history() {
+            w.fail(v);
+        }
+    }
+    if w.violation.is_none() {
+        if let Err(v) = w.check_queues() {
             w.fail(v);
         }
     }
@@ -152,5 +170,10 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         damage_reports: w.storage.reports,
         promises_released: w.storage.released,
         promises_lowered: w.storage.lowered,
+        queue_ops: w.user.queues.as_ref().map_or(0, |q| q.answered),
+        queue_deliveries: (w.user.queues.as_ref()).map_or(0, |q| q.history.delivered.len() as u64),
+        stream_deliveries: (w.user.queues.as_ref())
+            .map_or(0, |q| q.history.stream_delivered.len() as u64),
+        served_after_waiting: w.user.served_after_waiting,
     }
 }

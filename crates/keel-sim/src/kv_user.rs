@@ -1,14 +1,17 @@
 //! keel's own user of the simulator: keel-redis's state machine behind the server's connection
 //! pipelines (`connection.rs`), clients speaking RESP (`client/`), writes followers forward
-//! (`forward.rs`), the leaders' tick entries (`time.rs`), and the key-value history the
-//! linearizability checker reads (`linearize.rs`).
+//! (`forward.rs`), the leaders' tick entries (`time.rs`), the key-value history the
+//! linearizability checker reads (`linearize.rs`), and the queue workload (`queues/`) with the
+//! nodes' blocked connections (`blocking.rs`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use keel_core::NodeId;
 use keel_engine::ClientError;
 
+use crate::blocking::NodeWaiters;
 use crate::client::Clients;
 use crate::forward::ForwardEvent;
 use crate::history::History;
@@ -16,6 +19,7 @@ use crate::host::{ProposalToken, ReadToken};
 use crate::invariants::Violation;
 use crate::mutation::Layers;
 use crate::params::Params;
+use crate::queues::QueueClients;
 use crate::user::User;
 use crate::world::World;
 
@@ -40,11 +44,45 @@ pub(crate) struct KvState {
     /// Writes followers are forwarding, by number.
     pub forwards: BTreeMap<u64, crate::forward::SimForward>,
     pub next_forward: u64,
+    /// Blocking pops that took an element after an attempt of theirs took nothing (woken by a
+    /// fill, `blocking.rs`).
+    pub served_after_waiting: u64,
+    /// The queue workload, when the run has it (`RunConfig::queues`).
+    pub queues: Option<QueueClients>,
+    /// Each node slot's blocked connections (slot `id - 1`).
+    pub waiters: Vec<NodeWaiters>,
+}
+
+/// keel's key-value user's own events.
+pub(crate) enum KvEvent {
+    /// A forwarded write's request, reply or timer (`forward.rs`).
+    Forward(ForwardEvent),
+    /// A queue client's timer, and its operation's deadline (`queues/`).
+    QueueWake {
+        client: usize,
+        generation: u64,
+    },
+    QueueDeadline {
+        client: usize,
+        generation: u64,
+    },
+    /// The timeout of a blocking pop (`blocking.rs`).
+    BlockTimeout {
+        connection: u64,
+        waiter: keel_session::blocked::WaiterId,
+    },
 }
 
 impl KvState {
-    pub fn new(params: &Params) -> Self {
+    /// The user of a run of `params`; `queues`: with the queue workload, its clients drawn from
+    /// `seed`.
+    pub fn new(params: &Params, queues: bool, seed: u64) -> Self {
         KvState {
+            served_after_waiting: 0,
+            queues: queues.then(|| QueueClients::new(seed)),
+            waiters: (0..params.node_count)
+                .map(|_| NodeWaiters::default())
+                .collect(),
             expiring_writes: 0,
             keys_expired_by_ticks: 0,
             watched_swapped: 0,
@@ -60,13 +98,21 @@ impl KvState {
 
 impl User for KvState {
     type Machine = keel_redis::KvAdapter;
-    type Event = ForwardEvent;
+    type Event = KvEvent;
     type NodeApp = SimTimeKeeper;
 
-    fn machine(&self, mutation: Option<crate::Mutation>) -> Self::Machine {
+    fn machine(&self, node: Option<NodeId>, mutation: Option<crate::Mutation>) -> Self::Machine {
         let mut sm = keel_redis::KvStateMachine::new();
         sm.set_mutation(mutation.redis());
-        keel_redis::KvAdapter::new(sm)
+        let adapter = keel_redis::KvAdapter::new(sm);
+        match node {
+            // The node's blocked connections hear what its entries fill.
+            Some(id) if self.queues.is_some() => {
+                let listener = Arc::clone(&self.waiters[(id - 1) as usize].listener);
+                adapter.with_filled_keys_listener(listener)
+            }
+            _ => adapter,
+        }
     }
 
     fn digest(machine: &Self::Machine) -> u64 {
@@ -85,8 +131,13 @@ impl User for KvState {
         w.client_deadline(client, history_index);
     }
 
-    fn event(w: &mut World<Self>, event: ForwardEvent) {
-        w.forward_event(event);
+    fn event(w: &mut World<Self>, event: KvEvent) {
+        match event {
+            KvEvent::Forward(event) => w.forward_event(event),
+            KvEvent::QueueWake { client, generation } => w.queue_wake(client, generation),
+            KvEvent::QueueDeadline { client, generation } => w.queue_deadline(client, generation),
+            KvEvent::BlockTimeout { connection, waiter } => w.block_timeout(connection, waiter),
+        }
     }
 
     fn ticked(w: &mut World<Self>, id: NodeId) {
@@ -94,6 +145,9 @@ impl User for KvState {
     }
 
     fn after_event(w: &mut World<Self>) {
+        if w.user.queues.is_some() {
+            w.wake_filled();
+        }
         let wakes = std::mem::take(&mut w.user.clients.wake);
         for (client, delay) in wakes {
             let generation = w.user.clients.generation(client);
@@ -122,10 +176,13 @@ impl User for KvState {
 
     fn node_lost(w: &mut World<Self>, id: NodeId) {
         w.user.clients.node_lost(id);
+        w.user.waiters[(id - 1) as usize].clear();
+        w.queue_node_lost(id);
     }
 
     fn pending_ops(&self) -> usize {
-        self.clients.pending_ops()
+        let queued = self.queues.as_ref().map_or(0, QueueClients::pending);
+        self.clients.pending_ops() + queued
     }
 
     fn check_history(&self) -> Result<(), Violation> {

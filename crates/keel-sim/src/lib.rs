@@ -14,6 +14,8 @@
 //! (`tests/simulator.rs` checks it).
 
 #[cfg(feature = "kv")]
+mod blocking;
+#[cfg(feature = "kv")]
 mod client;
 pub mod clock;
 mod clock_watch;
@@ -38,6 +40,8 @@ pub mod linearizability;
 mod linearize;
 pub mod mutation;
 pub mod params;
+#[cfg(feature = "kv")]
+mod queues;
 mod restart;
 mod run;
 mod storage_faults;

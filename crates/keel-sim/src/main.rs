@@ -33,7 +33,8 @@ struct Args {
     /// vote-before-durable, ack-before-durable, read-without-term-commit, install-below-commit,
     /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
     /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id,
-    /// keep-departed-incarnations, clock-offset-midpoint, watch-ignored), or of storage-damage
+    /// keep-departed-incarnations, clock-offset-midpoint, watch-ignored,
+    /// pop-without-proposing), or of storage-damage
     /// recovery (vote-below-promise, trust-damaged-tail, recovery-never-ends,
     /// prune-bootstrap-snapshot: with --storage-faults).
     #[arg(long)]
@@ -64,6 +65,10 @@ struct Args {
     /// No storage faults in any seed (replays runs recorded before they existed).
     #[arg(long, conflicts_with = "storage_faults")]
     no_storage_faults: bool,
+    /// Without the queue workload (lists as queues, blocking pops, a stream's consumer group):
+    /// replays runs recorded before it existed.
+    #[arg(long)]
+    no_queues: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -122,6 +127,7 @@ fn main() -> ExitCode {
                             break_replay: false,
                             classic_shapes: args.classic_shapes,
                             single_forwards: args.single_forwards,
+                            queues: !args.no_queues,
                             disk_replacements: if args.unplanned_wipes {
                                 DiskReplacements::Unplanned
                             } else if args.disk_replacements {
@@ -190,6 +196,7 @@ fn main() -> ExitCode {
                 ("--disk-replacements", args.disk_replacements),
                 ("--storage-faults", args.storage_faults),
                 ("--no-storage-faults", args.no_storage_faults),
+                ("--no-queues", args.no_queues),
             ] {
                 if on {
                     replay.push(' ');
@@ -225,6 +232,14 @@ fn main() -> ExitCode {
         secs,
         steps as f64 / secs,
         reports.len() as f64 * 60.0 / secs
+    );
+    let queue_sum = |f: fn(&RunReport) -> u64| reports.iter().map(f).sum::<u64>();
+    println!(
+        "queue_ops={} queue_deliveries={} stream_deliveries={} served_after_waiting={}",
+        queue_sum(|r| r.queue_ops),
+        queue_sum(|r| r.queue_deliveries),
+        queue_sum(|r| r.stream_deliveries),
+        queue_sum(|r| r.served_after_waiting),
     );
     println!(
         "storage_faults={storage_faults} damaged_nodes_repaired={repaired} \

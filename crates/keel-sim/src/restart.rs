@@ -68,8 +68,10 @@ impl<U: User> World<U> {
                 let snapshot_last = raft.snapshot().last;
                 let snapshot = snapshot_last.index;
                 let skip_next_command = self.break_replay && node.incarnation > 0;
-                let mut sm =
-                    SimStateMachine::new(self.user.machine(self.mutation), skip_next_command);
+                let mut sm = SimStateMachine::new(
+                    self.user.machine(Some(id), self.mutation),
+                    skip_next_command,
+                );
                 if snapshot > 0 {
                     match node.snapshot_data.get(&snapshot) {
                         Some(data) => {

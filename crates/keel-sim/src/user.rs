@@ -23,8 +23,9 @@ pub(crate) trait User: Sized {
     /// What a node holds for the user beside its engine, rebuilt at each start.
     type NodeApp;
 
-    /// A fresh state machine for a node that starts.
-    fn machine(&self, mutation: Option<crate::Mutation>) -> Self::Machine;
+    /// A fresh state machine for node `node` that starts (`None`: one of no node's, to check a
+    /// snapshot's round trip).
+    fn machine(&self, node: Option<NodeId>, mutation: Option<crate::Mutation>) -> Self::Machine;
     /// A digest of the state machine's state: replicas that applied the same index agree on it.
     fn digest(machine: &Self::Machine) -> u64;
     fn node_app() -> Self::NodeApp;

@@ -45,11 +45,15 @@ pub struct RunConfig {
     pub disk_replacements: DiskReplacements,
     /// Which seeds draw storage faults (`storage_faults.rs`).
     pub storage_faults: crate::StorageFaults,
+    /// keel's key-value simulation runs the queue workload beside the register clients
+    /// (`queues/`: lists as queues, blocking pops, a stream's consumer group). Off, a seed runs
+    /// as it did before the workload existed (the runs `tests/simulator.rs` pins).
+    pub queues: bool,
 }
 
 impl RunConfig {
     /// Seed `seed` as the sweeps run it: 20,000 events under faults, no trace, no mutation,
-    /// storage faults in a quarter of the seeds over the WAL.
+    /// storage faults in a quarter of the seeds over the WAL, the queue workload.
     pub fn new(seed: u64) -> RunConfig {
         RunConfig {
             seed,
@@ -61,6 +65,7 @@ impl RunConfig {
             single_forwards: false,
             disk_replacements: DiskReplacements::Off,
             storage_faults: crate::StorageFaults::Share,
+            queues: true,
         }
     }
 }

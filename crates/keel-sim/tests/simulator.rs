@@ -28,6 +28,7 @@ fn config(seed: u64, trace: bool) -> RunConfig {
         single_forwards: false,
         disk_replacements: DiskReplacements::Off,
         storage_faults: StorageFaults::Share,
+        queues: false,
     }
 }
 
@@ -290,6 +291,41 @@ fn catches_mutation_snapshot_resume_skips_chunk() {
 #[test]
 fn catches_mutation_clock_offset_midpoint() {
     assert_runtime_mutation_caught("clock-offset-midpoint");
+}
+
+/// A node that answers `LPOP`/`RPOP` from its own state without proposing the pop delivers an
+/// element that stays in the list: the queue workload's delivery checker sees it delivered twice
+/// (or delivered and still there).
+#[test]
+fn catches_mutation_pop_without_proposing() {
+    assert_runtime_mutation_caught("pop-without-proposing");
+}
+
+/// The queue workload (on by default; the pinned runs leave it off) runs clean, and does what it
+/// is there for: elements and stream entries delivered, blocking pops served after they waited
+/// for a fill.
+#[test]
+fn queue_workload_runs_clean_and_delivers() {
+    let (mut ops, mut delivered, mut streamed, mut woken) = (0, 0, 0, 0);
+    for seed in 2000..2012 {
+        let report = run(&RunConfig {
+            queues: true,
+            ..config(seed, false)
+        });
+        if let Some(v) = &report.violation {
+            panic!(
+                "seed {seed}: {v}\nreplay: {}",
+                keel_sim::replay_command(seed, None, 20_000)
+            );
+        }
+        ops += report.queue_ops;
+        delivered += report.queue_deliveries;
+        streamed += report.stream_deliveries;
+        woken += report.served_after_waiting;
+    }
+    assert!(ops > 12 * 50, "too few queue operations answered: {ops}");
+    assert!(delivered > 0 && streamed > 0, "{delivered} {streamed}");
+    assert!(woken > 0, "no blocking pop was served after it waited");
 }
 
 /// A watched EXEC that runs although its key changed since the WATCH answers a compare-and-set

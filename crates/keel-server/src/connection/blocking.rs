@@ -13,7 +13,8 @@
 //! The timeout is the client's own, on this node's clock, from when its command arrived. An
 //! attempt in flight when it passes is waited for (its outcome decides the reply: an element it
 //! took is the client's). Each attempt carries a deadline in the log's time: the client's
-//! deadline, but at most [`ATTEMPT_WINDOW_MS`] away, plus [`CLOCK_SLACK_MS`] for the leader's
+//! deadline, but at most [`ATTEMPT_WINDOW_MS`](keel_session::blocked::ATTEMPT_WINDOW_MS) away, plus
+//! [`CLOCK_SLACK_MS`](keel_session::blocked::CLOCK_SLACK_MS) for the leader's
 //! clock (which stamps the log) being ahead of this node's. An attempt whose outcome is lost (a
 //! forward that gave up) and that commits later than that takes nothing: it cannot pop an element
 //! long after its client stopped waiting for it.
@@ -33,15 +34,9 @@ use super::Session;
 use keel_redis::command::blocking::{attempt_args, BlockingPop};
 use keel_redis::Command;
 use keel_resp::Reply;
+use keel_session::blocked::attempt_deadline_ms;
 use keel_session::connection::pipeline::Request;
 use keel_session::connection::Dispatch;
-
-/// The longest an attempt may wait for the log: one that applies later takes nothing.
-pub const ATTEMPT_WINDOW_MS: u64 = 10_000;
-
-/// How far ahead of this node's clock the leader's may be without an attempt taking nothing for
-/// being late: what the cluster's clocks are assumed to agree within.
-pub const CLOCK_SLACK_MS: u64 = 1_000;
 
 /// How the wait of a blocked client ended.
 enum Wait {
@@ -91,12 +86,10 @@ impl Session<'_> {
             }
             wait_first = true;
             registration.attempting();
-            let remaining_ms = deadline.map_or(ATTEMPT_WINDOW_MS, |d| {
-                d.saturating_duration_since(Instant::now()).as_millis() as u64
-            });
-            let attempt_deadline_ms = super::super::wall_clock_ms()
-                + remaining_ms.min(ATTEMPT_WINDOW_MS)
-                + CLOCK_SLACK_MS;
+            let remaining_ms =
+                deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
+            let attempt_deadline_ms =
+                attempt_deadline_ms(super::super::wall_clock_ms(), remaining_ms);
             let reply = self.attempt(attempt_deadline_ms, woken, request).await?;
             woken = true;
             if reply != Reply::Null {

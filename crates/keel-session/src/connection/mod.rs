@@ -275,6 +275,9 @@ pub struct ClientConnection {
     stats: Arc<ServerStats>,
     /// The node's pub/sub subscriptions (`crate::pubsub`; a connection alone has its own).
     pubsub: Arc<crate::pubsub::PubSub>,
+    /// Test-only: a deliberately broken variant ([`Self::set_mutation`]).
+    #[cfg(feature = "mutations")]
+    mutation: Option<keel_redis::Mutation>,
 }
 
 /// Whether a request runs while a script is busy, as Redis lets through commands flagged
@@ -374,7 +377,41 @@ impl ClientConnection {
             db: 0,
             stats: Arc::default(),
             pubsub: Arc::default(),
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
+    }
+
+    /// Test-only: switches on a deliberately broken variant (the simulator's `--mutation`).
+    #[cfg(feature = "mutations")]
+    pub fn set_mutation(&mut self, mutation: Option<keel_redis::Mutation>) {
+        self.mutation = mutation;
+    }
+
+    /// Test-only: the `pop-without-proposing` mutation turns `LPOP k` and `RPOP k` into a read
+    /// of the element they would take (`LINDEX`), answered from the node's state, nothing
+    /// proposed.
+    fn pop_as_read(&self, args: &[Bytes]) -> Option<Dispatch> {
+        #[cfg(feature = "mutations")]
+        if self.mutation == Some(keel_redis::Mutation::PopWithoutProposing) && args.len() == 2 {
+            let at: &'static [u8] = if args[0].eq_ignore_ascii_case(b"lpop") {
+                b"0"
+            } else if args[0].eq_ignore_ascii_case(b"rpop") {
+                b"-1"
+            } else {
+                return None;
+            };
+            let peek = [
+                Bytes::from_static(b"LINDEX"),
+                args[1].clone(),
+                Bytes::from_static(at),
+            ];
+            if let Ok(Command::Read(read)) = Command::parse(&peek) {
+                return Some(Dispatch::Read(read));
+            }
+        }
+        let _ = args;
+        None
     }
 
     /// Subscribes and publishes in `pubsub`, the node's (bounded like a monitor's queue:
@@ -542,7 +579,7 @@ impl ClientConnection {
             }),
             Ok(Command::Write(command)) => match blocking_pop(&command) {
                 Some(pop) if pop.blocks() => Dispatch::Block(pop.clone()),
-                _ => Dispatch::Write(command),
+                _ => self.pop_as_read(args).unwrap_or(Dispatch::Write(command)),
             },
             Ok(Command::Read(command)) => Dispatch::Read(command),
             Ok(Command::Admin(command)) => Dispatch::Admin(command),

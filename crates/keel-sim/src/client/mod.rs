@@ -16,6 +16,9 @@
 //! | read transaction           | `MULTI`, `GET k`, `EXEC`             | read               |
 //! | watched transaction        | `WATCH k`, `GET k`; then `MULTI`, `SET k v`, `EXEC` | cas (expects the value read) |
 //!
+//! Queues, blocking pops and streams are a workload of their own, with their own clients and
+//! checker (`queues/`).
+//!
 //! A watched transaction is an optimistic update as applications write it: watch the key, read
 //! it, and once both are answered send the transaction that replaces it. Its `EXEC` succeeds
 //! only if nothing changed the key since the watch, so the value read must still be there when
@@ -195,7 +198,7 @@ impl Clients {
     pub fn node_lost(&mut self, node: NodeId) {
         for (connection, owner) in self.connections.close_on(node) {
             let Owner::Client(c) = owner else {
-                continue;
+                continue; // a queue client's (`queues/`) or a forward's
             };
             let client = &mut self.clients[c];
             client.connections.retain(|(_, n)| *n != connection);
@@ -365,7 +368,7 @@ fn result_of(op: &Answered, reply: &Reply) -> Result<OpResult, String> {
 
 /// The leader a refusal names (`-TRYAGAIN leader is node N ...`), or `Err` if it names none
 /// because there is none known ("no leader").
-fn leader_named(error: &str) -> Result<Option<NodeId>, ()> {
+pub(crate) fn leader_named(error: &str) -> Result<Option<NodeId>, ()> {
     if let Some(rest) = error.strip_prefix("TRYAGAIN leader is node ") {
         let digits = rest.split(|ch: char| !ch.is_ascii_digit()).next();
         return Ok(digits.and_then(|d| d.parse().ok()));

@@ -270,7 +270,7 @@ impl<W: Workload> User for Embedded<W> {
     type Event = std::convert::Infallible;
     type NodeApp = ();
 
-    fn machine(&self, _mutation: Option<crate::Mutation>) -> W::Machine {
+    fn machine(&self, _node: Option<NodeId>, _mutation: Option<crate::Mutation>) -> W::Machine {
         self.workload.machine()
     }
 
