@@ -45,11 +45,13 @@ const UNITS: &[&str] = &[
     "pubsub",
 ];
 
-/// The suite's options for a server that is not one it started: no checks of
-/// Redis's internal encodings or of `DEBUG DIGEST`, and none of the tests that need replication,
+/// The suite's options for a server that is not one it started: one database (until the units
+/// are blessed again in database 9, where the suite's clients select), no checks of Redis's
+/// internal encodings or of `DEBUG DIGEST`, and none of the tests that need replication,
 /// `DEBUG`, `SAVE` or eviction settings. `--durable` makes an error inside a test fail that test
 /// rather than end the unit, so one missing command does not hide every test after it.
 const SUITE_OPTIONS: &[&str] = &[
+    "--singledb",
     "--ignore-encoding",
     "--ignore-digest",
     "--durable",

@@ -117,17 +117,17 @@ impl World<KvState> {
     /// `connection` was sent a blocking pop (everything before it answered): it joins the
     /// queues of its keys and tries at once if it is first in line on one of them.
     pub(crate) fn block(&mut self, connection: u64, pop: BlockingPop, args: Vec<Bytes>) {
-        let Some(node) = self
+        let Some((node, db)) = self
             .user
             .clients
             .connections
             .get_mut(connection)
-            .map(|c| c.node)
+            .map(|c| (c.node, c.pipeline.db()))
         else {
             return;
         };
         let waiters = self.node_waiters(node);
-        let joined = waiters.waiters.join(pop.watched_keys());
+        let joined = waiters.waiters.join(&pop.waiting_keys(db));
         waiters.connections.push((joined.id, connection));
         waiters.sync_waiting();
         let timeout_ms = pop.timeout_ms.unwrap_or(0);

@@ -74,6 +74,24 @@ impl BlockingPop {
         &self.keys
     }
 
+    /// [`Self::watched_keys`] in database `db`, as the waiters' queues name them
+    /// ([`waiting_key`]).
+    pub fn waiting_keys(&self, db: u32) -> Vec<Bytes> {
+        self.keys.iter().map(|key| waiting_key(db, key)).collect()
+    }
+}
+
+/// How blocked clients and the state machine's filled keys name `key` of database `db`: the
+/// database's index (4 bytes, little-endian), then the key. A push to a key of one database
+/// must not wake a client blocked on the same name in another.
+pub fn waiting_key(db: u32, key: &[u8]) -> Bytes {
+    let mut named = Vec::with_capacity(4 + key.len());
+    named.extend_from_slice(&db.to_le_bytes());
+    named.extend_from_slice(key);
+    Bytes::from(named)
+}
+
+impl BlockingPop {
     /// What it answers when nothing serves it (its timeout, or at once where it cannot block):
     /// a null array, or a null bulk string for the moves, as Redis.
     pub fn nothing_reply(&self) -> keel_resp::Reply {

@@ -367,7 +367,8 @@ impl KvStateMachine {
 
     /// The keys whose list or sorted set a write filled since the last call (with repeats, in
     /// the order the writes ran), while [`Self::collect_filled_keys`] is on: a client blocked
-    /// on one of them may now be served.
+    /// on one of them may now be served. Each is named with its database
+    /// ([`crate::command::blocking::waiting_key`]).
     pub fn take_filled_keys(&mut self) -> Vec<Bytes> {
         std::mem::take(&mut self.filled.keys)
     }
@@ -375,7 +376,8 @@ impl KvStateMachine {
     /// Notes that `key` holds a list or sorted set with something in it after a write.
     pub(crate) fn note_filled(&mut self, key: &[u8]) {
         if self.filled.collecting {
-            self.filled.keys.push(Bytes::copy_from_slice(key));
+            let named = crate::command::blocking::waiting_key(self.current_db(), key);
+            self.filled.keys.push(named);
         }
     }
 

@@ -63,7 +63,10 @@ impl Session<'_> {
     ) -> std::io::Result<Reply> {
         let timeout_ms = pop.timeout_ms.unwrap_or(0);
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
-        let registration = self.ctx.blocked.register(pop.watched_keys());
+        let registration = self
+            .ctx
+            .blocked
+            .register(&pop.waiting_keys(self.pipeline.db()));
         // What was answered before it reaches the client now: it may wait for long.
         self.flush_all(None).await?;
         let mut watch_socket = true;

@@ -176,7 +176,11 @@ fn writes_that_fill_lists_and_sorted_sets_are_noted_only_while_collecting() {
         .sm
         .take_filled_keys()
         .iter()
-        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .map(|k| {
+            // Named with their database (0 here).
+            assert_eq!(k[..4], 0u32.to_le_bytes());
+            String::from_utf8_lossy(&k[4..]).into_owned()
+        })
         .collect();
     assert_eq!(filled, ["l", "l", "z", "dst", "z2"]);
     // Equal states whatever they collected.

@@ -323,3 +323,24 @@ fn keys_are_counted_and_listed_by_hash_slot_per_database() {
     let restored = KvStateMachine::from_snapshot(&log.sm.snapshot()).expect("restores");
     assert_eq!(restored.count_keys_in_slot(2, slot), 2);
 }
+
+#[test]
+fn a_filled_key_is_named_with_its_database() {
+    let mut log = Log::new();
+    log.sm.collect_filled_keys(true);
+    let push = |key: &str| {
+        let args: Vec<Bytes> = ["RPUSH", key, "x"].iter().map(|a| b(a)).collect();
+        match crate::command::Command::parse(&args) {
+            Ok(crate::command::Command::Write(write)) => write,
+            other => panic!("{other:?}"),
+        }
+    };
+    log.apply_in(0, push("q"));
+    log.apply_in(9, push("q"));
+    let waiting = crate::command::blocking::waiting_key;
+    assert_eq!(
+        log.sm.take_filled_keys(),
+        [waiting(0, b"q"), waiting(9, b"q")]
+    );
+    assert_ne!(waiting(0, b"q"), waiting(9, b"q"));
+}
