@@ -43,14 +43,18 @@ pub enum Mutation {
     /// A node answers `LPOP k` and `RPOP k` from its own state, as a read, without proposing
     /// the pop: the element is delivered and stays in the list (keel-session's dispatch).
     PopWithoutProposing,
+    /// A script's writes are proposed without watching the keys it touched (the script view):
+    /// a write to them between the script's copy and its commit goes unseen.
+    ScriptUnwatched,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 5] = [
         Mutation::DedupOff,
         Mutation::ForwardRetryNewId,
         Mutation::WatchIgnored,
         Mutation::PopWithoutProposing,
+        Mutation::ScriptUnwatched,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Mutation {
             Mutation::ForwardRetryNewId => "forward-retry-new-id",
             Mutation::WatchIgnored => "watch-ignored",
             Mutation::PopWithoutProposing => "pop-without-proposing",
+            Mutation::ScriptUnwatched => "script-unwatched",
         }
     }
 

@@ -91,6 +91,10 @@ pub(crate) struct SimConnection {
     pub pipeline: Pipeline<(), ()>,
     /// The blocking pop it serves, while it waits (`blocking.rs`).
     pub blocked: Option<crate::blocking::Blocked>,
+    /// The script it runs, until answered (`scripts.rs`): nothing more is admitted meanwhile.
+    pub script: Option<crate::scripts::RunningScript>,
+    /// The last request number its scripts' transactions were proposed under (`scripts.rs`).
+    pub script_seq: u64,
     /// Requests sent and not admitted yet, in order.
     input: VecDeque<Frame>,
     /// A request admitted only after everything before it is answered.
@@ -105,7 +109,7 @@ pub(crate) struct SimConnection {
     /// The node has work from this connection's requests (proposals, ReadIndex rounds): it is
     /// driven once [`World::serve`] is done, as the runtime's node task handles what its
     /// connections queued before it takes its next `Ready`.
-    node_has_work: bool,
+    pub(crate) node_has_work: bool,
 }
 
 /// Every connection the nodes serve, by number: numbers count from 1 and are never reused, so a
@@ -133,6 +137,8 @@ impl Connections {
             owner,
             protocol,
             blocked: None,
+            script: None,
+            script_seq: 0,
             pipeline: Pipeline::new(session),
             input: VecDeque::new(),
             held: None,
@@ -219,29 +225,39 @@ impl World<KvState> {
         }
     }
 
+    /// One release of a draining connection's pipeline; false when it waits for an outcome.
+    fn release_step(&mut self, connection: u64) -> bool {
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
+            return false;
+        };
+        match c.pipeline.release() {
+            Release::Send(reply) => {
+                let owner = c.owner;
+                self.deliver(connection, owner, reply);
+            }
+            Release::Watched { keys, point } => {
+                let reply = c.protocol.watch_point(&keys, &point);
+                let owner = c.owner;
+                self.deliver(connection, owner, reply);
+            }
+            Release::Resolve { slot, error, relay } => self.resolve(connection, slot, error, relay),
+            Release::Await(..) => return false,
+            Release::Idle => c.draining = false,
+        }
+        true
+    }
+
     /// One step of [`World::serve`]; false when the connection waits (or is gone).
     fn serve_step(&mut self, connection: u64) -> bool {
         let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return false;
         };
         if c.draining {
-            match c.pipeline.release() {
-                Release::Send(reply) => {
-                    let owner = c.owner;
-                    self.deliver(connection, owner, reply);
-                }
-                Release::Watched { keys, point } => {
-                    let reply = c.protocol.watch_point(&keys, &point);
-                    let owner = c.owner;
-                    self.deliver(connection, owner, reply);
-                }
-                Release::Resolve { slot, error, relay } => {
-                    self.resolve(connection, slot, error, relay)
-                }
-                Release::Await(..) => return false,
-                Release::Idle => c.draining = false,
-            }
-            return true;
+            return self.release_step(connection);
+        }
+        if c.script.is_some() {
+            // Nothing more is admitted until the script is answered.
+            return false;
         }
         let request = match c.held.take() {
             Some(request) => request,
@@ -278,8 +294,12 @@ impl World<KvState> {
                 self.block(connection, pop, args);
                 return true;
             }
-            // The simulated clients send neither QUIT, admin commands nor scripts.
-            Admission::Close(_) | Admission::Admin(..) | Admission::Script(..) => {
+            Admission::Script(command, _) => {
+                self.script(connection, command);
+                return true;
+            }
+            // The simulated clients send neither QUIT nor admin commands.
+            Admission::Close(_) | Admission::Admin(..) => {
                 let detail = format!("connection {connection} was sent a request it never sends");
                 self.violate("client request", detail);
                 return false;
@@ -361,6 +381,9 @@ impl World<KvState> {
 
     /// A read's turn came in node `id`'s apply pipeline: it sees the state applied there.
     pub(crate) fn read_served(&mut self, id: NodeId, token: ReadToken) {
+        if token.slot == crate::scripts::SCRIPT_FETCH_SLOT {
+            return self.script_keys_read(id, token.connection);
+        }
         let World {
             user: kv, nodes, ..
         } = self;
@@ -381,6 +404,9 @@ impl World<KvState> {
 
     /// The node will not serve the read here.
     pub(crate) fn read_refused(&mut self, token: ReadToken, error: ClientError) {
+        if token.slot == crate::scripts::SCRIPT_FETCH_SLOT {
+            return self.script_keys_refused(token.connection, &error);
+        }
         let Some(c) = self.user.clients.connections.get_mut(token.connection) else {
             return;
         };
@@ -479,10 +505,18 @@ impl World<KvState> {
     /// A reply of `connection` leaves, to its owner (a blocked connection's attempt's, to its
     /// blocking pop).
     pub(crate) fn deliver(&mut self, connection: u64, owner: Owner, reply: Reply) {
-        let attempt = (self.user.clients.connections.get_mut(connection))
-            .is_some_and(|c| c.blocked.is_some());
+        let (attempt, committing) = match self.user.clients.connections.get_mut(connection) {
+            Some(c) => (
+                c.blocked.is_some(),
+                c.script.as_ref().is_some_and(|s| s.committing.is_some()),
+            ),
+            None => (false, false),
+        };
         if attempt {
             return self.attempt_answered(connection, reply);
+        }
+        if committing {
+            return self.script_committed(connection, reply);
         }
         match owner {
             Owner::Client(c) => self.client_reply(c, connection, reply),

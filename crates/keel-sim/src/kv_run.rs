@@ -42,6 +42,10 @@ pub struct RunReport {
     /// Watched transactions whose EXEC applied, and those aborted.
     pub watched_swapped: u64,
     pub watched_aborted: u64,
+    /// Scripts whose writes applied, and runs of a script again after a key it touched changed
+    /// (`scripts.rs`).
+    pub scripts_applied: u64,
+    pub scripts_rerun: u64,
     /// Refused writes a follower forwarded with the one before them (grouped forwarding).
     pub forwards_grouped: u64,
     /// Storage faults injected, damaged nodes that became whole again, and restarts whose WAL
@@ -90,6 +94,8 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
                 clock_outliers: 0,
                 watched_swapped: 0,
                 watched_aborted: 0,
+                scripts_applied: 0,
+                scripts_rerun: 0,
                 forwards_grouped: 0,
                 storage_faults: 0,
                 storage_repaired: 0,
@@ -105,8 +111,17 @@ pub fn run_catching(cfg: &RunConfig) -> RunReport {
     }
 }
 
+/// The furthest log time any live node's state machine reached.
+fn log_time_max_ms(w: &World<KvState>) -> u64 {
+    let log_time_ms = |n: &crate::world::SimNode<KvState>| {
+        let app = n.app.as_ref()?;
+        Some(app.applier.state().machine().state().log_time_ms())
+    };
+    w.nodes.iter().filter_map(log_time_ms).max().unwrap_or(0)
+}
+
 pub fn run(cfg: &RunConfig) -> RunReport {
-    let mut w = World::with_user(cfg, |p| KvState::new(p, cfg.queues, cfg.seed));
+    let mut w = World::with_user(cfg, |p| KvState::new(p, cfg.queues, cfg.scripts, cfg.seed));
     w.user.clients.connections.mutation = cfg.mutation.redis();
     w.start_queue_clients();
     w.run_to_end(cfg.fault_steps);
@@ -143,27 +158,14 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         every_size: w.params.every_size,
         membership: w.membership.coverage.clone(),
         end_time: w.now,
-        log_time_ms: w
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                Some(
-                    n.app
-                        .as_ref()?
-                        .applier
-                        .state()
-                        .machine()
-                        .state()
-                        .log_time_ms(),
-                )
-            })
-            .max()
-            .unwrap_or(0),
+        log_time_ms: log_time_max_ms(&w),
         keys_expired_by_ticks: w.user.keys_expired_by_ticks,
         clock_holds: w.clock_holds,
         clock_outliers: w.clock_outliers,
         watched_swapped: w.user.watched_swapped,
         watched_aborted: w.user.watched_aborted,
+        scripts_applied: w.user.scripts_applied,
+        scripts_rerun: w.user.scripts_rerun,
         forwards_grouped: w.user.forwards_grouped,
         storage_faults: w.storage.injected,
         storage_repaired: w.storage.repaired,

@@ -51,6 +51,11 @@ pub(crate) struct KvState {
     pub queues: Option<QueueClients>,
     /// Each node slot's blocked connections (slot `id - 1`).
     pub waiters: Vec<NodeWaiters>,
+    /// The register clients also use scripts (`RunConfig::scripts`).
+    pub scripts: bool,
+    /// Scripts whose writes applied, and reruns after a change (`scripts.rs`).
+    pub scripts_applied: u64,
+    pub scripts_rerun: u64,
 }
 
 /// keel's key-value user's own events.
@@ -76,8 +81,11 @@ pub(crate) enum KvEvent {
 impl KvState {
     /// The user of a run of `params`; `queues`: with the queue workload, its clients drawn from
     /// `seed`.
-    pub fn new(params: &Params, queues: bool, seed: u64) -> Self {
+    pub fn new(params: &Params, queues: bool, scripts: bool, seed: u64) -> Self {
         KvState {
+            scripts,
+            scripts_applied: 0,
+            scripts_rerun: 0,
             served_after_waiting: 0,
             queues: queues.then(|| QueueClients::new(seed)),
             waiters: (0..params.node_count)

@@ -44,6 +44,8 @@ pub mod params;
 mod queues;
 mod restart;
 mod run;
+#[cfg(feature = "kv")]
+mod scripts;
 mod storage_faults;
 #[cfg(feature = "kv")]
 mod time;

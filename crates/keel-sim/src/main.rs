@@ -34,7 +34,7 @@ struct Args {
     /// keep-conflicting-suffix) or of the code around it (apply-snapshot-over-pending, dedup-off,
     /// storage-complete-before-sync, snapshot-resume-skips-chunk, forward-retry-new-id,
     /// keep-departed-incarnations, clock-offset-midpoint, watch-ignored,
-    /// pop-without-proposing), or of storage-damage
+    /// pop-without-proposing, script-unwatched), or of storage-damage
     /// recovery (vote-below-promise, trust-damaged-tail, recovery-never-ends,
     /// prune-bootstrap-snapshot: with --storage-faults).
     #[arg(long)]
@@ -69,6 +69,9 @@ struct Args {
     /// replays runs recorded before it existed.
     #[arg(long)]
     no_queues: bool,
+    /// Without scripts in the register clients' workload: replays runs recorded before them.
+    #[arg(long)]
+    no_scripts: bool,
     /// Worker threads (seeds are independent; output order is by seed).
     #[arg(long)]
     jobs: Option<usize>,
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
                             classic_shapes: args.classic_shapes,
                             single_forwards: args.single_forwards,
                             queues: !args.no_queues,
+                            scripts: !args.no_scripts,
                             disk_replacements: if args.unplanned_wipes {
                                 DiskReplacements::Unplanned
                             } else if args.disk_replacements {
@@ -163,6 +167,7 @@ fn main() -> ExitCode {
     let mut violations = 0;
     let (mut ops, mut expired, mut holds, mut outliers) = (0, 0, 0, 0);
     let (mut watched_swapped, mut watched_aborted, mut grouped) = (0, 0, 0);
+    let (mut scripts_applied, mut scripts_rerun) = (0, 0);
     let (mut storage_faults, mut repaired, mut damage_reports) = (0, 0, 0);
     let (mut released, mut lowered) = (0, 0);
     let mut membership = keel_sim::MembershipCoverage::default();
@@ -176,6 +181,8 @@ fn main() -> ExitCode {
         outliers += r.clock_outliers;
         watched_swapped += r.watched_swapped;
         watched_aborted += r.watched_aborted;
+        scripts_applied += r.scripts_applied;
+        scripts_rerun += r.scripts_rerun;
         grouped += r.forwards_grouped;
         storage_faults += r.storage_faults;
         repaired += r.storage_repaired;
@@ -197,6 +204,7 @@ fn main() -> ExitCode {
                 ("--storage-faults", args.storage_faults),
                 ("--no-storage-faults", args.no_storage_faults),
                 ("--no-queues", args.no_queues),
+                ("--no-scripts", args.no_scripts),
             ] {
                 if on {
                     replay.push(' ');
@@ -228,6 +236,7 @@ fn main() -> ExitCode {
         "elapsed_s={:.2} steps_per_s={:.0} seeds_per_min={:.0} client_ops={ops} \
          keys_expired_by_ticks={expired} clock_holds={holds} clock_outliers={outliers} \
          watched_swapped={watched_swapped} watched_aborted={watched_aborted} \
+         scripts_applied={scripts_applied} scripts_rerun={scripts_rerun} \
          forwards_grouped={grouped} jobs={jobs}",
         secs,
         steps as f64 / secs,

@@ -49,6 +49,10 @@ pub struct RunConfig {
     /// (`queues/`: lists as queues, blocking pops, a stream's consumer group). Off, a seed runs
     /// as it did before the workload existed (the runs `tests/simulator.rs` pins).
     pub queues: bool,
+    /// keel's key-value simulation's register clients also do their operations with scripts
+    /// (`EVAL`, run as the server runs them: `scripts.rs`). Off, a seed runs as it did before
+    /// (the runs `tests/simulator.rs` pins).
+    pub scripts: bool,
 }
 
 impl RunConfig {
@@ -66,6 +70,7 @@ impl RunConfig {
             disk_replacements: DiskReplacements::Off,
             storage_faults: crate::StorageFaults::Share,
             queues: true,
+            scripts: true,
         }
     }
 }

@@ -29,6 +29,7 @@ fn config(seed: u64, trace: bool) -> RunConfig {
         disk_replacements: DiskReplacements::Off,
         storage_faults: StorageFaults::Share,
         queues: false,
+        scripts: false,
     }
 }
 
@@ -301,6 +302,13 @@ fn catches_mutation_pop_without_proposing() {
     assert_runtime_mutation_caught("pop-without-proposing");
 }
 
+/// A script whose writes are proposed without watching the keys it read is not atomic: a write
+/// between its read and its commit is lost or overwritten, which the linearizability checker sees.
+#[test]
+fn catches_mutation_script_unwatched() {
+    assert_runtime_mutation_caught("script-unwatched");
+}
+
 /// The queue workload (on by default; the pinned runs leave it off) runs clean, and does what it
 /// is there for: elements and stream entries delivered, blocking pops served after they waited
 /// for a fill.
@@ -326,6 +334,31 @@ fn queue_workload_runs_clean_and_delivers() {
     assert!(ops > 12 * 50, "too few queue operations answered: {ops}");
     assert!(delivered > 0 && streamed > 0, "{delivered} {streamed}");
     assert!(woken > 0, "no blocking pop was served after it waited");
+}
+
+/// The register clients' scripts (on by default; the pinned runs leave them off) run clean, and
+/// do what they are there for: scripts whose writes applied, and scripts run again because a
+/// key they touched changed while they ran (the watched transaction that carries a script's
+/// writes aborted).
+#[test]
+fn script_workload_runs_clean_applies_and_reruns() {
+    let (mut applied, mut rerun) = (0, 0);
+    for seed in 3000..3012 {
+        let report = run(&RunConfig {
+            scripts: true,
+            ..config(seed, false)
+        });
+        if let Some(v) = &report.violation {
+            panic!(
+                "seed {seed}: {v}\nreplay: {}",
+                keel_sim::replay_command(seed, None, 20_000)
+            );
+        }
+        applied += report.scripts_applied;
+        rerun += report.scripts_rerun;
+    }
+    assert!(applied > 12, "too few scripts applied: {applied}");
+    assert!(rerun > 0, "no script ran again after a change");
 }
 
 /// A watched EXEC that runs although its key changed since the WATCH answers a compare-and-set

@@ -111,6 +111,8 @@ pub struct ScriptView<'a> {
     limits: ViewLimits,
     failure: Option<ViewFailure>,
     fetch: &'a mut dyn Fetch,
+    #[cfg(feature = "mutations")]
+    mutation: Option<crate::Mutation>,
 }
 
 impl<'a> ScriptView<'a> {
@@ -124,7 +126,15 @@ impl<'a> ScriptView<'a> {
             limits,
             failure: None,
             fetch,
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
+    }
+
+    /// Test-only: the simulator's deliberately broken variant ([`crate::Mutation`]).
+    #[cfg(feature = "mutations")]
+    pub fn set_mutation(&mut self, mutation: Option<crate::Mutation>) {
+        self.mutation = mutation;
     }
 
     /// Whether the script calling now may not write: a transaction runs its commands and
@@ -135,9 +145,17 @@ impl<'a> ScriptView<'a> {
 
     /// The script's effects, or why they cannot be proposed (whatever the script answered).
     pub fn finish(self) -> Result<Effects, ViewFailure> {
+        #[cfg(feature = "mutations")]
+        let mut effects = self.effects;
+        #[cfg(not(feature = "mutations"))]
+        let effects = self.effects;
+        #[cfg(feature = "mutations")]
+        if self.mutation == Some(crate::Mutation::ScriptUnwatched) {
+            effects.watched.clear();
+        }
         match self.failure {
             Some(failure) => Err(failure),
-            None => Ok(self.effects),
+            None => Ok(effects),
         }
     }
 

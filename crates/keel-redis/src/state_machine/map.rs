@@ -1,9 +1,13 @@
 //! [`Map`]: one database's map of keys to stored values, grouped by hash slot.
 //!
-//! One hash table per hash slot (`crate::slot`: CRC16 of the key or its hash tag, 16,384 slots),
-//! made on the first insert. Every operation a write or a read makes is a point operation (SET,
-//! GET, DEL, ...): the key's slot (a CRC16 over its bytes), then one probe into that slot's
-//! table. A new key costs one insert into its slot's table, not one more into an ordered index
+//! One hash table per hash slot that holds keys (`crate::slot`: CRC16 of the key or its hash
+//! tag, 16,384 slots), made on the slot's first insert and dropped when its last key goes, found
+//! through a small index of the occupied slots. Every operation a write or a read makes is a
+//! point operation (SET, GET, DEL, ...): the key's slot (a CRC16 over its bytes), one probe into
+//! the index, then one into that slot's table. The index is sparse because maps are made and
+//! copied often with few keys (a script's scratch state, a snapshot's frozen copy, each of the
+//! sixteen databases): a table for every slot up front cost 16,384 empty tables (786 KB) to make,
+//! copy and drop each time. A new key costs one insert into its slot's table, not one more into an ordered index
 //! beside it. (A B-tree of the keys kept beside the table was the largest single item of the
 //! apply threads' profile, about an eighth of their time, while `keel bench` filled a new
 //! cluster's key space.) Grouping by slot makes counting and listing the keys of one slot
@@ -19,15 +23,39 @@
 //! leaves the map in order comes from [`Map::sorted`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::key::Key;
 use super::value::Stored;
 use crate::slot::{key_slot, SLOTS};
 
+/// The index of occupied slots: a slot number (below [`SLOTS`]) spread by one multiplication.
+/// Nothing a client sends can make it slow: it holds at most [`SLOTS`] entries, whatever the keys.
+#[derive(Default)]
+struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u16(&mut self, slot: u16) {
+        self.0 = u64::from(slot).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type SlotTables = HashMap<u16, HashMap<Key, Stored>, BuildHasherDefault<SlotHasher>>;
+
 #[derive(Clone, Default)]
 pub(crate) struct Map {
-    /// The pairs, by hash slot: empty until the first insert, then [`SLOTS`] tables.
-    slots: Vec<HashMap<Key, Stored>>,
+    /// The pairs, by hash slot: a table for each slot that holds keys (none empty).
+    slots: SlotTables,
     /// How many pairs all the slots hold.
     len: usize,
     /// [`Map::used_bytes`], kept as pairs come and go.
@@ -77,12 +105,9 @@ impl Map {
         self.len == 0
     }
 
-    /// The table of `key`'s slot, if the map has tables yet.
+    /// The table of `key`'s slot, if that slot holds keys.
     fn table(&self, key: &[u8]) -> Option<&HashMap<Key, Stored>> {
-        match self.slots.is_empty() {
-            true => None,
-            false => Some(&self.slots[usize::from(key_slot(key))]),
-        }
+        self.slots.get(&key_slot(key))
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<&Stored> {
@@ -94,29 +119,27 @@ impl Map {
     }
 
     pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Stored> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        self.slots[usize::from(key_slot(key))].get_mut(key)
+        self.slots.get_mut(&key_slot(key))?.get_mut(key)
     }
 
     /// Stores `stored` under `key`, which the map does not hold.
     pub(crate) fn insert_new(&mut self, key: &[u8], stored: Stored) {
-        if self.slots.is_empty() {
-            self.slots.resize_with(SLOTS, HashMap::default);
-        }
         self.used_bytes += pair_bytes(key.len(), stored.counted_bytes() as usize);
         self.len += 1;
-        let table = &mut self.slots[usize::from(key_slot(key))];
+        let slot = key_slot(key);
+        debug_assert!(usize::from(slot) < SLOTS);
+        let table = self.slots.entry(slot).or_default();
         let replaced = table.insert(Key::new(key), stored);
         debug_assert!(replaced.is_none(), "insert_new of a key already held");
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<Stored> {
-        if self.slots.is_empty() {
-            return None;
+        let slot = key_slot(key);
+        let table = self.slots.get_mut(&slot)?;
+        let removed = table.remove(key)?;
+        if table.is_empty() {
+            self.slots.remove(&slot);
         }
-        let removed = self.slots[usize::from(key_slot(key))].remove(key)?;
         self.used_bytes -= pair_bytes(key.len(), removed.counted_bytes() as usize);
         self.len -= 1;
         Some(removed)
@@ -125,31 +148,31 @@ impl Map {
     /// Every pair, in no particular order: what the caller makes of them must not depend on it.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &Stored)> {
         self.slots
-            .iter()
+            .values()
             .flat_map(|table| table.iter())
             .map(|(key, stored)| (key.as_bytes(), stored))
     }
 
     /// Every key, in no particular order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &Key> {
-        self.slots.iter().flat_map(|table| table.keys())
+        self.slots.values().flat_map(|table| table.keys())
     }
 
     /// Runs `f` on every stored value (in no particular order: `f` must not depend on it).
     pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(&mut Stored)) {
-        for table in &mut self.slots {
+        for table in self.slots.values_mut() {
             table.values_mut().for_each(&mut f);
         }
     }
 
     /// How many keys hash slot `slot` holds (expired ones not yet removed included). O(1).
     pub(crate) fn count_in_slot(&self, slot: u16) -> usize {
-        self.slots.get(usize::from(slot)).map_or(0, HashMap::len)
+        self.slots.get(&slot).map_or(0, HashMap::len)
     }
 
     /// Up to `count` keys of hash slot `slot`, in ascending order: O(keys of that slot).
     pub(crate) fn keys_in_slot(&self, slot: u16, count: usize) -> Vec<&Key> {
-        let Some(table) = self.slots.get(usize::from(slot)) else {
+        let Some(table) = self.slots.get(&slot) else {
             return Vec::new();
         };
         let mut keys: Vec<&Key> = table.keys().collect();
@@ -161,7 +184,7 @@ impl Map {
     /// Every pair, in ascending key order (sorted now: see the module documentation).
     pub(crate) fn sorted(&self) -> Vec<(&Key, &Stored)> {
         let mut pairs: Vec<(&Key, &Stored)> =
-            self.slots.iter().flat_map(|table| table.iter()).collect();
+            self.slots.values().flat_map(|table| table.iter()).collect();
         pairs.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         pairs
     }
@@ -253,6 +276,10 @@ mod tests {
         assert_eq!(map.count_in_slot(0x31C3), 1, "123456789");
         map.remove(b"foo");
         assert_eq!(map.count_in_slot(12_182), 0);
+        assert!(
+            !map.slots.contains_key(&12_182),
+            "an emptied slot's table is dropped"
+        );
         assert_eq!(map.len(), 3);
         // Equality is by pairs, whatever tables were made.
         let mut other = Map::default();

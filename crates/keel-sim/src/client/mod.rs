@@ -15,6 +15,16 @@
 //! | write transaction          | `MULTI`, `SET k v`, `EXEC`           | write              |
 //! | read transaction           | `MULTI`, `GET k`, `EXEC`             | read               |
 //! | watched transaction        | `WATCH k`, `GET k`; then `MULTI`, `SET k v`, `EXEC` | cas (expects the value read) |
+//! | scripted read              | `EVAL_RO` of a script that `GET`s k  | read               |
+//! | scripted write             | `EVAL` of a script that `SET`s k     | write              |
+//! | scripted swap              | `EVAL`: `GET k`, then `SET k v`      | swap               |
+//! | scripted compare-and-set   | `EVAL`: `GET k` (or `EXISTS k`), `SET k v` if it matched | cas    |
+//!
+//! A script is run by its node as the server runs it (`crate::scripts`): its keys copied by a
+//! read, the script run on the copy, its writes proposed as a transaction that watches them and
+//! run again if one changed. Its request carries no id of the client's, so a script whose
+//! attempt was lost with its connection is never sent again: its outcome is unknown. With the
+//! `script-unwatched` mutation the writes are proposed unwatched, which the checker must catch.
 //!
 //! Queues, blocking pops and streams are a workload of their own, with their own clients and
 //! checker (`queues/`).
@@ -48,10 +58,12 @@ use rand::Rng;
 
 use crate::connection::{Connections, Frame, Owner};
 
+mod scripted;
 mod watched;
 use crate::history::{History, Key, OpKind, OpResult, Value};
 use crate::kv_user::KvState;
 use crate::world::{Event, World};
+use scripted::script_requests;
 use watched::{watched_requests, Watch};
 
 /// Most operations a client sends in one pipeline.
@@ -75,6 +87,8 @@ enum Form {
     Transaction,
     /// `WATCH k`, `GET k`, then `MULTI`, `SET k v`, `EXEC` (see the module documentation).
     Watched,
+    /// `EVAL` (`EVAL_RO` for a read) of a script that does the operation (`script_requests`).
+    Script,
 }
 
 #[derive(Clone, Debug)]
@@ -91,7 +105,7 @@ struct ClientOp {
     key_arg: Bytes,
     value_arg: Option<Bytes>,
     expected_arg: Option<Bytes>,
-    /// A watched transaction's state (`Idle` for every other form).
+    /// A watched transaction's state; a script's is `Sent` once it left (`Idle` for every other form).
     watch: Watch,
 }
 
@@ -242,6 +256,23 @@ impl Clients {
     }
 }
 
+/// Before an attempt: an operation whose last attempt was lost with its connection after its
+/// `EXEC` (or script) left may have applied, and a retry would expect another value (or apply
+/// twice): it ends with an unknown outcome. A watched read carries over only to the connection
+/// that answered it (`continues`).
+fn end_lost_attempts(ops: &mut [ClientOp], continues: bool, history: &mut History, now: u64) {
+    for op in ops.iter_mut().filter(|op| !op.done) {
+        match op.watch {
+            Watch::Sent => {
+                op.done = true;
+                history.complete(op.history_index, OpResult::Unknown, now);
+            }
+            Watch::Read(_) if continues => {}
+            _ => op.watch = Watch::Idle,
+        }
+    }
+}
+
 fn decimal(n: u64) -> Bytes {
     Bytes::from(n.to_string())
 }
@@ -269,8 +300,10 @@ fn requests(
     awaited: &mut VecDeque<Awaited>,
     at: usize,
 ) {
-    if op.form == Form::Watched {
-        return watched_requests(op, frames, awaited, at);
+    match op.form {
+        Form::Watched => return watched_requests(op, frames, awaited, at),
+        Form::Script => return script_requests(op, frames, awaited, at),
+        Form::Plain | Form::Transaction => {}
     }
     let word = |w: &'static str| Bytes::from_static(w.as_bytes());
     let key = || op.key_arg.clone();
@@ -303,7 +336,7 @@ fn requests(
                 given_id: op.id,
             });
         }
-        Form::Watched => unreachable!("sent by watched_requests"),
+        Form::Watched | Form::Script => unreachable!("sent by their own functions"),
         Form::Transaction => {
             frames.push_back(Frame::new(vec![Bytes::from_static(b"MULTI")]));
             awaited.push_back(Awaited::Multi);
@@ -353,6 +386,13 @@ fn result_of(op: &Answered, reply: &Reply) -> Result<OpResult, String> {
         {
             Some(OpResult::CasSwapped)
         }
+        (Form::Script, OpKind::Read, value) => Some(OpResult::Read(register_value(op.key, value)?)),
+        (Form::Script, OpKind::Write(_), r) if ok(r) => Some(OpResult::Written),
+        (Form::Script, OpKind::Swap(_), old) => {
+            Some(OpResult::Swapped(register_value(op.key, old)?))
+        }
+        (Form::Script, OpKind::Cas { .. }, Reply::Integer(1)) => Some(OpResult::CasSwapped),
+        (Form::Script, OpKind::Cas { .. }, Reply::Integer(0)) => Some(OpResult::CasFailed),
         (Form::Transaction, kind, Reply::Array(replies)) => match (kind, &replies[..]) {
             (OpKind::Read, [value]) => Some(OpResult::Read(register_value(op.key, value)?)),
             (OpKind::Write(_), [r]) if ok(r) => Some(OpResult::Written),
@@ -464,6 +504,20 @@ impl World<KvState> {
                 16..=17 => (OpKind::Swap(unique), Form::Transaction),
                 18 => (OpKind::Write(unique), Form::Transaction),
                 19 => (OpKind::Read, Form::Transaction),
+                // A script waits for everything before it in its pipeline, and everything after
+                // it waits for its answer, as on the server.
+                _ if self.user.scripts && (!may_watch || self.rng.random_bool(0.5)) => {
+                    let kind = match self.rng.random_range(0..4) {
+                        0 => OpKind::Read,
+                        1 => OpKind::Write(unique),
+                        2 => OpKind::Swap(unique),
+                        _ => OpKind::Cas {
+                            expected: client.seen.get(&key).copied().flatten(),
+                            new: unique,
+                        },
+                    };
+                    (kind, Form::Script)
+                }
                 // Its expected value is the one read under the watch (`Watch::Read`).
                 _ if may_watch => (
                     OpKind::Cas {
@@ -475,7 +529,9 @@ impl World<KvState> {
                 _ => (OpKind::Read, Form::Plain),
             };
             // Everything that goes through the log is proposed under an id.
-            let logged = kind != OpKind::Read || form == Form::Transaction;
+            // (A script's writes are proposed by its node, under an id of the node's choosing.)
+            let logged =
+                form != Form::Script && (kind != OpKind::Read || form == Form::Transaction);
             let id = logged.then_some(RequestId {
                 client_id: client.id,
                 seq: client.seq,
@@ -553,18 +609,7 @@ impl World<KvState> {
         // A watch lives on the connection that answered it: a transaction sent on another one
         // would run unwatched, so the watch starts over there.
         let continues = std::mem::take(&mut p.watch_continues) && reused;
-        for op in p.ops.iter_mut().filter(|op| !op.done) {
-            match op.watch {
-                // Its EXEC's attempt was lost with its connection: it may have applied, and a
-                // retry would expect another value.
-                Watch::Sent => {
-                    op.done = true;
-                    history.complete(op.history_index, OpResult::Unknown, self.now);
-                }
-                Watch::Read(_) if continues => {}
-                _ => op.watch = Watch::Idle,
-            }
-        }
+        end_lost_attempts(&mut p.ops, continues, history, self.now);
         if p.ops.iter().all(|op| op.done) {
             client.pipeline = None;
             client.generation += 1;
@@ -573,6 +618,11 @@ impl World<KvState> {
         }
         for (at, op) in p.ops.iter_mut().enumerate().filter(|(_, op)| !op.done) {
             requests(op, input, &mut p.awaited, at);
+            if op.form == Form::Script {
+                // Without an id of the client's: once sent, it is never sent again (a lost
+                // attempt may have applied), unless refused before anything was proposed.
+                op.watch = Watch::Sent;
+            }
             if let Watch::Read(expected) = op.watch {
                 // The compare-and-set starts now, expecting what the watch's read saw.
                 let OpKind::Cas { new, .. } = op.kind else {
@@ -688,6 +738,9 @@ impl World<KvState> {
             }
             if op.form == Form::Watched {
                 return self.watched_exec_refused(c, at, error.to_string());
+            }
+            if op.form == Form::Script {
+                return self.script_refused(c, at, error.to_string());
             }
             return self.refused(c, error);
         }
