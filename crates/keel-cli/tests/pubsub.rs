@@ -2,7 +2,9 @@
 //! subscriber on every node receives what is published on a follower and on the leader, in order
 //! per publishing connection, by channel and by pattern, in RESP2 and as RESP3 pushes; PUBSUB
 //! answers about each node's own subscribers; a subscriber that stops reading is disconnected;
-//! redis-py's `pubsub()` works against a follower.
+//! redis-py's `pubsub()` works against a follower. Keyspace notifications: a follower's
+//! subscriber hears the events of the writes made through the leader (expiry included), once,
+//! and a restarted node does not fire again the events of the entries it replays.
 
 mod process;
 
@@ -159,6 +161,79 @@ fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
     );
     let smessage = ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n";
     assert_eq!(three.read_one("a pushed message"), smessage);
+}
+
+/// A subscriber on node `port` to every keyspace and keyevent channel, with `flags` set there.
+fn keyspace_subscriber(port: u16, flags: &str) -> Raw {
+    let set = raw_request(port, &["CONFIG", "SET", "notify-keyspace-events", flags]);
+    assert_eq!(set.unwrap(), Reply::OK);
+    let mut subscriber = Raw::connect(port);
+    let psub = subscriber.request_args(&["PSUBSCRIBE", "__key*__:*"]);
+    assert_eq!(
+        psub,
+        "*3\r\n$10\r\npsubscribe\r\n$10\r\n__key*__:*\r\n:1\r\n"
+    );
+    subscriber
+}
+
+/// The next two messages of `subscriber`: `event` on `key`'s keyspace channel, then `key` on
+/// `event`'s keyevent channel (database 0).
+fn next_event(subscriber: &mut Raw, event: &str, key: &str) {
+    let keyspace = subscriber.read_one(&format!("keyspace {event} {key}"));
+    assert_eq!(
+        keyspace,
+        pmessage("__key*__:*", &format!("__keyspace@0__:{key}"), event)
+    );
+    let keyevent = subscriber.read_one(&format!("keyevent {event} {key}"));
+    assert_eq!(
+        keyevent,
+        pmessage("__key*__:*", &format!("__keyevent@0__:{event}"), key)
+    );
+}
+
+#[test]
+fn keyspace_events_reach_a_followers_subscribers_and_are_not_fired_again_on_restart() {
+    let (mut cluster, leader, followers) = three_nodes("pubsub-keyspace", &[]);
+    let follower = followers[0];
+    let mut subscriber = keyspace_subscriber(cluster.node(follower).client_port, "KEA");
+    let mut writer = Raw::connect(cluster.node(leader).client_port);
+    assert_eq!(writer.request("SET foo bar"), "+OK\r\n");
+    assert_eq!(writer.request("PSETEX tmp 100 x"), "+OK\r\n");
+    next_event(&mut subscriber, "set", "foo");
+    next_event(&mut subscriber, "set", "tmp");
+    next_event(&mut subscriber, "expire", "tmp");
+    // Removed by the leader's tick entry, applied on the follower too.
+    next_event(&mut subscriber, "expired", "tmp");
+    assert_eq!(writer.request("RPUSH q a b"), ":2\r\n");
+    assert_eq!(writer.request("LPOP q 2"), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+    next_event(&mut subscriber, "rpush", "q");
+    next_event(&mut subscriber, "lpop", "q");
+    next_event(&mut subscriber, "del", "q");
+    // Only the classes set: with `Kl`, a string write fires nothing, a list write its event.
+    let mut lists_only = keyspace_subscriber(cluster.node(leader).client_port, "Kl");
+    writer.request("SET s 1");
+    writer.request("LPUSH q x");
+    let got = lists_only.read_one("the lpush event");
+    assert_eq!(got, pmessage("__key*__:*", "__keyspace@0__:q", "lpush"));
+    drop(lists_only);
+
+    // A restart replays the log: none of those entries fires again.
+    for i in 0..20 {
+        writer.request_args(&["SET", &format!("k{i}"), "v"]);
+    }
+    drop(subscriber);
+    let node = cluster.node_mut(follower);
+    node.kill();
+    node.spawn();
+    let port = cluster.node(follower).client_port;
+    eventually("the restarted follower serves", || {
+        raw_request(port, &["PING"])
+            .ok()
+            .filter(|r| *r == Reply::PONG)
+    });
+    let mut subscriber = keyspace_subscriber(port, "KEA");
+    assert_eq!(writer.request("SET after 1"), "+OK\r\n");
+    next_event(&mut subscriber, "set", "after");
 }
 
 #[test]

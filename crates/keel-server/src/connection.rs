@@ -164,7 +164,11 @@ pub(super) async fn serve_connection(
             .with_monitor_limit(ctx.client_limits.output_buffer_bytes)
             .with_pubsub(Arc::clone(&ctx.pubsub))
             .with_stats(Arc::clone(&ctx.server_stats)),
-        pipeline: Pipeline::new(random_client_id()),
+        pipeline: {
+            let mut pipeline = Pipeline::new(random_client_id());
+            pipeline.set_pubsub(Arc::clone(&ctx.pubsub));
+            pipeline
+        },
         forward: leader_link::Forwarder::new(
             ctx.catch_up.timeout,
             ctx.requirepass.clone(),

@@ -47,7 +47,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use keel_engine::ClientError;
 
-use super::{ClientConnection, Dispatch, LocalStats, ServerStats};
+use super::{ClientConnection, Dispatch, LocalStats, Publishes, ServerStats};
 use crate::forwarding::{write_reply, Forwarded};
 use keel_redis::command::{self, AdminCommand, QueuedCommand, ReadCommand};
 use keel_redis::state_machine::{LogCommand, LoggedCommand};
@@ -250,6 +250,8 @@ enum Origin {
         request: WriteRequest,
         /// An EXEC's replies answered by this node, spliced into the applied array.
         local_replies: Vec<(usize, Reply)>,
+        /// An EXEC's messages, published here once it applied (taken then: at most once).
+        publishes: Publishes,
         /// The database it runs in (what forwarding it selects on the leader).
         db: u32,
     },
@@ -323,6 +325,9 @@ pub struct Pipeline<W, R> {
     /// waits within a burst, and a clock read per request and per reply was a measurable share
     /// of a pipelined request's cost. Forgotten whenever the shell is told to wait.
     meter_clock: Option<Instant>,
+    /// Where an EXEC's PUBLISHes go once it applied (the node's pub/sub; none: they are
+    /// answered 0 and published nowhere, as in the simulator).
+    pubsub: Option<Arc<crate::pubsub::PubSub>>,
 }
 
 impl<W, R> Pipeline<W, R> {
@@ -338,6 +343,7 @@ impl<W, R> Pipeline<W, R> {
             db: 0,
             resolving_db: 0,
             announced_id: None,
+            pubsub: None,
             stats: None,
             local_stats: LocalStats::default(),
             meter_clock: None,
@@ -482,14 +488,14 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Write(command) => self.push_write(
                 LoggedCommand::Write(command),
                 WriteRequest::Write(args),
-                Vec::new(),
+                (Vec::new(), Publishes::default()),
                 given_id,
                 meter,
             ),
             Dispatch::Exec(transaction) => self.push_write(
                 transaction.logged(),
                 WriteRequest::Exec(transaction.forwarded_requests()),
-                transaction.local_replies,
+                (transaction.local_replies, transaction.publishes),
                 given_id,
                 meter,
             ),
@@ -518,7 +524,7 @@ impl<W, R> Pipeline<W, R> {
         &mut self,
         command: LoggedCommand,
         request: WriteRequest,
-        local_replies: Vec<(usize, Reply)>,
+        (local_replies, publishes): (Vec<(usize, Reply)>, Publishes),
         given_id: Option<RequestId>,
         meter: Option<Meter>,
     ) {
@@ -545,6 +551,7 @@ impl<W, R> Pipeline<W, R> {
                 id,
                 request,
                 local_replies,
+                publishes,
                 db: self.db,
             },
             progress: Progress::Unproposed(entry),
@@ -604,12 +611,35 @@ impl<W, R> Pipeline<W, R> {
     /// The outcome of write `slot`: its entry applied with `Ok(result)`, or the node refused it.
     /// Outcomes of requests no longer waiting are ignored.
     pub fn settle_write(&mut self, slot: u64, outcome: Result<Bytes, ClientError>) {
-        let local_replies = match self.slot_mut(slot).map(|s| &s.origin) {
-            Some(Origin::Write { local_replies, .. }) => local_replies.as_slice(),
-            _ => &[],
+        let pubsub = self.pubsub.clone();
+        let (local_replies, publishes) = match self.slot_mut(slot).map(|s| &mut s.origin) {
+            Some(Origin::Write {
+                local_replies,
+                publishes,
+                ..
+            }) => (local_replies.as_slice(), std::mem::take(publishes)),
+            _ => (&[][..], Publishes::default()),
         };
-        let outcome = outcome.map(|applied| super::splice(write_reply(&applied), local_replies));
+        let outcome = outcome.map(|applied| {
+            let applied = write_reply(&applied);
+            let replies = match &pubsub {
+                Some(pubsub) => publishes.publish(pubsub, &applied, local_replies),
+                None if !publishes.is_empty() => {
+                    let mut replies = local_replies.to_vec();
+                    replies.extend(publishes.unpublished());
+                    replies.sort_by_key(|(position, _)| *position);
+                    replies
+                }
+                None => return super::splice(applied, local_replies),
+            };
+            super::splice(applied, &replies)
+        });
         self.settle(slot, outcome);
+    }
+
+    /// Publishes the messages of the transactions this connection runs through `pubsub`.
+    pub fn set_pubsub(&mut self, pubsub: Arc<crate::pubsub::PubSub>) {
+        self.pubsub = Some(pubsub);
     }
 
     /// The outcome of request `slot` (a read's, or one whose handle was lost): its reply, or the
