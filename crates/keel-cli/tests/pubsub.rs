@@ -4,7 +4,9 @@
 //! answers about each node's own subscribers; a subscriber that stops reading is disconnected;
 //! redis-py's `pubsub()` works against a follower. Keyspace notifications: a follower's
 //! subscriber hears the events of the writes made through the leader (expiry included), once,
-//! and a restarted node does not fire again the events of the entries it replays.
+//! and a restarted node does not fire again the events of the entries it replays. PUBLISH inside
+//! MULTI ... EXEC and from a script is delivered once, to every node's subscribers, when the
+//! transaction or script applies.
 
 mod process;
 
@@ -234,6 +236,67 @@ fn keyspace_events_reach_a_followers_subscribers_and_are_not_fired_again_on_rest
     let mut subscriber = keyspace_subscriber(port, "KEA");
     assert_eq!(writer.request("SET after 1"), "+OK\r\n");
     next_event(&mut subscriber, "set", "after");
+}
+
+#[test]
+fn publish_inside_exec_and_from_scripts_is_delivered_once_when_it_applies() {
+    let (cluster, leader, followers) = three_nodes("pubsub-exec", &[]);
+    let port = |id: u64| cluster.node(id).client_port;
+    let mut on_leader = Raw::connect(port(leader));
+    assert_eq!(
+        on_leader.request_args(&["SUBSCRIBE", "jobs"]),
+        message_count("subscribe", "jobs", 1)
+    );
+    let mut on_follower = Raw::connect(port(followers[1]));
+    on_follower.request_args(&["SUBSCRIBE", "jobs"]);
+    // On a follower (forwarded to the leader, which publishes once it applied) and on the
+    // leader: the reply counts the receivers on the node that published.
+    for (id, tag) in [(followers[0], "f"), (leader, "l")] {
+        let mut client = Raw::connect(port(id));
+        assert_eq!(client.request("MULTI"), "+OK\r\n");
+        assert_eq!(client.request("SET done 1"), "+QUEUED\r\n");
+        let queued = client.request_args(&["PUBLISH", "jobs", tag]);
+        assert_eq!(queued, "+QUEUED\r\n");
+        assert_eq!(client.request("GET done"), "+QUEUED\r\n");
+        // Published by the leader either way (a follower forwards the transaction): its one
+        // subscriber is what is counted.
+        let exec = client.request("EXEC");
+        assert_eq!(exec, "*3\r\n+OK\r\n:1\r\n$1\r\n1\r\n", "EXEC on node {id}");
+        for subscriber in [&mut on_leader, &mut on_follower] {
+            assert_eq!(
+                subscriber.read_one("the message"),
+                message('*', "jobs", tag)
+            );
+        }
+    }
+    // A transaction that aborts (a watched key changed) publishes nothing.
+    let mut watcher = Raw::connect(port(leader));
+    watcher.request("WATCH w");
+    raw_request(port(leader), &["SET", "w", "changed"]).unwrap();
+    watcher.request("MULTI");
+    watcher.request_args(&["PUBLISH", "jobs", "aborted"]);
+    assert_eq!(watcher.request("EXEC"), "*-1\r\n");
+    // From a script, run on the leader whichever node it was sent to: once, after its write.
+    let script = "redis.call('set', KEYS[1], 'x'); return redis.call('publish', 'jobs', ARGV[1])";
+    let mut client = Raw::connect(port(followers[0]));
+    let ran = client.request_args(&["EVAL", script, "1", "k", "from-a-script"]);
+    assert_eq!(ran, ":0\r\n");
+    for subscriber in [&mut on_leader, &mut on_follower] {
+        let got = subscriber.read_one("the script's message");
+        assert_eq!(got, message('*', "jobs", "from-a-script"));
+    }
+    // Nothing else was delivered: the next message is the next one published.
+    raw_request(port(leader), &["PUBLISH", "jobs", "last"]).unwrap();
+    for subscriber in [&mut on_leader, &mut on_follower] {
+        assert_eq!(
+            subscriber.read_one("the last message"),
+            message('*', "jobs", "last")
+        );
+    }
+}
+
+fn message_count(kind: &str, channel: &str, count: u32) -> String {
+    format!("*3\r\n{}{}:{count}\r\n", bulk(kind), bulk(channel))
 }
 
 #[test]
