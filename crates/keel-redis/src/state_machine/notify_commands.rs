@@ -276,7 +276,7 @@ fn moved_events(command: &WriteCommand, outcome: Outcome, w: &mut Watched) {
     }
 }
 
-fn collection_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
+fn list_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
     use CollectionWrite as W;
     match op {
         W::Push { key, end, .. } if positive(outcome) => w.push(LIST, push_event(*end), key),
@@ -296,6 +296,24 @@ fn collection_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
             w.push(LIST, push_event(*to), destination);
             w.push_then_del(LIST, pop_event(*from), source);
         }
+        W::SortStore { destination, .. } => {
+            stored(w, positive(outcome), LIST, "sortstore", destination);
+        }
+        _ => {}
+    }
+}
+
+fn collection_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
+    use CollectionWrite as W;
+    match op {
+        W::Push { .. }
+        | W::Pop { .. }
+        | W::LSet { .. }
+        | W::LRem { .. }
+        | W::LTrim { .. }
+        | W::LInsert { .. }
+        | W::LMove { .. }
+        | W::SortStore { .. } => list_events(op, outcome, w),
         W::HSet { key, reply, .. } if *reply != HSetReply::IfNew || outcome == Outcome::Int(1) => {
             w.push(HASH, "hset", key);
         }
@@ -325,9 +343,6 @@ fn collection_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
             store_event(*algebra),
             destination,
         ),
-        W::SortStore { destination, .. } => {
-            stored(w, positive(outcome), LIST, "sortstore", destination);
-        }
         W::SPop { key, .. } if served(outcome) => w.push_then_del(SET, "spop", key),
         W::BlockingPop(pop) if served(outcome) => {
             let Some(key) = pop.keys.iter().find(|k| w.changed(k)).cloned() else {

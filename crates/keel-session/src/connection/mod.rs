@@ -352,6 +352,9 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
     }
 }
 
+/// What a pub/sub command would answer were it ever answered as another local command.
+const PUBSUB_ELSEWHERE: &str = "ERR internal error: a pub/sub command reached the wrong handler";
+
 /// Redis's words for a command before AUTH.
 const NOAUTH: &str = "NOAUTH Authentication required.";
 const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, \
@@ -885,13 +888,8 @@ impl ClientConnection {
             "a command that changes the connection is not answered inside a transaction"
         );
         match command {
-            // Answered by `dispatch_pubsub` before parsing; here only for completeness.
-            LocalCommand::Publish {
-                shard,
-                channel,
-                message,
-            } => self.publish(shard, &channel, &message),
-            LocalCommand::PubSub => Reply::error("ERR pub/sub commands are answered first"),
+            // `dispatch_pubsub` answers them before parsing, `dispatch_queued` inside MULTI.
+            LocalCommand::Publish { .. } | LocalCommand::PubSub => Reply::error(PUBSUB_ELSEWHERE),
             LocalCommand::Ping(None) => Reply::PONG,
             LocalCommand::Ping(Some(message)) | LocalCommand::Echo(message) => Reply::Bulk(message),
             LocalCommand::Hello(hello) => self.hello(hello),

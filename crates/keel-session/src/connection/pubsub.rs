@@ -296,7 +296,7 @@ impl ClientConnection {
         Reply::Several(confirmations)
     }
 
-    pub(super) fn publish(&mut self, shard: bool, channel: &Bytes, message: &Bytes) -> Reply {
+    fn publish(&mut self, shard: bool, channel: &Bytes, message: &Bytes) -> Reply {
         let publish = Publish {
             shard,
             channel: channel.clone(),
