@@ -293,10 +293,6 @@ async fn close_gracefully(stream: &mut TcpStream, last: &[u8]) {
 }
 
 impl Session<'_> {
-    fn is_resp3(&self) -> bool {
-        self.connection.protocol() == keel_resp::ProtocolVersion::Resp3
-    }
-
     /// Whether this connection is another node's forwarding connection.
     fn is_forwarding(&self) -> bool {
         is_forwarding(&self.connection)
