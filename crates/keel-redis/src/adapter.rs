@@ -413,6 +413,53 @@ mod tests {
         );
     }
 
+    /// A listener that hears entries past `live_after`.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        live_after: std::sync::atomic::AtomicU64,
+        heard: Mutex<Vec<(u64, String)>>,
+        applying: std::sync::atomic::AtomicU64,
+    }
+
+    impl KeyEventsListener for Recorder {
+        fn listening(&self, index: u64) -> bool {
+            self.applying.store(index, Ordering::Relaxed);
+            index > self.live_after.load(Ordering::Relaxed)
+        }
+
+        fn events(&self, events: Vec<crate::notify::KeyEvent>) {
+            let index = self.applying.load(Ordering::Relaxed);
+            let mut heard = self.heard.lock().unwrap();
+            heard.extend(events.into_iter().map(|e| (index, e.event.to_string())));
+        }
+    }
+
+    #[test]
+    fn key_events_reach_the_listener_only_for_the_entries_it_listens_to() {
+        let recorder = Arc::new(Recorder::default());
+        recorder.live_after.store(1, Ordering::Relaxed);
+        let mut a = KvAdapter::new(KvStateMachine::new())
+            .with_key_events_listener(Arc::clone(&recorder) as Arc<dyn KeyEventsListener>);
+        for (index, key) in [(1, "replayed"), (2, "live")] {
+            let set = WriteCommand::Set {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                value: Bytes::from_static(b"v"),
+                condition: SetCondition::Always,
+            };
+            let entry = LogCommand::new(7, index, 0, set).encode();
+            a.apply(keel_core::LogId::new(1, index), &entry)
+                .expect("applies");
+        }
+        let heard = recorder.heard.lock().unwrap().clone();
+        assert_eq!(heard, [(2, "new".to_string()), (2, "set".to_string())]);
+        // A restore fires nothing, whatever it brings.
+        let mut bytes = Vec::new();
+        a.snapshot_view().write_to(&mut bytes).unwrap();
+        a.restore(keel_core::LogId::new(1, 2), &mut &bytes[..])
+            .expect("restores");
+        assert_eq!(recorder.heard.lock().unwrap().len(), 2);
+    }
+
     /// The simulator's `dedup-off` mutation: the same request id applies twice.
     #[cfg(feature = "mutations")]
     #[test]
