@@ -227,7 +227,7 @@ impl KvStateMachine {
             first
         });
         let before: Vec<Probe> = keys.iter().map(|(d, k)| self.probe(*d, k)).collect();
-        let streams = commands::consumers_of(self, command);
+        let streams = commands::streams_before(self, command);
         let answer = self.execute(command);
         let after: Vec<Probe> = keys.iter().map(|(d, k)| self.probe(*d, k)).collect();
         let mut watched = Watched {

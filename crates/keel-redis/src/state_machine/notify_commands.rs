@@ -7,7 +7,7 @@ use crate::command::blocking::{PopShape, PopSource};
 use crate::command::{CollectionWrite, Expiry, HSetReply, StreamWrite, WriteCommand, ZSetWrite};
 use crate::notify::{GENERIC, HASH, LIST, SET, STREAM, STRING, ZSET};
 use crate::state_machine::KvStateMachine;
-use keel_redis_types::stream::Stream;
+use keel_redis_types::stream::{Stream, StreamId};
 
 /// The keys `command` may change, with their databases (repeats removed by the caller).
 pub(super) fn keys_of(command: &WriteCommand, db: u32) -> Vec<(u32, Bytes)> {
@@ -117,15 +117,41 @@ fn stream_keys(op: &StreamWrite) -> Vec<Bytes> {
     }
 }
 
-/// For a write that may create or delete a stream consumer: each stream it names, with whether
-/// the consumer it names was there before the write.
-pub(super) fn consumers_of(sm: &KvStateMachine, command: &WriteCommand) -> Vec<(Bytes, bool)> {
+/// What a stream write's events depend on, read before it runs.
+#[derive(Debug, Default)]
+pub(super) struct StreamsBefore {
+    /// For a write that may create or delete a consumer: each stream it names, with whether the
+    /// consumer it names was there.
+    consumers: Vec<(Bytes, bool)>,
+    /// For XADD with MAXLEN or MINID: the stream's first entry (a trim moves it).
+    first_id: Option<StreamId>,
+}
+
+pub(super) fn streams_before(sm: &KvStateMachine, command: &WriteCommand) -> StreamsBefore {
     let WriteCommand::Collection(typed) = command else {
-        return Vec::new();
+        return StreamsBefore::default();
     };
     let CollectionWrite::Stream(op) = &typed.op else {
-        return Vec::new();
+        return StreamsBefore::default();
     };
+    let first_id = match op {
+        StreamWrite::Add {
+            key, trim: Some(_), ..
+        } => first_id(sm, key),
+        _ => None,
+    };
+    StreamsBefore {
+        consumers: consumers_of(sm, op),
+        first_id,
+    }
+}
+
+fn first_id(sm: &KvStateMachine, key: &[u8]) -> Option<StreamId> {
+    let stream = sm.collection::<Stream>(key).ok().flatten()?;
+    Some(stream.first_id())
+}
+
+fn consumers_of(sm: &KvStateMachine, op: &StreamWrite) -> Vec<(Bytes, bool)> {
     let named = |key: &Bytes, group: &Bytes, consumer: &Bytes| {
         (key.clone(), has_consumer(sm, key, group, consumer))
     };
@@ -160,13 +186,13 @@ pub(super) fn consumers_of(sm: &KvStateMachine, command: &WriteCommand) -> Vec<(
     }
 }
 
-/// Notes in `w` the events of `command`, which answered `outcome`; `consumers` is what
-/// [`consumers_of`] found before it ran.
+/// Notes in `w` the events of `command`, which answered `outcome`; `before` is what
+/// [`streams_before`] found before it ran.
 pub(super) fn events(
     sm: &KvStateMachine,
     command: &WriteCommand,
     outcome: Outcome,
-    consumers: &[(Bytes, bool)],
+    before: &StreamsBefore,
     w: &mut Watched,
 ) {
     if outcome == Outcome::Error {
@@ -174,7 +200,7 @@ pub(super) fn events(
     }
     match command {
         WriteCommand::Collection(typed) => match &typed.op {
-            CollectionWrite::Stream(op) => stream_events(sm, op, outcome, consumers, w),
+            CollectionWrite::Stream(op) => stream_events(sm, op, outcome, before, w),
             CollectionWrite::ZSet(op) => zset_events(op, outcome, w),
             op => collection_events(op, outcome, w),
         },
@@ -396,12 +422,23 @@ fn stream_events(
     sm: &KvStateMachine,
     op: &StreamWrite,
     outcome: Outcome,
-    consumers: &[(Bytes, bool)],
+    before: &StreamsBefore,
     w: &mut Watched,
 ) {
     let ok = outcome == Outcome::Ok;
+    let consumers = before.consumers.as_slice();
     match op {
-        StreamWrite::Add { key, .. } if served(outcome) => w.push(STREAM, "xadd", key),
+        StreamWrite::Add { key, trim, .. } if served(outcome) => {
+            w.push(STREAM, "xadd", key);
+            // Trimmed from the front: its first entry moved (Redis fires xtrim after xadd).
+            if trim.is_some()
+                && before
+                    .first_id
+                    .is_some_and(|f| first_id(sm, key) != Some(f))
+            {
+                w.push(STREAM, "xtrim", key);
+            }
+        }
         StreamWrite::Trim { key, .. } if positive(outcome) => w.push(STREAM, "xtrim", key),
         StreamWrite::Del { key, .. } if positive(outcome) => w.push(STREAM, "xdel", key),
         StreamWrite::SetId { key, .. } if ok => w.push(STREAM, "xsetid", key),

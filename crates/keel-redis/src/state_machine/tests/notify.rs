@@ -215,6 +215,9 @@ fn streams_fire_group_and_consumer_events() {
                 "XGROUP DELCONSUMER s g Bob",
                 "XDEL s 1-1",
                 "XSETID s 5-0",
+                "XADD s 6-0 f B",
+                "XADD s MAXLEN 1 7-0 f C",
+                "XADD s MAXLEN 5 8-0 f D",
             ]
         ),
         [
@@ -227,6 +230,10 @@ fn streams_fire_group_and_consumer_events() {
             "xgroup-delconsumer s",
             "xdel s",
             "xsetid s",
+            "xadd s",
+            "xadd s",
+            "xtrim s",
+            "xadd s",
         ]
     );
 }
