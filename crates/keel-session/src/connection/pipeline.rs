@@ -621,18 +621,7 @@ impl<W, R> Pipeline<W, R> {
             _ => (&[][..], Publishes::default()),
         };
         let outcome = outcome.map(|applied| {
-            let applied = write_reply(&applied);
-            let replies = match &pubsub {
-                Some(pubsub) => publishes.publish(pubsub, &applied, local_replies),
-                None if !publishes.is_empty() => {
-                    let mut replies = local_replies.to_vec();
-                    replies.extend(publishes.unpublished());
-                    replies.sort_by_key(|(position, _)| *position);
-                    replies
-                }
-                None => return super::splice(applied, local_replies),
-            };
-            super::splice(applied, &replies)
+            publishes.splice(pubsub.as_deref(), write_reply(&applied), local_replies)
         });
         self.settle(slot, outcome);
     }

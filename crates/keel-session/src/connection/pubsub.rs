@@ -129,6 +129,30 @@ impl Publishes {
         replies
     }
 
+    /// EXEC's reply: `applied` with the local replies and, if it applied, each message's
+    /// receivers put in their places, its messages published through `pubsub` (none: answered
+    /// as published to no one).
+    pub fn splice(
+        &self,
+        pubsub: Option<&crate::pubsub::PubSub>,
+        applied: Reply,
+        local_replies: &[(usize, Reply)],
+    ) -> Reply {
+        if self.is_empty() {
+            return super::splice(applied, local_replies);
+        }
+        let replies = match pubsub {
+            Some(pubsub) => self.publish(pubsub, &applied, local_replies),
+            None => {
+                let mut replies = local_replies.to_vec();
+                replies.extend(self.unpublished());
+                replies.sort_by_key(|(position, _)| *position);
+                replies
+            }
+        };
+        super::splice(applied, &replies)
+    }
+
     /// Each message as a reply of 0 receivers: for a transaction proposed again where the
     /// messages cannot be published (at most once: they are lost).
     pub fn unpublished(&self) -> Vec<(usize, Reply)> {
