@@ -325,9 +325,8 @@ pub struct Pipeline<W, R> {
     /// waits within a burst, and a clock read per request and per reply was a measurable share
     /// of a pipelined request's cost. Forgotten whenever the shell is told to wait.
     meter_clock: Option<Instant>,
-    /// Where an EXEC's PUBLISHes go once it applied (the node's pub/sub; none: they are
-    /// answered 0 and published nowhere, as in the simulator).
-    pubsub: Option<Arc<crate::pubsub::PubSub>>,
+    /// Where an EXEC's PUBLISHes go once it applied (none: answered 0, published nowhere).
+    pub(super) pubsub: Option<Arc<crate::pubsub::PubSub>>,
 }
 
 impl<W, R> Pipeline<W, R> {
@@ -609,26 +608,30 @@ impl<W, R> Pipeline<W, R> {
     }
 
     /// The outcome of write `slot`: its entry applied with `Ok(result)`, or the node refused it.
-    /// Outcomes of requests no longer waiting are ignored.
+    /// Outcomes of requests no longer waiting are ignored (and publish nothing: at most once).
     pub fn settle_write(&mut self, slot: u64, outcome: Result<Bytes, ClientError>) {
         let pubsub = self.pubsub.clone();
-        let (local_replies, publishes) = match self.slot_mut(slot).map(|s| &mut s.origin) {
-            Some(Origin::Write {
-                local_replies,
-                publishes,
-                ..
-            }) => (local_replies.as_slice(), std::mem::take(publishes)),
-            _ => (&[][..], Publishes::default()),
+        let Some(Slot {
+            origin:
+                Origin::Write {
+                    local_replies,
+                    publishes,
+                    ..
+                },
+            progress,
+            ..
+        }) = self.slot_mut(slot)
+        else {
+            return self.settle(slot, outcome.map(|result| write_reply(&result)));
         };
-        let outcome = outcome.map(|applied| {
-            publishes.splice(pubsub.as_deref(), write_reply(&applied), local_replies)
-        });
+        let waiting = matches!(progress, Progress::Waiting(_) | Progress::Proposing);
+        let publishes = match outcome.is_ok() && waiting {
+            true => std::mem::take(publishes),
+            false => Publishes::default(),
+        };
+        let outcome = outcome
+            .map(|result| publishes.splice(pubsub.as_deref(), write_reply(&result), local_replies));
         self.settle(slot, outcome);
-    }
-
-    /// Publishes the messages of the transactions this connection runs through `pubsub`.
-    pub fn set_pubsub(&mut self, pubsub: Arc<crate::pubsub::PubSub>) {
-        self.pubsub = Some(pubsub);
     }
 
     /// The outcome of request `slot` (a read's, or one whose handle was lost): its reply, or the

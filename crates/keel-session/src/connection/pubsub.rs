@@ -163,6 +163,13 @@ impl Publishes {
     }
 }
 
+impl<W, R> super::pipeline::Pipeline<W, R> {
+    /// Publishes the messages of the transactions this connection runs through `pubsub`.
+    pub fn set_pubsub(&mut self, pubsub: std::sync::Arc<crate::pubsub::PubSub>) {
+        self.pubsub = Some(pubsub);
+    }
+}
+
 /// Publishes `publish` through `pubsub` (this node's subscribers and the cluster hook): its
 /// receivers on this node, or the error of a message too large to send to the other nodes.
 pub(super) fn publish_checked(
