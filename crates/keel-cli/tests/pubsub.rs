@@ -2,7 +2,11 @@
 //! subscriber on every node receives what is published on a follower and on the leader, in order
 //! per publishing connection, by channel and by pattern, in RESP2 and as RESP3 pushes; PUBSUB
 //! answers about each node's own subscribers; a subscriber that stops reading is disconnected;
-//! redis-py's `pubsub()` works against a follower.
+//! redis-py's `pubsub()` works against a follower. Keyspace notifications: a follower's
+//! subscriber hears the events of the writes made through the leader (expiry included), once,
+//! and a restarted node does not fire again the events of the entries it replays. PUBLISH inside
+//! MULTI ... EXEC and from a script is delivered once, to every node's subscribers, when the
+//! transaction or script applies.
 
 mod process;
 
@@ -159,6 +163,140 @@ fn messages_published_on_any_node_reach_every_nodes_subscribers_in_order() {
     );
     let smessage = ">3\r\n$8\r\nsmessage\r\n$6\r\norders\r\n$2\r\no1\r\n";
     assert_eq!(three.read_one("a pushed message"), smessage);
+}
+
+/// A subscriber on node `port` to every keyspace and keyevent channel, with `flags` set there.
+fn keyspace_subscriber(port: u16, flags: &str) -> Raw {
+    let set = raw_request(port, &["CONFIG", "SET", "notify-keyspace-events", flags]);
+    assert_eq!(set.unwrap(), Reply::OK);
+    let mut subscriber = Raw::connect(port);
+    let psub = subscriber.request_args(&["PSUBSCRIBE", "__key*__:*"]);
+    assert_eq!(
+        psub,
+        "*3\r\n$10\r\npsubscribe\r\n$10\r\n__key*__:*\r\n:1\r\n"
+    );
+    subscriber
+}
+
+/// The next two messages of `subscriber`: `event` on `key`'s keyspace channel, then `key` on
+/// `event`'s keyevent channel (database 0).
+fn next_event(subscriber: &mut Raw, event: &str, key: &str) {
+    let keyspace = subscriber.read_one(&format!("keyspace {event} {key}"));
+    assert_eq!(
+        keyspace,
+        pmessage("__key*__:*", &format!("__keyspace@0__:{key}"), event)
+    );
+    let keyevent = subscriber.read_one(&format!("keyevent {event} {key}"));
+    assert_eq!(
+        keyevent,
+        pmessage("__key*__:*", &format!("__keyevent@0__:{event}"), key)
+    );
+}
+
+#[test]
+fn keyspace_events_reach_a_followers_subscribers_and_are_not_fired_again_on_restart() {
+    let (mut cluster, leader, followers) = three_nodes("pubsub-keyspace", &[]);
+    let follower = followers[0];
+    let mut subscriber = keyspace_subscriber(cluster.node(follower).client_port, "KEA");
+    let mut writer = Raw::connect(cluster.node(leader).client_port);
+    assert_eq!(writer.request("SET foo bar"), "+OK\r\n");
+    assert_eq!(writer.request("PSETEX tmp 100 x"), "+OK\r\n");
+    next_event(&mut subscriber, "set", "foo");
+    next_event(&mut subscriber, "set", "tmp");
+    next_event(&mut subscriber, "expire", "tmp");
+    // Removed by the leader's tick entry, applied on the follower too.
+    next_event(&mut subscriber, "expired", "tmp");
+    assert_eq!(writer.request("RPUSH q a b"), ":2\r\n");
+    assert_eq!(writer.request("LPOP q 2"), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+    next_event(&mut subscriber, "rpush", "q");
+    next_event(&mut subscriber, "lpop", "q");
+    next_event(&mut subscriber, "del", "q");
+    // Only the classes set: with `Kl`, a string write fires nothing, a list write its event.
+    let mut lists_only = keyspace_subscriber(cluster.node(leader).client_port, "Kl");
+    writer.request("SET s 1");
+    writer.request("LPUSH q x");
+    let got = lists_only.read_one("the lpush event");
+    assert_eq!(got, pmessage("__key*__:*", "__keyspace@0__:q", "lpush"));
+    drop(lists_only);
+
+    // A restart replays the log: none of those entries fires again.
+    for i in 0..20 {
+        writer.request_args(&["SET", &format!("k{i}"), "v"]);
+    }
+    drop(subscriber);
+    let node = cluster.node_mut(follower);
+    node.kill();
+    node.spawn();
+    let port = cluster.node(follower).client_port;
+    eventually("the restarted follower serves", || {
+        raw_request(port, &["PING"])
+            .ok()
+            .filter(|r| *r == Reply::PONG)
+    });
+    let mut subscriber = keyspace_subscriber(port, "KEA");
+    assert_eq!(writer.request("SET after 1"), "+OK\r\n");
+    next_event(&mut subscriber, "set", "after");
+}
+
+#[test]
+fn publish_inside_exec_and_from_scripts_is_delivered_once_when_it_applies() {
+    let (cluster, leader, followers) = three_nodes("pubsub-exec", &[]);
+    let port = |id: u64| cluster.node(id).client_port;
+    let mut on_leader = Raw::connect(port(leader));
+    assert_eq!(
+        on_leader.request_args(&["SUBSCRIBE", "jobs"]),
+        message_count("subscribe", "jobs", 1)
+    );
+    let mut on_follower = Raw::connect(port(followers[1]));
+    on_follower.request_args(&["SUBSCRIBE", "jobs"]);
+    // On a follower (forwarded to the leader, which publishes once it applied) and on the
+    // leader: the reply counts the receivers on the node that published.
+    for (id, tag) in [(followers[0], "f"), (leader, "l")] {
+        let mut client = Raw::connect(port(id));
+        assert_eq!(client.request("MULTI"), "+OK\r\n");
+        assert_eq!(client.request("SET done 1"), "+QUEUED\r\n");
+        let queued = client.request_args(&["PUBLISH", "jobs", tag]);
+        assert_eq!(queued, "+QUEUED\r\n");
+        assert_eq!(client.request("GET done"), "+QUEUED\r\n");
+        // Published by the leader either way (a follower forwards the transaction): its one
+        // subscriber is what is counted.
+        let exec = client.request("EXEC");
+        assert_eq!(exec, "*3\r\n+OK\r\n:1\r\n$1\r\n1\r\n", "EXEC on node {id}");
+        for subscriber in [&mut on_leader, &mut on_follower] {
+            assert_eq!(
+                subscriber.read_one("the message"),
+                message('*', "jobs", tag)
+            );
+        }
+    }
+    // A transaction that aborts (a watched key changed) publishes nothing.
+    let mut watcher = Raw::connect(port(leader));
+    watcher.request("WATCH w");
+    raw_request(port(leader), &["SET", "w", "changed"]).unwrap();
+    watcher.request("MULTI");
+    watcher.request_args(&["PUBLISH", "jobs", "aborted"]);
+    assert_eq!(watcher.request("EXEC"), "*-1\r\n");
+    // From a script, run on the leader whichever node it was sent to: once, after its write.
+    let script = "redis.call('set', KEYS[1], 'x'); return redis.call('publish', 'jobs', ARGV[1])";
+    let mut client = Raw::connect(port(followers[0]));
+    let ran = client.request_args(&["EVAL", script, "1", "k", "from-a-script"]);
+    assert_eq!(ran, ":0\r\n");
+    for subscriber in [&mut on_leader, &mut on_follower] {
+        let got = subscriber.read_one("the script's message");
+        assert_eq!(got, message('*', "jobs", "from-a-script"));
+    }
+    // Nothing else was delivered: the next message is the next one published.
+    raw_request(port(leader), &["PUBLISH", "jobs", "last"]).unwrap();
+    for subscriber in [&mut on_leader, &mut on_follower] {
+        assert_eq!(
+            subscriber.read_one("the last message"),
+            message('*', "jobs", "last")
+        );
+    }
+}
+
+fn message_count(kind: &str, channel: &str, count: u32) -> String {
+    format!("*3\r\n{}{}:{count}\r\n", bulk(kind), bulk(channel))
 }
 
 #[test]

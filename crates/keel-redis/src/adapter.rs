@@ -151,6 +151,7 @@ pub struct KvAdapter {
     sm: KvStateMachine,
     stats: Arc<SmStats>,
     filled: Option<Arc<dyn FilledKeysListener>>,
+    key_events: Option<Arc<dyn KeyEventsListener>>,
 }
 
 /// Who hears that an applied entry filled a list or sorted set a client may wait on (the server's
@@ -168,6 +169,21 @@ pub trait FilledKeysListener: Send + Sync + std::fmt::Debug {
     fn restored(&self);
 }
 
+/// Who hears the keyspace events of each applied entry (`crate::notify`: the node's
+/// `notify-keyspace-events` subscribers). Called on the apply thread: it must not block.
+///
+/// The listener decides when events are noted at all: only while it is [`Self::listening`],
+/// which it must not be while the node replays at start what it applied before (an entry's
+/// events are fired at most once per node: a replay would fire them again). A snapshot restore
+/// fires nothing.
+pub trait KeyEventsListener: Send + Sync + std::fmt::Debug {
+    /// Whether the entry at `index` is to be noted: some event class is selected and the entry
+    /// is live (not one the node applied before a restart).
+    fn listening(&self, index: u64) -> bool;
+    /// The events of the entry just applied, in order.
+    fn events(&self, events: Vec<crate::notify::KeyEvent>);
+}
+
 impl KvAdapter {
     pub fn new(sm: KvStateMachine) -> Self {
         let stats = Arc::new(SmStats::default());
@@ -176,12 +192,19 @@ impl KvAdapter {
             sm,
             stats,
             filled: None,
+            key_events: None,
         }
     }
 
     /// Tells `listener` which keys each applied entry filled, while it has waiting clients.
     pub fn with_filled_keys_listener(mut self, listener: Arc<dyn FilledKeysListener>) -> Self {
         self.filled = Some(listener);
+        self
+    }
+
+    /// Hands `listener` the keyspace events of each applied entry, while it listens.
+    pub fn with_key_events_listener(mut self, listener: Arc<dyn KeyEventsListener>) -> Self {
+        self.key_events = Some(listener);
         self
     }
 
@@ -228,12 +251,20 @@ impl keel_engine::StateMachine for KvAdapter {
         let index = at.index;
         let waiting = self.filled.as_ref().is_some_and(|l| l.waiting());
         self.sm.collect_filled_keys(waiting);
+        let listening = self.key_events.as_ref().is_some_and(|l| l.listening(index));
+        self.sm.collect_key_events(listening);
         match self.sm.apply(index, data) {
             Ok(reply) => {
                 if let (true, Some(listener)) = (waiting, &self.filled) {
                     let keys = self.sm.take_filled_keys();
                     if !keys.is_empty() {
                         listener.filled(keys);
+                    }
+                }
+                if let (true, Some(listener)) = (listening, &self.key_events) {
+                    let events = self.sm.take_key_events();
+                    if !events.is_empty() {
+                        listener.events(events);
                     }
                 }
                 if reply == ApplyReply::Write(WriteReply::Error(WriteError::UndecodableEntry)) {
@@ -380,6 +411,53 @@ mod tests {
             (after.state_digest, after.keys),
             (before.state_digest, before.keys)
         );
+    }
+
+    /// A listener that hears entries past `live_after`.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        live_after: std::sync::atomic::AtomicU64,
+        heard: Mutex<Vec<(u64, String)>>,
+        applying: std::sync::atomic::AtomicU64,
+    }
+
+    impl KeyEventsListener for Recorder {
+        fn listening(&self, index: u64) -> bool {
+            self.applying.store(index, Ordering::Relaxed);
+            index > self.live_after.load(Ordering::Relaxed)
+        }
+
+        fn events(&self, events: Vec<crate::notify::KeyEvent>) {
+            let index = self.applying.load(Ordering::Relaxed);
+            let mut heard = self.heard.lock().unwrap();
+            heard.extend(events.into_iter().map(|e| (index, e.event.to_string())));
+        }
+    }
+
+    #[test]
+    fn key_events_reach_the_listener_only_for_the_entries_it_listens_to() {
+        let recorder = Arc::new(Recorder::default());
+        recorder.live_after.store(1, Ordering::Relaxed);
+        let mut a = KvAdapter::new(KvStateMachine::new())
+            .with_key_events_listener(Arc::clone(&recorder) as Arc<dyn KeyEventsListener>);
+        for (index, key) in [(1, "replayed"), (2, "live")] {
+            let set = WriteCommand::Set {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                value: Bytes::from_static(b"v"),
+                condition: SetCondition::Always,
+            };
+            let entry = LogCommand::new(7, index, 0, set).encode();
+            a.apply(keel_core::LogId::new(1, index), &entry)
+                .expect("applies");
+        }
+        let heard = recorder.heard.lock().unwrap().clone();
+        assert_eq!(heard, [(2, "new".to_string()), (2, "set".to_string())]);
+        // A restore fires nothing, whatever it brings.
+        let mut bytes = Vec::new();
+        a.snapshot_view().write_to(&mut bytes).unwrap();
+        a.restore(keel_core::LogId::new(1, 2), &mut &bytes[..])
+            .expect("restores");
+        assert_eq!(recorder.heard.lock().unwrap().len(), 2);
     }
 
     /// The simulator's `dedup-off` mutation: the same request id applies twice.

@@ -19,11 +19,12 @@ pub mod command;
 pub mod expiry;
 pub mod glob;
 pub mod kind;
+pub mod notify;
 pub mod script;
 pub mod slot;
 pub mod state_machine;
 
-pub use adapter::{FilledKeysListener, KvAdapter, SmStats, SmStatsValue};
+pub use adapter::{FilledKeysListener, KeyEventsListener, KvAdapter, SmStats, SmStatsValue};
 pub use command::{Command, CommandClass, QueuedCommand, ReadCommand, WriteCommand};
 pub use state_machine::{
     ApplyReply, KvStateMachine, LogCommand, LoggedCommand, RequestId, WriteReply,

@@ -164,7 +164,11 @@ pub(super) async fn serve_connection(
             .with_monitor_limit(ctx.client_limits.output_buffer_bytes)
             .with_pubsub(Arc::clone(&ctx.pubsub))
             .with_stats(Arc::clone(&ctx.server_stats)),
-        pipeline: Pipeline::new(random_client_id()),
+        pipeline: {
+            let mut pipeline = Pipeline::new(random_client_id());
+            pipeline.set_pubsub(Arc::clone(&ctx.pubsub));
+            pipeline
+        },
         forward: leader_link::Forwarder::new(
             ctx.catch_up.timeout,
             ctx.requirepass.clone(),
@@ -289,10 +293,6 @@ async fn close_gracefully(stream: &mut TcpStream, last: &[u8]) {
 }
 
 impl Session<'_> {
-    fn is_resp3(&self) -> bool {
-        self.connection.protocol() == keel_resp::ProtocolVersion::Resp3
-    }
-
     /// Whether this connection is another node's forwarding connection.
     fn is_forwarding(&self) -> bool {
         is_forwarding(&self.connection)
@@ -344,10 +344,9 @@ impl Session<'_> {
                 // After SUBSCRIBE: the messages published on its channels.
                 event = record.pubsub.next() => match event {
                     PubSubEvent::Messages(messages) => {
-                        // RESP3 pushes reach a client whatever CLIENT REPLY says (as Redis).
-                        if self.silence != Silence::All || self.is_resp3() {
-                            self.push_bytes(&messages)?;
-                        }
+                        // Messages reach a client whatever CLIENT REPLY says, in RESP2 as in
+                        // RESP3 (Redis 7.0 sends them as pushes it never silences).
+                        self.push_bytes(&messages)?;
                         continue;
                     }
                     PubSubEvent::Overflowed => return Ok(Io::PubSubOverflowed),
@@ -378,9 +377,10 @@ impl Session<'_> {
     /// read past the output limit: then the connection must close (an error). A reply larger
     /// than the limit by itself is replaced by an error.
     fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
-        let pushed = self.is_resp3() && matches!(reply, Reply::Push(_) | Reply::Several(_));
+        let pushed = matches!(reply, Reply::Push(_) | Reply::Several(_));
         match self.silence {
-            // RESP3 pushes (pub/sub confirmations) are not replies CLIENT REPLY silences.
+            // Pub/sub confirmations are not replies CLIENT REPLY silences (Redis 7.0 sends them
+            // as pushes, in RESP2 too).
             _ if pushed => {}
             Silence::None => {}
             Silence::All => return Ok(()),

@@ -491,8 +491,11 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         ),
     }
     let blocked = Arc::new(crate::blocked::BlockedClients::default());
+    let pubsub = Arc::new(keel_session::pubsub::PubSub::default());
+    let notifier = Arc::new(crate::notify::KeyspaceNotifier::new(Arc::clone(&pubsub)));
     let adapter = KvAdapter::new(KvStateMachine::new())
-        .with_filled_keys_listener(Arc::clone(&blocked) as Arc<dyn keel_redis::FilledKeysListener>);
+        .with_filled_keys_listener(Arc::clone(&blocked) as Arc<dyn keel_redis::FilledKeysListener>)
+        .with_key_events_listener(Arc::clone(&notifier) as Arc<dyn keel_redis::KeyEventsListener>);
     let stats = adapter.stats();
     let mut node = Node::start(config, adapter).await.map_err(|e| match &e {
         keel::StartError::Damaged { dir, .. } => format!(
@@ -513,6 +516,7 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         options.client_peers.clone(),
     );
     ctx.blocked = blocked;
+    ctx.pubsub = pubsub;
     if let Some(entries) = options.catch_up_entries {
         ctx.catch_up.entries = entries;
     }
@@ -541,6 +545,8 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
     }
     ctx.report_config();
     ctx.config.set_listener(client_addr);
+    notifier.set_config(Arc::clone(&ctx.config));
+    go_live_after_replay(node.handle(), notifier);
     let scripts = Arc::clone(&ctx.scripts);
     let accept = tokio::spawn(serve(listener, Arc::new(ctx)));
     Ok(RunningNode {
@@ -551,6 +557,28 @@ pub async fn start(options: &NodeOptions) -> Result<RunningNode, String> {
         accept,
         scripts,
     })
+}
+
+/// Makes `notifier` live once the node serves: the status is answered after the startup
+/// replay, and names the last entry the log held then (`notify.rs`).
+fn go_live_after_replay(
+    handle: keel::Handle<KvAdapter>,
+    notifier: Arc<crate::notify::KeyspaceNotifier>,
+) {
+    tokio::spawn(async move {
+        loop {
+            match handle.status().await {
+                Ok(status) if status.serving => {
+                    notifier.live_after(status.raft.last_log_id.index);
+                    return;
+                }
+                // The node stopped: nothing is applied any more.
+                Err(keel::ClientError::Shutdown) => return,
+                // Still replaying (or slow to answer): ask again.
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    });
 }
 
 /// `--scrub-rate-mib-s` default: a pass over a default-sized log (a few 128 MiB segments and

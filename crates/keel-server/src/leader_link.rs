@@ -565,7 +565,14 @@ fn log_entry(
                 protocol.dispatch(args, &node);
             }
             match protocol.dispatch(&EXEC, &node) {
-                Dispatch::Exec(transaction) => (transaction.logged(), transaction.local_replies),
+                // Proposed again here, where its messages cannot be published after the
+                // first attempt's fate is unknown: answered as published to no one.
+                Dispatch::Exec(transaction) => {
+                    let mut replies = transaction.local_replies.clone();
+                    replies.extend(transaction.publishes.unpublished());
+                    replies.sort_by_key(|(position, _)| *position);
+                    (transaction.logged(), replies)
+                }
                 _ => return None,
             }
         }

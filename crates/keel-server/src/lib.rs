@@ -43,6 +43,7 @@ pub mod launch;
 mod leader_link;
 pub mod limits;
 mod membership;
+mod notify;
 pub mod protected;
 mod pubsub;
 mod restart;

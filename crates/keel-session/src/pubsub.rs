@@ -157,6 +157,13 @@ impl PubSub {
         receivers
     }
 
+    /// Delivers `message` on `channel` to this node's subscribers only, never to the other
+    /// nodes: a keyspace notification, which every node fires for itself when it applies the
+    /// entry. Its receivers here.
+    pub fn publish_local(&self, channel: &Bytes, message: &Bytes) -> usize {
+        self.deliver(false, channel, message)
+    }
+
     /// A cluster message from another node: delivered to this node's subscribers only.
     pub fn receive_from_peer(&self, bytes: &[u8]) {
         match decode_cluster_message(bytes) {

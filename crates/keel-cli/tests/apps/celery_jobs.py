@@ -70,15 +70,6 @@ class FailoverBackend(RedisBackend):
         ports, protocol = settings()
         return redis.ConnectionPool(**jobs_common.pool_kwargs(ports, protocol))
 
-    def _set(self, key, value, expires=None):
-        """RedisBackend._set, but its SETEX and PUBLISH pipelined without MULTI: keel refuses
-        PUBLISH inside MULTI (Celery stores every result with MULTI, SETEX, PUBLISH, EXEC)."""
-        expires = self.expires if expires is None else expires
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.setex(key, expires, value) if expires else pipe.set(key, value)
-            pipe.publish(key, value)
-            pipe.execute()
-
 
 app = Celery("keel_jobs", broker="keel-failover://127.0.0.1//", backend=FailoverBackend)
 app.conf.update(

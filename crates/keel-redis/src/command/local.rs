@@ -12,6 +12,16 @@ use keel_resp::ProtocolVersion;
 /// Commands the node holding the connection answers itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalCommand {
+    /// PUBLISH (`shard` false) or SPUBLISH: answered by the connection's pub/sub, which also
+    /// runs it inside MULTI and from scripts, published when the transaction or script applies.
+    Publish {
+        shard: bool,
+        channel: Bytes,
+        message: Bytes,
+    },
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, their UNSUBSCRIBEs and PUBSUB: answered by the
+    /// connection's pub/sub before parsing; refused inside scripts.
+    PubSub,
     Ping(Option<Bytes>),
     Echo(Bytes),
     Hello(HelloArgs),

@@ -65,6 +65,8 @@ const RM_DELETE: &[&str] = &["RM", "delete"];
 const RW_INSERT: &[&str] = &["RW", "insert"];
 const RW_DELETE: &[&str] = &["RW", "delete"];
 const RW_ACCESS_DELETE: &[&str] = &["RW", "access", "delete"];
+/// A shard channel: named where a key would be (it picks the shard), but not a key.
+const NOT_KEY: &[&str] = &["not_key"];
 
 /// The key specifications of the command `name` (a name in [`super::COMMAND_TABLE`]); empty for a
 /// command without keys.
@@ -145,6 +147,8 @@ pub fn key_specs(name: &str) -> &'static [KeySpec] {
         "xrange" | "xrevrange" | "xpending" => const { &[key(RO_ACCESS)] },
         "xgroup" => const { &[second_key(RW_UPDATE)] },
         "xinfo" => const { &[second_key(RO_ACCESS)] },
+        "spublish" => const { &[key(NOT_KEY)] },
+        "ssubscribe" | "sunsubscribe" => const { &[keys_to_end(NOT_KEY, 1)] },
         "sinterstore" | "sunionstore" | "sdiffstore" => {
             const {
                 &[
@@ -427,6 +431,39 @@ fn stream_docs(name: &str) -> Docs {
         "xtrim" | "xdel" | "xack" | "xclaim" => docs("stream", "5.0.0", ON_ARGS, STREAM),
         "xgroup" => docs("stream", "5.0.0", "Depends on subcommand.", STREAM),
         "xautoclaim" => docs("stream", "6.2.0", "O(1) if COUNT is small.", STREAM),
+        _ => pubsub_docs(name),
+    }
+}
+
+const PUBSUB: &[&str] = &["pubsub"];
+
+/// The pub/sub commands' documentation (Redis 7.0's), and keel's own commands' default.
+fn pubsub_docs(name: &str) -> Docs {
+    let on_subscribers = "O(N+M) where N is the number of clients subscribed to the receiving \
+                          channel and M is the total number of subscribed patterns.";
+    let on_names = "O(N) where N is the number of channels or patterns named.";
+    match name {
+        "publish" => docs("pubsub", "2.0.0", on_subscribers, PUBSUB),
+        "spublish" => docs("pubsub", "7.0.0", on_subscribers, PUBSUB),
+        "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
+            docs("pubsub", "2.0.0", on_names, PUBSUB)
+        }
+        "ssubscribe" | "sunsubscribe" => docs("pubsub", "7.0.0", on_names, PUBSUB),
+        "pubsub" => docs("pubsub", "2.8.0", "Depends on subcommand.", &[]),
+        "pubsub|channels" | "pubsub|numsub" => docs(
+            "pubsub",
+            "2.8.0",
+            "O(N) where N is the number of active channels.",
+            PUBSUB,
+        ),
+        "pubsub|numpat" => docs("pubsub", "2.8.0", O1, PUBSUB),
+        "pubsub|shardchannels" | "pubsub|shardnumsub" => docs(
+            "pubsub",
+            "7.0.0",
+            "O(N) where N is the number of active shard channels.",
+            PUBSUB,
+        ),
+        "pubsub|help" => docs("pubsub", "6.2.0", O1, PUBSUB),
         _ => docs("server", KEEL, "", &[]),
     }
 }
@@ -453,6 +490,8 @@ const CLIENT_FLAGS: &[&str] = &["noscript", "loading", "stale"];
 const CLIENT_ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
 const COMMAND_FLAGS: &[&str] = &["loading", "stale"];
 
+const PUBSUB_FLAGS: &[&str] = &["pubsub", "loading", "stale"];
+
 /// The subcommands keel answers, by parent, with Redis's arity and flags.
 pub const SUBCOMMANDS: &[Subcommand] = &[
     sub("client|setname", 3, CLIENT_FLAGS),
@@ -474,6 +513,12 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
     sub("config|resetstat", 2, CLIENT_ADMIN_FLAGS),
     sub("function|flush", -2, &["noscript", "write"]),
     sub("function|list", -2, &["noscript"]),
+    sub("pubsub|channels", -2, PUBSUB_FLAGS),
+    sub("pubsub|numpat", 2, PUBSUB_FLAGS),
+    sub("pubsub|numsub", -2, PUBSUB_FLAGS),
+    sub("pubsub|shardchannels", -2, PUBSUB_FLAGS),
+    sub("pubsub|shardnumsub", -2, PUBSUB_FLAGS),
+    sub("pubsub|help", 2, &["loading", "stale"]),
     sub("script|load", 3, &["noscript", "stale"]),
     sub("script|exists", -3, &["noscript"]),
     sub("script|flush", -2, &["noscript"]),
@@ -484,7 +529,7 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
 pub fn has_subcommands(name: &str) -> bool {
     matches!(
         name,
-        "client" | "command" | "config" | "function" | "script"
+        "client" | "command" | "config" | "function" | "pubsub" | "script"
     )
 }
 
@@ -557,6 +602,7 @@ pub fn acl_categories(name: &str, flags: &[&str]) -> Vec<&'static str> {
             "sortedset" => "@sortedset",
             "stream" => "@stream",
             "scripting" => "@scripting",
+            "pubsub" => "@pubsub",
             _ => "@other",
         })
         .collect()

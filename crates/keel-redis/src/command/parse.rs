@@ -157,6 +157,13 @@ pub(super) fn parse(args: &[Bytes]) -> Result<Command, CommandError> {
         "client" => local(LocalCommand::Client(parse_client(rest)?)),
         "config" => parse_config(rest)?,
         "select" => local(LocalCommand::Select(db_index(&rest[0])?)),
+        "publish" | "spublish" => local(LocalCommand::Publish {
+            shard: spec.name == "spublish",
+            channel: rest[0].clone(),
+            message: rest[1].clone(),
+        }),
+        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+        | "sunsubscribe" | "pubsub" => local(LocalCommand::PubSub),
         "quit" => local(LocalCommand::Quit),
         "info" => local(LocalCommand::Info(rest.to_vec())),
         "auth" => match rest {

@@ -90,6 +90,8 @@ const SCRIPT_RO_FLAGS: &[&str] = &[
     "no_mandatory_keys",
     "movablekeys",
 ];
+const PUBLISH_FLAGS: &[&str] = &["pubsub", "loading", "stale", "fast", "may_replicate"];
+const SUBSCRIBE_FLAGS: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 const TX_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 
 /// Every command keel knows, in the order `COMMAND` lists them.
@@ -309,6 +311,17 @@ pub const COMMAND_TABLE: &[CommandSpec] = {
             Local,
         ),
         spec("select", 2, CONN_FLAGS, NO_KEYS, Local),
+        // Pub/sub never touches the log: each node answers it (keel-session's `pubsub`). A
+        // shard channel is reported as a key (Redis's `not_key` key spec), as Redis does.
+        spec("publish", 3, PUBLISH_FLAGS, NO_KEYS, Local),
+        spec("spublish", 3, PUBLISH_FLAGS, ONE_KEY, Local),
+        spec("subscribe", -2, SUBSCRIBE_FLAGS, NO_KEYS, Local),
+        spec("psubscribe", -2, SUBSCRIBE_FLAGS, NO_KEYS, Local),
+        spec("ssubscribe", -2, SUBSCRIBE_FLAGS, ALL_KEYS, Local),
+        spec("unsubscribe", -1, SUBSCRIBE_FLAGS, NO_KEYS, Local),
+        spec("punsubscribe", -1, SUBSCRIBE_FLAGS, NO_KEYS, Local),
+        spec("sunsubscribe", -1, SUBSCRIBE_FLAGS, ALL_KEYS, Local),
+        spec("pubsub", -2, &[], NO_KEYS, Local),
         spec(
             "quit",
             -1,

@@ -95,6 +95,10 @@ pub struct Effects {
     /// How many fetches the keys took: with at most one, every read came from one state and a
     /// script without writes needs no check that its reads still hold.
     pub fetches: u32,
+    /// The messages the script published (`(shard, channel, message)`, in order): published by
+    /// the node that ran it once its writes applied (or at once without writes), through the
+    /// node's PUBLISH path, so exactly one node publishes them; never through the log.
+    pub publishes: Vec<(bool, Bytes, Bytes)>,
 }
 
 /// Per-argument overhead a write is counted with against [`ViewLimits::bytes_max`], as a queued
@@ -201,6 +205,27 @@ impl<'a> ScriptView<'a> {
         }
     }
 
+    /// Records a message the script publishes. Answers 0: it is published when the script's
+    /// writes apply, after the script ran, so its receivers are not known to the script.
+    fn publish(&mut self, shard: bool, channel: Bytes, message: Bytes) -> Reply {
+        if self.read_only {
+            return Reply::error("ERR Write commands are not allowed from read-only scripts.");
+        }
+        let bytes = channel.len() + message.len() + 3 * ARG_OVERHEAD_BYTES;
+        if self.effects.publishes.len() >= self.limits.commands_max
+            || self.write_bytes.saturating_add(bytes) > self.limits.bytes_max
+        {
+            return self.fail(ViewFailure::TooLarge(Reply::error(format!(
+                "ERR the script publishes more than one transaction may carry ({} commands, {} \
+                 bytes)",
+                self.limits.commands_max, self.limits.bytes_max
+            ))));
+        }
+        self.write_bytes += bytes;
+        self.effects.publishes.push((shard, channel, message));
+        Reply::Integer(0)
+    }
+
     /// Records a write the script made, as the transaction will carry it.
     fn record_write(&mut self, write: WriteCommand, args: Vec<Bytes>) -> Result<(), Reply> {
         let bytes: usize = args.iter().map(|a| a.len() + ARG_OVERHEAD_BYTES).sum();
@@ -288,6 +313,11 @@ impl Redis for ScriptView<'_> {
             Ok(command @ (Command::Read(_) | Command::Write(_))) => {
                 self.data_command(command, args)
             }
+            Ok(Command::Local(LocalCommand::Publish {
+                shard,
+                channel,
+                message,
+            })) => self.publish(shard, channel, message),
             Ok(_) => Reply::error("ERR This Redis command is not allowed from script"),
         }
     }

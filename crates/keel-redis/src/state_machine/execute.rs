@@ -111,7 +111,7 @@ impl KvStateMachine {
     /// Runs a logged command; returns its reply and what deduplication remembers of it.
     pub(super) fn execute_logged(&mut self, command: &LoggedCommand) -> (ApplyReply, WriteReply) {
         match command {
-            LoggedCommand::Write(write) => match self.execute(write) {
+            LoggedCommand::Write(write) => match self.execute_noting(write) {
                 WriteAnswer::Compact(reply) => {
                     // What a duplicate of a command that answers values relies on: its `Ok` in
                     // the table means "applied, answered a value" (`mod.rs`, `apply_command`).
@@ -160,7 +160,12 @@ impl KvStateMachine {
         let mut removed = 0;
         for db in 0..self.dbs.len() as u32 {
             self.select(db);
-            removed += keys.iter().filter(|key| self.expire_if_due(key)).count();
+            for key in keys {
+                if self.expire_if_due(key) {
+                    removed += 1;
+                    self.note_expired(db, key);
+                }
+            }
         }
         self.select(0);
         WriteReply::Integer(removed as i64)
@@ -174,7 +179,7 @@ impl KvStateMachine {
         let mut replies = Vec::with_capacity(commands.len());
         for command in commands {
             let reply = match command {
-                QueuedCommand::Write(write) => self.execute(write).into_reply(),
+                QueuedCommand::Write(write) => self.execute_noting(write).into_reply(),
                 QueuedCommand::Read(read) => {
                     let reply = self.read(read);
                     if reply_bytes + apply_reply::reply_bytes(&reply) > EXEC_REPLY_BYTES_MAX {
@@ -200,7 +205,7 @@ impl KvStateMachine {
     }
 
     #[expect(clippy::too_many_lines)]
-    fn execute(&mut self, command: &WriteCommand) -> WriteAnswer {
+    pub(super) fn execute(&mut self, command: &WriteCommand) -> WriteAnswer {
         match command {
             WriteCommand::Set {
                 key,

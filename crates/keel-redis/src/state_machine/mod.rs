@@ -59,6 +59,7 @@ pub(crate) mod keyspace_commands;
 mod lcs;
 mod log_command;
 mod map;
+mod notify;
 mod scratch;
 mod snapshot;
 mod strings;
@@ -244,6 +245,9 @@ pub struct KvStateMachine {
     /// The keys the entries applied lately filled, for the node's blocked clients: not
     /// replicated state.
     filled: FilledKeys,
+    /// The keyspace events of the entries applied lately, for the node's subscribers
+    /// (`notify.rs`): not replicated state.
+    key_events: notify::KeyEvents,
     /// Test-only: a deliberately broken variant (`crate::Mutation::DedupOff`).
     #[cfg(feature = "mutations")]
     mutation: Option<crate::Mutation>,
@@ -345,6 +349,7 @@ impl KvStateMachine {
             members_version: ChangeCounter::default(),
             random_draws: keyspace_commands::Draws::default(),
             filled: FilledKeys::default(),
+            key_events: notify::KeyEvents::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         }
@@ -706,6 +711,7 @@ impl KvStateMachine {
             members_version: ChangeCounter::default(),
             random_draws: keyspace_commands::Draws::default(),
             filled: FilledKeys::default(),
+            key_events: notify::KeyEvents::default(),
             #[cfg(feature = "mutations")]
             mutation: None,
         })

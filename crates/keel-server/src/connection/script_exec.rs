@@ -73,6 +73,7 @@ impl Session<'_> {
                 ));
             }
             effects.watched.extend(exec.watched.iter().cloned());
+            let publishes = std::mem::take(&mut effects.publishes);
             let applied = match effects.writes.is_empty() {
                 true if effects.fetches <= 1 && exec.watched.is_empty() => true,
                 true => self.reads_still_hold(effects.watched).await?,
@@ -84,7 +85,7 @@ impl Session<'_> {
                 },
             };
             if applied {
-                return Ok(Reply::Array(replies));
+                return Ok(self.publish(&publishes, Reply::Array(replies)));
             }
         }
         Ok(Reply::error(format!(

@@ -26,7 +26,7 @@ use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
 use keel_redis::KvAdapter;
 use keel_resp::Reply;
 use keel_session::connection::pipeline::Request;
-use keel_session::connection::{Dispatch, Transaction};
+use keel_session::connection::{Dispatch, Publishes, Transaction};
 
 /// [`Fetch`] through the runtime: a linearizable read per fetch, from the script's thread.
 pub(super) struct RuntimeFetch {
@@ -163,7 +163,7 @@ impl Session<'_> {
                 None
             };
             let (reply, outcome) = self.run_once(script, Arc::clone(&kill)).await;
-            let effects = match outcome {
+            let mut effects = match outcome {
                 // Only the leader reads linearizably: the script runs there.
                 Err(ViewFailure::Fetch(error)) => {
                     let request = forwardable(&ctx.scripts, request);
@@ -178,19 +178,20 @@ impl Session<'_> {
                 // Killed: nothing of it is proposed.
                 return reply;
             }
+            let publishes = std::mem::take(&mut effects.publishes);
             if effects.writes.is_empty() {
                 if effects.fetches <= 1 {
-                    return reply;
+                    return self.publish(&publishes, reply);
                 }
                 match self.reads_still_hold(effects.watched).await {
-                    Ok(true) => return reply,
+                    Ok(true) => return self.publish(&publishes, reply),
                     Ok(false) => continue,
                     Err(error) => return keel_redis::command::client_error_reply(&error),
                 }
             }
             match self.commit(effects).await {
                 Ok(Reply::NullArray) => continue,
-                Ok(Reply::Array(_)) => return reply,
+                Ok(Reply::Array(_)) => return self.publish(&publishes, reply),
                 Ok(other) => return other,
                 Err(_) => return Reply::error("TRYAGAIN outcome unknown"),
             }
@@ -199,6 +200,20 @@ impl Session<'_> {
             "TRYAGAIN the keys the script touched changed while it ran, {SCRIPT_ATTEMPTS_MAX} \
              times: nothing of it applied"
         ))
+    }
+
+    /// Publishes what a script published, now that it took effect (through the node's PUBLISH
+    /// path: its subscribers and the other nodes), and answers the script's `reply`.
+    pub(super) fn publish(&self, publishes: &[(bool, Bytes, Bytes)], reply: Reply) -> Reply {
+        let max = self.ctx.pubsub.publish_bytes_max();
+        for (shard, channel, message) in publishes {
+            // Too large for the other nodes: published nowhere, as PUBLISH refuses it.
+            if max.is_some_and(|max| channel.len() + message.len() > max) {
+                continue;
+            }
+            self.ctx.pubsub.publish(*shard, channel, message);
+        }
+        reply
     }
 
     /// What a script's reads go through.
@@ -268,6 +283,7 @@ impl Session<'_> {
             requests: effects.requests,
             local_replies: Vec::new(),
             watched: effects.watched,
+            publishes: Publishes::default(),
         };
         let dispatch = Dispatch::Exec(transaction);
         if self

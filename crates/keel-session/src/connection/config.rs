@@ -13,7 +13,7 @@
 //! Redis's.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
@@ -52,6 +52,9 @@ pub struct ConfigValues {
     /// Redis's encoding thresholds as last set, in `ENCODING_HINTS`'s order: accepted but
     /// inert (keel has one representation per kind of value).
     pub encoding_hints: [i64; ENCODING_HINTS.len()],
+    /// `notify-keyspace-events`: the classes of keyspace events this node's subscribers hear
+    /// (`keel_redis::notify` flags; 0: none, the default).
+    pub notify_keyspace_events: u16,
 }
 
 /// Redis's encoding thresholds (name, its older alias or "", default). Redis picks a compact
@@ -82,6 +85,7 @@ impl Default for ConfigValues {
             maxmemory_samples: 5,
             listener: None,
             encoding_hints: ENCODING_HINTS.map(|(_, _, default)| default),
+            notify_keyspace_events: 0,
         }
     }
 }
@@ -103,6 +107,8 @@ pub struct SharedConfig {
     /// them under the write lock).
     timeout_seconds: AtomicU64,
     maxmemory: AtomicU64,
+    /// Read by the apply thread before every entry.
+    notify_keyspace_events: AtomicU32,
 }
 
 impl SharedConfig {
@@ -121,6 +127,8 @@ impl SharedConfig {
         self.timeout_seconds
             .store(values.timeout_seconds, Ordering::Relaxed);
         self.maxmemory.store(values.maxmemory, Ordering::Relaxed);
+        self.notify_keyspace_events
+            .store(u32::from(values.notify_keyspace_events), Ordering::Relaxed);
         *lock = values;
     }
 
@@ -132,6 +140,11 @@ impl SharedConfig {
     /// `maxmemory` in bytes (0: no limit).
     pub fn maxmemory(&self) -> u64 {
         self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    /// `notify-keyspace-events` as flags (`keel_redis::notify`).
+    pub fn notify_keyspace_events(&self) -> u16 {
+        self.notify_keyspace_events.load(Ordering::Relaxed) as u16
     }
 
     /// The current values (a writer never panics while holding the lock, so poisoning is
@@ -191,6 +204,10 @@ fn config_table(limits: &Limits, config: &ConfigValues) -> Vec<(&'static str, St
         ("slaveof", String::new()),
         ("bind", bind(config)),
         ("port", port(config).to_string()),
+        (
+            "notify-keyspace-events",
+            keel_redis::notify::format_flags(config.notify_keyspace_events),
+        ),
     ];
     table.extend(hints);
     table
@@ -366,6 +383,11 @@ fn set_one(name: &str, value: &str, values: &mut ConfigValues) -> Option<Result<
         // schedule's promise is kept without it: the schedule is checked and reported back,
         // and changes nothing.
         "save" => save_schedule(value).map(|schedule| values.save = schedule),
+        // Read by the apply thread before each entry: events of the entries applied from then
+        // on reach this node's subscribers.
+        "notify-keyspace-events" => keel_redis::notify::parse_flags(value.as_bytes())
+            .map(|flags| values.notify_keyspace_events = flags)
+            .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string()),
         // What keel always does; anything else would be a promise it cannot keep.
         "appendonly" => only(
             value,

@@ -410,6 +410,31 @@ fn summary(name: &str) -> &'static str {
     }
 }
 
+/// The pub/sub commands' summaries.
+fn pubsub_summary(name: &str) -> &'static str {
+    match name {
+        "publish" => {
+            "Posts a message to a channel: to this node's subscribers and every other node's; \
+             answers this node's receivers."
+        }
+        "spublish" => "Posts a message to a shard channel (every node is the one shard).",
+        "subscribe" => "Listens for messages on channels.",
+        "psubscribe" => "Listens for messages on channels matching glob patterns.",
+        "ssubscribe" => "Listens for messages on shard channels.",
+        "unsubscribe" => "Stops listening on channels (all without arguments).",
+        "punsubscribe" => "Stops listening on patterns (all without arguments).",
+        "sunsubscribe" => "Stops listening on shard channels (all without arguments).",
+        "pubsub" => "Reports this node's channels, patterns and subscribers.",
+        "pubsub|channels" => "Names this node's channels with a subscriber, matching a pattern.",
+        "pubsub|numpat" => "Returns the number of patterns subscribed on this node.",
+        "pubsub|numsub" => "Returns the subscribers of channels on this node.",
+        "pubsub|shardchannels" => "Names this node's shard channels with a subscriber.",
+        "pubsub|shardnumsub" => "Returns the subscribers of shard channels on this node.",
+        "pubsub|help" => "Describes the PUBSUB subcommands.",
+        _ => "",
+    }
+}
+
 /// The stream commands' summaries.
 fn stream_summary(name: &str) -> &'static str {
     match name {
@@ -427,7 +452,7 @@ fn stream_summary(name: &str) -> &'static str {
         "xclaim" => "Gives pending entries to another consumer.",
         "xautoclaim" => "Gives idle pending entries to another consumer, scanning the PEL.",
         "xinfo" => "Returns information about a stream, its groups or a group's consumers.",
-        _ => "",
+        _ => pubsub_summary(name),
     }
 }
 

@@ -58,6 +58,7 @@ mod introspection;
 pub mod monitor;
 pub mod pipeline;
 mod pubsub;
+pub use pubsub::{Publish, Publishes};
 mod stats;
 
 use std::sync::Arc;
@@ -147,6 +148,10 @@ pub struct Transaction {
     /// The keys the connection watched (WATCH before MULTI, or `RAFT.WATCHED` inside it from a
     /// follower): the state machine aborts the transaction if one changed since.
     pub watched: Vec<WatchedKey>,
+    /// The PUBLISHes queued, each with its position in EXEC's array: published by the node
+    /// that proposed the entry once it applied (never by the log: every replica applies it),
+    /// their receivers spliced in as the local replies are ([`Publishes::publish`]).
+    pub publishes: Publishes,
 }
 
 impl Transaction {
@@ -334,6 +339,9 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         LocalCommand::ConfigSet(_) | LocalCommand::ConfigResetStat => false,
         // Refused inside a transaction in Redis's words (`dispatch_queued`).
         LocalCommand::Monitor => false,
+        // PUBLISH is queued and published when the transaction applies; the others are
+        // refused (`pubsub.rs`).
+        LocalCommand::Publish { .. } | LocalCommand::PubSub => false,
         LocalCommand::Script(_) => false,
         // PING and ECHO join the log entry; QUIT closes the connection.
         LocalCommand::Ping(_)
@@ -343,6 +351,9 @@ fn answered_in_transaction(command: &LocalCommand) -> bool {
         | LocalCommand::Auth { .. } => false,
     }
 }
+
+/// What a pub/sub command would answer were it ever answered as another local command.
+const PUBSUB_ELSEWHERE: &str = "ERR internal error: a pub/sub command reached the wrong handler";
 
 /// Redis's words for a command before AUTH.
 const NOAUTH: &str = "NOAUTH Authentication required.";
@@ -692,6 +703,7 @@ impl ClientConnection {
             _ => Ok(()),
         };
         let queue = self.queue.as_mut().expect("called in a transaction");
+        let mut publish = None;
         let command = match parsed {
             Ok(Command::Transaction(TransactionCommand::Exec)) => {
                 let mut queue = self.queue.take().expect("in a transaction");
@@ -719,7 +731,10 @@ impl ClientConnection {
                         local_replies: transaction.local_replies,
                         watched: transaction.watched,
                     })))
-                } else if transaction.commands.is_empty() && transaction.watched.is_empty() {
+                } else if transaction.commands.is_empty()
+                    && transaction.watched.is_empty()
+                    && transaction.publishes.is_empty()
+                {
                     let replies = transaction.local_replies.into_iter();
                     Dispatch::Reply(Reply::Array(replies.map(|(_, reply)| reply).collect()))
                 } else {
@@ -767,6 +782,18 @@ impl ClientConnection {
             },
             Ok(Command::Local(LocalCommand::Ping(Some(message))))
             | Ok(Command::Local(LocalCommand::Echo(message))) => Some(QueuedCommand::Echo(message)),
+            Ok(Command::Local(LocalCommand::Publish {
+                shard,
+                channel,
+                message,
+            })) => {
+                publish = Some(Publish {
+                    shard,
+                    channel,
+                    message,
+                });
+                None
+            }
             Ok(_) if local_reply.is_some() => None,
             // Scripts run at EXEC, with the transaction (`ScriptCommand::Exec`).
             Ok(Command::Local(LocalCommand::Script(ScriptCommand::Eval { .. })))
@@ -804,9 +831,12 @@ impl ClientConnection {
         }
         queue.bytes += bytes;
         let transaction = &mut queue.transaction;
+        let position = transaction.requests.len();
+        if let Some(publish) = publish {
+            transaction.publishes.0.push((position, publish));
+        }
         match (command, local_reply) {
             (_, Some(reply)) => {
-                let position = transaction.requests.len();
                 transaction.local_replies.push((position, reply));
             }
             (Some(command), None) => transaction.commands.push(command),
@@ -858,6 +888,8 @@ impl ClientConnection {
             "a command that changes the connection is not answered inside a transaction"
         );
         match command {
+            // `dispatch_pubsub` answers them before parsing, `dispatch_queued` inside MULTI.
+            LocalCommand::Publish { .. } | LocalCommand::PubSub => Reply::error(PUBSUB_ELSEWHERE),
             LocalCommand::Ping(None) => Reply::PONG,
             LocalCommand::Ping(Some(message)) | LocalCommand::Echo(message) => Reply::Bulk(message),
             LocalCommand::Hello(hello) => self.hello(hello),

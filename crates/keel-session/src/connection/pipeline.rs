@@ -47,7 +47,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use keel_engine::ClientError;
 
-use super::{ClientConnection, Dispatch, LocalStats, ServerStats};
+use super::{ClientConnection, Dispatch, LocalStats, Publishes, ServerStats};
 use crate::forwarding::{write_reply, Forwarded};
 use keel_redis::command::{self, AdminCommand, QueuedCommand, ReadCommand};
 use keel_redis::state_machine::{LogCommand, LoggedCommand};
@@ -250,6 +250,8 @@ enum Origin {
         request: WriteRequest,
         /// An EXEC's replies answered by this node, spliced into the applied array.
         local_replies: Vec<(usize, Reply)>,
+        /// An EXEC's messages, published here once it applied (taken then: at most once).
+        publishes: Publishes,
         /// The database it runs in (what forwarding it selects on the leader).
         db: u32,
     },
@@ -323,6 +325,8 @@ pub struct Pipeline<W, R> {
     /// waits within a burst, and a clock read per request and per reply was a measurable share
     /// of a pipelined request's cost. Forgotten whenever the shell is told to wait.
     meter_clock: Option<Instant>,
+    /// Where an EXEC's PUBLISHes go once it applied (none: answered 0, published nowhere).
+    pub(super) pubsub: Option<Arc<crate::pubsub::PubSub>>,
 }
 
 impl<W, R> Pipeline<W, R> {
@@ -338,6 +342,7 @@ impl<W, R> Pipeline<W, R> {
             db: 0,
             resolving_db: 0,
             announced_id: None,
+            pubsub: None,
             stats: None,
             local_stats: LocalStats::default(),
             meter_clock: None,
@@ -482,14 +487,14 @@ impl<W, R> Pipeline<W, R> {
             Dispatch::Write(command) => self.push_write(
                 LoggedCommand::Write(command),
                 WriteRequest::Write(args),
-                Vec::new(),
+                (Vec::new(), Publishes::default()),
                 given_id,
                 meter,
             ),
             Dispatch::Exec(transaction) => self.push_write(
                 transaction.logged(),
                 WriteRequest::Exec(transaction.forwarded_requests()),
-                transaction.local_replies,
+                (transaction.local_replies, transaction.publishes),
                 given_id,
                 meter,
             ),
@@ -518,7 +523,7 @@ impl<W, R> Pipeline<W, R> {
         &mut self,
         command: LoggedCommand,
         request: WriteRequest,
-        local_replies: Vec<(usize, Reply)>,
+        (local_replies, publishes): (Vec<(usize, Reply)>, Publishes),
         given_id: Option<RequestId>,
         meter: Option<Meter>,
     ) {
@@ -545,6 +550,7 @@ impl<W, R> Pipeline<W, R> {
                 id,
                 request,
                 local_replies,
+                publishes,
                 db: self.db,
             },
             progress: Progress::Unproposed(entry),
@@ -602,13 +608,29 @@ impl<W, R> Pipeline<W, R> {
     }
 
     /// The outcome of write `slot`: its entry applied with `Ok(result)`, or the node refused it.
-    /// Outcomes of requests no longer waiting are ignored.
+    /// Outcomes of requests no longer waiting are ignored (and publish nothing: at most once).
     pub fn settle_write(&mut self, slot: u64, outcome: Result<Bytes, ClientError>) {
-        let local_replies = match self.slot_mut(slot).map(|s| &s.origin) {
-            Some(Origin::Write { local_replies, .. }) => local_replies.as_slice(),
-            _ => &[],
+        let pubsub = self.pubsub.clone();
+        let Some(Slot {
+            origin:
+                Origin::Write {
+                    local_replies,
+                    publishes,
+                    ..
+                },
+            progress,
+            ..
+        }) = self.slot_mut(slot)
+        else {
+            return self.settle(slot, outcome.map(|result| write_reply(&result)));
         };
-        let outcome = outcome.map(|applied| super::splice(write_reply(&applied), local_replies));
+        let waiting = matches!(progress, Progress::Waiting(_) | Progress::Proposing);
+        let publishes = match outcome.is_ok() && waiting {
+            true => std::mem::take(publishes),
+            false => Publishes::default(),
+        };
+        let outcome = outcome
+            .map(|result| publishes.splice(pubsub.as_deref(), write_reply(&result), local_replies));
         self.settle(slot, outcome);
     }
 

@@ -6,7 +6,9 @@
 //! RESP2: a connection with a subscription is in subscribed mode: only the (un)subscribe
 //! commands, PING (answered `pong` and its message as an array), QUIT and RESET run; anything
 //! else is refused in Redis's words. RESP3: confirmations and messages are pushes (`>`), and every
-//! command runs. Inside MULTI the pub/sub commands are refused (the transaction aborts).
+//! command runs. Inside MULTI, PUBLISH and SPUBLISH are queued and published once the
+//! transaction applied (`Transaction::publishes`); the other pub/sub commands are refused (the
+//! transaction aborts).
 
 use bytes::Bytes;
 use keel_redis::command::{CommandError, CommandSpec};
@@ -86,6 +88,110 @@ fn parse(args: &[Bytes]) -> Option<Result<PubSubCommand, Reply>> {
     })
 }
 
+/// A transaction's queued PUBLISH and SPUBLISH messages, by position in EXEC's array.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Publishes(pub Vec<(usize, Publish)>);
+
+/// One message to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Publish {
+    pub shard: bool,
+    pub channel: Bytes,
+    pub message: Bytes,
+}
+
+impl Publishes {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Publishes every message through `pubsub` (this node's subscribers and the cluster hook,
+    /// as PUBLISH does) if the transaction applied (`applied` an array: not aborted, not an
+    /// error), and answers `local_replies` with each one's receivers on this node added.
+    pub fn publish(
+        &self,
+        pubsub: &crate::pubsub::PubSub,
+        applied: &Reply,
+        local_replies: &[(usize, Reply)],
+    ) -> Vec<(usize, Reply)> {
+        let mut replies = local_replies.to_vec();
+        if self.0.is_empty() || !matches!(applied, Reply::Array(_)) {
+            return replies;
+        }
+        for (position, publish) in &self.0 {
+            let reply = match publish_checked(pubsub, publish) {
+                Ok(receivers) => Reply::Integer(receivers as i64),
+                Err(error) => error,
+            };
+            replies.push((*position, reply));
+        }
+        replies.sort_by_key(|(position, _)| *position);
+        replies
+    }
+
+    /// EXEC's reply: `applied` with the local replies and, if it applied, each message's
+    /// receivers put in their places, its messages published through `pubsub` (none: answered
+    /// as published to no one).
+    pub fn splice(
+        &self,
+        pubsub: Option<&crate::pubsub::PubSub>,
+        applied: Reply,
+        local_replies: &[(usize, Reply)],
+    ) -> Reply {
+        if self.is_empty() {
+            return super::splice(applied, local_replies);
+        }
+        let replies = match pubsub {
+            Some(pubsub) => self.publish(pubsub, &applied, local_replies),
+            None => {
+                let mut replies = local_replies.to_vec();
+                replies.extend(self.unpublished());
+                replies.sort_by_key(|(position, _)| *position);
+                replies
+            }
+        };
+        super::splice(applied, &replies)
+    }
+
+    /// Each message as a reply of 0 receivers: for a transaction proposed again where the
+    /// messages cannot be published (at most once: they are lost).
+    pub fn unpublished(&self) -> Vec<(usize, Reply)> {
+        self.0
+            .iter()
+            .map(|(p, _)| (*p, Reply::Integer(0)))
+            .collect()
+    }
+}
+
+impl<W, R> super::pipeline::Pipeline<W, R> {
+    /// Publishes the messages of the transactions this connection runs through `pubsub`.
+    pub fn set_pubsub(&mut self, pubsub: std::sync::Arc<crate::pubsub::PubSub>) {
+        self.pubsub = Some(pubsub);
+    }
+}
+
+/// Publishes `publish` through `pubsub` (this node's subscribers and the cluster hook): its
+/// receivers on this node, or the error of a message too large to send to the other nodes.
+pub(super) fn publish_checked(
+    pubsub: &crate::pubsub::PubSub,
+    publish: &Publish,
+) -> Result<usize, Reply> {
+    let Publish {
+        shard,
+        channel,
+        message,
+    } = publish;
+    if let Some(max) = pubsub.publish_bytes_max() {
+        if channel.len() + message.len() > max {
+            return Err(Reply::error(format!(
+                "ERR message too large to publish: a channel and its message take at most \
+                 {max} bytes together in a keel cluster"
+            )));
+        }
+    }
+    Ok(pubsub.publish(*shard, channel, message))
+}
+
 /// The confirmation's name for `kind`, subscribing or not.
 fn confirmation(kind: Kind, subscribe: bool) -> &'static str {
     match (kind, subscribe) {
@@ -113,10 +219,16 @@ impl ClientConnection {
             }
             Some(parsed) => parsed,
         };
-        self.note_request(args);
-        if let Some(queue) = &mut self.queue {
+        if self.queue.is_some() {
+            // Queued, and published when the transaction applies (`dispatch_queued`).
+            if matches!(parsed, Ok(PubSubCommand::Publish { .. })) {
+                return None;
+            }
+            self.note_request(args);
+            let queue = self.queue.as_mut().expect("in a transaction");
             return Some(queue.abort(CommandError::NotAllowedInMulti));
         }
+        self.note_request(args);
         self.monitored.clear();
         self.monitor(args);
         let reply = match parsed {
@@ -216,15 +328,15 @@ impl ClientConnection {
     }
 
     fn publish(&mut self, shard: bool, channel: &Bytes, message: &Bytes) -> Reply {
-        if let Some(max) = self.pubsub.publish_bytes_max() {
-            if channel.len() + message.len() > max {
-                return Reply::error(format!(
-                    "ERR message too large to publish: a channel and its message take at most \
-                     {max} bytes together in a keel cluster"
-                ));
-            }
+        let publish = Publish {
+            shard,
+            channel: channel.clone(),
+            message: message.clone(),
+        };
+        match publish_checked(&self.pubsub, &publish) {
+            Ok(receivers) => Reply::Integer(receivers as i64),
+            Err(error) => error,
         }
-        Reply::Integer(self.pubsub.publish(shard, channel, message) as i64)
     }
 
     /// PUBSUB CHANNELS [pattern] | NUMSUB [channel ...] | NUMPAT | SHARDCHANNELS [pattern] |

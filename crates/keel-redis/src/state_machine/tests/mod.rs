@@ -658,6 +658,7 @@ mod expiry;
 mod keyspace_commands;
 mod list_positions;
 mod members;
+mod notify;
 mod sort;
 mod streams;
 mod string_key_ops;

@@ -250,3 +250,49 @@ fn time_shutdown_and_encoding_thresholds() {
         Reply::Error(e) if e.contains("integer")
     ));
 }
+
+/// The pub/sub commands as Redis 7.0 describes them: arity, flags, a shard channel where a key
+/// would be, PUBSUB's subcommands, and the `@pubsub` category.
+#[test]
+fn command_info_describes_the_pubsub_commands() {
+    let mut c = conn();
+    let Reply::Array(info) = reply(&mut c, "COMMAND INFO publish spublish ssubscribe pubsub")
+    else {
+        panic!()
+    };
+    let fields = |at: usize| match &info[at] {
+        Reply::Array(fields) => fields.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (publish, spublish, ssubscribe, pubsub) = (fields(0), fields(1), fields(2), fields(3));
+    assert_eq!(
+        (&publish[0], &publish[1]),
+        (&Reply::text("publish"), &Reply::Integer(3))
+    );
+    let flags = format!("{:?}", publish[2]);
+    assert!(
+        flags.contains("pubsub") && flags.contains("fast"),
+        "{flags}"
+    );
+    assert!(format!("{:?}", publish[6]).contains("@pubsub"));
+    assert_eq!(
+        &publish[3..6],
+        [Reply::Integer(0), Reply::Integer(0), Reply::Integer(0)]
+    );
+    assert_eq!(
+        &spublish[3..6],
+        [Reply::Integer(1), Reply::Integer(1), Reply::Integer(1)]
+    );
+    assert!(format!("{:?}", spublish[8]).contains("not_key"));
+    assert_eq!(ssubscribe[1], Reply::Integer(-2));
+    assert_eq!(
+        &ssubscribe[3..6],
+        [Reply::Integer(1), Reply::Integer(-1), Reply::Integer(1)]
+    );
+    assert!(format!("{:?}", pubsub[9]).contains("pubsub|numsub"));
+    let Reply::Array(names) = reply(&mut c, "COMMAND LIST FILTERBY ACLCAT pubsub") else {
+        panic!()
+    };
+    // The eight commands and PUBSUB's six subcommands (PUBSUB itself has no category).
+    assert_eq!(names.len(), 14, "{names:?}");
+}

@@ -1,5 +1,6 @@
 //! The pub/sub commands of one connection: Redis 7.0's replies, RESP2's subscribed mode, RESP3's
-//! pushes, PUBSUB, and what is refused (inside MULTI, a message too large for the cluster).
+//! pushes, PUBSUB, what is refused (inside MULTI, a message too large for the cluster), and
+//! PUBLISH queued in MULTI.
 
 use std::sync::Arc;
 
@@ -125,4 +126,52 @@ fn errors_in_redis_words_and_no_pubsub_inside_multi() {
     assert!(reply(&mut c, "SUBSCRIBE a").is_error());
     assert!(reply(&mut c, "EXEC").is_error(), "the transaction aborted");
     assert!(!c.record().pubsub.is_subscribed());
+}
+
+/// PUBLISH inside MULTI is queued, not logged: EXEC hands the transaction over with the message
+/// at its position, and the message is published only if the transaction applied.
+#[test]
+fn publish_inside_multi_is_published_when_the_transaction_applies() {
+    let pubsub = Arc::new(PubSub::default());
+    let (mut sub, mut c) = pair(&pubsub);
+    reply(&mut sub, "SUBSCRIBE news");
+    reply(&mut c, "MULTI");
+    assert_eq!(reply(&mut c, "PUBLISH news early"), Reply::simple("QUEUED"));
+    assert_eq!(reply(&mut c, "INCR n"), Reply::simple("QUEUED"));
+    assert_eq!(reply(&mut c, "SPUBLISH news late"), Reply::simple("QUEUED"));
+    let Dispatch::Exec(transaction) = run(&mut c, "EXEC") else {
+        panic!("EXEC proposes the transaction");
+    };
+    assert_eq!(transaction.commands.len(), 1, "only INCR is logged");
+    assert_eq!(
+        transaction.requests.len(),
+        3,
+        "a follower forwards all three"
+    );
+    let positions: Vec<usize> = transaction.publishes.0.iter().map(|(p, _)| *p).collect();
+    assert_eq!(positions, [0, 2]);
+    // Aborted (a null array): nothing published, nothing counted.
+    let aborted = transaction
+        .publishes
+        .publish(&pubsub, &Reply::NullArray, &[]);
+    assert!(aborted.is_empty());
+    assert_eq!(sub.record().pubsub.count(crate::pubsub::Kind::Channel), 1);
+    // Applied: published, each answered with its receivers here, in EXEC's order.
+    let applied = Reply::Array(vec![Reply::Integer(1)]);
+    let replies = transaction.publishes.publish(&pubsub, &applied, &[]);
+    assert_eq!(
+        splice(applied, &replies),
+        Reply::Array(vec![
+            Reply::Integer(1),
+            Reply::Integer(1),
+            Reply::Integer(0)
+        ])
+    );
+    // A transaction of PUBLISH alone still goes through the log (it is published once applied).
+    reply(&mut c, "MULTI");
+    reply(&mut c, "PUBLISH news alone");
+    assert!(matches!(
+        run(&mut c, "EXEC"),
+        Dispatch::Exec(tx) if tx.commands.is_empty() && !tx.publishes.is_empty()
+    ));
 }
