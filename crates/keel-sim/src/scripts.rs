@@ -226,6 +226,8 @@ impl World<KvState> {
                 requests: effects.requests,
                 local_replies: Vec::new(),
                 watched: effects.watched,
+                // The workload's scripts publish nothing (the simulator has no subscribers).
+                publishes: Default::default(),
             }),
             args: Vec::new(),
             // As the server's connection numbers its own writes under a session of its own: a

@@ -23,7 +23,7 @@ use keel_redis::script::sha1::sha1_hex;
 use keel_redis::script::view::{Effects, Fetch, ScriptView, ViewFailure, ViewLimits};
 use keel_redis::script::{ScriptRegistry, SCRIPT_ATTEMPTS_MAX, SCRIPT_MEMORY_BYTES_MAX};
 use keel_redis::state_machine::{KvStateMachine, EXEC_REPLY_BYTES_MAX};
-use keel_redis::KvAdapter;
+use keel_redis::{ApplyReply, KvAdapter};
 use keel_resp::Reply;
 use keel_session::connection::pipeline::Request;
 use keel_session::connection::{Dispatch, Publishes, Transaction};
@@ -192,6 +192,11 @@ impl Session<'_> {
             match self.commit(effects).await {
                 Ok(Reply::NullArray) => continue,
                 Ok(Reply::Array(_)) => return self.publish(&publishes, reply),
+                // A retry of the forwarded transaction found it applied: so are the writes the
+                // run's reply comes from.
+                Ok(other) if other == ApplyReply::AppliedBefore.into_reply() => {
+                    return self.publish(&publishes, reply)
+                }
                 Ok(other) => return other,
                 Err(_) => return Reply::error("TRYAGAIN outcome unknown"),
             }
