@@ -59,6 +59,7 @@ pub mod monitor;
 pub mod pipeline;
 mod pubsub;
 mod stats;
+pub mod unblock;
 
 use std::sync::Arc;
 
@@ -71,9 +72,9 @@ pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE
 
 use keel_redis::command::blocking::BlockingPop;
 use keel_redis::command::{
-    AdminCommand, ClientCommand, CollectionWrite, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, ScriptCommand, ScriptedExec, TransactionCommand, WatchedKey,
-    WriteCommand,
+    AdminCommand, ClientCommand, CollectionRead, CollectionWrite, Command, CommandError, HelloArgs,
+    LocalCommand, QueuedCommand, ReadCommand, ScriptCommand, ScriptedExec, StreamRead, StreamWrite,
+    TransactionCommand, WatchedKey, WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
 use keel_redis::REDIS_COMPAT_VERSION;
@@ -116,16 +117,29 @@ pub enum Dispatch {
     Exec(Transaction),
     /// EVAL and its family, SCRIPT: for the node's script runner (`keel_redis::script`).
     Script(keel_redis::command::ScriptCommand),
-    /// A blocking pop outside MULTI (BLPOP, BLMOVE, BZPOPMIN, ...): the client waits on this
-    /// node until a key serves it or its timeout passes (`keel_redis::command::blocking`).
+    /// A blocking pop outside MULTI (BLPOP, BLMOVE, BZPOPMIN, ..., XREAD and XREADGROUP with
+    /// BLOCK): the client waits on this node until a key serves it or its timeout passes
+    /// (`keel_redis::command::blocking`).
     Block(BlockingPop),
 }
 
-/// The blocking pop `command` is, if it is one.
-fn blocking_pop(command: &WriteCommand) -> Option<&BlockingPop> {
+/// The blocking pop or XREADGROUP with BLOCK `command` is, if it is one.
+fn blocking_pop(command: &WriteCommand) -> Option<BlockingPop> {
     match command {
         WriteCommand::Collection(typed) => match &typed.op {
-            CollectionWrite::BlockingPop(pop) => Some(pop),
+            CollectionWrite::BlockingPop(pop) => Some(pop.clone()),
+            CollectionWrite::Stream(StreamWrite::ReadGroup(read)) => BlockingPop::stream_read(read),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The XREAD with BLOCK `command` is, if it is one.
+fn blocking_read(command: &ReadCommand) -> Option<BlockingPop> {
+    match command {
+        ReadCommand::Collection(typed) => match &typed.op {
+            CollectionRead::Stream(StreamRead::Read(read)) => BlockingPop::stream_read(read),
             _ => None,
         },
         _ => None,
@@ -578,10 +592,13 @@ impl ClientConnection {
                 TransactionCommand::Watched(_) => CommandError::WatchedWithoutMulti.to_reply(),
             }),
             Ok(Command::Write(command)) => match blocking_pop(&command) {
-                Some(pop) if pop.blocks() => Dispatch::Block(pop.clone()),
+                Some(pop) if pop.blocks() => Dispatch::Block(pop),
                 _ => self.pop_as_read(args).unwrap_or(Dispatch::Write(command)),
             },
-            Ok(Command::Read(command)) => Dispatch::Read(command),
+            Ok(Command::Read(command)) => match blocking_read(&command) {
+                Some(read) => Dispatch::Block(read),
+                None => Dispatch::Read(command),
+            },
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
             Ok(Command::Local(LocalCommand::Script(command))) => Dispatch::Script(command),

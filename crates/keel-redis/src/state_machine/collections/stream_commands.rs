@@ -143,7 +143,11 @@ impl KvStateMachine {
             }),
             StreamWrite::GroupDestroy { key, group } => {
                 match self.stream_write(key, false, |s| Ok(s.destroy_group(group))) {
-                    Ok(Some(destroyed)) => Reply::Integer(i64::from(destroyed)),
+                    Ok(Some(destroyed)) => {
+                        // A client blocked in XREADGROUP on it answers NOGROUP, as in Redis.
+                        self.note_filled(key);
+                        Reply::Integer(i64::from(destroyed))
+                    }
                     Ok(None) => Reply::error(KEY_REQUIRED),
                     Err(reply) => reply,
                 }
@@ -203,7 +207,10 @@ impl KvStateMachine {
             Ok(id)
         });
         match added {
-            Ok(Some(id)) => id_reply(id),
+            Ok(Some(id)) => {
+                self.note_filled(key);
+                id_reply(id)
+            }
             Ok(None) => Reply::Null,
             Err(reply) => reply,
         }
@@ -323,7 +330,7 @@ impl KvStateMachine {
 
     /// XREADGROUP: every stream and group checked first (an error answers alone, nothing
     /// changed), then each served in turn.
-    fn xreadgroup(&mut self, read: &XRead) -> Reply {
+    pub(super) fn xreadgroup(&mut self, read: &XRead) -> Reply {
         let (group, consumer) = read.group.as_ref().expect("XREADGROUP has GROUP");
         for (key, _) in &read.streams {
             self.expire_if_due(key);
@@ -354,7 +361,8 @@ impl KvStateMachine {
             }
         }
         if served.is_empty() {
-            // With BLOCK too: blocking is not served yet, so this answers as an expired block.
+            // A client that may block waits (`blocking_reads.rs`); others get an expired
+            // block's answer, as Redis answers inside MULTI and scripts.
             return Reply::NullArray;
         }
         Reply::Keyed(served)
