@@ -1,5 +1,6 @@
-//! [`BlockedClients`]: the clients of this node waiting in a blocking pop, and what wakes them
-//! (the apply of an entry that filled one of their keys).
+//! [`BlockedClients`]: the clients of this node waiting in a blocking pop (or XREAD, XREADGROUP
+//! with BLOCK), and what wakes them (the apply of an entry that filled one of their keys, or
+//! changed whole databases).
 //!
 //! Who waits on which key, who is first and whom a fill or a leaving waiter wakes is
 //! keel-session's [`Waiters`] (the simulator runs the same); this is its thread-safe shell: the

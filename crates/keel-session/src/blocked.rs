@@ -1,4 +1,5 @@
-//! [`Waiters`]: the clients of one node waiting in a blocking pop, by key, and whom a fill wakes;
+//! [`Waiters`]: the clients of one node waiting in a blocking pop (or a blocked XREAD or
+//! XREADGROUP), by key, and whom a fill wakes;
 //! without I/O, threads or a clock, so that the server (keel-server's `blocked.rs`, a lock and a
 //! wake-up signal around it) and the simulator decide alike who tries next.
 //!

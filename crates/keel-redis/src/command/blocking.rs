@@ -140,6 +140,31 @@ impl BlockingPop {
         })
     }
 
+    /// The blocking pop, or XREADGROUP that waits, `command` is, if it is one.
+    pub fn of_write(command: &super::WriteCommand) -> Option<BlockingPop> {
+        use super::{CollectionWrite, StreamWrite};
+        match command {
+            super::WriteCommand::Collection(typed) => match &typed.op {
+                CollectionWrite::BlockingPop(pop) => Some(pop.clone()),
+                CollectionWrite::Stream(StreamWrite::ReadGroup(read)) => Self::stream_read(read),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The XREAD that waits `command` is, if it is one.
+    pub fn of_read(command: &super::ReadCommand) -> Option<BlockingPop> {
+        use super::{CollectionRead, StreamRead};
+        match command {
+            super::ReadCommand::Collection(typed) => match &typed.op {
+                CollectionRead::Stream(StreamRead::Read(read)) => Self::stream_read(read),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether it takes nothing from what serves it (XREAD): it need not wait for its turn
     /// behind clients that take, and every fill wakes it (keel-session's `Waiters`).
     pub fn takes_nothing(&self) -> bool {

@@ -1,5 +1,6 @@
 //! The tokio side of blocking pops (`keel_redis::command::blocking` has the protocol): a client
-//! in BLPOP, BLMOVE, BZPOPMIN, ... waits on this node, and its attempts go through the log.
+//! in BLPOP, BLMOVE, BZPOPMIN, ..., XREAD or XREADGROUP with BLOCK waits on this node, and its
+//! attempts go through the log.
 //!
 //! 1. The client joins the queues of its keys ([`crate::blocked::BlockedClients`]) before its
 //!    first attempt, so that no fill after that attempt's place in the log goes unseen.
@@ -8,7 +9,13 @@
 //!    the command would, or answers null and takes nothing.
 //! 3. Taking nothing, the client waits for a wake (the apply of an entry that filled one of its
 //!    keys, seen by this node's state machine: a follower's clients are woken by its own apply,
-//!    no polling), for its timeout, or for its connection to close; then tries again.
+//!    no polling), for its timeout, for CLIENT UNBLOCK, or for its connection to close; then
+//!    tries again. An XREAD naming `$` rewrites its request with the IDs its first attempt
+//!    answered (`BlockingPop::resolved_request`) before it waits.
+//!
+//! CLIENT UNBLOCK is seen only while the client waits, never while an attempt is in flight: an
+//! attempt that took something answers the client (the unblock is dropped), one that took
+//! nothing lets the unblock answer it (keel-session's `connection/unblock.rs`).
 //!
 //! The timeout is the client's own, on this node's clock, from when its command arrived. An
 //! attempt in flight when it passes is waited for (its outcome decides the reply: an element it

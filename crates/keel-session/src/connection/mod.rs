@@ -72,9 +72,8 @@ pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE
 
 use keel_redis::command::blocking::BlockingPop;
 use keel_redis::command::{
-    AdminCommand, ClientCommand, CollectionRead, CollectionWrite, Command, CommandError, HelloArgs,
-    LocalCommand, QueuedCommand, ReadCommand, ScriptCommand, ScriptedExec, StreamRead, StreamWrite,
-    TransactionCommand, WatchedKey, WriteCommand,
+    AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
+    ReadCommand, ScriptCommand, ScriptedExec, TransactionCommand, WatchedKey, WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
 use keel_redis::REDIS_COMPAT_VERSION;
@@ -121,29 +120,6 @@ pub enum Dispatch {
     /// BLOCK): the client waits on this node until a key serves it or its timeout passes
     /// (`keel_redis::command::blocking`).
     Block(BlockingPop),
-}
-
-/// The blocking pop or XREADGROUP with BLOCK `command` is, if it is one.
-fn blocking_pop(command: &WriteCommand) -> Option<BlockingPop> {
-    match command {
-        WriteCommand::Collection(typed) => match &typed.op {
-            CollectionWrite::BlockingPop(pop) => Some(pop.clone()),
-            CollectionWrite::Stream(StreamWrite::ReadGroup(read)) => BlockingPop::stream_read(read),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// The XREAD with BLOCK `command` is, if it is one.
-fn blocking_read(command: &ReadCommand) -> Option<BlockingPop> {
-    match command {
-        ReadCommand::Collection(typed) => match &typed.op {
-            CollectionRead::Stream(StreamRead::Read(read)) => BlockingPop::stream_read(read),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// The commands queued between MULTI and EXEC.
@@ -591,11 +567,11 @@ impl ClientConnection {
                 }
                 TransactionCommand::Watched(_) => CommandError::WatchedWithoutMulti.to_reply(),
             }),
-            Ok(Command::Write(command)) => match blocking_pop(&command) {
+            Ok(Command::Write(command)) => match BlockingPop::of_write(&command) {
                 Some(pop) if pop.blocks() => Dispatch::Block(pop),
                 _ => self.pop_as_read(args).unwrap_or(Dispatch::Write(command)),
             },
-            Ok(Command::Read(command)) => match blocking_read(&command) {
+            Ok(Command::Read(command)) => match BlockingPop::of_read(&command) {
                 Some(read) => Dispatch::Block(read),
                 None => Dispatch::Read(command),
             },
