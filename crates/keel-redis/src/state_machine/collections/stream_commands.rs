@@ -141,17 +141,7 @@ impl KvStateMachine {
                 s.set_group_id(group, id, *entries_read);
                 Reply::OK
             }),
-            StreamWrite::GroupDestroy { key, group } => {
-                match self.stream_write(key, false, |s| Ok(s.destroy_group(group))) {
-                    Ok(Some(destroyed)) => {
-                        // A client blocked in XREADGROUP on it answers NOGROUP, as in Redis.
-                        self.note_filled(key);
-                        Reply::Integer(i64::from(destroyed))
-                    }
-                    Ok(None) => Reply::error(KEY_REQUIRED),
-                    Err(reply) => reply,
-                }
-            }
+            StreamWrite::GroupDestroy { key, group } => self.xgroup_destroy(key, group),
             StreamWrite::Consumer {
                 key,
                 group,
@@ -212,6 +202,18 @@ impl KvStateMachine {
                 id_reply(id)
             }
             Ok(None) => Reply::Null,
+            Err(reply) => reply,
+        }
+    }
+
+    fn xgroup_destroy(&mut self, key: &[u8], group: &[u8]) -> Reply {
+        match self.stream_write(key, false, |s| Ok(s.destroy_group(group))) {
+            Ok(Some(destroyed)) => {
+                // A client blocked in XREADGROUP on it answers NOGROUP, as in Redis.
+                self.note_filled(key);
+                Reply::Integer(i64::from(destroyed))
+            }
+            Ok(None) => Reply::error(KEY_REQUIRED),
             Err(reply) => reply,
         }
     }
