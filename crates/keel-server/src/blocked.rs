@@ -90,10 +90,10 @@ impl Registration {
         self.blocked.lock().waiters.attempting(self.id);
     }
 
-    /// The client waits now (its first attempt took nothing, or it waits for its turn): from
-    /// here it counts as blocked (`blocked_clients`, CLIENT LIST's `b`) and CLIENT UNBLOCK may
-    /// end its wait. Not before: a blocked XREAD's `$` is resolved by its first attempt, so a
-    /// client that sees it blocked and then adds an entry is sure to have it served.
+    /// The client counts as blocked from now (`blocked_clients`, CLIENT LIST's `b`), and CLIENT
+    /// UNBLOCK may end its wait (taken when it waits). A blocked XREAD calls this only once its
+    /// first attempt resolved its `$`, so that a client that sees it blocked and then adds an
+    /// entry is sure to have it served; the others when they register.
     pub fn waits(&mut self, record: &Arc<ClientRecord>) {
         if self.record.is_none() {
             record.blocked.begin();

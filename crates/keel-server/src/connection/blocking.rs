@@ -75,6 +75,12 @@ impl Session<'_> {
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         let keys = pop.waiting_keys(self.pipeline.db());
         let mut registration = self.ctx.blocked.register(&keys, pop.takes_nothing());
+        // A client that takes counts as blocked from here; an XREAD only once its first attempt
+        // resolved its `$` (below), so that whoever sees it blocked and adds an entry has it
+        // served.
+        if !pop.takes_nothing() {
+            registration.waits(self.connection.record());
+        }
         // What was answered before it reaches the client now: it may wait for long.
         self.flush_all(None).await?;
         let mut watch_socket = true;
