@@ -1,7 +1,8 @@
 //! Blocking pops in a three-node cluster of `keel serve` processes: a client blocked on any node
 //! is woken by a push through any other, elements go to exactly one client each, clients of one
 //! node are served in the order they blocked, timeouts are the client's own, a client that left
-//! takes nothing, BLMOVE keeps what it takes, and inside MULTI nothing blocks.
+//! takes nothing, BLMOVE keeps what it takes, and inside MULTI nothing blocks; CLIENT UNBLOCK;
+//! SWAPDB, MOVE, COPY and RENAME wake the clients of the database they fill, and only those.
 
 mod process;
 
@@ -236,4 +237,114 @@ fn inside_multi_nothing_blocks_and_errors_are_redis(node: &Node) {
         .query::<Value>(&mut con)
         .unwrap_err();
     assert!(error.to_string().contains("timeout is negative"), "{error}");
+}
+
+/// `line` (split on spaces) on `raw`, whose reply must not be an error.
+fn ok(raw: &mut process::Raw, line: &str) -> String {
+    let reply = raw.request(line);
+    assert!(!reply.starts_with('-'), "{line}: {reply}");
+    reply
+}
+
+/// The id of `raw`'s connection (CLIENT ID).
+fn client_id(raw: &mut process::Raw) -> String {
+    let reply = ok(raw, "CLIENT ID");
+    reply.trim_start_matches(':').trim_end().to_string()
+}
+
+#[test]
+fn client_unblock_ends_a_wait_as_a_timeout_or_an_error_and_only_a_blocked_one() {
+    let cluster = Cluster::new("blocking-unblock", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    for id in [leader, follower] {
+        let node = cluster.node(id);
+        let mut admin = process::Raw::connect(node.client_port);
+        let mut waiter = process::Raw::connect(node.client_port);
+        let waiter_id = client_id(&mut waiter);
+        assert_eq!(
+            admin.request(&format!("CLIENT UNBLOCK {waiter_id}")),
+            ":0\r\n"
+        );
+        waiter.send(&["BLPOP", "unblocked", "0"]);
+        wait_blocked(node, 1);
+        let list = admin.request(&format!("CLIENT LIST ID {waiter_id}"));
+        assert!(list.contains("flags=b "), "{list}");
+        assert_eq!(
+            admin.request(&format!("CLIENT UNBLOCK {waiter_id} TIMEOUT")),
+            ":1\r\n"
+        );
+        assert_eq!(waiter.read_one("BLPOP"), "*-1\r\n");
+        waiter.send(&["XREAD", "BLOCK", "0", "STREAMS", "unblocked-s", "$"]);
+        wait_blocked(node, 1);
+        assert_eq!(
+            admin.request(&format!("CLIENT UNBLOCK {waiter_id} ERROR")),
+            ":1\r\n"
+        );
+        assert_eq!(
+            waiter.read_one("XREAD"),
+            "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+        );
+        wait_blocked(node, 0);
+        // It took nothing: a push after it stays.
+        let _: i64 = process::query(node, redis::cmd("RPUSH").arg("unblocked").arg("x"));
+        assert_eq!(ok(&mut waiter, "LLEN unblocked"), ":1\r\n");
+        ok(&mut waiter, "DEL unblocked");
+        assert_eq!(
+            admin.request("CLIENT UNBLOCK 1 MAYBE"),
+            "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"
+        );
+    }
+}
+
+#[test]
+fn moves_swaps_copies_and_renames_wake_clients_of_their_database_only() {
+    let cluster = Cluster::new("blocking-databases", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let node = cluster.node(follower);
+    let mut writer = process::Raw::connect(cluster.node(leader).client_port);
+    ok(&mut writer, "SELECT 1");
+    let mut in_db0 = process::Raw::connect(node.client_port);
+    let mut in_db1 = process::Raw::connect(node.client_port);
+    ok(&mut in_db1, "SELECT 1");
+    // A push in database 1 does not wake a client blocked on the same name in database 0; it
+    // wakes the one blocked in database 1.
+    in_db0.send(&["BLPOP", "k", "0"]);
+    wait_blocked(node, 1);
+    in_db1.send(&["BLPOP", "k", "0"]);
+    wait_blocked(node, 2);
+    ok(&mut writer, "RPUSH k one");
+    assert_eq!(
+        in_db1.read_one("BLPOP in 1"),
+        "*2\r\n$1\r\nk\r\n$3\r\none\r\n"
+    );
+    thread::sleep(Duration::from_millis(300));
+    wait_blocked(node, 1);
+    // Each of these fills `k` of database 0 from database 1, and wakes the client there.
+    for (setup, fill) in [
+        ("RPUSH k swapped", "SWAPDB 0 1"),
+        ("RPUSH k moved", "MOVE k 0"),
+        ("RPUSH k copied", "COPY k k DB 0"),
+    ] {
+        ok(&mut writer, setup);
+        ok(&mut writer, fill);
+        let value = setup.rsplit(' ').next().unwrap();
+        let reply = in_db0.read_one(fill);
+        assert_eq!(
+            reply,
+            format!("*2\r\n$1\r\nk\r\n${}\r\n{value}\r\n", value.len()),
+            "{fill}"
+        );
+        ok(&mut writer, "FLUSHALL");
+        in_db0.send(&["BLPOP", "k", "0"]);
+        wait_blocked(node, 1);
+    }
+    ok(&mut writer, "SELECT 0");
+    ok(&mut writer, "RPUSH other renamed");
+    ok(&mut writer, "RENAME other k");
+    assert_eq!(
+        in_db0.read_one("RENAME"),
+        "*2\r\n$1\r\nk\r\n$7\r\nrenamed\r\n"
+    );
 }

@@ -2,7 +2,13 @@
 //! script, in RESP2 and in RESP3 (XREAD's and XREADGROUP's streams are a map in RESP3, XINFO's
 //! records too). The script names its IDs and reads no idle or delivery times: keel takes those
 //! from the log's time, redis-server from its clock.
+//!
+//! Then XREAD and XREADGROUP with BLOCK in a three-node cluster of `keel serve` processes: on
+//! the leader and on a follower, in RESP2 and RESP3, `$`, `>` with consumers getting disjoint
+//! entries, timeouts, a client that leaves consuming nothing, and Redis's errors for a stream
+//! or group that went away while a client waited.
 
+mod process;
 mod support;
 
 use std::time::Duration;
@@ -148,4 +154,219 @@ async fn stream_commands_answer_like_redis_server() {
             assert_eq!(got, want, "RESP{hello} {command:?}");
         }
     }
+}
+
+/// Waits until `node` reports `count` blocked clients (INFO clients' `blocked_clients`).
+fn wait_blocked(node: &process::Node, count: u64) {
+    process::eventually(&format!("{count} blocked clients"), || {
+        let info = process::raw_request(node.client_port, &["INFO", "clients"]).ok()?;
+        let Reply::Bulk(info) = info else { return None };
+        let info = String::from_utf8_lossy(&info).into_owned();
+        info.contains(&format!("blocked_clients:{count}\r\n"))
+            .then_some(())
+    });
+}
+
+/// A connection to `node` speaking RESP `hello` (2 or 3).
+fn speaking(node: &process::Node, hello: &str) -> process::Raw {
+    let mut raw = process::Raw::connect(node.client_port);
+    let greeting = raw.request(&format!("HELLO {hello}"));
+    assert!(!greeting.starts_with('-'), "{greeting}");
+    raw
+}
+
+/// One stream's entries as XREAD and XREADGROUP answer them, byte for byte: an array of
+/// `[key, entries]` in RESP2, a map in RESP3; each entry `[id, [field, value]]`.
+fn one_stream(hello: &str, key: &str, entries: &[(&str, &str, &str)]) -> String {
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    let mut out = if hello == "3" {
+        format!("%1\r\n{}", bulk(key))
+    } else {
+        format!("*1\r\n*2\r\n{}", bulk(key))
+    };
+    out += &format!("*{}\r\n", entries.len());
+    for (id, field, value) in entries {
+        out += &format!("*2\r\n{}*2\r\n{}{}", bulk(id), bulk(field), bulk(value));
+    }
+    out
+}
+
+fn null_array(hello: &str) -> &'static str {
+    if hello == "3" {
+        "_\r\n"
+    } else {
+        "*-1\r\n"
+    }
+}
+
+/// `line` (split on spaces) on `node`, on a fresh connection.
+fn run(node: &process::Node, line: &str) -> Reply {
+    let args: Vec<&str> = line.split(' ').collect();
+    process::raw_request(node.client_port, &args).expect(line)
+}
+
+#[test]
+fn blocked_xread_and_xreadgroup_are_served_on_leader_and_follower_in_both_protocols() {
+    let cluster = process::Cluster::new("xread-block", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let writer = cluster.node(leader);
+    for (id, hello) in [
+        (leader, "2"),
+        (follower, "3"),
+        (leader, "3"),
+        (follower, "2"),
+    ] {
+        let node = cluster.node(id);
+        let key = format!("s{id}r{hello}");
+        run(writer, &format!("XADD {key} 1-0 f old"));
+        // `$`: after what was last when the client blocked, never the old entry.
+        let mut client = speaking(node, hello);
+        client.send(&["XREAD", "BLOCK", "0", "STREAMS", "other", &key, "$", "$"]);
+        wait_blocked(node, 1);
+        run(writer, &format!("XADD {key} 2-0 f new"));
+        let reply = client.read_one("XREAD BLOCK 0");
+        assert_eq!(
+            reply,
+            one_stream(hello, &key, &[("2-0", "f", "new")]),
+            "node {id} RESP{hello}"
+        );
+        // XREADGROUP `>`: new entries, delivered (pending) to the consumer.
+        run(writer, &format!("XGROUP CREATE {key} g $"));
+        client.send(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            &key,
+            ">",
+        ]);
+        wait_blocked(node, 1);
+        run(writer, &format!("XADD {key} 3-0 f next"));
+        let reply = client.read_one("XREADGROUP BLOCK 0");
+        assert_eq!(
+            reply,
+            one_stream(hello, &key, &[("3-0", "f", "next")]),
+            "node {id} RESP{hello}"
+        );
+        let pending = run(writer, &format!("XPENDING {key} g"));
+        assert!(
+            matches!(&pending, Reply::Array(p) if p[0] == Reply::Integer(1)),
+            "{pending:?}"
+        );
+        // A timeout: the null array of the protocol, after the timeout and not before.
+        let started = std::time::Instant::now();
+        let reply = client.request(&format!("XREAD BLOCK 300 STREAMS {key} $"));
+        assert_eq!(reply, null_array(hello));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        let reply = client.request(&format!("XREADGROUP GROUP g c BLOCK 200 STREAMS {key} >"));
+        assert_eq!(reply, null_array(hello));
+    }
+}
+
+#[test]
+fn consumers_get_disjoint_entries_and_one_that_left_consumes_nothing() {
+    let cluster = process::Cluster::new("xreadgroup-block", &[1, 2, 3], &[], &[]);
+    let leader = cluster.leader();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let (writer, other) = (cluster.node(leader), cluster.node(follower));
+    run(writer, "XGROUP CREATE q g $ MKSTREAM");
+    // A client that leaves while blocked takes nothing of what comes after.
+    {
+        let mut gone = process::Raw::connect(other.client_port);
+        gone.send(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "gone",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "q",
+            ">",
+        ]);
+        wait_blocked(other, 1);
+    }
+    wait_blocked(other, 0);
+    run(writer, "XADD q 1-0 f a");
+    std::thread::sleep(Duration::from_millis(300));
+    let pending = run(writer, "XPENDING q g");
+    assert!(
+        matches!(&pending, Reply::Array(p) if p[0] == Reply::Integer(0)),
+        "{pending:?}"
+    );
+    // Two consumers, one per node, COUNT 1 each; two entries: one each, none twice.
+    let mut one = speaking(writer, "2");
+    let mut two = speaking(other, "2");
+    run(writer, "XGROUP SETID q g $");
+    for (client, name, node) in [(&mut one, "one", writer), (&mut two, "two", other)] {
+        client.send(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            name,
+            "COUNT",
+            "1",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "q",
+            ">",
+        ]);
+        wait_blocked(node, 1);
+    }
+    run(writer, "XADD q 2-0 f b");
+    run(writer, "XADD q 3-0 f c");
+    let got = [one.read_one("one"), two.read_one("two")];
+    let b = one_stream("2", "q", &[("2-0", "f", "b")]);
+    let c = one_stream("2", "q", &[("3-0", "f", "c")]);
+    assert!(got == [b.clone(), c.clone()] || got == [c, b], "{got:?}");
+    let pending = run(writer, "XPENDING q g");
+    assert!(
+        matches!(&pending, Reply::Array(p) if p[0] == Reply::Integer(2)),
+        "{pending:?}"
+    );
+    gone_streams_and_groups_answer_redis_errors(writer, other);
+}
+
+/// A blocked XREADGROUP whose group is destroyed answers NOGROUP; whose stream is deleted or
+/// replaced, UNBLOCKED (Redis 7.0's words); a blocked XREAD waits on through both.
+fn gone_streams_and_groups_answer_redis_errors(writer: &process::Node, node: &process::Node) {
+    let mut client = speaking(node, "2");
+    let mut reader = speaking(node, "2");
+    reader.send(&["XREAD", "BLOCK", "0", "STREAMS", "gone", "$"]);
+    wait_blocked(node, 1);
+    for (change, error) in [
+        (
+            "XGROUP DESTROY gone g",
+            "-NOGROUP the consumer group this client was blocked on no longer exists\r\n",
+        ),
+        ("DEL gone", "-UNBLOCKED the stream key no longer exists\r\n"),
+        ("FLUSHDB", "-UNBLOCKED the stream key no longer exists\r\n"),
+    ] {
+        run(writer, "XGROUP CREATE gone g $ MKSTREAM");
+        client.send(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "gone",
+            ">",
+        ]);
+        wait_blocked(node, 2);
+        run(writer, change);
+        assert_eq!(client.read_one(change), error);
+    }
+    // The XREAD waited through all of it, and is served by an entry after its `$` (0-0).
+    run(writer, "XADD gone 5-0 f v");
+    assert_eq!(
+        reader.read_one("XREAD"),
+        one_stream("2", "gone", &[("5-0", "f", "v")])
+    );
 }

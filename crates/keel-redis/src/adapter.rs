@@ -165,7 +165,8 @@ pub trait FilledKeysListener: Send + Sync + std::fmt::Debug {
     fn waiting(&self) -> bool;
     /// The keys the entry just applied filled (with repeats).
     fn filled(&self, keys: Vec<Bytes>);
-    /// A snapshot replaced the whole state: any key may hold something now.
+    /// A snapshot replaced the whole state, or an entry changed whole databases (FLUSHDB,
+    /// FLUSHALL, SWAPDB): any key may serve a blocked client now.
     fn restored(&self);
 }
 
@@ -257,7 +258,9 @@ impl keel_engine::StateMachine for KvAdapter {
             Ok(reply) => {
                 if let (true, Some(listener)) = (waiting, &self.filled) {
                     let keys = self.sm.take_filled_keys();
-                    if !keys.is_empty() {
+                    if self.sm.take_every_key_filled() {
+                        listener.restored();
+                    } else if !keys.is_empty() {
                         listener.filled(keys);
                     }
                 }

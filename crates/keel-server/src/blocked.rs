@@ -1,5 +1,6 @@
-//! [`BlockedClients`]: the clients of this node waiting in a blocking pop, and what wakes them
-//! (the apply of an entry that filled one of their keys).
+//! [`BlockedClients`]: the clients of this node waiting in a blocking pop (or XREAD, XREADGROUP
+//! with BLOCK), and what wakes them (the apply of an entry that filled one of their keys, or
+//! changed whole databases).
 //!
 //! Who waits on which key, who is first and whom a fill or a leaving waiter wakes is
 //! keel-session's [`Waiters`] (the simulator runs the same); this is its thread-safe shell: the
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use keel_session::blocked::{WaiterId, Waiters};
+use keel_session::connection::ClientRecord;
 use tokio::sync::Notify;
 
 /// The waiters of this node; see the module documentation.
@@ -22,6 +24,9 @@ use tokio::sync::Notify;
 pub struct BlockedClients {
     /// How many waiters are registered: read by the apply thread before every entry.
     waiting: AtomicUsize,
+    /// How many of them wait as Redis's blocked clients do (past their first attempt, or
+    /// waiting for their turn): `INFO clients`' `blocked_clients`.
+    blocked: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -64,6 +69,8 @@ pub struct Registration {
     served: bool,
     /// Whether it was first in the queue of one of its keys when it joined.
     first: bool,
+    /// Its connection, once it waits ([`Registration::waits`]).
+    record: Option<Arc<ClientRecord>>,
 }
 
 impl Registration {
@@ -83,6 +90,18 @@ impl Registration {
         self.blocked.lock().waiters.attempting(self.id);
     }
 
+    /// The client counts as blocked from now (`blocked_clients`, CLIENT LIST's `b`), and CLIENT
+    /// UNBLOCK may end its wait (taken when it waits). A blocked XREAD calls this only once its
+    /// first attempt resolved its `$`, so that a client that sees it blocked and then adds an
+    /// entry is sure to have it served; the others when they register.
+    pub fn waits(&mut self, record: &Arc<ClientRecord>) {
+        if self.record.is_none() {
+            record.blocked.begin();
+            self.blocked.blocked.fetch_add(1, Ordering::AcqRel);
+            self.record = Some(Arc::clone(record));
+        }
+    }
+
     /// The client was answered by its attempt (an element, or an error that took nothing):
     /// whoever is next on its keys is woken when it leaves (there may be more to take).
     pub fn served(mut self) {
@@ -92,6 +111,10 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            record.blocked.end();
+            self.blocked.blocked.fetch_sub(1, Ordering::AcqRel);
+        }
         let mut inner = self.blocked.lock();
         let woken = inner.waiters.leave(self.id, self.served);
         inner.signals.remove(&self.id);
@@ -105,12 +128,13 @@ impl BlockedClients {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Puts a client at the end of the queue of each of `keys` (a key named twice once).
-    pub fn register(self: &Arc<Self>, keys: &[Bytes]) -> Registration {
+    /// Puts a client at the end of the queue of each of `keys` (a key named twice once);
+    /// `reader` if it takes nothing (a blocked XREAD).
+    pub fn register(self: &Arc<Self>, keys: &[Bytes], reader: bool) -> Registration {
         let waiter = Arc::new(Waiter::default());
         let joined = {
             let mut inner = self.lock();
-            let joined = inner.waiters.join(keys);
+            let joined = inner.waiters.join(keys, reader);
             inner.signals.insert(joined.id, Arc::clone(&waiter));
             self.waiting.fetch_add(1, Ordering::AcqRel);
             joined
@@ -121,12 +145,18 @@ impl BlockedClients {
             waiter,
             served: false,
             first: joined.first_in_line,
+            record: None,
         }
     }
 
-    /// How many clients wait now.
+    /// How many clients are registered now (some may be making their first attempt).
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
+    }
+
+    /// How many clients wait as blocked ([`Registration::waits`]).
+    pub fn blocked(&self) -> usize {
+        self.blocked.load(Ordering::Acquire)
     }
 
     /// Wakes the first waiter of each of `keys` that has one.
@@ -167,8 +197,13 @@ mod tests {
     async fn a_wake_reaches_the_waiter_and_one_before_the_wait_is_not_lost() {
         let blocked = Arc::new(BlockedClients::default());
         let key = [Bytes::from_static(b"q")];
-        let first = blocked.register(&key);
-        let second = blocked.register(&key);
+        let mut first = blocked.register(&key, false);
+        let second = blocked.register(&key, false);
+        let record = Arc::new(ClientRecord::new(1, String::new(), String::new(), -1));
+        first.waits(&record);
+        first.waits(&record);
+        assert_eq!(blocked.blocked(), 1, "counted once, once it waits");
+        assert!(record.blocked.is_blocked());
         assert!(first.first_in_line() && !second.first_in_line());
         assert_eq!(blocked.waiting(), 2);
         blocked.wake_first(&key);
@@ -178,6 +213,8 @@ mod tests {
             .expect("the stored wake");
         first.served();
         assert_eq!(blocked.waiting(), 1);
+        assert_eq!(blocked.blocked(), 0);
+        assert!(!record.blocked.is_blocked());
         tokio::time::timeout(wait, second.waiter().woken())
             .await
             .expect("the wake handed on");

@@ -186,7 +186,7 @@ impl ServerContext {
             keys: stats.keys,
             expires: stats.expires,
             connected_clients: self.client_registry.live() as u64,
-            blocked_clients: self.blocked.waiting() as u64,
+            blocked_clients: self.blocked.blocked() as u64,
             maxclients: self.config.read().maxclients,
             client_query_buffers_bytes: self.shared.query_buffers_bytes.load(Ordering::Relaxed)
                 as u64,

@@ -1,4 +1,5 @@
-//! [`Waiters`]: the clients of one node waiting in a blocking pop, by key, and whom a fill wakes;
+//! [`Waiters`]: the clients of one node waiting in a blocking pop (or a blocked XREAD or
+//! XREADGROUP), by key, and whom a fill wakes;
 //! without I/O, threads or a clock, so that the server (keel-server's `blocked.rs`, a lock and a
 //! wake-up signal around it) and the simulator decide alike who tries next.
 //!
@@ -10,6 +11,12 @@
 //! first served, and one fill of many elements serves many waiters one after another. A waiter
 //! that leaves for any other reason (its timeout, its connection closed) while woken hands the
 //! wake on too: the fill it was woken for may still serve the next one.
+//!
+//! A *reader* (a blocked XREAD) takes nothing from what it is served: it is not in anyone's way.
+//! A fill wakes every reader of the key besides its first taker, a reader tries at once when it
+//! joins (it need not wait for its turn), and a reader that leaves hands nothing on (the fill
+//! that served it woke the first taker too). Takers (the pops, XREADGROUP) keep their order among
+//! themselves, readers or not around them.
 //!
 //! Every operation returns the waiters to wake; the caller signals them. Bounds: one waiter per
 //! blocked connection (a blocked connection reads nothing else), so at most as many as the node
@@ -46,6 +53,8 @@ struct Waiter {
     keys: Vec<Bytes>,
     /// Woken and not yet trying again: handed on if it leaves.
     woken: bool,
+    /// It takes nothing (a blocked XREAD); see the module documentation.
+    reader: bool,
 }
 
 /// The waiters of one node; see the module documentation.
@@ -61,15 +70,16 @@ pub struct Waiters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Joined {
     pub id: WaiterId,
-    /// Whether it is first in the queue of one of its keys: otherwise it waits for its turn (a
-    /// wake handed on) before it tries, since a client that blocked earlier on its keys goes
-    /// first.
+    /// Whether it is first in the queue of one of its keys (readers aside), or a reader:
+    /// otherwise it waits for its turn (a wake handed on) before it tries, since a client that
+    /// blocked earlier on its keys goes first.
     pub first_in_line: bool,
 }
 
 impl Waiters {
-    /// Puts a new waiter at the end of the queue of each of `keys` (a key named twice once).
-    pub fn join(&mut self, keys: &[Bytes]) -> Joined {
+    /// Puts a new waiter at the end of the queue of each of `keys` (a key named twice once);
+    /// `reader` if it takes nothing (a blocked XREAD).
+    pub fn join(&mut self, keys: &[Bytes], reader: bool) -> Joined {
         self.next_id += 1;
         let id = self.next_id;
         let mut unique: Vec<Bytes> = Vec::with_capacity(keys.len());
@@ -78,15 +88,15 @@ impl Waiters {
                 unique.push(key.clone());
             }
         }
-        let mut first_in_line = false;
+        let mut first_in_line = reader;
         for key in &unique {
-            let queue = self.queues.entry(key.clone()).or_default();
-            first_in_line |= queue.is_empty();
-            queue.push_back(id);
+            first_in_line |= self.first_taker(key).is_none();
+            self.queues.entry(key.clone()).or_default().push_back(id);
         }
         let waiter = Waiter {
             keys: unique,
             woken: false,
+            reader,
         };
         self.waiters.insert(id, waiter);
         Joined { id, first_in_line }
@@ -112,22 +122,39 @@ impl Waiters {
         let Some(waiter) = self.waiters.remove(&id) else {
             return Vec::new();
         };
-        let hand_on = served || waiter.woken;
+        let hand_on = !waiter.reader && (served || waiter.woken);
         let mut woken = Vec::new();
         for key in &waiter.keys {
             let Some(queue) = self.queues.get_mut(key) else {
                 continue;
             };
             queue.retain(|w| *w != id);
-            match queue.front() {
-                None => {
-                    self.queues.remove(key);
-                }
-                Some(&next) if hand_on => woken.push(next),
-                Some(_) => {}
+            if queue.is_empty() {
+                self.queues.remove(key);
+            } else if hand_on {
+                woken.extend(self.first_taker(key));
             }
         }
         self.mark_woken(woken)
+    }
+
+    /// The first waiter of `key`'s queue that takes what it is served (not a reader).
+    fn first_taker(&self, key: &Bytes) -> Option<WaiterId> {
+        let queue = self.queues.get(key)?;
+        let taker = |id: &&WaiterId| self.waiters.get(id).is_some_and(|w| !w.reader);
+        queue.iter().find(taker).copied()
+    }
+
+    /// Whom a fill of `key` wakes: its first taker and every reader.
+    fn woken_by_fill(&self, key: &Bytes, into: &mut Vec<WaiterId>) {
+        let Some(queue) = self.queues.get(key) else {
+            return;
+        };
+        into.extend(self.first_taker(key));
+        let readers = queue
+            .iter()
+            .filter(|id| self.waiters.get(id).is_some_and(|w| w.reader));
+        into.extend(readers);
     }
 
     /// How many waiters wait now.
@@ -139,20 +166,24 @@ impl Waiters {
         self.waiters.is_empty()
     }
 
-    /// Wakes the first waiter of each of `keys` that has one (the keys an applied entry filled).
+    /// Wakes the first taker and every reader of each of `keys` (the keys an applied entry
+    /// filled).
     pub fn wake_first(&mut self, keys: &[Bytes]) -> Vec<WaiterId> {
-        let firsts = keys
-            .iter()
-            .filter_map(|key| self.queues.get(key).and_then(VecDeque::front).copied())
-            .collect();
-        self.mark_woken(firsts)
+        let mut woken = Vec::new();
+        for key in keys {
+            self.woken_by_fill(key, &mut woken);
+        }
+        self.mark_woken(woken)
     }
 
-    /// Wakes the first waiter of every key (a snapshot replaced the whole state).
+    /// Wakes the first taker and every reader of every key (a snapshot replaced the whole state,
+    /// or an entry whole databases).
     pub fn wake_all_first(&mut self) -> Vec<WaiterId> {
-        let firsts = self.queues.values().filter_map(VecDeque::front).copied();
-        let firsts = firsts.collect();
-        self.mark_woken(firsts)
+        let mut woken = Vec::new();
+        for key in self.queues.keys() {
+            self.woken_by_fill(key, &mut woken);
+        }
+        self.mark_woken(woken)
     }
 
     /// Marks `ids` woken and returns them, each once.
@@ -172,6 +203,12 @@ impl Waiters {
 mod tests {
     use super::*;
 
+    impl Waiters {
+        fn join_taker(&mut self, keys: &[Bytes]) -> Joined {
+            self.join(keys, false)
+        }
+    }
+
     fn keys(names: &[&str]) -> Vec<Bytes> {
         names
             .iter()
@@ -182,9 +219,9 @@ mod tests {
     #[test]
     fn a_fill_wakes_the_first_waiter_only_and_a_served_one_hands_on() {
         let mut waiters = Waiters::default();
-        let first = waiters.join(&keys(&["q", "q"]));
-        let second = waiters.join(&keys(&["q"]));
-        let other = waiters.join(&keys(&["r"]));
+        let first = waiters.join_taker(&keys(&["q", "q"]));
+        let second = waiters.join_taker(&keys(&["q"]));
+        let other = waiters.join_taker(&keys(&["r"]));
         assert!(first.first_in_line && !second.first_in_line && other.first_in_line);
         assert_eq!(waiters.len(), 3);
         assert_eq!(waiters.wake_first(&keys(&["q", "q"])), vec![first.id]);
@@ -200,7 +237,7 @@ mod tests {
         // Tried and took nothing: it stays first, and leaving without having been woken since
         // hands nothing on.
         waiters.attempting(second.id);
-        let third = waiters.join(&keys(&["q"]));
+        let third = waiters.join_taker(&keys(&["q"]));
         assert_eq!(waiters.leave(second.id, false), Vec::<WaiterId>::new());
         assert!(!waiters.is_woken(third.id));
         waiters.leave(third.id, false);
@@ -212,9 +249,9 @@ mod tests {
     #[test]
     fn a_woken_waiter_that_leaves_unserved_hands_the_wake_on() {
         let mut waiters = Waiters::default();
-        let first = waiters.join(&keys(&["a", "b"]));
-        let on_a = waiters.join(&keys(&["a"]));
-        let on_b = waiters.join(&keys(&["b"]));
+        let first = waiters.join_taker(&keys(&["a", "b"]));
+        let on_a = waiters.join_taker(&keys(&["a"]));
+        let on_b = waiters.join_taker(&keys(&["b"]));
         assert_eq!(waiters.wake_all_first(), vec![first.id]);
         let mut handed = waiters.leave(first.id, false);
         handed.sort_unstable();
@@ -225,12 +262,34 @@ mod tests {
     #[test]
     fn a_waiter_that_joins_behind_another_is_not_first_in_line() {
         let mut waiters = Waiters::default();
-        let a = waiters.join(&keys(&["a"]));
-        let ab = waiters.join(&keys(&["a", "b"]));
-        let a_again = waiters.join(&keys(&["a"]));
+        let a = waiters.join_taker(&keys(&["a"]));
+        let ab = waiters.join_taker(&keys(&["a", "b"]));
+        let a_again = waiters.join_taker(&keys(&["a"]));
         assert!(a.first_in_line && ab.first_in_line, "first on b");
         assert!(!a_again.first_in_line);
         assert_eq!(waiters.leave(99, true), Vec::<WaiterId>::new(), "unknown");
+    }
+
+    #[test]
+    fn readers_are_woken_by_every_fill_try_at_once_and_hand_nothing_on() {
+        let mut waiters = Waiters::default();
+        let reader = waiters.join(&keys(&["s"]), true);
+        let taker = waiters.join(&keys(&["s"]), false);
+        let late_reader = waiters.join(&keys(&["s"]), true);
+        let second_taker = waiters.join(&keys(&["s"]), false);
+        assert!(
+            reader.first_in_line && late_reader.first_in_line,
+            "readers try at once"
+        );
+        assert!(taker.first_in_line, "no taker ahead of it");
+        assert!(!second_taker.first_in_line);
+        let mut woken = waiters.wake_first(&keys(&["s"]));
+        woken.sort_unstable();
+        assert_eq!(woken, vec![reader.id, taker.id, late_reader.id]);
+        // A reader served hands nothing on: the fill woke the first taker already.
+        assert_eq!(waiters.leave(reader.id, true), Vec::<WaiterId>::new());
+        // The taker served hands on to the next taker, past the reader.
+        assert_eq!(waiters.leave(taker.id, true), vec![second_taker.id]);
     }
 
     #[test]

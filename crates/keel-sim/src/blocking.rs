@@ -127,7 +127,9 @@ impl World<KvState> {
             return;
         };
         let waiters = self.node_waiters(node);
-        let joined = waiters.waiters.join(&pop.waiting_keys(db));
+        let joined = waiters
+            .waiters
+            .join(&pop.waiting_keys(db), pop.takes_nothing());
         waiters.connections.push((joined.id, connection));
         waiters.sync_waiting();
         let timeout_ms = pop.timeout_ms.unwrap_or(0);

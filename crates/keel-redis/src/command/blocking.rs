@@ -15,13 +15,26 @@
 //!
 //! Without `RAFT.BLOCKED` (inside MULTI, in a script, LMPOP and ZMPOP), the command pops what is
 //! there or answers null at once, as Redis's blocking commands do where they cannot block.
+//!
+//! XREAD and XREADGROUP with BLOCK wait the same way ([`PopSource::Streams`], served by the state
+//! machine's `blocking_reads.rs`): their attempts are log entries too, `RAFT.BLOCKED deadline-ms
+//! woken XREAD ...`. XREADGROUP's must be (a served one moves the group's last ID and pending
+//! entries, once, on every replica); XREAD's are so that it waits exactly as the pops do (same
+//! forwarding, deadlines and wakes) and so that `$` is resolved once, at a place in the log:
+//! the first attempt (`woken` 0) of an XREAD naming `$` that finds nothing answers the IDs each
+//! `$` stands for, as an array of IDs, one per stream ([`BlockingPop::resolved_request`]); the
+//! client's later attempts name those IDs instead of `$`. A woken attempt serves the first
+//! stream, in the command's order, that has entries after its ID (Redis serves the stream whose
+//! key was signalled, alone).
 
 use bytes::Bytes;
 
 use super::collections::end;
 use super::parse::{integer, is};
+use super::streams::{ReadFrom, XRead};
 use super::CommandError;
 use keel_redis_types::list::End;
+use keel_redis_types::stream::StreamId;
 use keel_resp::number::parse_f64;
 
 /// Where elements are popped from.
@@ -31,6 +44,8 @@ pub enum PopSource {
     List(End),
     /// A sorted set: its lowest scores (`max` false) or its highest.
     ZSet { max: bool },
+    /// Streams: XREAD's entries after its IDs, XREADGROUP's entries new to its group.
+    Streams,
 }
 
 /// What a served pop answers and does with the element.
@@ -43,6 +58,8 @@ pub enum PopShape {
     KeyAndElements(u64),
     /// BLMOVE, BRPOPLPUSH: the element, pushed to `destination` at `end`.
     MoveTo { destination: Bytes, end: End },
+    /// XREAD, XREADGROUP: their reply (streams and their entries).
+    Streams(Box<XRead>),
 }
 
 /// A pop from the first of `keys` that holds something.
@@ -102,8 +119,101 @@ impl BlockingPop {
     }
 
     /// Whether it may make the data larger: only a move (its destination's new element).
+    /// XREADGROUP records deliveries, but Redis does not refuse it past maxmemory.
     pub fn may_grow_memory(&self) -> bool {
         matches!(self.shape, PopShape::MoveTo { .. })
+    }
+
+    /// XREAD or XREADGROUP `read` as a client that waits, if it does: with BLOCK, and for
+    /// XREADGROUP only when every stream is read from `>` (a consumer's own history is answered
+    /// at once, even when empty, as in Redis).
+    pub fn stream_read(read: &XRead) -> Option<BlockingPop> {
+        let waits = read.block_ms.is_some()
+            && (read.group.is_none() || read.streams.iter().all(|(_, f)| *f == ReadFrom::New));
+        waits.then(|| BlockingPop {
+            keys: read.streams.iter().map(|(key, _)| key.clone()).collect(),
+            source: PopSource::Streams,
+            shape: PopShape::Streams(Box::new(read.clone())),
+            timeout_ms: read.block_ms,
+            attempt_deadline_ms: None,
+            woken: false,
+        })
+    }
+
+    /// The blocking pop, or XREADGROUP that waits, `command` is, if it is one.
+    pub fn of_write(command: &super::WriteCommand) -> Option<BlockingPop> {
+        use super::{CollectionWrite, StreamWrite};
+        match command {
+            super::WriteCommand::Collection(typed) => match &typed.op {
+                CollectionWrite::BlockingPop(pop) => Some(pop.clone()),
+                CollectionWrite::Stream(StreamWrite::ReadGroup(read)) => Self::stream_read(read),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The XREAD that waits `command` is, if it is one.
+    pub fn of_read(command: &super::ReadCommand) -> Option<BlockingPop> {
+        use super::{CollectionRead, StreamRead};
+        match command {
+            super::ReadCommand::Collection(typed) => match &typed.op {
+                CollectionRead::Stream(StreamRead::Read(read)) => Self::stream_read(read),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether it takes nothing from what serves it (XREAD): it need not wait for its turn
+    /// behind clients that take, and every fill wakes it (keel-session's `Waiters`).
+    pub fn takes_nothing(&self) -> bool {
+        matches!(&self.shape, PopShape::Streams(read) if read.group.is_none())
+    }
+
+    /// The XREAD whose `$` its first attempt resolves, if it is one that names `$`.
+    pub fn reads_after_last(&self) -> Option<&XRead> {
+        match &self.shape {
+            PopShape::Streams(read)
+                if read.group.is_none()
+                    && read.streams.iter().any(|(_, f)| *f == ReadFrom::Last) =>
+            {
+                Some(read)
+            }
+            _ => None,
+        }
+    }
+
+    /// The client's `request` with each `$` replaced by the ID the first attempt's `reply`
+    /// resolved it to (an array of one ID per stream), or None when `reply` is no such answer
+    /// (the attempt served the client, or answered an error or null).
+    pub fn resolved_request(
+        &self,
+        request: &[Bytes],
+        reply: &keel_resp::Reply,
+    ) -> Option<Vec<Bytes>> {
+        let read = self.reads_after_last()?;
+        let keel_resp::Reply::Array(ids) = reply else {
+            return None;
+        };
+        let streams = read.streams.len();
+        if ids.len() != streams || request.len() < streams {
+            return None;
+        }
+        let mut resolved = request.to_vec();
+        let first_id = request.len() - streams;
+        for (at, ((_, from), id)) in read.streams.iter().zip(ids).enumerate() {
+            let id = match id {
+                keel_resp::Reply::Bulk(id) => id.clone(),
+                keel_resp::Reply::Simple(id) => Bytes::copy_from_slice(id.as_bytes()),
+                _ => return None,
+            };
+            StreamId::parse(&id, 0, false)?;
+            if *from == ReadFrom::Last {
+                resolved[first_id + at] = id;
+            }
+        }
+        Some(resolved)
     }
 }
 
@@ -191,7 +301,8 @@ pub(super) fn parse(name: &str, rest: &[Bytes]) -> Result<BlockingPop, CommandEr
     }
 }
 
-/// `RAFT.BLOCKED deadline_ms woken command args...`: the command must be one that blocks.
+/// `RAFT.BLOCKED deadline_ms woken command args...`: the command must be one that blocks
+/// (XREAD and XREADGROUP with BLOCK, XREADGROUP reading `>` only).
 fn parse_attempt(rest: &[Bytes]) -> Result<BlockingPop, CommandError> {
     let deadline = u64::try_from(integer(&rest[0])?).map_err(|_| CommandError::NotInteger)?;
     let woken = match &rest[1][..] {
@@ -211,6 +322,10 @@ fn parse_attempt(rest: &[Bytes]) -> Result<BlockingPop, CommandError> {
     let mut pop = match spec.name {
         "raft.blocked" | "lmpop" | "zmpop" => return Err(CommandError::Syntax),
         name if NAMES.contains(&name) => parse(name, &command[1..])?,
+        name @ ("xread" | "xreadgroup") => {
+            let read = super::streams::parse_xread(&command[1..], name == "xreadgroup")?;
+            BlockingPop::stream_read(&read).ok_or(CommandError::Syntax)?
+        }
         _ => return Err(CommandError::Syntax),
     };
     pop.attempt_deadline_ms = Some(deadline);

@@ -119,6 +119,12 @@ pub enum ClientCommand {
     KillAddr(String),
     /// `CLIENT KILL filter value [filter value ...]` (the number killed).
     Kill(KillFilters),
+    /// `CLIENT UNBLOCK id [TIMEOUT | ERROR]`: 1 if client `id` of this node was blocked, and
+    /// it is answered as on its timeout (or, `error`, with `-UNBLOCKED`); 0 otherwise.
+    Unblock {
+        id: u64,
+        error: bool,
+    },
 }
 
 /// `CLIENT REPLY`'s modes.

@@ -273,6 +273,7 @@ pub fn command_docs(name: &str) -> Docs {
         "client|id" => docs("connection", "5.0.0", O1, CONNECTION),
         "client|info" => docs("connection", "6.2.0", O1, CONNECTION),
         "client|reply" => docs("connection", "3.2.0", O1, CONNECTION),
+        "client|unblock" => docs("connection", "5.0.0", "O(log N) where N is the number of client connections.", CONNECTION),
         "client|list" | "client|kill" => docs(
             "connection",
             "2.4.0",
@@ -502,6 +503,7 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
     sub("client|list", -2, CLIENT_ADMIN_FLAGS),
     sub("client|reply", 3, CLIENT_FLAGS),
     sub("client|kill", -3, CLIENT_ADMIN_FLAGS),
+    sub("client|unblock", -3, CLIENT_ADMIN_FLAGS),
     sub("command|count", 2, COMMAND_FLAGS),
     sub("command|docs", -2, COMMAND_FLAGS),
     sub("command|info", -2, COMMAND_FLAGS),

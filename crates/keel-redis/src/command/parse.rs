@@ -468,6 +468,8 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
         parse_client_list(args).map(ClientCommand::List)
     } else if is(sub, "KILL") {
         parse_client_kill(args)
+    } else if is(sub, "UNBLOCK") {
+        parse_client_unblock(args)
     } else if is(sub, "REPLY") {
         exact(1, "reply")?;
         let modes = [
@@ -484,6 +486,33 @@ fn parse_client(rest: &[Bytes]) -> Result<ClientCommand, CommandError> {
             subcommand: lossy(sub),
         })
     }
+}
+
+/// `CLIENT UNBLOCK id [TIMEOUT | ERROR]`, checked in Redis's order and words.
+fn parse_client_unblock(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
+    let error = match args {
+        [] => return Err(CommandError::WrongArity("client|unblock".to_string())),
+        [_] => false,
+        [_, how] if is(how, "TIMEOUT") => false,
+        [_, how] if is(how, "ERROR") => true,
+        [_, _] => {
+            return Err(CommandError::Invalid(
+                "CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+            ))
+        }
+        _ => {
+            return Err(CommandError::SubcommandSyntax {
+                command: "CLIENT",
+                subcommand: "unblock".to_string(),
+            })
+        }
+    };
+    // Redis reads the id as a signed integer; no client has a negative one.
+    let id = integer(&args[0])?;
+    Ok(ClientCommand::Unblock {
+        id: u64::try_from(id).unwrap_or(0),
+        error,
+    })
 }
 
 /// `CLIENT LIST [TYPE normal | master | replica | slave | pubsub] [ID id [id ...]]`.

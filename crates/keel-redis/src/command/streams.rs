@@ -4,8 +4,8 @@
 //! is part of the replicated format.
 //!
 //! XREADGROUP is a write: it changes the group's pending entries and last ID. XREAD is a read.
-//! Both take BLOCK, parsed here and carried in [`XRead::block_ms`]; what a blocking caller
-//! needs to know is [`crate::state_machine::KvStateMachine::xread_ready`].
+//! Both take BLOCK, parsed here and carried in [`XRead::block_ms`]; a client that blocks waits
+//! as in a blocking pop, its attempts in the log (`blocking.rs`).
 
 use bytes::Bytes;
 
@@ -356,7 +356,7 @@ pub(super) fn parse_write(name: &str, rest: &[Bytes]) -> Result<StreamWrite, Com
 }
 
 /// XREAD's and XREADGROUP's options, then STREAMS and its keys and IDs.
-fn parse_xread(rest: &[Bytes], group_form: bool) -> Result<XRead, CommandError> {
+pub(super) fn parse_xread(rest: &[Bytes], group_form: bool) -> Result<XRead, CommandError> {
     let mut read = XRead {
         count: 0,
         block_ms: None,

@@ -26,6 +26,7 @@ use crate::command::{
     ExpireCondition, Expiry, QueuedCommand, ReadCommand, SetCondition, TtlCommand, TtlForm,
     WatchedKey, WriteCommand,
 };
+use crate::kind::Kind;
 use keel_resp::number::parse_i64;
 use keel_resp::Reply;
 use std::sync::Arc;
@@ -502,6 +503,10 @@ impl KvStateMachine {
     /// the current index: in place when the key holds an unshared value of the same length (see
     /// [`Stored`]).
     pub(super) fn put(&mut self, key: &[u8], value: &[u8], expire_at_ms: u64) {
+        if self.holds_stream(key) {
+            // A blocked XREADGROUP on it answers that the stream is gone, as in Redis.
+            self.note_filled(key);
+        }
         let hash = pair_hash(key, value);
         let index = self.applied_index;
         let db = self.cur_mut();
@@ -591,14 +596,27 @@ impl KvStateMachine {
             .data
             .remove(key)
             .expect("the caller checked the key");
+        if old.value.kind() == Kind::Stream {
+            // A blocked XREADGROUP on it answers that the stream is gone, as in Redis.
+            self.note_filled(key);
+        }
         self.cur_mut().digest ^= old.pair_hash ^ expiry_hash(key, old.expire_at_ms);
         if old.expire_at_ms != 0 {
             self.cur_mut().deadlines.remove(old.expire_at_ms, key);
         }
     }
 
+    /// Whether `key` holds a stream (expired or not).
+    fn holds_stream(&self, key: &[u8]) -> bool {
+        self.cur()
+            .data
+            .get(key)
+            .is_some_and(|stored| stored.value.kind() == Kind::Stream)
+    }
+
     /// FLUSHDB of database `db`: every key removed; every removed key's WATCH token changes.
     fn flush(&mut self, db: u32) {
+        self.note_every_key_filled();
         let index = self.applied_index;
         let db = self.db_at_mut(db);
         let data = std::mem::take(&mut db.data);

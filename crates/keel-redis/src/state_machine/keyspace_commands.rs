@@ -195,6 +195,8 @@ impl KvStateMachine {
         if a == b {
             return WriteReply::Ok.into();
         }
+        // Blocked clients of both wait on keys that may hold something else now.
+        self.note_every_key_filled();
         let index = self.applied_index;
         let (low, high) = (a.min(b) as usize, a.max(b) as usize);
         self.db_at_mut(high as u32);

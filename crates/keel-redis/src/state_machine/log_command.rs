@@ -51,8 +51,11 @@
 //!                      arguments, its name first (LPUSH, HSET, SADD, ...). Every replica parses
 //!                      them again (`crate::command::collections`); arguments that do not parse
 //!                      to such a write make the entry undecodable. A blocked client's pop is
-//!                      one too: `RAFT.BLOCKED deadline-ms woken` then its command (BLPOP, ...), see
-//!                      `crate::command::blocking`.
+//!                      one too: `RAFT.BLOCKED deadline-ms woken` then its command (BLPOP, ...,
+//!                      XREAD and XREADGROUP with BLOCK), see `crate::command::blocking`. A build
+//!                      from before blocking stream reads cannot parse such an attempt naming
+//!                      XREAD or XREADGROUP (undecodable: a no-op there): every replica must
+//!                      run a build that reads it before a client blocks in XREAD.
 //!              EXEC    count n >= 1, then n x (op u8, body): a MULTI ... EXEC transaction, run
 //!                      in order as this one entry under this one request id. op is one of
 //!                        1..6, 9..15, 64..69, 128  a write, its body as above

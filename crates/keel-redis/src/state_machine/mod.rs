@@ -308,13 +308,17 @@ impl PartialEq for ChangeCounter {
 
 impl Eq for ChangeCounter {}
 
-/// The lists and sorted sets that writes filled (pushed to, created, stored), collected only
-/// while some client of this node waits on a key (`command/blocking.rs`): what wakes it. Not
-/// state: two state machines are equal whatever they collected.
+/// The keys writes may have made serve a blocked client, collected only while some client of
+/// this node waits on a key (`command/blocking.rs`): what wakes it. Lists and sorted sets filled
+/// (pushed to, created, stored, moved or copied in), streams added to, created, removed, replaced
+/// or rid of a group (a blocked XREADGROUP then answers an error, as in Redis). Not state: two
+/// state machines are equal whatever they collected.
 #[derive(Clone, Debug, Default)]
 struct FilledKeys {
     collecting: bool,
     keys: Vec<Bytes>,
+    /// A write changed a whole database (FLUSHDB, FLUSHALL, SWAPDB): any key may serve now.
+    every_key: bool,
 }
 
 impl PartialEq for FilledKeys {
@@ -367,6 +371,7 @@ impl KvStateMachine {
         self.filled.collecting = on;
         if !on {
             self.filled.keys.clear();
+            self.filled.every_key = false;
         }
     }
 
@@ -378,11 +383,26 @@ impl KvStateMachine {
         std::mem::take(&mut self.filled.keys)
     }
 
-    /// Notes that `key` holds a list or sorted set with something in it after a write.
+    /// Whether a write since the last call changed whole databases (FLUSHDB, FLUSHALL, SWAPDB),
+    /// while [`Self::collect_filled_keys`] is on: then any key may serve a blocked client, and
+    /// [`Self::take_filled_keys`] does not name them (there may be millions).
+    pub fn take_every_key_filled(&mut self) -> bool {
+        std::mem::take(&mut self.filled.every_key)
+    }
+
+    /// Notes that `key` may serve a blocked client after a write: a list or sorted set with
+    /// something in it, or a stream added to, created, removed or replaced.
     pub(crate) fn note_filled(&mut self, key: &[u8]) {
         if self.filled.collecting {
             let named = crate::command::blocking::waiting_key(self.current_db(), key);
             self.filled.keys.push(named);
+        }
+    }
+
+    /// Notes that whole databases changed (see [`Self::take_every_key_filled`]).
+    pub(crate) fn note_every_key_filled(&mut self) {
+        if self.filled.collecting {
+            self.filled.every_key = true;
         }
     }
 

@@ -1,5 +1,6 @@
 //! The tokio side of blocking pops (`keel_redis::command::blocking` has the protocol): a client
-//! in BLPOP, BLMOVE, BZPOPMIN, ... waits on this node, and its attempts go through the log.
+//! in BLPOP, BLMOVE, BZPOPMIN, ..., XREAD or XREADGROUP with BLOCK waits on this node, and its
+//! attempts go through the log.
 //!
 //! 1. The client joins the queues of its keys ([`crate::blocked::BlockedClients`]) before its
 //!    first attempt, so that no fill after that attempt's place in the log goes unseen.
@@ -8,7 +9,13 @@
 //!    the command would, or answers null and takes nothing.
 //! 3. Taking nothing, the client waits for a wake (the apply of an entry that filled one of its
 //!    keys, seen by this node's state machine: a follower's clients are woken by its own apply,
-//!    no polling), for its timeout, or for its connection to close; then tries again.
+//!    no polling), for its timeout, for CLIENT UNBLOCK, or for its connection to close; then
+//!    tries again. An XREAD naming `$` rewrites its request with the IDs its first attempt
+//!    answered (`BlockingPop::resolved_request`) before it waits.
+//!
+//! CLIENT UNBLOCK is seen only while the client waits, never while an attempt is in flight: an
+//! attempt that took something answers the client (the unblock is dropped), one that took
+//! nothing lets the unblock answer it (keel-session's `connection/unblock.rs`).
 //!
 //! The timeout is the client's own, on this node's clock, from when its command arrived. An
 //! attempt in flight when it passes is waited for (its outcome decides the reply: an element it
@@ -36,6 +43,7 @@ use keel_redis::Command;
 use keel_resp::Reply;
 use keel_session::blocked::attempt_deadline_ms;
 use keel_session::connection::pipeline::Request;
+use keel_session::connection::unblock::{UnblockAs, UNBLOCKED_ERROR};
 use keel_session::connection::Dispatch;
 
 /// How the wait of a blocked client ended.
@@ -44,6 +52,8 @@ enum Wait {
     TimedOut,
     /// The connection closed, or CLIENT KILL named it.
     Gone,
+    /// CLIENT UNBLOCK named it.
+    Unblocked(UnblockAs),
 }
 
 fn client_left() -> std::io::Error {
@@ -63,10 +73,14 @@ impl Session<'_> {
     ) -> std::io::Result<Reply> {
         let timeout_ms = pop.timeout_ms.unwrap_or(0);
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
-        let registration = self
-            .ctx
-            .blocked
-            .register(&pop.waiting_keys(self.pipeline.db()));
+        let keys = pop.waiting_keys(self.pipeline.db());
+        let mut registration = self.ctx.blocked.register(&keys, pop.takes_nothing());
+        // A client that takes counts as blocked from here; an XREAD only once its first attempt
+        // resolved its `$` (below), so that whoever sees it blocked and adds an entry has it
+        // served.
+        if !pop.takes_nothing() {
+            registration.waits(self.connection.record());
+        }
         // What was answered before it reaches the client now: it may wait for long.
         self.flush_all(None).await?;
         let mut watch_socket = true;
@@ -76,25 +90,39 @@ impl Session<'_> {
         // Its first attempt answers WRONGTYPE for a key of another kind, as the command does; the
         // later ones pass such a key over.
         let mut woken = false;
+        // An XREAD naming `$` makes first attempts until one answers what `$` stands for; its
+        // later attempts name those IDs.
+        let mut unresolved = pop.reads_after_last().is_some();
+        let mut request = request.to_vec();
         loop {
             if wait_first {
+                registration.waits(self.connection.record());
                 match self
                     .wait_blocked(registration.waiter(), deadline, &mut watch_socket)
                     .await
                 {
                     Wait::Woken => {}
-                    Wait::TimedOut => return Ok(pop.nothing_reply()),
+                    Wait::TimedOut | Wait::Unblocked(UnblockAs::Timeout) => {
+                        return Ok(pop.nothing_reply())
+                    }
+                    Wait::Unblocked(UnblockAs::Error) => return Ok(Reply::error(UNBLOCKED_ERROR)),
                     Wait::Gone => return Err(client_left()),
                 }
             }
             wait_first = true;
             registration.attempting();
-            let remaining_ms =
-                deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
-            let attempt_deadline_ms =
-                attempt_deadline_ms(super::super::wall_clock_ms(), remaining_ms);
-            let reply = self.attempt(attempt_deadline_ms, woken, request).await?;
-            woken = true;
+            let reply = self.attempt(deadline, woken, &request).await?;
+            if unresolved {
+                if let Some(resolved) = pop.resolved_request(&request, &reply) {
+                    request = resolved;
+                    unresolved = false;
+                    woken = true;
+                    continue;
+                }
+            }
+            // Until its `$` is resolved (an attempt that came too late answers null), an XREAD
+            // tries as a first attempt.
+            woken = !unresolved;
             if reply != Reply::Null {
                 // An element taken, or an error (a destination of another kind, no leader): in
                 // either case the keys may still serve the next in line, who tries next.
@@ -107,10 +135,13 @@ impl Session<'_> {
     /// One attempt through the pipeline: the element's reply, null (nothing taken), or an error.
     async fn attempt(
         &mut self,
-        deadline_ms: u64,
+        deadline: Option<Instant>,
         woken: bool,
         request: &[Bytes],
     ) -> std::io::Result<Reply> {
+        let remaining_ms =
+            deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
+        let deadline_ms = attempt_deadline_ms(super::super::wall_clock_ms(), remaining_ms);
         let args = attempt_args(deadline_ms, woken, request);
         let write = match Command::parse(&args) {
             Ok(Command::Write(write)) => write,
@@ -157,6 +188,7 @@ impl Session<'_> {
             tokio::select! {
                 biased;
                 () = record.killed() => return Wait::Gone,
+                how = record.blocked.requested() => return Wait::Unblocked(how),
                 () = waiter.woken() => return Wait::Woken,
                 () = timeout => return Wait::TimedOut,
                 peeked = peek => match peeked {

@@ -19,6 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::monitor::{self, MonitorFeed};
+use super::unblock::UnblockAs;
 use super::ClientConnection;
 use crate::pubsub::Kind;
 use keel_redis::command::{ClientAttribute, ClientCommand, ClientFilter, KillFilters, ReplyMode};
@@ -46,6 +47,8 @@ pub struct ClientRecord {
     /// Its pub/sub subscriptions and the messages they bring (`crate::pubsub`); the connection's
     /// task sends them.
     pub pubsub: crate::pubsub::PubSubFeed,
+    /// Whether it is blocked, and CLIENT UNBLOCK's request (`unblock.rs`).
+    pub blocked: super::unblock::BlockedSignal,
 }
 
 /// The fields a connection changes as it runs.
@@ -72,6 +75,7 @@ impl ClientRecord {
             kill_waker: Mutex::new(None),
             monitor: MonitorFeed::default(),
             pubsub: Default::default(),
+            blocked: Default::default(),
             created: now,
             state: Mutex::new(ClientState {
                 name: String::new(),
@@ -159,6 +163,7 @@ impl ClientRecord {
                 (true, _, _) => "O",
                 (false, true, _) => "x",
                 (false, false, true) => "P",
+                (false, false, false) if self.blocked.is_blocked() => "b",
                 (false, false, false) => "N",
             },
             self.pubsub.count(Kind::Channel),
@@ -248,6 +253,11 @@ impl ClientRegistry {
     /// The records, by id (the order Redis lists them in).
     pub fn records(&self) -> Vec<Arc<ClientRecord>> {
         self.lock().values().cloned().collect()
+    }
+
+    /// The record of connection `id`, if it is this node's.
+    pub fn record(&self, id: u64) -> Option<Arc<ClientRecord>> {
+        self.lock().get(&id).cloned()
     }
 }
 
@@ -430,6 +440,18 @@ impl ClientConnection {
                 }
             }
             ClientCommand::Kill(filters) => Reply::Integer(self.kill(&filters) as i64),
+            ClientCommand::Unblock { id, error } => {
+                let how = if error {
+                    UnblockAs::Error
+                } else {
+                    UnblockAs::Timeout
+                };
+                let target = match &self.registry {
+                    Some(registry) => registry.record(id),
+                    None => (self.record.id == id).then(|| Arc::clone(&self.record)),
+                };
+                Reply::Integer(i64::from(target.is_some_and(|r| r.blocked.unblock(how))))
+            }
         }
     }
 

@@ -391,6 +391,7 @@ fn summary(name: &str) -> &'static str {
         "client|list" => "Describes the node's connections (TYPE, ID filters).",
         "client|reply" => "ON | OFF | SKIP: which of the connection's replies are sent.",
         "client|kill" => "Closes connections by address or by filters (ID, ADDR, LADDR, SKIPME).",
+        "client|unblock" => "Ends a blocked client's wait, as a timeout or with an error.",
         "command|count" => "Returns the number of commands.",
         "command|docs" => "Documents commands: summary, since, group, complexity.",
         "command|info" => "Describes commands: arity, flags, keys, ACL categories, key specs.",

@@ -60,6 +60,7 @@ pub mod pipeline;
 mod pubsub;
 pub use pubsub::{Publish, Publishes};
 mod stats;
+pub mod unblock;
 
 use std::sync::Arc;
 
@@ -72,9 +73,8 @@ pub use stats::{CommandStat, LocalStats, ServerStats, StatsSnapshot, RATE_SAMPLE
 
 use keel_redis::command::blocking::BlockingPop;
 use keel_redis::command::{
-    AdminCommand, ClientCommand, CollectionWrite, Command, CommandError, HelloArgs, LocalCommand,
-    QueuedCommand, ReadCommand, ScriptCommand, ScriptedExec, TransactionCommand, WatchedKey,
-    WriteCommand,
+    AdminCommand, ClientCommand, Command, CommandError, HelloArgs, LocalCommand, QueuedCommand,
+    ReadCommand, ScriptCommand, ScriptedExec, TransactionCommand, WatchedKey, WriteCommand,
 };
 use keel_redis::state_machine::LoggedCommand;
 use keel_redis::REDIS_COMPAT_VERSION;
@@ -117,20 +117,10 @@ pub enum Dispatch {
     Exec(Transaction),
     /// EVAL and its family, SCRIPT: for the node's script runner (`keel_redis::script`).
     Script(keel_redis::command::ScriptCommand),
-    /// A blocking pop outside MULTI (BLPOP, BLMOVE, BZPOPMIN, ...): the client waits on this
-    /// node until a key serves it or its timeout passes (`keel_redis::command::blocking`).
+    /// A blocking pop outside MULTI (BLPOP, BLMOVE, BZPOPMIN, ..., XREAD and XREADGROUP with
+    /// BLOCK): the client waits on this node until a key serves it or its timeout passes
+    /// (`keel_redis::command::blocking`).
     Block(BlockingPop),
-}
-
-/// The blocking pop `command` is, if it is one.
-fn blocking_pop(command: &WriteCommand) -> Option<&BlockingPop> {
-    match command {
-        WriteCommand::Collection(typed) => match &typed.op {
-            CollectionWrite::BlockingPop(pop) => Some(pop),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// The commands queued between MULTI and EXEC.
@@ -588,11 +578,14 @@ impl ClientConnection {
                 }
                 TransactionCommand::Watched(_) => CommandError::WatchedWithoutMulti.to_reply(),
             }),
-            Ok(Command::Write(command)) => match blocking_pop(&command) {
-                Some(pop) if pop.blocks() => Dispatch::Block(pop.clone()),
+            Ok(Command::Write(command)) => match BlockingPop::of_write(&command) {
+                Some(pop) if pop.blocks() => Dispatch::Block(pop),
                 _ => self.pop_as_read(args).unwrap_or(Dispatch::Write(command)),
             },
-            Ok(Command::Read(command)) => Dispatch::Read(command),
+            Ok(Command::Read(command)) => match BlockingPop::of_read(&command) {
+                Some(read) => Dispatch::Block(read),
+                None => Dispatch::Read(command),
+            },
             Ok(Command::Admin(command)) => Dispatch::Admin(command),
             Ok(Command::Local(LocalCommand::Quit)) => Dispatch::ReplyAndClose(Reply::OK),
             Ok(Command::Local(LocalCommand::Script(command))) => Dispatch::Script(command),

@@ -49,6 +49,7 @@ use keel_engine::ClientError;
 
 use super::{ClientConnection, Dispatch, LocalStats, Publishes, ServerStats};
 use crate::forwarding::{write_reply, Forwarded};
+use keel_redis::command::blocking::ATTEMPT;
 use keel_redis::command::{self, AdminCommand, QueuedCommand, ReadCommand};
 use keel_redis::state_machine::{LogCommand, LoggedCommand};
 use keel_redis::RequestId;
@@ -471,12 +472,17 @@ impl<W, R> Pipeline<W, R> {
             args,
             given_id,
         } = request;
+        // A blocked client's attempt is not the client's command: that is counted once, with
+        // the reply it gets (Redis counts a blocked command once, when it is answered).
+        let attempt = args
+            .first()
+            .is_some_and(|name| name.eq_ignore_ascii_case(ATTEMPT.as_bytes()));
         let meter = match self.stats {
-            Some(_) => Some(Meter {
+            Some(_) if !attempt => Some(Meter {
                 command: ServerStats::command_index(&args),
                 admitted: *self.meter_clock.get_or_insert_with(Instant::now),
             }),
-            None => None,
+            _ => None,
         };
         match dispatch {
             Dispatch::Reply(reply) => self.push_answer(reply, meter),

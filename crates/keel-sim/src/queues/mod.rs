@@ -12,7 +12,7 @@
 //! | blocking move        | `BLMOVE q p RIGHT LEFT t`                 | queue, onto processing      |
 //! | done                 | `RPOP p`                                  | processing                  |
 //! | add                  | `XADD s * e <e>`                          | stream entry added          |
-//! | read new             | `XREADGROUP GROUP g c<i> COUNT 2 STREAMS s >` (`XGROUP CREATE s g 0 MKSTREAM` first) | entries delivered |
+//! | read new             | `XREADGROUP GROUP g c<i> COUNT 2 [BLOCK t] STREAMS s >` (`XGROUP CREATE s g 0 MKSTREAM` first) | entries delivered |
 //! | acknowledge          | `XACK s g <ids read>`                     |                             |
 //!
 //! Each client sends one operation at a time, mostly to the node it believes leads and a quarter
@@ -54,12 +54,18 @@ const PAUSE_MS: std::ops::RangeInclusive<u64> = 10..=80;
 enum QueueOp {
     Push(Element, bool),
     Pop(List, bool),
-    BlockingPop { left: bool, timeout_ms: u64 },
+    BlockingPop {
+        left: bool,
+        timeout_ms: u64,
+    },
     Move,
-    BlockingMove { timeout_ms: u64 },
+    BlockingMove {
+        timeout_ms: u64,
+    },
     Add(Element),
     CreateGroup,
-    ReadGroup,
+    /// With BLOCK, in ms, when it waits (served through the same waiters as the pops).
+    ReadGroup(Option<u64>),
     Ack(Vec<Bytes>),
 }
 
@@ -77,9 +83,9 @@ impl QueueOp {
 
     fn timeout_ms(&self) -> u64 {
         match self {
-            QueueOp::BlockingPop { timeout_ms, .. } | QueueOp::BlockingMove { timeout_ms } => {
-                *timeout_ms
-            }
+            QueueOp::BlockingPop { timeout_ms, .. }
+            | QueueOp::BlockingMove { timeout_ms }
+            | QueueOp::ReadGroup(Some(timeout_ms)) => *timeout_ms,
             _ => 0,
         }
     }
@@ -136,17 +142,7 @@ impl QueueOp {
                 word(b"0"),
                 word(b"MKSTREAM"),
             ],
-            QueueOp::ReadGroup => vec![
-                word(b"XREADGROUP"),
-                word(b"GROUP"),
-                word(GROUP),
-                Bytes::from(format!("c{consumer}")),
-                word(b"COUNT"),
-                word(b"2"),
-                word(b"STREAMS"),
-                word(STREAM),
-                word(b">"),
-            ],
+            QueueOp::ReadGroup(block_ms) => read_group(consumer, *block_ms),
             QueueOp::Ack(ids) => {
                 let mut args = vec![word(b"XACK"), word(STREAM), word(GROUP)];
                 args.extend(ids.iter().cloned());
@@ -154,6 +150,24 @@ impl QueueOp {
             }
         }
     }
+}
+
+/// `XREADGROUP GROUP g c<consumer> COUNT 2 [BLOCK ms] STREAMS s >`.
+fn read_group(consumer: u64, block_ms: Option<u64>) -> Vec<Bytes> {
+    let word = |w: &'static [u8]| Bytes::from_static(w);
+    let mut args = vec![
+        word(b"XREADGROUP"),
+        word(b"GROUP"),
+        word(GROUP),
+        Bytes::from(format!("c{consumer}")),
+        word(b"COUNT"),
+        word(b"2"),
+    ];
+    if let Some(ms) = block_ms {
+        args.extend([word(b"BLOCK"), decimal(ms)]);
+    }
+    args.extend([word(b"STREAMS"), word(STREAM), word(b">")]);
+    args
 }
 
 fn decimal(n: u64) -> Bytes {
@@ -266,8 +280,9 @@ impl World<KvState> {
             12..=13 => QueueOp::Pop(List::Processing, false),
             14..=15 => QueueOp::Add(element),
             _ if !client.group_made => QueueOp::CreateGroup,
-            16..=17 => QueueOp::ReadGroup,
-            _ if client.to_ack.is_empty() => QueueOp::ReadGroup,
+            // Half of the reads block (drawn from what is drawn anyway: a seed's draws stay).
+            16..=17 => QueueOp::ReadGroup(left.then_some(timeout_ms)),
+            _ if client.to_ack.is_empty() => QueueOp::ReadGroup(None),
             _ => QueueOp::Ack(std::mem::take(&mut client.to_ack)),
         }
     }
@@ -429,8 +444,8 @@ impl World<KvState> {
                 history.stream_acked.push((id, *e));
             }
             (QueueOp::CreateGroup, r) if *r == Reply::OK => queues.clients[q].group_made = true,
-            (QueueOp::ReadGroup, Reply::Null | Reply::NullArray) => {}
-            (QueueOp::ReadGroup, Reply::Keyed(streams)) => {
+            (QueueOp::ReadGroup(_), Reply::Null | Reply::NullArray) => {}
+            (QueueOp::ReadGroup(_), Reply::Keyed(streams)) => {
                 for (id, e) in stream_entries(streams).ok_or_else(unexpected)? {
                     history.stream_delivered.push((id.clone(), e));
                     queues.clients[q].to_ack.push(Bytes::from(id));

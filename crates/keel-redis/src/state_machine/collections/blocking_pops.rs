@@ -24,6 +24,9 @@ impl KvStateMachine {
                 return WriteReply::Nil.into();
             }
         }
+        if let PopShape::Streams(read) = &pop.shape {
+            return self.blocking_read(pop, read);
+        }
         let key = match self.first_serving(pop) {
             Err(error) => return error.into(),
             Ok(Some(key)) => key,
@@ -36,9 +39,9 @@ impl KvStateMachine {
             (PopShape::MoveTo { destination, end }, PopSource::List(from)) => {
                 self.lmove(&key, destination, from, *end)
             }
-            (PopShape::MoveTo { .. }, PopSource::ZSet { .. }) => {
-                unreachable!("only lists are moved")
-            }
+            (PopShape::MoveTo { .. }, PopSource::ZSet { .. })
+            | (PopShape::Streams(_), _)
+            | (_, PopSource::Streams) => unreachable!("only lists are moved, streams read above"),
             (shape, PopSource::List(end)) => {
                 let count = many(shape).unwrap_or(1);
                 let popped = self.change(&key, false, |list: &mut List| list.pop_up_to(end, count));
@@ -83,6 +86,7 @@ impl KvStateMachine {
             let filled = match pop.source {
                 PopSource::List(_) => self.collection::<List>(key).map(|l| l.map(Family::len)),
                 PopSource::ZSet { .. } => self.collection::<ZSet>(key).map(|z| z.map(Family::len)),
+                PopSource::Streams => Ok(None),
             };
             let filled = match filled {
                 Err(_) if pop.woken => false,

@@ -48,6 +48,7 @@ macro_rules! collection_impl {
 }
 
 mod blocking_pops;
+mod blocking_reads;
 mod encoding;
 mod hash_commands;
 mod list_commands;
@@ -222,7 +223,7 @@ impl KvStateMachine {
         };
         if matches!(
             **collection,
-            CollectionValue::List(_) | CollectionValue::ZSet(_)
+            CollectionValue::List(_) | CollectionValue::ZSet(_) | CollectionValue::Stream(_)
         ) {
             self.note_filled(key);
         }

@@ -141,13 +141,7 @@ impl KvStateMachine {
                 s.set_group_id(group, id, *entries_read);
                 Reply::OK
             }),
-            StreamWrite::GroupDestroy { key, group } => {
-                match self.stream_write(key, false, |s| Ok(s.destroy_group(group))) {
-                    Ok(Some(destroyed)) => Reply::Integer(i64::from(destroyed)),
-                    Ok(None) => Reply::error(KEY_REQUIRED),
-                    Err(reply) => reply,
-                }
-            }
+            StreamWrite::GroupDestroy { key, group } => self.xgroup_destroy(key, group),
             StreamWrite::Consumer {
                 key,
                 group,
@@ -203,8 +197,23 @@ impl KvStateMachine {
             Ok(id)
         });
         match added {
-            Ok(Some(id)) => id_reply(id),
+            Ok(Some(id)) => {
+                self.note_filled(key);
+                id_reply(id)
+            }
             Ok(None) => Reply::Null,
+            Err(reply) => reply,
+        }
+    }
+
+    fn xgroup_destroy(&mut self, key: &[u8], group: &[u8]) -> Reply {
+        match self.stream_write(key, false, |s| Ok(s.destroy_group(group))) {
+            Ok(Some(destroyed)) => {
+                // A client blocked in XREADGROUP on it answers NOGROUP, as in Redis.
+                self.note_filled(key);
+                Reply::Integer(i64::from(destroyed))
+            }
+            Ok(None) => Reply::error(KEY_REQUIRED),
             Err(reply) => reply,
         }
     }
@@ -323,7 +332,7 @@ impl KvStateMachine {
 
     /// XREADGROUP: every stream and group checked first (an error answers alone, nothing
     /// changed), then each served in turn.
-    fn xreadgroup(&mut self, read: &XRead) -> Reply {
+    pub(super) fn xreadgroup(&mut self, read: &XRead) -> Reply {
         let (group, consumer) = read.group.as_ref().expect("XREADGROUP has GROUP");
         for (key, _) in &read.streams {
             self.expire_if_due(key);
@@ -354,7 +363,8 @@ impl KvStateMachine {
             }
         }
         if served.is_empty() {
-            // With BLOCK too: blocking is not served yet, so this answers as an expired block.
+            // A client that may block waits (`blocking_reads.rs`); others get an expired
+            // block's answer, as Redis answers inside MULTI and scripts.
             return Reply::NullArray;
         }
         Reply::Keyed(served)

@@ -113,7 +113,7 @@ impl KvStateMachine {
     }
 
     /// Where each stream of `read` is read from, `$` resolved against the state: the IDs a
-    /// blocking XREAD must keep waiting from (a `$` means "after what was last when I came").
+    /// blocked XREAD keeps waiting from (a `$` means "after what was last when it blocked").
     pub fn xread_resolve_last(&self, read: &mut XRead) {
         for (key, from) in &mut read.streams {
             if *from == ReadFrom::Last {
@@ -127,31 +127,7 @@ impl KvStateMachine {
         }
     }
 
-    /// Whether XREAD or XREADGROUP `read` has something to answer now (entries, or an error
-    /// such as WRONGTYPE or NOGROUP); false when a BLOCK would wait. For the blocking layer.
-    pub fn xread_ready(&self, read: &XRead) -> bool {
-        read.streams.iter().any(|(key, from)| {
-            let stream = match self.collection::<Stream>(key) {
-                Err(_) => return true,
-                Ok(stream) => stream,
-            };
-            match (&read.group, from) {
-                (Some((group, _)), from) => {
-                    match stream.and_then(|s| s.group(group).map(|g| (s, g))) {
-                        None => true,
-                        Some((_, _)) if matches!(from, ReadFrom::After(_)) => true,
-                        Some((s, g)) => s.top_id() > g.last_id(),
-                    }
-                }
-                (None, ReadFrom::After(after)) => {
-                    stream.is_some_and(|s| s.len() > 0 && s.top_id() > *after)
-                }
-                (None, _) => false,
-            }
-        })
-    }
-
-    fn xread(&self, read: &XRead) -> Result<Reply, WriteError> {
+    pub(super) fn xread(&self, read: &XRead) -> Result<Reply, WriteError> {
         let mut served = Vec::new();
         for (key, from) in &read.streams {
             let Some(stream) = self.collection::<Stream>(key)? else {
@@ -171,7 +147,8 @@ impl KvStateMachine {
                 Err(reply) => return Ok(reply),
             }
         }
-        // Nothing to read answers as an expired BLOCK would (blocking is not served yet).
+        // Nothing to read answers as an expired BLOCK would: a client that may block waits
+        // (`blocking_reads.rs`), the others (in MULTI, in scripts) do not, as in Redis.
         Ok(if served.is_empty() {
             Reply::NullArray
         } else {

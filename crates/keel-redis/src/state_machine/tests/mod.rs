@@ -651,6 +651,7 @@ proptest! {
 }
 
 mod blocking_pops;
+mod blocking_reads;
 mod collections;
 mod databases;
 mod exec;
