@@ -378,6 +378,9 @@ fn collection_events(op: &CollectionWrite, outcome: Outcome, w: &mut Watched) {
                 PopSource::List(end) => (LIST, pop_event(end)),
                 PopSource::ZSet { max: false } => (ZSET, "zpopmin"),
                 PopSource::ZSet { max: true } => (ZSET, "zpopmax"),
+                // A blocked XREADGROUP's attempts fire no event yet (Redis fires
+                // `xgroup-createconsumer` when the call makes its consumer).
+                PopSource::Streams => return,
             };
             if let PopShape::MoveTo { destination, end } = &pop.shape {
                 w.push(LIST, push_event(*end), destination);
