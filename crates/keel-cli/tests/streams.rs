@@ -167,6 +167,22 @@ fn wait_blocked(node: &process::Node, count: u64) {
     });
 }
 
+/// How far `node`'s log reached, from `INFO replication` (the largest of its offsets, which are
+/// log indexes: its last index on a leader, its applied index on a follower).
+fn log_position(node: &process::Node) -> u64 {
+    let Ok(Reply::Bulk(info)) = process::raw_request(node.client_port, &["INFO", "replication"])
+    else {
+        return 0;
+    };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    info.lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.ends_with("repl_offset"))
+        .filter_map(|(_, value)| value.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// A connection to `node` speaking RESP `hello` (2 or 3).
 fn speaking(node: &process::Node, hello: &str) -> process::Raw {
     let mut raw = process::Raw::connect(node.client_port);
@@ -348,6 +364,7 @@ fn gone_streams_and_groups_answer_redis_errors(writer: &process::Node, node: &pr
         ("FLUSHDB", "-UNBLOCKED the stream key no longer exists\r\n"),
     ] {
         run(writer, "XGROUP CREATE gone g $ MKSTREAM");
+        let before = log_position(node);
         client.send(&[
             "XREADGROUP",
             "GROUP",
@@ -360,6 +377,12 @@ fn gone_streams_and_groups_answer_redis_errors(writer: &process::Node, node: &pr
             ">",
         ]);
         wait_blocked(node, 2);
+        // Counted as blocked once it registered: its first attempt must also be in the log, or
+        // the change overtakes it and it answers XREADGROUP's own error for a missing group
+        // instead of a blocked client's.
+        process::eventually("the blocked XREADGROUP's first attempt", || {
+            (log_position(node) > before).then_some(())
+        });
         run(writer, change);
         assert_eq!(client.read_one(change), error);
     }
