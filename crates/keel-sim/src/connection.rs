@@ -357,11 +357,19 @@ impl World<KvState> {
     /// Starts a read admitted in slot `slot`: a ReadIndex round, then its turn in the apply
     /// pipeline ([`World::read_served`]).
     fn start_read(&mut self, connection: u64, slot: u64, command: ReadCommand) {
-        let floor = self.checker.committed_max();
         let Some(c) = self.user.clients.connections.get_mut(connection) else {
             return;
         };
         c.reads.push((slot, command));
+        self.read_index(connection, slot);
+    }
+
+    /// Starts the ReadIndex round of `connection`'s read in slot `slot` on its node.
+    pub(crate) fn read_index(&mut self, connection: u64, slot: u64) {
+        let floor = self.checker.committed_max();
+        let Some(c) = self.user.clients.connections.get_mut(connection) else {
+            return;
+        };
         c.node_has_work = true;
         let id = c.node;
         let node = &mut self.nodes[(id - 1) as usize];

@@ -29,7 +29,6 @@ use keel_session::connection::pipeline::{Admission, Request};
 use keel_session::connection::Transaction;
 use keel_session::Dispatch;
 
-use crate::host::{ReadToken, SimShell};
 use crate::kv_user::KvState;
 use crate::world::World;
 
@@ -126,25 +125,7 @@ impl World<KvState> {
 
     /// Starts the read that copies the script's keys.
     fn copy_script_keys(&mut self, connection: u64) {
-        let floor = self.checker.committed_max();
-        let Some(c) = self.user.clients.connections.get_mut(connection) else {
-            return;
-        };
-        c.node_has_work = true;
-        let id = c.node;
-        let node = &mut self.nodes[(id - 1) as usize];
-        let (Some(raft), Some(app)) = (node.raft.as_mut(), node.app.as_mut()) else {
-            return;
-        };
-        let token = ReadToken {
-            connection,
-            slot: SCRIPT_FETCH_SLOT,
-            floor,
-        };
-        let (mut shell, engine) = SimShell::new(app, &node.snapshot_data);
-        engine.read(raft, token, &mut shell);
-        let effects = shell.effects;
-        self.carry_out(id, effects);
+        self.read_index(connection, SCRIPT_FETCH_SLOT);
         self.serve(connection);
     }
 
